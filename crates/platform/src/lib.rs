@@ -1,0 +1,16 @@
+//! The KVM platform: the VM, its guest-physical memory, the descriptor tables, the ring-0
+//! stubs, and vCPUs whose exits are decoded into events for the kernel.
+//!
+//! Guest ring 0 holds only stubs that exit to the host at once (on the machines torpor is
+//! built on, ring-0 code is emulated and costs about 1 µs an instruction). The application runs
+//! in ring 3; a `syscall` or an exception enters a stub, which executes one `out` whose port
+//! names the event; the host handles it and resumes ring 3 by setting registers and segments.
+//! Page-table updates are written by the PTE-sync stub (host writes to present entries are not
+//! seen by a shadow MMU).
+
+pub mod addr;
+pub mod layout;
+pub mod memory;
+
+pub use addr::{Gpa, Gva, PAGE_SHIFT, PAGE_SIZE};
+pub use memory::{GuestMemory, MemoryError};

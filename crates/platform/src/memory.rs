@@ -1,0 +1,298 @@
+//! Guest-physical memory: one compact anonymous host mapping, registered as the VM's only
+//! memslot, with bounds-checked access.
+//!
+//! vCPUs write this memory concurrently with the host, so no `&[u8]` or `&mut [u8]` into it is
+//! ever created: every access is a volatile-free raw copy (`ptr::copy_nonoverlapping`) between a
+//! host buffer and a checked guest range, or a host system call (`pread`, `write`, `madvise`)
+//! handed a checked raw pointer.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+
+use crate::addr::{Gpa, PAGE_SIZE};
+
+/// Errors of guest-memory access.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    /// The mapping could not be created.
+    #[error("cannot map {size} bytes of guest memory: {source}")]
+    Map {
+        /// Requested size.
+        size: u64,
+        /// Cause.
+        source: io::Error,
+    },
+    /// The size is zero or not a multiple of 4 MiB.
+    #[error("guest memory size {0} must be a non-zero multiple of 4 MiB")]
+    BadSize(u64),
+    /// An access fell outside guest-physical memory.
+    #[error("guest-physical range {gpa}+{len:#x} is outside guest memory")]
+    OutOfRange {
+        /// Start of the access.
+        gpa: Gpa,
+        /// Its length.
+        len: u64,
+    },
+}
+
+/// The VM's guest-physical memory.
+pub struct GuestMemory {
+    base: NonNull<u8>,
+    size: u64,
+}
+
+// SAFETY: `GuestMemory` owns a private anonymous mapping; all access goes through raw copies or
+// system calls on checked ranges, which are safe to perform from any thread (the guest may race
+// with them, which only affects the bytes it sees, never host memory safety).
+unsafe impl Send for GuestMemory {}
+// SAFETY: as for `Send`: no method hands out references into the mapping.
+unsafe impl Sync for GuestMemory {}
+
+/// Granule of guest memory sizes (the page allocator's chunk).
+pub const MEMORY_GRANULE: u64 = 4 << 20;
+
+impl GuestMemory {
+    /// Maps `size` bytes of zeroed guest memory (not reserved: pages cost host memory only
+    /// once touched).
+    ///
+    /// # Errors
+    /// [`MemoryError::BadSize`] unless `size` is a non-zero multiple of 4 MiB;
+    /// [`MemoryError::Map`] if the host refuses the mapping.
+    pub fn new(size: u64) -> Result<Self, MemoryError> {
+        if size == 0 || size % MEMORY_GRANULE != 0 {
+            return Err(MemoryError::BadSize(size));
+        }
+        let len = usize::try_from(size).map_err(|_| MemoryError::BadSize(size))?;
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MemoryError::Map { size, source: io::Error::last_os_error() });
+        }
+        let base = NonNull::new(p.cast::<u8>()).ok_or(MemoryError::Map {
+            size,
+            source: io::Error::from_raw_os_error(libc::ENOMEM),
+        })?;
+        Ok(GuestMemory { base, size })
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Host virtual address of guest-physical address 0 (for the KVM memslot, madvise,
+    /// userfaultfd registration and mincore).
+    pub fn host_base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// Checks that `gpa..gpa+len` lies inside guest memory and returns its host pointer.
+    ///
+    /// # Errors
+    /// [`MemoryError::OutOfRange`] otherwise.
+    pub fn host_ptr(&self, gpa: Gpa, len: u64) -> Result<*mut u8, MemoryError> {
+        match gpa.0.checked_add(len) {
+            Some(end) if end <= self.size => {
+                // SAFETY: `gpa.0 + len <= size`, so the offset stays inside the mapping.
+                Ok(unsafe { self.base.as_ptr().add(gpa.0 as usize) })
+            }
+            _ => Err(MemoryError::OutOfRange { gpa, len }),
+        }
+    }
+
+    /// Copies guest memory at `gpa` into `buf`.
+    ///
+    /// # Errors
+    /// [`MemoryError::OutOfRange`] if the range leaves guest memory.
+    pub fn read(&self, gpa: Gpa, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let src = self.host_ptr(gpa, buf.len() as u64)?;
+        // SAFETY: `src..src+len` is inside the mapping (checked); `buf` is a distinct host buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    /// Copies `buf` into guest memory at `gpa`.
+    ///
+    /// # Errors
+    /// [`MemoryError::OutOfRange`] if the range leaves guest memory.
+    pub fn write(&self, gpa: Gpa, buf: &[u8]) -> Result<(), MemoryError> {
+        let dst = self.host_ptr(gpa, buf.len() as u64)?;
+        // SAFETY: `dst..dst+len` is inside the mapping (checked); `buf` is a distinct host buffer.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, buf.len()) };
+        Ok(())
+    }
+
+    /// Reads a little-endian `u64` at `gpa` (which must be 8-byte aligned).
+    ///
+    /// # Errors
+    /// [`MemoryError::OutOfRange`] if unaligned or outside guest memory.
+    pub fn read_u64(&self, gpa: Gpa) -> Result<u64, MemoryError> {
+        if gpa.0 % 8 != 0 {
+            return Err(MemoryError::OutOfRange { gpa, len: 8 });
+        }
+        let p = self.host_ptr(gpa, 8)?.cast::<u64>();
+        // SAFETY: in bounds and 8-byte aligned (the mapping is page-aligned); a volatile read
+        // because the guest may write it concurrently.
+        Ok(unsafe { p.read_volatile() })
+    }
+
+    /// Writes a `u64` at `gpa` (which must be 8-byte aligned).
+    ///
+    /// # Errors
+    /// [`MemoryError::OutOfRange`] if unaligned or outside guest memory.
+    pub fn write_u64(&self, gpa: Gpa, value: u64) -> Result<(), MemoryError> {
+        if gpa.0 % 8 != 0 {
+            return Err(MemoryError::OutOfRange { gpa, len: 8 });
+        }
+        let p = self.host_ptr(gpa, 8)?.cast::<u64>();
+        // SAFETY: in bounds and 8-byte aligned; volatile because the guest may read it.
+        unsafe { p.write_volatile(value) };
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `gpa` with `byte`.
+    ///
+    /// # Errors
+    /// [`MemoryError::OutOfRange`] if the range leaves guest memory.
+    pub fn fill(&self, gpa: Gpa, byte: u8, len: u64) -> Result<(), MemoryError> {
+        let dst = self.host_ptr(gpa, len)?;
+        // SAFETY: in bounds (checked).
+        unsafe { std::ptr::write_bytes(dst, byte, len as usize) };
+        Ok(())
+    }
+
+    /// Copies `len` bytes inside guest memory from `src` to `dst` (ranges may not overlap).
+    ///
+    /// # Errors
+    /// [`MemoryError::OutOfRange`] if either range leaves guest memory or they overlap.
+    pub fn copy_within(&self, src: Gpa, dst: Gpa, len: u64) -> Result<(), MemoryError> {
+        let s = self.host_ptr(src, len)?;
+        let d = self.host_ptr(dst, len)?;
+        if src.0 < dst.0 + len && dst.0 < src.0 + len {
+            return Err(MemoryError::OutOfRange { gpa: dst, len });
+        }
+        // SAFETY: both in bounds and disjoint (checked).
+        unsafe { std::ptr::copy_nonoverlapping(s, d, len as usize) };
+        Ok(())
+    }
+
+    /// Returns the host pages behind `gpa..gpa+len` (page-aligned) to the host: they read as
+    /// zero afterwards (MADV_DONTNEED).
+    ///
+    /// # Errors
+    /// [`MemoryError::OutOfRange`] if the range leaves guest memory or is not page-aligned.
+    pub fn discard(&self, gpa: Gpa, len: u64) -> Result<(), MemoryError> {
+        if !gpa.is_page_aligned() || len % PAGE_SIZE != 0 {
+            return Err(MemoryError::OutOfRange { gpa, len });
+        }
+        let p = self.host_ptr(gpa, len)?;
+        // SAFETY: a page-aligned range inside our own private mapping; dropping its contents is
+        // what the caller asks for.
+        let r = unsafe { libc::madvise(p.cast(), len as usize, libc::MADV_DONTNEED) };
+        if r != 0 {
+            tracing::warn!("madvise(DONTNEED) failed: {}", io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Reads up to `len` bytes from `fd` at `offset` (or the current position when `offset` is
+    /// `None`) straight into guest memory at `gpa`. Returns the count read.
+    ///
+    /// # Errors
+    /// `EFAULT` if the range leaves guest memory; the host's errno otherwise.
+    pub fn read_from_fd(
+        &self,
+        fd: BorrowedFd<'_>,
+        gpa: Gpa,
+        len: u64,
+        offset: Option<u64>,
+    ) -> io::Result<usize> {
+        let p = self.host_ptr(gpa, len).map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
+        // SAFETY: `p..p+len` is inside guest memory (checked); the host kernel writes it.
+        let r = unsafe {
+            match offset {
+                Some(off) => libc::pread(fd.as_raw_fd(), p.cast(), len as usize, off as i64),
+                None => libc::read(fd.as_raw_fd(), p.cast(), len as usize),
+            }
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    /// Writes up to `len` bytes of guest memory at `gpa` to `fd` at `offset` (or the current
+    /// position). Returns the count written.
+    ///
+    /// # Errors
+    /// `EFAULT` if the range leaves guest memory; the host's errno otherwise.
+    pub fn write_to_fd(
+        &self,
+        fd: BorrowedFd<'_>,
+        gpa: Gpa,
+        len: u64,
+        offset: Option<u64>,
+    ) -> io::Result<usize> {
+        let p = self.host_ptr(gpa, len).map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
+        // SAFETY: `p..p+len` is inside guest memory (checked); the host kernel only reads it.
+        let r = unsafe {
+            match offset {
+                Some(off) => libc::pwrite(fd.as_raw_fd(), p.cast(), len as usize, off as i64),
+                None => libc::write(fd.as_raw_fd(), p.cast(), len as usize),
+            }
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+}
+
+impl Drop for GuestMemory {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping this object created; nothing refers to it any more
+        // (the VM holding the memslot is dropped before, see `Vm`).
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.size as usize) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_checked() {
+        let m = GuestMemory::new(MEMORY_GRANULE).unwrap();
+        assert!(m.write(Gpa(MEMORY_GRANULE - 4), &[1, 2, 3, 4]).is_ok());
+        assert!(m.write(Gpa(MEMORY_GRANULE - 3), &[1, 2, 3, 4]).is_err());
+        assert!(m.read_u64(Gpa(u64::MAX - 3)).is_err());
+        assert!(m.read_u64(Gpa(4)).is_err());
+        m.write_u64(Gpa(8), 0xdead_beef).unwrap();
+        assert_eq!(m.read_u64(Gpa(8)).unwrap(), 0xdead_beef);
+        let mut b = [0u8; 4];
+        m.read(Gpa(MEMORY_GRANULE - 4), &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3, 4]);
+        assert!(GuestMemory::new(12345).is_err());
+    }
+
+    #[test]
+    fn discard_zeroes() {
+        let m = GuestMemory::new(MEMORY_GRANULE).unwrap();
+        m.fill(Gpa(0x2000), 0xaa, 0x1000).unwrap();
+        m.discard(Gpa(0x2000), 0x1000).unwrap();
+        assert_eq!(m.read_u64(Gpa(0x2000)).unwrap(), 0);
+        assert!(m.discard(Gpa(0x2001), 0x1000).is_err());
+    }
+}
