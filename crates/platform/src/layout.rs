@@ -4,15 +4,15 @@
 //! guest-physical                                 guest-virtual
 //! 0x000000 ┌──────────────────────────────┐      0x0000_0000_0000_0000 ┌─────────────────┐
 //!          │ (unused: null page)          │                            │ application     │
-//! 0x001000 │ GDT (2 pages)                │                            │ (ring 3), 47    │
-//! 0x003000 │ IDT (256 gates)              │                            │ bits            │
-//! 0x004000 │ ring-0 stubs (code)          │      0x0000_7fff_ffff_f000 └─────────────────┘
-//! 0x008000 │ TSS, one per vCPU            │
-//! 0x010000 │ ring-0 stacks, one per vCPU  │      0xffff_8000_0000_0000 ┌─────────────────┐
-//! 0x110000 │ PTE batches, one per vCPU    │        DIRECT_MAP_BASE     │ all of guest-   │
-//! 0x210000 │ (spare)                      │                            │ physical memory │
-//! 0x400000 ├──────────────────────────────┤                            │ (ring 0 only)   │
-//!          │ page allocator's chunks:     │                            └─────────────────┘
+//! 0x001000 │ GDT (2 pages)                │                            │ (ring 3)        │
+//! 0x003000 │ IDT (256 gates)              │                            │                 │
+//! 0x004000 │ ring-0 stubs (code)          │      0x0000_7f80_0000_0000 ├─────────────────┤
+//! 0x008000 │ TSS, one per vCPU            │        DIRECT_MAP_BASE     │ all of guest-   │
+//! 0x010000 │ ring-0 stacks, one per vCPU  │                            │ physical memory │
+//! 0x110000 │ PTE batches, one per vCPU    │                            │ (ring 0 only,   │
+//! 0x210000 │ (spare)                      │                            │ but the stub    │
+//! 0x400000 ├──────────────────────────────┤                            │ page, read-only)│
+//!          │ page allocator's chunks:     │      0x0000_8000_0000_0000 └─────────────────┘
 //!          │ application pages and page   │
 //!          │ tables                       │
 //!          └──────────────────────────────┘
@@ -23,12 +23,18 @@
 
 use crate::addr::{Gpa, Gva};
 
-/// Base of the supervisor-only direct map of all guest-physical memory.
-pub const DIRECT_MAP_BASE: u64 = 0xffff_8000_0000_0000;
+/// Base of the direct map of all guest-physical memory (supervisor-only except the stub page).
+///
+/// It sits in the last PML4 slot of the lower half, not in the upper half as on Linux: the PVM
+/// hypervisor of these machines rejects guest addresses in the upper half outside a range it
+/// assigns. The application keeps 127.5 TiB below it.
+pub const DIRECT_MAP_BASE: u64 = 0x0000_7f80_0000_0000;
 /// First guest-physical address owned by the page allocator; below it, the platform's region.
 pub const RESERVED_END: Gpa = Gpa(0x40_0000);
-/// Highest user address + 1 (47-bit user half, as on Linux).
-pub const USER_END: Gva = Gva(0x0000_7fff_ffff_f000);
+/// Highest user address + 1: the application owns everything below the direct map.
+pub const USER_END: Gva = Gva(DIRECT_MAP_BASE);
+/// Size of the direct-map window (one PML4 slot).
+pub const DIRECT_MAP_SIZE: u64 = 1 << 39;
 
 /// The GDT (2 pages).
 pub const GDT: Gpa = Gpa(0x1000);
@@ -67,7 +73,7 @@ pub const fn direct_map(gpa: Gpa) -> Gva {
 
 /// The guest-physical address behind a direct-map virtual address, if it is one.
 pub const fn from_direct_map(gva: Gva) -> Option<Gpa> {
-    if gva.0 >= DIRECT_MAP_BASE {
+    if gva.0 >= DIRECT_MAP_BASE && gva.0 - DIRECT_MAP_BASE < DIRECT_MAP_SIZE {
         Some(Gpa(gva.0 - DIRECT_MAP_BASE))
     } else {
         None
@@ -115,5 +121,6 @@ mod tests {
         assert_eq!(from_direct_map(Gva(0x1000)), None);
         assert!(is_user(Gva(0x40_0000)));
         assert!(!is_user(direct_map(g)));
+        assert_eq!(from_direct_map(Gva(0xffff_8000_0000_0000)), None);
     }
 }

@@ -9,8 +9,16 @@
 //! seen by a shadow MMU).
 
 pub mod addr;
+pub mod bench;
 pub mod layout;
 pub mod memory;
 
 pub use addr::{Gpa, Gva, PAGE_SHIFT, PAGE_SIZE};
 pub use memory::{GuestMemory, MemoryError};
+pub mod gdt;
+pub mod stubs;
+pub mod vcpu;
+pub mod vm;
+
+pub use vcpu::{ExceptionInfo, Exit, PteRun, Regs, UserContext, Vcpu, VcpuError};
+pub use vm::{Vm, VmError};

@@ -1,0 +1,420 @@
+//! A vCPU: runs one guest thread's ring-3 code and decodes each exit into an [`Exit`].
+//!
+//! The host keeps the thread's user-mode register state ([`UserContext`]). On every entry it
+//! loads that state into the vCPU with ring-3 segments (through `KVM_CAP_SYNC_REGS`, so an
+//! exit costs one `KVM_RUN`); on every exit the CPU is in a ring-0 stub and the host reads the
+//! state back:
+//! - syscall stub: the user `rip` and `rflags` are in `rcx` and `r11` (as `syscall` left them);
+//! - exception stub: the CPU pushed `[error code,] rip, cs, rflags, rsp, ss` on the vCPU's
+//!   ring-0 stack, read back from guest memory.
+//!
+//! Pending page-table updates are applied first by entering the PTE-sync stub (see
+//! [`crate::stubs`]), one extra exit.
+
+use std::sync::Arc;
+
+use kvm_bindings::{
+    kvm_regs, kvm_segment, kvm_sregs, kvm_xcrs, CpuId, Msrs, kvm_msr_entry,
+};
+use kvm_ioctls::{SyncReg, VcpuExit, VcpuFd, VmFd};
+
+use crate::addr::{Gpa, Gva};
+use crate::layout::{self, KERNEL_CS, KERNEL_SS, USER_CS, USER_SS};
+use crate::memory::GuestMemory;
+use crate::stubs;
+
+/// Registers of a guest thread (general-purpose, `rip`, `rflags`), as KVM lays them out.
+pub type Regs = kvm_regs;
+
+/// The user-mode state of a guest thread that the host keeps between exits.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UserContext {
+    /// General-purpose registers, `rip` and `rflags`.
+    pub regs: Regs,
+    /// FS base (thread pointer, set by `arch_prctl(ARCH_SET_FS)`).
+    pub fs_base: u64,
+    /// GS base.
+    pub gs_base: u64,
+}
+
+/// One run of consecutive page-table entries that the PTE-sync stub must rewrite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PteRun {
+    /// Direct-map address of the first entry.
+    pub first: Gva,
+    /// Number of 8-byte entries (the run never crosses a page).
+    pub count: u32,
+}
+
+/// Information about a ring-3 exception.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExceptionInfo {
+    /// The vector (14 = page fault, 13 = general protection, 6 = invalid opcode…).
+    pub vector: u8,
+    /// The error code the CPU pushed, for vectors that have one.
+    pub error_code: Option<u64>,
+    /// CR2 (the faulting address, for page faults).
+    pub cr2: Gva,
+}
+
+/// Why `run` returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// The thread executed `syscall`: the number and arguments are in the context's registers,
+    /// whose `rip` already points after the instruction. Set `rax` to the result.
+    Syscall,
+    /// The thread took an exception; the context's `rip` is the faulting instruction.
+    Exception(ExceptionInfo),
+    /// `KVM_RUN` was interrupted by a host signal or the immediate-exit flag.
+    Interrupted,
+}
+
+/// Errors running a vCPU. Any of these ends the sandbox: they are host failures or a broken
+/// platform invariant, never something the application can cause on purpose.
+#[derive(Debug, thiserror::Error)]
+pub enum VcpuError {
+    /// A KVM ioctl failed.
+    #[error("KVM {op} failed: {source}")]
+    Kvm {
+        /// The operation.
+        op: &'static str,
+        /// Cause.
+        source: kvm_ioctls::Error,
+    },
+    /// An exception was raised in ring 0 (inside a stub).
+    #[error("exception {vector} in a ring-0 stub at rip {rip:#x} (cr2 {cr2:#x})")]
+    KernelFault {
+        /// The vector.
+        vector: u8,
+        /// Faulting ring-0 instruction.
+        rip: u64,
+        /// CR2.
+        cr2: u64,
+    },
+    /// KVM reported an exit the platform does not expect.
+    #[error("unexpected vCPU exit: {0}")]
+    Unexpected(String),
+    /// The ring-0 stack could not be read.
+    #[error("reading the exception frame: {0}")]
+    Frame(#[from] crate::memory::MemoryError),
+    /// The vCPU index is out of range.
+    #[error("vCPU index {0} exceeds the platform limit")]
+    BadIndex(usize),
+}
+
+/// Largest number of runs in one PTE-sync batch (the batch buffer is one page).
+pub const MAX_RUNS_PER_BATCH: usize = 4096 / 16;
+
+const RFLAGS_RESERVED: u64 = 1 << 1;
+const RFLAGS_IF: u64 = 1 << 9;
+/// Flags ring 3 may set: CF PF AF ZF SF TF DF OF AC ID (never IOPL, NT, VM, IF is forced on).
+const USER_RFLAGS_MASK: u64 = 0x0024_0dd5;
+const MSR_STAR: u32 = 0xc000_0081;
+const MSR_LSTAR: u32 = 0xc000_0082;
+const MSR_FMASK: u32 = 0xc000_0084;
+const EFER_SCE: u64 = 1 << 0;
+const EFER_LME: u64 = 1 << 8;
+const EFER_LMA: u64 = 1 << 10;
+const EFER_NXE: u64 = 1 << 11;
+const CR0_PE: u64 = 1 << 0;
+const CR0_MP: u64 = 1 << 1;
+const CR0_ET: u64 = 1 << 4;
+const CR0_NE: u64 = 1 << 5;
+const CR0_WP: u64 = 1 << 16;
+const CR0_PG: u64 = 1 << 31;
+const CR4_PAE: u64 = 1 << 5;
+const CR4_OSFXSR: u64 = 1 << 9;
+const CR4_OSXMMEXCPT: u64 = 1 << 10;
+const CR4_OSXSAVE: u64 = 1 << 18;
+
+/// A vCPU with its host-side copy of the running thread's user context.
+pub struct Vcpu {
+    fd: VcpuFd,
+    mem: Arc<GuestMemory>,
+    index: usize,
+    kernel_sregs: kvm_sregs,
+    user_sregs: kvm_sregs,
+    /// The thread's user-mode state; the kernel reads and edits it between runs.
+    pub user: UserContext,
+    exits: u64,
+}
+
+fn segment(selector: u16, code: bool, dpl: u8) -> kvm_segment {
+    kvm_segment {
+        base: 0,
+        limit: 0xffff_ffff,
+        selector,
+        type_: if code { 11 } else { 3 },
+        present: 1,
+        dpl,
+        db: u8::from(!code),
+        s: 1,
+        l: u8::from(code),
+        g: 1,
+        avl: 0,
+        unusable: 0,
+        padding: 0,
+    }
+}
+
+impl Vcpu {
+    pub(crate) fn new(
+        vm: &VmFd,
+        mem: Arc<GuestMemory>,
+        cpuid: &CpuId,
+        index: usize,
+        cr3: Gpa,
+    ) -> Result<Self, VcpuError> {
+        if index >= layout::MAX_VCPUS {
+            return Err(VcpuError::BadIndex(index));
+        }
+        let kvm = |op| move |source| VcpuError::Kvm { op, source };
+        let mut fd = vm.create_vcpu(index as u64).map_err(kvm("CREATE_VCPU"))?;
+        fd.set_cpuid2(cpuid).map_err(kvm("SET_CPUID2"))?;
+
+        // x87, SSE and AVX state enabled (XCR0 = 7), as DESIGN.md measured.
+        let mut xcrs = kvm_xcrs { nr_xcrs: 1, ..Default::default() };
+        xcrs.xcrs[0].xcr = 0;
+        xcrs.xcrs[0].value = 7;
+        fd.set_xcrs(&xcrs).map_err(kvm("SET_XCRS"))?;
+
+        let mut s = fd.get_sregs().map_err(kvm("GET_SREGS"))?;
+        let kcode = segment(KERNEL_CS, true, 0);
+        let kdata = segment(KERNEL_SS, false, 0);
+        s.cs = kcode;
+        s.ds = kdata;
+        s.es = kdata;
+        s.fs = kdata;
+        s.gs = kdata;
+        s.ss = kdata;
+        let tss_sel = layout::TSS_SELECTOR_BASE + 16 * index as u16;
+        s.tr = kvm_segment {
+            base: layout::direct_map(layout::tss(index)).raw(),
+            limit: crate::gdt::TSS_LIMIT,
+            selector: tss_sel,
+            type_: 11, // busy 64-bit TSS
+            present: 1,
+            dpl: 0,
+            db: 0,
+            s: 0,
+            l: 0,
+            g: 0,
+            avl: 0,
+            unusable: 0,
+            padding: 0,
+        };
+        s.gdt.base = layout::direct_map(layout::GDT).raw();
+        s.gdt.limit = (layout::GDT_SIZE - 1) as u16;
+        s.idt.base = layout::direct_map(layout::IDT).raw();
+        s.idt.limit = 256 * 16 - 1;
+        s.cr0 = CR0_PE | CR0_MP | CR0_ET | CR0_NE | CR0_WP | CR0_PG;
+        s.cr4 = CR4_PAE | CR4_OSFXSR | CR4_OSXMMEXCPT | CR4_OSXSAVE;
+        s.cr3 = cr3.raw();
+        s.efer = EFER_SCE | EFER_LME | EFER_LMA | EFER_NXE;
+        fd.set_sregs(&s).map_err(kvm("SET_SREGS"))?;
+
+        let msrs = Msrs::from_entries(&[
+            // sysret selectors base 0x10 (unused: the host returns to ring 3), syscall CS 0x08.
+            kvm_msr_entry { index: MSR_STAR, data: (0x10u64 << 48) | (u64::from(KERNEL_CS) << 32), ..Default::default() },
+            kvm_msr_entry { index: MSR_LSTAR, data: layout::direct_map(stubs::syscall_entry()).raw(), ..Default::default() },
+            // Mask TF, IF, DF, IOPL, NT, AC on syscall entry.
+            kvm_msr_entry { index: MSR_FMASK, data: 0x4_7700, ..Default::default() },
+        ])
+        .map_err(|e| VcpuError::Unexpected(format!("MSR list: {e:?}")))?;
+        let n = fd.set_msrs(&msrs).map_err(kvm("SET_MSRS"))?;
+        if n != 3 {
+            return Err(VcpuError::Unexpected(format!("KVM accepted {n} of 3 MSRs")));
+        }
+
+        let mut user_sregs = s;
+        user_sregs.cs = segment(USER_CS, true, 3);
+        let udata = segment(USER_SS, false, 3);
+        user_sregs.ss = udata;
+        user_sregs.ds = udata;
+        user_sregs.es = udata;
+        user_sregs.fs = udata;
+        user_sregs.gs = udata;
+
+        fd.set_sync_valid_reg(SyncReg::Register);
+        fd.set_sync_valid_reg(SyncReg::SystemRegister);
+        Ok(Vcpu {
+            fd,
+            mem,
+            index,
+            kernel_sregs: s,
+            user_sregs,
+            user: UserContext {
+                regs: Regs { rflags: RFLAGS_RESERVED, ..Default::default() },
+                ..Default::default()
+            },
+            exits: 0,
+        })
+    }
+
+    /// This vCPU's index.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Number of exits taken so far.
+    pub fn exits(&self) -> u64 {
+        self.exits
+    }
+
+    /// Sets the immediate-exit flag: the next `KVM_RUN` returns at once with [`Exit::Interrupted`].
+    pub fn set_immediate_exit(&mut self, on: bool) {
+        self.fd.set_kvm_immediate_exit(u8::from(on));
+    }
+
+    /// Applies `sync` (pending page-table updates) through the PTE-sync stub, then runs the
+    /// thread in ring 3 from [`Vcpu::user`] until the next exit.
+    ///
+    /// # Errors
+    /// [`VcpuError`] on a KVM failure, an exception inside a stub, or an unexpected exit.
+    pub fn run(&mut self, sync: &[PteRun]) -> Result<Exit, VcpuError> {
+        for batch in sync.chunks(MAX_RUNS_PER_BATCH) {
+            self.run_pte_sync(batch)?;
+        }
+        self.load_user_frame()?;
+        let port = match self.enter()? {
+            Some(port) => port,
+            None => return Ok(Exit::Interrupted),
+        };
+        let synced = self.fd.sync_regs();
+        let regs = synced.regs;
+        match port {
+            p if (stubs::PORT_EXCEPTION_BASE..stubs::PORT_EXCEPTION_BASE + 32).contains(&p) => {
+                let vector = (p - stubs::PORT_EXCEPTION_BASE) as u8;
+                let cr2 = synced.sregs.cr2;
+                let sp = layout::from_direct_map(Gva(regs.rsp)).ok_or(VcpuError::KernelFault {
+                    vector,
+                    rip: regs.rip,
+                    cr2,
+                })?;
+                let mut frame = [0u64; 6];
+                let n = if stubs::has_error_code(vector) { 6 } else { 5 };
+                for (i, slot) in frame.iter_mut().take(n).enumerate() {
+                    *slot = self.mem.read_u64(sp.add(8 * i as u64))?;
+                }
+                let (error_code, f) =
+                    if n == 6 { (Some(frame[0]), &frame[1..6]) } else { (None, &frame[0..5]) };
+                let (rip, cs, rflags, rsp) = (f[0], f[1], f[2], f[3]);
+                if cs & 3 != 3 {
+                    return Err(VcpuError::KernelFault { vector, rip, cr2 });
+                }
+                if vector == 6 && rip == layout::direct_map(stubs::syscall_entry()).raw() {
+                    // The syscall entry's `ud2`: `syscall` left the user rip and rflags in
+                    // rcx and r11, and the user rsp untouched.
+                    self.user.regs = regs;
+                    self.user.regs.rip = regs.rcx;
+                    self.user.regs.rflags = regs.r11;
+                    self.user.regs.rsp = rsp;
+                    return Ok(Exit::Syscall);
+                }
+                self.user.regs = regs;
+                self.user.regs.rip = rip;
+                self.user.regs.rflags = rflags;
+                self.user.regs.rsp = rsp;
+                Ok(Exit::Exception(ExceptionInfo { vector, error_code, cr2: Gva(cr2) }))
+            }
+            other => Err(VcpuError::Unexpected(format!(
+                "port {other:#x} at rip {:#x} (cpl {})",
+                regs.rip,
+                synced.sregs.cs.dpl
+            ))),
+        }
+    }
+
+    /// Prepares entry to ring 3 through the return-to-user stub: writes the `iretq` frame on
+    /// the ring-0 stack and loads the user's registers (with `rsp`/`rip` pointing at the frame
+    /// and the stub) and ring-0 segments with the user's FS and GS bases.
+    fn load_user_frame(&mut self) -> Result<(), VcpuError> {
+        let user = self.user;
+        let top = layout::stack_top(self.index);
+        let frame_gpa = Gpa(top.raw() - 40);
+        let rflags = (user.regs.rflags & USER_RFLAGS_MASK) | RFLAGS_RESERVED | RFLAGS_IF;
+        let frame = [user.regs.rip, u64::from(USER_CS), rflags, user.regs.rsp, u64::from(USER_SS)];
+        for (i, v) in frame.iter().enumerate() {
+            self.mem.write_u64(frame_gpa.add(8 * i as u64), *v)?;
+        }
+        let mut regs = user.regs;
+        regs.rsp = layout::direct_map(frame_gpa).raw();
+        regs.rip = layout::direct_map(stubs::iret()).raw();
+        regs.rflags = RFLAGS_RESERVED;
+        let mut sregs = self.kernel_sregs;
+        sregs.fs.base = user.fs_base;
+        sregs.gs.base = user.gs_base;
+        let sync_regs = self.fd.sync_regs_mut();
+        sync_regs.regs = regs;
+        sync_regs.sregs = sregs;
+        self.fd.set_sync_dirty_reg(SyncReg::Register);
+        self.fd.set_sync_dirty_reg(SyncReg::SystemRegister);
+        Ok(())
+    }
+
+    /// Enters the PTE-sync stub with one batch and waits for it to finish.
+    fn run_pte_sync(&mut self, batch: &[PteRun]) -> Result<(), VcpuError> {
+        let buf = layout::batch(self.index);
+        for (i, run) in batch.iter().enumerate() {
+            self.mem.write_u64(buf.add(16 * i as u64), run.first.raw())?;
+            self.mem.write_u64(buf.add(16 * i as u64 + 8), u64::from(run.count))?;
+        }
+        let regs = Regs {
+            rip: layout::direct_map(stubs::pte_sync()).raw(),
+            rsp: layout::direct_map(layout::stack_top(self.index)).raw(),
+            rflags: RFLAGS_RESERVED,
+            rsi: layout::direct_map(buf).raw(),
+            rdx: batch.len() as u64,
+            ..Default::default()
+        };
+        let sregs = self.kernel_sregs;
+        let sync_regs = self.fd.sync_regs_mut();
+        sync_regs.regs = regs;
+        sync_regs.sregs = sregs;
+        self.fd.set_sync_dirty_reg(SyncReg::Register);
+        self.fd.set_sync_dirty_reg(SyncReg::SystemRegister);
+        // The stub is a bounded loop: finish it even if a host signal interrupts it.
+        let was_immediate = self.fd.get_kvm_run().immediate_exit;
+        self.fd.set_kvm_immediate_exit(0);
+        let result = loop {
+            match self.enter() {
+                Ok(Some(stubs::PORT_PTE_SYNC_DONE)) => break Ok(()),
+                Ok(None) => continue,
+                Ok(Some(p)) => {
+                    let s = self.fd.sync_regs();
+                    break Err(if p >= stubs::PORT_EXCEPTION_BASE {
+                        VcpuError::KernelFault {
+                            vector: (p - stubs::PORT_EXCEPTION_BASE) as u8,
+                            rip: s.regs.rip,
+                            cr2: s.sregs.cr2,
+                        }
+                    } else {
+                        VcpuError::Unexpected(format!("port {p:#x} during PTE sync"))
+                    });
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        self.fd.set_kvm_immediate_exit(was_immediate);
+        result
+    }
+
+    /// One `KVM_RUN`: `Some(port)` for a stub's `out`, `None` when interrupted.
+    fn enter(&mut self) -> Result<Option<u16>, VcpuError> {
+        self.exits += 1;
+        match self.fd.run() {
+            Ok(VcpuExit::IoOut(port, _)) => Ok(Some(port)),
+            Ok(VcpuExit::Intr) => Ok(None),
+            Ok(other) => {
+                let desc = format!("{other:?}");
+                let s = self.fd.sync_regs();
+                Err(VcpuError::Unexpected(format!(
+                    "{desc} at rip {:#x} cpl {} cr2 {:#x}",
+                    s.regs.rip, s.sregs.cs.dpl, s.sregs.cr2
+                )))
+            }
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => Ok(None),
+            Err(source) => Err(VcpuError::Kvm { op: "RUN", source }),
+        }
+    }
+}

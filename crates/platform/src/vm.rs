@@ -1,0 +1,98 @@
+//! The VM: opens `/dev/kvm`, registers guest memory as its one memslot, writes the descriptor
+//! tables and stubs, and builds vCPUs.
+
+use std::sync::Arc;
+
+use kvm_bindings::{kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES};
+use kvm_ioctls::{Cap, Kvm, VmFd};
+
+use crate::addr::Gpa;
+use crate::memory::{GuestMemory, MemoryError};
+use crate::vcpu::{Vcpu, VcpuError};
+use crate::{gdt, layout, stubs};
+
+/// Errors creating a VM.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// `/dev/kvm` could not be opened.
+    #[error("cannot open /dev/kvm ({0}): KVM is required")]
+    NoKvm(#[source] kvm_ioctls::Error),
+    /// A capability torpor needs is missing.
+    #[error("KVM lacks a required capability: {0}")]
+    MissingCap(&'static str),
+    /// A KVM ioctl failed while building the VM.
+    #[error("KVM {op} failed: {source}")]
+    Kvm {
+        /// The operation.
+        op: &'static str,
+        /// Cause.
+        source: kvm_ioctls::Error,
+    },
+    /// Guest memory is too small for the platform's reserved region.
+    #[error("writing the platform tables: {0}")]
+    Tables(#[from] MemoryError),
+    /// A vCPU could not be created.
+    #[error(transparent)]
+    Vcpu(#[from] VcpuError),
+}
+
+/// A KVM virtual machine with one memory region.
+pub struct Vm {
+    fd: VmFd,
+    mem: Arc<GuestMemory>,
+    cpuid: CpuId,
+}
+
+impl Vm {
+    /// Creates the VM over `mem` and writes its tables and stubs.
+    ///
+    /// # Errors
+    /// [`VmError::NoKvm`] without `/dev/kvm`; [`VmError::Kvm`] if KVM refuses the VM or the
+    /// memslot; [`VmError::Tables`] if `mem` is smaller than the reserved region.
+    pub fn new(mem: Arc<GuestMemory>) -> Result<Self, VmError> {
+        let kvm = Kvm::new().map_err(VmError::NoKvm)?;
+        if !kvm.check_extension(Cap::SyncRegs) {
+            return Err(VmError::MissingCap("KVM_CAP_SYNC_REGS"));
+        }
+        if !kvm.check_extension(Cap::ImmediateExit) {
+            return Err(VmError::MissingCap("KVM_CAP_IMMEDIATE_EXIT"));
+        }
+        let fd = kvm.create_vm().map_err(|source| VmError::Kvm { op: "CREATE_VM", source })?;
+        if mem.size() <= layout::RESERVED_END.raw() {
+            return Err(VmError::Tables(MemoryError::OutOfRange {
+                gpa: Gpa(0),
+                len: layout::RESERVED_END.raw(),
+            }));
+        }
+        let region = kvm_userspace_memory_region {
+            slot: 0,
+            flags: 0,
+            guest_phys_addr: 0,
+            memory_size: mem.size(),
+            userspace_addr: mem.host_base() as u64,
+        };
+        // SAFETY: the region is `mem`'s mapping, which stays alive as long as this `Vm` holds
+        // its `Arc` (the VM fd, and with it the memslot, is closed when `Vm` drops).
+        unsafe { fd.set_user_memory_region(region) }
+            .map_err(|source| VmError::Kvm { op: "SET_USER_MEMORY_REGION", source })?;
+        gdt::write_tables(&mem)?;
+        stubs::write_stubs(&mem)?;
+        let cpuid = kvm
+            .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+            .map_err(|source| VmError::Kvm { op: "GET_SUPPORTED_CPUID", source })?;
+        Ok(Vm { fd, mem, cpuid })
+    }
+
+    /// Guest memory.
+    pub fn memory(&self) -> &Arc<GuestMemory> {
+        &self.mem
+    }
+
+    /// Creates vCPU `index` (< [`layout::MAX_VCPUS`]) running on page tables rooted at `cr3`.
+    ///
+    /// # Errors
+    /// [`VmError::Vcpu`] if KVM refuses the vCPU or its set-up.
+    pub fn create_vcpu(&self, index: usize, cr3: Gpa) -> Result<Vcpu, VmError> {
+        Ok(Vcpu::new(&self.fd, self.mem.clone(), &self.cpuid, index, cr3)?)
+    }
+}
