@@ -1,1 +1,46 @@
-//! memory
+//! Guest memory management for one sandbox: the reclaim-oriented page allocator, the guest's
+//! four-level page tables, VMAs, demand paging and copies to and from user memory.
+//!
+//! Module map:
+//! - [`alloc`]: the page allocator over guest-physical memory (4 MiB chunks, two-level free
+//!   bitmap, 16-bit reference counts, known-zero tracking for deflation);
+//! - [`pagetable`]: page tables in guest memory, the kernel direct map, and the record of
+//!   written entries for the platform's PTE-sync stub (the shadow MMU does not see host writes
+//!   to present entries);
+//! - [`vma`]: VMAs and their sorted set (split, merge, gap search);
+//! - `manager`: [`MemoryManager`], the address space (Linux's `struct mm_struct`): mmap,
+//!   munmap, mprotect, brk, mremap, madvise;
+//! - `fault`: demand faults with fault-around;
+//! - `usercopy`: copies between the kernel and user memory, user buffers as guest-physical
+//!   runs;
+//! - `pod`: the [`Pod`] marker for values copied as raw bytes.
+//!
+//! Lock order: this crate takes no locks. The kernel wraps each `MemoryManager` in one
+//! `Mutex`, shared by the threads of a thread group:
+//!
+//! ```text
+//! kernel: MemoryManager mutex (one per address space)
+//!     (nothing below it in this crate)
+//! ```
+//!
+//! Hold it for a whole operation (a syscall's copies, a fault), never across `KVM_RUN` or a
+//! blocking host call; guest-physical runs from [`MemoryManager::user_ranges`] are valid only
+//! while it is held.
+
+pub mod alloc;
+mod fault;
+mod manager;
+pub mod pagetable;
+mod pod;
+mod usercopy;
+pub mod vma;
+
+pub use alloc::{AllocError, PageAllocator, CHUNK_PAGES, CHUNK_SIZE};
+pub use fault::{Access, FaultError, FAULT_AROUND};
+pub use manager::{
+    MemoryManager, MmError, MmStats, MmapRequest, DEFAULT_MMAP_BASE, MREMAP_FIXED, MREMAP_MAYMOVE,
+    STACK_RESERVE,
+};
+pub use pagetable::{PageTableError, PageTables, PteFlags, PteRun};
+pub use pod::Pod;
+pub use vma::{Prot, Vma, VmaError, VmaKind, VmaSet, MMAP_MIN_ADDR};

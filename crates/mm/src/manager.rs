@@ -1,0 +1,1132 @@
+//! The application's address space: [`MemoryManager`] ties guest memory, the page allocator,
+//! the page tables and the VMAs together and implements mmap, munmap, mprotect, brk, mremap
+//! and madvise with Linux's semantics. Demand faults live in `fault.rs`, user copies in
+//! `usercopy.rs`.
+
+use std::sync::Arc;
+
+use platform::layout;
+use platform::{Gpa, GuestMemory, Gva, PAGE_SIZE};
+
+use crate::alloc::PageAllocator;
+use crate::pagetable::{PageTableError, PageTables, PteFlags, PteRun};
+use crate::vma::{page_len, Prot, Vma, VmaKind, VmaSet, MMAP_MIN_ADDR};
+
+/// Default ceiling of the top-down search for mmap without a usable hint.
+pub const DEFAULT_MMAP_BASE: Gva = Gva(0x7f00_0000_0000);
+/// Space kept free below [`layout::USER_END`] for the stack, which the loader maps there.
+pub const STACK_RESERVE: u64 = 8 << 20;
+/// `mremap` flag: the mapping may move.
+pub const MREMAP_MAYMOVE: u32 = libc::MREMAP_MAYMOVE as u32;
+/// `mremap` flag: move to exactly `new_addr` (requires [`MREMAP_MAYMOVE`]).
+pub const MREMAP_FIXED: u32 = libc::MREMAP_FIXED as u32;
+
+/// Errors of address-space operations; each maps to the errno Linux returns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MmError {
+    /// Bad alignment, length, flags or advice (`EINVAL`).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    /// No address space or memory, or a range with holes where Linux says so (`ENOMEM`).
+    #[error("out of memory or address space: {0}")]
+    NoMemory(&'static str),
+    /// A user address that is not mapped, not accessible, or not in the user half (`EFAULT`).
+    #[error("bad user address {0}")]
+    Fault(Gva),
+    /// MAP_FIXED_NOREPLACE over an existing mapping (`EEXIST`).
+    #[error("a mapping already exists at {0}")]
+    Exists(Gva),
+    /// A fixed mapping below `mmap_min_addr` (`EPERM`).
+    #[error("{0} is below mmap_min_addr")]
+    BelowMinAddr(Gva),
+    /// The file offset plus the length overflows (`EOVERFLOW`).
+    #[error("file offset overflows")]
+    OffsetOverflow,
+    /// No NUL within the allowed string length (`ENAMETOOLONG`).
+    #[error("no NUL within {0} bytes")]
+    StringTooLong(usize),
+    /// An internal invariant broke (corrupt page table, bookkeeping mismatch); the kernel
+    /// should stop the sandbox. Reported to the guest as `EFAULT` if it must be.
+    #[error("memory manager internal error: {0}")]
+    Internal(String),
+}
+
+impl MmError {
+    /// The Linux errno for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            MmError::InvalidArgument(_) => libc::EINVAL,
+            MmError::NoMemory(_) => libc::ENOMEM,
+            MmError::Fault(_) => libc::EFAULT,
+            MmError::Exists(_) => libc::EEXIST,
+            MmError::BelowMinAddr(_) => libc::EPERM,
+            MmError::OffsetOverflow => libc::EOVERFLOW,
+            MmError::StringTooLong(_) => libc::ENAMETOOLONG,
+            MmError::Internal(_) => libc::EFAULT,
+        }
+    }
+
+    /// Whether this is a host-side failure rather than a guest mistake.
+    pub fn is_internal(&self) -> bool {
+        matches!(self, MmError::Internal(_))
+    }
+}
+
+impl From<PageTableError> for MmError {
+    fn from(e: PageTableError) -> Self {
+        match e {
+            PageTableError::OutOfMemory => MmError::NoMemory("no memory for page tables"),
+            e => MmError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// An mmap(2) request, decoded and validated by the syscall layer (flags other than
+/// MAP_FIXED / MAP_FIXED_NOREPLACE are its business).
+#[derive(Debug, Clone)]
+pub struct MmapRequest {
+    /// Hint, or the exact address with `fixed` / `fixed_noreplace`.
+    pub addr: Gva,
+    /// Length in bytes (rounded up to pages).
+    pub len: u64,
+    /// Rights.
+    pub prot: Prot,
+    /// MAP_FIXED: replace whatever is mapped at `addr`.
+    pub fixed: bool,
+    /// MAP_FIXED_NOREPLACE: map exactly at `addr`, or fail with `EEXIST`.
+    pub fixed_noreplace: bool,
+    /// Backing (the file offset must be page-aligned).
+    pub kind: VmaKind,
+    /// Name for /proc/self/maps.
+    pub name: Option<String>,
+}
+
+/// Counters of one address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MmStats {
+    /// VMAs.
+    pub vma_count: usize,
+    /// User pages with a frame (present, or PROT_NONE keeping its data).
+    pub mapped_pages: usize,
+    /// Pages holding page tables (direct map included).
+    pub page_table_pages: usize,
+    /// Free pages in the allocator.
+    pub free_pages: usize,
+    /// Pages the allocator manages.
+    pub total_pages: usize,
+    /// Calls to `handle_fault` (guest faults and faults taken by user copies).
+    pub faults: u64,
+}
+
+/// An address space: analogous to Linux's `struct mm_struct`. The kernel shares it between a
+/// thread group's tasks behind one `Mutex`.
+pub struct MemoryManager {
+    pub(crate) mem: Arc<GuestMemory>,
+    pub(crate) alloc: PageAllocator,
+    pub(crate) pt: PageTables,
+    pub(crate) vmas: VmaSet,
+    mmap_base: Gva,
+    /// Start of the heap (as set by the loader: the end of the data segment).
+    brk_base: Option<Gva>,
+    /// The current program break (unaligned, as the application asked).
+    brk: Gva,
+    pub(crate) faults: u64,
+}
+
+/// The PTE flags for a page of a VMA with rights `prot`.
+pub(crate) fn pte_flags(prot: Prot) -> PteFlags {
+    if !prot.is_accessible() {
+        return PteFlags::PROT_NONE;
+    }
+    let mut f = PteFlags::PRESENT | PteFlags::USER | PteFlags::ACCESSED;
+    if prot.contains(Prot::WRITE) {
+        f |= PteFlags::WRITABLE;
+    }
+    if !prot.contains(Prot::EXEC) {
+        f |= PteFlags::NO_EXEC;
+    }
+    f
+}
+
+fn overlaps(a: Gva, a_len: u64, b: Gva, b_len: u64) -> bool {
+    a.0 < b.0.saturating_add(b_len) && b.0 < a.0.saturating_add(a_len)
+}
+
+impl MemoryManager {
+    /// An empty address space over `mem`, with its page tables (and the kernel direct map)
+    /// built.
+    ///
+    /// # Errors
+    /// [`MmError::NoMemory`] if guest memory cannot hold the page tables;
+    /// [`MmError::Internal`] if it is too large for the direct map.
+    pub fn new(mem: Arc<GuestMemory>) -> Result<Self, MmError> {
+        let mut alloc = PageAllocator::new(mem.size());
+        let pt = PageTables::new(mem.clone(), &mut alloc)?;
+        Ok(MemoryManager {
+            mem,
+            alloc,
+            pt,
+            vmas: VmaSet::new(),
+            mmap_base: DEFAULT_MMAP_BASE,
+            brk_base: None,
+            brk: Gva(0),
+            faults: 0,
+        })
+    }
+
+    /// Guest-physical address of the PML4, for CR3.
+    pub fn cr3(&self) -> Gpa {
+        self.pt.root()
+    }
+
+    /// Guest memory.
+    pub fn memory(&self) -> &Arc<GuestMemory> {
+        &self.mem
+    }
+
+    /// The page allocator (hibernate reads its free runs).
+    pub fn allocator(&self) -> &PageAllocator {
+        &self.alloc
+    }
+
+    /// The page allocator, mutably (hibernate marks discarded runs known-zero).
+    pub fn allocator_mut(&mut self) -> &mut PageAllocator {
+        &mut self.alloc
+    }
+
+    /// The page tables.
+    pub fn page_tables(&self) -> &PageTables {
+        &self.pt
+    }
+
+    /// The VMAs in address order (for /proc/self/maps).
+    pub fn vmas(&self) -> impl Iterator<Item = &Vma> + '_ {
+        self.vmas.iter()
+    }
+
+    /// The VMA containing `va`.
+    pub fn find_vma(&self, va: Gva) -> Option<&Vma> {
+        self.vmas.find(va)
+    }
+
+    /// Ceiling of the top-down search for new mappings.
+    pub fn mmap_base(&self) -> Gva {
+        self.mmap_base
+    }
+
+    /// Sets the ceiling of the top-down search (clamped below the stack reserve).
+    pub fn set_mmap_base(&mut self, base: Gva) {
+        self.mmap_base = Gva(base.page_down().0.min(self.search_ceiling().0));
+    }
+
+    fn search_ceiling(&self) -> Gva {
+        Gva(layout::USER_END.0 - STACK_RESERVE)
+    }
+
+    /// The page-table entries written since the last call, for the PTE-sync stub. The
+    /// platform must run them before the guest runs again.
+    pub fn take_pte_sync(&mut self) -> Vec<PteRun> {
+        self.pt.take_dirty_runs()
+    }
+
+    /// Whether page-table entries await the PTE-sync stub.
+    pub fn has_pte_sync(&self) -> bool {
+        self.pt.has_dirty()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> MmStats {
+        MmStats {
+            vma_count: self.vmas.len(),
+            mapped_pages: self.pt.mapped_pages(),
+            page_table_pages: self.pt.table_pages(),
+            free_pages: self.alloc.free_pages(),
+            total_pages: self.alloc.total_pages(),
+            faults: self.faults,
+        }
+    }
+
+    /// Unmaps every page of `[start, end)` and drops its frame's reference.
+    pub(crate) fn drop_pages(&mut self, start: Gva, end: Gva) {
+        for (va, _, _) in self.pt.frames_in(start, end) {
+            if let Some(frame) = self.pt.unmap(va) {
+                if let Err(e) = self.alloc.decref(frame) {
+                    tracing::error!("freeing frame of {va}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Removes VMAs and pages in `[start, end)` (page-aligned, non-empty).
+    fn unmap_range(&mut self, start: Gva, end: Gva) -> Result<(), MmError> {
+        self.vmas
+            .remove(start, end)
+            .map_err(|e| MmError::Internal(e.to_string()))?;
+        self.drop_pages(start, end);
+        Ok(())
+    }
+
+    /// Implements mmap(2) for an already decoded request: returns the mapping's address.
+    /// Pages are populated lazily, on fault.
+    ///
+    /// # Errors
+    /// `EINVAL`: zero length, unaligned fixed address or file offset; `ENOMEM`: the length
+    /// overflows or no gap is large enough, or a fixed range leaves the user half; `EPERM`: a
+    /// fixed address below `mmap_min_addr`; `EEXIST`: MAP_FIXED_NOREPLACE over a mapping;
+    /// `EOVERFLOW`: file offset plus length overflows.
+    pub fn mmap(&mut self, req: MmapRequest) -> Result<Gva, MmError> {
+        if req.len == 0 {
+            return Err(MmError::InvalidArgument("zero length"));
+        }
+        let len = page_len(req.len)
+            .filter(|&l| l <= layout::USER_END.0)
+            .ok_or(MmError::NoMemory("length too large"))?;
+        if let VmaKind::File { offset, .. } = &req.kind {
+            if offset % PAGE_SIZE != 0 {
+                return Err(MmError::InvalidArgument("unaligned file offset"));
+            }
+            if offset.checked_add(len).is_none() {
+                return Err(MmError::OffsetOverflow);
+            }
+        }
+        let start = if req.fixed || req.fixed_noreplace {
+            let addr = req.addr;
+            if !addr.is_page_aligned() {
+                return Err(MmError::InvalidArgument("unaligned fixed address"));
+            }
+            let end = addr
+                .checked_add(len)
+                .filter(|e| *e <= layout::USER_END)
+                .ok_or(MmError::NoMemory("fixed range leaves the user half"))?;
+            if addr < MMAP_MIN_ADDR {
+                return Err(MmError::BelowMinAddr(addr));
+            }
+            if !self.vmas.is_free(addr, end) {
+                if req.fixed_noreplace {
+                    return Err(MmError::Exists(addr));
+                }
+                self.unmap_range(addr, end)?;
+            }
+            addr
+        } else {
+            self.pick_address(req.addr, len)?
+        };
+        let end = start.add(len);
+        let vma = Vma {
+            start,
+            end,
+            prot: req.prot,
+            kind: req.kind,
+            name: req.name,
+        };
+        self.vmas
+            .insert(vma)
+            .map_err(|e| MmError::Internal(e.to_string()))?;
+        Ok(start)
+    }
+
+    /// The hint if `[hint, hint + len)` is free and allowed, else the highest gap below the
+    /// mmap base (then anywhere below the stack reserve).
+    fn pick_address(&self, hint: Gva, len: u64) -> Result<Gva, MmError> {
+        if let Some(h) = hint.page_up().filter(|h| h.0 != 0 && *h >= MMAP_MIN_ADDR) {
+            if let Some(end) = h.checked_add(len).filter(|e| *e <= layout::USER_END) {
+                if self.vmas.is_free(h, end) {
+                    return Ok(h);
+                }
+            }
+        }
+        self.vmas
+            .find_gap(len, self.mmap_base)
+            .or_else(|| self.vmas.find_gap(len, self.search_ceiling()))
+            .ok_or(MmError::NoMemory("no gap large enough"))
+    }
+
+    /// Implements munmap(2): removes mappings and frees their pages. Unmapped parts of the
+    /// range are fine.
+    ///
+    /// # Errors
+    /// `EINVAL` for an unaligned address, a zero length, or a range leaving the user half.
+    pub fn munmap(&mut self, addr: Gva, len: u64) -> Result<(), MmError> {
+        if !addr.is_page_aligned() {
+            return Err(MmError::InvalidArgument("unaligned address"));
+        }
+        if len == 0 {
+            return Err(MmError::InvalidArgument("zero length"));
+        }
+        let end = page_len(len)
+            .and_then(|l| addr.checked_add(l))
+            .filter(|e| *e <= layout::USER_END)
+            .ok_or(MmError::InvalidArgument("range leaves the user half"))?;
+        self.unmap_range(addr, end)
+    }
+
+    /// Implements mprotect(2): changes the rights of every VMA and present page in the range.
+    ///
+    /// # Errors
+    /// `EINVAL` for an unaligned address; `ENOMEM` if the range overflows, leaves the user
+    /// half or has unmapped holes (then nothing changes; Linux may have changed a prefix).
+    pub fn mprotect(&mut self, addr: Gva, len: u64, prot: Prot) -> Result<(), MmError> {
+        if !addr.is_page_aligned() {
+            return Err(MmError::InvalidArgument("unaligned address"));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let end = page_len(len)
+            .and_then(|l| addr.checked_add(l))
+            .filter(|e| *e <= layout::USER_END)
+            .ok_or(MmError::NoMemory("range leaves the user half"))?;
+        if !self.vmas.covers(addr, end) {
+            return Err(MmError::NoMemory("range not fully mapped"));
+        }
+        self.vmas
+            .protect(addr, end, prot)
+            .map_err(|e| MmError::Internal(e.to_string()))?;
+        let flags = pte_flags(prot);
+        for (va, _, _) in self.pt.frames_in(addr, end) {
+            self.pt.set_flags(va, flags)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the start of the heap (the loader calls this with the end of the data segment);
+    /// the break starts there.
+    pub fn set_brk_base(&mut self, base: Gva) {
+        self.brk_base = Some(base);
+        self.brk = base;
+    }
+
+    /// The current program break.
+    pub fn current_brk(&self) -> Gva {
+        self.brk
+    }
+
+    /// Implements brk(2) with Linux's semantics: moves the break to `new` and returns it, or
+    /// returns the unchanged break when `new` is 0, below the heap start, would run into
+    /// another mapping (one guard page kept), or memory runs out. Shrinking frees the pages.
+    pub fn brk(&mut self, new: Gva) -> Gva {
+        let Some(base) = self.brk_base else {
+            return self.brk;
+        };
+        if new < base || new > layout::USER_END {
+            return self.brk;
+        }
+        let (Some(old_end), Some(new_end)) = (self.brk.page_up(), new.page_up()) else {
+            return self.brk;
+        };
+        if new_end < old_end {
+            if self.unmap_range(new_end, old_end).is_err() {
+                return self.brk;
+            }
+        } else if new_end > old_end {
+            let guard = new_end.checked_add(PAGE_SIZE).unwrap_or(new_end);
+            if guard > layout::USER_END || !self.vmas.is_free(old_end, guard) {
+                return self.brk;
+            }
+            let heap = Vma {
+                start: old_end,
+                end: new_end,
+                prot: Prot::RW,
+                kind: VmaKind::Anon,
+                name: Some("[heap]".to_owned()),
+            };
+            if self.vmas.insert(heap).is_err() {
+                return self.brk;
+            }
+        }
+        self.brk = new;
+        self.brk
+    }
+
+    /// Implements mremap(2) for private mappings: shrinks in place, grows in place when the
+    /// following range is free, or (with [`MREMAP_MAYMOVE`]) moves the mapping by moving its
+    /// page-table entries: the same frames, no copy. Returns the new address.
+    ///
+    /// # Errors
+    /// `EINVAL`: unknown flags, FIXED without MAYMOVE, unaligned addresses, zero lengths
+    /// (`old_len == 0` duplicates only shared mappings, which torpor lacks), overlapping old
+    /// and new ranges; `EFAULT`: the old range is not inside one VMA; `ENOMEM`: cannot grow
+    /// in place and may not move, or no room; `EPERM`: fixed target below mmap_min_addr.
+    pub fn mremap(
+        &mut self,
+        old: Gva,
+        old_len: u64,
+        new_len: u64,
+        flags: u32,
+        new_addr: Gva,
+    ) -> Result<Gva, MmError> {
+        if flags & !(MREMAP_MAYMOVE | MREMAP_FIXED) != 0 {
+            return Err(MmError::InvalidArgument("unknown mremap flags"));
+        }
+        let may_move = flags & MREMAP_MAYMOVE != 0;
+        let fixed = flags & MREMAP_FIXED != 0;
+        if fixed && !may_move {
+            return Err(MmError::InvalidArgument(
+                "MREMAP_FIXED without MREMAP_MAYMOVE",
+            ));
+        }
+        if !old.is_page_aligned() {
+            return Err(MmError::InvalidArgument("unaligned old address"));
+        }
+        let old_len = page_len(old_len).ok_or(MmError::InvalidArgument("old length"))?;
+        let new_len = page_len(new_len)
+            .filter(|&l| l != 0)
+            .ok_or(MmError::InvalidArgument("new length"))?;
+        if old_len == 0 {
+            return Err(MmError::InvalidArgument("old_len 0 needs a shared mapping"));
+        }
+        let old_end = old.checked_add(old_len).ok_or(MmError::Fault(old))?;
+        let vma = self
+            .vmas
+            .find(old)
+            .filter(|v| old_end <= v.end)
+            .ok_or(MmError::Fault(old))?;
+        let vma_end = vma.end;
+
+        if fixed {
+            if !new_addr.is_page_aligned() {
+                return Err(MmError::InvalidArgument("unaligned new address"));
+            }
+            let new_end = new_addr
+                .checked_add(new_len)
+                .filter(|e| *e <= layout::USER_END)
+                .ok_or(MmError::InvalidArgument("new range leaves the user half"))?;
+            if overlaps(old, old_len, new_addr, new_len) {
+                return Err(MmError::InvalidArgument("old and new ranges overlap"));
+            }
+            if new_addr < MMAP_MIN_ADDR {
+                return Err(MmError::BelowMinAddr(new_addr));
+            }
+            self.unmap_range(new_addr, new_end)?;
+            let mut moved_len = old_len;
+            if new_len < old_len {
+                self.unmap_range(old.add(new_len), old_end)?;
+                moved_len = new_len;
+            }
+            self.move_mapping(old, moved_len, new_addr, new_len)?;
+            return Ok(new_addr);
+        }
+
+        if new_len <= old_len {
+            if new_len < old_len {
+                self.unmap_range(old.add(new_len), old_end)?;
+            }
+            return Ok(old);
+        }
+        // Grow in place?
+        if old_end == vma_end {
+            if let Some(grow_end) = old.checked_add(new_len).filter(|e| *e <= layout::USER_END) {
+                if self.vmas.is_free(old_end, grow_end) {
+                    let mut ext = vma.clone();
+                    if let VmaKind::File { offset, .. } = &mut ext.kind {
+                        *offset += old_end.0 - ext.start.0;
+                    }
+                    ext.start = old_end;
+                    ext.end = grow_end;
+                    self.vmas
+                        .insert(ext)
+                        .map_err(|e| MmError::Internal(e.to_string()))?;
+                    return Ok(old);
+                }
+            }
+        }
+        if !may_move {
+            return Err(MmError::NoMemory("cannot grow in place"));
+        }
+        let dest = self.pick_address(Gva(0), new_len)?;
+        self.move_mapping(old, old_len, dest, new_len)?;
+        Ok(dest)
+    }
+
+    /// Moves `[old, old + old_len)` (inside one VMA) to a free `[new, new + new_len)`,
+    /// `new_len >= old_len`; the pages keep their frames.
+    fn move_mapping(
+        &mut self,
+        old: Gva,
+        old_len: u64,
+        new: Gva,
+        new_len: u64,
+    ) -> Result<(), MmError> {
+        let vma = self.vmas.find(old).cloned().ok_or(MmError::Fault(old))?;
+        let frames = self.pt.frames_in(old, old.add(old_len));
+        // Build the destination's tables first, so that the move below cannot fail halfway.
+        for (va, _, _) in &frames {
+            self.pt.prepare(&mut self.alloc, new.add(va.0 - old.0))?;
+        }
+        let mut moved = vma.clone();
+        if let VmaKind::File { offset, .. } = &mut moved.kind {
+            *offset += old.0 - vma.start.0;
+        }
+        moved.start = new;
+        moved.end = new.add(new_len);
+        self.vmas
+            .insert(moved)
+            .map_err(|e| MmError::Internal(e.to_string()))?;
+        self.vmas
+            .remove(old, old.add(old_len))
+            .map_err(|e| MmError::Internal(e.to_string()))?;
+        for (va, frame, flags) in frames {
+            self.pt.unmap(va);
+            self.pt
+                .map(&mut self.alloc, new.add(va.0 - old.0), frame, flags)?;
+        }
+        Ok(())
+    }
+
+    /// Implements madvise(2). `MADV_DONTNEED` and `MADV_FREE` drop the pages (anonymous pages
+    /// read as zero afterwards, private file pages are read from the file again); every other
+    /// known advice is accepted and ignored.
+    ///
+    /// # Errors
+    /// `EINVAL`: unknown advice, unaligned address, overflowing range; `ENOMEM`: part of the
+    /// range is unmapped (the mapped parts are still advised, as on Linux).
+    pub fn madvise(&mut self, addr: Gva, len: u64, advice: i32) -> Result<(), MmError> {
+        const KNOWN: &[i32] = &[
+            libc::MADV_NORMAL,
+            libc::MADV_RANDOM,
+            libc::MADV_SEQUENTIAL,
+            libc::MADV_WILLNEED,
+            libc::MADV_DONTNEED,
+            libc::MADV_FREE,
+            libc::MADV_REMOVE,
+            libc::MADV_DONTFORK,
+            libc::MADV_DOFORK,
+            libc::MADV_MERGEABLE,
+            libc::MADV_UNMERGEABLE,
+            libc::MADV_HUGEPAGE,
+            libc::MADV_NOHUGEPAGE,
+            libc::MADV_DONTDUMP,
+            libc::MADV_DODUMP,
+            libc::MADV_WIPEONFORK,
+            libc::MADV_KEEPONFORK,
+            libc::MADV_COLD,
+            libc::MADV_PAGEOUT,
+            libc::MADV_POPULATE_READ,
+            libc::MADV_POPULATE_WRITE,
+            25, // MADV_COLLAPSE
+        ];
+        if !KNOWN.contains(&advice) {
+            return Err(MmError::InvalidArgument("unknown advice"));
+        }
+        if !addr.is_page_aligned() {
+            return Err(MmError::InvalidArgument("unaligned address"));
+        }
+        let end = page_len(len)
+            .and_then(|l| addr.checked_add(l))
+            .filter(|e| *e <= layout::USER_END)
+            .ok_or(MmError::InvalidArgument("range overflows"))?;
+        if end == addr {
+            return Ok(());
+        }
+        if advice == libc::MADV_DONTNEED || advice == libc::MADV_FREE {
+            self.drop_pages(addr, end);
+        }
+        if self.vmas.covers(addr, end) {
+            Ok(())
+        } else {
+            Err(MmError::NoMemory("range not fully mapped"))
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::fault::Access;
+
+    pub(crate) const MIB: u64 = 1 << 20;
+
+    pub(crate) fn mm(size: u64) -> MemoryManager {
+        MemoryManager::new(Arc::new(GuestMemory::new(size).unwrap())).unwrap()
+    }
+
+    pub(crate) fn anon(addr: u64, len: u64, prot: Prot, fixed: bool) -> MmapRequest {
+        MmapRequest {
+            addr: Gva(addr),
+            len,
+            prot,
+            fixed,
+            fixed_noreplace: false,
+            kind: VmaKind::Anon,
+            name: None,
+        }
+    }
+
+    #[test]
+    fn new_builds_tables() {
+        let m = mm(16 * MIB);
+        let s = m.stats();
+        assert_eq!(s.page_table_pages, 4);
+        assert_eq!(s.total_pages, 3072);
+        assert_eq!(s.free_pages, 3072 - 4);
+        assert_eq!(s.vma_count, 0);
+        assert_eq!(m.cr3(), layout::RESERVED_END);
+    }
+
+    #[test]
+    fn mmap_picks_top_down_and_honours_hints() {
+        let mut m = mm(16 * MIB);
+        let a = m.mmap(anon(0, 0x3000, Prot::RW, false)).unwrap();
+        assert_eq!(a, Gva(DEFAULT_MMAP_BASE.0 - 0x3000));
+        let b = m.mmap(anon(0, 1, Prot::READ, false)).unwrap();
+        assert_eq!(b, Gva(a.0 - 0x1000));
+        // A free hint is used (rounded up to a page)...
+        let c = m.mmap(anon(0x1000_0001, 0x2000, Prot::RW, false)).unwrap();
+        assert_eq!(c, Gva(0x1000_1000));
+        // ...a taken one is not.
+        let d = m.mmap(anon(0x1000_1000, 0x1000, Prot::RW, false)).unwrap();
+        assert_eq!(d, Gva(b.0 - 0x1000));
+        // Hints below mmap_min_addr are ignored.
+        let e = m.mmap(anon(0x1000, 0x1000, Prot::RW, false)).unwrap();
+        assert_eq!(e, Gva(d.0 - 0x1000));
+        assert_eq!(m.stats().vma_count, 4); // a, b, c, and d merged with e
+    }
+
+    #[test]
+    fn mmap_errors() {
+        let mut m = mm(16 * MIB);
+        assert_eq!(
+            m.mmap(anon(0, 0, Prot::RW, false)).unwrap_err().errno(),
+            libc::EINVAL
+        );
+        assert_eq!(
+            m.mmap(anon(0, u64::MAX, Prot::RW, false))
+                .unwrap_err()
+                .errno(),
+            libc::ENOMEM
+        );
+        assert_eq!(
+            m.mmap(anon(0x10001, 0x1000, Prot::RW, true))
+                .unwrap_err()
+                .errno(),
+            libc::EINVAL
+        );
+        assert_eq!(
+            m.mmap(anon(0x1000, 0x1000, Prot::RW, true))
+                .unwrap_err()
+                .errno(),
+            libc::EPERM
+        );
+        let top = layout::USER_END.0 - 0x1000;
+        assert_eq!(
+            m.mmap(anon(top, 0x2000, Prot::RW, true))
+                .unwrap_err()
+                .errno(),
+            libc::ENOMEM
+        );
+        assert_eq!(m.mmap(anon(top, 0x1000, Prot::RW, true)).unwrap(), Gva(top));
+        let mut f = anon(0, 0x1000, Prot::READ, false);
+        let file = Arc::new(std::fs::File::open("/dev/null").unwrap());
+        f.kind = VmaKind::File {
+            file: file.clone(),
+            offset: 0x800,
+        };
+        assert_eq!(m.mmap(f.clone()).unwrap_err().errno(), libc::EINVAL);
+        f.kind = VmaKind::File {
+            file,
+            offset: !0xfff,
+        };
+        assert_eq!(m.mmap(f).unwrap_err().errno(), libc::EOVERFLOW);
+        assert_eq!(m.stats().vma_count, 1);
+    }
+
+    #[test]
+    fn mmap_fixed_replaces_and_noreplace_refuses() {
+        let mut m = mm(16 * MIB);
+        let a = m.mmap(anon(0x40_0000, 0x4000, Prot::RW, true)).unwrap();
+        m.copy_out(a, &[7u8; 0x4000]).unwrap();
+        let used = m.stats().free_pages;
+        let mut req = anon(0x40_1000, 0x1000, Prot::READ, false);
+        req.fixed_noreplace = true;
+        assert_eq!(
+            m.mmap(req.clone()).unwrap_err(),
+            MmError::Exists(Gva(0x40_1000))
+        );
+        req.addr = Gva(0x40_4000);
+        assert_eq!(m.mmap(req).unwrap(), Gva(0x40_4000));
+        // MAP_FIXED over the middle page: its old frame goes back, contents are fresh zero.
+        m.mmap(anon(0x40_1000, 0x1000, Prot::RW, true)).unwrap();
+        assert_eq!(m.stats().free_pages, used + 1);
+        let mut buf = [1u8; 3];
+        m.copy_in(Gva(0x40_0fff), &mut buf).unwrap();
+        assert_eq!(buf, [7, 0, 0]);
+        assert_eq!(m.stats().vma_count, 2); // [0x400000,0x404000) rw merged back, then r--
+    }
+
+    #[test]
+    fn munmap_frees_frames() {
+        let mut m = mm(16 * MIB);
+        let free0 = m.stats().free_pages;
+        let a = m.mmap(anon(0, 0x10000, Prot::RW, false)).unwrap();
+        m.copy_out(a, &vec![1u8; 0x10000]).unwrap();
+        assert_eq!(m.stats().mapped_pages, 16);
+        let tables = m.stats().page_table_pages;
+        assert_eq!(m.stats().free_pages, free0 - 16 - (tables - 4));
+        m.munmap(a.add(0x4000), 0x4000).unwrap();
+        assert_eq!(m.stats().mapped_pages, 12);
+        assert_eq!(m.stats().vma_count, 2);
+        assert_eq!(
+            m.copy_in(a.add(0x4000), &mut [0u8; 1]).unwrap_err(),
+            MmError::Fault(a.add(0x4000))
+        );
+        m.munmap(a, 0x10000).unwrap();
+        assert_eq!(m.stats().mapped_pages, 0);
+        assert_eq!(m.stats().vma_count, 0);
+        assert_eq!(m.stats().free_pages, free0 - (tables - 4));
+        // Unmapping nothing is fine; bad arguments are not.
+        m.munmap(a, 0x1000).unwrap();
+        assert_eq!(
+            m.munmap(a.add(1), 0x1000).unwrap_err().errno(),
+            libc::EINVAL
+        );
+        assert_eq!(m.munmap(a, 0).unwrap_err().errno(), libc::EINVAL);
+        assert_eq!(m.munmap(a, u64::MAX).unwrap_err().errno(), libc::EINVAL);
+    }
+
+    #[test]
+    fn mprotect_updates_vmas_and_ptes() {
+        let mut m = mm(16 * MIB);
+        let a = m.mmap(anon(0, 0x3000, Prot::RW, false)).unwrap();
+        m.copy_out(a, &[5u8; 0x3000]).unwrap();
+        m.take_pte_sync();
+        m.mprotect(a.add(0x1000), 0x1000, Prot::READ).unwrap();
+        assert_eq!(m.stats().vma_count, 3);
+        let (_, f) = m.page_tables().translate(a.add(0x1000)).unwrap();
+        assert!(!f.contains(PteFlags::WRITABLE) && f.contains(PteFlags::USER));
+        assert_eq!(m.take_pte_sync().len(), 1);
+        assert_eq!(
+            m.copy_out(a.add(0x1000), &[1]).unwrap_err(),
+            MmError::Fault(a.add(0x1000))
+        );
+        // PROT_NONE keeps the data; back to RW, it is still there.
+        m.mprotect(a, 0x3000, Prot::NONE).unwrap();
+        assert_eq!(m.stats().vma_count, 1);
+        assert!(m.page_tables().translate(a).is_none());
+        assert_eq!(
+            m.handle_fault(a, Access::READ),
+            Err(crate::FaultError::AccessDenied)
+        );
+        m.mprotect(a, 0x3000, Prot::RW).unwrap();
+        let mut b = [0u8; 2];
+        m.copy_in(a.add(0x1fff), &mut b).unwrap();
+        assert_eq!(b, [5, 5]);
+        // Holes.
+        assert_eq!(
+            m.mprotect(a, 0x4000, Prot::READ).unwrap_err().errno(),
+            libc::ENOMEM
+        );
+        assert_eq!(m.find_vma(a).unwrap().prot, Prot::RW);
+        assert_eq!(
+            m.mprotect(a.add(1), 0x1000, Prot::READ)
+                .unwrap_err()
+                .errno(),
+            libc::EINVAL
+        );
+        assert_eq!(
+            m.mprotect(a, u64::MAX, Prot::READ).unwrap_err().errno(),
+            libc::ENOMEM
+        );
+        m.mprotect(a, 0, Prot::READ).unwrap();
+    }
+
+    #[test]
+    fn brk_grows_and_shrinks() {
+        let mut m = mm(16 * MIB);
+        assert_eq!(m.brk(Gva(0x60_0000)), Gva(0)); // no base yet
+        let base = Gva(0x60_0123);
+        m.set_brk_base(base);
+        assert_eq!(m.brk(Gva(0)), base);
+        assert_eq!(m.brk(Gva(0x50_0000)), base);
+        assert_eq!(m.brk(Gva(0x60_5000)), Gva(0x60_5000));
+        let heap = m.find_vma(Gva(0x60_1000)).unwrap();
+        assert_eq!((heap.start, heap.end), (Gva(0x60_1000), Gva(0x60_5000)));
+        assert_eq!(heap.name.as_deref(), Some("[heap]"));
+        m.copy_out(Gva(0x60_1000), &[9u8; 0x4000]).unwrap();
+        let free = m.stats().free_pages;
+        assert_eq!(m.brk(Gva(0x60_2800)), Gva(0x60_2800));
+        assert_eq!(m.stats().free_pages, free + 2);
+        assert_eq!(m.find_vma(Gva(0x60_2000)).unwrap().end, Gva(0x60_3000));
+        assert!(m.find_vma(Gva(0x60_3000)).is_none());
+        // Growing again reads zeros where the freed page was.
+        assert_eq!(m.brk(Gva(0x60_4000)), Gva(0x60_4000));
+        assert_eq!(m.stats().vma_count, 1);
+        assert_eq!(m.read_val::<u64>(Gva(0x60_3000)).unwrap(), 0);
+        // Blocked by a mapping (with a guard page).
+        m.mmap(anon(0x60_6000, 0x1000, Prot::RW, true)).unwrap();
+        assert_eq!(m.brk(Gva(0x60_5800)), Gva(0x60_4000));
+        assert_eq!(m.brk(Gva(0x60_5000)), Gva(0x60_5000));
+        assert_eq!(m.brk(Gva(u64::MAX)), Gva(0x60_5000));
+        // Back to the base: the heap is gone.
+        assert_eq!(m.brk(base), base);
+        assert!(m.find_vma(Gva(0x60_1000)).is_none());
+    }
+
+    #[test]
+    fn mremap_shrink_grow_move() {
+        let mut m = mm(16 * MIB);
+        let a = m.mmap(anon(0x100_0000, 0x2000, Prot::RW, true)).unwrap();
+        m.copy_out(a, b"hello").unwrap();
+        m.copy_out(a.add(0x1000), b"world").unwrap();
+        // Grow in place.
+        assert_eq!(m.mremap(a, 0x2000, 0x4000, 0, Gva(0)).unwrap(), a);
+        assert_eq!(m.find_vma(a).unwrap().end, a.add(0x4000));
+        // Shrink in place frees the tail.
+        m.copy_out(a.add(0x3000), b"x").unwrap();
+        let mapped = m.stats().mapped_pages;
+        assert_eq!(m.mremap(a, 0x4000, 0x2000, 0, Gva(0)).unwrap(), a);
+        assert_eq!(m.stats().mapped_pages, mapped - 2);
+        // Blocked: ENOMEM without MAYMOVE, moved with it, same frames.
+        m.mmap(anon(0x100_2000, 0x1000, Prot::READ, true)).unwrap();
+        assert_eq!(
+            m.mremap(a, 0x2000, 0x3000, 0, Gva(0)).unwrap_err().errno(),
+            libc::ENOMEM
+        );
+        let frame0 = m.page_tables().entry(a).unwrap().0;
+        let free = m.stats().free_pages;
+        let b = m.mremap(a, 0x2000, 0x3000, MREMAP_MAYMOVE, Gva(0)).unwrap();
+        assert_ne!(b, a);
+        assert_eq!(m.page_tables().entry(b).unwrap().0, frame0);
+        assert!(m.find_vma(a).is_none());
+        assert_eq!(m.find_vma(b).unwrap().end, b.add(0x3000));
+        let mut buf = [0u8; 5];
+        m.copy_in(b.add(0x1000), &mut buf).unwrap();
+        assert_eq!(&buf, b"world");
+        assert!(
+            m.stats().free_pages + 3 >= free,
+            "no copies: at most new tables"
+        );
+        // Fixed move.
+        let c = Gva(0x200_0000);
+        assert_eq!(
+            m.mremap(b, 0x3000, 0x1000, MREMAP_MAYMOVE | MREMAP_FIXED, c)
+                .unwrap(),
+            c
+        );
+        m.copy_in(c, &mut buf).unwrap();
+        assert_eq!(&buf, b"hello");
+        assert!(m.find_vma(b).is_none());
+        // Errors.
+        assert_eq!(
+            m.mremap(c, 0x1000, 0x2000, MREMAP_FIXED, Gva(0x300_0000))
+                .unwrap_err()
+                .errno(),
+            libc::EINVAL
+        );
+        assert_eq!(
+            m.mremap(c, 0x1000, 0x2000, 0x80, Gva(0))
+                .unwrap_err()
+                .errno(),
+            libc::EINVAL
+        );
+        assert_eq!(
+            m.mremap(c, 0x1000, 0, 0, Gva(0)).unwrap_err().errno(),
+            libc::EINVAL
+        );
+        assert_eq!(
+            m.mremap(c, 0x2000, 0x3000, 0, Gva(0)).unwrap_err().errno(),
+            libc::EFAULT
+        );
+        assert_eq!(
+            m.mremap(Gva(0x900_0000), 0x1000, 0x2000, 0, Gva(0))
+                .unwrap_err()
+                .errno(),
+            libc::EFAULT
+        );
+        assert_eq!(
+            m.mremap(
+                c,
+                0x1000,
+                0x2000,
+                MREMAP_MAYMOVE | MREMAP_FIXED,
+                Gva(c.0 - 0x1000)
+            )
+            .unwrap_err()
+            .errno(),
+            libc::EINVAL
+        );
+    }
+
+    #[test]
+    fn mremap_file_mapping_keeps_offsets() {
+        let path = std::env::temp_dir().join(format!("mm-mremap-{}", std::process::id()));
+        let data: Vec<u8> = (0..0x4000u32).map(|i| (i / 0x1000) as u8 + 1).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = Arc::new(std::fs::File::open(&path).unwrap());
+        let mut m = mm(16 * MIB);
+        let req = MmapRequest {
+            addr: Gva(0),
+            len: 0x1000,
+            prot: Prot::READ,
+            fixed: false,
+            fixed_noreplace: false,
+            kind: VmaKind::File {
+                file,
+                offset: 0x1000,
+            },
+            name: None,
+        };
+        let a = m.mmap(req.clone()).unwrap();
+        m.mmap(MmapRequest {
+            addr: a.add(0x1000),
+            fixed: true,
+            ..anon(0, 0x1000, Prot::READ, true)
+        })
+        .unwrap();
+        let b = m.mremap(a, 0x1000, 0x2000, MREMAP_MAYMOVE, Gva(0)).unwrap();
+        assert_eq!(m.read_val::<u8>(b).unwrap(), 2);
+        assert_eq!(m.read_val::<u8>(b.add(0x1000)).unwrap(), 3);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn madvise_dontneed_zeroes() {
+        let mut m = mm(16 * MIB);
+        let a = m.mmap(anon(0, 0x2000, Prot::RW, false)).unwrap();
+        m.copy_out(a, &[3u8; 0x2000]).unwrap();
+        let free = m.stats().free_pages;
+        m.madvise(a, 0x1000, libc::MADV_DONTNEED).unwrap();
+        assert_eq!(m.stats().free_pages, free + 1);
+        assert_eq!(m.read_val::<u32>(a).unwrap(), 0);
+        assert_eq!(m.read_val::<u8>(a.add(0x1000)).unwrap(), 3);
+        m.madvise(a, 0x2000, libc::MADV_WILLNEED).unwrap();
+        assert_eq!(m.madvise(a, 0x2000, 7).unwrap_err().errno(), libc::EINVAL);
+        assert_eq!(m.madvise(a, 0x2000, 999).unwrap_err().errno(), libc::EINVAL);
+        assert_eq!(
+            m.madvise(a.add(1), 0x1000, libc::MADV_FREE)
+                .unwrap_err()
+                .errno(),
+            libc::EINVAL
+        );
+        assert_eq!(
+            m.madvise(a, 0x3000, libc::MADV_FREE).unwrap_err().errno(),
+            libc::ENOMEM
+        );
+        assert_eq!(m.read_val::<u8>(a.add(0x1000)).unwrap(), 0);
+        m.madvise(a, 0, libc::MADV_DONTNEED).unwrap();
+    }
+
+    #[test]
+    fn whole_address_space_operations_are_cheap_and_safe() {
+        let mut m = mm(16 * MIB);
+        let a = m.mmap(anon(0, 0x3000, Prot::RW, false)).unwrap();
+        m.copy_out(a, &[1u8; 0x3000]).unwrap();
+        let all = layout::USER_END.0 - MMAP_MIN_ADDR.0;
+        assert_eq!(
+            m.mprotect(MMAP_MIN_ADDR, all, Prot::READ)
+                .unwrap_err()
+                .errno(),
+            libc::ENOMEM
+        );
+        assert_eq!(
+            m.madvise(MMAP_MIN_ADDR, all, libc::MADV_DONTNEED)
+                .unwrap_err()
+                .errno(),
+            libc::ENOMEM
+        );
+        assert_eq!(m.stats().mapped_pages, 0);
+        m.munmap(Gva(0), layout::USER_END.0).unwrap();
+        assert_eq!(m.stats().vma_count, 0);
+        assert_eq!(
+            m.munmap(Gva(0), layout::USER_END.0 + 1)
+                .unwrap_err()
+                .errno(),
+            libc::EINVAL
+        );
+    }
+
+    /// Random operations (a fixed-seed generator) never panic, and every allocated page is
+    /// either a page table or a mapped user page.
+    #[test]
+    fn random_operations_keep_the_books_balanced() {
+        let mut m = mm(16 * MIB);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let region = 0x1000_0000u64;
+        m.set_brk_base(Gva(region + 40 * PAGE_SIZE + 0x10));
+        let (mut max_mapped, mut max_vmas) = (0, 0);
+        for _ in 0..3000 {
+            let addr =
+                Gva(region + (next() % 64) * PAGE_SIZE + if next() % 16 == 0 { 1 } else { 0 });
+            let len = (next() % 12) * PAGE_SIZE + if next() % 8 == 0 { 7 } else { 0 };
+            let prot = Prot::from_bits(next() % 8).unwrap();
+            match next() % 9 {
+                0 => drop(m.mmap(anon(addr.0, len, prot, true))),
+                1 => drop(m.munmap(addr, len)),
+                2 => drop(m.mprotect(addr, len, prot)),
+                3 => drop(m.mremap(
+                    addr,
+                    len,
+                    (next() % 8) * PAGE_SIZE,
+                    (next() % 4) as u32,
+                    Gva(region + 0x100_0000),
+                )),
+                4 => drop(m.madvise(addr, len, libc::MADV_DONTNEED)),
+                5 => drop(m.copy_out(addr, &vec![0x5a; len as usize])),
+                6 => drop(m.copy_in(addr, &mut vec![0; len as usize])),
+                7 => drop(m.handle_fault(
+                    addr,
+                    Access {
+                        write: next() % 2 == 0,
+                        exec: next() % 3 == 0,
+                    },
+                )),
+                _ => drop(m.brk(addr)),
+            }
+            let s = m.stats();
+            max_mapped = max_mapped.max(s.mapped_pages);
+            max_vmas = max_vmas.max(s.vma_count);
+            assert_eq!(
+                s.total_pages - s.free_pages,
+                s.page_table_pages + s.mapped_pages
+            );
+            // Every user page with a frame lies inside a VMA with matching rights.
+            for (va, _, flags) in m.page_tables().frames_in(Gva(0), layout::USER_END) {
+                let vma = m.find_vma(va).expect("frame outside any VMA");
+                assert_eq!(
+                    flags.without(PteFlags::ACCESSED | PteFlags::DIRTY),
+                    pte_flags(vma.prot).without(PteFlags::ACCESSED)
+                );
+            }
+        }
+        assert!(
+            max_mapped > 20 && max_vmas > 5,
+            "the test exercised little: {max_mapped} {max_vmas}"
+        );
+        m.munmap(Gva(0), layout::USER_END.0).unwrap();
+        assert_eq!(m.stats().mapped_pages, 0);
+    }
+
+    #[test]
+    fn errno_mapping_is_total() {
+        let all = [
+            MmError::InvalidArgument(""),
+            MmError::NoMemory(""),
+            MmError::Fault(Gva(0)),
+            MmError::Exists(Gva(0)),
+            MmError::BelowMinAddr(Gva(0)),
+            MmError::OffsetOverflow,
+            MmError::StringTooLong(1),
+            MmError::Internal(String::new()),
+        ];
+        let errnos: Vec<_> = all.iter().map(MmError::errno).collect();
+        assert_eq!(
+            errnos,
+            vec![
+                libc::EINVAL,
+                libc::ENOMEM,
+                libc::EFAULT,
+                libc::EEXIST,
+                libc::EPERM,
+                libc::EOVERFLOW,
+                libc::ENAMETOOLONG,
+                libc::EFAULT
+            ]
+        );
+        assert!(all[7].is_internal() && !all[0].is_internal());
+    }
+}

@@ -1,0 +1,556 @@
+//! Virtual memory areas: the application's mappings as ranges with protection and backing,
+//! kept sorted, split and merged as Linux does (`struct vm_area_struct`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::File;
+use std::ops::BitOr;
+use std::sync::Arc;
+
+use platform::{Gva, PAGE_SIZE};
+
+/// Lowest address a mapping may start at (Linux's default `vm.mmap_min_addr`).
+pub const MMAP_MIN_ADDR: Gva = Gva(0x1_0000);
+
+/// Access rights of a mapping (`PROT_*`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Prot(u8);
+
+impl Prot {
+    /// No access.
+    pub const NONE: Prot = Prot(0);
+    /// PROT_READ.
+    pub const READ: Prot = Prot(libc::PROT_READ as u8);
+    /// PROT_WRITE.
+    pub const WRITE: Prot = Prot(libc::PROT_WRITE as u8);
+    /// PROT_EXEC.
+    pub const EXEC: Prot = Prot(libc::PROT_EXEC as u8);
+    /// Read and write.
+    pub const RW: Prot = Prot(Self::READ.0 | Self::WRITE.0);
+
+    /// From `PROT_*` bits; `None` if any other bit is set.
+    pub const fn from_bits(bits: u64) -> Option<Prot> {
+        if bits & !7 != 0 {
+            None
+        } else {
+            Some(Prot(bits as u8))
+        }
+    }
+    /// The `PROT_*` bits.
+    pub const fn bits(self) -> u64 {
+        self.0 as u64
+    }
+    /// Whether every right of `other` is granted.
+    pub const fn contains(self, other: Prot) -> bool {
+        self.0 & other.0 == other.0
+    }
+    /// Whether any access is possible (on x86 write and exec imply read).
+    pub const fn is_accessible(self) -> bool {
+        self.0 != 0
+    }
+}
+
+impl BitOr for Prot {
+    type Output = Prot;
+    fn bitor(self, rhs: Prot) -> Prot {
+        Prot(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for Prot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = |p: Prot, ch: char| if self.contains(p) { ch } else { '-' };
+        write!(
+            f,
+            "{}{}{}",
+            c(Prot::READ, 'r'),
+            c(Prot::WRITE, 'w'),
+            c(Prot::EXEC, 'x')
+        )
+    }
+}
+
+/// What backs a mapping. All mappings are private: writes never reach the file.
+#[derive(Clone)]
+pub enum VmaKind {
+    /// Anonymous memory, zero-filled on first touch.
+    Anon,
+    /// A private mapping of a host file; the VMA's first page holds the file's bytes at
+    /// `offset` (page-aligned).
+    File {
+        /// The file.
+        file: Arc<File>,
+        /// File offset of the VMA's start.
+        offset: u64,
+    },
+}
+
+impl fmt::Debug for VmaKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VmaKind::Anon => write!(f, "Anon"),
+            VmaKind::File { file, offset } => {
+                write!(f, "File({:p}, {offset:#x})", Arc::as_ptr(file))
+            }
+        }
+    }
+}
+
+/// One mapping: `[start, end)` with the same rights and backing, like Linux's
+/// `struct vm_area_struct`.
+#[derive(Debug, Clone)]
+pub struct Vma {
+    /// First address (page-aligned).
+    pub start: Gva,
+    /// End address, exclusive (page-aligned, above `start`).
+    pub end: Gva,
+    /// Access rights.
+    pub prot: Prot,
+    /// Backing.
+    pub kind: VmaKind,
+    /// Name shown in /proc/self/maps (`[heap]`, `[stack]`), if any.
+    pub name: Option<String>,
+}
+
+impl Vma {
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.end.0 - self.start.0
+    }
+
+    /// Whether the VMA is empty (never true for a VMA in a set).
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
+
+    /// Whether `va` lies inside.
+    pub fn contains(&self, va: Gva) -> bool {
+        self.start <= va && va < self.end
+    }
+
+    /// For a file mapping, the file offset behind `va`.
+    pub fn file_offset(&self, va: Gva) -> Option<u64> {
+        match &self.kind {
+            VmaKind::Anon => None,
+            VmaKind::File { offset, .. } => offset.checked_add(va.0.wrapping_sub(self.start.0)),
+        }
+    }
+
+    /// Splits at `at` (strictly inside): `self` keeps `[start, at)`, the result is `[at, end)`
+    /// with its file offset advanced.
+    fn split_off(&mut self, at: Gva) -> Vma {
+        let mut right = self.clone();
+        right.start = at;
+        if let VmaKind::File { offset, .. } = &mut right.kind {
+            *offset += at.0 - self.start.0;
+        }
+        self.end = at;
+        right
+    }
+
+    /// Whether `next` can be merged onto the end of `self`.
+    fn can_merge(&self, next: &Vma) -> bool {
+        if self.end != next.start || self.prot != next.prot || self.name != next.name {
+            return false;
+        }
+        match (&self.kind, &next.kind) {
+            (VmaKind::Anon, VmaKind::Anon) => true,
+            (
+                VmaKind::File {
+                    file: a,
+                    offset: oa,
+                },
+                VmaKind::File {
+                    file: b,
+                    offset: ob,
+                },
+            ) => Arc::ptr_eq(a, b) && oa.checked_add(self.len()) == Some(*ob),
+            _ => false,
+        }
+    }
+}
+
+/// Errors of VMA-set operations.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VmaError {
+    /// The VMA is empty or not page-aligned.
+    #[error("invalid range {start}..{end}")]
+    BadRange {
+        /// Start.
+        start: Gva,
+        /// End.
+        end: Gva,
+    },
+    /// The new VMA overlaps an existing one.
+    #[error("{start}..{end} overlaps an existing mapping")]
+    Overlap {
+        /// Start.
+        start: Gva,
+        /// End.
+        end: Gva,
+    },
+    /// Part of the range is not mapped.
+    #[error("{start}..{end} is not fully mapped")]
+    Hole {
+        /// Start.
+        start: Gva,
+        /// End.
+        end: Gva,
+    },
+}
+
+/// The set of VMAs of an address space, sorted and non-overlapping, keyed by start.
+#[derive(Debug, Clone, Default)]
+pub struct VmaSet {
+    map: BTreeMap<Gva, Vma>,
+}
+
+fn check_range(start: Gva, end: Gva) -> Result<(), VmaError> {
+    if start < end && start.is_page_aligned() && end.is_page_aligned() {
+        Ok(())
+    } else {
+        Err(VmaError::BadRange { start, end })
+    }
+}
+
+impl VmaSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of VMAs.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The VMAs in address order.
+    pub fn iter(&self) -> impl Iterator<Item = &Vma> + '_ {
+        self.map.values()
+    }
+
+    /// The VMA containing `va`.
+    pub fn find(&self, va: Gva) -> Option<&Vma> {
+        self.map
+            .range(..=va)
+            .next_back()
+            .map(|(_, v)| v)
+            .filter(|v| v.contains(va))
+    }
+
+    /// The VMAs overlapping `[start, end)`, in order.
+    pub fn overlapping(&self, start: Gva, end: Gva) -> impl Iterator<Item = &Vma> + '_ {
+        let first = self
+            .map
+            .range(..start)
+            .next_back()
+            .filter(|(_, v)| v.end > start)
+            .map(|(k, _)| *k)
+            .unwrap_or(start);
+        self.map
+            .range(first..)
+            .map(|(_, v)| v)
+            .take_while(move |v| v.start < end)
+    }
+
+    /// Whether no VMA overlaps `[start, end)`.
+    pub fn is_free(&self, start: Gva, end: Gva) -> bool {
+        self.overlapping(start, end).next().is_none()
+    }
+
+    /// Whether `[start, end)` is entirely covered by VMAs.
+    pub fn covers(&self, start: Gva, end: Gva) -> bool {
+        let mut at = start;
+        for v in self.overlapping(start, end) {
+            if v.start > at {
+                return false;
+            }
+            at = v.end;
+        }
+        at >= end
+    }
+
+    /// Inserts a VMA that overlaps none (callers remove overlaps first), merging it with
+    /// compatible neighbours.
+    ///
+    /// # Errors
+    /// [`VmaError::BadRange`], [`VmaError::Overlap`]; the set is unchanged.
+    pub fn insert(&mut self, vma: Vma) -> Result<(), VmaError> {
+        check_range(vma.start, vma.end)?;
+        if !self.is_free(vma.start, vma.end) {
+            return Err(VmaError::Overlap {
+                start: vma.start,
+                end: vma.end,
+            });
+        }
+        let (start, end) = (vma.start, vma.end);
+        self.map.insert(start, vma);
+        self.merge_at(end);
+        self.merge_at(start);
+        Ok(())
+    }
+
+    /// Splits the VMA containing `at` (if `at` is strictly inside one) into two.
+    fn split_at(&mut self, at: Gva) {
+        let Some((_, v)) = self.map.range_mut(..at).next_back() else {
+            return;
+        };
+        if v.end > at {
+            let right = v.split_off(at);
+            self.map.insert(at, right);
+        }
+    }
+
+    /// Merges the VMA ending at `at` with the one starting there, if compatible.
+    fn merge_at(&mut self, at: Gva) {
+        let Some(next) = self.map.get(&at) else {
+            return;
+        };
+        let Some((_, prev)) = self.map.range(..at).next_back() else {
+            return;
+        };
+        if !prev.can_merge(next) {
+            return;
+        }
+        let prev_start = prev.start;
+        if let Some(next) = self.map.remove(&at) {
+            if let Some(prev) = self.map.get_mut(&prev_start) {
+                prev.end = next.end;
+            }
+        }
+    }
+
+    /// Removes `[start, end)`, splitting VMAs that straddle either end; returns the removed
+    /// pieces in order (empty if nothing was mapped there).
+    ///
+    /// # Errors
+    /// [`VmaError::BadRange`].
+    pub fn remove(&mut self, start: Gva, end: Gva) -> Result<Vec<Vma>, VmaError> {
+        check_range(start, end)?;
+        self.split_at(start);
+        self.split_at(end);
+        let keys: Vec<Gva> = self.map.range(start..end).map(|(k, _)| *k).collect();
+        Ok(keys
+            .into_iter()
+            .filter_map(|k| self.map.remove(&k))
+            .collect())
+    }
+
+    /// Sets the rights of `[start, end)`, splitting at both ends and merging neighbours that
+    /// become compatible.
+    ///
+    /// # Errors
+    /// [`VmaError::BadRange`], or [`VmaError::Hole`] if part of the range is unmapped (then
+    /// nothing changes).
+    pub fn protect(&mut self, start: Gva, end: Gva, prot: Prot) -> Result<(), VmaError> {
+        check_range(start, end)?;
+        if !self.covers(start, end) {
+            return Err(VmaError::Hole { start, end });
+        }
+        self.split_at(start);
+        self.split_at(end);
+        let keys: Vec<Gva> = self.map.range(start..end).map(|(k, _)| *k).collect();
+        for k in &keys {
+            if let Some(v) = self.map.get_mut(k) {
+                v.prot = prot;
+            }
+        }
+        // Merge from the right so keys stay valid: the end, each interior boundary, the start.
+        self.merge_at(end);
+        for k in keys.iter().rev() {
+            self.merge_at(*k);
+        }
+        Ok(())
+    }
+
+    /// The highest start address of a free range of `len` bytes (page-rounded) lying in
+    /// `[MMAP_MIN_ADDR, below)`, searching top-down.
+    pub fn find_gap(&self, len: u64, below: Gva) -> Option<Gva> {
+        self.find_gap_above(len, MMAP_MIN_ADDR, below)
+    }
+
+    /// As [`find_gap`](Self::find_gap) with an explicit floor.
+    pub fn find_gap_above(&self, len: u64, floor: Gva, below: Gva) -> Option<Gva> {
+        let len = Gva(len).page_up()?.0;
+        if len == 0 {
+            return None;
+        }
+        let floor = floor.page_up()?.0;
+        let mut hi = below.page_down().0;
+        for v in self.map.range(..Gva(hi)).rev().map(|(_, v)| v) {
+            if v.end.0 <= hi && hi - v.end.0 >= len && hi - len >= floor {
+                return Some(Gva(hi - len));
+            }
+            hi = hi.min(v.start.0);
+            if hi < floor.saturating_add(len) {
+                return None;
+            }
+        }
+        (hi >= floor && hi - floor >= len).then(|| Gva(hi - len))
+    }
+}
+
+/// Rounds a byte length up to pages, or `None` on overflow.
+pub(crate) fn page_len(len: u64) -> Option<u64> {
+    len.checked_add(PAGE_SIZE - 1).map(|l| l & !(PAGE_SIZE - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn anon(start: u64, end: u64, prot: Prot) -> Vma {
+        Vma {
+            start: Gva(start),
+            end: Gva(end),
+            prot,
+            kind: VmaKind::Anon,
+            name: None,
+        }
+    }
+
+    fn spans(s: &VmaSet) -> Vec<(u64, u64)> {
+        s.iter().map(|v| (v.start.0, v.end.0)).collect()
+    }
+
+    #[test]
+    fn insert_merges_and_rejects_overlap() {
+        let mut s = VmaSet::new();
+        s.insert(anon(0x10000, 0x20000, Prot::RW)).unwrap();
+        s.insert(anon(0x30000, 0x40000, Prot::RW)).unwrap();
+        assert_eq!(s.len(), 2);
+        s.insert(anon(0x20000, 0x30000, Prot::RW)).unwrap();
+        assert_eq!(spans(&s), vec![(0x10000, 0x40000)]);
+        assert_eq!(
+            s.insert(anon(0x3f000, 0x41000, Prot::RW)),
+            Err(VmaError::Overlap {
+                start: Gva(0x3f000),
+                end: Gva(0x41000)
+            })
+        );
+        assert!(s.insert(anon(0x50000, 0x50000, Prot::RW)).is_err());
+        assert!(s.insert(anon(0x50001, 0x51000, Prot::RW)).is_err());
+        // Different prot or name: no merge.
+        s.insert(anon(0x40000, 0x41000, Prot::READ)).unwrap();
+        let mut named = anon(0x41000, 0x42000, Prot::READ);
+        named.name = Some("[heap]".into());
+        s.insert(named).unwrap();
+        assert_eq!(s.len(), 3);
+        assert!(s.find(Gva(0x41fff)).unwrap().name.is_some());
+        assert!(s.find(Gva(0x42000)).is_none());
+        assert!(s.find(Gva(0xffff)).is_none());
+        assert_eq!(s.find(Gva(0x10000)).unwrap().start, Gva(0x10000));
+    }
+
+    #[test]
+    fn remove_splits_both_ends() {
+        let mut s = VmaSet::new();
+        s.insert(anon(0x10000, 0x20000, Prot::RW)).unwrap();
+        s.insert(anon(0x30000, 0x40000, Prot::READ)).unwrap();
+        let removed = s.remove(Gva(0x18000), Gva(0x34000)).unwrap();
+        assert_eq!(
+            removed
+                .iter()
+                .map(|v| (v.start.0, v.end.0))
+                .collect::<Vec<_>>(),
+            vec![(0x18000, 0x20000), (0x30000, 0x34000)]
+        );
+        assert_eq!(spans(&s), vec![(0x10000, 0x18000), (0x34000, 0x40000)]);
+        assert_eq!(s.find(Gva(0x34000)).unwrap().prot, Prot::READ);
+        assert!(s.remove(Gva(0x50000), Gva(0x60000)).unwrap().is_empty());
+        // A hole punched in the middle of one VMA.
+        let removed = s.remove(Gva(0x12000), Gva(0x13000)).unwrap();
+        assert_eq!(removed.len(), 1);
+        assert_eq!(
+            spans(&s),
+            vec![(0x10000, 0x12000), (0x13000, 0x18000), (0x34000, 0x40000)]
+        );
+    }
+
+    #[test]
+    fn protect_middle_makes_three_then_merges_back() {
+        let mut s = VmaSet::new();
+        s.insert(anon(0x10000, 0x20000, Prot::RW)).unwrap();
+        s.protect(Gva(0x14000), Gva(0x15000), Prot::READ).unwrap();
+        assert_eq!(
+            spans(&s),
+            vec![(0x10000, 0x14000), (0x14000, 0x15000), (0x15000, 0x20000)]
+        );
+        assert_eq!(s.find(Gva(0x14000)).unwrap().prot, Prot::READ);
+        assert_eq!(s.find(Gva(0x15000)).unwrap().prot, Prot::RW);
+        s.protect(Gva(0x14000), Gva(0x15000), Prot::RW).unwrap();
+        assert_eq!(spans(&s), vec![(0x10000, 0x20000)]);
+        assert_eq!(
+            s.protect(Gva(0x1f000), Gva(0x21000), Prot::READ),
+            Err(VmaError::Hole {
+                start: Gva(0x1f000),
+                end: Gva(0x21000)
+            })
+        );
+        assert_eq!(spans(&s), vec![(0x10000, 0x20000)]);
+        assert!(s.covers(Gva(0x10000), Gva(0x20000)));
+        assert!(!s.covers(Gva(0xf000), Gva(0x11000)));
+    }
+
+    #[test]
+    fn file_offsets_follow_splits_and_gate_merges() {
+        let path = std::env::temp_dir().join(format!("mm-vma-{}", std::process::id()));
+        let f = Arc::new(File::create(&path).unwrap());
+        let g = Arc::new(File::create(path.with_extension("b")).unwrap());
+        let file = |start, end, offset, file: &Arc<File>| Vma {
+            start: Gva(start),
+            end: Gva(end),
+            prot: Prot::READ,
+            kind: VmaKind::File {
+                file: file.clone(),
+                offset,
+            },
+            name: None,
+        };
+        let mut s = VmaSet::new();
+        s.insert(file(0x10000, 0x20000, 0x3000, &f)).unwrap();
+        s.protect(Gva(0x12000), Gva(0x13000), Prot::RW).unwrap();
+        let offs: Vec<_> = s.iter().map(|v| v.file_offset(v.start).unwrap()).collect();
+        assert_eq!(offs, vec![0x3000, 0x5000, 0x6000]);
+        assert_eq!(
+            s.find(Gva(0x1f000)).unwrap().file_offset(Gva(0x1f000)),
+            Some(0x12000)
+        );
+        // Contiguous offsets of the same file merge; a gap in offsets or another file do not.
+        s.insert(file(0x20000, 0x21000, 0x13000, &f)).unwrap();
+        assert_eq!(s.find(Gva(0x20000)).unwrap().start, Gva(0x13000));
+        s.insert(file(0x21000, 0x22000, 0x15000, &f)).unwrap();
+        s.insert(file(0x22000, 0x23000, 0x16000, &g)).unwrap();
+        s.insert(anon(0x23000, 0x24000, Prot::READ)).unwrap();
+        assert_eq!(s.len(), 6);
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path.with_extension("b"));
+    }
+
+    #[test]
+    fn gap_search_top_down() {
+        let mut s = VmaSet::new();
+        let top = Gva(0x100000);
+        assert_eq!(s.find_gap(0x1000, top), Some(Gva(0xff000)));
+        s.insert(anon(0xf0000, 0x100000, Prot::RW)).unwrap();
+        s.insert(anon(0xd0000, 0xe0000, Prot::RW)).unwrap();
+        // Fits in the 64 KiB hole between them.
+        assert_eq!(s.find_gap(0x10000, top), Some(Gva(0xe0000)));
+        assert_eq!(s.find_gap(0x8000, top), Some(Gva(0xe8000)));
+        // Too big for the hole: goes below the lower VMA.
+        assert_eq!(s.find_gap(0x11000, top), Some(Gva(0xd0000 - 0x11000)));
+        // A VMA straddling the ceiling.
+        assert_eq!(s.find_gap(0x1000, Gva(0xd8000)), Some(Gva(0xcf000)));
+        // Floor respected.
+        assert_eq!(s.find_gap(0xd0000 - 0x10000, top), Some(MMAP_MIN_ADDR));
+        assert_eq!(s.find_gap(0xd0000 - 0x10000 + 0x1000, top), None);
+        assert_eq!(s.find_gap(0, top), None);
+        assert_eq!(s.find_gap(u64::MAX, top), None);
+        assert_eq!(s.find_gap(0x1000, Gva(0x10000)), None);
+    }
+}
