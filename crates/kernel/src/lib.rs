@@ -1,1 +1,21 @@
-//! kernel
+//! The application kernel: tasks, the x86-64 syscall table, files confined to the sandbox's
+//! root, host sockets behind a publish policy, and the ELF loader.
+//!
+//! Lock order (outermost first):
+//!
+//! ```text
+//! Task (owned by its vCPU thread, unlocked)
+//!   MemoryManager (Mutex, shared by a thread group)
+//! ```
+//!
+//! No lock is held across `KVM_RUN` or a blocking host call.
+
+pub mod fd;
+pub mod fs;
+pub mod loader;
+pub mod net;
+pub mod sandbox;
+pub mod syscalls;
+pub mod task;
+
+pub use sandbox::{Sandbox, SandboxConfig, SandboxError, ExitStatus};

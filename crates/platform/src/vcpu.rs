@@ -133,7 +133,6 @@ pub struct Vcpu {
     mem: Arc<GuestMemory>,
     index: usize,
     kernel_sregs: kvm_sregs,
-    user_sregs: kvm_sregs,
     /// The thread's user-mode state; the kernel reads and edits it between runs.
     pub user: UserContext,
     exits: u64,
@@ -226,15 +225,6 @@ impl Vcpu {
             return Err(VcpuError::Unexpected(format!("KVM accepted {n} of 3 MSRs")));
         }
 
-        let mut user_sregs = s;
-        user_sregs.cs = segment(USER_CS, true, 3);
-        let udata = segment(USER_SS, false, 3);
-        user_sregs.ss = udata;
-        user_sregs.ds = udata;
-        user_sregs.es = udata;
-        user_sregs.fs = udata;
-        user_sregs.gs = udata;
-
         fd.set_sync_valid_reg(SyncReg::Register);
         fd.set_sync_valid_reg(SyncReg::SystemRegister);
         Ok(Vcpu {
@@ -242,7 +232,6 @@ impl Vcpu {
             mem,
             index,
             kernel_sregs: s,
-            user_sregs,
             user: UserContext {
                 regs: Regs { rflags: RFLAGS_RESERVED, ..Default::default() },
                 ..Default::default()

@@ -1,1 +1,37 @@
-fn main() {}
+//! The `torpor` command.
+
+mod cli;
+mod demo;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        cli::Command::Run(args) => run::run(args),
+        cli::Command::Demo => demo::demo(),
+        cli::Command::BenchExit { iterations } => run::bench_exit(iterations),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("torpor: {e:#}");
+            ExitCode::from(run::EXIT_RUNTIME_ERROR)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TORPOR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

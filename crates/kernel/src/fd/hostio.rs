@@ -1,0 +1,77 @@
+//! Zero-copy I/O between host fds and guest memory: the guest buffer is translated to
+//! guest-physical runs and handed to `readv`/`writev`/`preadv`/`pwritev` as host iovecs.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use abi::Errno;
+use platform::{GuestMemory, Gpa};
+
+/// Most iovecs handed to one host call (IOV_MAX).
+const IOV_MAX: usize = 1024;
+
+fn iovecs(mem: &GuestMemory, runs: &[(Gpa, u64)]) -> Result<Vec<libc::iovec>, Errno> {
+    runs.iter()
+        .take(IOV_MAX)
+        .map(|&(gpa, len)| {
+            let p = mem.host_ptr(gpa, len).map_err(|_| Errno::EFAULT)?;
+            Ok(libc::iovec { iov_base: p.cast(), iov_len: len as usize })
+        })
+        .collect()
+}
+
+/// Reads from `fd` into the guest-physical `runs` (at `offset`, or the file position).
+///
+/// # Errors
+/// The host's errno.
+pub fn read_into_guest(
+    mem: &GuestMemory,
+    fd: BorrowedFd<'_>,
+    runs: &[(Gpa, u64)],
+    offset: Option<i64>,
+) -> Result<u64, Errno> {
+    if runs.is_empty() {
+        return Ok(0);
+    }
+    let iov = iovecs(mem, runs)?;
+    // SAFETY: every iovec points into guest memory, bounds-checked by `host_ptr`; the host
+    // kernel writes at most their lengths.
+    let n = unsafe {
+        match offset {
+            Some(off) => libc::preadv(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32, off),
+            None => libc::readv(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32),
+        }
+    };
+    if n < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(n as u64)
+    }
+}
+
+/// Writes the guest-physical `runs` to `fd` (at `offset`, or the file position).
+///
+/// # Errors
+/// The host's errno.
+pub fn write_from_guest(
+    mem: &GuestMemory,
+    fd: BorrowedFd<'_>,
+    runs: &[(Gpa, u64)],
+    offset: Option<i64>,
+) -> Result<u64, Errno> {
+    if runs.is_empty() {
+        return Ok(0);
+    }
+    let iov = iovecs(mem, runs)?;
+    // SAFETY: every iovec points into guest memory, bounds-checked; the host only reads it.
+    let n = unsafe {
+        match offset {
+            Some(off) => libc::pwritev(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32, off),
+            None => libc::writev(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32),
+        }
+    };
+    if n < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(n as u64)
+    }
+}

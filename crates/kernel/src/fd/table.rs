@@ -1,0 +1,162 @@
+//! The descriptor table: guest fd numbers to open files, with close-on-exec flags.
+
+use std::sync::Arc;
+
+use abi::Errno;
+
+use super::OpenFile;
+
+/// Most descriptors a process may hold (RLIMIT_NOFILE).
+pub const MAX_FDS: usize = 4096;
+
+#[derive(Debug, Clone)]
+struct Slot {
+    file: Arc<OpenFile>,
+    cloexec: bool,
+}
+
+/// A process's file descriptor table (Linux's `struct files_struct`).
+#[derive(Debug, Default)]
+pub struct FdTable {
+    slots: Vec<Option<Slot>>,
+}
+
+impl FdTable {
+    /// An empty table.
+    pub fn new() -> FdTable {
+        FdTable::default()
+    }
+
+    /// The file at `fd`.
+    ///
+    /// # Errors
+    /// EBADF if `fd` is not open.
+    pub fn get(&self, fd: i32) -> Result<Arc<OpenFile>, Errno> {
+        usize::try_from(fd)
+            .ok()
+            .and_then(|i| self.slots.get(i))
+            .and_then(|s| s.as_ref())
+            .map(|s| s.file.clone())
+            .ok_or(Errno::EBADF)
+    }
+
+    /// Installs `file` at the lowest free descriptor `>= min`.
+    ///
+    /// # Errors
+    /// EMFILE when the table is full; EINVAL if `min` is out of range.
+    pub fn insert_from(&mut self, min: i32, file: Arc<OpenFile>, cloexec: bool) -> Result<i32, Errno> {
+        let min = usize::try_from(min).map_err(|_| Errno::EINVAL)?;
+        if min >= MAX_FDS {
+            return Err(Errno::EINVAL);
+        }
+        let idx = (min..MAX_FDS)
+            .find(|&i| self.slots.get(i).is_none_or(|s| s.is_none()))
+            .ok_or(Errno::EMFILE)?;
+        if self.slots.len() <= idx {
+            self.slots.resize(idx + 1, None);
+        }
+        self.slots[idx] = Some(Slot { file, cloexec });
+        Ok(idx as i32)
+    }
+
+    /// Installs `file` at the lowest free descriptor.
+    ///
+    /// # Errors
+    /// EMFILE when the table is full.
+    pub fn insert(&mut self, file: Arc<OpenFile>, cloexec: bool) -> Result<i32, Errno> {
+        self.insert_from(0, file, cloexec)
+    }
+
+    /// Installs `file` exactly at `fd`, closing what was there (dup2 semantics).
+    ///
+    /// # Errors
+    /// EBADF if `fd` is out of range.
+    pub fn insert_at(&mut self, fd: i32, file: Arc<OpenFile>, cloexec: bool) -> Result<(), Errno> {
+        let idx = usize::try_from(fd).ok().filter(|&i| i < MAX_FDS).ok_or(Errno::EBADF)?;
+        if self.slots.len() <= idx {
+            self.slots.resize(idx + 1, None);
+        }
+        self.slots[idx] = Some(Slot { file, cloexec });
+        Ok(())
+    }
+
+    /// Closes `fd`.
+    ///
+    /// # Errors
+    /// EBADF if it is not open.
+    pub fn remove(&mut self, fd: i32) -> Result<Arc<OpenFile>, Errno> {
+        let slot = usize::try_from(fd)
+            .ok()
+            .and_then(|i| self.slots.get_mut(i))
+            .and_then(|s| s.take())
+            .ok_or(Errno::EBADF)?;
+        Ok(slot.file)
+    }
+
+    /// The close-on-exec flag of `fd`.
+    ///
+    /// # Errors
+    /// EBADF if it is not open.
+    pub fn cloexec(&self, fd: i32) -> Result<bool, Errno> {
+        usize::try_from(fd)
+            .ok()
+            .and_then(|i| self.slots.get(i))
+            .and_then(|s| s.as_ref())
+            .map(|s| s.cloexec)
+            .ok_or(Errno::EBADF)
+    }
+
+    /// Sets the close-on-exec flag of `fd`.
+    ///
+    /// # Errors
+    /// EBADF if it is not open.
+    pub fn set_cloexec(&mut self, fd: i32, on: bool) -> Result<(), Errno> {
+        let slot = usize::try_from(fd)
+            .ok()
+            .and_then(|i| self.slots.get_mut(i))
+            .and_then(|s| s.as_mut())
+            .ok_or(Errno::EBADF)?;
+        slot.cloexec = on;
+        Ok(())
+    }
+
+    /// Number of open descriptors.
+    pub fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Whether no descriptor is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fd::FileKind;
+    use std::os::fd::OwnedFd;
+
+    fn file() -> Arc<OpenFile> {
+        let f: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+        Arc::new(OpenFile::new(f, FileKind::Regular, None))
+    }
+
+    #[test]
+    fn lowest_free_and_dup2() {
+        let mut t = FdTable::new();
+        assert_eq!(t.insert(file(), false).unwrap(), 0);
+        assert_eq!(t.insert(file(), true).unwrap(), 1);
+        assert_eq!(t.insert(file(), false).unwrap(), 2);
+        t.remove(1).unwrap();
+        assert_eq!(t.insert(file(), false).unwrap(), 1);
+        assert_eq!(t.insert_from(10, file(), false).unwrap(), 10);
+        t.insert_at(5, file(), true).unwrap();
+        assert!(t.cloexec(5).unwrap());
+        assert_eq!(t.get(7).err(), Some(Errno::EBADF));
+        assert_eq!(t.get(-1).err(), Some(Errno::EBADF));
+        assert_eq!(t.remove(99).err(), Some(Errno::EBADF));
+        assert_eq!(t.insert_at(MAX_FDS as i32, file(), false).err(), Some(Errno::EBADF));
+        assert_eq!(t.len(), 5);
+    }
+}

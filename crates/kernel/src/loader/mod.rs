@@ -1,0 +1,183 @@
+//! The ELF loader: maps a static executable (ET_EXEC or static-PIE) into a fresh address space
+//! and builds the initial stack (argv, envp, auxv) as Linux's `binfmt_elf` does.
+
+mod stack;
+
+use std::fs::File;
+use std::sync::Arc;
+
+use goblin::elf::program_header::{PF_R, PF_W, PF_X, PT_INTERP, PT_LOAD, PT_PHDR};
+use goblin::elf::Elf;
+use mm::{MemoryManager, MmapRequest, Prot, VmaKind};
+use platform::{Gva, PAGE_SIZE};
+
+pub use stack::{build_stack, StackImage};
+
+/// Errors loading a program.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// Guest path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Not an ELF file.
+    #[error("{0} is not an ELF executable")]
+    NotElf(String),
+    /// An ELF file torpor cannot run.
+    #[error("{path}: {why}")]
+    Unsupported {
+        /// Guest path.
+        path: String,
+        /// Why.
+        why: String,
+    },
+    /// A dynamically linked program (PT_INTERP), not supported yet.
+    #[error("{0} is a dynamic ELF (it needs an interpreter); only static programs run for now")]
+    Dynamic(String),
+    /// Mapping a segment failed.
+    #[error("mapping {path}: {source}")]
+    Map {
+        /// Guest path.
+        path: String,
+        /// Cause.
+        source: mm::MmError,
+    },
+}
+
+/// Where the program landed: what the initial stack's auxv and the first instruction need.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadedImage {
+    /// Entry point.
+    pub entry: Gva,
+    /// Address of the program headers in memory (AT_PHDR).
+    pub phdr: Gva,
+    /// Number of program headers (AT_PHNUM).
+    pub phnum: u64,
+    /// End of the highest segment: the initial program break.
+    pub brk: Gva,
+}
+
+/// Base at which a static-PIE (ET_DYN) program is placed, as Linux's ELF_ET_DYN_BASE.
+const PIE_BASE: u64 = 0x5555_5555_4000;
+
+/// Loads the executable at `path` (opened as `file`) into `mm`.
+///
+/// # Errors
+/// [`LoadError`] for an unreadable, non-ELF, dynamic or malformed file.
+pub fn load_elf(mm: &mut MemoryManager, path: &str, file: File) -> Result<LoadedImage, LoadError> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let mut f = &file;
+    f.read_to_end(&mut bytes).map_err(|source| LoadError::Read { path: path.into(), source })?;
+    if bytes.len() < 4 || &bytes[..4] != b"\x7fELF" {
+        return Err(LoadError::NotElf(path.into()));
+    }
+    let unsupported = |why: String| LoadError::Unsupported { path: path.into(), why };
+    let elf = Elf::parse(&bytes).map_err(|e| unsupported(format!("malformed ELF: {e}")))?;
+    if !elf.is_64 || elf.header.e_machine != goblin::elf::header::EM_X86_64 {
+        return Err(unsupported("not an x86-64 ELF".into()));
+    }
+    if elf.program_headers.iter().any(|p| p.p_type == PT_INTERP) {
+        return Err(LoadError::Dynamic(path.into()));
+    }
+    let bias = match elf.header.e_type {
+        goblin::elf::header::ET_EXEC => 0,
+        goblin::elf::header::ET_DYN => PIE_BASE,
+        t => return Err(unsupported(format!("ELF type {t} is not executable"))),
+    };
+    let file = Arc::new(file);
+    let mut brk = 0u64;
+    let mut phdr_addr = None;
+    let mut first_load_vaddr_minus_offset = None;
+    let loads: Vec<_> = elf.program_headers.iter().filter(|p| p.p_type == PT_LOAD).collect();
+    if loads.is_empty() {
+        return Err(unsupported("no loadable segment".into()));
+    }
+    for ph in &loads {
+        if ph.p_memsz < ph.p_filesz || ph.p_offset % PAGE_SIZE != ph.p_vaddr % PAGE_SIZE {
+            return Err(unsupported("inconsistent PT_LOAD segment".into()));
+        }
+        let vaddr = ph.p_vaddr.checked_add(bias).ok_or_else(|| unsupported("segment overflows".into()))?;
+        let end = vaddr.checked_add(ph.p_memsz).ok_or_else(|| unsupported("segment overflows".into()))?;
+        if end > platform::layout::USER_END.raw() {
+            return Err(unsupported("segment beyond the user address space".into()));
+        }
+        let mut prot = Prot::NONE;
+        if ph.p_flags & PF_R != 0 {
+            prot = prot | Prot::READ;
+        }
+        if ph.p_flags & PF_W != 0 {
+            prot = prot | Prot::WRITE;
+        }
+        if ph.p_flags & PF_X != 0 {
+            prot = prot | Prot::EXEC;
+        }
+        let page = vaddr & !(PAGE_SIZE - 1);
+        let off_page = ph.p_offset & !(PAGE_SIZE - 1);
+        let file_end = vaddr + ph.p_filesz;
+        if first_load_vaddr_minus_offset.is_none() {
+            first_load_vaddr_minus_offset = Some(vaddr.wrapping_sub(ph.p_offset));
+        }
+        let map = |mm: &mut MemoryManager, addr: u64, len: u64, kind: VmaKind| {
+            mm.mmap(MmapRequest {
+                addr: Gva(addr),
+                len,
+                prot,
+                fixed: true,
+                fixed_noreplace: false,
+                kind,
+                name: Some(path.to_string()),
+            })
+            .map_err(|source| LoadError::Map { path: path.into(), source })
+        };
+        // File-backed part, up to the page holding the end of the file data.
+        let file_map_end = (file_end + PAGE_SIZE - 1) & !(PAGE_SIZE - 1);
+        if ph.p_filesz > 0 {
+            map(mm, page, file_map_end - page, VmaKind::File { file: file.clone(), offset: off_page })?;
+            // Bytes of the last file page past p_filesz belong to .bss: zero them. The page is
+            // private, so writing it does not touch the file.
+            let tail = file_map_end - file_end;
+            if tail > 0 && ph.p_memsz > ph.p_filesz {
+                let zeros = vec![0u8; tail as usize];
+                write_zeros(mm, Gva(file_end), &zeros)
+                    .map_err(|source| LoadError::Map { path: path.into(), source })?;
+            }
+        }
+        let anon_start = if ph.p_filesz > 0 { file_map_end } else { page };
+        let mem_end = (end + PAGE_SIZE - 1) & !(PAGE_SIZE - 1);
+        if mem_end > anon_start {
+            map(mm, anon_start, mem_end - anon_start, VmaKind::Anon)?;
+        }
+        brk = brk.max(end);
+        if ph.p_offset <= elf.header.e_phoff && elf.header.e_phoff < ph.p_offset + ph.p_filesz {
+            phdr_addr.get_or_insert(vaddr + (elf.header.e_phoff - ph.p_offset));
+        }
+    }
+    if let Some(p) = elf.program_headers.iter().find(|p| p.p_type == PT_PHDR) {
+        phdr_addr = Some(p.p_vaddr + bias);
+    }
+    let phdr = phdr_addr
+        .or_else(|| first_load_vaddr_minus_offset.map(|b| b + elf.header.e_phoff))
+        .unwrap_or(0);
+    Ok(LoadedImage {
+        entry: Gva(elf.header.e_entry + bias),
+        phdr: Gva(phdr),
+        phnum: elf.program_headers.len() as u64,
+        brk: Gva(brk),
+    })
+}
+
+fn write_zeros(mm: &mut MemoryManager, at: Gva, zeros: &[u8]) -> Result<(), mm::MmError> {
+    // The segment may be read-only (a read-only segment with a .bss tail is unusual but legal):
+    // write through the kernel's view, which ignores protections.
+    for (gpa, len) in mm.user_ranges(at, zeros.len() as u64, false)? {
+        mm.memory()
+            .write(gpa, &zeros[..len as usize])
+            .map_err(|e| mm::MmError::Internal(e.to_string()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! The sandbox's network policy: which host addresses the application's sockets may use.
+//!
+//! A `bind` to a published guest port binds the host address given by `--publish`; any other
+//! bind lands on an ephemeral loopback port (the application can still talk to itself, but
+//! nothing outside reaches it). `connect` reaches the sandbox's own listeners on loopback (the
+//! guest port is translated to the host port behind it), and elsewhere only with
+//! `allow_outbound`.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Mutex;
+
+/// One `--publish [HOST_IP:]HOST_PORT:GUEST_PORT` rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Publish {
+    /// Host address to bind.
+    pub host: SocketAddr,
+    /// The guest port it stands for.
+    pub guest_port: u16,
+}
+
+impl std::str::FromStr for Publish {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Publish, String> {
+        let bad = || format!("bad --publish {s:?}: expected [HOST_IP:]HOST_PORT:GUEST_PORT");
+        let (rest, guest) = s.rsplit_once(':').ok_or_else(bad)?;
+        let guest_port: u16 = guest.parse().map_err(|_| bad())?;
+        let (ip, host_port) = match rest.rsplit_once(':') {
+            Some((ip, p)) => {
+                let ip = ip.trim_start_matches('[').trim_end_matches(']');
+                (ip.parse::<IpAddr>().map_err(|_| bad())?, p)
+            }
+            None => (IpAddr::V4(Ipv4Addr::LOCALHOST), rest),
+        };
+        let host_port: u16 = host_port.parse().map_err(|_| bad())?;
+        if guest_port == 0 {
+            return Err(bad());
+        }
+        Ok(Publish { host: SocketAddr::new(ip, host_port), guest_port })
+    }
+}
+
+/// The policy, plus the ports the application has bound so far.
+#[derive(Debug, Default)]
+pub struct NetPolicy {
+    publish: Vec<Publish>,
+    allow_outbound: bool,
+    /// Guest port → host address actually bound.
+    bound: Mutex<HashMap<u16, SocketAddr>>,
+}
+
+impl NetPolicy {
+    /// A policy with these published ports.
+    pub fn new(publish: Vec<Publish>, allow_outbound: bool) -> NetPolicy {
+        NetPolicy { publish, allow_outbound, bound: Mutex::new(HashMap::new()) }
+    }
+
+    /// The host address to bind for a guest bind to `guest`.
+    pub fn bind_target(&self, guest: SocketAddr) -> SocketAddr {
+        if guest.port() != 0 {
+            if let Some(p) = self.publish.iter().find(|p| p.guest_port == guest.port()) {
+                return p.host;
+            }
+        }
+        let lo = if guest.is_ipv4() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { IpAddr::V6(std::net::Ipv6Addr::LOCALHOST) };
+        SocketAddr::new(lo, 0)
+    }
+
+    /// Records that guest port `guest_port` is served by host address `host`.
+    pub fn record_bind(&self, guest_port: u16, host: SocketAddr) {
+        if let Ok(mut b) = self.bound.lock() {
+            b.insert(guest_port, host);
+        }
+    }
+
+    /// The host address for a guest `connect` to `guest`, or `None` if the policy forbids it.
+    pub fn connect_target(&self, guest: SocketAddr) -> Option<SocketAddr> {
+        if guest.ip().is_loopback() || guest.ip().is_unspecified() {
+            let b = self.bound.lock().ok()?;
+            if let Some(h) = b.get(&guest.port()) {
+                let ip = if h.ip().is_unspecified() { guest_loopback(guest) } else { h.ip() };
+                return Some(SocketAddr::new(ip, h.port()));
+            }
+            return if self.allow_outbound { Some(guest) } else { None };
+        }
+        self.allow_outbound.then_some(guest)
+    }
+
+    /// The guest port that host port `host_port` stands for, if the application bound it.
+    pub fn guest_port_of(&self, host: SocketAddr) -> Option<u16> {
+        let b = self.bound.lock().ok()?;
+        b.iter().find(|(_, h)| h.port() == host.port()).map(|(g, _)| *g)
+    }
+}
+
+fn guest_loopback(a: SocketAddr) -> IpAddr {
+    if a.is_ipv4() {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_publish() {
+        let p: Publish = "8080:80".parse().unwrap();
+        assert_eq!(p.host, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(p.guest_port, 80);
+        let p: Publish = "0.0.0.0:9000:8000".parse().unwrap();
+        assert_eq!(p.host, "0.0.0.0:9000".parse().unwrap());
+        assert!("80".parse::<Publish>().is_err());
+        assert!("x:80".parse::<Publish>().is_err());
+        assert!("8080:0".parse::<Publish>().is_err());
+    }
+
+    #[test]
+    fn binds_and_connects() {
+        let n = NetPolicy::new(vec!["127.0.0.1:18080:80".parse().unwrap()], false);
+        assert_eq!(n.bind_target("0.0.0.0:80".parse().unwrap()), "127.0.0.1:18080".parse().unwrap());
+        assert_eq!(n.bind_target("0.0.0.0:81".parse().unwrap()), "127.0.0.1:0".parse().unwrap());
+        n.record_bind(81, "127.0.0.1:40000".parse().unwrap());
+        assert_eq!(n.connect_target("127.0.0.1:81".parse().unwrap()), Some("127.0.0.1:40000".parse().unwrap()));
+        assert_eq!(n.connect_target("127.0.0.1:22".parse().unwrap()), None);
+        assert_eq!(n.connect_target("10.0.0.1:80".parse().unwrap()), None);
+        assert_eq!(n.guest_port_of("127.0.0.1:40000".parse().unwrap()), Some(81));
+    }
+}

@@ -1,0 +1,177 @@
+//! A sandbox: builds the VM, the address space and the first task from a configuration, and
+//! runs it to completion.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use mm::MemoryManager;
+use platform::{GuestMemory, Vm};
+
+use crate::fd::{FdTable, FileKind, OpenFile};
+use crate::fs::{self, Root};
+use crate::loader;
+use crate::net::{NetPolicy, Publish};
+use crate::task::{SignalState, Task};
+
+pub use crate::task::ExitStatus;
+
+/// What to run and with which limits (kept apart from the runtime objects it builds).
+#[derive(Clone, Debug)]
+pub struct SandboxConfig {
+    /// Host directory that becomes `/`.
+    pub rootfs: PathBuf,
+    /// Program path inside the root.
+    pub program: String,
+    /// argv (argv[0] included).
+    pub args: Vec<String>,
+    /// Environment, `K=V`.
+    pub env: Vec<String>,
+    /// Working directory inside the root.
+    pub cwd: String,
+    /// Guest memory size in bytes (a multiple of 4 MiB).
+    pub memory: u64,
+    /// Published ports.
+    pub publish: Vec<Publish>,
+    /// Whether the application may connect to hosts other than its own listeners.
+    pub allow_outbound: bool,
+}
+
+/// Errors building or running a sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The root filesystem is missing or unusable.
+    #[error("root filesystem {path}: {source}")]
+    Rootfs {
+        /// Host path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The program is not in the root.
+    #[error("program {0} not found in the root filesystem")]
+    ProgramNotFound(String),
+    /// The program cannot be opened.
+    #[error("cannot open program {path}: {errno}")]
+    ProgramOpen {
+        /// Guest path.
+        path: String,
+        /// Errno.
+        errno: abi::Errno,
+    },
+    /// Loading failed.
+    #[error(transparent)]
+    Load(#[from] loader::LoadError),
+    /// Guest memory could not be set up.
+    #[error("guest memory: {0}")]
+    Memory(String),
+    /// The VM could not be built.
+    #[error(transparent)]
+    Vm(#[from] platform::VmError),
+    /// The sandbox failed while running.
+    #[error("sandbox failed: {0}")]
+    Run(#[from] crate::task::TaskError),
+}
+
+/// Timings of the start-up, in microseconds since `Sandbox::build` began.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StartTimings {
+    /// VM, memory and task built, program loaded.
+    pub built_us: u64,
+}
+
+/// A built sandbox, ready to run its first task.
+pub struct Sandbox {
+    task: Task,
+    started: Instant,
+    /// Start-up timings.
+    pub timings: StartTimings,
+    _vm: Vm,
+}
+
+impl Sandbox {
+    /// Builds the sandbox: memory, VM, address space, the loaded program and its stack.
+    ///
+    /// # Errors
+    /// [`SandboxError`] for a missing root or program, a bad ELF, or a KVM failure.
+    pub fn build(cfg: &SandboxConfig) -> Result<Sandbox, SandboxError> {
+        let started = Instant::now();
+        let root = Root::open(&cfg.rootfs).map_err(|source| SandboxError::Rootfs { path: cfg.rootfs.clone(), source })?;
+        let prog_path = fs::join(b"/", cfg.program.as_bytes());
+        let prog = match root.open_at(&prog_path, libc::O_RDONLY, 0) {
+            Ok(fd) => fd,
+            Err(e) if e == abi::Errno::ENOENT || e == abi::Errno::ENOTDIR => {
+                return Err(SandboxError::ProgramNotFound(cfg.program.clone()))
+            }
+            Err(errno) => return Err(SandboxError::ProgramOpen { path: cfg.program.clone(), errno }),
+        };
+        let mem = Arc::new(GuestMemory::new(cfg.memory).map_err(|e| SandboxError::Memory(e.to_string()))?);
+        let vm = Vm::new(mem.clone())?;
+        let mut mm = MemoryManager::new(mem.clone()).map_err(|e| SandboxError::Memory(e.to_string()))?;
+        let image = loader::load_elf(&mut mm, &cfg.program, std::fs::File::from(prog))?;
+        mm.set_brk_base(image.brk);
+        let argv: Vec<Vec<u8>> = cfg.args.iter().map(|s| s.as_bytes().to_vec()).collect();
+        let envp: Vec<Vec<u8>> = cfg.env.iter().map(|s| s.as_bytes().to_vec()).collect();
+        // SAFETY: no preconditions.
+        let ids = unsafe { (libc::getuid(), libc::getgid()) };
+        let stack = loader::build_stack(&mut mm, &image, &argv, &envp, cfg.program.as_bytes(), ids)
+            .map_err(|e| SandboxError::Memory(e.to_string()))?;
+        let mut vcpu = vm.create_vcpu(0, mm.cr3())?;
+        vcpu.user.regs.rip = image.entry.raw();
+        vcpu.user.regs.rsp = stack.sp.raw();
+
+        let mut fds = FdTable::new();
+        for n in 0..3 {
+            // SAFETY: duplicating the runtime's own stdio fd; the copy is owned by the table.
+            let d = unsafe { libc::fcntl(n, libc::F_DUPFD_CLOEXEC, 3) };
+            if d >= 0 {
+                // SAFETY: `d` is a fresh fd owned by nobody else.
+                let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(d) };
+                let _ = fds.insert_at(n, Arc::new(OpenFile::new(owned, FileKind::Stdio, None)), false);
+            }
+        }
+        let cwd = {
+            let c = fs::join(b"/", cfg.cwd.as_bytes());
+            match root.open_at(&c, libc::O_PATH | libc::O_DIRECTORY, 0) {
+                Ok(fd) => root.guest_path_of(&fd).unwrap_or(c),
+                Err(_) => b"/".to_vec(),
+            }
+        };
+        let task = Task {
+            tid: 1,
+            pid: 1,
+            vcpu,
+            mm: Arc::new(Mutex::new(mm)),
+            mem,
+            fds,
+            root: Arc::new(root),
+            cwd,
+            umask: 0o022,
+            net: Arc::new(NetPolicy::new(cfg.publish.clone(), cfg.allow_outbound)),
+            signals: SignalState::default(),
+            clear_child_tid: 0,
+            exit: None,
+            exe: prog_path,
+        };
+        let timings = StartTimings { built_us: started.elapsed().as_micros() as u64 };
+        Ok(Sandbox { task, started, timings, _vm: vm })
+    }
+
+    /// When `build` began.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Runs the first task until the application exits.
+    ///
+    /// # Errors
+    /// [`SandboxError::Run`] on a host failure.
+    pub fn run(mut self) -> Result<ExitStatus, SandboxError> {
+        Ok(self.task.run()?)
+    }
+
+    /// Number of vCPU exits so far.
+    pub fn exits(&self) -> u64 {
+        self.task.vcpu.exits()
+    }
+}

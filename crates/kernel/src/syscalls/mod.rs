@@ -1,0 +1,24 @@
+//! The x86-64 syscall table and its handlers, one file per family.
+//!
+//! Handlers are thin: they decode and check arguments, then call the subsystem. Errors are
+//! errnos (`SysResult`); guest input never panics the runtime.
+
+mod args;
+mod sys_file;
+mod sys_fs;
+mod sys_info;
+mod sys_mm;
+mod sys_poll;
+mod sys_process;
+mod sys_rw;
+mod sys_signal;
+mod sys_socket;
+mod sys_stat;
+mod sys_time;
+pub mod table;
+
+pub use args::SyscallArgs;
+pub use table::{dispatch, Support, TABLE};
+
+/// What a handler returns: the value for `rax`, or an errno.
+pub type SysResult = Result<u64, abi::Errno>;

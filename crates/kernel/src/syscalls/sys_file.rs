@@ -1,0 +1,227 @@
+//! open, openat, close, dup, dup2, dup3, fcntl, ioctl.
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use abi::Errno;
+
+use super::{SysResult, SyscallArgs};
+use crate::fd::{FileKind, OpenFile};
+use crate::fs;
+use crate::task::Task;
+
+/// `AT_FDCWD`.
+pub const AT_FDCWD: i32 = -100;
+
+/// Flags open(2) accepts (others are EINVAL).
+const OPEN_FLAGS: i32 = libc::O_ACCMODE
+    | libc::O_CREAT
+    | libc::O_EXCL
+    | libc::O_NOCTTY
+    | libc::O_TRUNC
+    | libc::O_APPEND
+    | libc::O_NONBLOCK
+    | libc::O_DSYNC
+    | libc::O_SYNC
+    | libc::O_DIRECTORY
+    | libc::O_NOFOLLOW
+    | libc::O_CLOEXEC
+    | libc::O_NOATIME
+    | libc::O_PATH
+    | libc::O_TMPFILE
+    | libc::O_LARGEFILE
+    | libc::O_DIRECT
+    | 0o20000; // FASYNC
+
+/// The guest path `path` names relative to `dirfd` (AT_FDCWD or a directory fd).
+///
+/// # Errors
+/// EBADF, ENOTDIR.
+pub fn resolve(t: &Task, dirfd: i32, path: &[u8]) -> Result<Vec<u8>, Errno> {
+    if path.first() == Some(&b'/') {
+        return Ok(path.to_vec());
+    }
+    if dirfd == AT_FDCWD {
+        return Ok(fs::join(&t.cwd, path));
+    }
+    let f = t.fds.get(dirfd)?;
+    match (&f.kind, &f.path) {
+        (FileKind::Directory, Some(base)) => Ok(fs::join(base, path)),
+        _ => Err(Errno::ENOTDIR),
+    }
+}
+
+/// Opens `path` (relative to `dirfd`) and installs it.
+pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -> SysResult {
+    if flags & !OPEN_FLAGS != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let guest = resolve(t, dirfd, path)?;
+    let mode = mode & !t.umask;
+    let fd = t.root.open_at(&guest, flags & !libc::O_CLOEXEC, mode)?;
+    // SAFETY: fstat on an fd we own into a zeroed stat buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(Errno::last());
+    }
+    let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    let (kind, path) = if is_dir {
+        (FileKind::Directory, Some(t.root.guest_path_of(&fd).unwrap_or(guest)))
+    } else {
+        (FileKind::Regular, Some(guest))
+    };
+    let file = Arc::new(OpenFile::new(fd, kind, path));
+    Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
+}
+
+/// Implements open(2).
+pub fn sys_open(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let path = t.copy_in_path(a.gva(0))?;
+    open_file(t, AT_FDCWD, &path, a.int(1), a.u(2) as u32)
+}
+
+/// Implements openat(2).
+pub fn sys_openat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let path = t.copy_in_path(a.gva(1))?;
+    open_file(t, a.int(0), &path, a.int(2), a.u(3) as u32)
+}
+
+/// Implements close(2).
+pub fn sys_close(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    t.fds.remove(a.int(0))?;
+    Ok(0)
+}
+
+/// Implements dup(2).
+pub fn sys_dup(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    Ok(t.fds.insert(f, false)? as u64)
+}
+
+/// Implements dup2(2).
+pub fn sys_dup2(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (old, new) = (a.int(0), a.int(1));
+    let f = t.fds.get(old)?;
+    if old == new {
+        return Ok(new as u64);
+    }
+    t.fds.insert_at(new, f, false)?;
+    Ok(new as u64)
+}
+
+/// Implements dup3(2).
+pub fn sys_dup3(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (old, new, flags) = (a.int(0), a.int(1), a.int(2));
+    if flags & !libc::O_CLOEXEC != 0 || old == new {
+        return Err(Errno::EINVAL);
+    }
+    let f = t.fds.get(old)?;
+    t.fds.insert_at(new, f, flags & libc::O_CLOEXEC != 0)?;
+    Ok(new as u64)
+}
+
+/// Implements fcntl(2).
+pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (fd, cmd, arg) = (a.int(0), a.int(1), a.u(2));
+    let f = t.fds.get(fd)?;
+    match cmd {
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let min = i32::try_from(arg).map_err(|_| Errno::EINVAL)?;
+            Ok(t.fds.insert_from(min, f, cmd == libc::F_DUPFD_CLOEXEC)? as u64)
+        }
+        libc::F_GETFD => Ok(u64::from(t.fds.cloexec(fd)?)),
+        libc::F_SETFD => {
+            t.fds.set_cloexec(fd, arg & libc::FD_CLOEXEC as u64 != 0)?;
+            Ok(0)
+        }
+        libc::F_GETFL => {
+            // SAFETY: F_GETFL on an fd we own.
+            let r = unsafe { libc::fcntl(f.host().as_raw_fd(), libc::F_GETFL) };
+            if r < 0 {
+                return Err(Errno::last());
+            }
+            Ok((r & !libc::O_CLOEXEC) as u64)
+        }
+        libc::F_SETFL => {
+            let settable = libc::O_APPEND | libc::O_NONBLOCK | libc::O_NOATIME | libc::O_DIRECT | 0o20000;
+            // SAFETY: F_GETFL/F_SETFL on an fd we own.
+            let cur = unsafe { libc::fcntl(f.host().as_raw_fd(), libc::F_GETFL) };
+            if cur < 0 {
+                return Err(Errno::last());
+            }
+            let new = (cur & !settable) | (arg as i32 & settable);
+            // SAFETY: as above.
+            if unsafe { libc::fcntl(f.host().as_raw_fd(), libc::F_SETFL, new) } < 0 {
+                return Err(Errno::last());
+            }
+            Ok(0)
+        }
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+const TCGETS: u64 = 0x5401;
+const TIOCGWINSZ: u64 = 0x5413;
+const TIOCGPGRP: u64 = 0x540f;
+const FIONREAD: u64 = 0x541b;
+const FIONBIO: u64 = 0x5421;
+const FIONCLEX: u64 = 0x5450;
+const FIOCLEX: u64 = 0x5451;
+
+/// Implements ioctl(2) for the requests the C libraries make on ordinary files, terminals
+/// and sockets.
+pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (fd, req, arg) = (a.int(0), a.u(1), a.gva(2));
+    let f = t.fds.get(fd)?;
+    let host = f.host().as_raw_fd();
+    match req {
+        TCGETS | TIOCGWINSZ | TIOCGPGRP => {
+            // Only a real terminal (a stdio stream the runtime was given) answers; anything
+            // else is ENOTTY, as Linux says for a non-tty.
+            // SAFETY: isatty on an fd we own.
+            if !matches!(f.kind, FileKind::Stdio) || unsafe { libc::isatty(host) } != 1 {
+                return Err(Errno::ENOTTY);
+            }
+            let size = match req {
+                TCGETS => std::mem::size_of::<libc::termios>(),
+                TIOCGWINSZ => std::mem::size_of::<libc::winsize>(),
+                _ => 4,
+            };
+            let mut buf = vec![0u8; size];
+            // SAFETY: the buffer is as large as the structure this read-only request fills.
+            if unsafe { libc::ioctl(host, req as _, buf.as_mut_ptr()) } < 0 {
+                return Err(Errno::last());
+            }
+            t.copy_out(arg, &buf)?;
+            Ok(0)
+        }
+        FIONREAD => {
+            let mut n: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one int.
+            if unsafe { libc::ioctl(host, FIONREAD as _, &mut n) } < 0 {
+                return Err(Errno::last());
+            }
+            t.write_u32(arg, n as u32)?;
+            Ok(0)
+        }
+        FIONBIO => {
+            let mut b = [0u8; 4];
+            t.copy_in(arg, &mut b)?;
+            let on = i32::from_le_bytes(b) != 0;
+            // SAFETY: F_GETFL/F_SETFL on an fd we own.
+            let cur = unsafe { libc::fcntl(host, libc::F_GETFL) };
+            let new = if on { cur | libc::O_NONBLOCK } else { cur & !libc::O_NONBLOCK };
+            // SAFETY: as above.
+            if cur < 0 || unsafe { libc::fcntl(host, libc::F_SETFL, new) } < 0 {
+                return Err(Errno::last());
+            }
+            Ok(0)
+        }
+        FIOCLEX | FIONCLEX => {
+            t.fds.set_cloexec(fd, req == FIOCLEX)?;
+            Ok(0)
+        }
+        _ => Err(Errno::ENOTTY),
+    }
+}

@@ -1,0 +1,85 @@
+//! uname, getrandom, getrlimit, prlimit64.
+
+use abi::structs::UTS_FIELD;
+use abi::Errno;
+
+use super::{SysResult, SyscallArgs};
+use crate::task::Task;
+
+/// Implements uname(2): Linux x86-64 with the host's release, the sandbox's own node name.
+pub fn sys_uname(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    // SAFETY: a zeroed utsname is a valid output buffer.
+    let mut host: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: valid output buffer.
+    unsafe { libc::uname(&mut host) };
+    let field = |s: &[libc::c_char]| -> Vec<u8> { s.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect() };
+    let fields: [Vec<u8>; 6] = [
+        b"Linux".to_vec(),
+        b"torpor".to_vec(),
+        field(&host.release),
+        field(&host.version),
+        b"x86_64".to_vec(),
+        b"(none)".to_vec(),
+    ];
+    let mut out = vec![0u8; UTS_FIELD * 6];
+    for (i, f) in fields.iter().enumerate() {
+        let n = f.len().min(UTS_FIELD - 1);
+        out[i * UTS_FIELD..i * UTS_FIELD + n].copy_from_slice(&f[..n]);
+    }
+    t.copy_out(a.gva(0), &out)?;
+    Ok(0)
+}
+
+/// Implements getrandom(2).
+pub fn sys_getrandom(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let flags = a.u(2) as u32;
+    if flags & !(libc::GRND_NONBLOCK | libc::GRND_RANDOM | 0x4) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let len = (a.len(1)? as usize).min(1 << 25);
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` is writable for `len` bytes.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), len, 0) };
+    if n < 0 {
+        return Err(Errno::last());
+    }
+    t.copy_out(a.gva(0), &buf[..n as usize])?;
+    Ok(n as u64)
+}
+
+fn limit(resource: u32) -> Result<(u64, u64), Errno> {
+    const INF: u64 = u64::MAX;
+    Ok(match resource {
+        libc::RLIMIT_STACK => (8 << 20, INF),
+        libc::RLIMIT_NOFILE => (crate::fd::MAX_FDS as u64, crate::fd::MAX_FDS as u64),
+        libc::RLIMIT_CORE => (0, 0),
+        r if r < 16 => (INF, INF),
+        _ => return Err(Errno::EINVAL),
+    })
+}
+
+/// Implements getrlimit(2).
+pub fn sys_getrlimit(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (cur, max) = limit(a.u(0) as u32)?;
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&cur.to_le_bytes());
+    b[8..].copy_from_slice(&max.to_le_bytes());
+    t.copy_out(a.gva(1), &b)?;
+    Ok(0)
+}
+
+/// Implements prlimit64(2) for the calling process.
+pub fn sys_prlimit64(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let pid = a.int(0);
+    if pid != 0 && pid != t.pid {
+        return Err(Errno::ESRCH);
+    }
+    let (cur, max) = limit(a.u(1) as u32)?;
+    if a.u(3) != 0 {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&cur.to_le_bytes());
+        b[8..].copy_from_slice(&max.to_le_bytes());
+        t.copy_out(a.gva(3), &b)?;
+    }
+    Ok(0)
+}

@@ -1,0 +1,142 @@
+//! read, write, readv, writev, pread64, pwrite64, lseek: zero-copy between host fds and guest
+//! memory.
+
+use std::os::fd::AsRawFd;
+
+use abi::Errno;
+use platform::Gva;
+
+use super::{SysResult, SyscallArgs};
+use crate::fd::{self, FileKind};
+use crate::task::Task;
+
+/// Most bytes moved by one call (Linux's MAX_RW_COUNT).
+const MAX_RW: u64 = 0x7fff_f000;
+/// Most iovecs (UIO_MAXIOV).
+const UIO_MAXIOV: u64 = 1024;
+
+fn check_rw(t: &Task, fd: i32) -> Result<std::sync::Arc<crate::fd::OpenFile>, Errno> {
+    let f = t.fds.get(fd)?;
+    if matches!(f.kind, FileKind::Directory) {
+        return Err(Errno::EISDIR);
+    }
+    Ok(f)
+}
+
+/// Reads from `fd` into user memory `buf..buf+len`.
+pub fn read_to_user(t: &mut Task, fd: i32, buf: Gva, len: u64, offset: Option<i64>) -> SysResult {
+    let f = check_rw(t, fd)?;
+    let len = len.min(MAX_RW);
+    let runs = t.user_ranges(buf, len, true)?;
+    fd::read_into_guest(&t.mem, f.host(), &runs, offset)
+}
+
+/// Writes user memory `buf..buf+len` to `fd`.
+pub fn write_from_user(t: &mut Task, fd: i32, buf: Gva, len: u64, offset: Option<i64>) -> SysResult {
+    let f = check_rw(t, fd)?;
+    let len = len.min(MAX_RW);
+    let runs = t.user_ranges(buf, len, false)?;
+    fd::write_from_guest(&t.mem, f.host(), &runs, offset)
+}
+
+/// Implements read(2).
+pub fn sys_read(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    read_to_user(t, a.int(0), a.gva(1), a.len(2)?, None)
+}
+
+/// Implements write(2).
+pub fn sys_write(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    write_from_user(t, a.int(0), a.gva(1), a.len(2)?, None)
+}
+
+fn offset(a: &SyscallArgs, i: usize) -> Result<i64, Errno> {
+    let o = a.u(i) as i64;
+    if o < 0 {
+        Err(Errno::EINVAL)
+    } else {
+        Ok(o)
+    }
+}
+
+/// Implements pread64(2).
+pub fn sys_pread64(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let off = offset(a, 3)?;
+    read_to_user(t, a.int(0), a.gva(1), a.len(2)?, Some(off))
+}
+
+/// Implements pwrite64(2).
+pub fn sys_pwrite64(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let off = offset(a, 3)?;
+    write_from_user(t, a.int(0), a.gva(1), a.len(2)?, Some(off))
+}
+
+/// Reads an iovec array from the user, capped in count and total length.
+pub fn copy_in_iovecs(t: &Task, addr: Gva, count: u64) -> Result<Vec<(Gva, u64)>, Errno> {
+    if count > UIO_MAXIOV {
+        return Err(Errno::EINVAL);
+    }
+    let mut raw = vec![0u8; count as usize * 16];
+    t.copy_in(addr, &mut raw)?;
+    let mut total = 0u64;
+    let mut out = Vec::with_capacity(count as usize);
+    for c in raw.chunks_exact(16) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&c[..8]);
+        let base = u64::from_le_bytes(b);
+        b.copy_from_slice(&c[8..]);
+        let len = u64::from_le_bytes(b);
+        if len > isize::MAX as u64 {
+            return Err(Errno::EINVAL);
+        }
+        let len = len.min(MAX_RW - total);
+        total += len;
+        out.push((Gva(base), len));
+    }
+    Ok(out)
+}
+
+fn vectored(t: &mut Task, a: &SyscallArgs, write: bool) -> SysResult {
+    let fd = a.int(0);
+    let f = check_rw(t, fd)?;
+    let iov = copy_in_iovecs(t, a.gva(1), a.u(2))?;
+    let mut runs = Vec::new();
+    for (base, len) in iov {
+        if len > 0 {
+            runs.extend(t.user_ranges(base, len, !write)?);
+        }
+    }
+    if write {
+        fd::write_from_guest(&t.mem, f.host(), &runs, None)
+    } else {
+        fd::read_into_guest(&t.mem, f.host(), &runs, None)
+    }
+}
+
+/// Implements readv(2).
+pub fn sys_readv(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    vectored(t, a, false)
+}
+
+/// Implements writev(2).
+pub fn sys_writev(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    vectored(t, a, true)
+}
+
+/// Implements lseek(2).
+pub fn sys_lseek(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    if f.is_socket() {
+        return Err(Errno::ESPIPE);
+    }
+    let whence = a.int(2);
+    if !matches!(whence, libc::SEEK_SET | libc::SEEK_CUR | libc::SEEK_END | libc::SEEK_DATA | libc::SEEK_HOLE) {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: lseek on an fd we own.
+    let r = unsafe { libc::lseek(f.host().as_raw_fd(), a.u(1) as i64, whence) };
+    if r < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(r as u64)
+    }
+}

@@ -1,0 +1,199 @@
+//! stat, fstat, lstat, newfstatat, statx, access, faccessat, faccessat2, readlink, readlinkat.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use abi::Errno;
+use platform::Gva;
+
+use super::sys_file::{resolve, AT_FDCWD};
+use super::{SysResult, SyscallArgs};
+use crate::task::Task;
+
+const AT_SYMLINK_NOFOLLOW: i32 = 0x100;
+const AT_EMPTY_PATH: i32 = 0x1000;
+const AT_NO_AUTOMOUNT: i32 = 0x800;
+const AT_STATX_SYNC_TYPE: i32 = 0x6000;
+
+/// Opens `path` relative to `dirfd` as an O_PATH fd (following the last symlink unless
+/// `nofollow`); an empty path with AT_EMPTY_PATH names `dirfd` itself.
+fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result<OwnedFd, Errno> {
+    if path.is_empty() {
+        if flags & AT_EMPTY_PATH == 0 {
+            return Err(Errno::ENOENT);
+        }
+        if dirfd == AT_FDCWD {
+            return t.root.open_at(&t.cwd, libc::O_PATH, 0);
+        }
+        let f = t.fds.get(dirfd)?;
+        return f.owned().try_clone().map_err(Errno::from);
+    }
+    let guest = resolve(t, dirfd, path)?;
+    let mut oflags = libc::O_PATH;
+    if flags & AT_SYMLINK_NOFOLLOW != 0 {
+        oflags |= libc::O_NOFOLLOW;
+    }
+    t.root.open_at(&guest, oflags, 0)
+}
+
+fn stat_fd(fd: i32) -> Result<libc::stat, Errno> {
+    // SAFETY: a zeroed stat is a valid output buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let empty = c"";
+    // SAFETY: valid fd, empty NUL-terminated path with AT_EMPTY_PATH, valid buffer.
+    let r = unsafe { libc::fstatat(fd, empty.as_ptr(), &mut st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) };
+    if r != 0 {
+        return Err(Errno::last());
+    }
+    Ok(st)
+}
+
+fn copy_out_stat(t: &Task, addr: Gva, st: &libc::stat) -> Result<(), Errno> {
+    // SAFETY: `libc::stat` is plain data; its bytes are its Linux x86-64 layout.
+    let bytes = unsafe {
+        std::slice::from_raw_parts((st as *const libc::stat).cast::<u8>(), std::mem::size_of::<libc::stat>())
+    };
+    t.copy_out(addr, bytes)
+}
+
+fn stat_at(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, out: Gva) -> SysResult {
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let fd = open_path(t, dirfd, path, flags)?;
+    let st = stat_fd(fd.as_raw_fd())?;
+    copy_out_stat(t, out, &st)?;
+    Ok(0)
+}
+
+/// Implements stat(2).
+pub fn sys_stat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let p = t.copy_in_path(a.gva(0))?;
+    stat_at(t, AT_FDCWD, &p, 0, a.gva(1))
+}
+
+/// Implements lstat(2).
+pub fn sys_lstat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let p = t.copy_in_path(a.gva(0))?;
+    stat_at(t, AT_FDCWD, &p, AT_SYMLINK_NOFOLLOW, a.gva(1))
+}
+
+/// Implements fstat(2).
+pub fn sys_fstat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    let st = stat_fd(f.host().as_raw_fd())?;
+    copy_out_stat(t, a.gva(1), &st)?;
+    Ok(0)
+}
+
+/// Implements newfstatat(2).
+pub fn sys_newfstatat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let p = t.copy_in_str(a.gva(1), libc::PATH_MAX as usize)?;
+    stat_at(t, a.int(0), &p, a.int(3), a.gva(2))
+}
+
+/// Implements statx(2).
+pub fn sys_statx(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (dirfd, flags, mask, out) = (a.int(0), a.int(2), a.u(3) as u32, a.gva(4));
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT | AT_STATX_SYNC_TYPE) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let p = t.copy_in_str(a.gva(1), libc::PATH_MAX as usize)?;
+    let fd = open_path(t, dirfd, &p, flags)?;
+    // SAFETY: a zeroed statx is a valid output buffer.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd, empty path with AT_EMPTY_PATH, valid buffer.
+    let r = unsafe {
+        libc::statx(fd.as_raw_fd(), c"".as_ptr(), AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, mask, &mut stx)
+    };
+    if r != 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: `statx` is plain data laid out as on Linux.
+    let bytes = unsafe {
+        std::slice::from_raw_parts((&stx as *const libc::statx).cast::<u8>(), std::mem::size_of::<libc::statx>())
+    };
+    t.copy_out(out, bytes)?;
+    Ok(0)
+}
+
+fn access_at(t: &mut Task, dirfd: i32, path: &[u8], mode: i32, flags: i32) -> SysResult {
+    if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | libc::AT_EACCESS) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let fd = open_path(t, dirfd, path, flags)?;
+    let st = stat_fd(fd.as_raw_fd())?;
+    // The application runs with the runtime's credentials; check the mode bits as the host
+    // would for them (root: R and W always, X if any execute bit or a directory).
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let m = st.st_mode;
+    let ok = if uid == 0 {
+        mode & libc::X_OK == 0 || m & 0o111 != 0 || m & libc::S_IFMT == libc::S_IFDIR
+    } else {
+        let shift = if st.st_uid == uid { 6 } else { 0 };
+        let bits = (m >> shift) & 7;
+        (mode & libc::R_OK == 0 || bits & 4 != 0)
+            && (mode & libc::W_OK == 0 || bits & 2 != 0)
+            && (mode & libc::X_OK == 0 || bits & 1 != 0)
+    };
+    if ok {
+        Ok(0)
+    } else {
+        Err(Errno::EACCES)
+    }
+}
+
+/// Implements access(2).
+pub fn sys_access(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let p = t.copy_in_path(a.gva(0))?;
+    access_at(t, AT_FDCWD, &p, a.int(1), 0)
+}
+
+/// Implements faccessat(2).
+pub fn sys_faccessat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let p = t.copy_in_path(a.gva(1))?;
+    access_at(t, a.int(0), &p, a.int(2), 0)
+}
+
+/// Implements faccessat2(2).
+pub fn sys_faccessat2(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let p = t.copy_in_str(a.gva(1), libc::PATH_MAX as usize)?;
+    access_at(t, a.int(0), &p, a.int(2), a.int(3))
+}
+
+fn readlink_at(t: &mut Task, dirfd: i32, path: &[u8], buf: Gva, len: u64) -> SysResult {
+    if len == 0 || len > i32::MAX as u64 {
+        return Err(Errno::EINVAL);
+    }
+    if path == b"/proc/self/exe" {
+        let exe = t.exe.clone();
+        let n = exe.len().min(len as usize);
+        t.copy_out(buf, &exe[..n])?;
+        return Ok(n as u64);
+    }
+    let fd = open_path(t, dirfd, path, AT_SYMLINK_NOFOLLOW)?;
+    let mut out = vec![0u8; (len as usize).min(libc::PATH_MAX as usize * 4)];
+    // SAFETY: valid fd, empty path (readlinkat on an O_PATH symlink fd), valid buffer.
+    let n = unsafe { libc::readlinkat(fd.as_raw_fd(), c"".as_ptr(), out.as_mut_ptr().cast(), out.len()) };
+    if n < 0 {
+        let e = Errno::last();
+        return Err(if e == Errno::ENOENT { Errno::EINVAL } else { e });
+    }
+    t.copy_out(buf, &out[..n as usize])?;
+    Ok(n as u64)
+}
+
+/// Implements readlink(2).
+pub fn sys_readlink(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let p = t.copy_in_path(a.gva(0))?;
+    readlink_at(t, AT_FDCWD, &p, a.gva(1), a.u(2))
+}
+
+/// Implements readlinkat(2).
+pub fn sys_readlinkat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let p = t.copy_in_path(a.gva(1))?;
+    readlink_at(t, a.int(0), &p, a.gva(2), a.u(3))
+}

@@ -1,0 +1,116 @@
+//! clock_gettime, clock_getres, gettimeofday, time, nanosleep, clock_nanosleep.
+
+use abi::Errno;
+use platform::Gva;
+
+use super::{SysResult, SyscallArgs};
+use crate::task::Task;
+
+fn valid_clock(id: i32) -> bool {
+    matches!(
+        id,
+        libc::CLOCK_REALTIME
+            | libc::CLOCK_MONOTONIC
+            | libc::CLOCK_PROCESS_CPUTIME_ID
+            | libc::CLOCK_THREAD_CPUTIME_ID
+            | libc::CLOCK_MONOTONIC_RAW
+            | libc::CLOCK_REALTIME_COARSE
+            | libc::CLOCK_MONOTONIC_COARSE
+            | libc::CLOCK_BOOTTIME
+    )
+}
+
+fn now(id: i32) -> Result<libc::timespec, Errno> {
+    if !valid_clock(id) {
+        return Err(Errno::EINVAL);
+    }
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid clock id and output buffer.
+    if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(ts)
+}
+
+fn put_timespec(t: &Task, at: Gva, sec: i64, nsec: i64) -> Result<(), Errno> {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&sec.to_le_bytes());
+    b[8..].copy_from_slice(&nsec.to_le_bytes());
+    t.copy_out(at, &b)
+}
+
+fn get_timespec(t: &Task, at: Gva) -> Result<std::time::Duration, Errno> {
+    let mut b = [0u8; 16];
+    t.copy_in(at, &mut b)?;
+    let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
+    let nsec = i64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8]));
+    if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(std::time::Duration::new(sec as u64, nsec as u32))
+}
+
+/// Implements clock_gettime(2).
+pub fn sys_clock_gettime(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let ts = now(a.int(0))?;
+    put_timespec(t, a.gva(1), ts.tv_sec, ts.tv_nsec)?;
+    Ok(0)
+}
+
+/// Implements clock_getres(2).
+pub fn sys_clock_getres(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if !valid_clock(a.int(0)) {
+        return Err(Errno::EINVAL);
+    }
+    if a.u(1) != 0 {
+        put_timespec(t, a.gva(1), 0, 1)?;
+    }
+    Ok(0)
+}
+
+/// Implements gettimeofday(2).
+pub fn sys_gettimeofday(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let ts = now(libc::CLOCK_REALTIME)?;
+    if a.u(0) != 0 {
+        put_timespec(t, a.gva(0), ts.tv_sec, ts.tv_nsec / 1000)?;
+    }
+    if a.u(1) != 0 {
+        t.copy_out(a.gva(1), &[0u8; 8])?;
+    }
+    Ok(0)
+}
+
+/// Implements time(2).
+pub fn sys_time(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let ts = now(libc::CLOCK_REALTIME)?;
+    if a.u(0) != 0 {
+        t.write_u64(a.gva(0), ts.tv_sec as u64)?;
+    }
+    Ok(ts.tv_sec as u64)
+}
+
+/// Implements nanosleep(2).
+pub fn sys_nanosleep(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let d = get_timespec(t, a.gva(0))?;
+    std::thread::sleep(d);
+    Ok(0)
+}
+
+/// Implements clock_nanosleep(2).
+pub fn sys_clock_nanosleep(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (id, flags) = (a.int(0), a.int(1));
+    if !valid_clock(id) || id == libc::CLOCK_THREAD_CPUTIME_ID {
+        return Err(Errno::EINVAL);
+    }
+    let d = get_timespec(t, a.gva(2))?;
+    if flags & libc::TIMER_ABSTIME != 0 {
+        let n = now(id)?;
+        let cur = std::time::Duration::new(n.tv_sec.max(0) as u64, n.tv_nsec as u32);
+        if let Some(left) = d.checked_sub(cur) {
+            std::thread::sleep(left);
+        }
+    } else {
+        std::thread::sleep(d);
+    }
+    Ok(0)
+}

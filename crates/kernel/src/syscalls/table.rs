@@ -1,0 +1,218 @@
+//! The syscall table: one entry per implemented number, with its support level; everything
+//! else is ENOSYS, logged once per number.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+
+use abi::Errno;
+
+use super::{
+    sys_file, sys_fs, sys_info, sys_mm, sys_poll, sys_process, sys_rw, sys_signal, sys_socket,
+    sys_stat, sys_time, SysResult, SyscallArgs,
+};
+use crate::task::Task;
+
+/// A handler.
+pub type Handler = fn(&mut Task, &SyscallArgs) -> SysResult;
+
+/// How completely a syscall is implemented.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// As on Linux.
+    Full,
+    /// Implemented with the stated gaps.
+    Partial(&'static str),
+}
+
+/// One table entry.
+pub struct Entry {
+    /// Syscall number.
+    pub nr: u64,
+    /// Name as in the Linux table.
+    pub name: &'static str,
+    /// The handler.
+    pub handler: Handler,
+    /// Support level.
+    pub support: Support,
+}
+
+macro_rules! table {
+    ($($nr:literal $name:ident => $h:path, $sup:expr;)*) => {
+        /// Every implemented syscall.
+        pub static TABLE: &[Entry] = &[
+            $(Entry { nr: $nr, name: stringify!($name), handler: $h, support: $sup },)*
+        ];
+    };
+}
+
+use Support::{Full, Partial};
+
+table! {
+    0 read => sys_rw::sys_read, Full;
+    1 write => sys_rw::sys_write, Full;
+    2 open => sys_file::sys_open, Full;
+    3 close => sys_file::sys_close, Full;
+    4 stat => sys_stat::sys_stat, Full;
+    5 fstat => sys_stat::sys_fstat, Full;
+    6 lstat => sys_stat::sys_lstat, Full;
+    7 poll => sys_poll::sys_poll, Full;
+    8 lseek => sys_rw::sys_lseek, Full;
+    9 mmap => sys_mm::sys_mmap, Partial("MAP_SHARED file mappings are private copies");
+    10 mprotect => sys_mm::sys_mprotect, Full;
+    11 munmap => sys_mm::sys_munmap, Full;
+    12 brk => sys_mm::sys_brk, Full;
+    13 rt_sigaction => sys_signal::sys_rt_sigaction, Partial("handlers are recorded, not yet delivered");
+    14 rt_sigprocmask => sys_signal::sys_rt_sigprocmask, Full;
+    16 ioctl => sys_file::sys_ioctl, Partial("TCGETS, TIOCGWINSZ, FIONBIO, FIONREAD, FIOCLEX, FIONCLEX");
+    17 pread64 => sys_rw::sys_pread64, Full;
+    18 pwrite64 => sys_rw::sys_pwrite64, Full;
+    19 readv => sys_rw::sys_readv, Full;
+    20 writev => sys_rw::sys_writev, Full;
+    21 access => sys_stat::sys_access, Full;
+    24 sched_yield => sys_process::sys_sched_yield, Full;
+    25 mremap => sys_mm::sys_mremap, Full;
+    28 madvise => sys_mm::sys_madvise, Full;
+    32 dup => sys_file::sys_dup, Full;
+    33 dup2 => sys_file::sys_dup2, Full;
+    35 nanosleep => sys_time::sys_nanosleep, Full;
+    39 getpid => sys_process::sys_getpid, Full;
+    41 socket => sys_socket::sys_socket, Partial("AF_INET and AF_INET6 only");
+    42 connect => sys_socket::sys_connect, Partial("loopback to the sandbox's own ports unless outbound is allowed");
+    43 accept => sys_socket::sys_accept, Full;
+    44 sendto => sys_socket::sys_sendto, Full;
+    45 recvfrom => sys_socket::sys_recvfrom, Full;
+    48 shutdown => sys_socket::sys_shutdown, Full;
+    49 bind => sys_socket::sys_bind, Partial("ports map to published host addresses or loopback");
+    50 listen => sys_socket::sys_listen, Full;
+    51 getsockname => sys_socket::sys_getsockname, Full;
+    52 getpeername => sys_socket::sys_getpeername, Full;
+    54 setsockopt => sys_socket::sys_setsockopt, Full;
+    55 getsockopt => sys_socket::sys_getsockopt, Full;
+    60 exit => sys_process::sys_exit, Partial("single-threaded: ends the process");
+    63 uname => sys_info::sys_uname, Full;
+    72 fcntl => sys_file::sys_fcntl, Partial("F_DUPFD, F_GETFD/SETFD, F_GETFL/SETFL");
+    79 getcwd => sys_fs::sys_getcwd, Full;
+    80 chdir => sys_fs::sys_chdir, Full;
+    81 fchdir => sys_fs::sys_fchdir, Full;
+    83 mkdir => sys_fs::sys_mkdir, Full;
+    84 rmdir => sys_fs::sys_rmdir, Full;
+    87 unlink => sys_fs::sys_unlink, Full;
+    89 readlink => sys_stat::sys_readlink, Full;
+    95 umask => sys_fs::sys_umask, Full;
+    96 gettimeofday => sys_time::sys_gettimeofday, Full;
+    97 getrlimit => sys_info::sys_getrlimit, Full;
+    102 getuid => sys_process::sys_getuid, Full;
+    104 getgid => sys_process::sys_getgid, Full;
+    107 geteuid => sys_process::sys_getuid, Full;
+    108 getegid => sys_process::sys_getgid, Full;
+    110 getppid => sys_process::sys_getppid, Full;
+    111 getpgrp => sys_process::sys_getpid, Full;
+    158 arch_prctl => sys_process::sys_arch_prctl, Partial("ARCH_SET_FS, ARCH_GET_FS, ARCH_SET_GS, ARCH_GET_GS");
+    186 gettid => sys_process::sys_gettid, Full;
+    201 time => sys_time::sys_time, Full;
+    202 futex => sys_process::sys_futex, Partial("single-threaded: WAKE wakes nobody, WAIT only times out or fails");
+    217 getdents64 => sys_fs::sys_getdents64, Full;
+    218 set_tid_address => sys_process::sys_set_tid_address, Full;
+    228 clock_gettime => sys_time::sys_clock_gettime, Full;
+    229 clock_getres => sys_time::sys_clock_getres, Full;
+    230 clock_nanosleep => sys_time::sys_clock_nanosleep, Full;
+    231 exit_group => sys_process::sys_exit_group, Full;
+    232 epoll_wait => sys_poll::sys_epoll_wait, Full;
+    233 epoll_ctl => sys_poll::sys_epoll_ctl, Full;
+    234 tgkill => sys_signal::sys_tgkill, Partial("a signal to itself applies the default action");
+    257 openat => sys_file::sys_openat, Full;
+    258 mkdirat => sys_fs::sys_mkdirat, Full;
+    262 newfstatat => sys_stat::sys_newfstatat, Full;
+    263 unlinkat => sys_fs::sys_unlinkat, Full;
+    267 readlinkat => sys_stat::sys_readlinkat, Full;
+    269 faccessat => sys_stat::sys_faccessat, Full;
+    270 pselect6 => sys_poll::sys_pselect6, Partial("returns ENOSYS-compatible EINVAL for sigmask use");
+    271 ppoll => sys_poll::sys_ppoll, Partial("the signal mask argument is ignored");
+    273 set_robust_list => sys_process::sys_set_robust_list, Full;
+    281 epoll_pwait => sys_poll::sys_epoll_pwait, Partial("the signal mask argument is ignored");
+    288 accept4 => sys_socket::sys_accept4, Full;
+    291 epoll_create1 => sys_poll::sys_epoll_create1, Full;
+    213 epoll_create => sys_poll::sys_epoll_create, Full;
+    292 dup3 => sys_file::sys_dup3, Full;
+    302 prlimit64 => sys_info::sys_prlimit64, Partial("reads limits; setting is accepted for the own process only");
+    318 getrandom => sys_info::sys_getrandom, Full;
+    332 statx => sys_stat::sys_statx, Full;
+    439 faccessat2 => sys_stat::sys_faccessat2, Full;
+}
+
+fn index() -> &'static [Option<&'static Entry>] {
+    static INDEX: OnceLock<Vec<Option<&'static Entry>>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let max = TABLE.iter().map(|e| e.nr).max().unwrap_or(0) as usize;
+        let mut v = vec![None; max + 1];
+        for e in TABLE {
+            v[e.nr as usize] = Some(e);
+        }
+        v
+    })
+}
+
+/// The entry for `nr`.
+pub fn lookup(nr: u64) -> Option<&'static Entry> {
+    index().get(usize::try_from(nr).ok()?).copied().flatten()
+}
+
+/// The Linux name of syscall `nr`, implemented or not.
+pub fn name_of(nr: u64) -> &'static str {
+    if let Some(e) = lookup(nr) {
+        return e.name;
+    }
+    usize::try_from(nr)
+        .ok()
+        .and_then(|n| syscalls::Sysno::new(n))
+        .map(|s| s.name())
+        .unwrap_or("unknown")
+}
+
+/// Runs the handler for the syscall in `args`.
+pub fn dispatch(task: &mut Task, args: &SyscallArgs) -> SysResult {
+    match lookup(args.nr) {
+        Some(e) => {
+            let r = (e.handler)(task, args);
+            tracing::trace!(target: "syscall", name = e.name, a0 = args.a[0], a1 = args.a[1], a2 = args.a[2], ?r);
+            r
+        }
+        None => missing(args),
+    }
+}
+
+fn missing(args: &SyscallArgs) -> SysResult {
+    static SEEN: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+    let first = {
+        let mut g = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        g.get_or_insert_with(HashSet::new).insert(args.nr)
+    };
+    if first {
+        tracing::warn!(
+            "unsupported syscall {} ({}) args {:x?}: returning ENOSYS",
+            args.nr,
+            name_of(args.nr),
+            args.a
+        );
+    }
+    Err(Errno::ENOSYS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        let mut seen = HashSet::new();
+        for e in TABLE {
+            assert!(seen.insert(e.nr), "duplicate entry {}", e.nr);
+            // The name matches Linux's table for that number.
+            let linux = syscalls::Sysno::new(e.nr as usize).map(|s| s.name());
+            assert_eq!(linux, Some(e.name), "entry {} is named {}", e.nr, e.name);
+        }
+        assert_eq!(lookup(39).map(|e| e.name), Some("getpid"));
+        assert!(lookup(9999).is_none());
+        assert_eq!(name_of(56), "clone");
+    }
+}

@@ -1,0 +1,221 @@
+//! Tasks: a guest thread, owned by the host thread that drives its vCPU (Linux's
+//! `struct task_struct`).
+
+mod signal;
+
+pub use signal::{SignalState, NSIG};
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use abi::Errno;
+use mm::{Access, FaultError, MemoryManager};
+use platform::{ExceptionInfo, Exit, GuestMemory, Gva, Vcpu, VcpuError};
+
+use crate::fd::FdTable;
+use crate::fs::Root;
+use crate::net::NetPolicy;
+use crate::syscalls::{self, SyscallArgs};
+
+/// How a process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// exit(2) or exit_group(2) with this code (low 8 bits kept).
+    Exited(i32),
+    /// Killed by this signal.
+    Signaled(i32),
+}
+
+impl ExitStatus {
+    /// The status a shell would report: the code, or 128 + the signal.
+    pub fn code(self) -> i32 {
+        match self {
+            ExitStatus::Exited(c) => c & 0xff,
+            ExitStatus::Signaled(s) => 128 + s,
+        }
+    }
+}
+
+/// A guest thread and what it owns.
+///
+/// Field owners: everything here is exclusive to the task's host thread, except `mm` (shared
+/// by the thread group, behind its mutex) and `root`/`net` (immutable, shared).
+pub struct Task {
+    /// Thread id (and, for the leader, process id).
+    pub tid: i32,
+    /// Process id.
+    pub pid: i32,
+    /// The vCPU running this thread, with its user register state.
+    pub vcpu: Vcpu,
+    /// The address space.
+    pub mm: Arc<Mutex<MemoryManager>>,
+    /// Guest memory (for zero-copy I/O).
+    pub mem: Arc<GuestMemory>,
+    /// Descriptor table.
+    pub fds: FdTable,
+    /// The sandbox's root.
+    pub root: Arc<Root>,
+    /// Working directory (guest path).
+    pub cwd: Vec<u8>,
+    /// File mode creation mask.
+    pub umask: u32,
+    /// Network policy.
+    pub net: Arc<NetPolicy>,
+    /// Signal dispositions and mask.
+    pub signals: SignalState,
+    /// set_tid_address(2) pointer.
+    pub clear_child_tid: u64,
+    /// Set when the thread group exits.
+    pub exit: Option<ExitStatus>,
+    /// Guest path of the running executable (/proc/self/exe).
+    pub exe: Vec<u8>,
+}
+
+/// Errors that end the sandbox (host failures, never guest mistakes).
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// The vCPU failed.
+    #[error(transparent)]
+    Vcpu(#[from] VcpuError),
+    /// The memory manager hit an internal error.
+    #[error("memory manager: {0}")]
+    Mm(String),
+}
+
+impl Task {
+    /// Locks the address space.
+    pub fn mm(&self) -> MutexGuard<'_, MemoryManager> {
+        // A poisoned lock means another thread panicked mid-update: with panic = "abort" this
+        // cannot happen; recover the guard rather than panic again.
+        self.mm.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs the thread until its thread group exits.
+    ///
+    /// # Errors
+    /// [`TaskError`] on a host failure.
+    pub fn run(&mut self) -> Result<ExitStatus, TaskError> {
+        loop {
+            let sync = self.mm().take_pte_sync();
+            let exit = self.vcpu.run(&sync)?;
+            match exit {
+                Exit::Syscall => {
+                    let args = SyscallArgs::from_regs(&self.vcpu.user.regs);
+                    let ret = syscalls::dispatch(self, &args);
+                    self.vcpu.user.regs.rax = match ret {
+                        Ok(v) => v,
+                        Err(e) => e.as_return(),
+                    };
+                }
+                Exit::Exception(info) => self.handle_exception(info)?,
+                Exit::Interrupted => {}
+            }
+            if let Some(status) = self.exit {
+                return Ok(status);
+            }
+        }
+    }
+
+    fn handle_exception(&mut self, info: ExceptionInfo) -> Result<(), TaskError> {
+        let sig = match info.vector {
+            14 => {
+                let code = info.error_code.unwrap_or(0);
+                let access = Access { write: code & 2 != 0, exec: code & 16 != 0 };
+                let r = self.mm().handle_fault(info.cr2, access);
+                match r {
+                    Ok(()) => return Ok(()),
+                    Err(FaultError::Unmapped) | Err(FaultError::AccessDenied) => libc::SIGSEGV,
+                    Err(FaultError::Io(_)) => libc::SIGBUS,
+                    Err(FaultError::OutOfMemory) => {
+                        tracing::warn!(addr = %info.cr2, "out of guest memory: killing the process");
+                        libc::SIGKILL
+                    }
+                    Err(e) => return Err(TaskError::Mm(e.to_string())),
+                }
+            }
+            0 | 16 | 19 => libc::SIGFPE,
+            1 | 3 => libc::SIGTRAP,
+            6 => libc::SIGILL,
+            17 => libc::SIGBUS,
+            _ => libc::SIGSEGV,
+        };
+        tracing::debug!(vector = info.vector, addr = %info.cr2, rip = self.vcpu.user.regs.rip, sig, "fatal fault");
+        self.force_signal(sig);
+        Ok(())
+    }
+
+    /// Delivers a synchronous signal. Handlers are recorded but not yet run: the default
+    /// action applies (every synchronous fault signal kills the process).
+    pub fn force_signal(&mut self, sig: i32) {
+        self.exit = Some(ExitStatus::Signaled(sig));
+    }
+
+    /// Copies bytes from the application.
+    ///
+    /// # Errors
+    /// EFAULT for a bad address.
+    pub fn copy_in(&self, addr: Gva, buf: &mut [u8]) -> Result<(), Errno> {
+        self.mm().copy_in(addr, buf).map_err(|e| Errno(e.errno()))
+    }
+
+    /// Copies bytes to the application.
+    ///
+    /// # Errors
+    /// EFAULT for a bad address.
+    pub fn copy_out(&self, addr: Gva, buf: &[u8]) -> Result<(), Errno> {
+        self.mm().copy_out(addr, buf).map_err(|e| Errno(e.errno()))
+    }
+
+    /// Reads a NUL-terminated string of at most `max` bytes.
+    ///
+    /// # Errors
+    /// EFAULT for a bad address, ENAMETOOLONG if no NUL within `max`.
+    pub fn copy_in_str(&self, addr: Gva, max: usize) -> Result<Vec<u8>, Errno> {
+        self.mm().copy_in_str(addr, max).map_err(|e| Errno(e.errno()))
+    }
+
+    /// Reads a path argument (at most PATH_MAX).
+    ///
+    /// # Errors
+    /// EFAULT, ENAMETOOLONG; ENOENT for an empty path.
+    pub fn copy_in_path(&self, addr: Gva) -> Result<Vec<u8>, Errno> {
+        let p = self.copy_in_str(addr, libc::PATH_MAX as usize)?;
+        if p.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        Ok(p)
+    }
+
+    /// Reads a little-endian u64.
+    ///
+    /// # Errors
+    /// EFAULT.
+    pub fn read_u64(&self, addr: Gva) -> Result<u64, Errno> {
+        let mut b = [0u8; 8];
+        self.copy_in(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Writes a little-endian u64.
+    ///
+    /// # Errors
+    /// EFAULT.
+    pub fn write_u64(&self, addr: Gva, v: u64) -> Result<(), Errno> {
+        self.copy_out(addr, &v.to_le_bytes())
+    }
+
+    /// Writes a little-endian u32.
+    ///
+    /// # Errors
+    /// EFAULT.
+    pub fn write_u32(&self, addr: Gva, v: u32) -> Result<(), Errno> {
+        self.copy_out(addr, &v.to_le_bytes())
+    }
+
+    /// The guest-physical runs behind a user buffer, faulted in for reading or writing.
+    ///
+    /// # Errors
+    /// EFAULT.
+    pub fn user_ranges(&self, addr: Gva, len: u64, write: bool) -> Result<Vec<(platform::Gpa, u64)>, Errno> {
+        self.mm().user_ranges(addr, len, write).map_err(|e| Errno(e.errno()))
+    }
+}

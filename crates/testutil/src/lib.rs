@@ -1,0 +1,88 @@
+//! Shared helpers for torpor's end-to-end tests and benchmarks.
+//!
+//! - [`require_kvm`]: skip a test without `/dev/kvm`, or fail it when
+//!   `TORPOR_REQUIRE_KVM=1` (as CI sets it);
+//! - [`guest`]: build the C programs of `tests/guest/` (and others) with
+//!   `cc`, cached under the target directory;
+//! - [`Rootfs`]: a throwaway root filesystem holding Debian's static busybox;
+//! - [`Torpor`] and [`run`]: run `torpor run`, or a program natively, with a
+//!   timeout that kills a hung process so that a hang fails the test instead of
+//!   hanging CI;
+//! - [`net`]: a free-port finder and a minimal HTTP/1.1 client.
+//!
+//! No dependencies beyond std, so it adds nothing to the build.
+
+pub mod guest;
+pub mod net;
+pub mod rootfs;
+pub mod run;
+pub mod tempdir;
+
+use std::path::PathBuf;
+
+pub use guest::{build_c, build_static_c, elf_is_static, guest_program, guest_source};
+pub use net::{free_port, http_get, HttpResponse};
+pub use rootfs::{host_busybox, Rootfs};
+pub use run::{native, Output, Running, RunBuilder, Torpor, DEFAULT_TIMEOUT};
+pub use tempdir::{unique_token, TempDir};
+
+/// Environment variable that turns a missing `/dev/kvm` into a failure.
+pub const REQUIRE_KVM_ENV: &str = "TORPOR_REQUIRE_KVM";
+
+/// Says whether `/dev/kvm` can be opened read-write.
+///
+/// Returns `false` after printing `skipped: /dev/kvm not available` when it
+/// cannot, so that a test can begin with
+/// `if !testutil::require_kvm() { return; }`.
+///
+/// # Panics
+///
+/// When `/dev/kvm` cannot be opened and `TORPOR_REQUIRE_KVM=1`.
+pub fn require_kvm() -> bool {
+    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+        Ok(_) => true,
+        Err(e) => {
+            if std::env::var(REQUIRE_KVM_ENV).as_deref() == Ok("1") {
+                panic!("/dev/kvm not available ({e}) and {REQUIRE_KVM_ENV}=1");
+            }
+            println!("skipped: /dev/kvm not available ({e})");
+            eprintln!("skipped: /dev/kvm not available ({e})");
+            false
+        }
+    }
+}
+
+/// The workspace root (the directory holding `tests/guest/`).
+pub fn workspace_root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent()
+        .and_then(|p| p.parent())
+        .map(PathBuf::from)
+        .expect("testutil lives at <workspace>/crates/testutil")
+}
+
+/// The cargo profile directory the running test or bench was built into
+/// (`<target>/debug` or `<target>/release`), found from the running
+/// executable, which cargo puts in `<profile dir>/deps/`.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("executable has a parent directory");
+    if deps.file_name().is_some_and(|n| n == "deps") {
+        deps.parent().expect("deps has a parent").to_path_buf()
+    } else {
+        deps.to_path_buf()
+    }
+}
+
+/// Path of the `torpor` binary: `$TORPOR_BIN` if set, else `torpor` in the
+/// profile directory of the running test (where cargo builds it for the
+/// integration tests and benches of the `torpor` package).
+///
+/// Integration tests of the `torpor` package should prefer
+/// `env!("CARGO_BIN_EXE_torpor")`, which cargo guarantees is built.
+pub fn torpor_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TORPOR_BIN") {
+        return PathBuf::from(p);
+    }
+    profile_dir().join("torpor")
+}

@@ -1,0 +1,118 @@
+//! Throwaway root filesystems for sandboxes.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::TempDir;
+
+/// Where Debian's `busybox-static` package puts busybox.
+pub const HOST_BUSYBOX: &str = "/bin/busybox";
+
+/// The host's static busybox (Debian `busybox-static`).
+///
+/// # Panics
+///
+/// When `/bin/busybox` is missing or is a dynamic binary (Debian's plain
+/// `busybox` package), with the package to install.
+pub fn host_busybox() -> PathBuf {
+    let p = PathBuf::from(HOST_BUSYBOX);
+    assert!(p.exists(), "{HOST_BUSYBOX} is missing: apt-get install busybox-static");
+    assert!(
+        crate::elf_is_static(&p),
+        "{HOST_BUSYBOX} is not a static binary: apt-get install busybox-static"
+    );
+    p
+}
+
+/// A root filesystem in a temporary directory, removed on drop.
+///
+/// [`Rootfs::new`] holds `bin/busybox` (a copy of the host's static busybox)
+/// and an empty `tmp/`; the builder methods add files, directories, symlinks
+/// and binaries. Paths given to them are relative to the root (a leading `/`
+/// is allowed and ignored).
+#[derive(Debug)]
+pub struct Rootfs {
+    dir: TempDir,
+}
+
+impl Default for Rootfs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Rootfs {
+    /// A root with `bin/busybox` and `tmp/`.
+    pub fn new() -> Rootfs {
+        let r = Rootfs::empty();
+        r.binary("/bin/busybox", &host_busybox());
+        r.dir("/tmp");
+        let tmp = r.host_path("/tmp");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", tmp.display()));
+        r
+    }
+
+    /// An empty root.
+    pub fn empty() -> Rootfs {
+        Rootfs { dir: TempDir::new("torpor-rootfs") }
+    }
+
+    /// The root's host path.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The host path of `rel` inside the root.
+    pub fn host_path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel.trim_start_matches('/'))
+    }
+
+    fn parent_dirs(&self, rel: &str) -> PathBuf {
+        let p = self.host_path(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
+        }
+        p
+    }
+
+    /// Adds a regular file (and its parent directories).
+    pub fn file(&self, rel: &str, contents: impl AsRef<[u8]>) -> &Rootfs {
+        let p = self.parent_dirs(rel);
+        std::fs::write(&p, contents).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+        self
+    }
+
+    /// Adds a directory (and its parents).
+    pub fn dir(&self, rel: &str) -> &Rootfs {
+        let p = self.host_path(rel);
+        std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+        self
+    }
+
+    /// Adds a symlink at `rel` whose target is `target`, verbatim (it may be
+    /// absolute, relative, or point anywhere on the host).
+    pub fn symlink(&self, rel: &str, target: impl AsRef<Path>) -> &Rootfs {
+        let p = self.parent_dirs(rel);
+        std::os::unix::fs::symlink(target.as_ref(), &p)
+            .unwrap_or_else(|e| panic!("symlink {} -> {}: {e}", p.display(), target.as_ref().display()));
+        self
+    }
+
+    /// Copies the host file `host` to `rel`, mode 0755.
+    pub fn binary(&self, rel: &str, host: &Path) -> &Rootfs {
+        let p = self.parent_dirs(rel);
+        std::fs::copy(host, &p).unwrap_or_else(|e| panic!("copy {} to {}: {e}", host.display(), p.display()));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
+        self
+    }
+
+    /// Builds `tests/guest/NAME.c` statically and copies it to `/bin/NAME`.
+    /// Returns the guest path, `/bin/NAME`.
+    pub fn guest_program(&self, name: &str) -> String {
+        let guest = format!("/bin/{name}");
+        self.binary(&guest, &crate::guest_program(name));
+        guest
+    }
+}

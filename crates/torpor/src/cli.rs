@@ -1,0 +1,108 @@
+//! Command-line syntax.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use kernel::net::Publish;
+
+/// torpor: a sandbox runtime that runs unmodified Linux programs under KVM.
+#[derive(Parser, Debug)]
+#[command(name = "torpor", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run PROGRAM from ROOTFS in a new sandbox, in the foreground.
+    Run(RunArgs),
+    /// Run the bundled example program in a temporary sandbox.
+    Demo,
+    /// Measure the bare vCPU exit round trip (for the benchmarks).
+    #[command(hide = true)]
+    BenchExit {
+        /// Iterations.
+        #[arg(long, default_value_t = 2000)]
+        iterations: u32,
+    },
+}
+
+/// Arguments of `torpor run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Guest memory size (e.g. 512M, 1G); rounded up to 4 MiB.
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    pub memory: u64,
+    /// Publish a guest port on the host: [HOST_IP:]HOST_PORT:GUEST_PORT.
+    #[arg(long = "publish", short = 'p')]
+    pub publish: Vec<Publish>,
+    /// Set an environment variable in the sandbox (K=V).
+    #[arg(long = "env", short = 'e', value_parser = parse_env)]
+    pub env: Vec<String>,
+    /// Working directory inside the sandbox.
+    #[arg(long, default_value = "/")]
+    pub cwd: String,
+    /// Let the application connect to hosts other than its own listeners.
+    #[arg(long)]
+    pub allow_outbound: bool,
+    /// Host directory used as the sandbox's root filesystem.
+    pub rootfs: PathBuf,
+    /// Program (a path inside ROOTFS) and its arguments.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+/// Parses `512M`, `1G`, `4096K` or a byte count, rounded up to 4 MiB.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1u64 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1u64 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("bad size {s:?}: expected e.g. 512M or 1G"))?;
+    let bytes = n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))?;
+    let granule = platform::memory::MEMORY_GRANULE;
+    let rounded = bytes.div_ceil(granule).saturating_mul(granule);
+    if rounded < 16 << 20 {
+        return Err(format!("memory {s:?} is too small: at least 16M"));
+    }
+    if rounded > 64 << 30 {
+        return Err(format!("memory {s:?} is too large: at most 64G"));
+    }
+    Ok(rounded)
+}
+
+fn parse_env(s: &str) -> Result<String, String> {
+    match s.split_once('=') {
+        Some((k, _)) if !k.is_empty() && !k.contains('\0') && !s.contains('\0') => Ok(s.to_string()),
+        _ => Err(format!("bad --env {s:?}: expected KEY=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("17M").unwrap(), 20 << 20);
+        assert!(parse_size("1M").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999G").is_err());
+    }
+
+    #[test]
+    fn envs() {
+        assert!(parse_env("A=b").is_ok());
+        assert!(parse_env("A=").is_ok());
+        assert!(parse_env("=b").is_err());
+        assert!(parse_env("AB").is_err());
+    }
+}

@@ -1,0 +1,318 @@
+//! End-to-end tests of the sandbox core: real static binaries under
+//! `torpor run`, compared with the same binaries run natively.
+//!
+//! Each test needs /dev/kvm: without it it prints "skipped" and passes,
+//! unless TORPOR_REQUIRE_KVM=1 (CI), where it fails.
+//!
+//! The guest programs come from `tests/guest/*.c`, built by `testutil`; busybox
+//! is Debian's `busybox-static`, copied into each root filesystem.
+
+use std::time::Duration;
+
+use testutil::{host_busybox, native, Output, Rootfs, Torpor};
+
+fn torpor() -> Torpor {
+    Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+}
+
+/// Deterministic pseudo-random bytes (xorshift64).
+fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 24) as u8
+        })
+        .collect()
+}
+
+/// A root with busybox and some data files under /data.
+fn fixture() -> Rootfs {
+    let r = Rootfs::new();
+    r.file("/data/hello.txt", "Hello, torpor!\nsecond line\n\tindented third line\nno newline at end")
+        .file("/data/empty.txt", "")
+        .file("/data/big.bin", noise(1 << 20, 0x9e37_79b9_7f4a_7c15))
+        .file("/data/sub/nested.txt", "nested file\n".repeat(100))
+        .file("/data/name with spaces.txt", "spaces\n")
+        .dir("/data/emptydir")
+        .symlink("/data/link-to-hello", "hello.txt");
+    r
+}
+
+/// Runs `busybox ARGS` natively (cwd = the root's host directory) and under
+/// torpor (cwd = /), and asserts identical status, stdout and stderr.
+#[track_caller]
+fn same_as_native(r: &Rootfs, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let nat = native(&host_busybox(), args, r.path(), &[("TZ", "UTC0")], stdin);
+    let mut run = torpor()
+        .run(r.path(), "/bin/busybox")
+        .args(args)
+        .guest_env("TZ=UTC0")
+        .host_env("TORPOR_LOG", "off");
+    if let Some(data) = stdin {
+        run = run.stdin(data);
+    }
+    let got = run.output();
+    assert_eq!(got.code(), nat.code(), "busybox {args:?}: status differs\nnative: {nat:?}\ntorpor: {got:?}");
+    assert!(got.stdout == nat.stdout, "busybox {args:?}: stdout differs\nnative: {nat:?}\ntorpor: {got:?}");
+    assert!(got.stderr == nat.stderr, "busybox {args:?}: stderr differs\nnative: {nat:?}\ntorpor: {got:?}");
+    got
+}
+
+#[test]
+fn busybox_echo_matches_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = fixture();
+    let out = same_as_native(&r, &["echo", "hello", "world"], None);
+    assert_eq!(out.stdout, b"hello world\n");
+    same_as_native(&r, &["echo", "-n", "no newline"], None);
+    same_as_native(&r, &["echo", "-e", "tab\there\\nand a second line"], None);
+    same_as_native(&r, &["echo"], None);
+    let long = "x".repeat(100_000);
+    same_as_native(&r, &["echo", &long], None);
+}
+
+#[test]
+fn busybox_cat_matches_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = fixture();
+    same_as_native(&r, &["cat", "data/hello.txt"], None);
+    let out = same_as_native(&r, &["cat", "data/big.bin"], None);
+    assert_eq!(out.stdout.len(), 1 << 20);
+    same_as_native(&r, &["cat", "data/hello.txt", "data/empty.txt", "data/sub/nested.txt", "data/name with spaces.txt"], None);
+    same_as_native(&r, &["cat", "data/link-to-hello"], None);
+    same_as_native(&r, &["cat", "/data/hello.txt"], None).assert_code(0);
+    // stdin passes through.
+    same_as_native(&r, &["cat"], Some(&noise(300_000, 7)));
+    same_as_native(&r, &["cat", "-", "data/hello.txt"], Some(b"from stdin\n"));
+}
+
+#[test]
+fn busybox_errors_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = fixture();
+    // errno mapping shows in the messages: ENOENT, EISDIR, ENOTDIR.
+    same_as_native(&r, &["cat", "data/missing.txt"], None).assert_code(1);
+    same_as_native(&r, &["cat", "data/sub"], None).assert_code(1);
+    same_as_native(&r, &["cat", "data/hello.txt/x"], None).assert_code(1);
+    same_as_native(&r, &["ls", "data/nope"], None);
+    same_as_native(&r, &["true"], None).assert_code(0);
+    same_as_native(&r, &["false"], None).assert_code(1);
+}
+
+#[test]
+fn busybox_ls_matches_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = fixture();
+    let out = same_as_native(&r, &["ls", "data"], None);
+    assert!(out.stdout_str().contains("hello.txt"), "{out:?}");
+    same_as_native(&r, &["ls", "-a", "data"], None);
+    same_as_native(&r, &["ls", "-1R", "data"], None);
+    same_as_native(&r, &["ls", "-d", "data/sub", "data/emptydir"], None);
+    same_as_native(&r, &["ls", "-F", "data"], None);
+    same_as_native(&r, &["ls", "data/emptydir"], None);
+}
+
+#[test]
+fn busybox_ls_long_matches_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = fixture();
+    // Sizes, modes, link counts, numeric owners and times come from stat.
+    same_as_native(&r, &["ls", "-ln", "data"], None);
+    same_as_native(&r, &["ls", "-lnaR", "data/sub"], None);
+}
+
+#[test]
+fn busybox_wc_matches_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = fixture();
+    same_as_native(&r, &["wc", "data/hello.txt"], None);
+    same_as_native(&r, &["wc", "-l", "-w", "-c", "data/hello.txt", "data/sub/nested.txt", "data/empty.txt"], None);
+    same_as_native(&r, &["wc", "-c", "data/big.bin"], None);
+    same_as_native(&r, &["wc"], Some(b"one two\nthree\n"));
+}
+
+#[test]
+fn busybox_sha256sum_matches_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = fixture();
+    let out = same_as_native(&r, &["sha256sum", "data/big.bin", "data/hello.txt", "data/empty.txt"], None);
+    assert_eq!(out.stdout_str().lines().count(), 3, "{out:?}");
+    same_as_native(&r, &["sha256sum", "bin/busybox"], None);
+    same_as_native(&r, &["sha256sum"], Some(&noise(200_000, 3)));
+    let sums = native(&host_busybox(), &["sha256sum", "data/big.bin", "data/sub/nested.txt"], r.path(), &[], None);
+    r.file("/data/SUMS", &sums.stdout);
+    same_as_native(&r, &["sha256sum", "-c", "data/SUMS"], None).assert_code(0);
+}
+
+#[test]
+fn memory_env_and_cwd_options() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = fixture();
+    let out = torpor().run(r.path(), "/bin/busybox").memory("64M").args(["echo", "small"]).output();
+    out.assert_code(0);
+    assert_eq!(out.stdout, b"small\n", "{out:?}");
+
+    let out = torpor()
+        .run(r.path(), "/bin/busybox")
+        .guest_env("GREETING=hello there")
+        .guest_env("OTHER=1")
+        .arg("env")
+        .output();
+    out.assert_code(0);
+    let env = out.stdout_str();
+    assert!(env.lines().any(|l| l == "GREETING=hello there"), "{out:?}");
+    assert!(env.lines().any(|l| l == "OTHER=1"), "{out:?}");
+
+    let out = torpor().run(r.path(), "/bin/busybox").cwd("/data/sub").args(["cat", "nested.txt"]).output();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), "nested file\n".repeat(100), "{out:?}");
+    let out = torpor().run(r.path(), "/bin/busybox").cwd("/data").arg("pwd").output();
+    out.assert_code(0);
+    assert_eq!(out.stdout, b"/data\n", "{out:?}");
+}
+
+#[test]
+fn static_c_program_files_and_200mib_allocations() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("files_alloc");
+    r.file("/data/input.txt", "line one of the input\nline two: \u{e9}t\u{e9}\n");
+    let nat = native(&testutil::guest_program("files_alloc"), &["data/input.txt"], r.path(), &[], None);
+    assert_eq!(nat.code(), 3, "native run\n{nat:?}");
+    let got = torpor()
+        .run(r.path(), &prog)
+        .cwd("/")
+        .arg("data/input.txt")
+        .timeout(Duration::from_secs(300))
+        .output();
+    assert_eq!(got.code(), 3, "torpor run\n{got:?}");
+    assert!(got.stdout == nat.stdout, "stdout differs\nnative: {nat:?}\ntorpor: {got:?}");
+    assert!(got.stdout_str().contains("line two: \u{e9}t\u{e9}"), "{got:?}");
+}
+
+#[test]
+fn null_write_dies_with_sigsegv() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("null_write");
+    let nat = native(&testutil::guest_program("null_write"), &[] as &[&str], r.path(), &[], None);
+    assert_eq!(nat.code(), 139, "native\n{nat:?}");
+    let got = torpor().run(r.path(), &prog).output();
+    assert_eq!(got.code(), 139, "torpor run must exit 128+SIGSEGV\n{got:?}");
+    assert_eq!(got.stdout, b"null_write: writing to NULL\n", "{got:?}");
+}
+
+#[test]
+fn wild_pointers_get_efault_like_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("bad_pointers");
+    let nat = native(&testutil::guest_program("bad_pointers"), &[] as &[&str], r.path(), &[], None);
+    nat.assert_code(0);
+    let got = torpor().run(r.path(), &prog).host_env("TORPOR_LOG", "off").output();
+    got.assert_code(0);
+    assert!(got.stdout == nat.stdout, "stdout differs\nnative: {nat:?}\ntorpor: {got:?}");
+}
+
+#[test]
+fn paths_and_symlinks_cannot_leave_the_root() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    // The secret lives in its own temp dir, outside the root.
+    let outside = testutil::TempDir::new("torpor-outside");
+    let marker = format!("TORPOR-SECRET-{}", testutil::unique_token());
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, format!("{marker}\n")).expect("write secret");
+    let secret_str = secret.to_str().expect("utf-8 temp path");
+
+    let r = Rootfs::new();
+    let prog = r.guest_program("escape");
+    r.symlink("/link_abs", &secret)
+        .symlink("/link_dir", outside.path())
+        .symlink("/link_rel", format!("../../../../../../../..{secret_str}"));
+
+    // Unconfined, the probes do find the secret: they are real.
+    let nat = native(&testutil::guest_program("escape"), &[secret_str], r.path(), &[], None);
+    assert!(nat.stdout_str().contains(&marker), "native run should read the secret\n{nat:?}");
+
+    let got = torpor().run(r.path(), &prog).arg(secret_str).output();
+    let all = format!("{}{}", got.stdout_str(), got.stderr_str());
+    assert!(!all.contains(&marker), "the guest read a host file outside its root\n{got:?}");
+    got.assert_code(0);
+    let text = got.stdout_str();
+    assert!(text.contains("escape: done"), "{got:?}");
+    assert!(!text.lines().any(|l| l.starts_with("READ absolute")), "{got:?}");
+    if let Some(cwd) = text.lines().find_map(|l| l.strip_prefix("CWD after chdir(..) x64: ")) {
+        assert_eq!(cwd, "/", "chdir(\"..\") must stop at the root\n{got:?}");
+    }
+    // "/.." and "/../../.." are "/" again.
+    let listing = |label: &str| {
+        let prefix = format!("LS {label}: ");
+        let mut v: Vec<String> = text.lines().filter_map(|l| l.strip_prefix(&prefix)).map(str::to_owned).collect();
+        v.sort();
+        v
+    };
+    let root = listing("/");
+    assert!(root.contains(&"bin".to_owned()) && root.contains(&"link_abs".to_owned()), "{got:?}");
+    assert_eq!(listing("/.."), root, "\"/..\" must list the root\n{got:?}");
+    assert_eq!(listing("/../../.."), root, "\"/../../..\" must list the root\n{got:?}");
+}
+
+#[test]
+fn demo_runs() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let out = torpor().cmd(&["demo"]);
+    out.assert_code(0);
+    let text = out.stdout_str();
+    for want in [
+        "Hello from inside a torpor sandbox!",
+        "uname: sysname = Linux, machine = x86_64",
+        "file /tmp/torpor-demo.txt: wrote and read back 27 bytes: ok",
+        "Goodbye from the sandbox.",
+    ] {
+        assert!(text.contains(want), "demo output lacks {want:?}\n{out:?}");
+    }
+}
+
+#[test]
+fn timings_report_first_instruction() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let out = torpor().run(r.path(), "/bin/busybox").host_env("TORPOR_TIMINGS", "1").arg("true").output();
+    out.assert_code(0);
+    let us = out
+        .stderr_str()
+        .lines()
+        .find_map(|l| l.strip_prefix("torpor-timing: start_to_first_instruction_us="))
+        .map(|v| v.trim().parse::<f64>());
+    assert!(matches!(us, Some(Ok(v)) if v > 0.0), "no start_to_first_instruction_us timing\n{out:?}");
+}

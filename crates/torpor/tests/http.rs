@@ -1,0 +1,142 @@
+//! A static HTTP server in the sandbox, reached from the host through
+//! `--publish`: by curl and by a Rust client making 1,000 sequential requests,
+//! each on a new connection.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use testutil::net::read_response;
+use testutil::{free_port, http_get, Rootfs, Running, Torpor};
+
+const GUEST_PORT: u16 = 8080;
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn torpor() -> Torpor {
+    Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+}
+
+fn body(n: u64, path: &str) -> String {
+    format!("hello from http_server: request {n} path {path}\n")
+}
+
+/// Parses the request counter out of a response body.
+fn counter(body: &str) -> u64 {
+    body.strip_prefix("hello from http_server: request ")
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected body {body:?}"))
+}
+
+/// Starts http_server under torpor with GUEST_PORT published on a free host
+/// port, and waits for its first response. Returns the sandbox, the host
+/// address and the counter the first request got.
+fn start_server(r: &Rootfs) -> (Running, SocketAddr, u64) {
+    let prog = r.guest_program("http_server");
+    let port = free_port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut server = torpor()
+        .run(r.path(), &prog)
+        .publish(&format!("127.0.0.1:{port}:{GUEST_PORT}"))
+        .arg(GUEST_PORT.to_string())
+        .spawn();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Ok(resp) = http_get(addr, "/first", Duration::from_secs(10)) {
+            assert_eq!(resp.status, 200, "{resp:?}");
+            let n = counter(&resp.body_str());
+            assert_eq!(resp.body_str(), body(n, "/first"));
+            return (server, addr, n);
+        }
+        if server.has_exited() || Instant::now() > deadline {
+            let out = server.kill();
+            panic!("http_server under torpor never answered on {addr}\n{out:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn curl(args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run curl (apt-get install curl): {e}"));
+    assert!(out.status.success(), "curl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8 body")
+}
+
+#[test]
+fn http_server_answers_1000_sequential_requests() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let (server, addr, mut n) = start_server(&r);
+    let url = |path: &str| format!("http://{addr}{path}");
+
+    // curl: one request, two on a kept-alive connection, and one that asks to close.
+    n += 1;
+    assert_eq!(curl(&[&url("/curl")]), body(n, "/curl"));
+    assert_eq!(curl(&[&url("/ka1"), &url("/ka2")]), format!("{}{}", body(n + 1, "/ka1"), body(n + 2, "/ka2")));
+    n += 2;
+    n += 1;
+    assert_eq!(curl(&["-H", "Connection: close", &url("/close")]), body(n, "/close"));
+
+    // 1,000 sequential requests, each on a new connection.
+    let started = Instant::now();
+    for i in 0..1000 {
+        n += 1;
+        let path = format!("/req/{i}");
+        let resp = http_get(addr, &path, IO_TIMEOUT).unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(resp.status, 200, "request {i}: {resp:?}");
+        assert_eq!(resp.body_str(), body(n, &path), "request {i}");
+    }
+    println!("1000 requests in {:?}", started.elapsed());
+
+    // Keep-alive from Rust: three requests on one connection.
+    let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
+    s.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+    for i in 0..3 {
+        n += 1;
+        write!(s, "GET /keep/{i} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+        let resp = read_response(&mut s).expect("keep-alive response");
+        assert_eq!(resp.body_str(), body(n, &format!("/keep/{i}")));
+        assert_eq!(resp.header("connection"), Some("keep-alive"));
+    }
+    drop(s);
+
+    // /quit ends the server cleanly.
+    n += 1;
+    let resp = http_get(addr, "/quit", IO_TIMEOUT).expect("quit");
+    assert_eq!(resp.body_str(), body(n, "/quit"));
+    let out = server.wait(Duration::from_secs(60));
+    out.assert_code(0);
+    assert!(out.stdout_str().contains(&format!("http_server: served {n} requests")), "{out:?}");
+}
+
+#[test]
+fn unpublished_port_is_not_reachable_from_the_host() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("http_server");
+    let guest_port = free_port();
+    let mut server = torpor().run(r.path(), &prog).arg(guest_port.to_string()).spawn();
+    // Wait until the server reports listening, or exits (a refused bind is fine too).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !String::from_utf8_lossy(&server.stdout_so_far()).contains("listening") && !server.has_exited() {
+        assert!(Instant::now() < deadline, "http_server neither listened nor exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for host in [[127, 0, 0, 1], [0, 0, 0, 0]] {
+        let addr: SocketAddr = (host, guest_port).into();
+        if let Ok(resp) = http_get(addr, "/leak", Duration::from_secs(5)) {
+            let out = server.kill();
+            panic!("an unpublished guest port answered on the host at {addr}: {resp:?}\n{out:?}");
+        }
+    }
+    drop(server);
+}
