@@ -151,6 +151,7 @@ impl Sandbox {
             signals: SignalState::default(),
             clear_child_tid: 0,
             exit: None,
+            comm: comm_of(&cfg.program),
             exe: prog_path,
         };
         let timings = StartTimings { built_us: started.elapsed().as_micros() as u64 };
@@ -174,4 +175,12 @@ impl Sandbox {
     pub fn exits(&self) -> u64 {
         self.task.vcpu.exits()
     }
+}
+
+fn comm_of(program: &str) -> [u8; 16] {
+    let base = program.rsplit('/').next().unwrap_or(program).as_bytes();
+    let mut c = [0u8; 16];
+    let n = base.len().min(15);
+    c[..n].copy_from_slice(&base[..n]);
+    c
 }

@@ -100,19 +100,18 @@ pub const fn batch(index: usize) -> Gpa {
     Gpa(BATCH_BASE.0 + index as u64 * 0x1000)
 }
 
+// The platform's regions fit the reserved chunk, and every TSS descriptor fits the GDT.
+const _: () = {
+    assert!(tss(MAX_VCPUS - 1).0 + TSS_SLOT <= STACKS_BASE.0);
+    assert!(stack_top(MAX_VCPUS - 1).0 <= BATCH_BASE.0);
+    assert!(batch(MAX_VCPUS - 1).0 + 0x1000 <= RESERVED_END.0);
+    assert!(GDT.0 + GDT_SIZE <= IDT.0);
+    assert!(TSS_SELECTOR_BASE as u64 + 16 * MAX_VCPUS as u64 <= GDT_SIZE);
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn regions_fit_the_reserved_chunk() {
-        assert!(tss(MAX_VCPUS - 1).0 + TSS_SLOT <= STACKS_BASE.0);
-        assert!(stack_top(MAX_VCPUS - 1).0 <= BATCH_BASE.0);
-        assert!(batch(MAX_VCPUS - 1).0 + 0x1000 <= RESERVED_END.0);
-        assert!(GDT.0 + GDT_SIZE <= IDT.0);
-        // Every TSS descriptor (16 bytes) fits in the GDT.
-        assert!(TSS_SELECTOR_BASE as u64 + 16 * MAX_VCPUS as u64 <= GDT_SIZE);
-    }
 
     #[test]
     fn direct_map_round_trip() {

@@ -60,7 +60,7 @@ impl GuestMemory {
     /// [`MemoryError::BadSize`] unless `size` is a non-zero multiple of 4 MiB;
     /// [`MemoryError::Map`] if the host refuses the mapping.
     pub fn new(size: u64) -> Result<Self, MemoryError> {
-        if size == 0 || size % MEMORY_GRANULE != 0 {
+        if size == 0 || !size.is_multiple_of(MEMORY_GRANULE) {
             return Err(MemoryError::BadSize(size));
         }
         let len = usize::try_from(size).map_err(|_| MemoryError::BadSize(size))?;
@@ -137,7 +137,7 @@ impl GuestMemory {
     /// # Errors
     /// [`MemoryError::OutOfRange`] if unaligned or outside guest memory.
     pub fn read_u64(&self, gpa: Gpa) -> Result<u64, MemoryError> {
-        if gpa.0 % 8 != 0 {
+        if !gpa.0.is_multiple_of(8) {
             return Err(MemoryError::OutOfRange { gpa, len: 8 });
         }
         let p = self.host_ptr(gpa, 8)?.cast::<u64>();
@@ -151,7 +151,7 @@ impl GuestMemory {
     /// # Errors
     /// [`MemoryError::OutOfRange`] if unaligned or outside guest memory.
     pub fn write_u64(&self, gpa: Gpa, value: u64) -> Result<(), MemoryError> {
-        if gpa.0 % 8 != 0 {
+        if !gpa.0.is_multiple_of(8) {
             return Err(MemoryError::OutOfRange { gpa, len: 8 });
         }
         let p = self.host_ptr(gpa, 8)?.cast::<u64>();
@@ -192,7 +192,7 @@ impl GuestMemory {
     /// # Errors
     /// [`MemoryError::OutOfRange`] if the range leaves guest memory or is not page-aligned.
     pub fn discard(&self, gpa: Gpa, len: u64) -> Result<(), MemoryError> {
-        if !gpa.is_page_aligned() || len % PAGE_SIZE != 0 {
+        if !gpa.is_page_aligned() || !len.is_multiple_of(PAGE_SIZE) {
             return Err(MemoryError::OutOfRange { gpa, len });
         }
         let p = self.host_ptr(gpa, len)?;

@@ -133,3 +133,30 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
         _ => Err(Errno::ENOSYS),
     }
 }
+
+/// Implements rseq(2) as ENOSYS: glibc and others fall back to plain getcpu.
+pub fn sys_rseq(_t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    Err(Errno::ENOSYS)
+}
+
+/// Implements prctl(2) for the options C runtimes use at start-up.
+pub fn sys_prctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    match a.int(0) {
+        libc::PR_SET_NAME => {
+            let mut name = [0u8; 16];
+            let s = t.copy_in_str(a.gva(1), 4096).or_else(|e| if e == Errno::ENAMETOOLONG { Ok(Vec::new()) } else { Err(e) })?;
+            let n = s.len().min(15);
+            name[..n].copy_from_slice(&s[..n]);
+            t.comm = name;
+            Ok(0)
+        }
+        libc::PR_GET_NAME => {
+            let name = t.comm;
+            t.copy_out(a.gva(1), &name)?;
+            Ok(0)
+        }
+        libc::PR_GET_DUMPABLE => Ok(1),
+        libc::PR_SET_DUMPABLE | libc::PR_SET_PDEATHSIG | libc::PR_SET_NO_NEW_PRIVS => Ok(0),
+        _ => Err(Errno::EINVAL),
+    }
+}

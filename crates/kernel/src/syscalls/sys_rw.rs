@@ -140,3 +140,28 @@ pub fn sys_lseek(t: &mut Task, a: &SyscallArgs) -> SysResult {
         Ok(r as u64)
     }
 }
+
+/// Implements sendfile(2) between two host fds.
+pub fn sys_sendfile(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let out = check_rw(t, a.int(0))?;
+    let inp = check_rw(t, a.int(1))?;
+    let count = a.len(3)?.min(MAX_RW) as usize;
+    let off_ptr = a.gva(2);
+    let mut off: i64 = 0;
+    if off_ptr.raw() != 0 {
+        off = t.read_u64(off_ptr)? as i64;
+        if off < 0 {
+            return Err(Errno::EINVAL);
+        }
+    }
+    let offp: *mut i64 = if off_ptr.raw() != 0 { &mut off } else { std::ptr::null_mut() };
+    // SAFETY: both fds are ours; `offp` is null or points at a local.
+    let n = unsafe { libc::sendfile(out.host().as_raw_fd(), inp.host().as_raw_fd(), offp, count) };
+    if n < 0 {
+        return Err(Errno::last());
+    }
+    if off_ptr.raw() != 0 {
+        t.write_u64(off_ptr, off as u64)?;
+    }
+    Ok(n as u64)
+}

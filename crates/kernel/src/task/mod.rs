@@ -68,6 +68,8 @@ pub struct Task {
     pub exit: Option<ExitStatus>,
     /// Guest path of the running executable (/proc/self/exe).
     pub exe: Vec<u8>,
+    /// Thread name (prctl PR_SET_NAME), NUL-padded.
+    pub comm: [u8; 16],
 }
 
 /// Errors that end the sandbox (host failures, never guest mistakes).
