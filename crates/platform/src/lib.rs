@@ -16,9 +16,11 @@ pub mod memory;
 pub use addr::{Gpa, Gva, PAGE_SHIFT, PAGE_SIZE};
 pub use memory::{GuestMemory, MemoryError};
 pub mod gdt;
+pub mod kick;
 pub mod stubs;
 pub mod vcpu;
 pub mod vm;
 
 pub use vcpu::{ExceptionInfo, Exit, PteRun, Regs, UserContext, Vcpu, VcpuError};
+pub use kick::VcpuKicker;
 pub use vm::{Vm, VmError};

@@ -16,7 +16,11 @@ use std::sync::Arc;
 use kvm_bindings::{
     kvm_regs, kvm_segment, kvm_sregs, kvm_xcrs, CpuId, Msrs, kvm_msr_entry,
 };
+use std::sync::atomic::AtomicU8;
+
 use kvm_ioctls::{SyncReg, VcpuExit, VcpuFd, VmFd};
+
+use crate::kick::VcpuKicker;
 
 use crate::addr::{Gpa, Gva};
 use crate::layout::{self, KERNEL_CS, KERNEL_SS, USER_CS, USER_SS};
@@ -136,6 +140,7 @@ pub struct Vcpu {
     /// The thread's user-mode state; the kernel reads and edits it between runs.
     pub user: UserContext,
     exits: u64,
+    kicker: VcpuKicker,
 }
 
 fn segment(selector: u16, code: bool, dpl: u8) -> kvm_segment {
@@ -227,7 +232,10 @@ impl Vcpu {
 
         fd.set_sync_valid_reg(SyncReg::Register);
         fd.set_sync_valid_reg(SyncReg::SystemRegister);
+        let immediate_exit = std::ptr::addr_of_mut!(fd.get_kvm_run().immediate_exit).cast::<AtomicU8>();
+        crate::kick::install_kick_handler();
         Ok(Vcpu {
+            kicker: VcpuKicker::new(immediate_exit),
             fd,
             mem,
             index,
@@ -255,6 +263,23 @@ impl Vcpu {
         self.fd.set_kvm_immediate_exit(u8::from(on));
     }
 
+    /// A handle other threads use to interrupt this vCPU.
+    pub fn kicker(&self) -> VcpuKicker {
+        self.kicker.clone()
+    }
+
+    /// Records the calling thread as this vCPU's thread (the one kicks are sent to). Call it
+    /// from the thread that will call [`Vcpu::run`].
+    pub fn bind_to_current_thread(&self) {
+        // SAFETY: pthread_self has no preconditions.
+        self.kicker.set_thread(Some(unsafe { libc::pthread_self() }));
+    }
+
+    /// Forgets the vCPU's thread (call before that thread exits).
+    pub fn unbind_thread(&self) {
+        self.kicker.set_thread(None);
+    }
+
     /// Applies `sync` (pending page-table updates) through the PTE-sync stub, then runs the
     /// thread in ring 3 from [`Vcpu::user`] until the next exit.
     ///
@@ -267,7 +292,17 @@ impl Vcpu {
         self.load_user_frame()?;
         let port = match self.enter()? {
             Some(port) => port,
-            None => return Ok(Exit::Interrupted),
+            None => {
+                // Interrupted in ring 3: the registers there are the thread's state. (Still in
+                // ring 0 means the entry stub never ran: the saved context stands.)
+                let synced = self.fd.sync_regs();
+                if synced.sregs.cs.dpl == 3 {
+                    self.user.regs = synced.regs;
+                    self.user.fs_base = synced.sregs.fs.base;
+                    self.user.gs_base = synced.sregs.gs.base;
+                }
+                return Ok(Exit::Interrupted);
+            }
         };
         let synced = self.fd.sync_regs();
         let regs = synced.regs;
@@ -363,12 +398,16 @@ impl Vcpu {
         self.fd.set_sync_dirty_reg(SyncReg::Register);
         self.fd.set_sync_dirty_reg(SyncReg::SystemRegister);
         // The stub is a bounded loop: finish it even if a host signal interrupts it.
-        let was_immediate = self.fd.get_kvm_run().immediate_exit;
+        let mut was_immediate = self.fd.get_kvm_run().immediate_exit;
         self.fd.set_kvm_immediate_exit(0);
         let result = loop {
             match self.enter() {
                 Ok(Some(stubs::PORT_PTE_SYNC_DONE)) => break Ok(()),
-                Ok(None) => continue,
+                Ok(None) => {
+                    // A kick arrived: finish the stub, then report it on the next entry.
+                    was_immediate = 1;
+                    continue;
+                }
                 Ok(Some(p)) => {
                     let s = self.fd.sync_regs();
                     break Err(if p >= stubs::PORT_EXCEPTION_BASE {
@@ -393,7 +432,10 @@ impl Vcpu {
         self.exits += 1;
         match self.fd.run() {
             Ok(VcpuExit::IoOut(port, _)) => Ok(Some(port)),
-            Ok(VcpuExit::Intr) => Ok(None),
+            Ok(VcpuExit::Intr) => {
+                self.fd.set_kvm_immediate_exit(0);
+                Ok(None)
+            }
             Ok(other) => {
                 let desc = format!("{other:?}");
                 let s = self.fd.sync_regs();
@@ -402,8 +444,17 @@ impl Vcpu {
                     s.regs.rip, s.sregs.cs.dpl, s.sregs.cr2
                 )))
             }
-            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => Ok(None),
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                self.fd.set_kvm_immediate_exit(0);
+                Ok(None)
+            }
             Err(source) => Err(VcpuError::Kvm { op: "RUN", source }),
         }
+    }
+}
+
+impl Drop for Vcpu {
+    fn drop(&mut self) {
+        self.kicker.detach();
     }
 }

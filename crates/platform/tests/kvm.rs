@@ -92,3 +92,42 @@ fn pte_sync_makes_new_and_changed_mappings_visible() {
         other => panic!("expected a page fault, got {other:?}"),
     }
 }
+
+#[test]
+fn a_kick_interrupts_a_spinning_guest() {
+    if !kvm_available() {
+        return;
+    }
+    // loop: inc rax ; jmp loop
+    let mut t = TestVm::new(&[0x48, 0xff, 0xc0, 0xeb, 0xfb]).unwrap();
+    t.vcpu.bind_to_current_thread();
+    let kicker = t.vcpu.kicker();
+    let h = std::thread::spawn(move || {
+        // Kick until the spinning vCPU notices (the first kick may land before KVM_RUN).
+        for _ in 0..200 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            kicker.kick();
+        }
+    });
+    assert_eq!(t.vcpu.run(&[]).unwrap(), Exit::Interrupted);
+    let rip = t.vcpu.user.regs.rip;
+    assert!(rip == CODE.raw() || rip == CODE.raw() + 3, "the guest was in its loop, rip {rip:#x}");
+    let counted = t.vcpu.user.regs.rax;
+    assert!(counted > 1000, "the interrupted state was read back (rax {counted})");
+    // Resuming continues from the interrupted state.
+    kick_soon(&t);
+    assert_eq!(t.vcpu.run(&[]).unwrap(), Exit::Interrupted);
+    assert!(t.vcpu.user.regs.rax > counted);
+    t.vcpu.unbind_thread();
+    h.join().unwrap();
+}
+
+fn kick_soon(t: &TestVm) {
+    let k = t.vcpu.kicker();
+    std::thread::spawn(move || {
+        for _ in 0..100 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            k.kick();
+        }
+    });
+}
