@@ -137,7 +137,10 @@ impl Sandbox {
                 Err(_) => b"/".to_vec(),
             }
         };
+        let control = Arc::new(crate::task::TaskControl::new(vcpu.kicker()));
         let task = Task {
+            control,
+            park_hook: None,
             tid: 1,
             pid: 1,
             vcpu,
@@ -169,6 +172,21 @@ impl Sandbox {
     /// [`SandboxError::Run`] on a host failure.
     pub fn run(mut self) -> Result<ExitStatus, SandboxError> {
         Ok(self.task.run()?)
+    }
+
+    /// Cross-thread control of the first task.
+    pub fn control(&self) -> Arc<crate::task::TaskControl> {
+        self.task.control.clone()
+    }
+
+    /// Sets what the first task runs when parked.
+    pub fn set_park_hook(&mut self, hook: Box<dyn crate::task::ParkHook>) {
+        self.task.park_hook = Some(hook);
+    }
+
+    /// Guest memory of the sandbox.
+    pub fn memory(&self) -> Arc<GuestMemory> {
+        self.task.mem.clone()
     }
 
     /// Number of vCPU exits so far.

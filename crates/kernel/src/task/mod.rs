@@ -1,8 +1,10 @@
 //! Tasks: a guest thread, owned by the host thread that drives its vCPU (Linux's
 //! `struct task_struct`).
 
+mod control;
 mod signal;
 
+pub use control::{ParkHook, TaskControl};
 pub use signal::{SignalState, NSIG};
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -70,6 +72,10 @@ pub struct Task {
     pub exe: Vec<u8>,
     /// Thread name (prctl PR_SET_NAME), NUL-padded.
     pub comm: [u8; 16],
+    /// Cross-thread control (park requests, idle flag).
+    pub control: Arc<TaskControl>,
+    /// Run when the task parks.
+    pub park_hook: Option<Box<dyn ParkHook>>,
 }
 
 /// Errors that end the sandbox (host failures, never guest mistakes).
@@ -81,6 +87,12 @@ pub enum TaskError {
     /// The memory manager hit an internal error.
     #[error("memory manager: {0}")]
     Mm(String),
+}
+
+/// Syscalls by which a server waits for its next request: the task is idle ("hot") while in
+/// one of them. (poll, accept, epoll_wait, pselect6, ppoll, epoll_pwait, accept4, epoll_pwait2.)
+fn waits_for_input(nr: u64) -> bool {
+    matches!(nr, 7 | 43 | 232 | 270 | 271 | 281 | 288 | 441)
 }
 
 impl Task {
@@ -96,13 +108,36 @@ impl Task {
     /// # Errors
     /// [`TaskError`] on a host failure.
     pub fn run(&mut self) -> Result<ExitStatus, TaskError> {
+        self.vcpu.bind_to_current_thread();
+        let r = self.run_loop();
+        self.vcpu.unbind_thread();
+        r
+    }
+
+    fn run_loop(&mut self) -> Result<ExitStatus, TaskError> {
         loop {
+            if self.control.park_requested() {
+                self.park();
+            }
             let sync = self.mm().take_pte_sync();
             let exit = self.vcpu.run(&sync)?;
             match exit {
                 Exit::Syscall => {
                     let args = SyscallArgs::from_regs(&self.vcpu.user.regs);
-                    let ret = syscalls::dispatch(self, &args);
+                    if waits_for_input(args.nr) {
+                        self.control.set_idle(true);
+                    }
+                    let ret = loop {
+                        let r = syscalls::dispatch(self, &args);
+                        // A blocking host call interrupted by a park request is restarted
+                        // once the task is unparked: the application never sees the EINTR.
+                        if r == Err(Errno::EINTR) && self.control.park_requested() {
+                            self.park();
+                            continue;
+                        }
+                        break r;
+                    };
+                    self.control.set_idle(false);
                     self.vcpu.user.regs.rax = match ret {
                         Ok(v) => v,
                         Err(e) => e.as_return(),
@@ -115,6 +150,15 @@ impl Task {
                 return Ok(status);
             }
         }
+    }
+
+    /// Runs the park hook (if any) with the task parked, then withdraws the request.
+    fn park(&mut self) {
+        if let Some(mut hook) = self.park_hook.take() {
+            hook.on_park(self);
+            self.park_hook = Some(hook);
+        }
+        self.control.clear_park();
     }
 
     fn handle_exception(&mut self, info: ExceptionInfo) -> Result<(), TaskError> {

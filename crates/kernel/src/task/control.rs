@@ -1,0 +1,91 @@
+//! Control of a running task from other threads: park requests (for hibernation) and the
+//! idle flag (the task is blocked waiting for input).
+//!
+//! A controller calls [`TaskControl::request_park`]; the task's thread notices at its next exit
+//! (the request kicks the vCPU out of `KVM_RUN`, and out of a blocking host call, which is then
+//! restarted) and runs its [`ParkHook`] before going on. While the hook runs, the task's memory
+//! is quiescent: no guest code runs and no syscall is in progress.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use platform::VcpuKicker;
+
+use super::Task;
+
+/// What a parked task runs: the hibernate layer deflates, waits for a wake and inflates here.
+pub trait ParkHook: Send {
+    /// Called on the task's thread with the task parked.
+    fn on_park(&mut self, task: &mut Task);
+}
+
+/// Cross-thread control of one task.
+pub struct TaskControl {
+    park: AtomicBool,
+    idle: AtomicBool,
+    /// Number of times the task went from idle to busy (requests served, roughly).
+    busy_periods: AtomicU64,
+    kicker: VcpuKicker,
+}
+
+impl TaskControl {
+    /// Control for the task whose vCPU `kicker` interrupts.
+    pub fn new(kicker: VcpuKicker) -> TaskControl {
+        TaskControl {
+            park: AtomicBool::new(false),
+            idle: AtomicBool::new(false),
+            busy_periods: AtomicU64::new(0),
+            kicker,
+        }
+    }
+
+    /// Asks the task to park; kicks it until it does or `timeout` passes. Returns whether the
+    /// request was taken (the hook runs, or ran, on the task's thread).
+    pub fn request_park(&self, taken: impl Fn() -> bool, timeout: Duration) -> bool {
+        self.park.store(true, Ordering::SeqCst);
+        let start = std::time::Instant::now();
+        loop {
+            self.kicker.kick();
+            if taken() {
+                return true;
+            }
+            if start.elapsed() >= timeout {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Whether a park is requested.
+    pub fn park_requested(&self) -> bool {
+        self.park.load(Ordering::SeqCst)
+    }
+
+    /// Withdraws a park request (the task took it, or the controller gave up).
+    pub fn clear_park(&self) {
+        self.park.store(false, Ordering::SeqCst);
+    }
+
+    /// Marks the task as blocked waiting for input (`true`) or running (`false`).
+    pub fn set_idle(&self, idle: bool) {
+        let was = self.idle.swap(idle, Ordering::SeqCst);
+        if was && !idle {
+            self.busy_periods.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the task is blocked waiting for input.
+    pub fn is_idle(&self) -> bool {
+        self.idle.load(Ordering::SeqCst)
+    }
+
+    /// Number of idle-to-busy transitions so far.
+    pub fn busy_periods(&self) -> u64 {
+        self.busy_periods.load(Ordering::Relaxed)
+    }
+
+    /// Kicks the task's vCPU.
+    pub fn kick(&self) {
+        self.kicker.kick();
+    }
+}
