@@ -126,7 +126,7 @@ table! {
     263 unlinkat => sys_fs::sys_unlinkat, Full;
     267 readlinkat => sys_stat::sys_readlinkat, Full;
     269 faccessat => sys_stat::sys_faccessat, Full;
-    270 pselect6 => sys_poll::sys_pselect6, Partial("returns ENOSYS-compatible EINVAL for sigmask use");
+    270 pselect6 => sys_poll::sys_pselect6, Partial("the signal mask argument is ignored");
     271 ppoll => sys_poll::sys_ppoll, Partial("the signal mask argument is ignored");
     273 set_robust_list => sys_process::sys_set_robust_list, Full;
     281 epoll_pwait => sys_poll::sys_epoll_pwait, Partial("the signal mask argument is ignored");

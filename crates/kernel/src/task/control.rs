@@ -6,7 +6,7 @@
 //! restarted) and runs its [`ParkHook`] before going on. While the hook runs, the task's memory
 //! is quiescent: no guest code runs and no syscall is in progress.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use platform::VcpuKicker;
@@ -25,6 +25,7 @@ pub struct TaskControl {
     idle: AtomicBool,
     /// Number of times the task went from idle to busy (requests served, roughly).
     busy_periods: AtomicU64,
+    pending_signal: AtomicI32,
     kicker: VcpuKicker,
 }
 
@@ -35,6 +36,7 @@ impl TaskControl {
             park: AtomicBool::new(false),
             idle: AtomicBool::new(false),
             busy_periods: AtomicU64::new(0),
+            pending_signal: AtomicI32::new(0),
             kicker,
         }
     }
@@ -82,6 +84,28 @@ impl TaskControl {
     /// Number of idle-to-busy transitions so far.
     pub fn busy_periods(&self) -> u64 {
         self.busy_periods.load(Ordering::Relaxed)
+    }
+
+    /// Sends the task a signal from outside (`torpor kill`): it takes effect at the task's
+    /// next exit (the vCPU is kicked). Until signal delivery exists, a signal whose disposition
+    /// is not "ignore" applies its default action (which, for the signals `kill` sends,
+    /// terminates).
+    pub fn send_signal(&self, sig: i32) {
+        self.pending_signal.store(sig, Ordering::SeqCst);
+        self.kicker.kick();
+    }
+
+    /// Takes the pending external signal, if any.
+    pub fn take_signal(&self) -> Option<i32> {
+        match self.pending_signal.swap(0, Ordering::SeqCst) {
+            0 => None,
+            s => Some(s),
+        }
+    }
+
+    /// Whether an external signal is pending.
+    pub fn signal_pending(&self) -> bool {
+        self.pending_signal.load(Ordering::SeqCst) != 0
     }
 
     /// Kicks the task's vCPU.

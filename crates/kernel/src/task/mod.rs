@@ -119,6 +119,12 @@ impl Task {
             if self.control.park_requested() {
                 self.park();
             }
+            if let Some(sig) = self.control.take_signal() {
+                self.external_signal(sig);
+                if let Some(status) = self.exit {
+                    return Ok(status);
+                }
+            }
             let sync = self.mm().take_pte_sync();
             let exit = self.vcpu.run(&sync)?;
             match exit {
@@ -133,7 +139,9 @@ impl Task {
                         // once the task is unparked: the application never sees the EINTR.
                         if r == Err(Errno::EINTR) && self.control.park_requested() {
                             self.park();
-                            continue;
+                            if !self.control.signal_pending() {
+                                continue;
+                            }
                         }
                         break r;
                     };
@@ -187,6 +195,20 @@ impl Task {
         tracing::debug!(vector = info.vector, addr = %info.cr2, rip = self.vcpu.user.regs.rip, sig, "fatal fault");
         self.force_signal(sig);
         Ok(())
+    }
+
+    /// Applies a signal sent from outside the sandbox.
+    fn external_signal(&mut self, sig: i32) {
+        if !(1..=NSIG as i32).contains(&sig) {
+            return;
+        }
+        let ignored_by_default = matches!(sig, libc::SIGCHLD | libc::SIGURG | libc::SIGWINCH | libc::SIGCONT);
+        let handler = self.signals.actions[sig as usize - 1].handler;
+        if sig != libc::SIGKILL && (handler == 1 || (handler == 0 && ignored_by_default)) {
+            return;
+        }
+        tracing::info!(sig, "terminated by an external signal");
+        self.exit = Some(ExitStatus::Signaled(sig));
     }
 
     /// Delivers a synchronous signal. Handlers are recorded but not yet run: the default
