@@ -120,6 +120,14 @@ impl FdTable {
         Ok(())
     }
 
+    /// The open descriptors and their files, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (i32, Arc<OpenFile>)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i as i32, s.file.clone())))
+    }
+
     /// Number of open descriptors.
     pub fn len(&self) -> usize {
         self.slots.iter().filter(|s| s.is_some()).count()

@@ -1,0 +1,144 @@
+//! Where sandboxes keep their state: one directory per sandbox (mode 0700) under a base
+//! directory, holding the control socket, the `pid` file, the output log of detached runs and
+//! the swap and REAP files.
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+/// The base directory: `$TORPOR_STATE_DIR`, else `/run/torpor` for root, else
+/// `$XDG_RUNTIME_DIR/torpor`, else `/tmp/torpor-UID`.
+pub fn base_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TORPOR_STATE_DIR") {
+        return PathBuf::from(d);
+    }
+    // SAFETY: no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/torpor");
+    }
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
+        return PathBuf::from(d).join("torpor");
+    }
+    PathBuf::from(format!("/tmp/torpor-{uid}"))
+}
+
+/// Checks a sandbox ID: 1-64 of `[A-Za-z0-9_.-]`, not starting with `.` or `-`.
+pub fn check_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with('.')
+        && !id.starts_with('-')
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if !ok {
+        bail!("invalid sandbox ID {id:?}: use 1-64 letters, digits, '_', '.' or '-', not starting with '.' or '-'");
+    }
+    Ok(())
+}
+
+/// A fresh random ID (12 hex digits).
+pub fn new_id() -> String {
+    let mut b = [0u8; 6];
+    // SAFETY: `b` is writable for its length.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        b.copy_from_slice(&(t as u64 ^ u64::from(std::process::id())).to_le_bytes()[..6]);
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The directory of sandbox `id`.
+pub fn dir_of(id: &str) -> Result<PathBuf> {
+    check_id(id)?;
+    Ok(base_dir().join(id))
+}
+
+/// Creates the base directory and the sandbox's own directory; fails if the ID is taken by a
+/// live sandbox, and clears the leftovers of a dead one.
+pub fn create(id: &str) -> Result<PathBuf> {
+    let base = base_dir();
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&base)
+        .with_context(|| format!("creating state directory {}", base.display()))?;
+    cleanup_orphans(&base);
+    let dir = dir_of(id)?;
+    if dir.exists() {
+        if owner_alive(&dir) {
+            bail!("a sandbox named {id:?} already exists");
+        }
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing stale {}", dir.display()))?;
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
+/// Writes the pid file of the process holding the sandbox.
+pub fn write_pid(dir: &Path, pid: u32) -> Result<()> {
+    let p = dir.join("pid");
+    std::fs::write(&p, format!("{pid}\n"))?;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
+}
+
+/// The pid recorded in a sandbox directory.
+pub fn read_pid(dir: &Path) -> Option<i32> {
+    std::fs::read_to_string(dir.join("pid")).ok()?.trim().parse().ok()
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence.
+    pid > 0 && (unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// Whether the process that owns `dir` is alive (a directory without a pid file yet counts as
+/// alive for a few seconds: its owner is starting).
+pub fn owner_alive(dir: &Path) -> bool {
+    match read_pid(dir) {
+        Some(pid) => pid_alive(pid),
+        None => std::fs::metadata(dir)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age.as_secs() < 10),
+    }
+}
+
+/// Removes the directories of sandboxes whose owner process is gone (swap files included).
+pub fn cleanup_orphans(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() && !owner_alive(&p) {
+            tracing::info!("removing orphaned sandbox state {}", p.display());
+            let _ = std::fs::remove_dir_all(&p);
+        }
+    }
+}
+
+/// IDs of the sandboxes under the base directory, sorted.
+pub fn list_ids() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(base_dir())
+        .map(|r| r.flatten().filter(|e| e.path().is_dir()).filter_map(|e| e.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids() {
+        assert!(check_id("web-1_a.b").is_ok());
+        assert!(check_id("").is_err());
+        assert!(check_id("../etc").is_err());
+        assert!(check_id(".hidden").is_err());
+        assert!(check_id("-x").is_err());
+        assert!(check_id(&"a".repeat(65)).is_err());
+        assert!(check_id("a/b").is_err());
+        assert_eq!(new_id().len(), 12);
+    }
+}
