@@ -1,0 +1,570 @@
+//! Deflate and inflate of a running sandbox, driven from its control thread and carried out
+//! on the task's own thread while it is parked.
+//!
+//! ```text
+//! control thread                         task thread (vCPU)
+//! ──────────────                         ──────────────────
+//! Handle::hibernate ── park request ──▶  exits KVM_RUN / EINTR from a blocking call
+//!                                        Hibernator::on_park:
+//!                                          deflate: free pages → MADV_DONTNEED,
+//!                                          resident pages → swap file (batched),
+//!                                          then MADV_DONTNEED; uffd registered
+//!          ◀── report ─────────────────    state = hibernated
+//!                                          epoll_wait(app sockets + wake eventfd)
+//! Handle::wake ─── eventfd ────────────▶   (or a connection / bytes arrive)
+//!                                          state = woken | hibernate-running
+//!                                        resumes; pages return through the uffd thread
+//! ```
+//!
+//! A failed deflate (disk full, I/O error) leaves every page in place: the new swap file is
+//! removed, nothing was dropped, and the sandbox stays hot.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use kernel::fd::FileKind;
+use kernel::task::{ParkHook, Task, TaskControl};
+use platform::{layout, Gpa, GuestMemory, PAGE_SIZE};
+use userfaultfd::{Uffd, UffdBuilder};
+
+use crate::metrics::Metrics;
+use crate::pager::{self, PagerState};
+use crate::pagestate::{PageIdx, PageState, PageStateMap};
+use crate::reap::{WorkingSetRecorder, DEFAULT_RECORD_LIMIT};
+use crate::state::{State, StateMachine};
+use crate::swapfile::{SwapReader, SwapWriter};
+
+/// Pages per swap-file write (2 MiB).
+const BATCH_PAGES: usize = 512;
+
+/// Errors of hibernate and wake requests.
+#[derive(Debug, thiserror::Error)]
+pub enum HibernateError {
+    /// The sandbox is not in a state that allows this.
+    #[error("{0}")]
+    State(String),
+    /// The task did not park in time (it may be stuck in a host call that ignores signals).
+    #[error("the sandbox did not pause within {0:?}")]
+    ParkTimeout(Duration),
+    /// Deflate failed; the sandbox stays hot.
+    #[error("deflate failed, the sandbox stays hot: {0}")]
+    Deflate(String),
+}
+
+/// What a deflate did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct DeflateReport {
+    /// Pages returned to the host because the guest's allocator held them free.
+    pub free_pages: u64,
+    /// Resident zero pages dropped without writing.
+    pub zero_pages: u64,
+    /// Pages written to the swap file this time.
+    pub written_pages: u64,
+    /// Pages carried over from the previous swap file (swapped, never touched since).
+    pub carried_pages: u64,
+    /// Bytes of the new swap file's data.
+    pub swap_bytes: u64,
+    /// Duration.
+    pub took_us: u64,
+}
+
+enum Command {
+    Deflate,
+}
+
+enum WakeReason {
+    Request,
+    Explicit,
+    Stop,
+}
+
+struct Mailbox {
+    parked: bool,
+    command: Option<Command>,
+    reply: Option<Result<DeflateReport, String>>,
+}
+
+/// State shared by the control thread's [`HibernateHandle`] and the task's [`Hibernator`].
+pub struct Shared {
+    /// The sandbox state machine.
+    pub state: Mutex<StateMachine>,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    mailbox: Mutex<Mailbox>,
+    cv: Condvar,
+    wake_efd: OwnedFd,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn signal_wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a local to our eventfd.
+        unsafe { libc::write(self.wake_efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, StateMachine> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_mailbox(&self) -> std::sync::MutexGuard<'_, Mailbox> {
+        self.mailbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The control thread's side.
+#[derive(Clone)]
+pub struct HibernateHandle {
+    shared: Arc<Shared>,
+    control: Arc<TaskControl>,
+}
+
+/// The task's side: the park hook.
+pub struct Hibernator {
+    shared: Arc<Shared>,
+    mem: Arc<GuestMemory>,
+    dir: PathBuf,
+    pager: Arc<RwLock<PagerState>>,
+    uffd: Option<Arc<Uffd>>,
+    generation: u64,
+}
+
+/// Builds the two sides for a sandbox whose state directory is `dir`.
+///
+/// # Errors
+/// The host's error if the wake eventfd cannot be created.
+pub fn new(
+    mem: Arc<GuestMemory>,
+    control: Arc<TaskControl>,
+    dir: PathBuf,
+) -> std::io::Result<(Hibernator, HibernateHandle)> {
+    // SAFETY: eventfd with valid flags; the fd is owned below.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if efd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd owned by nobody else.
+    let wake_efd = unsafe { OwnedFd::from_raw_fd(efd) };
+    let pages = PageStateMap::for_memory_size(mem.size())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let page_count = pages.len();
+    let shared = Arc::new(Shared {
+        state: Mutex::new(StateMachine::new()),
+        metrics: Arc::new(Metrics::default()),
+        mailbox: Mutex::new(Mailbox {
+            parked: false,
+            command: None,
+            reply: None,
+        }),
+        cv: Condvar::new(),
+        wake_efd,
+        stop: std::sync::atomic::AtomicBool::new(false),
+    });
+    let pager = Arc::new(RwLock::new(PagerState {
+        pages,
+        swap: None,
+        recorder: WorkingSetRecorder::new(page_count, DEFAULT_RECORD_LIMIT),
+    }));
+    let hib = Hibernator {
+        shared: shared.clone(),
+        mem,
+        dir,
+        pager,
+        uffd: None,
+        generation: 0,
+    };
+    Ok((hib, HibernateHandle { shared, control }))
+}
+
+impl HibernateHandle {
+    /// The shared state (state machine, metrics).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Deflates the sandbox: parks its task, writes its memory out, and leaves it waiting for a
+    /// wake. Returns once it is hibernated.
+    ///
+    /// # Errors
+    /// [`HibernateError::State`] unless hot, running or woken; [`HibernateError::ParkTimeout`];
+    /// [`HibernateError::Deflate`] (the sandbox stays as it was).
+    pub fn hibernate(&self, timeout: Duration) -> Result<DeflateReport, HibernateError> {
+        {
+            let st = self.shared.lock_state();
+            match st.state() {
+                State::Hot | State::Running | State::Woken | State::HibernateRunning => {}
+                s => {
+                    return Err(HibernateError::State(format!(
+                        "cannot hibernate a sandbox that is {}",
+                        s.as_str()
+                    )))
+                }
+            }
+        }
+        {
+            let mut mb = self.shared.lock_mailbox();
+            mb.command = Some(Command::Deflate);
+            mb.reply = None;
+        }
+        let shared = self.shared.clone();
+        let taken = move || shared.lock_mailbox().parked;
+        if !self.control.request_park(taken, timeout) {
+            self.control.clear_park();
+            let mut mb = self.shared.lock_mailbox();
+            mb.command = None;
+            return Err(HibernateError::ParkTimeout(timeout));
+        }
+        let mut mb = self.shared.lock_mailbox();
+        loop {
+            if let Some(r) = mb.reply.take() {
+                return r.map_err(HibernateError::Deflate);
+            }
+            mb = self.shared.cv.wait(mb).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Wakes a hibernated sandbox without a request (SIGCONT); pages still return on demand.
+    ///
+    /// # Errors
+    /// [`HibernateError::State`] unless hibernated.
+    pub fn wake(&self) -> Result<(), HibernateError> {
+        let s = self.shared.lock_state().state();
+        if s != State::Hibernated {
+            return Err(HibernateError::State(format!(
+                "cannot wake a sandbox that is {}",
+                s.as_str()
+            )));
+        }
+        self.shared.signal_wake();
+        Ok(())
+    }
+
+    /// Wakes the task if it is hibernated, so that it notices a pending signal.
+    pub fn stop_if_hibernated(&self) {
+        if self.shared.lock_state().state() == State::Hibernated {
+            self.shared.signal_wake();
+        }
+    }
+
+    /// Makes a hibernated task leave its wait so that it can be stopped.
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.signal_wake();
+    }
+
+    /// The state, refined by whether the task is serving: hot/running before any hibernate,
+    /// woken/hibernate-running after.
+    pub fn state(&self) -> State {
+        let s = self.shared.lock_state().state();
+        let idle = self.control.is_idle();
+        match (s, idle) {
+            (State::Hot, false) => State::Running,
+            (State::Running, true) => State::Hot,
+            (State::Woken, false) => State::HibernateRunning,
+            (State::HibernateRunning, true) => State::Woken,
+            (s, _) => s,
+        }
+    }
+}
+
+impl ParkHook for Hibernator {
+    fn on_park(&mut self, task: &mut Task) {
+        let cmd = {
+            let mut mb = self.shared.lock_mailbox();
+            mb.parked = true;
+            mb.command.take()
+        };
+        self.shared.cv.notify_all();
+        if let Some(Command::Deflate) = cmd {
+            let result = self.deflate(task);
+            let ok = result.is_ok();
+            {
+                let mut mb = self.shared.lock_mailbox();
+                mb.reply = Some(result);
+            }
+            self.shared.cv.notify_all();
+            if ok {
+                let reason = self.wait_for_wake(task);
+                let woke = Instant::now();
+                let to = match reason {
+                    WakeReason::Request => State::HibernateRunning,
+                    WakeReason::Explicit => State::Woken,
+                    WakeReason::Stop => State::Stopped,
+                };
+                if let Err(e) = self.shared.lock_state().transition(to) {
+                    tracing::warn!("{e}");
+                }
+                {
+                    let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
+                    pager.recorder.clear();
+                    pager.recorder.start();
+                }
+                self.shared
+                    .metrics
+                    .last_wake_us
+                    .store(woke.elapsed().as_micros() as u64, Ordering::Relaxed);
+            }
+        }
+        self.shared.lock_mailbox().parked = false;
+    }
+}
+
+impl Hibernator {
+    fn swap_path(&self, generation: u64) -> PathBuf {
+        self.dir.join(format!("swap.{generation}"))
+    }
+
+    /// Writes the sandbox's memory out and drops it (see the module doc).
+    fn deflate(&mut self, task: &mut Task) -> Result<DeflateReport, String> {
+        let start = Instant::now();
+        let mut report = DeflateReport::default();
+        let mem = self.mem.clone();
+        let first_page = layout::RESERVED_END.raw() / PAGE_SIZE;
+        let total_pages = mem.size() / PAGE_SIZE;
+
+        // Residency of every guest page (mincore on the host mapping).
+        let mut resident = vec![0u8; total_pages as usize];
+        // SAFETY: the range is exactly guest memory's mapping; `resident` has one byte a page.
+        let r = unsafe {
+            libc::mincore(
+                mem.host_base().cast(),
+                mem.size() as usize,
+                resident.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            return Err(format!("mincore: {}", std::io::Error::last_os_error()));
+        }
+        let mm = task.mm.clone();
+        let mut mm = mm.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
+        pager.recorder.stop();
+
+        // 1. Write the new swap file: resident non-zero pages, and pages still in the old file.
+        let generation = self.generation + 1;
+        let path = self.swap_path(generation);
+        let mut writer = SwapWriter::create(&path, total_pages).map_err(|e| e.to_string())?;
+        let mut new_states: Vec<(u64, PageState)> = Vec::new();
+        let mut batch_idx: Vec<u64> = Vec::with_capacity(BATCH_PAGES);
+        let mut batch_data = vec![0u8; BATCH_PAGES * PAGE_SIZE as usize];
+        let mut page_buf = [0u8; PAGE_SIZE as usize];
+        let flush = |writer: &mut SwapWriter,
+                     idx: &mut Vec<u64>,
+                     data: &[u8],
+                     out: &mut Vec<(u64, PageState)>|
+         -> Result<(), String> {
+            if idx.is_empty() {
+                return Ok(());
+            }
+            let pages: Vec<(PageIdx, &[u8])> = idx
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| {
+                    (
+                        PageIdx(p),
+                        &data[i * PAGE_SIZE as usize..(i + 1) * PAGE_SIZE as usize],
+                    )
+                })
+                .collect();
+            let slots = writer.write_batch(&pages).map_err(|e| e.to_string())?;
+            for (i, &p) in idx.iter().enumerate() {
+                out.push((
+                    p,
+                    PageState::Swapped {
+                        slot: slots.start + i as u32,
+                    },
+                ));
+            }
+            idx.clear();
+            Ok(())
+        };
+        for page in first_page..total_pages {
+            let gpa = Gpa(page * PAGE_SIZE);
+            if mm.allocator().is_free(gpa) {
+                continue;
+            }
+            let is_resident = resident[page as usize] & 1 != 0;
+            let slot_data = batch_idx.len() * PAGE_SIZE as usize;
+            if is_resident {
+                mem.read(gpa, &mut page_buf).map_err(|e| e.to_string())?;
+                if page_buf.iter().all(|&b| b == 0) {
+                    new_states.push((page, PageState::Zero));
+                    report.zero_pages += 1;
+                    continue;
+                }
+                batch_data[slot_data..slot_data + PAGE_SIZE as usize].copy_from_slice(&page_buf);
+                report.written_pages += 1;
+            } else {
+                match pager.pages.get(PageIdx(page)) {
+                    Ok(PageState::Swapped { .. }) => {
+                        let old = pager
+                            .swap
+                            .as_ref()
+                            .ok_or("swapped page without a swap file")?;
+                        old.read_page(PageIdx(page), &mut page_buf)
+                            .map_err(|e| e.to_string())?;
+                        batch_data[slot_data..slot_data + PAGE_SIZE as usize]
+                            .copy_from_slice(&page_buf);
+                        report.carried_pages += 1;
+                    }
+                    _ => continue, // never touched, or zero: reads as zero either way
+                }
+            }
+            batch_idx.push(page);
+            if batch_idx.len() == BATCH_PAGES {
+                flush(&mut writer, &mut batch_idx, &batch_data, &mut new_states)?;
+            }
+        }
+        flush(&mut writer, &mut batch_idx, &batch_data, &mut new_states)?;
+        report.swap_bytes = u64::from(writer.pages_written()) * PAGE_SIZE;
+        writer.finish().map_err(|e| e.to_string())?;
+        let reader = SwapReader::open(&path).map_err(|e| e.to_string())?;
+
+        // 2. Nothing can fail past this point that would lose data: drop pages.
+        let runs: Vec<(Gpa, u64)> = mm.allocator().free_page_runs().collect();
+        for (gpa, n) in runs {
+            let _ = mem.discard(gpa, n * PAGE_SIZE);
+            let _ = mm.allocator_mut().mark_zero(gpa, n);
+            for p in gpa.raw() / PAGE_SIZE..gpa.raw() / PAGE_SIZE + n {
+                let _ = pager.pages.set(PageIdx(p), PageState::Free);
+            }
+            report.free_pages += n;
+        }
+        for (page, st) in &new_states {
+            let _ = pager.pages.set(PageIdx(*page), *st);
+        }
+        discard_pages(&mem, new_states.iter().map(|(p, _)| *p));
+        if let Some(old) = pager.swap.replace(reader) {
+            let _ = old.remove();
+        }
+        self.generation = generation;
+        drop(pager);
+        drop(mm);
+
+        // 3. Register guest memory (above the platform's chunk) with userfaultfd, once.
+        if self.uffd.is_none() {
+            let uffd = UffdBuilder::new()
+                .close_on_exec(true)
+                .non_blocking(false)
+                .user_mode_only(false)
+                .create()
+                .map_err(|e| format!("userfaultfd: {e}"))?;
+            let start = layout::RESERVED_END.raw();
+            // SAFETY: in bounds: guest memory is larger than the reserved chunk.
+            let host = unsafe { mem.host_base().add(start as usize) };
+            uffd.register(host.cast(), (mem.size() - start) as usize)
+                .map_err(|e| format!("UFFDIO_REGISTER: {e}"))?;
+            let uffd = Arc::new(uffd);
+            pager::spawn(
+                uffd.clone(),
+                mem.clone(),
+                self.pager.clone(),
+                self.shared.metrics.clone(),
+                self.dir.join("error"),
+            )
+            .map_err(|e| format!("starting the uffd thread: {e}"))?;
+            self.uffd = Some(uffd);
+        }
+
+        report.took_us = start.elapsed().as_micros() as u64;
+        let m = &self.shared.metrics;
+        m.swap_bytes.store(report.swap_bytes, Ordering::Relaxed);
+        m.last_deflate_us.store(report.took_us, Ordering::Relaxed);
+        if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {
+            tracing::warn!("{e}");
+        }
+        tracing::info!(?report, "deflated");
+        Ok(report)
+    }
+
+    /// Waits (no CPU) until a connection or bytes arrive on one of the application's sockets,
+    /// or an explicit wake or stop.
+    fn wait_for_wake(&mut self, task: &mut Task) -> WakeReason {
+        // SAFETY: epoll_create1 with a valid flag.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            tracing::error!("epoll_create1: {}", std::io::Error::last_os_error());
+            return WakeReason::Explicit;
+        }
+        // SAFETY: a fresh fd owned by nobody else.
+        let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+        let add = |fd: i32, data: u64| {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: data,
+            };
+            // SAFETY: valid epoll fd, fd and event.
+            unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        };
+        add(self.shared.wake_efd.as_raw_fd(), u64::MAX);
+        let sockets: Vec<_> = task
+            .fds
+            .iter()
+            .filter(|(_, f)| matches!(f.kind, FileKind::Socket(_)))
+            .collect();
+        for (i, (_, f)) in sockets.iter().enumerate() {
+            add(f.host().as_raw_fd(), i as u64);
+        }
+        loop {
+            let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
+            // SAFETY: valid epoll fd and output buffer.
+            let n =
+                unsafe { libc::epoll_wait(ep.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, -1) };
+            if n < 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    if task.control.signal_pending() {
+                        return WakeReason::Stop;
+                    }
+                    continue;
+                }
+                tracing::error!("epoll_wait: {}", std::io::Error::last_os_error());
+                return WakeReason::Explicit;
+            }
+            let mut reason = None;
+            for ev in &evs[..n as usize] {
+                if ev.u64 == u64::MAX {
+                    let mut v = 0u64;
+                    // SAFETY: reading 8 bytes from our eventfd into a local.
+                    unsafe {
+                        libc::read(
+                            self.shared.wake_efd.as_raw_fd(),
+                            (&mut v as *mut u64).cast(),
+                            8,
+                        )
+                    };
+                    reason = Some(if self.shared.stop.load(Ordering::SeqCst) {
+                        WakeReason::Stop
+                    } else {
+                        WakeReason::Explicit
+                    });
+                } else if reason.is_none() {
+                    reason = Some(WakeReason::Request);
+                }
+            }
+            if let Some(r) = reason {
+                return r;
+            }
+        }
+    }
+}
+
+/// MADV_DONTNEED over the given pages, coalesced into runs.
+fn discard_pages(mem: &GuestMemory, pages: impl Iterator<Item = u64>) {
+    let mut run: Option<(u64, u64)> = None;
+    for p in pages {
+        run = match run {
+            Some((s, n)) if s + n == p => Some((s, n + 1)),
+            Some((s, n)) => {
+                let _ = mem.discard(Gpa(s * PAGE_SIZE), n * PAGE_SIZE);
+                Some((p, 1))
+            }
+            None => Some((p, 1)),
+        };
+    }
+    if let Some((s, n)) = run {
+        let _ = mem.discard(Gpa(s * PAGE_SIZE), n * PAGE_SIZE);
+    }
+}

@@ -1,0 +1,48 @@
+//! Hibernate mode, the parts that need no KVM: the sandbox state machine, the page-state
+//! map of guest-physical memory, the checksummed swap and REAP files, per-sandbox state
+//! directories, and the counters `torpor stats` prints.
+//!
+//! Module map:
+//!
+//! | module | job |
+//! |---|---|
+//! | [`state`] | `State` and the checked, timed, logged `StateMachine` |
+//! | [`pagestate`] | `PageIdx`; `PageStateMap`: where each guest page lives (resident, free, zero, swap slot, REAP slot) |
+//! | [`pagefile`] | the on-disk format shared by swap and REAP files: header, 4 KiB slots, crc32c index, trailer |
+//! | [`swapfile`] | `SwapWriter` / `SwapReader`: the per-sandbox swap file |
+//! | [`reap`] | `WorkingSetRecorder`, `ReapWriter` / `ReapReader`: record and prefetch |
+//! | [`sandbox_dir`] | `SandboxDir`: `BASE/ID` (0700) with its `pid` file; orphan cleanup |
+//! | [`metrics`] | `HibernateMetrics` atomics and their JSON snapshot |
+//!
+//! Deflate and inflate themselves (parking vCPUs, `mincore`, `MADV_DONTNEED`, userfaultfd)
+//! live with the platform and are built on these pieces: deflate walks the page-state map,
+//! writes runs with [`SwapWriter::write_batch`] / [`ReapWriter::write_batch`], and records
+//! slots with [`PageStateMap::set_range`]; a fault looks the page up in the map and reads it
+//! with [`SwapReader::read_page`] (every page is checksum-verified first; a damaged or
+//! truncated file is an error, never wrong bytes); a REAP wake streams
+//! [`ReapReader::read_batches`].
+//!
+//! Locks: none inside this crate. `StateMachine`, `PageStateMap` and `WorkingSetRecorder`
+//! are plain data for the caller to own or lock; readers are `Sync` (positioned reads only);
+//! `HibernateMetrics` is lock-free.
+
+pub mod metrics;
+pub mod pagefile;
+pub mod pagestate;
+pub mod reap;
+pub mod sandbox_dir;
+pub mod state;
+pub mod swapfile;
+
+#[cfg(test)]
+mod testutil;
+
+pub use metrics::{HibernateMetrics, MetricsSnapshot};
+pub use pagefile::{PageFileError, WriteOptions};
+pub use pagestate::{
+    PageCounts, PageIdx, PageKind, PageRun, PageState, PageStateError, PageStateMap,
+};
+pub use reap::{ReapError, ReapReader, ReapWriter, RecordOutcome, WorkingSetRecorder};
+pub use sandbox_dir::{cleanup_orphans, SandboxDir, SandboxDirError};
+pub use state::{IllegalTransition, State, StateMachine, StateSnapshot, Transition};
+pub use swapfile::{SwapError, SwapIndex, SwapReader, SwapWriter};

@@ -1,0 +1,196 @@
+//! The page-fault swap-in path: a handler thread serving userfaultfd faults on guest memory
+//! from the page-state map and the current swap file.
+//!
+//! Guest memory (above the platform's reserved chunk) is registered with userfaultfd at the
+//! first deflate and stays registered. A page dropped by a deflate faults on its next touch,
+//! whether by the guest (through KVM) or by the runtime itself (a syscall's user copy). The
+//! handler looks the page up:
+//!
+//! - `Swapped { slot }`: `pread` the slot, verify its CRC32C, `UFFDIO_COPY`; neighbours of the same
+//!   aligned 16-page window that are swapped in consecutive slots come along in the same read;
+//! - anything else (zero, free, or never swapped): `UFFDIO_ZEROPAGE`.
+//!
+//! A page whose checksum fails, or a read error, must never reach the application: the handler
+//! records the error in the sandbox directory and ends the process (the sandbox stops loudly).
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+
+use platform::{GuestMemory, PAGE_SIZE};
+use userfaultfd::{Event, Uffd};
+
+use crate::metrics::Metrics;
+use crate::pagestate::{PageIdx, PageState, PageStateMap};
+use crate::reap::WorkingSetRecorder;
+use crate::swapfile::SwapReader;
+
+/// Pages read together around a fault.
+pub const FAULT_AROUND: u64 = 16;
+
+/// What the handler reads from: the page-state map and the swap file it points into.
+pub struct PagerState {
+    /// State of every guest page.
+    pub pages: PageStateMap,
+    /// The current swap file.
+    pub swap: Option<SwapReader>,
+    /// Pages faulted in since the last wake, in order (REAP's working set).
+    pub recorder: WorkingSetRecorder,
+}
+
+/// Exit status of the runtime when swapped data is lost or corrupt.
+pub const EXIT_SWAP_CORRUPT: i32 = 70;
+
+/// Starts the handler thread.
+pub fn spawn(
+    uffd: Arc<Uffd>,
+    mem: Arc<GuestMemory>,
+    state: Arc<RwLock<PagerState>>,
+    metrics: Arc<Metrics>,
+    error_file: PathBuf,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("uffd".into())
+        .spawn(move || serve(&uffd, &mem, &state, &metrics, &error_file))
+}
+
+fn fatal(error_file: &PathBuf, msg: &str) -> ! {
+    tracing::error!("{msg}: stopping the sandbox");
+    eprintln!("torpor: {msg}: stopping the sandbox");
+    let _ = std::fs::write(error_file, format!("{msg}\n"));
+    std::process::exit(EXIT_SWAP_CORRUPT);
+}
+
+fn serve(
+    uffd: &Uffd,
+    mem: &GuestMemory,
+    state: &RwLock<PagerState>,
+    metrics: &Metrics,
+    error_file: &PathBuf,
+) {
+    let base = mem.host_base() as u64;
+    let mut buf = vec![0u8; (FAULT_AROUND * PAGE_SIZE) as usize];
+    loop {
+        let event = match uffd.read_event() {
+            Ok(Some(e)) => e,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!("userfaultfd closed: {e}");
+                return;
+            }
+        };
+        let addr = match event {
+            Event::Pagefault { addr, .. } => addr as u64,
+            _ => continue,
+        };
+        if addr < base || addr >= base + mem.size() {
+            continue;
+        }
+        let page = (addr - base) / PAGE_SIZE;
+        let mut st = match state.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        st.recorder.record(PageIdx(page));
+        let s = st.pages.get(PageIdx(page)).unwrap_or(PageState::Zero);
+        let slot = match s {
+            PageState::Swapped { slot } => slot,
+            _ => {
+                let host = base + page * PAGE_SIZE;
+                // SAFETY: `host` is a page of guest memory, registered with this uffd.
+                match unsafe { uffd.zeropage(host as *mut _, PAGE_SIZE as usize, true) } {
+                    Ok(_) => {}
+                    Err(e) if is_eexist(&e) => {}
+                    Err(e) => fatal(
+                        error_file,
+                        &format!("UFFDIO_ZEROPAGE at page {page:#x} failed: {e}"),
+                    ),
+                }
+                let _ = st.pages.set(PageIdx(page), PageState::Resident);
+                metrics.faults.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        };
+        // Extend to neighbours of the aligned window swapped in consecutive slots.
+        let win = page - page % FAULT_AROUND;
+        let mut first = page;
+        let mut first_slot = slot;
+        while first > win {
+            match st.pages.get(PageIdx(first - 1)) {
+                Ok(PageState::Swapped { slot: s }) if first_slot > 0 && s == first_slot - 1 => {
+                    first -= 1;
+                    first_slot = s;
+                }
+                _ => break,
+            }
+        }
+        let mut count = (page - first) + 1;
+        while first + count < win + FAULT_AROUND && first + count < st.pages.len() {
+            match st.pages.get(PageIdx(first + count)) {
+                Ok(PageState::Swapped { slot: s })
+                    if u64::from(s) == u64::from(first_slot) + count =>
+                {
+                    count += 1
+                }
+                _ => break,
+            }
+        }
+        let bytes = (count * PAGE_SIZE) as usize;
+        let read = match &st.swap {
+            Some(r) => r.read_slots_into(first_slot, count as u32, &mut buf[..bytes]),
+            None => fatal(
+                error_file,
+                &format!("page {page:#x} is swapped but no swap file is open"),
+            ),
+        };
+        if let Err(e) = read {
+            fatal(error_file, &format!("swap file unreadable or corrupt: {e}"));
+        }
+        let host = base + first * PAGE_SIZE;
+        // SAFETY: `buf` holds `bytes` verified bytes; the destination is guest memory inside the
+        // registered range (first..first+count are pages of the map, which covers guest memory).
+        match unsafe { uffd.copy(buf.as_ptr().cast(), host as *mut _, bytes, true) } {
+            Ok(_) => {}
+            Err(e) if is_eexist(&e) => {
+                // Some page of the run is present already: fall back to the faulting page only.
+                let off = ((page - first) * PAGE_SIZE) as usize;
+                let h = base + page * PAGE_SIZE;
+                // SAFETY: as above, one page.
+                match unsafe {
+                    uffd.copy(
+                        buf[off..].as_ptr().cast(),
+                        h as *mut _,
+                        PAGE_SIZE as usize,
+                        true,
+                    )
+                } {
+                    Ok(_) => {}
+                    Err(e) if is_eexist(&e) => {}
+                    Err(e) => fatal(
+                        error_file,
+                        &format!("UFFDIO_COPY at page {page:#x} failed: {e}"),
+                    ),
+                }
+                count = 1;
+                first = page;
+            }
+            Err(e) => fatal(
+                error_file,
+                &format!("UFFDIO_COPY at page {page:#x} failed: {e}"),
+            ),
+        }
+        for p in first..first + count {
+            let _ = st.pages.set(PageIdx(p), PageState::Resident);
+        }
+        metrics.faults.fetch_add(1, Ordering::Relaxed);
+        metrics
+            .fault_bytes
+            .fetch_add(count * PAGE_SIZE, Ordering::Relaxed);
+    }
+}
+
+fn is_eexist(e: &userfaultfd::Error) -> bool {
+    e.to_string().contains("File exists")
+        || matches!(e, userfaultfd::Error::CopyFailed(errno) if *errno as i32 == libc::EEXIST)
+        || matches!(e, userfaultfd::Error::ZeropageFailed(errno) if *errno as i32 == libc::EEXIST)
+}
