@@ -30,7 +30,7 @@ use kernel::task::{ParkHook, Task, TaskControl};
 use platform::{layout, Gpa, GuestMemory, PAGE_SIZE};
 use userfaultfd::{Uffd, UffdBuilder};
 
-use crate::metrics::Metrics;
+use crate::metrics::HibernateMetrics as Metrics;
 use crate::pager::{self, PagerState};
 use crate::pagestate::{PageIdx, PageState, PageStateMap};
 use crate::reap::{WorkingSetRecorder, DEFAULT_RECORD_LIMIT};

@@ -13,9 +13,10 @@
 //! | [`reap`] | `WorkingSetRecorder`, `ReapWriter` / `ReapReader`: record and prefetch |
 //! | [`sandbox_dir`] | `SandboxDir`: `BASE/ID` (0700) with its `pid` file; orphan cleanup |
 //! | [`metrics`] | `HibernateMetrics` atomics and their JSON snapshot |
+//! | [`engine`] | deflate and the wait for a wake, run by the parked task; the control side's handle |
+//! | [`pager`] | the userfaultfd thread: page-fault swap-in |
 //!
-//! Deflate and inflate themselves (parking vCPUs, `mincore`, `MADV_DONTNEED`, userfaultfd)
-//! live with the platform and are built on these pieces: deflate walks the page-state map,
+//! Deflate and inflate ([`engine`], [`pager`]) are built on these pieces: deflate walks the page-state map,
 //! writes runs with [`SwapWriter::write_batch`] / [`ReapWriter::write_batch`], and records
 //! slots with [`PageStateMap::set_range`]; a fault looks the page up in the map and reads it
 //! with [`SwapReader::read_page`] (every page is checksum-verified first; a damaged or
@@ -26,8 +27,10 @@
 //! are plain data for the caller to own or lock; readers are `Sync` (positioned reads only);
 //! `HibernateMetrics` is lock-free.
 
+pub mod engine;
 pub mod metrics;
 pub mod pagefile;
+pub mod pager;
 pub mod pagestate;
 pub mod reap;
 pub mod sandbox_dir;

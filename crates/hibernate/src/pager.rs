@@ -20,7 +20,7 @@ use std::sync::{Arc, RwLock};
 use platform::{GuestMemory, PAGE_SIZE};
 use userfaultfd::{Event, Uffd};
 
-use crate::metrics::Metrics;
+use crate::metrics::HibernateMetrics as Metrics;
 use crate::pagestate::{PageIdx, PageState, PageStateMap};
 use crate::reap::WorkingSetRecorder;
 use crate::swapfile::SwapReader;

@@ -46,7 +46,6 @@ pub fn require_kvm() -> bool {
                 panic!("/dev/kvm not available ({e}) and {REQUIRE_KVM_ENV}=1");
             }
             println!("skipped: /dev/kvm not available ({e})");
-            eprintln!("skipped: /dev/kvm not available ({e})");
             false
         }
     }

@@ -165,8 +165,16 @@ impl Running {
 
     fn collect(&mut self, status: ExitStatus) -> Output {
         let elapsed = self.started.elapsed();
+        // A descendant that outlived the process may still hold the pipes:
+        // give the readers a moment, then leave them behind.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while self.readers.iter().any(|r| !r.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
         for r in self.readers.drain(..) {
-            let _ = r.join();
+            if r.is_finished() {
+                let _ = r.join();
+            }
         }
         Output {
             status,

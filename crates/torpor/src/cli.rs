@@ -21,6 +21,44 @@ pub enum Command {
     Run(RunArgs),
     /// Run the bundled example program in a temporary sandbox.
     Demo,
+    /// Deflate a sandbox: free pages to the host, the rest to its swap file, no CPU.
+    Hibernate {
+        /// Sandbox ID.
+        id: String,
+    },
+    /// Wake a hibernated sandbox (pages come back as they are touched).
+    Wake {
+        /// Sandbox ID.
+        id: String,
+    },
+    /// Send a signal: SIGSTOP hibernates, SIGCONT wakes, others go to the application.
+    Kill {
+        /// Sandbox ID.
+        id: String,
+        /// Signal name or number (default SIGTERM).
+        #[arg(default_value = "SIGTERM")]
+        signal: String,
+    },
+    /// Print a sandbox's OCI-style state as JSON.
+    State {
+        /// Sandbox ID.
+        id: String,
+    },
+    /// Print a sandbox's metrics as one JSON object.
+    Stats {
+        /// Sandbox ID.
+        id: String,
+    },
+    /// List sandboxes.
+    List,
+    /// Remove a stopped sandbox (with --force, stop it first) and everything it owned.
+    Delete {
+        /// Stop a running sandbox first.
+        #[arg(long, short = 'f')]
+        force: bool,
+        /// Sandbox ID.
+        id: String,
+    },
     /// Measure the bare vCPU exit round trip (for the benchmarks).
     #[command(hide = true)]
     BenchExit {
@@ -48,6 +86,15 @@ pub struct RunArgs {
     /// Let the application connect to hosts other than its own listeners.
     #[arg(long)]
     pub allow_outbound: bool,
+    /// Run in the background: print the sandbox ID once the program runs, and return.
+    #[arg(long, short = 'd')]
+    pub detach: bool,
+    /// Sandbox ID (default: a random one).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Internal: the write end of a readiness pipe (set by `run -d` for its child).
+    #[arg(long, hide = true, default_value_t = -1)]
+    pub ready_fd: i32,
     /// Host directory used as the sandbox's root filesystem.
     pub rootfs: PathBuf,
     /// Program (a path inside ROOTFS) and its arguments.

@@ -1,8 +1,13 @@
 //! The `torpor` command.
 
 mod cli;
+mod control;
+mod daemon;
 mod demo;
+mod procfs;
 mod run;
+mod statedir;
+mod verbs;
 
 use std::process::ExitCode;
 
@@ -14,6 +19,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Run(args) => run::run(args),
         cli::Command::Demo => demo::demo(),
+        cli::Command::Hibernate { id } => verbs::hibernate(&id),
+        cli::Command::Wake { id } => verbs::wake(&id),
+        cli::Command::Kill { id, signal } => verbs::kill(&id, &signal),
+        cli::Command::State { id } => verbs::state(&id),
+        cli::Command::Stats { id } => verbs::stats(&id),
+        cli::Command::List => verbs::list(),
+        cli::Command::Delete { id, force } => verbs::delete(&id, force),
         cli::Command::BenchExit { iterations } => run::bench_exit(iterations),
     };
     match result {

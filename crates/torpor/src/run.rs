@@ -1,6 +1,8 @@
 //! `torpor run`: one sandbox in the foreground.
 
 use anyhow::{Context, Result};
+
+use crate::statedir;
 use kernel::{Sandbox, SandboxConfig};
 
 use crate::cli::RunArgs;
@@ -13,6 +15,16 @@ const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/b
 /// Runs the sandbox described by `args` and returns the application's exit status.
 pub fn run(args: RunArgs) -> Result<u8> {
     ignore_sigpipe();
+    let id = match &args.name {
+        Some(n) => {
+            statedir::check_id(n)?;
+            n.clone()
+        }
+        None => statedir::new_id(),
+    };
+    if args.detach {
+        return detach(&id);
+    }
     let program = args.command[0].clone();
     let mut env = args.env.clone();
     if !env.iter().any(|e| e.starts_with("PATH=")) {
@@ -28,7 +40,96 @@ pub fn run(args: RunArgs) -> Result<u8> {
         publish: args.publish.clone(),
         allow_outbound: args.allow_outbound,
     };
-    run_config(&cfg)
+    if !cfg.rootfs.is_dir() {
+        anyhow::bail!("root filesystem {} does not exist or is not a directory", cfg.rootfs.display());
+    }
+    let detached_child = args.ready_fd >= 0;
+    crate::daemon::serve(&cfg, &id, crate::daemon::ready_fd(args.ready_fd), detached_child)
+}
+
+/// `run -d`: starts this same command line, without `-d`, as a session leader in the
+/// background with its output in the sandbox directory, and returns once it reports ready.
+fn detach(id: &str) -> Result<u8> {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let dir = statedir::dir_of(id)?;
+    if dir.exists() && statedir::owner_alive(&dir) {
+        anyhow::bail!("a sandbox named {id:?} already exists");
+    }
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two ends.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("creating the readiness pipe");
+    }
+    // SAFETY: both ends are fresh fds owned here.
+    let (rd, wr) = unsafe {
+        use std::os::fd::FromRawFd;
+        (std::fs::File::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+    };
+    let log_path = statedir::base_dir().join(format!(".{id}.log"));
+    std::fs::create_dir_all(statedir::base_dir()).ok();
+    let log = std::fs::File::create(&log_path).context("creating the output log")?;
+    let mut args: Vec<String> = Vec::new();
+    let mut skip_next = false;
+    let mut after_dashdash = false;
+    for a in std::env::args().skip(1) {
+        if after_dashdash {
+            args.push(a);
+            continue;
+        }
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        match a.as_str() {
+            "--" => {
+                after_dashdash = true;
+                args.push(a);
+            }
+            "-d" | "--detach" => {}
+            "--name" => skip_next = true,
+            s if s.starts_with("--name=") => {}
+            _ => args.push(a),
+        }
+    }
+    // Insert the ID and the pipe right after `run`.
+    let pos = args.iter().position(|a| a == "run").map(|p| p + 1).unwrap_or(0);
+    args.insert(pos, format!("--ready-fd={}", fds[1]));
+    args.insert(pos, format!("--name={id}"));
+    let wfd = fds[1];
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg0("torpor")
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setsid();
+            libc::fcntl(wfd, libc::F_SETFD, 0);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting the sandbox process")?;
+    drop(wr);
+    let mut line = String::new();
+    std::io::BufReader::new(rd).read_line(&mut line).ok();
+    let line = line.trim();
+    if line == "ok" {
+        // The output log moves into the sandbox's directory.
+        let _ = std::fs::rename(&log_path, dir.join("output.log"));
+        println!("{id}");
+        return Ok(0);
+    }
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    let msg = line.strip_prefix("error: ").unwrap_or(line);
+    if msg.is_empty() {
+        anyhow::bail!("the sandbox process exited before the program started: {}", log.trim());
+    }
+    anyhow::bail!("{msg}")
 }
 
 /// Builds and runs a sandbox from `cfg`.

@@ -1,0 +1,164 @@
+//! The sandbox verbs that talk to a running sandbox through its control socket:
+//! `hibernate`, `wake`, `kill`, `state`, `stats`, `list`, `delete`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::control::{call, Request};
+use crate::statedir;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn dir(id: &str) -> Result<std::path::PathBuf> {
+    let d = statedir::dir_of(id)?;
+    if !d.is_dir() {
+        bail!("no sandbox named {id:?}");
+    }
+    if !statedir::owner_alive(&d) {
+        let err = std::fs::read_to_string(d.join("error")).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&d);
+        if err.is_empty() {
+            bail!("sandbox {id:?} is gone (its process exited); its state was removed");
+        }
+        bail!("sandbox {id:?} stopped with an error: {}", err.trim());
+    }
+    Ok(d)
+}
+
+fn print(v: &serde_json::Value) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+/// `torpor hibernate ID`.
+pub fn hibernate(id: &str) -> Result<u8> {
+    let v = call(&dir(id)?, &Request::Hibernate, TIMEOUT)?;
+    print(&v)?;
+    Ok(0)
+}
+
+/// `torpor wake ID`.
+pub fn wake(id: &str) -> Result<u8> {
+    call(&dir(id)?, &Request::Wake, TIMEOUT)?;
+    Ok(0)
+}
+
+/// Parses `SIGSTOP`, `STOP`, `stop` or `19`.
+pub fn parse_signal(s: &str) -> Result<i32> {
+    if let Ok(n) = s.parse::<i32>() {
+        if (1..=64).contains(&n) {
+            return Ok(n);
+        }
+        bail!("invalid signal number {n}");
+    }
+    let name = s.to_ascii_uppercase();
+    let name = name.strip_prefix("SIG").unwrap_or(&name);
+    let n = match name {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "CONT" => libc::SIGCONT,
+        "STOP" => libc::SIGSTOP,
+        "TSTP" => libc::SIGTSTP,
+        "ALRM" => libc::SIGALRM,
+        "WINCH" => libc::SIGWINCH,
+        _ => bail!("unknown signal {s:?}"),
+    };
+    Ok(n)
+}
+
+/// `torpor kill ID SIGNAL`: SIGSTOP hibernates, SIGCONT wakes, others go to the application.
+pub fn kill(id: &str, signal: &str) -> Result<u8> {
+    let signal = parse_signal(signal)?;
+    call(&dir(id)?, &Request::Kill { signal }, TIMEOUT)?;
+    Ok(0)
+}
+
+/// `torpor state ID`.
+pub fn state(id: &str) -> Result<u8> {
+    print(&call(&dir(id)?, &Request::State, TIMEOUT)?)?;
+    Ok(0)
+}
+
+/// `torpor stats ID`.
+pub fn stats(id: &str) -> Result<u8> {
+    let v = call(&dir(id)?, &Request::Stats, TIMEOUT)?;
+    println!("{}", serde_json::to_string(&v)?);
+    Ok(0)
+}
+
+/// `torpor list`.
+pub fn list() -> Result<u8> {
+    statedir::cleanup_orphans(&statedir::base_dir());
+    println!("{:<24} {:<18} {:>8}", "ID", "STATE", "PID");
+    for id in statedir::list_ids() {
+        let Ok(d) = statedir::dir_of(&id) else { continue };
+        match call(&d, &Request::State, Duration::from_secs(5)) {
+            Ok(v) => println!(
+                "{:<24} {:<18} {:>8}",
+                id,
+                v["status"].as_str().unwrap_or("?"),
+                v["pid"].as_u64().map(|p| p.to_string()).unwrap_or_default()
+            ),
+            Err(_) => println!("{:<24} {:<18} {:>8}", id, "unreachable", statedir::read_pid(&d).map(|p| p.to_string()).unwrap_or_default()),
+        }
+    }
+    Ok(0)
+}
+
+/// `torpor delete [--force] ID`.
+pub fn delete(id: &str, force: bool) -> Result<u8> {
+    let d = statedir::dir_of(id)?;
+    if !d.is_dir() {
+        bail!("no sandbox named {id:?}");
+    }
+    let pid = statedir::read_pid(&d);
+    if statedir::owner_alive(&d) {
+        let st = call(&d, &Request::State, Duration::from_secs(10)).context("asking the sandbox its state")?;
+        let status = st["status"].as_str().unwrap_or("");
+        if status != "stopped" && !force {
+            bail!("sandbox {id:?} is {status}: stop it first, or use delete --force");
+        }
+        call(&d, &Request::Delete, Duration::from_secs(10))?;
+        let start = Instant::now();
+        while d.exists() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if d.exists() {
+            if let Some(pid) = pid {
+                // SAFETY: killing the sandbox's own holder process, recorded in its pid file.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+    // The holder removes its directory (swap and REAP files included) when it ends; make sure.
+    let start = Instant::now();
+    while let Some(p) = pid {
+        // SAFETY: kill with signal 0 only checks for existence.
+        if unsafe { libc::kill(p, 0) } != 0 || start.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_dir_all(&d);
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals() {
+        assert_eq!(parse_signal("SIGSTOP").unwrap(), libc::SIGSTOP);
+        assert_eq!(parse_signal("cont").unwrap(), libc::SIGCONT);
+        assert_eq!(parse_signal("9").unwrap(), 9);
+        assert!(parse_signal("0").is_err());
+        assert!(parse_signal("SIGFOO").is_err());
+    }
+}
