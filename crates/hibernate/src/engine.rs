@@ -289,6 +289,7 @@ impl ParkHook for Hibernator {
             if ok {
                 let reason = self.wait_for_wake(task);
                 let woke = Instant::now();
+                self.shared.metrics.begin_wake();
                 let to = match reason {
                     WakeReason::Request => State::HibernateRunning,
                     WakeReason::Explicit => State::Woken,
@@ -302,10 +303,7 @@ impl ParkHook for Hibernator {
                     pager.recorder.clear();
                     pager.recorder.start();
                 }
-                self.shared
-                    .metrics
-                    .last_wake_us
-                    .store(woke.elapsed().as_micros() as u64, Ordering::Relaxed);
+                self.shared.metrics.record_wake(woke.elapsed());
             }
         }
         self.shared.lock_mailbox().parked = false;
@@ -470,9 +468,7 @@ impl Hibernator {
         }
 
         report.took_us = start.elapsed().as_micros() as u64;
-        let m = &self.shared.metrics;
-        m.swap_bytes.store(report.swap_bytes, Ordering::Relaxed);
-        m.last_deflate_us.store(report.took_us, Ordering::Relaxed);
+        self.shared.metrics.record_deflate(start.elapsed(), report.swap_bytes, 0);
         if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {
             tracing::warn!("{e}");
         }

@@ -14,7 +14,6 @@
 //! records the error in the sandbox directory and ends the process (the sandbox stops loudly).
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 
 use platform::{GuestMemory, PAGE_SIZE};
@@ -107,7 +106,7 @@ fn serve(
                     ),
                 }
                 let _ = st.pages.set(PageIdx(page), PageState::Resident);
-                metrics.faults.fetch_add(1, Ordering::Relaxed);
+                metrics.record_fault(0, false);
                 continue;
             }
         };
@@ -182,10 +181,7 @@ fn serve(
         for p in first..first + count {
             let _ = st.pages.set(PageIdx(p), PageState::Resident);
         }
-        metrics.faults.fetch_add(1, Ordering::Relaxed);
-        metrics
-            .fault_bytes
-            .fetch_add(count * PAGE_SIZE, Ordering::Relaxed);
+        metrics.record_fault(count * PAGE_SIZE, false);
     }
 }
 

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-/// The base directory: `$TORPOR_STATE_DIR`, else `/run/torpor` for root, else
-/// `$XDG_RUNTIME_DIR/torpor`, else `/tmp/torpor-UID`.
+/// The base directory: `$TORPOR_STATE_DIR`, else `/var/lib/torpor` for root, else
+/// `$XDG_STATE_HOME/torpor` or `~/.local/state/torpor`. It holds swap files, so it must be on
+/// disk, not on a tmpfs such as /run.
 pub fn base_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("TORPOR_STATE_DIR") {
         return PathBuf::from(d);
@@ -16,10 +17,13 @@ pub fn base_dir() -> PathBuf {
     // SAFETY: no preconditions.
     let uid = unsafe { libc::getuid() };
     if uid == 0 {
-        return PathBuf::from("/run/torpor");
+        return PathBuf::from("/var/lib/torpor");
     }
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
         return PathBuf::from(d).join("torpor");
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        return PathBuf::from(h).join(".local/state/torpor");
     }
     PathBuf::from(format!("/tmp/torpor-{uid}"))
 }
