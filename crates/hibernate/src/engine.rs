@@ -467,6 +467,10 @@ impl Hibernator {
             self.uffd = Some(uffd);
         }
 
+        // The deflate's buffers were large: give the heap memory they used back to the host, or
+        // the hibernated process keeps it resident.
+        // SAFETY: malloc_trim has no preconditions.
+        unsafe { libc::malloc_trim(0) };
         report.took_us = start.elapsed().as_micros() as u64;
         self.shared.metrics.record_deflate(start.elapsed(), report.swap_bytes, 0);
         if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {

@@ -12,6 +12,7 @@
 //!
 //! No dependencies beyond std, so it adds nothing to the build.
 
+pub mod detached;
 pub mod guest;
 pub mod net;
 pub mod rootfs;
@@ -20,6 +21,7 @@ pub mod tempdir;
 
 use std::path::PathBuf;
 
+pub use detached::{json_field, Detached};
 pub use guest::{build_c, build_static_c, elf_is_static, guest_program, guest_source};
 pub use net::{free_port, http_get, HttpResponse};
 pub use rootfs::{host_busybox, Rootfs};

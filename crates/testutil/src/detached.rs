@@ -1,0 +1,163 @@
+//! A detached sandbox (`torpor run -d`) with its own state directory, driven through the
+//! sandbox verbs, and force-deleted on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::run::{run_command, Output};
+use crate::tempdir::TempDir;
+
+/// A sandbox started with `torpor run -d`.
+pub struct Detached {
+    bin: PathBuf,
+    /// Its ID.
+    pub id: String,
+    state_dir: TempDir,
+}
+
+impl Detached {
+    /// Starts `torpor run -d --name ID OPTIONS ROOTFS -- PROGRAM ARGS` with a private
+    /// `TORPOR_STATE_DIR`, and panics if it does not start.
+    pub fn start(bin: &Path, options: &[&str], rootfs: &Path, program: &str, args: &[&str]) -> Detached {
+        let state_dir = TempDir::new("torpor-state");
+        Self::start_in(bin, state_dir, options, rootfs, program, args).unwrap_or_else(|o| {
+            panic!("torpor run -d failed: status {}\n{}", o.code(), o.stderr_str())
+        })
+    }
+
+    /// As [`Detached::start`] in a given state directory; the failed command's output on error.
+    pub fn start_in(
+        bin: &Path,
+        state_dir: TempDir,
+        options: &[&str],
+        rootfs: &Path,
+        program: &str,
+        args: &[&str],
+    ) -> Result<Detached, Output> {
+        let id = format!("t{}", crate::tempdir::unique_token());
+        let mut cmd = Command::new(bin);
+        cmd.env("TORPOR_STATE_DIR", state_dir.path()).arg("run").arg("-d").arg("--name").arg(&id);
+        cmd.args(options).arg(rootfs).arg("--").arg(program).args(args);
+        let out = run_command(cmd, None, Duration::from_secs(120));
+        if out.code() != 0 {
+            return Err(out);
+        }
+        assert_eq!(out.stdout_str().trim(), id, "run -d prints the ID");
+        Ok(Detached { bin: bin.to_path_buf(), id, state_dir })
+    }
+
+    /// The state directory's base (TORPOR_STATE_DIR).
+    pub fn state_base(&self) -> &Path {
+        self.state_dir.path()
+    }
+
+    /// The sandbox's own directory.
+    pub fn dir(&self) -> PathBuf {
+        self.state_dir.path().join(&self.id)
+    }
+
+    /// `torpor VERB ID EXTRA…`.
+    pub fn verb(&self, verb: &str, extra: &[&str]) -> Output {
+        let mut cmd = Command::new(&self.bin);
+        cmd.env("TORPOR_STATE_DIR", self.state_dir.path()).arg(verb);
+        if verb == "delete" {
+            cmd.args(extra).arg(&self.id);
+        } else {
+            cmd.arg(&self.id).args(extra);
+        }
+        run_command(cmd, None, Duration::from_secs(180))
+    }
+
+    /// `torpor VERB ID`, which must succeed; its stdout.
+    pub fn ok(&self, verb: &str, extra: &[&str]) -> String {
+        let o = self.verb(verb, extra);
+        assert_eq!(o.code(), 0, "torpor {verb} {}: {}", self.id, o.stderr_str());
+        o.stdout_str()
+    }
+
+    /// A numeric or string field of `torpor stats` (as text, quotes stripped).
+    pub fn stat(&self, field: &str) -> String {
+        let s = self.ok("stats", &[]);
+        json_field(&s, field).unwrap_or_else(|| panic!("no field {field:?} in {s}"))
+    }
+
+    /// A numeric field of `torpor stats`.
+    pub fn stat_u64(&self, field: &str) -> u64 {
+        let v = self.stat(field);
+        v.parse().unwrap_or_else(|_| panic!("{field} = {v:?} is not a number"))
+    }
+
+    /// The holder process's pid.
+    pub fn pid(&self) -> u32 {
+        self.stat_u64("pid") as u32
+    }
+
+    /// Polls `f` every 20 ms until it returns true or `timeout` passes.
+    pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        f()
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        let _ = self.verb("delete", &["--force"]);
+    }
+}
+
+/// The value of top-level `"field":` in a one-line JSON object (a small reader, enough for
+/// `torpor stats`, whose top-level values are numbers, strings or objects).
+pub fn json_field(json: &str, field: &str) -> Option<String> {
+    let key = format!("\"{field}\":");
+    let mut depth = 0i32;
+    let bytes = json.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth -= 1,
+            b'"' if depth == 1 && json[i..].starts_with(&key) => {
+                let rest = json[i + key.len()..].trim_start();
+                if let Some(r) = rest.strip_prefix('"') {
+                    return r.find('"').map(|e| r[..e].to_string());
+                }
+                let end = rest.find([',', '}']).unwrap_or(rest.len());
+                return Some(rest[..end].trim().to_string());
+            }
+            b'"' => {
+                // skip a string
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    if bytes[i] == b'\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields() {
+        let j = r#"{"a":1,"b":"x","c":{"a":5,"d":"y"},"e":[1,2],"state":"woken"}"#;
+        assert_eq!(json_field(j, "a").as_deref(), Some("1"));
+        assert_eq!(json_field(j, "b").as_deref(), Some("x"));
+        assert_eq!(json_field(j, "d"), None);
+        assert_eq!(json_field(j, "state").as_deref(), Some("woken"));
+    }
+}

@@ -1,0 +1,239 @@
+//! Hibernate mode end to end: a real static server in a detached sandbox, deflated to its swap
+//! file and woken by requests (page-fault swap-in), over many cycles; memory and CPU while
+//! hibernated; concurrent wakes; disk full; a corrupted swap file; the verbs.
+
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use testutil::{free_port, http_get, Detached, Rootfs, TempDir};
+
+const BIN: &str = env!("CARGO_BIN_EXE_torpor");
+const WORDS_PER_MIB: u64 = (1 << 20) / 8;
+
+struct App {
+    sb: Detached,
+    addr: SocketAddr,
+    mib: u64,
+    _root: Rootfs,
+}
+
+/// Starts pattern_server with `mib` MiB under torpor and waits until it answers.
+fn start(mib: u64, memory: &str) -> App {
+    let root = Rootfs::new();
+    let prog = root.guest_program("pattern_server");
+    let port = free_port();
+    let publish = format!("127.0.0.1:{port}:8080");
+    let sb = Detached::start(
+        BIN.as_ref(),
+        &["--memory", memory, "--publish", &publish],
+        root.path(),
+        &prog,
+        &["8080", &mib.to_string()],
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let up = Detached::wait_until(Duration::from_secs(120), || {
+        http_get(addr, "/", Duration::from_secs(5)).map(|r| r.body_str() == "hello\n").unwrap_or(false)
+    });
+    assert!(up, "pattern_server did not come up");
+    App { sb, addr, mib, _root: root }
+}
+
+impl App {
+    fn verify(&self) -> String {
+        http_get(self.addr, "/verify", Duration::from_secs(120)).map(|r| r.body_str()).unwrap_or_else(|e| format!("error: {e}"))
+    }
+    fn expect_ok(&self) {
+        assert_eq!(self.verify(), format!("ok {}\n", self.mib * WORDS_PER_MIB));
+    }
+    fn state(&self) -> String {
+        self.sb.stat("state")
+    }
+}
+
+#[test]
+fn pattern_survives_50_hibernate_wake_cycles() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let app = start(256, "512M");
+    app.expect_ok();
+    let hot_pss = app.sb.stat_u64("pss_bytes");
+    for cycle in 0..50 {
+        app.sb.ok("hibernate", &[]);
+        assert_eq!(app.state(), "hibernated", "cycle {cycle}");
+        if cycle == 0 {
+            // Hibernated PSS at most 10 % of hot.
+            let pss = app.sb.stat_u64("pss_bytes");
+            eprintln!("hot PSS {hot_pss} B, hibernated PSS {pss} B ({:.1} %)", 100.0 * pss as f64 / hot_pss as f64);
+            assert!(hot_pss > 256 << 20, "hot PSS {hot_pss} holds the 256 MiB pattern");
+            assert!(pss * 10 <= hot_pss, "hibernated PSS {pss} > 10 % of hot {hot_pss}");
+            // No CPU while hibernated.
+            let cpu0 = app.sb.stat_u64("cpu_time_us");
+            std::thread::sleep(Duration::from_secs(10));
+            let cpu1 = app.sb.stat_u64("cpu_time_us");
+            // `stats` itself runs on a control thread: allow its own few milliseconds.
+            assert!(cpu1 - cpu0 <= 20_000, "CPU time grew by {} µs while hibernated", cpu1 - cpu0);
+            assert_eq!(app.state(), "hibernated");
+        }
+        app.expect_ok();
+        assert_eq!(app.state(), "woken", "cycle {cycle}");
+    }
+    assert_eq!(app.sb.stat_u64("deflates"), 50);
+    assert_eq!(app.sb.stat_u64("wakes"), 50);
+}
+
+#[test]
+fn concurrent_requests_wake_it_once() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let app = start(16, "128M");
+    app.sb.ok("hibernate", &[]);
+    let addr = app.addr;
+    let want = format!("ok {}\n", 16 * WORDS_PER_MIB);
+    let threads: Vec<_> = (0..32)
+        .map(|_| std::thread::spawn(move || http_get(addr, "/verify", Duration::from_secs(120)).map(|r| r.body_str())))
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap().expect("request answered"), want);
+    }
+    assert_eq!(app.sb.stat_u64("wakes"), 1, "one inflation for 32 requests");
+    assert_eq!(app.sb.stat_u64("deflates"), 1);
+}
+
+#[test]
+fn sigstop_hibernates_and_sigcont_wakes() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let app = start(8, "64M");
+    app.sb.ok("kill", &["SIGSTOP"]);
+    assert_eq!(app.state(), "hibernated");
+    app.sb.ok("kill", &["SIGCONT"]);
+    assert!(Detached::wait_until(Duration::from_secs(10), || app.state() == "woken"));
+    app.expect_ok();
+    // Hibernate again from woken, and wake by request.
+    app.sb.ok("hibernate", &[]);
+    app.expect_ok();
+    assert_eq!(app.sb.stat_u64("wakes"), 2);
+}
+
+#[test]
+fn illegal_requests_are_clear_errors() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let app = start(4, "64M");
+    let o = app.sb.verb("wake", &[]);
+    assert_eq!(o.code(), 125);
+    assert!(o.stderr_str().contains("cannot wake a sandbox that is"), "{}", o.stderr_str());
+    app.sb.ok("hibernate", &[]);
+    let o = app.sb.verb("hibernate", &[]);
+    assert_eq!(o.code(), 125);
+    assert!(o.stderr_str().contains("cannot hibernate a sandbox that is hibernated"), "{}", o.stderr_str());
+    let o = app.sb.verb("delete", &[]);
+    assert_eq!(o.code(), 125, "delete without --force refuses a live sandbox");
+    let o = app.sb.verb("kill", &["SIGBOGUS"]);
+    assert_eq!(o.code(), 125);
+    app.expect_ok();
+}
+
+#[test]
+fn delete_of_a_hibernated_sandbox_removes_everything() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let app = start(16, "64M");
+    app.sb.ok("hibernate", &[]);
+    let dir = app.sb.dir();
+    let pid = app.sb.pid();
+    assert!(std::fs::read_dir(&dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("swap")));
+    app.sb.ok("delete", &["--force"]);
+    assert!(!dir.exists(), "{} still exists", dir.display());
+    // SAFETY: probing a pid with signal 0.
+    let alive = unsafe { libc::kill(pid as i32, 0) } == 0;
+    assert!(!alive, "the sandbox process {pid} survived delete");
+    assert!(TcpStream::connect_timeout(&app.addr, Duration::from_secs(2)).is_err(), "the port still listens");
+    assert_eq!(app.sb.verb("state", &[]).code(), 125);
+}
+
+#[test]
+fn corrupted_swap_file_stops_the_sandbox_loudly() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let app = start(16, "64M");
+    app.sb.ok("hibernate", &[]);
+    let dir = app.sb.dir();
+    let pid = app.sb.pid();
+    let swap = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("swap"))
+        .expect("a swap file");
+    // Flip a byte in every data slot (header 4 KiB; index 16 B/slot and a 32 B trailer at the end).
+    let mut bytes = std::fs::read(&swap).unwrap();
+    let slots = (bytes.len() - 4096 - 32) / (4096 + 16);
+    assert!(slots > 4000, "the 16 MiB pattern was swapped out ({slots} slots)");
+    for k in 0..slots {
+        bytes[4096 + k * 4096 + 123] ^= 0x5a;
+    }
+    std::fs::write(&swap, &bytes).unwrap();
+    // The application must never see wrong bytes: no "ok", no "bad" — the sandbox stops.
+    let r = app.verify();
+    assert!(!r.starts_with("ok") && !r.starts_with("bad"), "the application answered {r:?}");
+    let gone = Detached::wait_until(Duration::from_secs(20), || {
+        // SAFETY: probing a pid with signal 0.
+        let r = unsafe { libc::kill(pid as i32, 0) };
+        r != 0
+    });
+    assert!(gone, "the sandbox process kept running on corrupt data");
+    let o = app.sb.verb("state", &[]);
+    assert_eq!(o.code(), 125);
+    assert!(o.stderr_str().contains("corrupt"), "state says: {}", o.stderr_str());
+}
+
+#[test]
+fn disk_full_during_deflate_keeps_the_sandbox_hot() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let state = TempDir::new("torpor-small");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs"])
+        .arg(state.path())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(mounted, "mount -t tmpfs failed");
+    struct Umount(std::path::PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _umount = Umount(state.path().to_path_buf());
+    let root = Rootfs::new();
+    let prog = root.guest_program("pattern_server");
+    let port = free_port();
+    let publish = format!("127.0.0.1:{port}:8080");
+    let sb = Detached::start_in(BIN.as_ref(), state, &["--memory", "64M", "--publish", &publish], root.path(), &prog, &["8080", "32"])
+        .unwrap_or_else(|o| panic!("start: {}", o.stderr_str()));
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    assert!(Detached::wait_until(Duration::from_secs(60), || http_get(addr, "/", Duration::from_secs(5)).is_ok()));
+    let before = sb.stat("state");
+    let o = sb.verb("hibernate", &[]);
+    assert_eq!(o.code(), 125, "hibernate must fail on a full disk");
+    assert!(o.stderr_str().to_lowercase().contains("disk full") || o.stderr_str().contains("No space"), "{}", o.stderr_str());
+    assert_eq!(sb.stat("state"), before, "the sandbox stays as it was");
+    let r = http_get(addr, "/verify", Duration::from_secs(60)).unwrap().body_str();
+    assert_eq!(r, format!("ok {}\n", 32 * WORDS_PER_MIB));
+    // No half-written swap file is left behind.
+    assert!(!std::fs::read_dir(sb.dir()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("swap")));
+    sb.ok("delete", &["--force"]);
+}
