@@ -33,7 +33,7 @@ use userfaultfd::{Uffd, UffdBuilder};
 use crate::metrics::HibernateMetrics as Metrics;
 use crate::pager::{self, PagerState};
 use crate::pagestate::{PageIdx, PageState, PageStateMap};
-use crate::reap::{WorkingSetRecorder, DEFAULT_RECORD_LIMIT};
+use crate::reap::{ReapReader, ReapWriter, WorkingSetRecorder, DEFAULT_RECORD_LIMIT};
 use crate::state::{State, StateMachine};
 use crate::swapfile::{SwapReader, SwapWriter};
 
@@ -67,6 +67,8 @@ pub struct DeflateReport {
     pub carried_pages: u64,
     /// Bytes of the new swap file's data.
     pub swap_bytes: u64,
+    /// Bytes of the new REAP file's data (the recorded working set).
+    pub reap_bytes: u64,
     /// Duration.
     pub took_us: u64,
 }
@@ -130,6 +132,39 @@ pub struct Hibernator {
     pager: Arc<RwLock<PagerState>>,
     uffd: Option<Arc<Uffd>>,
     generation: u64,
+    mode: WakeMode,
+    /// The recorded working set REAP prefetches (empty until a wake has been recorded).
+    reap_set: Vec<PageIdx>,
+    /// Whether the next wake records a fresh working set (instead of prefetching).
+    record_next: bool,
+    /// Whether the current wake was served by a REAP prefetch.
+    reap_wake: bool,
+}
+
+/// How a hibernated sandbox comes back (`--wake-mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WakeMode {
+    /// Every page comes back by page fault.
+    Fault,
+    /// Record the working set on the first wake; afterwards prefetch it in one batch before
+    /// resuming, and let the other pages fault.
+    Reap,
+    /// As `reap`, and re-record when a REAP wake takes many residual faults (more than a
+    /// quarter of the set's pages, and at least 64).
+    Auto,
+}
+
+impl std::str::FromStr for WakeMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<WakeMode, String> {
+        match s {
+            "fault" => Ok(WakeMode::Fault),
+            "reap" => Ok(WakeMode::Reap),
+            "auto" => Ok(WakeMode::Auto),
+            _ => Err(format!("unknown wake mode {s:?}: expected fault, reap or auto")),
+        }
+    }
 }
 
 /// Builds the two sides for a sandbox whose state directory is `dir`.
@@ -140,6 +175,7 @@ pub fn new(
     mem: Arc<GuestMemory>,
     control: Arc<TaskControl>,
     dir: PathBuf,
+    mode: WakeMode,
 ) -> std::io::Result<(Hibernator, HibernateHandle)> {
     // SAFETY: eventfd with valid flags; the fd is owned below.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -166,7 +202,9 @@ pub fn new(
     let pager = Arc::new(RwLock::new(PagerState {
         pages,
         swap: None,
+        reap: None,
         recorder: WorkingSetRecorder::new(page_count, DEFAULT_RECORD_LIMIT),
+        reap_wake: false,
     }));
     let hib = Hibernator {
         shared: shared.clone(),
@@ -175,6 +213,10 @@ pub fn new(
         pager,
         uffd: None,
         generation: 0,
+        mode,
+        reap_set: Vec::new(),
+        record_next: mode != WakeMode::Fault,
+        reap_wake: false,
     };
     Ok((hib, HibernateHandle { shared, control }))
 }
@@ -298,10 +340,8 @@ impl ParkHook for Hibernator {
                 if let Err(e) = self.shared.lock_state().transition(to) {
                     tracing::warn!("{e}");
                 }
-                {
-                    let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
-                    pager.recorder.clear();
-                    pager.recorder.start();
+                if !matches!(reason, WakeReason::Stop) {
+                    self.inflate(woke);
                 }
                 self.shared.metrics.record_wake(woke.elapsed());
             }
@@ -313,6 +353,57 @@ impl ParkHook for Hibernator {
 impl Hibernator {
     fn swap_path(&self, generation: u64) -> PathBuf {
         self.dir.join(format!("swap.{generation}"))
+    }
+
+    fn reap_path(&self, generation: u64) -> PathBuf {
+        self.dir.join(format!("reap.{generation}"))
+    }
+
+    /// After the wake trigger, before the task resumes: prefetch the REAP file (if this wake
+    /// uses it), and start recording (if this wake records).
+    fn inflate(&mut self, woke: Instant) {
+        let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
+        pager.recorder.clear();
+        self.reap_wake = false;
+        if self.record_next {
+            pager.recorder.start();
+            pager.reap_wake = false;
+            return;
+        }
+        let Some(uffd) = self.uffd.clone() else { return };
+        let base = self.mem.host_base() as u64;
+        let state = &mut *pager;
+        let Some(reader) = state.reap.as_ref() else { return };
+        let pages = &mut state.pages;
+        let mut bytes = 0u64;
+        let r = reader.read_batches(2 << 20, |batch: crate::pagefile::PageBatch<'_>| {
+            for (first, data) in batch.runs() {
+                let host = base + first.0 * PAGE_SIZE;
+                // SAFETY: `data` holds verified page bytes; the destination run lies in guest
+                // memory above the reserved chunk (REAP pages are guest pages of the map).
+                let r = unsafe { uffd.copy(data.as_ptr().cast(), host as *mut _, data.len(), true) };
+                if r.is_err() {
+                    // Some page of the run is present already: install page by page.
+                    for (k, page) in data.chunks(PAGE_SIZE as usize).enumerate() {
+                        let h = host + k as u64 * PAGE_SIZE;
+                        // SAFETY: as above, one page.
+                        let _ = unsafe { uffd.copy(page.as_ptr().cast(), h as *mut _, PAGE_SIZE as usize, true) };
+                    }
+                }
+                let n = data.len() as u64 / PAGE_SIZE;
+                for p in first.0..first.0 + n {
+                    let _ = pages.set(PageIdx(p), PageState::Resident);
+                }
+                bytes += data.len() as u64;
+            }
+            Ok::<(), crate::reap::ReapError>(())
+        });
+        if let Err(e) = r {
+            pager::fatal(&self.dir.join("error"), &format!("REAP file unreadable or corrupt: {e}"));
+        }
+        state.reap_wake = true;
+        self.reap_wake = true;
+        self.shared.metrics.record_prefetch(bytes, woke.elapsed());
     }
 
     /// Writes the sandbox's memory out and drops it (see the module doc).
@@ -339,7 +430,46 @@ impl Hibernator {
         let mm = task.mm.clone();
         let mut mm = mm.lock().unwrap_or_else(|e| e.into_inner());
         let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
-        pager.recorder.stop();
+
+        // The REAP working set: a fresh recording replaces the old one.
+        let recorded = pager.recorder.is_active();
+        let fresh = pager.recorder.stop();
+        let mut record_next = self.record_next;
+        let mut reap_set = self.reap_set.clone();
+        if self.mode != WakeMode::Fault {
+            if recorded && !fresh.is_empty() {
+                reap_set = fresh;
+                record_next = false;
+            } else if self.mode == WakeMode::Auto && self.reap_wake {
+                let residual = self.shared.metrics.residual_faults.load(Ordering::Relaxed);
+                if residual >= 64 && residual as usize * 4 > reap_set.len() {
+                    tracing::info!(residual, set = reap_set.len(), "many faults outside the REAP set: re-recording");
+                    record_next = true;
+                }
+            }
+        }
+        let mut in_set = vec![false; total_pages as usize];
+        for p in &reap_set {
+            if let Some(b) = in_set.get_mut(p.0 as usize) {
+                *b = true;
+            }
+        }
+        // Old bytes of a page that is not resident: from the previous swap or REAP file.
+        fn read_old(pager: &PagerState, page: u64, buf: &mut [u8; PAGE_SIZE as usize]) -> Result<bool, String> {
+            match pager.pages.get(PageIdx(page)) {
+                Ok(PageState::Swapped { .. }) => {
+                    let old = pager.swap.as_ref().ok_or("swapped page without a swap file")?;
+                    old.read_page(PageIdx(page), buf).map_err(|e| e.to_string())?;
+                    Ok(true)
+                }
+                Ok(PageState::Reap { .. }) => {
+                    let old = pager.reap.as_ref().ok_or("REAP page without a REAP file")?;
+                    old.read_page(PageIdx(page), buf).map_err(|e| e.to_string())?;
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        }
 
         // 1. Write the new swap file: resident non-zero pages, and pages still in the old file.
         let generation = self.generation + 1;
@@ -381,7 +511,7 @@ impl Hibernator {
         };
         for page in first_page..total_pages {
             let gpa = Gpa(page * PAGE_SIZE);
-            if mm.allocator().is_free(gpa) {
+            if mm.allocator().is_free(gpa) || in_set[page as usize] {
                 continue;
             }
             let is_resident = resident[page as usize] & 1 != 0;
@@ -421,6 +551,69 @@ impl Hibernator {
         writer.finish().map_err(|e| e.to_string())?;
         let reader = SwapReader::open(&path).map_err(|e| e.to_string())?;
 
+        // The REAP file: the working set's pages, contiguous, in recorded order.
+        let mut reap_states: Vec<(u64, PageState)> = Vec::new();
+        let reap_reader = if reap_set.is_empty() {
+            None
+        } else {
+            let rpath = self.reap_path(generation);
+            let mut w = ReapWriter::create(&rpath, total_pages).map_err(|e| {
+                let _ = std::fs::remove_file(&path);
+                e.to_string()
+            })?;
+            let mut idx: Vec<u64> = Vec::with_capacity(BATCH_PAGES);
+            let write = |w: &mut ReapWriter, idx: &mut Vec<u64>, data: &[u8], out: &mut Vec<(u64, PageState)>| -> Result<(), String> {
+                if idx.is_empty() {
+                    return Ok(());
+                }
+                let pages: Vec<(PageIdx, &[u8])> = idx
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &p)| (PageIdx(p), &data[i * PAGE_SIZE as usize..(i + 1) * PAGE_SIZE as usize]))
+                    .collect();
+                let slots = w.write_batch(&pages).map_err(|e| e.to_string())?;
+                for (i, &p) in idx.iter().enumerate() {
+                    out.push((p, PageState::Reap { slot: slots.start + i as u32 }));
+                }
+                idx.clear();
+                Ok(())
+            };
+            let result = (|| -> Result<(), String> {
+                for p in &reap_set {
+                    let page = p.0;
+                    if page < first_page || page >= total_pages || mm.allocator().is_free(Gpa(page * PAGE_SIZE)) {
+                        continue;
+                    }
+                    let at = idx.len() * PAGE_SIZE as usize;
+                    if resident[page as usize] & 1 != 0 {
+                        mem.read(Gpa(page * PAGE_SIZE), &mut page_buf).map_err(|e| e.to_string())?;
+                        if page_buf.iter().all(|&b| b == 0) {
+                            reap_states.push((page, PageState::Zero));
+                            continue;
+                        }
+                    } else if !read_old(&pager, page, &mut page_buf)? {
+                        continue;
+                    }
+                    batch_data[at..at + PAGE_SIZE as usize].copy_from_slice(&page_buf);
+                    idx.push(page);
+                    if idx.len() == BATCH_PAGES {
+                        write(&mut w, &mut idx, &batch_data, &mut reap_states)?;
+                    }
+                }
+                write(&mut w, &mut idx, &batch_data, &mut reap_states)?;
+                report.reap_bytes = u64::from(w.pages_written()) * PAGE_SIZE;
+                w.finish().map(|_| ()).map_err(|e| e.to_string())
+            })();
+            if let Err(e) = result {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+            Some(ReapReader::open(&rpath).map_err(|e| {
+                let _ = std::fs::remove_file(&path);
+                e.to_string()
+            })?)
+        };
+
         // 2. Nothing can fail past this point that would lose data: drop pages.
         let runs: Vec<(Gpa, u64)> = mm.allocator().free_page_runs().collect();
         for (gpa, n) in runs {
@@ -431,14 +624,22 @@ impl Hibernator {
             }
             report.free_pages += n;
         }
-        for (page, st) in &new_states {
+        for (page, st) in new_states.iter().chain(&reap_states) {
             let _ = pager.pages.set(PageIdx(*page), *st);
         }
-        discard_pages(&mem, new_states.iter().map(|(p, _)| *p));
+        let mut dropped: Vec<u64> = new_states.iter().chain(&reap_states).map(|(p, _)| *p).collect();
+        dropped.sort_unstable();
+        discard_pages(&mem, dropped.into_iter());
         if let Some(old) = pager.swap.replace(reader) {
             let _ = old.remove();
         }
+        let old_reap = std::mem::replace(&mut pager.reap, reap_reader);
+        if let Some(old) = old_reap {
+            let _ = old.remove();
+        }
         self.generation = generation;
+        self.reap_set = reap_set;
+        self.record_next = record_next;
         drop(pager);
         drop(mm);
 
@@ -472,7 +673,7 @@ impl Hibernator {
         // SAFETY: malloc_trim has no preconditions.
         unsafe { libc::malloc_trim(0) };
         report.took_us = start.elapsed().as_micros() as u64;
-        self.shared.metrics.record_deflate(start.elapsed(), report.swap_bytes, 0);
+        self.shared.metrics.record_deflate(start.elapsed(), report.swap_bytes, report.reap_bytes);
         if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {
             tracing::warn!("{e}");
         }

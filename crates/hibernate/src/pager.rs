@@ -21,7 +21,7 @@ use userfaultfd::{Event, Uffd};
 
 use crate::metrics::HibernateMetrics as Metrics;
 use crate::pagestate::{PageIdx, PageState, PageStateMap};
-use crate::reap::WorkingSetRecorder;
+use crate::reap::{ReapReader, WorkingSetRecorder};
 use crate::swapfile::SwapReader;
 
 /// Pages read together around a fault.
@@ -33,6 +33,10 @@ pub struct PagerState {
     pub pages: PageStateMap,
     /// The current swap file.
     pub swap: Option<SwapReader>,
+    /// The current REAP file.
+    pub reap: Option<ReapReader>,
+    /// Whether this wake was served by a REAP prefetch (faults are then residual).
+    pub reap_wake: bool,
     /// Pages faulted in since the last wake, in order (REAP's working set).
     pub recorder: WorkingSetRecorder,
 }
@@ -53,20 +57,25 @@ pub fn spawn(
         .spawn(move || serve(&uffd, &mem, &state, &metrics, &error_file))
 }
 
-fn fatal(error_file: &PathBuf, msg: &str) -> ! {
+/// Records `msg` in the sandbox directory's error file and ends the process: swapped data is
+/// lost or corrupt, and the application must not run on.
+pub fn fatal(error_file: &std::path::Path, msg: &str) -> ! {
     tracing::error!("{msg}: stopping the sandbox");
     eprintln!("torpor: {msg}: stopping the sandbox");
     let _ = std::fs::write(error_file, format!("{msg}\n"));
     std::process::exit(EXIT_SWAP_CORRUPT);
 }
 
-fn serve(
-    uffd: &Uffd,
-    mem: &GuestMemory,
-    state: &RwLock<PagerState>,
-    metrics: &Metrics,
-    error_file: &PathBuf,
-) {
+/// Which file a page's bytes are in, and at which slot.
+fn location(s: PageState) -> Option<(bool /*reap*/, u32)> {
+    match s {
+        PageState::Swapped { slot } => Some((false, slot)),
+        PageState::Reap { slot } => Some((true, slot)),
+        _ => None,
+    }
+}
+
+fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &Metrics, error_file: &PathBuf) {
     let base = mem.host_base() as u64;
     let mut buf = vec![0u8; (FAULT_AROUND * PAGE_SIZE) as usize];
     loop {
@@ -90,60 +99,46 @@ fn serve(
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        st.recorder.record(PageIdx(page));
-        let s = st.pages.get(PageIdx(page)).unwrap_or(PageState::Zero);
-        let slot = match s {
-            PageState::Swapped { slot } => slot,
-            _ => {
-                let host = base + page * PAGE_SIZE;
-                // SAFETY: `host` is a page of guest memory, registered with this uffd.
-                match unsafe { uffd.zeropage(host as *mut _, PAGE_SIZE as usize, true) } {
-                    Ok(_) => {}
-                    Err(e) if is_eexist(&e) => {}
-                    Err(e) => fatal(
-                        error_file,
-                        &format!("UFFDIO_ZEROPAGE at page {page:#x} failed: {e}"),
-                    ),
-                }
-                let _ = st.pages.set(PageIdx(page), PageState::Resident);
-                metrics.record_fault(0, false);
-                continue;
+        let residual = st.reap_wake;
+        let Some((in_reap, slot)) = location(st.pages.get(PageIdx(page)).unwrap_or(PageState::Zero)) else {
+            let host = base + page * PAGE_SIZE;
+            // SAFETY: `host` is a page of guest memory, registered with this uffd.
+            match unsafe { uffd.zeropage(host as *mut _, PAGE_SIZE as usize, true) } {
+                Ok(_) => {}
+                Err(e) if is_eexist(&e) => {}
+                Err(e) => fatal(error_file, &format!("UFFDIO_ZEROPAGE at page {page:#x} failed: {e}")),
             }
+            let _ = st.pages.set(PageIdx(page), PageState::Resident);
+            st.recorder.record(PageIdx(page));
+            metrics.record_fault(0, residual);
+            continue;
         };
-        // Extend to neighbours of the aligned window swapped in consecutive slots.
+        // Extend to neighbours of the aligned window held in consecutive slots of the same file.
         let win = page - page % FAULT_AROUND;
+        let same = |s: Result<PageState, _>, want: u64| matches!(s.ok().and_then(location), Some((r, sl)) if r == in_reap && u64::from(sl) == want);
         let mut first = page;
-        let mut first_slot = slot;
-        while first > win {
-            match st.pages.get(PageIdx(first - 1)) {
-                Ok(PageState::Swapped { slot: s }) if first_slot > 0 && s == first_slot - 1 => {
-                    first -= 1;
-                    first_slot = s;
-                }
-                _ => break,
-            }
+        let mut first_slot = u64::from(slot);
+        while first > win && first_slot > 0 && same(st.pages.get(PageIdx(first - 1)), first_slot - 1) {
+            first -= 1;
+            first_slot -= 1;
         }
         let mut count = (page - first) + 1;
-        while first + count < win + FAULT_AROUND && first + count < st.pages.len() {
-            match st.pages.get(PageIdx(first + count)) {
-                Ok(PageState::Swapped { slot: s })
-                    if u64::from(s) == u64::from(first_slot) + count =>
-                {
-                    count += 1
-                }
-                _ => break,
-            }
+        while first + count < win + FAULT_AROUND
+            && first + count < st.pages.len()
+            && same(st.pages.get(PageIdx(first + count)), first_slot + count)
+        {
+            count += 1;
         }
         let bytes = (count * PAGE_SIZE) as usize;
-        let read = match &st.swap {
-            Some(r) => r.read_slots_into(first_slot, count as u32, &mut buf[..bytes]),
-            None => fatal(
-                error_file,
-                &format!("page {page:#x} is swapped but no swap file is open"),
-            ),
+        let read = if in_reap {
+            st.reap.as_ref().map(|r| r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes]).map_err(|e| e.to_string()))
+        } else {
+            st.swap.as_ref().map(|r| r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes]).map_err(|e| e.to_string()))
         };
-        if let Err(e) = read {
-            fatal(error_file, &format!("swap file unreadable or corrupt: {e}"));
+        match read {
+            Some(Ok(())) => {}
+            Some(Err(e)) => fatal(error_file, &format!("swap file unreadable or corrupt: {e}")),
+            None => fatal(error_file, &format!("page {page:#x} is swapped out but its file is not open")),
         }
         let host = base + first * PAGE_SIZE;
         // SAFETY: `buf` holds `bytes` verified bytes; the destination is guest memory inside the
@@ -155,33 +150,21 @@ fn serve(
                 let off = ((page - first) * PAGE_SIZE) as usize;
                 let h = base + page * PAGE_SIZE;
                 // SAFETY: as above, one page.
-                match unsafe {
-                    uffd.copy(
-                        buf[off..].as_ptr().cast(),
-                        h as *mut _,
-                        PAGE_SIZE as usize,
-                        true,
-                    )
-                } {
+                match unsafe { uffd.copy(buf[off..].as_ptr().cast(), h as *mut _, PAGE_SIZE as usize, true) } {
                     Ok(_) => {}
                     Err(e) if is_eexist(&e) => {}
-                    Err(e) => fatal(
-                        error_file,
-                        &format!("UFFDIO_COPY at page {page:#x} failed: {e}"),
-                    ),
+                    Err(e) => fatal(error_file, &format!("UFFDIO_COPY at page {page:#x} failed: {e}")),
                 }
                 count = 1;
                 first = page;
             }
-            Err(e) => fatal(
-                error_file,
-                &format!("UFFDIO_COPY at page {page:#x} failed: {e}"),
-            ),
+            Err(e) => fatal(error_file, &format!("UFFDIO_COPY at page {page:#x} failed: {e}")),
         }
         for p in first..first + count {
             let _ = st.pages.set(PageIdx(p), PageState::Resident);
+            st.recorder.record(PageIdx(p));
         }
-        metrics.record_fault(count * PAGE_SIZE, false);
+        metrics.record_fault(count * PAGE_SIZE, residual);
     }
 }
 

@@ -197,6 +197,11 @@ impl ReapWriter {
         self.0.write_batch(pages)
     }
 
+    /// Pages written so far.
+    pub fn pages_written(&self) -> u32 {
+        self.0.pages_written()
+    }
+
     /// Writes the index and trailer.
     ///
     /// # Errors
@@ -251,6 +256,23 @@ impl ReapReader {
         F: FnMut(PageBatch<'_>) -> Result<(), E>,
     {
         self.0.read_batches(batch_bytes, f)
+    }
+
+    /// Reads `count` consecutive slots from `first` into `buf` (`count` × 4096 bytes), each
+    /// page verified (for a fault on a REAP page that the prefetch did not install).
+    ///
+    /// # Errors
+    /// As [`PageFileReader::read_slots_into`].
+    pub fn read_slots_into(&self, first: u32, count: u32, buf: &mut [u8]) -> Result<(), ReapError> {
+        self.0.read_slots_into(first, count, buf)
+    }
+
+    /// Reads one page by guest page index.
+    ///
+    /// # Errors
+    /// As [`PageFileReader::read_page`].
+    pub fn read_page(&self, page: PageIdx, buf: &mut [u8; crate::pagefile::PAGE_BYTES]) -> Result<(), ReapError> {
+        self.0.read_page(page, buf)
     }
 
     /// Reads the whole file into memory: `(page, its 4096 bytes)` in recorded order.

@@ -86,6 +86,10 @@ pub struct RunArgs {
     /// Let the application connect to hosts other than its own listeners.
     #[arg(long)]
     pub allow_outbound: bool,
+    /// How a hibernated sandbox wakes: fault (pages fault back), reap (prefetch the working
+    /// set recorded on the first wake), auto (reap, re-recording when many faults miss the set).
+    #[arg(long, default_value = "auto", value_parser = parse_wake_mode)]
+    pub wake_mode: hibernate::engine::WakeMode,
     /// Run in the background: print the sandbox ID once the program runs, and return.
     #[arg(long, short = 'd')]
     pub detach: bool,
@@ -122,6 +126,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         return Err(format!("memory {s:?} is too large: at most 64G"));
     }
     Ok(rounded)
+}
+
+fn parse_wake_mode(s: &str) -> Result<hibernate::engine::WakeMode, String> {
+    s.parse()
 }
 
 fn parse_env(s: &str) -> Result<String, String> {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
-use hibernate::engine::{self, HibernateHandle};
+use hibernate::engine::{self, HibernateHandle, WakeMode};
 use hibernate::state::State;
 use kernel::task::TaskControl;
 use kernel::{ExitStatus, Sandbox, SandboxConfig};
@@ -28,6 +28,7 @@ struct Daemon {
     dir: PathBuf,
     bundle: PathBuf,
     created: u64,
+    mode: WakeMode,
     control: Arc<TaskControl>,
     hib: HibernateHandle,
     exit: Mutex<Option<ExitStatus>>,
@@ -37,9 +38,9 @@ struct Daemon {
 
 /// Runs sandbox `cfg` under ID `id`. `ready` (detached runs) receives one line, `ok` or the
 /// error, once the program runs. Returns the application's exit status.
-pub fn serve(cfg: &SandboxConfig, id: &str, ready: Option<OwnedFd>, detached: bool) -> Result<u8> {
+pub fn serve(cfg: &SandboxConfig, id: &str, mode: WakeMode, ready: Option<OwnedFd>, detached: bool) -> Result<u8> {
     let mut ready = ready.map(std::fs::File::from);
-    let result = start(cfg, id, detached, &mut ready);
+    let result = start(cfg, id, mode, detached, &mut ready);
     match result {
         Err(e) => {
             if let Some(mut r) = ready {
@@ -54,12 +55,12 @@ pub fn serve(cfg: &SandboxConfig, id: &str, ready: Option<OwnedFd>, detached: bo
     }
 }
 
-fn start(cfg: &SandboxConfig, id: &str, detached: bool, ready: &mut Option<std::fs::File>) -> Result<u8> {
+fn start(cfg: &SandboxConfig, id: &str, mode: WakeMode, detached: bool, ready: &mut Option<std::fs::File>) -> Result<u8> {
     let dir = statedir::create(id)?;
     statedir::write_pid(&dir, std::process::id())?;
     let mut sandbox = Sandbox::build(cfg)?;
     let control = sandbox.control();
-    let (hook, hib) = engine::new(sandbox.memory(), control.clone(), dir.clone()).context("setting up hibernation")?;
+    let (hook, hib) = engine::new(sandbox.memory(), control.clone(), dir.clone(), mode).context("setting up hibernation")?;
     sandbox.set_park_hook(Box::new(hook));
     let sock = dir.join("control.sock");
     let listener = UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
@@ -68,6 +69,7 @@ fn start(cfg: &SandboxConfig, id: &str, detached: bool, ready: &mut Option<std::
         id: id.to_string(),
         dir: dir.clone(),
         bundle: cfg.rootfs.clone(),
+        mode,
         created: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         control,
         hib,
@@ -220,7 +222,8 @@ fn stats(d: &Daemon) -> serde_json::Value {
         "pss_bytes": pss,
         "rss_bytes": rss,
         "cpu_time_us": procfs::cpu_time_us(pid),
-        "requests": d.control.busy_periods(),
+        "busy_periods": d.control.busy_periods(),
+        "wake_mode": d.mode,
         "state_machine": transitions,
     });
     if let (Some(obj), serde_json::Value::Object(mo)) = (v.as_object_mut(), serde_json::to_value(m).unwrap_or_default()) {

@@ -44,7 +44,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         anyhow::bail!("root filesystem {} does not exist or is not a directory", cfg.rootfs.display());
     }
     let detached_child = args.ready_fd >= 0;
-    crate::daemon::serve(&cfg, &id, crate::daemon::ready_fd(args.ready_fd), detached_child)
+    crate::daemon::serve(&cfg, &id, args.wake_mode, crate::daemon::ready_fd(args.ready_fd), detached_child)
 }
 
 /// `run -d`: starts this same command line, without `-d`, as a session leader in the

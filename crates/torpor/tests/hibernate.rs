@@ -19,13 +19,19 @@ struct App {
 
 /// Starts pattern_server with `mib` MiB under torpor and waits until it answers.
 fn start(mib: u64, memory: &str) -> App {
+    start_with(mib, memory, &[])
+}
+
+fn start_with(mib: u64, memory: &str, extra: &[&str]) -> App {
     let root = Rootfs::new();
     let prog = root.guest_program("pattern_server");
     let port = free_port();
     let publish = format!("127.0.0.1:{port}:8080");
+    let mut opts = vec!["--memory", memory, "--publish", &publish];
+    opts.extend_from_slice(extra);
     let sb = Detached::start(
         BIN.as_ref(),
-        &["--memory", memory, "--publish", &publish],
+        &opts,
         root.path(),
         &prog,
         &["8080", &mib.to_string()],
@@ -52,10 +58,19 @@ impl App {
 
 #[test]
 fn pattern_survives_50_hibernate_wake_cycles() {
+    fifty_cycles("fault");
+}
+
+#[test]
+fn pattern_survives_50_reap_cycles() {
+    fifty_cycles("reap");
+}
+
+fn fifty_cycles(mode: &str) {
     if !testutil::require_kvm() {
         return;
     }
-    let app = start(256, "512M");
+    let app = start_with(256, "512M", &["--wake-mode", mode]);
     app.expect_ok();
     let hot_pss = app.sb.stat_u64("pss_bytes");
     for cycle in 0..50 {
@@ -76,7 +91,19 @@ fn pattern_survives_50_hibernate_wake_cycles() {
             assert_eq!(app.state(), "hibernated");
         }
         app.expect_ok();
-        assert_eq!(app.state(), "woken", "cycle {cycle}");
+        // Back in accept() shortly after answering: idle after a hibernate is "woken".
+        assert!(Detached::wait_until(Duration::from_secs(10), || app.state() == "woken"), "cycle {cycle}: {}", app.state());
+        let prefetched = app.sb.stat_u64("prefetched_bytes");
+        if mode == "reap" && cycle >= 1 {
+            // The first wake recorded /verify's working set (every page); later wakes
+            // prefetch it, and few pages fault outside it.
+            assert!(prefetched >= 256 << 20, "cycle {cycle}: prefetched only {prefetched} B");
+            let residual = app.sb.stat_u64("residual_faults");
+            assert!(residual < 64, "cycle {cycle}: {residual} residual faults");
+        }
+        if mode == "fault" {
+            assert_eq!(prefetched, 0);
+        }
     }
     assert_eq!(app.sb.stat_u64("deflates"), 50);
     assert_eq!(app.sb.stat_u64("wakes"), 50);
