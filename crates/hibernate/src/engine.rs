@@ -374,9 +374,10 @@ impl Hibernator {
         let base = self.mem.host_base() as u64;
         let state = &mut *pager;
         let Some(reader) = state.reap.as_ref() else { return };
+        reader.advise_sequential();
         let pages = &mut state.pages;
         let mut bytes = 0u64;
-        let r = reader.read_batches(2 << 20, |batch: crate::pagefile::PageBatch<'_>| {
+        let r = reader.read_batches(8 << 20, |batch: crate::pagefile::PageBatch<'_>| {
             for (first, data) in batch.runs() {
                 let host = base + first.0 * PAGE_SIZE;
                 // SAFETY: `data` holds verified page bytes; the destination run lies in guest

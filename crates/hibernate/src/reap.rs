@@ -275,6 +275,11 @@ impl ReapReader {
         self.0.read_page(page, buf)
     }
 
+    /// Starts the host's readahead of the whole file (see [`PageFileReader::advise_sequential`]).
+    pub fn advise_sequential(&self) {
+        self.0.advise_sequential();
+    }
+
     /// Reads the whole file into memory: `(page, its 4096 bytes)` in recorded order.
     ///
     /// # Errors
