@@ -98,6 +98,9 @@ impl TestVm {
 /// Platform round-trip figures, in microseconds per operation.
 #[derive(Clone, Copy, Debug)]
 pub struct RoundTrips {
+    /// A bare exit: a ring-3 store to unbacked guest-physical memory exits to the host (MMIO),
+    /// and the host resumes the guest at once.
+    pub bare_exit_us: f64,
     /// A ring-3 `syscall` into the stub, out to the host and straight back (no kernel work).
     pub syscall_us: f64,
     /// The same with a one-entry PTE sync before each return.
@@ -125,5 +128,16 @@ pub fn round_trips(n: u32) -> Result<RoundTrips, VmError> {
     };
     let syscall_us = time(&mut t, false)?;
     let syscall_with_pte_sync_us = time(&mut t, true)?;
-    Ok(RoundTrips { syscall_us, syscall_with_pte_sync_us })
+
+    // loop: mov [DATA], al ; jmp loop — with DATA mapped to a frame outside the memslot.
+    let d = DATA.raw() as u32;
+    let mut code = vec![0x88, 0x04, 0x25];
+    code.extend_from_slice(&d.to_le_bytes());
+    code.extend_from_slice(&[0xeb, 0xf7]);
+    let mut m = TestVm::new(&code)?;
+    let outside = Gpa(m.mem.size());
+    m.set_pte(DATA, TestVm::user_rw(outside))?;
+    let took = m.vcpu.count_mmio_exits(n)?;
+    let bare_exit_us = took.as_secs_f64() * 1e6 / f64::from(n.max(1));
+    Ok(RoundTrips { bare_exit_us, syscall_us, syscall_with_pte_sync_us })
 }

@@ -376,6 +376,21 @@ impl Vcpu {
         Ok(())
     }
 
+    /// Runs the thread from [`Vcpu::user`] and counts `n` MMIO-write exits, resuming after each
+    /// at once: the cost of a bare exit to the host and back (benchmarks only).
+    pub(crate) fn count_mmio_exits(&mut self, n: u32) -> Result<std::time::Duration, VcpuError> {
+        self.load_user_frame()?;
+        let start = std::time::Instant::now();
+        for _ in 0..n {
+            match self.fd.run() {
+                Ok(VcpuExit::MmioWrite(..)) => {}
+                Ok(other) => return Err(VcpuError::Unexpected(format!("{other:?} while counting MMIO exits"))),
+                Err(source) => return Err(VcpuError::Kvm { op: "RUN", source }),
+            }
+        }
+        Ok(start.elapsed())
+    }
+
     /// Enters the PTE-sync stub with one batch and waits for it to finish.
     fn run_pte_sync(&mut self, batch: &[PteRun]) -> Result<(), VcpuError> {
         let buf = layout::batch(self.index);
