@@ -94,6 +94,40 @@ impl NetPolicy {
     }
 }
 
+impl NetPolicy {
+    /// Forgets that `guest_port` is served by `host` (its socket closed); a later bind of the
+    /// port recorded another host address is left alone.
+    pub fn release(&self, guest_port: u16, host: SocketAddr) {
+        if let Ok(mut b) = self.bound.lock() {
+            if b.get(&guest_port) == Some(&host) {
+                b.remove(&guest_port);
+            }
+        }
+    }
+}
+
+/// A guest port's binding, held by the socket that bound it: released from the policy when the
+/// last reference to the socket goes away.
+#[derive(Debug)]
+pub struct PortLease {
+    net: std::sync::Arc<NetPolicy>,
+    guest_port: u16,
+    host: SocketAddr,
+}
+
+impl PortLease {
+    /// A lease on `guest_port` → `host` in `net`.
+    pub fn new(net: std::sync::Arc<NetPolicy>, guest_port: u16, host: SocketAddr) -> PortLease {
+        PortLease { net, guest_port, host }
+    }
+}
+
+impl Drop for PortLease {
+    fn drop(&mut self) {
+        self.net.release(self.guest_port, self.host);
+    }
+}
+
 fn guest_loopback(a: SocketAddr) -> IpAddr {
     if a.is_ipv4() {
         IpAddr::V4(Ipv4Addr::LOCALHOST)
@@ -128,5 +162,20 @@ mod tests {
         assert_eq!(n.connect_target("127.0.0.1:22".parse().unwrap()), None);
         assert_eq!(n.connect_target("10.0.0.1:80".parse().unwrap()), None);
         assert_eq!(n.guest_port_of("127.0.0.1:40000".parse().unwrap()), Some(81));
+    }
+
+    #[test]
+    fn leases_release_ports() {
+        let n = std::sync::Arc::new(NetPolicy::new(vec![], false));
+        let host: SocketAddr = "127.0.0.1:40001".parse().unwrap();
+        n.record_bind(90, host);
+        let lease = PortLease::new(n.clone(), 90, host);
+        assert!(n.connect_target("127.0.0.1:90".parse().unwrap()).is_some());
+        drop(lease);
+        assert_eq!(n.connect_target("127.0.0.1:90".parse().unwrap()), None);
+        // A stale lease does not remove a newer binding.
+        n.record_bind(90, "127.0.0.1:40002".parse().unwrap());
+        drop(PortLease::new(n.clone(), 90, host));
+        assert!(n.connect_target("127.0.0.1:90".parse().unwrap()).is_some());
     }
 }

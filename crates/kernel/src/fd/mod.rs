@@ -37,6 +37,8 @@ pub struct SocketState {
     pub kind: i32,
     /// The address the application bound, as it asked (the host may use another).
     pub guest_local: Option<std::net::SocketAddr>,
+    /// The policy's record of that binding, released when the socket is gone.
+    pub lease: Option<std::sync::Arc<crate::net::PortLease>>,
 }
 
 /// An open file description (shared by dup'ed descriptors).

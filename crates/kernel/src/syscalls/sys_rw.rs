@@ -44,9 +44,12 @@ pub fn sys_read(t: &mut Task, a: &SyscallArgs) -> SysResult {
     read_to_user(t, a.int(0), a.gva(1), a.len(2)?, None)
 }
 
-/// Implements write(2).
+/// Implements write(2). A write to a socket or pipe whose reader is gone ends the process with
+/// SIGPIPE (default disposition), as on Linux.
 pub fn sys_write(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    write_from_user(t, a.int(0), a.gva(1), a.len(2)?, None)
+    let r = write_from_user(t, a.int(0), a.gva(1), a.len(2)?, None);
+    super::sys_socket::maybe_sigpipe(t, 0, &r);
+    r
 }
 
 fn offset(a: &SyscallArgs, i: usize) -> Result<i64, Errno> {
@@ -117,9 +120,11 @@ pub fn sys_readv(t: &mut Task, a: &SyscallArgs) -> SysResult {
     vectored(t, a, false)
 }
 
-/// Implements writev(2).
+/// Implements writev(2) (SIGPIPE as write(2)).
 pub fn sys_writev(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    vectored(t, a, true)
+    let r = vectored(t, a, true);
+    super::sys_socket::maybe_sigpipe(t, 0, &r);
+    r
 }
 
 /// Implements lseek(2).

@@ -619,7 +619,7 @@ fn copy_out_sockaddr(t: &Task, addr: Gva, addrlen: Gva, bytes: &[u8]) -> Result<
 
 /// Binds `f`'s host socket for a guest bind to `guest`, and records the binding.
 fn bind_as_guest(
-    net: &NetPolicy,
+    net: &Arc<NetPolicy>,
     f: &OpenFile,
     family: i32,
     guest: SocketAddr,
@@ -644,6 +644,10 @@ fn bind_as_guest(
     let mut local = guest;
     local.set_port(guest_port);
     set_guest_local(f, local);
+    if let FileKind::Socket(m) = &f.kind {
+        m.lock().unwrap_or_else(|e| e.into_inner()).lease =
+            Some(Arc::new(crate::net::PortLease::new(net.clone(), guest_port, actual)));
+    }
     Ok(())
 }
 
@@ -666,7 +670,7 @@ fn wildcard(family: i32) -> SocketAddr {
 
 /// Binds an unbound socket through the policy before the host would auto-bind it to every
 /// interface.
-fn ensure_bound(net: &NetPolicy, f: &OpenFile, st: &SocketState) -> Result<(), Errno> {
+fn ensure_bound(net: &Arc<NetPolicy>, f: &OpenFile, st: &SocketState) -> Result<(), Errno> {
     if st.guest_local.is_none() && !is_bound(f) {
         bind_as_guest(net, f, st.family, wildcard(st.family))?;
     }
@@ -685,7 +689,7 @@ fn outbound_target(net: &NetPolicy, family: i32, guest: SocketAddr) -> Result<So
 
 /// A send failed with EPIPE without MSG_NOSIGNAL: Linux raises SIGPIPE. Only the default
 /// action (ending the process) can be applied until handlers are delivered.
-fn maybe_sigpipe(t: &mut Task, guest_flags: i32, r: &Result<u64, Errno>) {
+pub(super) fn maybe_sigpipe(t: &mut Task, guest_flags: i32, r: &Result<u64, Errno>) {
     if guest_flags & libc::MSG_NOSIGNAL == 0 && matches!(r, Err(e) if *e == Errno::EPIPE) {
         let i = (libc::SIGPIPE - 1) as usize;
         let dfl = t.signals.actions.get(i).is_some_and(|a| a.handler == 0);
@@ -707,6 +711,7 @@ pub fn sys_socket(t: &mut Task, a: &SyscallArgs) -> SysResult {
         family: spec.family,
         kind: spec.kind,
         guest_local: None,
+        lease: None,
     };
     let file = Arc::new(OpenFile::new(fd, FileKind::Socket(Mutex::new(state)), None));
     Ok(t.fds.insert(file, spec.cloexec)? as u64)
@@ -793,6 +798,7 @@ fn accept_common(t: &mut Task, a: &SyscallArgs, flags: i32) -> SysResult {
         family: st.family,
         kind: st.kind,
         guest_local: None,
+        lease: None,
     };
     let file = Arc::new(OpenFile::new(
         nfd,
@@ -1298,12 +1304,13 @@ mod tests {
     #[test]
     fn host_bind_through_policy() {
         // No KVM needed: a real host socket bound the way sys_bind does.
-        let n = NetPolicy::new(Vec::new(), false);
+        let n = Arc::new(NetPolicy::new(Vec::new(), false));
         let spec = parse_socket_args(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
         let state = SocketState {
             family: libc::AF_INET,
             kind: libc::SOCK_STREAM,
             guest_local: None,
+            lease: None,
         };
         let f = OpenFile::new(
             host_socket(&spec).unwrap(),
