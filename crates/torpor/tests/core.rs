@@ -318,3 +318,45 @@ fn timings_report_first_instruction() {
         .map(|v| v.trim().parse::<f64>());
     assert!(matches!(us, Some(Ok(v)) if v > 0.0), "no start_to_first_instruction_us timing\n{out:?}");
 }
+
+#[test]
+fn unknown_syscalls_get_enosys_logged_once_and_host_ports_are_off_limits() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("sandbox_limits");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &prog)
+        .arg(&port)
+        .host_env("TORPOR_LOG", "warn")
+        .output();
+    out.assert_code(0);
+    let stdout = out.stdout_str();
+    assert_eq!(stdout.matches("io_setup: -1 Function not implemented").count(), 2, "{stdout}");
+    assert_eq!(stdout.matches("syscall 1000: -1 Function not implemented").count(), 2, "{stdout}");
+    assert!(stdout.contains("connect to host port: Connection refused"), "{stdout}");
+    assert!(listener.accept().is_err(), "the sandbox reached a host listener");
+    let stderr = out.stderr_str();
+    assert_eq!(stderr.matches("unsupported syscall 206 (io_setup)").count(), 1, "logged once: {stderr}");
+    assert_eq!(stderr.matches("unsupported syscall 1000 (unknown)").count(), 1, "logged once: {stderr}");
+}
+
+#[test]
+fn static_pie_runs() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let pie = testutil::build_c("hello-static-pie", &testutil::guest_source("hello"), false, &["-static-pie", "-fPIE"]);
+    r.binary("/bin/hello-pie", &pie);
+    let data = std::fs::read(&pie).unwrap();
+    assert_eq!(u16::from_le_bytes([data[16], data[17]]), 3, "built as ET_DYN (static-PIE)");
+    let native = testutil::native(&pie, &[] as &[&str], r.path(), &[], None);
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor")).run(r.path(), "/bin/hello-pie").host_env("TORPOR_LOG", "off").output();
+    out.assert_code(native.code());
+    assert_eq!(out.stdout, native.stdout);
+}
