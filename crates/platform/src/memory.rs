@@ -231,33 +231,6 @@ impl GuestMemory {
             Ok(r as usize)
         }
     }
-
-    /// Writes up to `len` bytes of guest memory at `gpa` to `fd` at `offset` (or the current
-    /// position). Returns the count written.
-    ///
-    /// # Errors
-    /// `EFAULT` if the range leaves guest memory; the host's errno otherwise.
-    pub fn write_to_fd(
-        &self,
-        fd: BorrowedFd<'_>,
-        gpa: Gpa,
-        len: u64,
-        offset: Option<u64>,
-    ) -> io::Result<usize> {
-        let p = self.host_ptr(gpa, len).map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
-        // SAFETY: `p..p+len` is inside guest memory (checked); the host kernel only reads it.
-        let r = unsafe {
-            match offset {
-                Some(off) => libc::pwrite(fd.as_raw_fd(), p.cast(), len as usize, off as i64),
-                None => libc::write(fd.as_raw_fd(), p.cast(), len as usize),
-            }
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
-    }
 }
 
 impl Drop for GuestMemory {

@@ -87,3 +87,18 @@ pub fn torpor_bin() -> PathBuf {
     }
     profile_dir().join("torpor")
 }
+
+/// The median of `v` (the mean of the two middle values for an even count); NaN when empty.
+pub fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let m = s.len() / 2;
+    if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    }
+}

@@ -22,7 +22,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use testutil::{free_port, http_get, native, Rootfs, Running, Torpor};
+use testutil::{median, free_port, http_get, native, Rootfs, Running, Torpor};
 
 const RUNS: usize = 5;
 const GETPIDS: u64 = 20_000;
@@ -38,16 +38,6 @@ struct Row {
     samples: Result<Vec<f64>, String>,
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let m = s.len() / 2;
-    if s.len() % 2 == 1 {
-        s[m]
-    } else {
-        (s[m - 1] + s[m]) / 2.0
-    }
-}
 
 fn fmt_num(x: f64) -> String {
     if x >= 100.0 {

@@ -16,16 +16,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use testutil::{free_port, http_get, json_field, Detached, Rootfs};
+use testutil::{median, free_port, http_get, json_field, Detached, Rootfs};
 
 const RUNS: usize = 5;
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let m = s.len() / 2;
-    if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 }
-}
 
 fn row(name: &str, unit: &str, v: &[f64]) {
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);

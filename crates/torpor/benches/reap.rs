@@ -13,17 +13,11 @@ use std::io::Read;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use testutil::{free_port, http_get, Detached, Rootfs};
+use testutil::{median, free_port, http_get, Detached, Rootfs};
 
 const RUNS: usize = 5;
 const HEAP_MIB: u64 = 256;
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let m = s.len() / 2;
-    if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 }
-}
 
 fn spread(v: &[f64]) -> String {
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);

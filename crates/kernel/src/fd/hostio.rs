@@ -19,26 +19,33 @@ fn iovecs(mem: &GuestMemory, runs: &[(Gpa, u64)]) -> Result<Vec<libc::iovec>, Er
         .collect()
 }
 
-/// Reads from `fd` into the guest-physical `runs` (at `offset`, or the file position).
-///
-/// # Errors
-/// The host's errno.
-pub fn read_into_guest(
+/// Which way data moves.
+#[derive(Clone, Copy)]
+enum Direction {
+    IntoGuest,
+    FromGuest,
+}
+
+fn transfer(
     mem: &GuestMemory,
     fd: BorrowedFd<'_>,
     runs: &[(Gpa, u64)],
     offset: Option<i64>,
+    dir: Direction,
 ) -> Result<u64, Errno> {
     if runs.is_empty() {
         return Ok(0);
     }
     let iov = iovecs(mem, runs)?;
+    let (fd, cnt) = (fd.as_raw_fd(), iov.len() as i32);
     // SAFETY: every iovec points into guest memory, bounds-checked by `host_ptr`; the host
-    // kernel writes at most their lengths.
+    // kernel writes (reads) at most their lengths.
     let n = unsafe {
-        match offset {
-            Some(off) => libc::preadv(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32, off),
-            None => libc::readv(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32),
+        match (dir, offset) {
+            (Direction::IntoGuest, Some(off)) => libc::preadv(fd, iov.as_ptr(), cnt, off),
+            (Direction::IntoGuest, None) => libc::readv(fd, iov.as_ptr(), cnt),
+            (Direction::FromGuest, Some(off)) => libc::pwritev(fd, iov.as_ptr(), cnt, off),
+            (Direction::FromGuest, None) => libc::writev(fd, iov.as_ptr(), cnt),
         }
     };
     if n < 0 {
@@ -48,30 +55,18 @@ pub fn read_into_guest(
     }
 }
 
+/// Reads from `fd` into the guest-physical `runs` (at `offset`, or the file position).
+///
+/// # Errors
+/// The host's errno.
+pub fn read_into_guest(mem: &GuestMemory, fd: BorrowedFd<'_>, runs: &[(Gpa, u64)], offset: Option<i64>) -> Result<u64, Errno> {
+    transfer(mem, fd, runs, offset, Direction::IntoGuest)
+}
+
 /// Writes the guest-physical `runs` to `fd` (at `offset`, or the file position).
 ///
 /// # Errors
 /// The host's errno.
-pub fn write_from_guest(
-    mem: &GuestMemory,
-    fd: BorrowedFd<'_>,
-    runs: &[(Gpa, u64)],
-    offset: Option<i64>,
-) -> Result<u64, Errno> {
-    if runs.is_empty() {
-        return Ok(0);
-    }
-    let iov = iovecs(mem, runs)?;
-    // SAFETY: every iovec points into guest memory, bounds-checked; the host only reads it.
-    let n = unsafe {
-        match offset {
-            Some(off) => libc::pwritev(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32, off),
-            None => libc::writev(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32),
-        }
-    };
-    if n < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(n as u64)
-    }
+pub fn write_from_guest(mem: &GuestMemory, fd: BorrowedFd<'_>, runs: &[(Gpa, u64)], offset: Option<i64>) -> Result<u64, Errno> {
+    transfer(mem, fd, runs, offset, Direction::FromGuest)
 }
