@@ -59,6 +59,8 @@ pub enum HibernateError {
 pub struct DeflateReport {
     /// Pages returned to the host because the guest's allocator held them free.
     pub free_pages: u64,
+    /// Clean pages of read-only file mappings dropped (they come back from the file).
+    pub file_pages: u64,
     /// Resident zero pages dropped without writing.
     pub zero_pages: u64,
     /// Pages written to the swap file this time.
@@ -206,6 +208,21 @@ pub fn new(
         recorder: WorkingSetRecorder::new(page_count, DEFAULT_RECORD_LIMIT),
         reap_wake: false,
     }));
+    {
+        // Requests move the state between hot and running, woken and hibernate-running.
+        let shared = shared.clone();
+        control.set_idle_hook(Box::new(move |idle| {
+            let mut st = shared.lock_state();
+            let to = match (st.state(), idle) {
+                (State::Running, true) => State::Hot,
+                (State::Hot, false) => State::Running,
+                (State::HibernateRunning, true) => State::Woken,
+                (State::Woken, false) => State::HibernateRunning,
+                _ => return,
+            };
+            let _ = st.transition(to);
+        }));
+    }
     let hib = Hibernator {
         shared: shared.clone(),
         mem,
@@ -297,18 +314,9 @@ impl HibernateHandle {
         self.shared.signal_wake();
     }
 
-    /// The state, refined by whether the task is serving: hot/running before any hibernate,
-    /// woken/hibernate-running after.
+    /// The current state.
     pub fn state(&self) -> State {
-        let s = self.shared.lock_state().state();
-        let idle = self.control.is_idle();
-        match (s, idle) {
-            (State::Hot, false) => State::Running,
-            (State::Running, true) => State::Hot,
-            (State::Woken, false) => State::HibernateRunning,
-            (State::HibernateRunning, true) => State::Woken,
-            (s, _) => s,
-        }
+        self.shared.lock_state().state()
     }
 }
 
@@ -430,6 +438,9 @@ impl Hibernator {
         }
         let mm = task.mm.clone();
         let mut mm = mm.lock().unwrap_or_else(|e| e.into_inner());
+        // Clean pages of read-only file mappings (program text, read-only data) are not
+        // written: their frames are freed below, and they fault back in from the file.
+        report.file_pages = mm.drop_clean_file_pages();
         let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
 
         // The REAP working set: a fresh recording replaces the old one.

@@ -110,7 +110,9 @@ fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &M
             }
             let _ = st.pages.set(PageIdx(page), PageState::Resident);
             st.recorder.record(PageIdx(page));
-            metrics.record_fault(0, residual);
+            // A zero page (a frame the guest just took from its allocator) is no miss of the
+            // REAP set: only faults that read swapped data count as residual.
+            metrics.record_fault(0, false);
             continue;
         };
         // Extend to neighbours of the aligned window held in consecutive slots of the same file.

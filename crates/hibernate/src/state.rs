@@ -236,7 +236,13 @@ impl StateMachine {
             at_unix_us,
             took_us,
         };
-        tracing::info!(from = %t.from, to = %t.to, took_us, "sandbox state transition");
+        // Serving flips (hot/running, woken/hibernate-running) happen on every request.
+        let serving = |s: State| matches!(s, State::Hot | State::Running | State::Woken | State::HibernateRunning);
+        if serving(t.from) && serving(t.to) {
+            tracing::debug!(from = %t.from, to = %t.to, took_us, "sandbox state transition");
+        } else {
+            tracing::info!(from = %t.from, to = %t.to, took_us, "sandbox state transition");
+        }
         self.state = to;
         self.entered = now;
         self.entered_unix_us = at_unix_us;

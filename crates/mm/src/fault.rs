@@ -336,6 +336,46 @@ mod tests {
     }
 
     #[test]
+    fn clean_read_only_file_pages_are_dropped_and_come_back() {
+        let path = std::env::temp_dir().join(format!("mm-clean-{}", std::process::id()));
+        let data: Vec<u8> = (0..0x4000u32).map(|i| (i / 0x1000) as u8 + 7).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = Arc::new(std::fs::File::open(&path).unwrap());
+        let mut m = mm(16 * MIB);
+        let map = |m: &mut MemoryManager, prot| {
+            m.mmap(MmapRequest {
+                addr: Gva(0),
+                len: 0x4000,
+                prot,
+                fixed: false,
+                fixed_noreplace: false,
+                kind: crate::VmaKind::File { file: file.clone(), offset: 0 },
+                name: None,
+            })
+            .unwrap()
+        };
+        let ro = map(&mut m, Prot::READ);
+        let rw = map(&mut m, Prot::RW);
+        for p in 0..4 {
+            m.handle_fault(ro.add(p * 0x1000), Access::READ).unwrap();
+            m.handle_fault(rw.add(p * 0x1000), Access::READ).unwrap();
+        }
+        // A page the kernel wrote for the application, then made read-only: dirty, kept.
+        m.copy_out(rw, b"x").unwrap();
+        let free = m.allocator().free_pages();
+        // Read-only mapping: its 3 first pages go (the last is kept); the writable one stays.
+        assert_eq!(m.drop_clean_file_pages(), 3);
+        assert_eq!(m.allocator().free_pages(), free + 3);
+        m.mprotect(rw, 0x4000, Prot::READ).unwrap();
+        assert_eq!(m.drop_clean_file_pages(), 2, "pages 1-2 of rw are clean; page 0 was written");
+        assert_eq!(m.read_val::<u8>(rw).unwrap(), b'x');
+        for p in 0..4u64 {
+            assert_eq!(m.read_val::<u8>(ro.add(p * 0x1000)).unwrap(), p as u8 + 7);
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
     fn out_of_memory_is_reported() {
         let mut m = mm(8 * MIB);
         let a = m.mmap(anon(0, 8 * MIB, Prot::RW, false)).unwrap();

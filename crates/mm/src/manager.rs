@@ -257,6 +257,37 @@ impl MemoryManager {
         }
     }
 
+    /// Unmaps the pages of read-only file mappings that still hold exactly the file's bytes
+    /// (the guest never wrote them: no dirty bit, and the mapping is not writable) and returns
+    /// their frames to the allocator; a later access faults them back in from the file. The
+    /// last page of each such mapping is kept, since a segment's `.bss` tail may have been
+    /// zeroed there by the loader (a host write, which sets no dirty bit). Returns the number
+    /// of pages dropped. Hibernation uses it so that clean file pages cost neither swap nor
+    /// memory.
+    pub fn drop_clean_file_pages(&mut self) -> u64 {
+        let ranges: Vec<(Gva, Gva)> = self
+            .vmas
+            .iter()
+            .filter(|v| matches!(v.kind, VmaKind::File { .. }) && !v.prot.contains(Prot::WRITE))
+            .map(|v| (v.start, Gva(v.end.0 - PAGE_SIZE)))
+            .collect();
+        let mut dropped = 0;
+        for (start, end) in ranges {
+            for (va, _, flags) in self.pt.frames_in(start, end) {
+                if !flags.contains(PteFlags::PRESENT) || flags.contains(PteFlags::DIRTY) {
+                    continue;
+                }
+                if let Some(frame) = self.pt.unmap(va) {
+                    match self.alloc.decref(frame) {
+                        Ok(_) => dropped += 1,
+                        Err(e) => tracing::error!("freeing frame of {va}: {e}"),
+                    }
+                }
+            }
+        }
+        dropped
+    }
+
     /// Removes VMAs and pages in `[start, end)` (page-aligned, non-empty).
     fn unmap_range(&mut self, start: Gva, end: Gva) -> Result<(), MmError> {
         self.vmas

@@ -449,6 +449,18 @@ impl PageTables {
         Ok(())
     }
 
+    /// Sets the accessed and dirty bits of the present entry for `va`, as the CPU does on a
+    /// write: the kernel calls it when it writes user memory on the application's behalf, so
+    /// that "clean" keeps meaning "holds what was loaded".
+    pub fn mark_dirty(&mut self, va: Gva) {
+        if let Ok(Probe::Leaf { slot, entry }) = self.probe(va.page_down()) {
+            let want = PteFlags::ACCESSED.0 | PteFlags::DIRTY.0;
+            if entry & PteFlags::PRESENT.0 != 0 && entry & want != want {
+                let _ = self.write_entry(slot, entry | want);
+            }
+        }
+    }
+
     /// Every user page in `[start, end)` whose entry owns a frame, in address order, skipping
     /// absent tables wholesale (cheap over huge sparse ranges).
     pub fn frames_in(&self, start: Gva, end: Gva) -> Vec<(Gva, Gpa, PteFlags)> {

@@ -31,13 +31,21 @@ impl MemoryManager {
         };
         if let Some((gpa, f)) = self.pt.translate(va) {
             if need(f) {
+                if write && !f.contains(PteFlags::DIRTY) {
+                    self.pt.mark_dirty(va);
+                }
                 return Ok(gpa);
             }
         }
         self.handle_fault(va, Access { write, exec: false })
             .map_err(|_| MmError::Fault(va))?;
         match self.pt.translate(va) {
-            Some((gpa, f)) if need(f) => Ok(gpa),
+            Some((gpa, f)) if need(f) => {
+                if write && !f.contains(PteFlags::DIRTY) {
+                    self.pt.mark_dirty(va);
+                }
+                Ok(gpa)
+            }
             _ => Err(MmError::Fault(va)),
         }
     }

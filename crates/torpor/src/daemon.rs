@@ -214,7 +214,8 @@ fn stats(d: &Daemon) -> serde_json::Value {
     let (pss, rss) = procfs::pss_rss(pid).unwrap_or((0, 0));
     let shared = d.hib.shared();
     let m = shared.metrics.snapshot();
-    let transitions = shared.state.lock().map(|s| s.to_json()).unwrap_or_default();
+    let machine = shared.state.lock().map(|s| s.to_json()).unwrap_or_default();
+    let transitions = machine.get("transitions").cloned().unwrap_or_default();
     let mut v = json!({
         "id": d.id,
         "state": state_name(d),
@@ -224,7 +225,8 @@ fn stats(d: &Daemon) -> serde_json::Value {
         "cpu_time_us": procfs::cpu_time_us(pid),
         "busy_periods": d.control.busy_periods(),
         "wake_mode": d.mode,
-        "state_machine": transitions,
+        "transitions": transitions,
+        "state_since_unix_us": machine.get("since_unix_us").cloned().unwrap_or_default(),
     });
     if let (Some(obj), serde_json::Value::Object(mo)) = (v.as_object_mut(), serde_json::to_value(m).unwrap_or_default()) {
         for (k, val) in mo {

@@ -7,6 +7,7 @@
 //! is quiescent: no guest code runs and no syscall is in progress.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use platform::VcpuKicker;
@@ -27,7 +28,11 @@ pub struct TaskControl {
     busy_periods: AtomicU64,
     pending_signal: AtomicI32,
     kicker: VcpuKicker,
+    idle_hook: Mutex<Option<IdleHook>>,
 }
+
+/// Called on the task's thread when it goes idle (`true`) or busy (`false`).
+pub type IdleHook = Box<dyn Fn(bool) + Send + Sync>;
 
 impl TaskControl {
     /// Control for the task whose vCPU `kicker` interrupts.
@@ -38,6 +43,7 @@ impl TaskControl {
             busy_periods: AtomicU64::new(0),
             pending_signal: AtomicI32::new(0),
             kicker,
+            idle_hook: Mutex::new(None),
         }
     }
 
@@ -71,9 +77,20 @@ impl TaskControl {
     /// Marks the task as blocked waiting for input (`true`) or running (`false`).
     pub fn set_idle(&self, idle: bool) {
         let was = self.idle.swap(idle, Ordering::SeqCst);
-        if was && !idle {
+        if was == idle {
+            return;
+        }
+        if !idle {
             self.busy_periods.fetch_add(1, Ordering::Relaxed);
         }
+        if let Some(hook) = self.idle_hook.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            hook(idle);
+        }
+    }
+
+    /// Sets what runs when the task goes idle or busy (the hibernate layer's state machine).
+    pub fn set_idle_hook(&self, hook: IdleHook) {
+        *self.idle_hook.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
     }
 
     /// Whether the task is blocked waiting for input.

@@ -4,7 +4,7 @@
 mod control;
 mod signal;
 
-pub use control::{ParkHook, TaskControl};
+pub use control::{IdleHook, ParkHook, TaskControl};
 pub use signal::{SignalState, NSIG};
 
 use std::sync::{Arc, Mutex, MutexGuard};
