@@ -205,6 +205,7 @@ pub fn new(
         pages,
         swap: None,
         reap: None,
+        files: Vec::new(),
         recorder: WorkingSetRecorder::new(page_count, DEFAULT_RECORD_LIMIT),
         reap_wake: false,
     }));
@@ -439,8 +440,13 @@ impl Hibernator {
         let mm = task.mm.clone();
         let mut mm = mm.lock().unwrap_or_else(|e| e.into_inner());
         // Clean pages of read-only file mappings (program text, read-only data) are not
-        // written: their frames are freed below, and they fault back in from the file.
-        report.file_pages = mm.drop_clean_file_pages();
+        // written: they are dropped, and fault back in from their file.
+        let mut clean: std::collections::HashMap<u64, (Arc<std::fs::File>, u64)> = mm
+            .clean_file_pages()
+            .into_iter()
+            .map(|c| (c.frame.raw() / PAGE_SIZE, (c.file, c.offset)))
+            .collect();
+        let mut files: Vec<(Arc<std::fs::File>, u64)> = Vec::new();
         let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
 
         // The REAP working set: a fresh recording replaces the old one.
@@ -477,6 +483,11 @@ impl Hibernator {
                 Ok(PageState::Reap { .. }) => {
                     let old = pager.reap.as_ref().ok_or("REAP page without a REAP file")?;
                     old.read_page(PageIdx(page), buf).map_err(|e| e.to_string())?;
+                    Ok(true)
+                }
+                Ok(PageState::File { slot }) => {
+                    let (file, off) = pager.files.get(slot as usize).ok_or("file page without its file")?;
+                    pager::read_file_page(file, *off, buf).map_err(|e| format!("re-reading a file page: {e}"))?;
                     Ok(true)
                 }
                 _ => Ok(false),
@@ -524,6 +535,12 @@ impl Hibernator {
         for page in first_page..total_pages {
             let gpa = Gpa(page * PAGE_SIZE);
             if mm.allocator().is_free(gpa) || in_set[page as usize] {
+                continue;
+            }
+            if let Some(entry) = clean.remove(&page) {
+                new_states.push((page, PageState::File { slot: files.len() as u32 }));
+                files.push(entry);
+                report.file_pages += 1;
                 continue;
             }
             let is_resident = resident[page as usize] & 1 != 0;
@@ -645,6 +662,7 @@ impl Hibernator {
         if let Some(old) = pager.swap.replace(reader) {
             let _ = old.remove();
         }
+        pager.files = files;
         let old_reap = std::mem::replace(&mut pager.reap, reap_reader);
         if let Some(old) = old_reap {
             let _ = old.remove();

@@ -35,6 +35,8 @@ pub struct PagerState {
     pub swap: Option<SwapReader>,
     /// The current REAP file.
     pub reap: Option<ReapReader>,
+    /// Where the bytes of `File { slot }` pages are: file and offset, by slot.
+    pub files: Vec<(std::sync::Arc<std::fs::File>, u64)>,
     /// Whether this wake was served by a REAP prefetch (faults are then residual).
     pub reap_wake: bool,
     /// Pages faulted in since the last wake, in order (REAP's working set).
@@ -66,13 +68,38 @@ pub fn fatal(error_file: &std::path::Path, msg: &str) -> ! {
     std::process::exit(EXIT_SWAP_CORRUPT);
 }
 
-/// Which file a page's bytes are in, and at which slot.
-fn location(s: PageState) -> Option<(bool /*reap*/, u32)> {
+/// Which store a page's bytes are in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Swap,
+    Reap,
+    File,
+}
+
+/// Which store a page's bytes are in, and at which slot.
+fn location(s: PageState) -> Option<(Store, u32)> {
     match s {
-        PageState::Swapped { slot } => Some((false, slot)),
-        PageState::Reap { slot } => Some((true, slot)),
+        PageState::Swapped { slot } => Some((Store::Swap, slot)),
+        PageState::Reap { slot } => Some((Store::Reap, slot)),
+        PageState::File { slot } => Some((Store::File, slot)),
         _ => None,
     }
+}
+
+/// Reads the 4 KiB of a file page (bytes past the end of the file read as zero, as the demand
+/// fault that first loaded it made them).
+pub fn read_file_page(file: &std::fs::File, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0;
+    while done < buf.len() {
+        let n = file.read_at(&mut buf[done..], offset + done as u64)?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    buf[done..].fill(0);
+    Ok(())
 }
 
 fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &Metrics, error_file: &PathBuf) {
@@ -100,7 +127,7 @@ fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &M
             Err(p) => p.into_inner(),
         };
         let residual = st.reap_wake;
-        let Some((in_reap, slot)) = location(st.pages.get(PageIdx(page)).unwrap_or(PageState::Zero)) else {
+        let Some((store, slot)) = location(st.pages.get(PageIdx(page)).unwrap_or(PageState::Zero)) else {
             let host = base + page * PAGE_SIZE;
             // SAFETY: `host` is a page of guest memory, registered with this uffd.
             match unsafe { uffd.zeropage(host as *mut _, PAGE_SIZE as usize, true) } {
@@ -117,7 +144,7 @@ fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &M
         };
         // Extend to neighbours of the aligned window held in consecutive slots of the same file.
         let win = page - page % FAULT_AROUND;
-        let same = |s: Result<PageState, _>, want: u64| matches!(s.ok().and_then(location), Some((r, sl)) if r == in_reap && u64::from(sl) == want);
+        let same = |s: Result<PageState, _>, want: u64| matches!(s.ok().and_then(location), Some((r, sl)) if r == store && u64::from(sl) == want);
         let mut first = page;
         let mut first_slot = u64::from(slot);
         while first > win && first_slot > 0 && same(st.pages.get(PageIdx(first - 1)), first_slot - 1) {
@@ -132,10 +159,16 @@ fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &M
             count += 1;
         }
         let bytes = (count * PAGE_SIZE) as usize;
-        let read = if in_reap {
-            st.reap.as_ref().map(|r| r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes]).map_err(|e| e.to_string()))
-        } else {
-            st.swap.as_ref().map(|r| r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes]).map_err(|e| e.to_string()))
+        let read = match store {
+            Store::Reap => st.reap.as_ref().map(|r| r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes]).map_err(|e| e.to_string())),
+            Store::Swap => st.swap.as_ref().map(|r| r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes]).map_err(|e| e.to_string())),
+            Store::File => Some((0..count).try_for_each(|k| {
+                let at = (k * PAGE_SIZE) as usize;
+                match st.files.get((first_slot + k) as usize) {
+                    Some((f, off)) => read_file_page(f, *off, &mut buf[at..at + PAGE_SIZE as usize]).map_err(|e| e.to_string()),
+                    None => Err("no file for a file page".to_string()),
+                }
+            })),
         };
         match read {
             Some(Ok(())) => {}

@@ -91,6 +91,12 @@ pub enum PageState {
         /// Slot in the REAP file.
         slot: u32,
     },
+    /// A clean page of a read-only file mapping, dropped: its bytes are in the mapped file, at
+    /// the location entry `slot` of the sandbox's file-page table records.
+    File {
+        /// Entry in the file-page table.
+        slot: u32,
+    },
 }
 
 /// The kind of a [`PageState`], without its slot.
@@ -106,12 +112,14 @@ pub enum PageKind {
     Swapped,
     /// [`PageState::Reap`].
     Reap,
+    /// [`PageState::File`].
+    File,
 }
 
 impl PageKind {
     /// Whether pages of this kind carry a slot.
     pub const fn has_slot(self) -> bool {
-        matches!(self, PageKind::Swapped | PageKind::Reap)
+        matches!(self, PageKind::Swapped | PageKind::Reap | PageKind::File)
     }
     const fn tag(self) -> u32 {
         match self {
@@ -120,6 +128,7 @@ impl PageKind {
             PageKind::Zero => 2,
             PageKind::Swapped => 3,
             PageKind::Reap => 4,
+            PageKind::File => 5,
         }
     }
 }
@@ -133,13 +142,14 @@ impl PageState {
             PageState::Zero => PageKind::Zero,
             PageState::Swapped { .. } => PageKind::Swapped,
             PageState::Reap { .. } => PageKind::Reap,
+            PageState::File { .. } => PageKind::File,
         }
     }
 
     /// Its slot, for swapped and REAP pages.
     pub const fn slot(self) -> Option<u32> {
         match self {
-            PageState::Swapped { slot } | PageState::Reap { slot } => Some(slot),
+            PageState::Swapped { slot } | PageState::Reap { slot } | PageState::File { slot } => Some(slot),
             _ => None,
         }
     }
@@ -159,8 +169,9 @@ impl PageState {
             1 => PageState::Free,
             2 => PageState::Zero,
             3 => PageState::Swapped { slot },
-            // Only `encode` writes entries, and it writes tags 0..=4.
-            _ => PageState::Reap { slot },
+            4 => PageState::Reap { slot },
+            // Only `encode` writes entries, and it writes tags 0..=5.
+            _ => PageState::File { slot },
         }
     }
 }
@@ -178,6 +189,8 @@ pub struct PageCounts {
     pub swapped: u64,
     /// Pages in the REAP file.
     pub reap: u64,
+    /// Clean file pages dropped (read back from their files).
+    pub file: u64,
 }
 
 impl PageCounts {
@@ -188,6 +201,7 @@ impl PageCounts {
             PageKind::Zero => &mut self.zero,
             PageKind::Swapped => &mut self.swapped,
             PageKind::Reap => &mut self.reap,
+            PageKind::File => &mut self.file,
         }
     }
     /// Pages of `kind`.
@@ -198,6 +212,7 @@ impl PageCounts {
             PageKind::Zero => self.zero,
             PageKind::Swapped => self.swapped,
             PageKind::Reap => self.reap,
+            PageKind::File => self.file,
         }
     }
 }
@@ -496,11 +511,15 @@ mod tests {
                 free: 1,
                 zero: 1,
                 swapped: 0,
-                reap: 1
+                reap: 1,
+                file: 0
             }
         );
         assert_eq!(c.get(PageKind::Reap), 1);
-        let total: u64 = [c.resident, c.free, c.zero, c.swapped, c.reap].iter().sum();
+        let total: u64 = [c.resident, c.free, c.zero, c.swapped, c.reap, c.file].iter().sum();
+        m.set(PageIdx(9), PageState::File { slot: 77 }).unwrap();
+        assert_eq!(m.get(PageIdx(9)).unwrap(), PageState::File { slot: 77 });
+        assert_eq!(m.counts().file, 1);
         assert_eq!(total, m.len());
     }
 

@@ -336,7 +336,7 @@ mod tests {
     }
 
     #[test]
-    fn clean_read_only_file_pages_are_dropped_and_come_back() {
+    fn clean_read_only_file_pages_are_listed() {
         let path = std::env::temp_dir().join(format!("mm-clean-{}", std::process::id()));
         let data: Vec<u8> = (0..0x4000u32).map(|i| (i / 0x1000) as u8 + 7).collect();
         std::fs::write(&path, &data).unwrap();
@@ -360,18 +360,19 @@ mod tests {
             m.handle_fault(ro.add(p * 0x1000), Access::READ).unwrap();
             m.handle_fault(rw.add(p * 0x1000), Access::READ).unwrap();
         }
-        // A page the kernel wrote for the application, then made read-only: dirty, kept.
-        m.copy_out(rw, b"x").unwrap();
-        let free = m.allocator().free_pages();
-        // Read-only mapping: its 3 first pages go (the last is kept); the writable one stays.
-        assert_eq!(m.drop_clean_file_pages(), 3);
-        assert_eq!(m.allocator().free_pages(), free + 3);
-        m.mprotect(rw, 0x4000, Prot::READ).unwrap();
-        assert_eq!(m.drop_clean_file_pages(), 2, "pages 1-2 of rw are clean; page 0 was written");
-        assert_eq!(m.read_val::<u8>(rw).unwrap(), b'x');
-        for p in 0..4u64 {
-            assert_eq!(m.read_val::<u8>(ro.add(p * 0x1000)).unwrap(), p as u8 + 7);
+        // Read-only mapping: its 3 first pages (the last is left out); the writable one: none.
+        let clean = m.clean_file_pages();
+        assert_eq!(clean.len(), 3);
+        for (i, c) in clean.iter().enumerate() {
+            assert_eq!(c.offset, i as u64 * 0x1000);
+            assert_eq!(Some(c.frame), m.page_tables().translate(ro.add(i as u64 * 0x1000)).map(|t| t.0));
         }
+        // A page the kernel wrote for the application, then made read-only, is dirty.
+        m.copy_out(rw, b"x").unwrap();
+        m.mprotect(rw, 0x4000, Prot::READ).unwrap();
+        let clean = m.clean_file_pages();
+        assert_eq!(clean.len(), 5, "ro 0-2 and rw 1-2");
+        assert!(clean.iter().all(|c| Some(c.frame) != m.page_tables().translate(rw).map(|t| t.0)));
         let _ = std::fs::remove_file(&path);
     }
 

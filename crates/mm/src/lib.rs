@@ -38,6 +38,7 @@ pub mod vma;
 pub use alloc::{AllocError, PageAllocator, CHUNK_PAGES, CHUNK_SIZE};
 pub use fault::{Access, FaultError, FAULT_AROUND};
 pub use manager::{
+    CleanFilePage,
     MemoryManager, MmError, MmStats, MmapRequest, DEFAULT_MMAP_BASE, MREMAP_FIXED, MREMAP_MAYMOVE,
     STACK_RESERVE,
 };

@@ -118,6 +118,17 @@ pub struct MmStats {
     pub faults: u64,
 }
 
+/// A frame holding an unmodified page of a file (see [`MemoryManager::clean_file_pages`]).
+#[derive(Debug, Clone)]
+pub struct CleanFilePage {
+    /// The frame.
+    pub frame: Gpa,
+    /// The file.
+    pub file: Arc<std::fs::File>,
+    /// Offset of the page's bytes in the file.
+    pub offset: u64,
+}
+
 /// An address space: analogous to Linux's `struct mm_struct`. The kernel shares it between a
 /// thread group's tasks behind one `Mutex`.
 pub struct MemoryManager {
@@ -257,35 +268,32 @@ impl MemoryManager {
         }
     }
 
-    /// Unmaps the pages of read-only file mappings that still hold exactly the file's bytes
-    /// (the guest never wrote them: no dirty bit, and the mapping is not writable) and returns
-    /// their frames to the allocator; a later access faults them back in from the file. The
-    /// last page of each such mapping is kept, since a segment's `.bss` tail may have been
-    /// zeroed there by the loader (a host write, which sets no dirty bit). Returns the number
-    /// of pages dropped. Hibernation uses it so that clean file pages cost neither swap nor
-    /// memory.
-    pub fn drop_clean_file_pages(&mut self) -> u64 {
-        let ranges: Vec<(Gva, Gva)> = self
-            .vmas
-            .iter()
-            .filter(|v| matches!(v.kind, VmaKind::File { .. }) && !v.prot.contains(Prot::WRITE))
-            .map(|v| (v.start, Gva(v.end.0 - PAGE_SIZE)))
-            .collect();
-        let mut dropped = 0;
-        for (start, end) in ranges {
-            for (va, _, flags) in self.pt.frames_in(start, end) {
+    /// The frames of read-only file mappings that still hold exactly the file's bytes (the
+    /// guest never wrote them: no dirty bit, and the mapping is not writable; the kernel sets
+    /// the dirty bit when it writes user memory), with where in the file those bytes are.
+    /// The last page of each such mapping is left out, since a segment's `.bss` tail may
+    /// have been zeroed there by the loader. Hibernation drops these frames' contents without
+    /// writing them anywhere and reads them back from the file.
+    pub fn clean_file_pages(&self) -> Vec<CleanFilePage> {
+        let mut out = Vec::new();
+        for v in self.vmas.iter() {
+            let VmaKind::File { file, .. } = &v.kind else { continue };
+            if v.prot.contains(Prot::WRITE) {
+                continue;
+            }
+            for (va, frame, flags) in self.pt.frames_in(v.start, Gva(v.end.0 - PAGE_SIZE)) {
                 if !flags.contains(PteFlags::PRESENT) || flags.contains(PteFlags::DIRTY) {
                     continue;
                 }
-                if let Some(frame) = self.pt.unmap(va) {
-                    match self.alloc.decref(frame) {
-                        Ok(_) => dropped += 1,
-                        Err(e) => tracing::error!("freeing frame of {va}: {e}"),
-                    }
+                if self.alloc.refcount(frame).unwrap_or(0) != 1 {
+                    continue;
+                }
+                if let Some(offset) = v.file_offset(va) {
+                    out.push(CleanFilePage { frame, file: file.clone(), offset });
                 }
             }
         }
-        dropped
+        out
     }
 
     /// Removes VMAs and pages in `[start, end)` (page-aligned, non-empty).

@@ -1,6 +1,7 @@
 //! Hibernate benchmark: prints a table, asserts nothing about speed.
 //!
-//! Run with `cargo bench -p torpor --bench hibernate`. For a small application (pattern_server
+//! Run with `cargo bench -p torpor --bench hibernate`. Wakes are by page faults (`--wake-mode
+//! fault`; `benches/reap.rs` compares REAP). For a small application (pattern_server
 //! with 4 MiB) and a large one (256 MiB), over RUNS hibernate/wake cycles of one sandbox:
 //!
 //! - PSS of the holder process hot (after a request), hibernated, and woken (after the first
@@ -40,7 +41,7 @@ fn bench(mib: u64, memory: &str) {
     let port = free_port();
     let publish = format!("127.0.0.1:{port}:8080");
     let bin = testutil::torpor_bin();
-    let sb = Detached::start(&bin, &["--memory", memory, "--publish", &publish], root.path(), &prog, &["8080", &mib.to_string()]);
+    let sb = Detached::start(&bin, &["--memory", memory, "--publish", &publish, "--wake-mode", "fault"], root.path(), &prog, &["8080", &mib.to_string()]);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     assert!(Detached::wait_until(Duration::from_secs(300), || http_get(addr, "/", Duration::from_secs(5)).is_ok()));
     let mb = |b: u64| b as f64 / 1e6;

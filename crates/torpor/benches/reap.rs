@@ -110,7 +110,7 @@ fn main() {
     println!("median of {RUNS} wakes (spread min-max)\n");
     println!(
         "{:>6} | {:>16} {:>8} | {:>16} {:>9} {:>10} | {:>7} | {:>14} {:>12}",
-        "set", "fault wake ms", "faults", "REAP wake ms", "residual", "prefetch", "speedup", "prefetch MB/s", "disk MB/s"
+        "set", "fault wake ms", "faults", "REAP wake ms", "faults", "prefetch", "speedup", "prefetch MB/s", "disk MB/s"
     );
     for mib in [4u64, 16, 64] {
         let fault = start("fault");
