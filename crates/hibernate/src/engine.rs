@@ -446,7 +446,7 @@ impl Hibernator {
             .into_iter()
             .map(|c| (c.frame.raw() / PAGE_SIZE, (c.file, c.offset)))
             .collect();
-        let mut files: Vec<(Arc<std::fs::File>, u64)> = Vec::new();
+        let mut files: Vec<pager::FilePage> = Vec::new();
         let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
 
         // The REAP working set: a fresh recording replaces the old one.
@@ -486,8 +486,8 @@ impl Hibernator {
                     Ok(true)
                 }
                 Ok(PageState::File { slot }) => {
-                    let (file, off) = pager.files.get(slot as usize).ok_or("file page without its file")?;
-                    pager::read_file_page(file, *off, buf).map_err(|e| format!("re-reading a file page: {e}"))?;
+                    let fp = pager.files.get(slot as usize).ok_or("file page without its file")?;
+                    fp.read_into(buf)?;
                     Ok(true)
                 }
                 _ => Ok(false),
@@ -537,11 +537,24 @@ impl Hibernator {
             if mm.allocator().is_free(gpa) || in_set[page as usize] {
                 continue;
             }
-            if let Some(entry) = clean.remove(&page) {
-                new_states.push((page, PageState::File { slot: files.len() as u32 }));
-                files.push(entry);
-                report.file_pages += 1;
-                continue;
+            if let Some((file, offset)) = clean.remove(&page) {
+                // The checksum of what the page holds: from memory if resident, else kept from
+                // the deflate that dropped it.
+                let crc = if resident[page as usize] & 1 != 0 {
+                    mem.read(gpa, &mut page_buf).map_err(|e| e.to_string())?;
+                    Some(crc32c::crc32c(&page_buf))
+                } else {
+                    match pager.pages.get(PageIdx(page)) {
+                        Ok(PageState::File { slot }) => pager.files.get(slot as usize).map(|f| f.crc),
+                        _ => None,
+                    }
+                };
+                if let Some(crc) = crc {
+                    new_states.push((page, PageState::File { slot: files.len() as u32 }));
+                    files.push(pager::FilePage { file, offset, crc });
+                    report.file_pages += 1;
+                    continue;
+                }
             }
             let is_resident = resident[page as usize] & 1 != 0;
             let slot_data = batch_idx.len() * PAGE_SIZE as usize;

@@ -35,8 +35,8 @@ pub struct PagerState {
     pub swap: Option<SwapReader>,
     /// The current REAP file.
     pub reap: Option<ReapReader>,
-    /// Where the bytes of `File { slot }` pages are: file and offset, by slot.
-    pub files: Vec<(std::sync::Arc<std::fs::File>, u64)>,
+    /// Where the bytes of `File { slot }` pages are, by slot.
+    pub files: Vec<FilePage>,
     /// Whether this wake was served by a REAP prefetch (faults are then residual).
     pub reap_wake: bool,
     /// Pages faulted in since the last wake, in order (REAP's working set).
@@ -83,6 +83,33 @@ fn location(s: PageState) -> Option<(Store, u32)> {
         PageState::Reap { slot } => Some((Store::Reap, slot)),
         PageState::File { slot } => Some((Store::File, slot)),
         _ => None,
+    }
+}
+
+/// A clean file page dropped at deflate: its file, the offset of its bytes, and their CRC32C
+/// at the time (a file changed on the host since stops the sandbox rather than feed it other
+/// bytes).
+#[derive(Clone, Debug)]
+pub struct FilePage {
+    /// The mapped file.
+    pub file: std::sync::Arc<std::fs::File>,
+    /// Offset of the page in it.
+    pub offset: u64,
+    /// CRC32C of the page's 4 KiB as they were in memory.
+    pub crc: u32,
+}
+
+impl FilePage {
+    /// Reads the page into `buf` (4 KiB) and checks it.
+    ///
+    /// # Errors
+    /// A message for an I/O error or a changed file.
+    pub fn read_into(&self, buf: &mut [u8]) -> Result<(), String> {
+        read_file_page(&self.file, self.offset, buf).map_err(|e| format!("reading a mapped file: {e}"))?;
+        if crc32c::crc32c(buf) != self.crc {
+            return Err(format!("mapped file changed on the host (offset {:#x})", self.offset));
+        }
+        Ok(())
     }
 }
 
@@ -165,14 +192,14 @@ fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &M
             Store::File => Some((0..count).try_for_each(|k| {
                 let at = (k * PAGE_SIZE) as usize;
                 match st.files.get((first_slot + k) as usize) {
-                    Some((f, off)) => read_file_page(f, *off, &mut buf[at..at + PAGE_SIZE as usize]).map_err(|e| e.to_string()),
+                    Some(fp) => fp.read_into(&mut buf[at..at + PAGE_SIZE as usize]),
                     None => Err("no file for a file page".to_string()),
                 }
             })),
         };
         match read {
             Some(Ok(())) => {}
-            Some(Err(e)) => fatal(error_file, &format!("swap file unreadable or corrupt: {e}")),
+            Some(Err(e)) => fatal(error_file, &format!("swapped data unreadable or corrupt: {e}")),
             None => fatal(error_file, &format!("page {page:#x} is swapped out but its file is not open")),
         }
         let host = base + first * PAGE_SIZE;

@@ -264,3 +264,33 @@ fn disk_full_during_deflate_keeps_the_sandbox_hot() {
     assert!(!std::fs::read_dir(sb.dir()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("swap")));
     sb.ok("delete", &["--force"]);
 }
+
+#[test]
+fn program_file_changed_while_hibernated_stops_the_sandbox() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let app = start(4, "64M");
+    let report = app.sb.ok("hibernate", &[]);
+    assert!(testutil::json_field(&report.split_whitespace().collect::<String>(), "file_pages")
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > 0), "clean program pages were dropped: {report}");
+    let pid = app.sb.pid();
+    // Rewrite the program file in place (same inode): its dropped pages no longer match.
+    let path = app._root.host_path("bin/pattern_server");
+    let mut bytes = std::fs::read(&path).unwrap();
+    for b in bytes.iter_mut().skip(0x1000) {
+        *b ^= 0xff;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let r = app.verify();
+    assert!(!r.starts_with("ok") && !r.starts_with("bad") && !r.starts_with("hello"), "the application answered {r:?}");
+    let gone = Detached::wait_until(Duration::from_secs(20), || {
+        // SAFETY: probing a pid with signal 0.
+        let r = unsafe { libc::kill(pid as i32, 0) };
+        r != 0
+    });
+    assert!(gone, "the sandbox kept running on changed program bytes");
+    let o = app.sb.verb("state", &[]);
+    assert!(o.stderr_str().contains("changed on the host"), "state says: {}", o.stderr_str());
+}
