@@ -108,7 +108,7 @@ impl Sandbox {
         let mem = Arc::new(GuestMemory::new(cfg.memory).map_err(|e| SandboxError::Memory(e.to_string()))?);
         let vm = Vm::new(mem.clone())?;
         let mut mm = MemoryManager::new(mem.clone()).map_err(|e| SandboxError::Memory(e.to_string()))?;
-        let image = loader::load_elf(&mut mm, &cfg.program, std::fs::File::from(prog))?;
+        let image = loader::load_elf(&mut mm, &root, &cfg.program, std::fs::File::from(prog))?;
         mm.set_brk_base(image.brk);
         let argv: Vec<Vec<u8>> = cfg.args.iter().map(|s| s.as_bytes().to_vec()).collect();
         let envp: Vec<Vec<u8>> = cfg.env.iter().map(|s| s.as_bytes().to_vec()).collect();

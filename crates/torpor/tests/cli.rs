@@ -55,7 +55,7 @@ fn not_an_elf() {
 }
 
 #[test]
-fn dynamic_elf_is_refused() {
+fn dynamic_elf_without_its_interpreter_is_a_clear_error() {
     if !testutil::require_kvm() {
         return;
     }
@@ -65,7 +65,24 @@ fn dynamic_elf_is_refused() {
     r.binary("/bin/hello", &dynamic);
     let out = torpor().run(r.path(), "/bin/hello").host_env("TORPOR_LOG", "off").output();
     let line = assert_cli_error(&out);
-    assert!(line.contains("dynamic"), "the message must say the ELF is dynamic\n{out:?}");
+    assert!(line.contains("dynamic") && line.contains("ld-linux"), "the message must name the missing interpreter\n{out:?}");
+}
+
+#[test]
+fn dynamic_elf_runs_with_the_roots_own_ld_so_and_libc() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let dynamic = testutil::build_c("hello-dynamic", &testutil::guest_source("hello"), false, &[]);
+    r.binary("/bin/hello", &dynamic);
+    // The host's loader and C library, as a Debian root filesystem has them.
+    r.binary("/lib64/ld-linux-x86-64.so.2", &std::fs::canonicalize("/lib64/ld-linux-x86-64.so.2").unwrap());
+    r.binary("/lib/x86_64-linux-gnu/libc.so.6", &std::fs::canonicalize("/lib/x86_64-linux-gnu/libc.so.6").unwrap());
+    let native = testutil::native(&dynamic, &["one", "two"], r.path(), &[], None);
+    let out = torpor().run(r.path(), "/bin/hello").args(["one", "two"]).host_env("TORPOR_LOG", "off").output();
+    out.assert_code(native.code());
+    assert_eq!(out.stdout_str(), native.stdout_str());
 }
 
 #[test]

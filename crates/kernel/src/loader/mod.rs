@@ -1,12 +1,13 @@
-//! The ELF loader: maps a static executable (ET_EXEC or static-PIE) into a fresh address space
-//! and builds the initial stack (argv, envp, auxv) as Linux's `binfmt_elf` does.
+//! The ELF loader: maps an executable (ET_EXEC, PIE or static-PIE) and, for a dynamic one, its
+//! interpreter (PT_INTERP: the root filesystem's own `ld.so`) into a fresh address space, and
+//! builds the initial stack (argv, envp, auxv) as Linux's `binfmt_elf` does.
 
 mod stack;
 
 use std::fs::File;
 use std::sync::Arc;
 
-use goblin::elf::program_header::{PF_R, PF_W, PF_X, PT_INTERP, PT_LOAD, PT_PHDR};
+use goblin::elf::program_header::{PF_R, PF_W, PF_X, PT_LOAD, PT_PHDR};
 use goblin::elf::Elf;
 use mm::{MemoryManager, MmapRequest, Prot, VmaKind};
 use platform::{Gva, PAGE_SIZE};
@@ -35,9 +36,16 @@ pub enum LoadError {
         /// Why.
         why: String,
     },
-    /// A dynamically linked program (PT_INTERP), not supported yet.
-    #[error("{0} is a dynamic ELF (it needs an interpreter); only static programs run for now")]
-    Dynamic(String),
+    /// A dynamically linked program whose interpreter is not in the root filesystem.
+    #[error("{path} is a dynamic ELF whose interpreter {interp} is not in the root filesystem ({errno})")]
+    NoInterpreter {
+        /// Guest path of the program.
+        path: String,
+        /// The interpreter it names (PT_INTERP).
+        interp: String,
+        /// Why opening it failed.
+        errno: abi::Errno,
+    },
     /// Mapping a segment failed.
     #[error("mapping {path}: {source}")]
     Map {
@@ -51,46 +59,135 @@ pub enum LoadError {
 /// Where the program landed: what the initial stack's auxv and the first instruction need.
 #[derive(Clone, Copy, Debug)]
 pub struct LoadedImage {
-    /// Entry point.
+    /// Where execution starts: the interpreter's entry point, or the program's.
     pub entry: Gva,
+    /// The program's own entry point (AT_ENTRY).
+    pub program_entry: Gva,
     /// Address of the program headers in memory (AT_PHDR).
     pub phdr: Gva,
     /// Number of program headers (AT_PHNUM).
     pub phnum: u64,
+    /// Base of the interpreter (AT_BASE), 0 for a static program.
+    pub interp_base: Gva,
     /// End of the highest segment: the initial program break.
     pub brk: Gva,
 }
 
-/// Base at which a static-PIE (ET_DYN) program is placed, as Linux's ELF_ET_DYN_BASE.
+/// Base at which a position-independent program (ET_DYN) is placed, as Linux's
+/// ELF_ET_DYN_BASE.
 const PIE_BASE: u64 = 0x5555_5555_4000;
 
-/// Loads the executable at `path` (opened as `file`) into `mm`.
-///
-/// # Errors
-/// [`LoadError`] for an unreadable, non-ELF, dynamic or malformed file.
-pub fn load_elf(mm: &mut MemoryManager, path: &str, file: File) -> Result<LoadedImage, LoadError> {
+/// Largest ELF file the loader reads whole (the segments themselves are mapped, not read).
+const MAX_ELF_BYTES: u64 = 1 << 30;
+
+/// One mapped ELF object.
+struct Mapped {
+    entry: u64,
+    phdr: u64,
+    phnum: u64,
+    end: u64,
+}
+
+fn read_all(path: &str, file: &File) -> Result<Vec<u8>, LoadError> {
     use std::io::Read;
-    let mut bytes = Vec::new();
-    let mut f = &file;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > MAX_ELF_BYTES {
+        return Err(LoadError::Unsupported { path: path.into(), why: "file too large".into() });
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    let mut f = file;
     f.read_to_end(&mut bytes).map_err(|source| LoadError::Read { path: path.into(), source })?;
     if bytes.len() < 4 || &bytes[..4] != b"\x7fELF" {
         return Err(LoadError::NotElf(path.into()));
     }
+    Ok(bytes)
+}
+
+fn parse<'a>(path: &str, bytes: &'a [u8]) -> Result<Elf<'a>, LoadError> {
     let unsupported = |why: String| LoadError::Unsupported { path: path.into(), why };
-    let elf = Elf::parse(&bytes).map_err(|e| unsupported(format!("malformed ELF: {e}")))?;
+    let elf = Elf::parse(bytes).map_err(|e| unsupported(format!("malformed ELF: {e}")))?;
     if !elf.is_64 || elf.header.e_machine != goblin::elf::header::EM_X86_64 {
         return Err(unsupported("not an x86-64 ELF".into()));
     }
-    if elf.program_headers.iter().any(|p| p.p_type == PT_INTERP) {
-        return Err(LoadError::Dynamic(path.into()));
+    match elf.header.e_type {
+        goblin::elf::header::ET_EXEC | goblin::elf::header::ET_DYN => Ok(elf),
+        t => Err(unsupported(format!("ELF type {t} is not executable"))),
     }
-    let bias = match elf.header.e_type {
-        goblin::elf::header::ET_EXEC => 0,
-        goblin::elf::header::ET_DYN => PIE_BASE,
-        t => return Err(unsupported(format!("ELF type {t} is not executable"))),
+}
+
+/// Loads the executable at `path` (opened as `file`) into `mm`; a dynamic one gets its
+/// interpreter (PT_INTERP, e.g. the root's own `ld.so`), opened through `root`.
+///
+/// # Errors
+/// [`LoadError`] for an unreadable, non-ELF or malformed file, or a missing interpreter.
+pub fn load_elf(
+    mm: &mut MemoryManager,
+    root: &crate::fs::Root,
+    path: &str,
+    file: File,
+) -> Result<LoadedImage, LoadError> {
+    let bytes = read_all(path, &file)?;
+    let elf = parse(path, &bytes)?;
+    let interp = elf.interpreter.map(str::to_string);
+    let is_dyn = elf.header.e_type == goblin::elf::header::ET_DYN;
+    let bias = if is_dyn { PIE_BASE } else { 0 };
+    let main = map_object(mm, path, Arc::new(file), &elf, bias)?;
+    let (entry, interp_base) = match interp {
+        None => (main.entry, 0),
+        Some(ip) => {
+            let fd = root.open_at(ip.as_bytes(), libc::O_RDONLY, 0).map_err(|errno| LoadError::NoInterpreter {
+                path: path.into(),
+                interp: ip.clone(),
+                errno,
+            })?;
+            let ifile = File::from(fd);
+            let ibytes = read_all(&ip, &ifile)?;
+            let ielf = parse(&ip, &ibytes)?;
+            if ielf.header.e_type != goblin::elf::header::ET_DYN || ielf.interpreter.is_some() {
+                return Err(LoadError::Unsupported { path: ip, why: "an interpreter must be a static ET_DYN object".into() });
+            }
+            // Reserve the interpreter's whole span below the mmap base, then map its segments
+            // into it.
+            let (lo, hi) = span(&ielf).ok_or_else(|| LoadError::Unsupported { path: ip.clone(), why: "no loadable segment".into() })?;
+            let base = mm
+                .mmap(MmapRequest {
+                    addr: Gva(0),
+                    len: hi - lo,
+                    prot: Prot::NONE,
+                    fixed: false,
+                    fixed_noreplace: false,
+                    kind: VmaKind::Anon,
+                    name: None,
+                })
+                .map_err(|source| LoadError::Map { path: ip.clone(), source })?
+                .raw()
+                - lo;
+            let m = map_object(mm, &ip, Arc::new(ifile), &ielf, base)?;
+            (m.entry, base)
+        }
     };
-    let file = Arc::new(file);
-    let mut brk = 0u64;
+    Ok(LoadedImage {
+        entry: Gva(entry),
+        program_entry: Gva(main.entry),
+        phdr: Gva(main.phdr),
+        phnum: main.phnum,
+        interp_base: Gva(interp_base),
+        brk: Gva(main.end),
+    })
+}
+
+/// The page-aligned `[low, high)` the PT_LOAD segments span (before relocation).
+fn span(elf: &Elf<'_>) -> Option<(u64, u64)> {
+    let loads = elf.program_headers.iter().filter(|p| p.p_type == PT_LOAD);
+    let lo = loads.clone().map(|p| p.p_vaddr & !(PAGE_SIZE - 1)).min()?;
+    let hi = loads.map(|p| p.p_vaddr.saturating_add(p.p_memsz)).max()?;
+    Some((lo, hi.checked_add(PAGE_SIZE - 1)? & !(PAGE_SIZE - 1)))
+}
+
+/// Maps the PT_LOAD segments of `elf` at `bias`.
+fn map_object(mm: &mut MemoryManager, path: &str, file: Arc<File>, elf: &Elf<'_>, bias: u64) -> Result<Mapped, LoadError> {
+    let unsupported = |why: String| LoadError::Unsupported { path: path.into(), why };
+    let mut end_max = 0u64;
     let mut phdr_addr = None;
     let mut first_load_vaddr_minus_offset = None;
     let loads: Vec<_> = elf.program_headers.iter().filter(|p| p.p_type == PT_LOAD).collect();
@@ -152,7 +249,7 @@ pub fn load_elf(mm: &mut MemoryManager, path: &str, file: File) -> Result<Loaded
         if mem_end > anon_start {
             map(mm, anon_start, mem_end - anon_start, VmaKind::Anon)?;
         }
-        brk = brk.max(end);
+        end_max = end_max.max(end);
         if ph.p_offset <= elf.header.e_phoff && elf.header.e_phoff < ph.p_offset + ph.p_filesz {
             phdr_addr.get_or_insert(vaddr + (elf.header.e_phoff - ph.p_offset));
         }
@@ -163,12 +260,7 @@ pub fn load_elf(mm: &mut MemoryManager, path: &str, file: File) -> Result<Loaded
     let phdr = phdr_addr
         .or_else(|| first_load_vaddr_minus_offset.map(|b| b + elf.header.e_phoff))
         .unwrap_or(0);
-    Ok(LoadedImage {
-        entry: Gva(elf.header.e_entry + bias),
-        phdr: Gva(phdr),
-        phnum: elf.program_headers.len() as u64,
-        brk: Gva(brk),
-    })
+    Ok(Mapped { entry: elf.header.e_entry.wrapping_add(bias), phdr, phnum: elf.program_headers.len() as u64, end: end_max })
 }
 
 fn write_zeros(mm: &mut MemoryManager, at: Gva, zeros: &[u8]) -> Result<(), mm::MmError> {
