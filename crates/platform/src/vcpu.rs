@@ -106,6 +106,9 @@ pub enum VcpuError {
     BadIndex(usize),
 }
 
+/// Size of the area [`Vcpu::get_xsave`] and [`Vcpu::set_xsave`] exchange (`struct kvm_xsave`).
+pub const XSAVE_AREA_SIZE: usize = 4096;
+
 /// Largest number of runs in one PTE-sync batch (the batch buffer is one page).
 pub const MAX_RUNS_PER_BATCH: usize = 4096 / 16;
 
@@ -266,6 +269,40 @@ impl Vcpu {
     /// A handle other threads use to interrupt this vCPU.
     pub fn kicker(&self) -> VcpuKicker {
         self.kicker.clone()
+    }
+
+    /// The thread's x87/SSE/AVX state (`KVM_GET_XSAVE`): the standard (non-compacted) XSAVE
+    /// layout, legacy FXSAVE area at 0, XSAVE header at 512, AVX upper halves at 576.
+    ///
+    /// # Errors
+    /// [`VcpuError::Kvm`] if the ioctl fails.
+    pub fn get_xsave(&self) -> Result<Box<[u8; XSAVE_AREA_SIZE]>, VcpuError> {
+        let x = self.fd.get_xsave().map_err(|source| VcpuError::Kvm { op: "GET_XSAVE", source })?;
+        let mut out = Box::new([0u8; XSAVE_AREA_SIZE]);
+        for (i, w) in x.region.iter().enumerate() {
+            out[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        Ok(out)
+    }
+
+    /// Replaces the thread's x87/SSE/AVX state (`KVM_SET_XSAVE`) with `area`, in the layout
+    /// [`Vcpu::get_xsave`] returns. KVM rejects (`EINVAL`) an area whose header names features
+    /// outside XCR0, or whose MXCSR sets reserved bits: check them first when the bytes come
+    /// from the application.
+    ///
+    /// # Errors
+    /// [`VcpuError::Kvm`] if the ioctl fails.
+    pub fn set_xsave(&mut self, area: &[u8; XSAVE_AREA_SIZE]) -> Result<(), VcpuError> {
+        let mut x = kvm_bindings::kvm_xsave::default();
+        for (i, w) in x.region.iter_mut().enumerate() {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&area[4 * i..4 * i + 4]);
+            *w = u32::from_le_bytes(b);
+        }
+        // SAFETY: `x` is a full 4096-byte kvm_xsave. KVM may read beyond it only when XSAVE
+        // features are enabled dynamically (AMX through arch_prctl(ARCH_REQ_XCOMP_GUEST_PERM)),
+        // which this process never does: XCR0 is x87|SSE|AVX, whose state fits in 4096 bytes.
+        unsafe { self.fd.set_xsave(&x) }.map_err(|source| VcpuError::Kvm { op: "SET_XSAVE", source })
     }
 
     /// Records the calling thread as this vCPU's thread (the one kicks are sent to). Call it

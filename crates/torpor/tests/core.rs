@@ -360,3 +360,17 @@ fn static_pie_runs() {
     out.assert_code(native.code());
     assert_eq!(out.stdout, native.stdout);
 }
+
+#[test]
+fn pipes_devices_sysinfo_and_affinity_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("misc_io");
+    let native = testutil::native(&testutil::guest_program("misc_io"), &[] as &[&str], r.path(), &[], None);
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor")).run(r.path(), &prog).host_env("TORPOR_LOG", "off").output();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), native.stdout_str());
+    assert!(out.stdout_str().contains("pipe: 14 through a pipe, cloexec 1"), "{}", out.stdout_str());
+}

@@ -8,6 +8,7 @@ mod sys_file;
 mod sys_fs;
 mod sys_info;
 mod sys_mm;
+mod sys_pipe;
 mod sys_poll;
 mod sys_process;
 mod sys_rw;

@@ -58,7 +58,11 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     }
     let guest = resolve(t, dirfd, path)?;
     let mode = mode & !t.umask;
-    let fd = t.root.open_at(&guest, flags & !libc::O_CLOEXEC, mode)?;
+    let fd = match t.root.open_at(&guest, flags & !libc::O_CLOEXEC, mode) {
+        Ok(fd) => fd,
+        Err(e) if e == Errno::ENOENT => host_device(&guest, flags).ok_or(e)?,
+        Err(e) => return Err(e),
+    };
     // SAFETY: fstat on an fd we own into a zeroed stat buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
@@ -73,6 +77,21 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     };
     let file = Arc::new(OpenFile::new(fd, kind, path));
     Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
+}
+
+/// The harmless character devices every program expects, taken from the host when the root
+/// filesystem has no `/dev` of its own.
+const HOST_DEVICES: [&str; 5] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
+
+fn host_device(guest: &[u8], flags: i32) -> Option<std::os::fd::OwnedFd> {
+    let name = std::str::from_utf8(guest).ok()?;
+    let dev = HOST_DEVICES.iter().find(|d| **d == name)?;
+    let access = flags & libc::O_ACCMODE;
+    let c = std::ffi::CString::new(*dev).ok()?;
+    // SAFETY: a valid path; no creation flags pass (only the access mode and O_NONBLOCK).
+    let fd = unsafe { libc::open(c.as_ptr(), access | (flags & libc::O_NONBLOCK) | libc::O_CLOEXEC) };
+    // SAFETY: a fresh fd owned by nobody else.
+    (fd >= 0).then(|| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 /// Implements open(2).

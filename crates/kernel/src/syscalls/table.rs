@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_file, sys_fs, sys_info, sys_mm, sys_poll, sys_process, sys_rw, sys_signal, sys_socket,
+    sys_file, sys_fs, sys_info, sys_mm, sys_pipe, sys_poll, sys_process, sys_rw, sys_signal, sys_socket,
     sys_stat, sys_time, SysResult, SyscallArgs,
 };
 use crate::task::Task;
@@ -69,6 +69,7 @@ table! {
     19 readv => sys_rw::sys_readv, Full;
     20 writev => sys_rw::sys_writev, Full;
     21 access => sys_stat::sys_access, Full;
+    22 pipe => sys_pipe::sys_pipe, Full;
     24 sched_yield => sys_process::sys_sched_yield, Full;
     25 mremap => sys_mm::sys_mremap, Full;
     28 madvise => sys_mm::sys_madvise, Full;
@@ -134,6 +135,9 @@ table! {
     291 epoll_create1 => sys_poll::sys_epoll_create1, Full;
     213 epoll_create => sys_poll::sys_epoll_create, Full;
     292 dup3 => sys_file::sys_dup3, Full;
+    293 pipe2 => sys_pipe::sys_pipe2, Full;
+    99 sysinfo => sys_info::sys_sysinfo, Partial("memory figures are the sandbox's limit and allocator, load averages zero");
+    204 sched_getaffinity => sys_info::sys_sched_getaffinity, Partial("one CPU per vCPU the sandbox may run: reports the host CPUs");
     302 prlimit64 => sys_info::sys_prlimit64, Partial("reads limits; setting is accepted for the own process only");
     318 getrandom => sys_info::sys_getrandom, Full;
     332 statx => sys_stat::sys_statx, Full;
