@@ -5,7 +5,10 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
 #include <sys/sysinfo.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 int main(void) {
@@ -36,5 +39,15 @@ int main(void) {
     printf("sysinfo: %d, ram > 0: %d\n", sysinfo(&si), si.totalram * si.mem_unit > 0);
     cpu_set_t set;
     printf("affinity: %d, cpus > 0: %d\n", sched_getaffinity(0, sizeof set, &set), CPU_COUNT(&set) > 0);
+    int e = eventfd(3, EFD_CLOEXEC | EFD_NONBLOCK);
+    uint64_t v = 4;
+    write(e, &v, 8);
+    v = 0;
+    printf("eventfd: read %zd value %llu, again %zd\n", read(e, &v, 8), (unsigned long long)v, read(e, &v, 8));
+    int tf = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+    struct itimerspec its = {.it_value = {.tv_nsec = 20 * 1000 * 1000}};
+    printf("timerfd: settime %d\n", timerfd_settime(tf, 0, &its, 0));
+    uint64_t expirations = 0;
+    printf("timerfd: read %zd expirations %llu\n", read(tf, &expirations, 8), (unsigned long long)expirations);
     return 0;
 }

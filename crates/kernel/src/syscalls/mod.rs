@@ -4,6 +4,7 @@
 //! errnos (`SysResult`); guest input never panics the runtime.
 
 mod args;
+mod sys_eventfd;
 mod sys_file;
 mod sys_fs;
 mod sys_info;

@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_file, sys_fs, sys_info, sys_mm, sys_pipe, sys_poll, sys_process, sys_rw, sys_signal, sys_socket,
+    sys_eventfd, sys_file, sys_fs, sys_info, sys_mm, sys_pipe, sys_poll, sys_process, sys_rw, sys_signal, sys_socket,
     sys_stat, sys_time, SysResult, SyscallArgs,
 };
 use crate::task::Task;
@@ -136,6 +136,11 @@ table! {
     213 epoll_create => sys_poll::sys_epoll_create, Full;
     292 dup3 => sys_file::sys_dup3, Full;
     293 pipe2 => sys_pipe::sys_pipe2, Full;
+    284 eventfd => sys_eventfd::sys_eventfd, Full;
+    290 eventfd2 => sys_eventfd::sys_eventfd2, Full;
+    283 timerfd_create => sys_eventfd::sys_timerfd_create, Full;
+    286 timerfd_settime => sys_eventfd::sys_timerfd_settime, Full;
+    287 timerfd_gettime => sys_eventfd::sys_timerfd_gettime, Full;
     99 sysinfo => sys_info::sys_sysinfo, Partial("memory figures are the sandbox's limit and allocator, load averages zero");
     204 sched_getaffinity => sys_info::sys_sched_getaffinity, Partial("one CPU per vCPU the sandbox may run: reports the host CPUs");
     302 prlimit64 => sys_info::sys_prlimit64, Partial("reads limits; setting is accepted for the own process only");
