@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 use abi::Errno;
 
+pub mod procfs;
+
 /// `struct open_how` for openat2(2).
 #[repr(C)]
 struct OpenHow {

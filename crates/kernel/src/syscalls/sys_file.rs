@@ -57,6 +57,19 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         return Err(Errno::EINVAL);
     }
     let guest = resolve(t, dirfd, path)?;
+    if let Some(r) = crate::fs::procfs::open(t, &guest) {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Err(Errno::EACCES);
+        }
+        let file = Arc::new(OpenFile::new(r?, FileKind::Regular, Some(guest)));
+        return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
+    }
+    if guest == b"/proc/self/exe" || guest == b"/proc/1/exe" {
+        let exe = t.exe.clone();
+        let fd = t.root.open_at(&exe, libc::O_RDONLY, 0)?;
+        let file = Arc::new(OpenFile::new(fd, FileKind::Regular, Some(exe)));
+        return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
+    }
     let mode = mode & !t.umask;
     let fd = match t.root.open_at(&guest, flags & !libc::O_CLOEXEC, mode) {
         Ok(fd) => fd,
