@@ -1,10 +1,15 @@
-//! rt_sigaction, rt_sigprocmask, tgkill. Dispositions are recorded; delivery on the guest
-//! stack comes with the compatibility work.
+//! Signals: rt_sigaction, rt_sigprocmask, rt_sigreturn, sigaltstack, rt_sigpending,
+//! rt_sigsuspend, pause, rt_sigtimedwait, kill, tkill, tgkill, rt_sigqueueinfo and
+//! rt_tgsigqueueinfo, for a single-threaded process (a signal can only target the process
+//! itself). Queueing and delivery are in `task::signal`.
+
+use std::time::{Duration, Instant};
 
 use abi::structs::KernelSigaction;
 use abi::Errno;
 
 use super::{SysResult, SyscallArgs};
+use crate::task::signal::{self, wait_for_kick, SigInfo};
 use crate::task::{Task, NSIG};
 
 fn check_sig(sig: i32) -> Result<usize, Errno> {
@@ -15,6 +20,11 @@ fn check_sig(sig: i32) -> Result<usize, Errno> {
     }
 }
 
+fn uid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::getuid() }
+}
+
 /// Implements rt_sigaction(2).
 pub fn sys_rt_sigaction(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let sig = a.int(0);
@@ -22,6 +32,17 @@ pub fn sys_rt_sigaction(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if a.u(3) != 8 {
         return Err(Errno::EINVAL);
     }
+    let new = if a.u(1) != 0 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            return Err(Errno::EINVAL);
+        }
+        let mut b = [0u8; 32];
+        t.copy_in(a.gva(1), &mut b)?;
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        Some(KernelSigaction { handler: w(0), flags: w(1), restorer: w(2), mask: w(3) })
+    } else {
+        None
+    };
     if a.u(2) != 0 {
         let old = t.signals.actions[idx];
         let mut b = [0u8; 32];
@@ -30,14 +51,12 @@ pub fn sys_rt_sigaction(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
         t.copy_out(a.gva(2), &b)?;
     }
-    if a.u(1) != 0 {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-            return Err(Errno::EINVAL);
+    if let Some(act) = new {
+        t.signals.actions[idx] = act;
+        // A signal whose disposition becomes "ignore" is dropped even while pending.
+        if t.signals.is_ignored(sig) {
+            t.signals.discard(sig);
         }
-        let mut b = [0u8; 32];
-        t.copy_in(a.gva(1), &mut b)?;
-        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-        t.signals.actions[idx] = KernelSigaction { handler: w(0), flags: w(1), restorer: w(2), mask: w(3) };
     }
     Ok(0)
 }
@@ -50,13 +69,13 @@ pub fn sys_rt_sigprocmask(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let old = t.signals.mask;
     if a.u(1) != 0 {
         let set = t.read_u64(a.gva(1))?;
-        let unblockable = (1u64 << (libc::SIGKILL - 1)) | (1u64 << (libc::SIGSTOP - 1));
-        t.signals.mask = match a.int(0) {
+        let new = match a.int(0) {
             libc::SIG_BLOCK => old | set,
             libc::SIG_UNBLOCK => old & !set,
             libc::SIG_SETMASK => set,
             _ => return Err(Errno::EINVAL),
-        } & !unblockable;
+        };
+        t.signals.set_mask(new);
     }
     if a.u(2) != 0 {
         t.write_u64(a.gva(2), old)?;
@@ -64,26 +83,200 @@ pub fn sys_rt_sigprocmask(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(0)
 }
 
-/// Implements tgkill(2) for signals a single-threaded process sends itself: a signal whose
-/// disposition is the default and whose default action terminates ends the process (abort()
-/// reaches here with SIGABRT).
+/// Implements rt_sigreturn(2): the frame is at the stack pointer (the handler's `ret` popped
+/// the restorer address). A bad frame raises SIGSEGV.
+pub fn sys_rt_sigreturn(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    Ok(t.sigreturn())
+}
+
+/// Implements sigaltstack(2).
+pub fn sys_sigaltstack(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let sp = t.vcpu.user.regs.rsp;
+    let new = if a.u(0) != 0 {
+        let mut b = [0u8; 24];
+        t.copy_in(a.gva(0), &mut b)?;
+        Some(signal::parse_stack_t(&b))
+    } else {
+        None
+    };
+    let old = t.signals.altstack.to_user(sp);
+    if let Some((ss_sp, flags, size)) = new {
+        t.signals.altstack.set(sp, ss_sp, flags, size)?;
+    }
+    if a.u(1) != 0 {
+        t.copy_out(a.gva(1), &old)?;
+    }
+    Ok(0)
+}
+
+/// Implements rt_sigpending(2): the pending signals that are blocked.
+pub fn sys_rt_sigpending(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let size = a.u(1);
+    if size > 8 {
+        return Err(Errno::EINVAL);
+    }
+    let set = t.signals.pending_set() & t.signals.mask;
+    t.copy_out(a.gva(0), &set.to_le_bytes()[..size as usize])?;
+    Ok(0)
+}
+
+/// Waits until a signal can be delivered (EINTR), the task must park (EINTR: the run loop
+/// parks and restarts the call), or `deadline` passes (Ok).
+fn wait_for_signal(t: &mut Task, deadline: Option<Instant>, waited: u64) -> Result<(), Errno> {
+    let control = t.control.clone();
+    loop {
+        t.absorb_external_signal();
+        if waited != 0 && t.signals.pending_set() & waited != 0 && t.exit.is_none() {
+            return Ok(());
+        }
+        if t.exit.is_some() || t.signals.has_deliverable() || control.park_requested() {
+            return Err(Errno::EINTR);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(());
+        }
+        wait_for_kick(|| control.signal_pending() || control.park_requested(), deadline);
+    }
+}
+
+/// Implements rt_sigsuspend(2): replaces the mask until a signal is delivered; the handler's
+/// frame saves the caller's mask, which rt_sigreturn restores. Returns EINTR. (With no source
+/// of signals but `torpor kill`, it may wait forever, as on Linux.)
+pub fn sys_rt_sigsuspend(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.u(1) != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let m = t.read_u64(a.gva(0))?;
+    // Restarted after a park: the caller's mask is already saved.
+    if t.signals.saved_mask.is_none() {
+        t.signals.saved_mask = Some(t.signals.mask);
+    }
+    t.signals.set_mask(m);
+    wait_for_signal(t, None, 0)?;
+    Err(Errno::EINTR)
+}
+
+/// Implements pause(2).
+pub fn sys_pause(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    wait_for_signal(t, None, 0)?;
+    Err(Errno::EINTR)
+}
+
+/// Implements rt_sigtimedwait(2): takes a pending signal of the set (normally blocked), or
+/// waits for one until the timeout (EAGAIN); EINTR if another signal is delivered first.
+pub fn sys_rt_sigtimedwait(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.u(3) != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let unblockable = (1u64 << (libc::SIGKILL - 1)) | (1u64 << (libc::SIGSTOP - 1));
+    let set = t.read_u64(a.gva(0))? & !unblockable;
+    let deadline = if a.u(2) != 0 {
+        let mut ts = [0u8; 16];
+        t.copy_in(a.gva(2), &mut ts)?;
+        let sec = i64::from_le_bytes(ts[..8].try_into().unwrap_or([0; 8]));
+        let nsec = i64::from_le_bytes(ts[8..].try_into().unwrap_or([0; 8]));
+        if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+            return Err(Errno::EINVAL);
+        }
+        let d = Duration::new(sec as u64, nsec as u32);
+        Some(Instant::now().checked_add(d).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 40)))
+    } else {
+        None
+    };
+    loop {
+        t.absorb_external_signal();
+        if let Some(info) = t.signals.dequeue(set) {
+            if a.u(1) != 0 {
+                t.copy_out(a.gva(1), &info.0)?;
+            }
+            return Ok(info.signo() as u64);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Errno::EAGAIN);
+        }
+        wait_for_signal(t, deadline, set)?;
+    }
+}
+
+/// Queues `info` for the calling process.
+fn send_self(t: &mut Task, info: SigInfo) -> SysResult {
+    if t.queue_signal(info) {
+        Ok(0)
+    } else {
+        Err(Errno::EAGAIN)
+    }
+}
+
+/// Implements kill(2): the process can signal itself (its pid, its process group, 0); there
+/// is no other process in the sandbox.
+pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (pid, sig) = (a.int(0), a.int(1));
+    if !(0..=NSIG as i32).contains(&sig) {
+        return Err(Errno::EINVAL);
+    }
+    if !(pid == t.pid || pid == 0 || pid == -t.pid) {
+        return Err(Errno::ESRCH);
+    }
+    if sig == 0 {
+        return Ok(0);
+    }
+    send_self(t, SigInfo::user(sig, signal::SI_USER, t.pid, uid()))
+}
+
+/// Implements tkill(2) for the calling thread.
+pub fn sys_tkill(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (tid, sig) = (a.int(0), a.int(1));
+    if tid <= 0 || !(0..=NSIG as i32).contains(&sig) {
+        return Err(Errno::EINVAL);
+    }
+    if tid != t.tid {
+        return Err(Errno::ESRCH);
+    }
+    if sig == 0 {
+        return Ok(0);
+    }
+    send_self(t, SigInfo::user(sig, signal::SI_TKILL, t.pid, uid()))
+}
+
+/// Implements tgkill(2) for the calling thread (raise() and abort() come here).
 pub fn sys_tgkill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (tgid, tid, sig) = (a.int(0), a.int(1), a.int(2));
+    if tgid <= 0 || tid <= 0 || !(0..=NSIG as i32).contains(&sig) {
+        return Err(Errno::EINVAL);
+    }
     if tgid != t.pid || tid != t.tid {
         return Err(Errno::ESRCH);
     }
     if sig == 0 {
         return Ok(0);
     }
-    let idx = check_sig(sig)?;
-    let ignored_by_default = matches!(sig, libc::SIGCHLD | libc::SIGURG | libc::SIGWINCH | libc::SIGCONT);
-    let handler = t.signals.actions[idx].handler;
-    if handler == 1 || (handler == 0 && ignored_by_default) {
-        return Ok(0);
+    send_self(t, SigInfo::user(sig, signal::SI_TKILL, t.pid, uid()))
+}
+
+fn queue_user_info(t: &mut Task, sig: i32, uinfo: platform::Gva) -> SysResult {
+    check_sig(sig)?;
+    let mut info = SigInfo([0; 128]);
+    t.copy_in(uinfo, &mut info.0)?;
+    // The kernel sets si_signo; a process may send itself any si_code.
+    info.0[0..4].copy_from_slice(&sig.to_le_bytes());
+    send_self(t, info)
+}
+
+/// Implements rt_sigqueueinfo(2) to the calling process.
+pub fn sys_rt_sigqueueinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.int(0) != t.pid {
+        return Err(Errno::ESRCH);
     }
-    if t.signals.mask & (1 << idx) != 0 && sig != libc::SIGKILL {
-        return Ok(0);
+    queue_user_info(t, a.int(1), a.gva(2))
+}
+
+/// Implements rt_tgsigqueueinfo(2) to the calling thread.
+pub fn sys_rt_tgsigqueueinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.int(0) <= 0 || a.int(1) <= 0 {
+        return Err(Errno::EINVAL);
     }
-    t.force_signal(sig);
-    Ok(0)
+    if a.int(0) != t.pid || a.int(1) != t.tid {
+        return Err(Errno::ESRCH);
+    }
+    queue_user_info(t, a.int(2), a.gva(3))
 }

@@ -2,10 +2,10 @@
 //! `struct task_struct`).
 
 mod control;
-mod signal;
+pub mod signal;
 
 pub use control::{IdleHook, ParkHook, TaskControl};
-pub use signal::{SignalState, NSIG};
+pub use signal::{AltStack, SigInfo, SignalState, NSIG};
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -119,11 +119,11 @@ impl Task {
             if self.control.park_requested() {
                 self.park();
             }
-            if let Some(sig) = self.control.take_signal() {
-                self.external_signal(sig);
-                if let Some(status) = self.exit {
-                    return Ok(status);
-                }
+            self.absorb_external_signal();
+            // Back to user mode: pending signals first (a handler's frame, or the default action).
+            self.deliver_signals()?;
+            if let Some(status) = self.exit {
+                return Ok(status);
             }
             let sync = self.mm().take_pte_sync();
             let exit = self.vcpu.run(&sync)?;
@@ -146,6 +146,10 @@ impl Task {
                         break r;
                     };
                     self.control.set_idle(false);
+                    if ret == Err(Errno::EINTR) {
+                        // Restarted or not when the signal is delivered.
+                        self.signals.interrupted_syscall = Some(args.nr);
+                    }
                     self.vcpu.user.regs.rax = match ret {
                         Ok(v) => v,
                         Err(e) => e.as_return(),
@@ -170,51 +174,89 @@ impl Task {
     }
 
     fn handle_exception(&mut self, info: ExceptionInfo) -> Result<(), TaskError> {
-        let sig = match info.vector {
+        let rip = self.vcpu.user.regs.rip;
+        let err = info.error_code.unwrap_or(0);
+        let fault = |sig, code, addr| SigInfo::fault(sig, code, addr);
+        let kernel = SigInfo::kernel;
+        let si = match info.vector {
             14 => {
-                let code = info.error_code.unwrap_or(0);
-                let access = Access { write: code & 2 != 0, exec: code & 16 != 0 };
+                let access = Access { write: err & 2 != 0, exec: err & 16 != 0 };
                 let r = self.mm().handle_fault(info.cr2, access);
+                let addr = info.cr2.raw();
                 match r {
                     Ok(()) => return Ok(()),
-                    Err(FaultError::Unmapped) | Err(FaultError::AccessDenied) => libc::SIGSEGV,
-                    Err(FaultError::Io(_)) => libc::SIGBUS,
+                    Err(FaultError::Unmapped) => fault(libc::SIGSEGV, signal::SEGV_MAPERR, addr),
+                    Err(FaultError::AccessDenied) => fault(libc::SIGSEGV, signal::SEGV_ACCERR, addr),
+                    Err(FaultError::Io(_)) => fault(libc::SIGBUS, signal::BUS_ADRERR, addr),
                     Err(FaultError::OutOfMemory) => {
                         tracing::warn!(addr = %info.cr2, "out of guest memory: killing the process");
-                        libc::SIGKILL
+                        kernel(libc::SIGKILL)
                     }
                     Err(e) => return Err(TaskError::Mm(e.to_string())),
                 }
             }
-            0 | 16 | 19 => libc::SIGFPE,
-            1 | 3 => libc::SIGTRAP,
-            6 => libc::SIGILL,
-            17 => libc::SIGBUS,
-            _ => libc::SIGSEGV,
+            0 => fault(libc::SIGFPE, signal::FPE_INTDIV, rip),
+            16 | 19 => fault(libc::SIGFPE, self.fpu_exception_code(info.vector), rip),
+            1 => fault(libc::SIGTRAP, signal::TRAP_TRACE, rip),
+            3 => kernel(libc::SIGTRAP),
+            6 => fault(libc::SIGILL, signal::ILL_ILLOPN, rip),
+            11 | 12 => kernel(libc::SIGBUS),
+            17 => fault(libc::SIGBUS, signal::BUS_ADRALN, 0),
+            _ => kernel(libc::SIGSEGV),
         };
-        tracing::debug!(vector = info.vector, addr = %info.cr2, rip = self.vcpu.user.regs.rip, sig, "fatal fault");
-        self.force_signal(sig);
+        self.signals.fault = signal::FaultContext {
+            trapno: u64::from(info.vector),
+            err,
+            cr2: if info.vector == 14 { info.cr2.raw() } else { self.signals.fault.cr2 },
+        };
+        tracing::debug!(vector = info.vector, addr = %info.cr2, rip, sig = si.signo(), "fault signal");
+        self.force_signal_info(si);
         Ok(())
     }
 
-    /// Applies a signal sent from outside the sandbox.
+    /// si_code of an x87 (#MF, 16) or SIMD (#XM, 19) floating-point exception, from the
+    /// unmasked exception flags (Linux's `fpu__exception_code`).
+    fn fpu_exception_code(&self, vector: u8) -> i32 {
+        let Ok(x) = self.vcpu.get_xsave() else { return 0 };
+        let err = if vector == 19 {
+            let mxcsr = u32::from_le_bytes([x[24], x[25], x[26], x[27]]);
+            !(mxcsr >> 7) & mxcsr
+        } else {
+            let cwd = u32::from(u16::from_le_bytes([x[0], x[1]]));
+            let swd = u32::from(u16::from_le_bytes([x[2], x[3]]));
+            swd & !cwd
+        };
+        if err & 0x001 != 0 {
+            7 // FPE_FLTINV
+        } else if err & 0x004 != 0 {
+            3 // FPE_FLTDIV
+        } else if err & 0x008 != 0 {
+            4 // FPE_FLTOVF
+        } else if err & 0x012 != 0 {
+            5 // FPE_FLTUND
+        } else if err & 0x020 != 0 {
+            6 // FPE_FLTRES
+        } else {
+            0
+        }
+    }
+
+    /// Applies a signal sent from outside the sandbox (`torpor kill`): queued like any
+    /// signal, so it runs the application's handler if there is one, else its default action.
     fn external_signal(&mut self, sig: i32) {
         if !(1..=NSIG as i32).contains(&sig) {
             return;
         }
-        let ignored_by_default = matches!(sig, libc::SIGCHLD | libc::SIGURG | libc::SIGWINCH | libc::SIGCONT);
-        let handler = self.signals.actions[sig as usize - 1].handler;
-        if sig != libc::SIGKILL && (handler == 1 || (handler == 0 && ignored_by_default)) {
-            return;
+        if sig == libc::SIGKILL || (self.signals.action(sig).handler == signal::SIG_DFL && !signal::ignored_by_default(sig)) {
+            tracing::info!(sig, "external signal with the default action (terminates unless blocked)");
         }
-        tracing::info!(sig, "terminated by an external signal");
-        self.exit = Some(ExitStatus::Signaled(sig));
+        self.queue_signal(SigInfo::user(sig, signal::SI_USER, 0, 0));
     }
 
-    /// Delivers a synchronous signal. Handlers are recorded but not yet run: the default
-    /// action applies (every synchronous fault signal kills the process).
+    /// Raises a signal the task cannot block or ignore (kernel-sent, si_code SI_KERNEL): its
+    /// handler runs if there is one, else the default action applies.
     pub fn force_signal(&mut self, sig: i32) {
-        self.exit = Some(ExitStatus::Signaled(sig));
+        self.force_signal_info(SigInfo::kernel(sig));
     }
 
     /// Copies bytes from the application.
