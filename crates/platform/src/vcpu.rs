@@ -327,20 +327,35 @@ impl Vcpu {
             self.run_pte_sync(batch)?;
         }
         self.load_user_frame()?;
-        let port = match self.enter()? {
-            Some(port) => port,
-            None => {
-                // Interrupted in ring 3: the registers there are the thread's state. (Still in
-                // ring 0 means the entry stub never ran: the saved context stands.)
-                let synced = self.fd.sync_regs();
-                if synced.sregs.cs.dpl == 3 {
-                    self.user.regs = synced.regs;
-                    self.user.fs_base = synced.sregs.fs.base;
-                    self.user.gs_base = synced.sregs.gs.base;
+        let iret = layout::direct_map(stubs::iret()).raw();
+        let mut kicked = false;
+        let port = loop {
+            match self.enter()? {
+                Some(port) => break port,
+                None => {
+                    let synced = self.fd.sync_regs();
+                    if synced.sregs.cs.dpl == 3 {
+                        // Interrupted in ring 3: the registers there are the thread's state.
+                        self.user.regs = synced.regs;
+                        self.user.fs_base = synced.sregs.fs.base;
+                        self.user.gs_base = synced.sregs.gs.base;
+                        return Ok(Exit::Interrupted);
+                    }
+                    if synced.regs.rip == iret {
+                        // Before the entry stub ran: the saved context stands.
+                        return Ok(Exit::Interrupted);
+                    }
+                    // Inside an exception stub, between the guest's event and its exit: let
+                    // the stub finish (a few instructions) so the event is not lost; the kick
+                    // is reported on the next entry.
+                    kicked = true;
+                    self.fd.set_kvm_immediate_exit(0);
                 }
-                return Ok(Exit::Interrupted);
             }
         };
+        if kicked {
+            self.fd.set_kvm_immediate_exit(1);
+        }
         let synced = self.fd.sync_regs();
         let regs = synced.regs;
         match port {

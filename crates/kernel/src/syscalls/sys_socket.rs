@@ -687,16 +687,12 @@ fn outbound_target(net: &NetPolicy, family: i32, guest: SocketAddr) -> Result<So
     }
 }
 
-/// A send failed with EPIPE without MSG_NOSIGNAL: Linux raises SIGPIPE. Only the default
-/// action (ending the process) can be applied until handlers are delivered.
+/// A send or write failed with EPIPE without MSG_NOSIGNAL: Linux raises SIGPIPE (which the
+/// application may handle, block or ignore).
 pub(super) fn maybe_sigpipe(t: &mut Task, guest_flags: i32, r: &Result<u64, Errno>) {
     if guest_flags & libc::MSG_NOSIGNAL == 0 && matches!(r, Err(e) if *e == Errno::EPIPE) {
-        let i = (libc::SIGPIPE - 1) as usize;
-        let dfl = t.signals.actions.get(i).is_some_and(|a| a.handler == 0);
-        let blocked = t.signals.mask & (1u64 << i) != 0;
-        if dfl && !blocked {
-            t.force_signal(libc::SIGPIPE);
-        }
+        let info = crate::task::signal::SigInfo::kernel(libc::SIGPIPE);
+        t.queue_signal(info);
     }
 }
 

@@ -103,10 +103,9 @@ impl TaskControl {
         self.busy_periods.load(Ordering::Relaxed)
     }
 
-    /// Sends the task a signal from outside (`torpor kill`): it takes effect at the task's
-    /// next exit (the vCPU is kicked). Until signal delivery exists, a signal whose disposition
-    /// is not "ignore" applies its default action (which, for the signals `kill` sends,
-    /// terminates).
+    /// Sends the task a signal from outside (`torpor kill`): it is queued at the task's next
+    /// exit (the vCPU is kicked) and delivered like any other (handler, or default action).
+    /// One signal is held at a time: a second before the task took the first replaces it.
     pub fn send_signal(&self, sig: i32) {
         self.pending_signal.store(sig, Ordering::SeqCst);
         self.kicker.kick();
