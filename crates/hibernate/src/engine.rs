@@ -252,6 +252,9 @@ impl HibernateHandle {
     /// [`HibernateError::State`] unless hot, running or woken; [`HibernateError::ParkTimeout`];
     /// [`HibernateError::Deflate`] (the sandbox stays as it was).
     pub fn hibernate(&self, timeout: Duration) -> Result<DeflateReport, HibernateError> {
+        if self.control.is_multi_threaded() {
+            return Err(HibernateError::State("hibernating a multi-threaded sandbox is not supported yet".into()));
+        }
         {
             let st = self.shared.lock_state();
             match st.state() {

@@ -86,7 +86,7 @@ pub struct Sandbox {
     started: Instant,
     /// Start-up timings.
     pub timings: StartTimings,
-    _vm: Vm,
+    _vm: Arc<Vm>,
 }
 
 impl Sandbox {
@@ -106,7 +106,7 @@ impl Sandbox {
             Err(errno) => return Err(SandboxError::ProgramOpen { path: cfg.program.clone(), errno }),
         };
         let mem = Arc::new(GuestMemory::new(cfg.memory).map_err(|e| SandboxError::Memory(e.to_string()))?);
-        let vm = Vm::new(mem.clone())?;
+        let vm = Arc::new(Vm::new(mem.clone())?);
         let mut mm = MemoryManager::new(mem.clone()).map_err(|e| SandboxError::Memory(e.to_string()))?;
         let image = loader::load_elf(&mut mm, &root, &cfg.program, std::fs::File::from(prog))?;
         mm.set_brk_base(image.brk);
@@ -120,7 +120,7 @@ impl Sandbox {
         vcpu.user.regs.rip = image.entry.raw();
         vcpu.user.regs.rsp = stack.sp.raw();
 
-        let mut fds = FdTable::new();
+        let fds = FdTable::new();
         for n in 0..3 {
             // SAFETY: duplicating the runtime's own stdio fd; the copy is owned by the table.
             let d = unsafe { libc::fcntl(n, libc::F_DUPFD_CLOEXEC, 3) };
@@ -138,7 +138,12 @@ impl Sandbox {
             }
         };
         let control = Arc::new(crate::task::TaskControl::new(vcpu.kicker()));
+        let group = crate::task::ThreadGroup::new(vm.clone());
+        let pte_gen = group.join(1, control.clone());
         let task = Task {
+            group,
+            pte_gen,
+            thread_exit_only: false,
             control,
             park_hook: None,
             tid: 1,
@@ -146,7 +151,7 @@ impl Sandbox {
             vcpu,
             mm: Arc::new(Mutex::new(mm)),
             mem,
-            fds,
+            fds: Arc::new(fds),
             root: Arc::new(root),
             cwd,
             umask: 0o022,
@@ -171,7 +176,11 @@ impl Sandbox {
     /// # Errors
     /// [`SandboxError::Run`] on a host failure.
     pub fn run(mut self) -> Result<ExitStatus, SandboxError> {
-        Ok(self.task.run()?)
+        let status = self.task.run()?;
+        // The first thread may end before the others (pthread_exit): the process lives on.
+        let group = self.task.group.clone();
+        group.wait_all_gone();
+        Ok(group.exit_status().unwrap_or(status))
     }
 
     /// Cross-thread control of the first task.

@@ -8,10 +8,13 @@
 //! - [`Torpor`] and [`run`]: run `torpor run`, or a program natively, with a
 //!   timeout that kills a hung process so that a hang fails the test instead of
 //!   hanging CI;
-//! - [`net`]: a free-port finder and a minimal HTTP/1.1 client.
+//! - [`net`]: a free-port finder and a minimal HTTP/1.1 client;
+//! - [`debian_rootfs`]: Debian root filesystems (debootstrap, cached) for the
+//!   language-runtime tests.
 //!
 //! No dependencies beyond std, so it adds nothing to the build.
 
+pub mod debian;
 pub mod detached;
 pub mod guest;
 pub mod net;
@@ -21,6 +24,7 @@ pub mod tempdir;
 
 use std::path::PathBuf;
 
+pub use debian::debian_rootfs;
 pub use detached::{json_field, Detached};
 pub use guest::{build_c, build_static_c, elf_is_static, guest_program, guest_source};
 pub use net::{free_port, http_get, HttpResponse};

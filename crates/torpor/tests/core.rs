@@ -374,3 +374,19 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
     assert_eq!(out.stdout_str(), native.stdout_str());
     assert!(out.stdout_str().contains("pipe: 14 through a pipe, cloexec 1"), "{}", out.stdout_str());
 }
+
+#[test]
+fn pthreads_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let bin = testutil::build_static_c("threads", &testutil::guest_source("threads"), &["-pthread"]);
+    r.binary("/bin/threads", &bin);
+    let native = testutil::native(&bin, &[] as &[&str], r.path(), &[], None);
+    for _ in 0..3 {
+        let out = Torpor::new(env!("CARGO_BIN_EXE_torpor")).run(r.path(), "/bin/threads").host_env("TORPOR_LOG", "off").output();
+        out.assert_code(native.code());
+        assert_eq!(out.stdout_str(), native.stdout_str());
+    }
+}

@@ -15,10 +15,11 @@ struct Slot {
     cloexec: bool,
 }
 
-/// A process's file descriptor table (Linux's `struct files_struct`).
+/// A process's file descriptor table (Linux's `struct files_struct`), shared by the threads of
+/// a thread group behind `Arc`; its own mutex is held only inside each method.
 #[derive(Debug, Default)]
 pub struct FdTable {
-    slots: Vec<Option<Slot>>,
+    slots: std::sync::Mutex<Vec<Option<Slot>>>,
 }
 
 impl FdTable {
@@ -27,14 +28,19 @@ impl FdTable {
         FdTable::default()
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<Slot>>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The file at `fd`.
     ///
     /// # Errors
     /// EBADF if `fd` is not open.
     pub fn get(&self, fd: i32) -> Result<Arc<OpenFile>, Errno> {
+        let slots = self.lock();
         usize::try_from(fd)
             .ok()
-            .and_then(|i| self.slots.get(i))
+            .and_then(|i| slots.get(i))
             .and_then(|s| s.as_ref())
             .map(|s| s.file.clone())
             .ok_or(Errno::EBADF)
@@ -44,18 +50,19 @@ impl FdTable {
     ///
     /// # Errors
     /// EMFILE when the table is full; EINVAL if `min` is out of range.
-    pub fn insert_from(&mut self, min: i32, file: Arc<OpenFile>, cloexec: bool) -> Result<i32, Errno> {
+    pub fn insert_from(&self, min: i32, file: Arc<OpenFile>, cloexec: bool) -> Result<i32, Errno> {
         let min = usize::try_from(min).map_err(|_| Errno::EINVAL)?;
         if min >= MAX_FDS {
             return Err(Errno::EINVAL);
         }
+        let mut slots = self.lock();
         let idx = (min..MAX_FDS)
-            .find(|&i| self.slots.get(i).is_none_or(|s| s.is_none()))
+            .find(|&i| slots.get(i).is_none_or(|s| s.is_none()))
             .ok_or(Errno::EMFILE)?;
-        if self.slots.len() <= idx {
-            self.slots.resize(idx + 1, None);
+        if slots.len() <= idx {
+            slots.resize(idx + 1, None);
         }
-        self.slots[idx] = Some(Slot { file, cloexec });
+        slots[idx] = Some(Slot { file, cloexec });
         Ok(idx as i32)
     }
 
@@ -63,7 +70,7 @@ impl FdTable {
     ///
     /// # Errors
     /// EMFILE when the table is full.
-    pub fn insert(&mut self, file: Arc<OpenFile>, cloexec: bool) -> Result<i32, Errno> {
+    pub fn insert(&self, file: Arc<OpenFile>, cloexec: bool) -> Result<i32, Errno> {
         self.insert_from(0, file, cloexec)
     }
 
@@ -71,12 +78,17 @@ impl FdTable {
     ///
     /// # Errors
     /// EBADF if `fd` is out of range.
-    pub fn insert_at(&mut self, fd: i32, file: Arc<OpenFile>, cloexec: bool) -> Result<(), Errno> {
+    pub fn insert_at(&self, fd: i32, file: Arc<OpenFile>, cloexec: bool) -> Result<(), Errno> {
         let idx = usize::try_from(fd).ok().filter(|&i| i < MAX_FDS).ok_or(Errno::EBADF)?;
-        if self.slots.len() <= idx {
-            self.slots.resize(idx + 1, None);
-        }
-        self.slots[idx] = Some(Slot { file, cloexec });
+        let old = {
+            let mut slots = self.lock();
+            if slots.len() <= idx {
+                slots.resize(idx + 1, None);
+            }
+            slots[idx].replace(Slot { file, cloexec })
+        };
+        // The replaced file is released outside the lock.
+        drop(old);
         Ok(())
     }
 
@@ -84,10 +96,11 @@ impl FdTable {
     ///
     /// # Errors
     /// EBADF if it is not open.
-    pub fn remove(&mut self, fd: i32) -> Result<Arc<OpenFile>, Errno> {
+    pub fn remove(&self, fd: i32) -> Result<Arc<OpenFile>, Errno> {
+        let mut slots = self.lock();
         let slot = usize::try_from(fd)
             .ok()
-            .and_then(|i| self.slots.get_mut(i))
+            .and_then(|i| slots.get_mut(i))
             .and_then(|s| s.take())
             .ok_or(Errno::EBADF)?;
         Ok(slot.file)
@@ -98,9 +111,10 @@ impl FdTable {
     /// # Errors
     /// EBADF if it is not open.
     pub fn cloexec(&self, fd: i32) -> Result<bool, Errno> {
+        let slots = self.lock();
         usize::try_from(fd)
             .ok()
-            .and_then(|i| self.slots.get(i))
+            .and_then(|i| slots.get(i))
             .and_then(|s| s.as_ref())
             .map(|s| s.cloexec)
             .ok_or(Errno::EBADF)
@@ -110,27 +124,31 @@ impl FdTable {
     ///
     /// # Errors
     /// EBADF if it is not open.
-    pub fn set_cloexec(&mut self, fd: i32, on: bool) -> Result<(), Errno> {
+    pub fn set_cloexec(&self, fd: i32, on: bool) -> Result<(), Errno> {
+        let mut slots = self.lock();
         let slot = usize::try_from(fd)
             .ok()
-            .and_then(|i| self.slots.get_mut(i))
+            .and_then(|i| slots.get_mut(i))
             .and_then(|s| s.as_mut())
             .ok_or(Errno::EBADF)?;
         slot.cloexec = on;
         Ok(())
     }
 
-    /// The open descriptors and their files, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (i32, Arc<OpenFile>)> + '_ {
-        self.slots
+    /// The open descriptors and their files, in order (a snapshot).
+    pub fn iter(&self) -> impl Iterator<Item = (i32, Arc<OpenFile>)> {
+        let v: Vec<(i32, Arc<OpenFile>)> = self
+            .lock()
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.as_ref().map(|s| (i as i32, s.file.clone())))
+            .collect();
+        v.into_iter()
     }
 
     /// Number of open descriptors.
     pub fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_some()).count()
+        self.lock().iter().filter(|s| s.is_some()).count()
     }
 
     /// Whether no descriptor is open.
@@ -152,7 +170,7 @@ mod tests {
 
     #[test]
     fn lowest_free_and_dup2() {
-        let mut t = FdTable::new();
+        let t = FdTable::new();
         assert_eq!(t.insert(file(), false).unwrap(), 0);
         assert_eq!(t.insert(file(), true).unwrap(), 1);
         assert_eq!(t.insert(file(), false).unwrap(), 2);

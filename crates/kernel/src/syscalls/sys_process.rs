@@ -1,9 +1,11 @@
 //! Process and thread identity, exit, arch_prctl, set_tid_address, futex, robust lists.
 
+use std::sync::Arc;
+
 use abi::Errno;
 
 use super::{SysResult, SyscallArgs};
-use crate::task::{ExitStatus, Task};
+use crate::task::{ExitStatus, Task, TaskControl, WaitResult};
 
 /// Implements getpid(2).
 pub fn sys_getpid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
@@ -32,8 +34,9 @@ pub fn sys_getgid(_t: &mut Task, _a: &SyscallArgs) -> SysResult {
     Ok(u64::from(unsafe { libc::getgid() }))
 }
 
-/// Implements exit(2). With one thread per process, it ends the process.
+/// Implements exit(2): ends the calling thread; the last thread's exit ends the process.
 pub fn sys_exit(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    t.thread_exit_only = t.group.live() > 1;
     t.exit = Some(ExitStatus::Exited(a.int(0) & 0xff));
     Ok(0)
 }
@@ -100,38 +103,202 @@ const FUTEX_WAIT: i32 = 0;
 const FUTEX_WAKE: i32 = 1;
 const FUTEX_WAIT_BITSET: i32 = 9;
 const FUTEX_WAKE_BITSET: i32 = 10;
+const FUTEX_REQUEUE: i32 = 3;
+const FUTEX_CMP_REQUEUE: i32 = 4;
 const FUTEX_CMD_MASK: i32 = !(128 | 256);
 
-/// Implements futex(2) for a single-threaded process: WAKE wakes nobody; WAIT returns EAGAIN
-/// if the word changed and otherwise would sleep forever, which with no other thread is a
-/// deadlock the application asked for: it sleeps until its timeout, or fails with EDEADLK.
+/// Implements futex(2): WAIT/WAKE (with bitsets), REQUEUE and CMP_REQUEUE, between the
+/// threads of the process (private and shared futexes alike: one address space). A wait
+/// interrupted by a signal or a park request returns EINTR and is restarted as Linux does.
 pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let op = a.int(1) & FUTEX_CMD_MASK;
+    let addr = a.gva(0);
+    if addr.raw() % 4 != 0 {
+        return Err(Errno::EINVAL);
+    }
     match op {
-        FUTEX_WAKE | FUTEX_WAKE_BITSET => Ok(0),
-        FUTEX_WAIT | FUTEX_WAIT_BITSET => {
-            let mut b = [0u8; 4];
-            t.copy_in(a.gva(0), &mut b)?;
-            if u32::from_le_bytes(b) != a.u(2) as u32 {
-                return Err(Errno::EAGAIN);
-            }
-            if a.u(3) == 0 {
-                return Err(Errno(libc::EDEADLK));
-            }
-            let mut ts = [0u8; 16];
-            t.copy_in(a.gva(3), &mut ts)?;
-            let sec = i64::from_le_bytes(ts[..8].try_into().unwrap_or([0; 8]));
-            let nsec = i64::from_le_bytes(ts[8..].try_into().unwrap_or([0; 8]));
-            if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+        FUTEX_WAKE => Ok(u64::from(t.group.futexes.wake(addr.raw(), a.u(2) as u32, u32::MAX))),
+        FUTEX_WAKE_BITSET => {
+            let bitset = a.u(5) as u32;
+            if bitset == 0 {
                 return Err(Errno::EINVAL);
             }
-            if op == FUTEX_WAIT {
-                std::thread::sleep(std::time::Duration::new(sec as u64, nsec as u32));
+            Ok(u64::from(t.group.futexes.wake(addr.raw(), a.u(2) as u32, bitset)))
+        }
+        FUTEX_WAIT | FUTEX_WAIT_BITSET => {
+            let bitset = if op == FUTEX_WAIT { u32::MAX } else { a.u(5) as u32 };
+            if bitset == 0 {
+                return Err(Errno::EINVAL);
             }
-            Err(Errno::ETIMEDOUT)
+            let timeout = if a.u(3) == 0 {
+                None
+            } else {
+                let mut ts = [0u8; 16];
+                t.copy_in(a.gva(3), &mut ts)?;
+                let sec = i64::from_le_bytes(ts[..8].try_into().unwrap_or([0; 8]));
+                let nsec = i64::from_le_bytes(ts[8..].try_into().unwrap_or([0; 8]));
+                if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+                    return Err(Errno::EINVAL);
+                }
+                let d = std::time::Duration::new(sec as u64, nsec as u32);
+                if op == FUTEX_WAIT_BITSET {
+                    // An absolute CLOCK_MONOTONIC (or REALTIME with FUTEX_CLOCK_REALTIME) time.
+                    let clock = if a.int(1) & 256 != 0 { libc::CLOCK_REALTIME } else { libc::CLOCK_MONOTONIC };
+                    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                    // SAFETY: valid clock id and output buffer.
+                    unsafe { libc::clock_gettime(clock, &mut now) };
+                    let now = std::time::Duration::new(now.tv_sec.max(0) as u64, now.tv_nsec as u32);
+                    Some(d.saturating_sub(now))
+                } else {
+                    Some(d)
+                }
+            };
+            let expected = a.u(2) as u32;
+            // The value check happens under the queue lock: no wake between check and sleep is
+            // lost.
+            let mut fault = None;
+            let word = t.group.futexes.enqueue(addr.raw(), bitset, || {
+                let mut b = [0u8; 4];
+                match t.copy_in(addr, &mut b) {
+                    Ok(()) => u32::from_le_bytes(b) == expected,
+                    Err(e) => {
+                        fault = Some(e);
+                        false
+                    }
+                }
+            });
+            if let Some(e) = fault {
+                return Err(e);
+            }
+            let Some(word) = word else { return Err(Errno::EAGAIN) };
+            t.control.set_idle(true);
+            let r = t.group.futexes.wait(addr.raw(), &word, timeout);
+            match r {
+                WaitResult::Woken => Ok(0),
+                WaitResult::TimedOut => Err(Errno::ETIMEDOUT),
+                WaitResult::Interrupted => Err(Errno::EINTR),
+            }
+        }
+        FUTEX_REQUEUE | FUTEX_CMP_REQUEUE => {
+            let to = a.gva(4);
+            if to.raw() % 4 != 0 {
+                return Err(Errno::EINVAL);
+            }
+            if op == FUTEX_CMP_REQUEUE {
+                let mut b = [0u8; 4];
+                t.copy_in(addr, &mut b)?;
+                if u32::from_le_bytes(b) != a.u(5) as u32 {
+                    return Err(Errno::EAGAIN);
+                }
+            }
+            Ok(u64::from(t.group.futexes.requeue(addr.raw(), to.raw(), a.u(2) as u32, a.u(3) as u32)))
         }
         _ => Err(Errno::ENOSYS),
     }
+}
+
+const CLONE_VM: u64 = 0x100;
+const CLONE_FS: u64 = 0x200;
+const CLONE_FILES: u64 = 0x400;
+const CLONE_SIGHAND: u64 = 0x800;
+const CLONE_THREAD: u64 = 0x1_0000;
+const CLONE_SYSVSEM: u64 = 0x4_0000;
+const CLONE_SETTLS: u64 = 0x8_0000;
+const CLONE_PARENT_SETTID: u64 = 0x10_0000;
+const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
+const CLONE_DETACHED: u64 = 0x40_0000;
+const CLONE_CHILD_SETTID: u64 = 0x100_0000;
+
+/// Implements clone(2) for threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND, as pthread_create
+/// and Go's runtime use it): a new task with its own vCPU on its own host thread, sharing the
+/// address space, the descriptor table and the thread group. A new process (fork) is ENOSYS.
+pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (flags, newsp, ptid, ctid, tls) = (a.u(0), a.u(1), a.gva(2), a.gva(3), a.u(4));
+    let thread = CLONE_VM | CLONE_THREAD | CLONE_SIGHAND;
+    if flags & thread != thread {
+        return Err(Errno::ENOSYS);
+    }
+    let known = thread
+        | CLONE_FS
+        | CLONE_FILES
+        | CLONE_SYSVSEM
+        | CLONE_SETTLS
+        | CLONE_PARENT_SETTID
+        | CLONE_CHILD_CLEARTID
+        | CLONE_DETACHED
+        | CLONE_CHILD_SETTID
+        | 0xff; // exit signal (ignored for threads)
+    if flags & !known != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if flags & CLONE_SETTLS != 0 && tls >= platform::layout::USER_END.raw() {
+        return Err(Errno::EPERM);
+    }
+    let tid = t.group.alloc_tid();
+    if tid as usize > platform::layout::MAX_VCPUS {
+        return Err(Errno::EAGAIN);
+    }
+    let cr3 = t.mm().cr3();
+    let mut vcpu = t.group.vm().create_vcpu((tid - 1) as usize, cr3).map_err(|e| {
+        tracing::warn!("clone: {e}");
+        Errno::EAGAIN
+    })?;
+    vcpu.user = t.vcpu.user;
+    vcpu.user.regs.rax = 0;
+    if newsp != 0 {
+        vcpu.user.regs.rsp = newsp;
+    }
+    if flags & CLONE_SETTLS != 0 {
+        vcpu.user.fs_base = tls;
+    }
+    if flags & CLONE_PARENT_SETTID != 0 {
+        t.write_u32(ptid, tid as u32)?;
+    }
+    if flags & CLONE_CHILD_SETTID != 0 {
+        t.write_u32(ctid, tid as u32)?;
+    }
+    let control = Arc::new(TaskControl::new(vcpu.kicker()));
+    let mut signals = t.signals.clone();
+    signals.reset_for_new_thread();
+    let mut child = Task {
+        tid,
+        pid: t.pid,
+        vcpu,
+        mm: t.mm.clone(),
+        mem: t.mem.clone(),
+        fds: t.fds.clone(),
+        root: t.root.clone(),
+        cwd: t.cwd.clone(),
+        umask: t.umask,
+        net: t.net.clone(),
+        signals,
+        clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 { ctid.raw() } else { 0 },
+        exit: None,
+        exe: t.exe.clone(),
+        comm: t.comm,
+        control: control.clone(),
+        park_hook: None,
+        group: t.group.clone(),
+        pte_gen: t.group.join(tid, control),
+        thread_exit_only: false,
+    };
+    t.control.set_multi_threaded();
+    let spawned = std::thread::Builder::new().name(format!("vcpu-{tid}")).spawn(move || {
+        if let Err(e) = child.run() {
+            tracing::error!("thread {}: {e}", child.tid);
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!("clone: cannot start a host thread: {e}");
+        t.group.leave(tid);
+        return Err(Errno::EAGAIN);
+    }
+    Ok(tid as u64)
+}
+
+/// Implements clone3(2) as ENOSYS: glibc and Go fall back to clone(2).
+pub fn sys_clone3(_t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    Err(Errno::ENOSYS)
 }
 
 /// Implements rseq(2) as ENOSYS: glibc and others fall back to plain getcpu.

@@ -90,7 +90,7 @@ table! {
     52 getpeername => sys_socket::sys_getpeername, Full;
     54 setsockopt => sys_socket::sys_setsockopt, Full;
     55 getsockopt => sys_socket::sys_getsockopt, Full;
-    60 exit => sys_process::sys_exit, Partial("single-threaded: ends the process");
+    60 exit => sys_process::sys_exit, Full;
     63 uname => sys_info::sys_uname, Full;
     72 fcntl => sys_file::sys_fcntl, Partial("F_DUPFD, F_GETFD/SETFD, F_GETFL/SETFL");
     79 getcwd => sys_fs::sys_getcwd, Full;
@@ -112,7 +112,9 @@ table! {
     158 arch_prctl => sys_process::sys_arch_prctl, Partial("ARCH_SET_FS, ARCH_GET_FS, ARCH_SET_GS, ARCH_GET_GS");
     186 gettid => sys_process::sys_gettid, Full;
     201 time => sys_time::sys_time, Full;
-    202 futex => sys_process::sys_futex, Partial("single-threaded: WAKE wakes nobody, WAIT only times out or fails");
+    202 futex => sys_process::sys_futex, Partial("WAIT, WAKE, bitsets, REQUEUE, CMP_REQUEUE; no PI or WAKE_OP");
+    435 clone3 => sys_process::sys_clone3, Partial("ENOSYS on purpose: the C libraries fall back to clone");
+    56 clone => sys_process::sys_clone, Partial("threads only (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND); fork is ENOSYS");
     217 getdents64 => sys_fs::sys_getdents64, Full;
     218 set_tid_address => sys_process::sys_set_tid_address, Full;
     228 clock_gettime => sys_time::sys_clock_gettime, Full;

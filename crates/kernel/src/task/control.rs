@@ -27,6 +27,7 @@ pub struct TaskControl {
     /// Number of times the task went from idle to busy (requests served, roughly).
     busy_periods: AtomicU64,
     pending_signal: AtomicI32,
+    multi_threaded: AtomicBool,
     kicker: VcpuKicker,
     idle_hook: Mutex<Option<IdleHook>>,
 }
@@ -42,6 +43,7 @@ impl TaskControl {
             idle: AtomicBool::new(false),
             busy_periods: AtomicU64::new(0),
             pending_signal: AtomicI32::new(0),
+            multi_threaded: AtomicBool::new(false),
             kicker,
             idle_hook: Mutex::new(None),
         }
@@ -122,6 +124,16 @@ impl TaskControl {
     /// Whether an external signal is pending.
     pub fn signal_pending(&self) -> bool {
         self.pending_signal.load(Ordering::SeqCst) != 0
+    }
+
+    /// Records that the process has created threads (hibernation handles one thread only).
+    pub fn set_multi_threaded(&self) {
+        self.multi_threaded.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the process has created threads.
+    pub fn is_multi_threaded(&self) -> bool {
+        self.multi_threaded.load(Ordering::SeqCst)
     }
 
     /// Kicks the task's vCPU.

@@ -2,9 +2,11 @@
 //! `struct task_struct`).
 
 mod control;
+mod group;
 pub mod signal;
 
 pub use control::{IdleHook, ParkHook, TaskControl};
+pub use group::{FutexTable, ThreadGroup, WaitResult};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -52,8 +54,8 @@ pub struct Task {
     pub mm: Arc<Mutex<MemoryManager>>,
     /// Guest memory (for zero-copy I/O).
     pub mem: Arc<GuestMemory>,
-    /// Descriptor table.
-    pub fds: FdTable,
+    /// Descriptor table (shared by the thread group).
+    pub fds: Arc<FdTable>,
     /// The sandbox's root.
     pub root: Arc<Root>,
     /// Working directory (guest path).
@@ -76,6 +78,12 @@ pub struct Task {
     pub control: Arc<TaskControl>,
     /// Run when the task parks.
     pub park_hook: Option<Box<dyn ParkHook>>,
+    /// The thread group.
+    pub group: Arc<ThreadGroup>,
+    /// This thread's position in the group's page-table log.
+    pub pte_gen: Arc<std::sync::atomic::AtomicU64>,
+    /// Set by exit(2) while other threads live: only this thread ends.
+    pub thread_exit_only: bool,
 }
 
 /// Errors that end the sandbox (host failures, never guest mistakes).
@@ -111,6 +119,19 @@ impl Task {
         self.vcpu.bind_to_current_thread();
         let r = self.run_loop();
         self.vcpu.unbind_thread();
+        match &r {
+            Ok(status) if !self.thread_exit_only => self.group.exit_group(*status),
+            Ok(_) => {}
+            Err(_) => self.group.exit_group(ExitStatus::Signaled(libc::SIGKILL)),
+        }
+        // CLONE_CHILD_CLEARTID: zero the tid word and wake a joiner.
+        if self.clear_child_tid != 0 {
+            let at = Gva(self.clear_child_tid);
+            if self.write_u32(at, 0).is_ok() {
+                self.group.futexes.wake(at.raw(), 1, u32::MAX);
+            }
+        }
+        self.group.leave(self.tid);
         r
     }
 
@@ -125,7 +146,12 @@ impl Task {
             if let Some(status) = self.exit {
                 return Ok(status);
             }
-            let sync = self.mm().take_pte_sync();
+            if let Some(status) = self.group.exit_status() {
+                self.exit = Some(status);
+                return Ok(status);
+            }
+            let runs = self.mm().take_pte_sync();
+            let sync = self.group.pte_sync(self.tid, &self.pte_gen, runs);
             let exit = self.vcpu.run(&sync)?;
             match exit {
                 Exit::Syscall => {

@@ -294,6 +294,17 @@ impl Default for SignalState {
 }
 
 impl SignalState {
+    /// The state a new thread starts with (clone with CLONE_THREAD): the dispositions and mask
+    /// of its creator, nothing pending, no alternate stack. (Dispositions are copied, not
+    /// shared: a handler installed by one thread after the clone is not seen by the other.)
+    pub fn reset_for_new_thread(&mut self) {
+        self.pending.clear();
+        self.altstack = AltStack::default();
+        self.saved_mask = None;
+        self.interrupted_syscall = None;
+        self.fault = FaultContext::default();
+    }
+
     /// The disposition of `sig` (1..=64).
     pub fn action(&self, sig: i32) -> KernelSigaction {
         self.actions[sig as usize - 1]

@@ -1,0 +1,333 @@
+//! Thread groups: what the threads of one process share beyond the address space: the VM
+//! (to make vCPUs for new threads), thread ids, the exit status, futex wait queues, and the log
+//! of page-table updates every vCPU must apply (Linux's `struct signal_struct` and TLB
+//! shootdown, in part).
+//!
+//! Page-table updates: a thread that changed guest page tables appends the changed entries to
+//! the log; every thread applies all entries it has not seen yet before it re-enters the guest,
+//! and a thread that changed or removed mappings kicks the others so that they do so promptly.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use platform::{PteRun, Vm};
+
+use super::{ExitStatus, TaskControl};
+
+/// One thread as its group sees it.
+struct Member {
+    tid: i32,
+    control: Arc<TaskControl>,
+    /// Generation of the page-table log this thread has applied.
+    pte_gen: Arc<AtomicU64>,
+}
+
+/// Shared by the threads of a process.
+pub struct ThreadGroup {
+    vm: Arc<Vm>,
+    next_tid: AtomicI32,
+    members: Mutex<Vec<Member>>,
+    exit: Mutex<Option<ExitStatus>>,
+    all_gone: Condvar,
+    /// Futex wait queues, by user address.
+    pub futexes: FutexTable,
+    pte_log: Mutex<PteLog>,
+}
+
+#[derive(Default)]
+struct PteLog {
+    /// Generation of the newest entry.
+    gen: u64,
+    entries: Vec<(u64, PteRun)>,
+}
+
+impl ThreadGroup {
+    /// A group whose first thread has id 1.
+    pub fn new(vm: Arc<Vm>) -> Arc<ThreadGroup> {
+        Arc::new(ThreadGroup {
+            vm,
+            next_tid: AtomicI32::new(2),
+            members: Mutex::new(Vec::new()),
+            exit: Mutex::new(None),
+            all_gone: Condvar::new(),
+            futexes: FutexTable::default(),
+            pte_log: Mutex::new(PteLog::default()),
+        })
+    }
+
+    /// The VM (new threads get vCPUs from it).
+    pub fn vm(&self) -> &Arc<Vm> {
+        &self.vm
+    }
+
+    /// A fresh thread id.
+    pub fn alloc_tid(&self) -> i32 {
+        self.next_tid.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Registers a thread; returns its page-table log position.
+    pub fn join(&self, tid: i32, control: Arc<TaskControl>) -> Arc<AtomicU64> {
+        let gen = Arc::new(AtomicU64::new(self.lock_log().gen));
+        self.lock_members().push(Member { tid, control, pte_gen: gen.clone() });
+        gen
+    }
+
+    /// Unregisters a thread; wakes waiters when it was the last.
+    pub fn leave(&self, tid: i32) {
+        let mut m = self.lock_members();
+        m.retain(|x| x.tid != tid);
+        if m.is_empty() {
+            self.all_gone.notify_all();
+        }
+    }
+
+    /// Number of live threads.
+    pub fn live(&self) -> usize {
+        self.lock_members().len()
+    }
+
+    /// Ends the whole group with `status` (exit_group, a fatal signal): every thread is kicked
+    /// and leaves at its next exit.
+    pub fn exit_group(&self, status: ExitStatus) {
+        let mut e = self.exit.lock().unwrap_or_else(|e| e.into_inner());
+        if e.is_none() {
+            *e = Some(status);
+        }
+        drop(e);
+        for m in self.lock_members().iter() {
+            m.control.kick();
+        }
+        self.futexes.wake_all();
+    }
+
+    /// The group's exit status, once it is exiting.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        *self.exit.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until every thread has left.
+    pub fn wait_all_gone(&self) {
+        let mut m = self.lock_members();
+        while !m.is_empty() {
+            m = self.all_gone.wait(m).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Publishes `runs` (page-table entries this thread changed) and returns every run this
+    /// thread must apply before entering the guest (its own included). With one thread, the
+    /// log is bypassed.
+    pub fn pte_sync(&self, me: i32, my_gen: &AtomicU64, runs: Vec<PteRun>) -> Vec<PteRun> {
+        let members = self.lock_members();
+        if members.len() <= 1 {
+            return runs;
+        }
+        let mut log = self.lock_log();
+        let published = !runs.is_empty();
+        for r in runs {
+            log.gen += 1;
+            let g = log.gen;
+            log.entries.push((g, r));
+        }
+        let from = my_gen.load(Ordering::Relaxed);
+        let out: Vec<PteRun> = log.entries.iter().filter(|(g, _)| *g > from).map(|(_, r)| *r).collect();
+        my_gen.store(log.gen, Ordering::Relaxed);
+        // Entries every thread has applied are dropped.
+        let oldest = members.iter().map(|m| m.pte_gen.load(Ordering::Relaxed)).min().unwrap_or(log.gen);
+        log.entries.retain(|(g, _)| *g > oldest);
+        drop(log);
+        if published {
+            for m in members.iter().filter(|m| m.tid != me) {
+                m.control.kick();
+            }
+        }
+        out
+    }
+
+    fn lock_members(&self) -> std::sync::MutexGuard<'_, Vec<Member>> {
+        self.members.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_log(&self) -> std::sync::MutexGuard<'_, PteLog> {
+        self.pte_log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One waiter: a word the host futex sleeps on (0 = waiting, 1 = woken), and its bitset.
+struct Waiter {
+    word: Arc<AtomicU32>,
+    bitset: u32,
+}
+
+/// Futex wait queues keyed by user address (the threads share one address space).
+#[derive(Default)]
+pub struct FutexTable {
+    queues: Mutex<HashMap<u64, Vec<Waiter>>>,
+}
+
+/// Why a futex wait ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WaitResult {
+    /// Woken by FUTEX_WAKE.
+    Woken,
+    /// The timeout passed.
+    TimedOut,
+    /// Interrupted (a kick: signal, park request, group exit).
+    Interrupted,
+}
+
+impl FutexTable {
+    /// Queues a waiter on `addr` if `check` (run under the table lock, so no wake is missed
+    /// between the value check and the wait) returns true; returns its word, or `None`.
+    pub fn enqueue(&self, addr: u64, bitset: u32, check: impl FnOnce() -> bool) -> Option<Arc<AtomicU32>> {
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        if !check() {
+            return None;
+        }
+        let word = Arc::new(AtomicU32::new(0));
+        q.entry(addr).or_default().push(Waiter { word: word.clone(), bitset });
+        Some(word)
+    }
+
+    /// Sleeps on `word` (host futex: a kick's signal interrupts it) until woken or `timeout`.
+    pub fn wait(&self, addr: u64, word: &Arc<AtomicU32>, timeout: Option<Duration>) -> WaitResult {
+        let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs() as i64, tv_nsec: i64::from(d.subsec_nanos()) });
+        let deadline = timeout.map(|d| std::time::Instant::now() + d);
+        loop {
+            if word.load(Ordering::SeqCst) != 0 {
+                return WaitResult::Woken;
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            if left == Some(Duration::ZERO) {
+                self.remove(addr, word);
+                return if word.load(Ordering::SeqCst) != 0 { WaitResult::Woken } else { WaitResult::TimedOut };
+            }
+            let ts_left = left.map(|d| libc::timespec { tv_sec: d.as_secs() as i64, tv_nsec: i64::from(d.subsec_nanos()) });
+            let _ = ts;
+            let tsp = ts_left.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            // SAFETY: `word` is a live AtomicU32 (u32-sized, aligned); `tsp` is null or points
+            // at a local timespec.
+            let r = unsafe {
+                libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 0u32, tsp)
+            };
+            if r != 0 {
+                match std::io::Error::last_os_error().raw_os_error() {
+                    Some(libc::EINTR) => {
+                        self.remove(addr, word);
+                        return if word.load(Ordering::SeqCst) != 0 { WaitResult::Woken } else { WaitResult::Interrupted };
+                    }
+                    Some(libc::ETIMEDOUT) => {
+                        self.remove(addr, word);
+                        return if word.load(Ordering::SeqCst) != 0 { WaitResult::Woken } else { WaitResult::TimedOut };
+                    }
+                    _ => {} // EAGAIN: already woken; loop checks.
+                }
+            }
+        }
+    }
+
+    fn remove(&self, addr: u64, word: &Arc<AtomicU32>) {
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = q.get_mut(&addr) {
+            v.retain(|w| !Arc::ptr_eq(&w.word, word));
+            if v.is_empty() {
+                q.remove(&addr);
+            }
+        }
+    }
+
+    fn wake_word(word: &AtomicU32) {
+        word.store(1, Ordering::SeqCst);
+        // SAFETY: waking waiters on a live AtomicU32.
+        unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1) };
+    }
+
+    /// Wakes up to `n` waiters on `addr` whose bitset intersects `bitset`; returns how many.
+    pub fn wake(&self, addr: u64, n: u32, bitset: u32) -> u32 {
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(v) = q.get_mut(&addr) else { return 0 };
+        let mut woken = 0;
+        v.retain(|w| {
+            if woken < n && w.bitset & bitset != 0 {
+                Self::wake_word(&w.word);
+                woken += 1;
+                false
+            } else {
+                true
+            }
+        });
+        if v.is_empty() {
+            q.remove(&addr);
+        }
+        woken
+    }
+
+    /// Wakes up to `n` waiters on `from` and moves up to `m` others to `to`; returns the woken
+    /// plus moved count (FUTEX_CMP_REQUEUE's return value).
+    pub fn requeue(&self, from: u64, to: u64, n: u32, m: u32) -> u32 {
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mut v) = q.remove(&from) else { return 0 };
+        let mut count = 0;
+        let mut moved = Vec::new();
+        for w in v.drain(..) {
+            if count < n {
+                Self::wake_word(&w.word);
+                count += 1;
+            } else if (moved.len() as u32) < m {
+                moved.push(w);
+            } else {
+                q.entry(from).or_default().push(w);
+            }
+        }
+        count += moved.len() as u32;
+        if !moved.is_empty() {
+            q.entry(to).or_default().extend(moved);
+        }
+        count
+    }
+
+    /// Wakes every waiter (the group is exiting).
+    pub fn wake_all(&self) {
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, v) in q.drain() {
+            for w in v {
+                Self::wake_word(&w.word);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_and_requeue() {
+        let t = FutexTable::default();
+        let w1 = t.enqueue(0x1000, u32::MAX, || true).unwrap();
+        let w2 = t.enqueue(0x1000, 0b10, || true).unwrap();
+        assert!(t.enqueue(0x1000, u32::MAX, || false).is_none(), "value changed: not queued");
+        assert_eq!(t.wake(0x1000, 5, 0b01), 1, "bitset selects the first waiter only");
+        assert_eq!(t.wait(0x1000, &w1, Some(Duration::from_millis(1))), WaitResult::Woken);
+        assert_eq!(t.requeue(0x1000, 0x2000, 0, 1), 1);
+        assert_eq!(t.wake(0x2000, 1, u32::MAX), 1);
+        assert_eq!(t.wait(0x2000, &w2, None), WaitResult::Woken);
+        let w3 = t.enqueue(0x3000, u32::MAX, || true).unwrap();
+        assert_eq!(t.wait(0x3000, &w3, Some(Duration::from_millis(5))), WaitResult::TimedOut);
+        assert_eq!(t.wake(0x3000, 1, u32::MAX), 0, "a timed-out waiter left the queue");
+    }
+
+    #[test]
+    fn a_waiter_is_woken_from_another_thread() {
+        let t = Arc::new(FutexTable::default());
+        let w = t.enqueue(0x10, u32::MAX, || true).unwrap();
+        let t2 = t.clone();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            t2.wake(0x10, 1, u32::MAX)
+        });
+        assert_eq!(t.wait(0x10, &w, Some(Duration::from_secs(5))), WaitResult::Woken);
+        assert_eq!(h.join().unwrap(), 1);
+    }
+}
