@@ -81,3 +81,65 @@ fn python3_computes() {
     assert!(guest.stdout_str().contains("\"h\": \""), "{guest:?}");
     assert_eq!(guest.stdout_str(), native.stdout_str(), "torpor and native outputs differ\ntorpor: {guest:?}\nnative: {native:?}");
 }
+
+/// Runs `program args` from the Debian root `name` with guest port 8080 published, and checks
+/// that 100 sequential requests (each a new connection) all get a body containing `want`.
+fn serves_100_requests(name: &str, program: &str, args: &[&str], want: &str) {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let Some(root) = testutil::debian_rootfs(name) else { return };
+    let port = testutil::free_port();
+    let mut server = torpor()
+        .run(&root, program)
+        .args(args)
+        .publish(&format!("127.0.0.1:{port}:8080"))
+        .memory("1G")
+        .host_env("TORPOR_LOG", "off")
+        .spawn();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let start = std::time::Instant::now();
+    let mut up = false;
+    while start.elapsed() < std::time::Duration::from_secs(120) {
+        if testutil::http_get(addr, "/", std::time::Duration::from_secs(10)).is_ok() {
+            up = true;
+            break;
+        }
+        assert!(!server.has_exited(), "{name} server exited: {}", String::from_utf8_lossy(&server.stderr_so_far()));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(up, "{name} server did not answer within 120 s");
+    for i in 0..100 {
+        let r = testutil::http_get(addr, "/", std::time::Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{name}: request {i}: {e}"));
+        assert!(r.body_str().contains(want), "{name}: request {i}: {:?}", r.body_str());
+    }
+    server.kill();
+}
+
+const PY_SERVER: &str = r#"
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = b"hello from python\n"
+        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 8080), H).serve_forever()
+"#;
+
+const NODE_SERVER: &str = r#"require('http').createServer((q, s) => s.end('hello from node\n')).listen(8080)"#;
+
+#[test]
+fn python_http_server_answers_100_requests() {
+    serves_100_requests("python", "/usr/bin/python3", &["-c", PY_SERVER], "hello from python");
+}
+
+#[test]
+fn node_http_server_answers_100_requests() {
+    serves_100_requests("node", "/usr/bin/node", &["-e", NODE_SERVER], "hello from node");
+}
+
+#[test]
+fn go_net_http_server_answers_100_requests() {
+    serves_100_requests("go", "/app/hello", &[], "Hello");
+}
