@@ -257,3 +257,18 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         _ => Err(Errno::ENOTTY),
     }
 }
+
+/// Implements flock(2) on the host file (locks are advisory and between this sandbox's own
+/// processes and whatever else opens the same file in its root).
+pub fn sys_flock(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    let op = a.int(1);
+    if op & !(libc::LOCK_SH | libc::LOCK_EX | libc::LOCK_UN | libc::LOCK_NB) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: flock on an fd we own with checked flags.
+    if unsafe { libc::flock(f.host().as_raw_fd(), op) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(0)
+}

@@ -127,3 +127,17 @@ pub fn sys_sched_getaffinity(t: &mut Task, a: &SyscallArgs) -> SysResult {
     t.copy_out(a.gva(2), &bytes[..n])?;
     Ok(n as u64)
 }
+
+/// Implements getcpu(2): the calling thread's vCPU index as its CPU, NUMA node 0. (Some
+/// runtimes, the JVM among them, fall back to the legacy vsyscall page, which torpor does not
+/// map, when this fails.)
+pub fn sys_getcpu(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let cpu = t.vcpu.index() as u32;
+    if a.u(0) != 0 {
+        t.write_u32(a.gva(0), cpu)?;
+    }
+    if a.u(1) != 0 {
+        t.write_u32(a.gva(1), 0)?;
+    }
+    Ok(0)
+}

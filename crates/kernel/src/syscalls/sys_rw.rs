@@ -170,3 +170,29 @@ pub fn sys_sendfile(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     Ok(n as u64)
 }
+
+/// Implements ftruncate(2).
+pub fn sys_ftruncate(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = check_rw(t, a.int(0))?;
+    let len = a.u(1) as i64;
+    if len < 0 {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: ftruncate on an fd we own.
+    if unsafe { libc::ftruncate(f.host().as_raw_fd(), len) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(0)
+}
+
+/// Implements fsync(2) and fdatasync(2).
+pub fn sys_fsync(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    // SAFETY: fsync on an fd we own.
+    if unsafe { libc::fsync(f.host().as_raw_fd()) } != 0 {
+        let e = Errno::last();
+        // Sockets and pipes: Linux says EINVAL too.
+        return Err(e);
+    }
+    Ok(0)
+}

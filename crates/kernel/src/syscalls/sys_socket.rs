@@ -1335,3 +1335,52 @@ mod tests {
         assert_ne!(v[..4], [0, 0, 0, 0]);
     }
 }
+
+/// Implements socketpair(2) for AF_UNIX: two connected host sockets, which name no path and
+/// reach nothing outside the sandbox.
+pub fn sys_socketpair(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (domain, ty, proto) = (a.int(0), a.int(1), a.int(2));
+    if domain != libc::AF_UNIX {
+        return Err(Errno::EAFNOSUPPORT);
+    }
+    let flags = ty & (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
+    let kind = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
+    if !matches!(kind, libc::SOCK_STREAM | libc::SOCK_DGRAM | libc::SOCK_SEQPACKET) {
+        return Err(Errno(libc::ESOCKTNOSUPPORT));
+    }
+    if proto != 0 {
+        return Err(Errno::EPROTONOSUPPORT);
+    }
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for both ends; the host ends are always close-on-exec.
+    let r = unsafe { libc::socketpair(libc::AF_UNIX, kind | (flags & libc::SOCK_NONBLOCK) | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+    if r != 0 {
+        return Err(Errno::last());
+    }
+    let cloexec = flags & libc::SOCK_CLOEXEC != 0;
+    let mut guest = [0i32; 2];
+    for (i, fd) in fds.iter().enumerate() {
+        // SAFETY: a fresh fd owned by nobody else.
+        let owned = unsafe { OwnedFd::from_raw_fd(*fd) };
+        let state = SocketState { family: libc::AF_UNIX, kind, guest_local: None, lease: None };
+        let file = Arc::new(OpenFile::new(owned, FileKind::Socket(Mutex::new(state)), None));
+        match t.fds.insert(file, cloexec) {
+            Ok(g) => guest[i] = g,
+            Err(e) => {
+                if i == 1 {
+                    let _ = t.fds.remove(guest[0]);
+                }
+                return Err(e);
+            }
+        }
+    }
+    let mut out = [0u8; 8];
+    out[..4].copy_from_slice(&guest[0].to_le_bytes());
+    out[4..].copy_from_slice(&guest[1].to_le_bytes());
+    if let Err(e) = t.copy_out(a.gva(3), &out) {
+        let _ = t.fds.remove(guest[0]);
+        let _ = t.fds.remove(guest[1]);
+        return Err(e);
+    }
+    Ok(0)
+}

@@ -84,6 +84,7 @@ table! {
     44 sendto => sys_socket::sys_sendto, Full;
     45 recvfrom => sys_socket::sys_recvfrom, Full;
     48 shutdown => sys_socket::sys_shutdown, Full;
+    53 socketpair => sys_socket::sys_socketpair, Partial("AF_UNIX only");
     49 bind => sys_socket::sys_bind, Partial("ports map to published host addresses or loopback");
     50 listen => sys_socket::sys_listen, Full;
     51 getsockname => sys_socket::sys_getsockname, Full;
@@ -92,6 +93,10 @@ table! {
     55 getsockopt => sys_socket::sys_getsockopt, Full;
     60 exit => sys_process::sys_exit, Full;
     63 uname => sys_info::sys_uname, Full;
+    73 flock => sys_file::sys_flock, Full;
+    74 fsync => sys_rw::sys_fsync, Full;
+    75 fdatasync => sys_rw::sys_fsync, Partial("as fsync");
+    77 ftruncate => sys_rw::sys_ftruncate, Full;
     72 fcntl => sys_file::sys_fcntl, Partial("F_DUPFD, F_GETFD/SETFD, F_GETFL/SETFL");
     79 getcwd => sys_fs::sys_getcwd, Full;
     80 chdir => sys_fs::sys_chdir, Full;
@@ -157,6 +162,7 @@ table! {
     204 sched_getaffinity => sys_info::sys_sched_getaffinity, Partial("one CPU per vCPU the sandbox may run: reports the host CPUs");
     302 prlimit64 => sys_info::sys_prlimit64, Partial("reads limits; setting is accepted for the own process only");
     318 getrandom => sys_info::sys_getrandom, Full;
+    309 getcpu => sys_info::sys_getcpu, Partial("the vCPU's index as the CPU, node 0");
     332 statx => sys_stat::sys_statx, Full;
     334 rseq => sys_process::sys_rseq, Partial("ENOSYS on purpose: the C libraries fall back");
     157 prctl => sys_process::sys_prctl, Partial("PR_SET_NAME, PR_GET_NAME, PR_SET/GET_DUMPABLE, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS");
