@@ -59,6 +59,9 @@ pub enum Command {
         /// Sandbox ID.
         id: String,
     },
+    /// Print the syscall table as Markdown (docs/SYSCALLS.md).
+    #[command(hide = true)]
+    Syscalls,
     /// Measure the bare vCPU exit round trip (for the benchmarks).
     #[command(hide = true)]
     BenchExit {

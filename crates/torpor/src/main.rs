@@ -19,6 +19,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Run(args) => run::run(args),
         cli::Command::Demo => demo::demo(),
+        cli::Command::Syscalls => {
+            print!("{}", kernel::syscalls::table::markdown());
+            Ok(0)
+        }
         cli::Command::Hibernate { id } => verbs::hibernate(&id),
         cli::Command::Wake { id } => verbs::wake(&id),
         cli::Command::Kill { id, signal } => verbs::kill(&id, &signal),

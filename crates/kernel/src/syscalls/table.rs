@@ -230,6 +230,41 @@ fn missing(args: &SyscallArgs) -> SysResult {
     Err(Errno::ENOSYS)
 }
 
+/// The syscall table as Markdown (`docs/SYSCALLS.md`): every x86-64 syscall Linux defines,
+/// implemented, partial (with what is missing) or ENOSYS.
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "# Syscalls\n\nGenerated from `crates/kernel/src/syscalls/table.rs` by `torpor syscalls` \
+         (a test fails when this file and the table differ). Every x86-64 system call Linux \
+         defines, and what torpor does with it.\n\n| nr | name | status | notes |\n|---:|---|---|---|\n",
+    );
+    let (mut full, mut partial, mut missing) = (0, 0, 0);
+    for sys in syscalls::Sysno::iter() {
+        let nr = sys.id() as u64;
+        let (status, note) = match lookup(nr) {
+            Some(Entry { support: Support::Full, .. }) => {
+                full += 1;
+                ("implemented", String::new())
+            }
+            Some(Entry { support: Support::Partial(n), .. }) if n.starts_with("ENOSYS") => {
+                missing += 1;
+                ("ENOSYS", n.to_string())
+            }
+            Some(Entry { support: Support::Partial(n), .. }) => {
+                partial += 1;
+                ("partial", n.to_string())
+            }
+            None => {
+                missing += 1;
+                ("ENOSYS", String::new())
+            }
+        };
+        out.push_str(&format!("| {nr} | {} | {status} | {note} |\n", sys.name()));
+    }
+    out.push_str(&format!("\n{full} implemented, {partial} partial, {missing} ENOSYS.\n"));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,5 +281,15 @@ mod tests {
         assert_eq!(lookup(39).map(|e| e.name), Some("getpid"));
         assert!(lookup(9999).is_none());
         assert_eq!(name_of(56), "clone");
+    }
+
+    #[test]
+    fn docs_syscalls_md_is_up_to_date() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/SYSCALLS.md");
+        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            on_disk == markdown(),
+            "docs/SYSCALLS.md is stale: regenerate it with `cargo run -p torpor -- syscalls > docs/SYSCALLS.md`"
+        );
     }
 }
