@@ -71,6 +71,14 @@ pub enum Exit {
     Exception(ExceptionInfo),
     /// `KVM_RUN` was interrupted by a host signal or the immediate-exit flag.
     Interrupted,
+    /// A syscall whose entry stub ran in ring 0 with the user's stack: the CPU pushed the
+    /// 5-word #UD frame (rip = syscall stub, kernel cs…) at `frame` on the user stack. The
+    /// context's `rip`/`rflags` are set from `rcx`/`r11`; the kernel must check the frame and
+    /// set `rsp` to `frame + 40` (the user's stack pointer before the push).
+    SyscallOnUserStack {
+        /// User address of the pushed frame.
+        frame: Gva,
+    },
 }
 
 /// Errors running a vCPU. Any of these ends the sandbox: they are host failures or a broken
@@ -327,7 +335,6 @@ impl Vcpu {
             self.run_pte_sync(batch)?;
         }
         self.load_user_frame()?;
-        let iret = layout::direct_map(stubs::iret()).raw();
         let mut kicked = false;
         let port = loop {
             match self.enter()? {
@@ -341,13 +348,18 @@ impl Vcpu {
                         self.user.gs_base = synced.sregs.gs.base;
                         return Ok(Exit::Interrupted);
                     }
-                    if synced.regs.rip == iret {
-                        // Before the entry stub ran: the saved context stands.
+                    let at_exit_stub = (0..32u8).any(|v| {
+                        let stub = layout::direct_map(stubs::exception_stub(v)).raw();
+                        synced.regs.rip == stub || synced.regs.rip == stub + 2
+                    });
+                    if !at_exit_stub {
+                        // Before the entry stub ran (or a stale view of a finished exit): the
+                        // saved context stands.
                         return Ok(Exit::Interrupted);
                     }
-                    // Inside an exception stub, between the guest's event and its exit: let
-                    // the stub finish (a few instructions) so the event is not lost; the kick
-                    // is reported on the next entry.
+                    // A guest event was delivered to its exception stub but its exit did not
+                    // reach us: let the stub run (its `out`s, see `stubs::EXIT_TWICE`) so the
+                    // event is not lost; the kick is reported on the next entry.
                     kicked = true;
                     self.fd.set_kvm_immediate_exit(0);
                 }
@@ -362,11 +374,19 @@ impl Vcpu {
             p if (stubs::PORT_EXCEPTION_BASE..stubs::PORT_EXCEPTION_BASE + 32).contains(&p) => {
                 let vector = (p - stubs::PORT_EXCEPTION_BASE) as u8;
                 let cr2 = synced.sregs.cr2;
-                let sp = layout::from_direct_map(Gva(regs.rsp)).ok_or(VcpuError::KernelFault {
-                    vector,
-                    rip: regs.rip,
-                    cr2,
-                })?;
+                let Some(sp) = layout::from_direct_map(Gva(regs.rsp)) else {
+                    if vector == 6 {
+                        // The syscall stub's #UD taken in ring 0: on this hypervisor `syscall`
+                        // sometimes lands in ring 0, where the #UD frame is pushed on the
+                        // current (user) stack. The kernel checks that frame through the
+                        // address space and completes the syscall.
+                        self.user.regs = regs;
+                        self.user.regs.rip = regs.rcx;
+                        self.user.regs.rflags = regs.r11;
+                        return Ok(Exit::SyscallOnUserStack { frame: Gva(regs.rsp) });
+                    }
+                    return Err(VcpuError::KernelFault { vector, rip: regs.rip, cr2 });
+                };
                 let mut frame = [0u64; 6];
                 let n = if stubs::has_error_code(vector) { 6 } else { 5 };
                 for (i, slot) in frame.iter_mut().take(n).enumerate() {

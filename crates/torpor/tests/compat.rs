@@ -32,7 +32,7 @@ fn python3_native(root: &std::path::Path, code: &str) -> Output {
         }
         None => {
             let mut c = Command::new("chroot");
-            c.arg(root).args(["/usr/bin/python3", "-c", code]).env_clear().env("PATH", "/usr/bin:/bin");
+            c.arg(root).args(["/usr/bin/python3", "-c", code]).env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
             c
         }
     };

@@ -152,7 +152,10 @@ impl Task {
             }
             let runs = self.mm().take_pte_sync();
             let sync = self.group.pte_sync(self.tid, &self.pte_gen, runs);
-            let exit = self.vcpu.run(&sync)?;
+            let mut exit = self.vcpu.run(&sync)?;
+            if let Exit::SyscallOnUserStack { frame } = exit {
+                exit = self.complete_ring0_syscall(frame)?;
+            }
             match exit {
                 Exit::Syscall => {
                     let args = SyscallArgs::from_regs(&self.vcpu.user.regs);
@@ -182,12 +185,30 @@ impl Task {
                     };
                 }
                 Exit::Exception(info) => self.handle_exception(info)?,
-                Exit::Interrupted => {}
+                Exit::Interrupted | Exit::SyscallOnUserStack { .. } => {}
             }
             if let Some(status) = self.exit {
                 return Ok(status);
             }
         }
+    }
+
+    /// Checks the #UD frame a ring-0 syscall entry pushed on the user stack (see
+    /// [`Exit::SyscallOnUserStack`]) and restores the user stack pointer above it.
+    fn complete_ring0_syscall(&mut self, frame: Gva) -> Result<Exit, TaskError> {
+        let mut b = [0u8; 40];
+        let stub = platform::layout::direct_map(platform::stubs::syscall_entry()).raw();
+        let ok = self.copy_in(frame, &mut b).is_ok() && {
+            let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+            w(0) == stub && w(1) & 3 == 0
+        };
+        if !ok {
+            return Err(TaskError::Vcpu(VcpuError::Unexpected(format!(
+                "exit from the #UD stub with a non-kernel stack at {frame}"
+            ))));
+        }
+        self.vcpu.user.regs.rsp = frame.raw() + 40;
+        Ok(Exit::Syscall)
     }
 
     /// Runs the park hook (if any) with the task parked, then withdraws the request.

@@ -6,7 +6,7 @@
 //! | stub | entered by | does | port |
 //! |---|---|---|---|
 //! | syscall entry | `syscall` (LSTAR) | `ud2`, which enters exception stub 6 | [`PORT_EXCEPTION_BASE`] + 6 |
-//! | exception `v` (0-31) | IDT gate `v` | `out` | [`PORT_EXCEPTION_BASE`] + `v` |
+//! | exception `v` (0-31) | IDT gate `v` | `out` (twice: see [`EXIT_TWICE`]) | [`PORT_EXCEPTION_BASE`] + `v` |
 //! | spurious (32-255) | IDT gate | `out` | [`PORT_SPURIOUS`] |
 //! | PTE sync | the host, with a batch | rewrites dirty PTE runs in place, reloads CR3, `out` | [`PORT_PTE_SYNC_DONE`] |
 //!
@@ -62,13 +62,23 @@ const SYSCALL_ENTRY: [u8; 4] = [0x0f, 0x0b, 0x0f, 0x0b];
 /// 1c: 0f 20 d8             mov  rax, cr3
 /// 1f: 0f 22 d8             mov  cr3, rax          ; flush the TLB
 /// 22: e6 11                out  PORT_PTE_SYNC_DONE, al
-/// 24: 0f 0b                ud2
+/// 24: e6 11                out  PORT_PTE_SYNC_DONE, al   ; see EXIT_TWICE
+/// 26: 0f 0b                ud2
 /// ```
-const PTE_SYNC: [u8; 38] = [
+const PTE_SYNC: [u8; 40] = [
     0x48, 0x8b, 0x3e, 0x48, 0x8b, 0x4e, 0x08, 0x48, 0x89, 0xf0, 0x48, 0x89, 0xfe, 0xf3, 0x48,
     0xa5, 0x48, 0x89, 0xc6, 0x48, 0x83, 0xc6, 0x10, 0x48, 0xff, 0xca, 0x75, 0xe4, 0x0f, 0x20,
-    0xd8, 0x0f, 0x22, 0xd8, 0xe6, PORT_PTE_SYNC_DONE as u8, 0x0f, 0x0b,
+    0xd8, 0x0f, 0x22, 0xd8, 0xe6, PORT_PTE_SYNC_DONE as u8, 0xe6, PORT_PTE_SYNC_DONE as u8, 0x0f,
+    0x0b,
 ];
+
+/// Every exiting stub executes its `out` twice in a row. When a host signal interrupts
+/// `KVM_RUN` just as a stub's `out` exit is being taken, the hypervisor of these machines can
+/// return `EINTR` with the port I/O still to be completed; the next `KVM_RUN` then completes it
+/// (skipping the `out`) and resumes the guest at the next instruction. The second `out` makes
+/// that resumption exit again, with the same port and the same stack, instead of falling into
+/// the `ud2` (a fault in ring 0, which stops the sandbox).
+pub const EXIT_TWICE: bool = true;
 
 /// Guest-physical address of the syscall entry (LSTAR points at its direct-map address).
 pub const fn syscall_entry() -> Gpa {
@@ -121,7 +131,8 @@ pub fn write_stubs(mem: &GuestMemory) -> Result<(), MemoryError> {
     mem.write(pte_sync(), &PTE_SYNC)?;
     mem.write(iret(), &IRET)?;
     for v in 0..=255u8 {
-        mem.write(exception_stub(v), &[0xe6, exception_port(v) as u8, 0x0f, 0x0b])?;
+        let port = exception_port(v) as u8;
+        mem.write(exception_stub(v), &[0xe6, port, 0xe6, port, 0x0f, 0x0b])?;
     }
     Ok(())
 }
