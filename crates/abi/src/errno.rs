@@ -18,13 +18,62 @@ macro_rules! errnos {
     };
 }
 errnos!(
-    EPERM, ENOENT, ESRCH, EINTR, EIO, ENXIO, E2BIG, ENOEXEC, EBADF, ECHILD, EAGAIN, ENOMEM,
-    EACCES, EFAULT, EBUSY, EEXIST, EXDEV, ENODEV, ENOTDIR, EISDIR, EINVAL, ENFILE, EMFILE,
-    ENOTTY, EFBIG, ENOSPC, ESPIPE, EROFS, EMLINK, EPIPE, ERANGE, ENAMETOOLONG, ENOSYS,
-    ENOTEMPTY, ELOOP, ENOTSOCK, EDESTADDRREQ, EMSGSIZE, EPROTOTYPE, ENOPROTOOPT,
-    EPROTONOSUPPORT, EOPNOTSUPP, EAFNOSUPPORT, EADDRINUSE, EADDRNOTAVAIL, ENETUNREACH,
-    ECONNABORTED, ECONNRESET, ENOTCONN, ETIMEDOUT, ECONNREFUSED, EHOSTUNREACH, EALREADY,
-    EINPROGRESS, EOVERFLOW, ENOTSUP,
+    EPERM,
+    ENOENT,
+    ESRCH,
+    EINTR,
+    EIO,
+    ENXIO,
+    E2BIG,
+    ENOEXEC,
+    EBADF,
+    ECHILD,
+    EAGAIN,
+    ENOMEM,
+    EACCES,
+    EFAULT,
+    EBUSY,
+    EEXIST,
+    EXDEV,
+    ENODEV,
+    ENOTDIR,
+    EISDIR,
+    EINVAL,
+    ENFILE,
+    EMFILE,
+    ENOTTY,
+    EFBIG,
+    ENOSPC,
+    ESPIPE,
+    EROFS,
+    EMLINK,
+    EPIPE,
+    ERANGE,
+    ENAMETOOLONG,
+    ENOSYS,
+    ENOTEMPTY,
+    ELOOP,
+    ENOTSOCK,
+    EDESTADDRREQ,
+    EMSGSIZE,
+    EPROTOTYPE,
+    ENOPROTOOPT,
+    EPROTONOSUPPORT,
+    EOPNOTSUPP,
+    EAFNOSUPPORT,
+    EADDRINUSE,
+    EADDRNOTAVAIL,
+    ENETUNREACH,
+    ECONNABORTED,
+    ECONNRESET,
+    ENOTCONN,
+    ETIMEDOUT,
+    ECONNREFUSED,
+    EHOSTUNREACH,
+    EALREADY,
+    EINPROGRESS,
+    EOVERFLOW,
+    ENOTSUP,
 );
 
 impl Errno {
@@ -52,7 +101,12 @@ impl From<io::Error> for Errno {
 
 impl fmt::Debug for Errno {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Errno({} {})", self.0, io::Error::from_raw_os_error(self.0))
+        write!(
+            f,
+            "Errno({} {})",
+            self.0,
+            io::Error::from_raw_os_error(self.0)
+        )
     }
 }
 
@@ -69,6 +123,9 @@ mod tests {
     #[test]
     fn negated_return() {
         assert_eq!(Errno::ENOSYS.as_return(), (-38i64) as u64);
-        assert_eq!(Errno::from_io(&io::Error::from_raw_os_error(2)), Errno::ENOENT);
+        assert_eq!(
+            Errno::from_io(&io::Error::from_raw_os_error(2)),
+            Errno::ENOENT
+        );
     }
 }

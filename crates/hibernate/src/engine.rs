@@ -164,7 +164,9 @@ impl std::str::FromStr for WakeMode {
             "fault" => Ok(WakeMode::Fault),
             "reap" => Ok(WakeMode::Reap),
             "auto" => Ok(WakeMode::Auto),
-            _ => Err(format!("unknown wake mode {s:?}: expected fault, reap or auto")),
+            _ => Err(format!(
+                "unknown wake mode {s:?}: expected fault, reap or auto"
+            )),
         }
     }
 }
@@ -253,7 +255,9 @@ impl HibernateHandle {
     /// [`HibernateError::Deflate`] (the sandbox stays as it was).
     pub fn hibernate(&self, timeout: Duration) -> Result<DeflateReport, HibernateError> {
         if self.control.is_multi_threaded() {
-            return Err(HibernateError::State("hibernating a multi-threaded sandbox is not supported yet".into()));
+            return Err(HibernateError::State(
+                "hibernating a multi-threaded sandbox is not supported yet".into(),
+            ));
         }
         {
             let st = self.shared.lock_state();
@@ -382,10 +386,14 @@ impl Hibernator {
             pager.reap_wake = false;
             return;
         }
-        let Some(uffd) = self.uffd.clone() else { return };
+        let Some(uffd) = self.uffd.clone() else {
+            return;
+        };
         let base = self.mem.host_base() as u64;
         let state = &mut *pager;
-        let Some(reader) = state.reap.as_ref() else { return };
+        let Some(reader) = state.reap.as_ref() else {
+            return;
+        };
         reader.advise_sequential();
         let pages = &mut state.pages;
         let mut bytes = 0u64;
@@ -394,13 +402,16 @@ impl Hibernator {
                 let host = base + first.0 * PAGE_SIZE;
                 // SAFETY: `data` holds verified page bytes; the destination run lies in guest
                 // memory above the reserved chunk (REAP pages are guest pages of the map).
-                let r = unsafe { uffd.copy(data.as_ptr().cast(), host as *mut _, data.len(), true) };
+                let r =
+                    unsafe { uffd.copy(data.as_ptr().cast(), host as *mut _, data.len(), true) };
                 if r.is_err() {
                     // Some page of the run is present already: install page by page.
                     for (k, page) in data.chunks(PAGE_SIZE as usize).enumerate() {
                         let h = host + k as u64 * PAGE_SIZE;
                         // SAFETY: as above, one page.
-                        let _ = unsafe { uffd.copy(page.as_ptr().cast(), h as *mut _, PAGE_SIZE as usize, true) };
+                        let _ = unsafe {
+                            uffd.copy(page.as_ptr().cast(), h as *mut _, PAGE_SIZE as usize, true)
+                        };
                     }
                 }
                 let n = data.len() as u64 / PAGE_SIZE;
@@ -412,7 +423,10 @@ impl Hibernator {
             Ok::<(), crate::reap::ReapError>(())
         });
         if let Err(e) = r {
-            pager::fatal(&self.dir.join("error"), &format!("REAP file unreadable or corrupt: {e}"));
+            pager::fatal(
+                &self.dir.join("error"),
+                &format!("REAP file unreadable or corrupt: {e}"),
+            );
         }
         state.reap_wake = true;
         self.reap_wake = true;
@@ -464,7 +478,11 @@ impl Hibernator {
             } else if self.mode == WakeMode::Auto && self.reap_wake {
                 let residual = self.shared.metrics.residual_faults.load(Ordering::Relaxed);
                 if residual >= 64 && residual as usize * 4 > reap_set.len() {
-                    tracing::info!(residual, set = reap_set.len(), "many faults outside the REAP set: re-recording");
+                    tracing::info!(
+                        residual,
+                        set = reap_set.len(),
+                        "many faults outside the REAP set: re-recording"
+                    );
                     record_next = true;
                 }
             }
@@ -476,20 +494,32 @@ impl Hibernator {
             }
         }
         // Old bytes of a page that is not resident: from the previous swap or REAP file.
-        fn read_old(pager: &PagerState, page: u64, buf: &mut [u8; PAGE_SIZE as usize]) -> Result<bool, String> {
+        fn read_old(
+            pager: &PagerState,
+            page: u64,
+            buf: &mut [u8; PAGE_SIZE as usize],
+        ) -> Result<bool, String> {
             match pager.pages.get(PageIdx(page)) {
                 Ok(PageState::Swapped { .. }) => {
-                    let old = pager.swap.as_ref().ok_or("swapped page without a swap file")?;
-                    old.read_page(PageIdx(page), buf).map_err(|e| e.to_string())?;
+                    let old = pager
+                        .swap
+                        .as_ref()
+                        .ok_or("swapped page without a swap file")?;
+                    old.read_page(PageIdx(page), buf)
+                        .map_err(|e| e.to_string())?;
                     Ok(true)
                 }
                 Ok(PageState::Reap { .. }) => {
                     let old = pager.reap.as_ref().ok_or("REAP page without a REAP file")?;
-                    old.read_page(PageIdx(page), buf).map_err(|e| e.to_string())?;
+                    old.read_page(PageIdx(page), buf)
+                        .map_err(|e| e.to_string())?;
                     Ok(true)
                 }
                 Ok(PageState::File { slot }) => {
-                    let fp = pager.files.get(slot as usize).ok_or("file page without its file")?;
+                    let fp = pager
+                        .files
+                        .get(slot as usize)
+                        .ok_or("file page without its file")?;
                     fp.read_into(buf)?;
                     Ok(true)
                 }
@@ -548,12 +578,19 @@ impl Hibernator {
                     Some(crc32c::crc32c(&page_buf))
                 } else {
                     match pager.pages.get(PageIdx(page)) {
-                        Ok(PageState::File { slot }) => pager.files.get(slot as usize).map(|f| f.crc),
+                        Ok(PageState::File { slot }) => {
+                            pager.files.get(slot as usize).map(|f| f.crc)
+                        }
                         _ => None,
                     }
                 };
                 if let Some(crc) = crc {
-                    new_states.push((page, PageState::File { slot: files.len() as u32 }));
+                    new_states.push((
+                        page,
+                        PageState::File {
+                            slot: files.len() as u32,
+                        },
+                    ));
                     files.push(pager::FilePage { file, offset, crc });
                     report.file_pages += 1;
                     continue;
@@ -607,18 +644,32 @@ impl Hibernator {
                 e.to_string()
             })?;
             let mut idx: Vec<u64> = Vec::with_capacity(BATCH_PAGES);
-            let write = |w: &mut ReapWriter, idx: &mut Vec<u64>, data: &[u8], out: &mut Vec<(u64, PageState)>| -> Result<(), String> {
+            let write = |w: &mut ReapWriter,
+                         idx: &mut Vec<u64>,
+                         data: &[u8],
+                         out: &mut Vec<(u64, PageState)>|
+             -> Result<(), String> {
                 if idx.is_empty() {
                     return Ok(());
                 }
                 let pages: Vec<(PageIdx, &[u8])> = idx
                     .iter()
                     .enumerate()
-                    .map(|(i, &p)| (PageIdx(p), &data[i * PAGE_SIZE as usize..(i + 1) * PAGE_SIZE as usize]))
+                    .map(|(i, &p)| {
+                        (
+                            PageIdx(p),
+                            &data[i * PAGE_SIZE as usize..(i + 1) * PAGE_SIZE as usize],
+                        )
+                    })
                     .collect();
                 let slots = w.write_batch(&pages).map_err(|e| e.to_string())?;
                 for (i, &p) in idx.iter().enumerate() {
-                    out.push((p, PageState::Reap { slot: slots.start + i as u32 }));
+                    out.push((
+                        p,
+                        PageState::Reap {
+                            slot: slots.start + i as u32,
+                        },
+                    ));
                 }
                 idx.clear();
                 Ok(())
@@ -626,12 +677,16 @@ impl Hibernator {
             let result = (|| -> Result<(), String> {
                 for p in &reap_set {
                     let page = p.0;
-                    if page < first_page || page >= total_pages || mm.allocator().is_free(Gpa(page * PAGE_SIZE)) {
+                    if page < first_page
+                        || page >= total_pages
+                        || mm.allocator().is_free(Gpa(page * PAGE_SIZE))
+                    {
                         continue;
                     }
                     let at = idx.len() * PAGE_SIZE as usize;
                     if resident[page as usize] & 1 != 0 {
-                        mem.read(Gpa(page * PAGE_SIZE), &mut page_buf).map_err(|e| e.to_string())?;
+                        mem.read(Gpa(page * PAGE_SIZE), &mut page_buf)
+                            .map_err(|e| e.to_string())?;
                         if page_buf.iter().all(|&b| b == 0) {
                             reap_states.push((page, PageState::Zero));
                             continue;
@@ -672,7 +727,11 @@ impl Hibernator {
         for (page, st) in new_states.iter().chain(&reap_states) {
             let _ = pager.pages.set(PageIdx(*page), *st);
         }
-        let mut dropped: Vec<u64> = new_states.iter().chain(&reap_states).map(|(p, _)| *p).collect();
+        let mut dropped: Vec<u64> = new_states
+            .iter()
+            .chain(&reap_states)
+            .map(|(p, _)| *p)
+            .collect();
         dropped.sort_unstable();
         discard_pages(&mem, dropped.into_iter());
         if let Some(old) = pager.swap.replace(reader) {
@@ -719,7 +778,9 @@ impl Hibernator {
         // SAFETY: malloc_trim has no preconditions.
         unsafe { libc::malloc_trim(0) };
         report.took_us = start.elapsed().as_micros() as u64;
-        self.shared.metrics.record_deflate(start.elapsed(), report.swap_bytes, report.reap_bytes);
+        self.shared
+            .metrics
+            .record_deflate(start.elapsed(), report.swap_bytes, report.reap_bytes);
         if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {
             tracing::warn!("{e}");
         }

@@ -105,9 +105,13 @@ impl FilePage {
     /// # Errors
     /// A message for an I/O error or a changed file.
     pub fn read_into(&self, buf: &mut [u8]) -> Result<(), String> {
-        read_file_page(&self.file, self.offset, buf).map_err(|e| format!("reading a mapped file: {e}"))?;
+        read_file_page(&self.file, self.offset, buf)
+            .map_err(|e| format!("reading a mapped file: {e}"))?;
         if crc32c::crc32c(buf) != self.crc {
-            return Err(format!("mapped file changed on the host (offset {:#x})", self.offset));
+            return Err(format!(
+                "mapped file changed on the host (offset {:#x})",
+                self.offset
+            ));
         }
         Ok(())
     }
@@ -129,7 +133,13 @@ pub fn read_file_page(file: &std::fs::File, offset: u64, buf: &mut [u8]) -> std:
     Ok(())
 }
 
-fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &Metrics, error_file: &PathBuf) {
+fn serve(
+    uffd: &Uffd,
+    mem: &GuestMemory,
+    state: &RwLock<PagerState>,
+    metrics: &Metrics,
+    error_file: &PathBuf,
+) {
     let base = mem.host_base() as u64;
     let mut buf = vec![0u8; (FAULT_AROUND * PAGE_SIZE) as usize];
     loop {
@@ -154,13 +164,17 @@ fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &M
             Err(p) => p.into_inner(),
         };
         let residual = st.reap_wake;
-        let Some((store, slot)) = location(st.pages.get(PageIdx(page)).unwrap_or(PageState::Zero)) else {
+        let Some((store, slot)) = location(st.pages.get(PageIdx(page)).unwrap_or(PageState::Zero))
+        else {
             let host = base + page * PAGE_SIZE;
             // SAFETY: `host` is a page of guest memory, registered with this uffd.
             match unsafe { uffd.zeropage(host as *mut _, PAGE_SIZE as usize, true) } {
                 Ok(_) => {}
                 Err(e) if is_eexist(&e) => {}
-                Err(e) => fatal(error_file, &format!("UFFDIO_ZEROPAGE at page {page:#x} failed: {e}")),
+                Err(e) => fatal(
+                    error_file,
+                    &format!("UFFDIO_ZEROPAGE at page {page:#x} failed: {e}"),
+                ),
             }
             let _ = st.pages.set(PageIdx(page), PageState::Resident);
             st.recorder.record(PageIdx(page));
@@ -174,7 +188,10 @@ fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &M
         let same = |s: Result<PageState, _>, want: u64| matches!(s.ok().and_then(location), Some((r, sl)) if r == store && u64::from(sl) == want);
         let mut first = page;
         let mut first_slot = u64::from(slot);
-        while first > win && first_slot > 0 && same(st.pages.get(PageIdx(first - 1)), first_slot - 1) {
+        while first > win
+            && first_slot > 0
+            && same(st.pages.get(PageIdx(first - 1)), first_slot - 1)
+        {
             first -= 1;
             first_slot -= 1;
         }
@@ -187,8 +204,14 @@ fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &M
         }
         let bytes = (count * PAGE_SIZE) as usize;
         let read = match store {
-            Store::Reap => st.reap.as_ref().map(|r| r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes]).map_err(|e| e.to_string())),
-            Store::Swap => st.swap.as_ref().map(|r| r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes]).map_err(|e| e.to_string())),
+            Store::Reap => st.reap.as_ref().map(|r| {
+                r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes])
+                    .map_err(|e| e.to_string())
+            }),
+            Store::Swap => st.swap.as_ref().map(|r| {
+                r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes])
+                    .map_err(|e| e.to_string())
+            }),
             Store::File => Some((0..count).try_for_each(|k| {
                 let at = (k * PAGE_SIZE) as usize;
                 match st.files.get((first_slot + k) as usize) {
@@ -199,8 +222,14 @@ fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &M
         };
         match read {
             Some(Ok(())) => {}
-            Some(Err(e)) => fatal(error_file, &format!("swapped data unreadable or corrupt: {e}")),
-            None => fatal(error_file, &format!("page {page:#x} is swapped out but its file is not open")),
+            Some(Err(e)) => fatal(
+                error_file,
+                &format!("swapped data unreadable or corrupt: {e}"),
+            ),
+            None => fatal(
+                error_file,
+                &format!("page {page:#x} is swapped out but its file is not open"),
+            ),
         }
         let host = base + first * PAGE_SIZE;
         // SAFETY: `buf` holds `bytes` verified bytes; the destination is guest memory inside the
@@ -212,15 +241,28 @@ fn serve(uffd: &Uffd, mem: &GuestMemory, state: &RwLock<PagerState>, metrics: &M
                 let off = ((page - first) * PAGE_SIZE) as usize;
                 let h = base + page * PAGE_SIZE;
                 // SAFETY: as above, one page.
-                match unsafe { uffd.copy(buf[off..].as_ptr().cast(), h as *mut _, PAGE_SIZE as usize, true) } {
+                match unsafe {
+                    uffd.copy(
+                        buf[off..].as_ptr().cast(),
+                        h as *mut _,
+                        PAGE_SIZE as usize,
+                        true,
+                    )
+                } {
                     Ok(_) => {}
                     Err(e) if is_eexist(&e) => {}
-                    Err(e) => fatal(error_file, &format!("UFFDIO_COPY at page {page:#x} failed: {e}")),
+                    Err(e) => fatal(
+                        error_file,
+                        &format!("UFFDIO_COPY at page {page:#x} failed: {e}"),
+                    ),
                 }
                 count = 1;
                 first = page;
             }
-            Err(e) => fatal(error_file, &format!("UFFDIO_COPY at page {page:#x} failed: {e}")),
+            Err(e) => fatal(
+                error_file,
+                &format!("UFFDIO_COPY at page {page:#x} failed: {e}"),
+            ),
         }
         for p in first..first + count {
             let _ = st.pages.set(PageIdx(p), PageState::Resident);

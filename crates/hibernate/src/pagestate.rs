@@ -149,7 +149,9 @@ impl PageState {
     /// Its slot, for swapped and REAP pages.
     pub const fn slot(self) -> Option<u32> {
         match self {
-            PageState::Swapped { slot } | PageState::Reap { slot } | PageState::File { slot } => Some(slot),
+            PageState::Swapped { slot } | PageState::Reap { slot } | PageState::File { slot } => {
+                Some(slot)
+            }
             _ => None,
         }
     }
@@ -516,7 +518,9 @@ mod tests {
             }
         );
         assert_eq!(c.get(PageKind::Reap), 1);
-        let total: u64 = [c.resident, c.free, c.zero, c.swapped, c.reap, c.file].iter().sum();
+        let total: u64 = [c.resident, c.free, c.zero, c.swapped, c.reap, c.file]
+            .iter()
+            .sum();
         m.set(PageIdx(9), PageState::File { slot: 77 }).unwrap();
         assert_eq!(m.get(PageIdx(9)).unwrap(), PageState::File { slot: 77 });
         assert_eq!(m.counts().file, 1);

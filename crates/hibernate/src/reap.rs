@@ -271,7 +271,11 @@ impl ReapReader {
     ///
     /// # Errors
     /// As [`PageFileReader::read_page`].
-    pub fn read_page(&self, page: PageIdx, buf: &mut [u8; crate::pagefile::PAGE_BYTES]) -> Result<(), ReapError> {
+    pub fn read_page(
+        &self,
+        page: PageIdx,
+        buf: &mut [u8; crate::pagefile::PAGE_BYTES],
+    ) -> Result<(), ReapError> {
         self.0.read_page(page, buf)
     }
 

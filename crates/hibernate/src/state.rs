@@ -97,7 +97,10 @@ impl State {
                 | (Hibernated, HibernateRunning | Woken)
                 | (HibernateRunning, Woken | Hibernated)
                 | (Woken, HibernateRunning | Hibernated)
-                | (Creating | Hot | Running | Woken | Hibernated | HibernateRunning, Stopped)
+                | (
+                    Creating | Hot | Running | Woken | Hibernated | HibernateRunning,
+                    Stopped
+                )
         )
     }
 
@@ -217,7 +220,10 @@ impl StateMachine {
         if self.state.may_go_to(to) {
             Ok(())
         } else {
-            Err(IllegalTransition { from: self.state, to })
+            Err(IllegalTransition {
+                from: self.state,
+                to,
+            })
         }
     }
 
@@ -237,7 +243,12 @@ impl StateMachine {
             took_us,
         };
         // Serving flips (hot/running, woken/hibernate-running) happen on every request.
-        let serving = |s: State| matches!(s, State::Hot | State::Running | State::Woken | State::HibernateRunning);
+        let serving = |s: State| {
+            matches!(
+                s,
+                State::Hot | State::Running | State::Woken | State::HibernateRunning
+            )
+        };
         if serving(t.from) && serving(t.to) {
             tracing::debug!(from = %t.from, to = %t.to, took_us, "sandbox state transition");
         } else {

@@ -18,4 +18,4 @@ pub mod sandbox;
 pub mod syscalls;
 pub mod task;
 
-pub use sandbox::{Sandbox, SandboxConfig, SandboxError, ExitStatus};
+pub use sandbox::{ExitStatus, Sandbox, SandboxConfig, SandboxError};

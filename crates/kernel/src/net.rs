@@ -37,7 +37,10 @@ impl std::str::FromStr for Publish {
         if guest_port == 0 {
             return Err(bad());
         }
-        Ok(Publish { host: SocketAddr::new(ip, host_port), guest_port })
+        Ok(Publish {
+            host: SocketAddr::new(ip, host_port),
+            guest_port,
+        })
     }
 }
 
@@ -53,7 +56,11 @@ pub struct NetPolicy {
 impl NetPolicy {
     /// A policy with these published ports.
     pub fn new(publish: Vec<Publish>, allow_outbound: bool) -> NetPolicy {
-        NetPolicy { publish, allow_outbound, bound: Mutex::new(HashMap::new()) }
+        NetPolicy {
+            publish,
+            allow_outbound,
+            bound: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The host address to bind for a guest bind to `guest`.
@@ -63,7 +70,11 @@ impl NetPolicy {
                 return p.host;
             }
         }
-        let lo = if guest.is_ipv4() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { IpAddr::V6(std::net::Ipv6Addr::LOCALHOST) };
+        let lo = if guest.is_ipv4() {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+        };
         SocketAddr::new(lo, 0)
     }
 
@@ -79,10 +90,18 @@ impl NetPolicy {
         if guest.ip().is_loopback() || guest.ip().is_unspecified() {
             let b = self.bound.lock().ok()?;
             if let Some(h) = b.get(&guest.port()) {
-                let ip = if h.ip().is_unspecified() { guest_loopback(guest) } else { h.ip() };
+                let ip = if h.ip().is_unspecified() {
+                    guest_loopback(guest)
+                } else {
+                    h.ip()
+                };
                 return Some(SocketAddr::new(ip, h.port()));
             }
-            return if self.allow_outbound { Some(guest) } else { None };
+            return if self.allow_outbound {
+                Some(guest)
+            } else {
+                None
+            };
         }
         self.allow_outbound.then_some(guest)
     }
@@ -90,7 +109,9 @@ impl NetPolicy {
     /// The guest port that host port `host_port` stands for, if the application bound it.
     pub fn guest_port_of(&self, host: SocketAddr) -> Option<u16> {
         let b = self.bound.lock().ok()?;
-        b.iter().find(|(_, h)| h.port() == host.port()).map(|(g, _)| *g)
+        b.iter()
+            .find(|(_, h)| h.port() == host.port())
+            .map(|(g, _)| *g)
     }
 }
 
@@ -118,7 +139,11 @@ pub struct PortLease {
 impl PortLease {
     /// A lease on `guest_port` → `host` in `net`.
     pub fn new(net: std::sync::Arc<NetPolicy>, guest_port: u16, host: SocketAddr) -> PortLease {
-        PortLease { net, guest_port, host }
+        PortLease {
+            net,
+            guest_port,
+            host,
+        }
     }
 }
 
@@ -155,13 +180,25 @@ mod tests {
     #[test]
     fn binds_and_connects() {
         let n = NetPolicy::new(vec!["127.0.0.1:18080:80".parse().unwrap()], false);
-        assert_eq!(n.bind_target("0.0.0.0:80".parse().unwrap()), "127.0.0.1:18080".parse().unwrap());
-        assert_eq!(n.bind_target("0.0.0.0:81".parse().unwrap()), "127.0.0.1:0".parse().unwrap());
+        assert_eq!(
+            n.bind_target("0.0.0.0:80".parse().unwrap()),
+            "127.0.0.1:18080".parse().unwrap()
+        );
+        assert_eq!(
+            n.bind_target("0.0.0.0:81".parse().unwrap()),
+            "127.0.0.1:0".parse().unwrap()
+        );
         n.record_bind(81, "127.0.0.1:40000".parse().unwrap());
-        assert_eq!(n.connect_target("127.0.0.1:81".parse().unwrap()), Some("127.0.0.1:40000".parse().unwrap()));
+        assert_eq!(
+            n.connect_target("127.0.0.1:81".parse().unwrap()),
+            Some("127.0.0.1:40000".parse().unwrap())
+        );
         assert_eq!(n.connect_target("127.0.0.1:22".parse().unwrap()), None);
         assert_eq!(n.connect_target("10.0.0.1:80".parse().unwrap()), None);
-        assert_eq!(n.guest_port_of("127.0.0.1:40000".parse().unwrap()), Some(81));
+        assert_eq!(
+            n.guest_port_of("127.0.0.1:40000".parse().unwrap()),
+            Some(81)
+        );
     }
 
     #[test]

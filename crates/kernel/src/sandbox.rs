@@ -96,18 +96,29 @@ impl Sandbox {
     /// [`SandboxError`] for a missing root or program, a bad ELF, or a KVM failure.
     pub fn build(cfg: &SandboxConfig) -> Result<Sandbox, SandboxError> {
         let started = Instant::now();
-        let root = Root::open(&cfg.rootfs).map_err(|source| SandboxError::Rootfs { path: cfg.rootfs.clone(), source })?;
+        let root = Root::open(&cfg.rootfs).map_err(|source| SandboxError::Rootfs {
+            path: cfg.rootfs.clone(),
+            source,
+        })?;
         let prog_path = fs::join(b"/", cfg.program.as_bytes());
         let prog = match root.open_at(&prog_path, libc::O_RDONLY, 0) {
             Ok(fd) => fd,
             Err(e) if e == abi::Errno::ENOENT || e == abi::Errno::ENOTDIR => {
                 return Err(SandboxError::ProgramNotFound(cfg.program.clone()))
             }
-            Err(errno) => return Err(SandboxError::ProgramOpen { path: cfg.program.clone(), errno }),
+            Err(errno) => {
+                return Err(SandboxError::ProgramOpen {
+                    path: cfg.program.clone(),
+                    errno,
+                })
+            }
         };
-        let mem = Arc::new(GuestMemory::new(cfg.memory).map_err(|e| SandboxError::Memory(e.to_string()))?);
+        let mem = Arc::new(
+            GuestMemory::new(cfg.memory).map_err(|e| SandboxError::Memory(e.to_string()))?,
+        );
         let vm = Arc::new(Vm::new(mem.clone())?);
-        let mut mm = MemoryManager::new(mem.clone()).map_err(|e| SandboxError::Memory(e.to_string()))?;
+        let mut mm =
+            MemoryManager::new(mem.clone()).map_err(|e| SandboxError::Memory(e.to_string()))?;
         let image = loader::load_elf(&mut mm, &root, &cfg.program, std::fs::File::from(prog))?;
         mm.set_brk_base(image.brk);
         let argv: Vec<Vec<u8>> = cfg.args.iter().map(|s| s.as_bytes().to_vec()).collect();
@@ -126,8 +137,13 @@ impl Sandbox {
             let d = unsafe { libc::fcntl(n, libc::F_DUPFD_CLOEXEC, 3) };
             if d >= 0 {
                 // SAFETY: `d` is a fresh fd owned by nobody else.
-                let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(d) };
-                let _ = fds.insert_at(n, Arc::new(OpenFile::new(owned, FileKind::Stdio, None)), false);
+                let owned =
+                    unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(d) };
+                let _ = fds.insert_at(
+                    n,
+                    Arc::new(OpenFile::new(owned, FileKind::Stdio, None)),
+                    false,
+                );
             }
         }
         let cwd = {
@@ -162,8 +178,15 @@ impl Sandbox {
             comm: comm_of(&cfg.program),
             exe: prog_path,
         };
-        let timings = StartTimings { built_us: started.elapsed().as_micros() as u64 };
-        Ok(Sandbox { task, started, timings, _vm: vm })
+        let timings = StartTimings {
+            built_us: started.elapsed().as_micros() as u64,
+        };
+        Ok(Sandbox {
+            task,
+            started,
+            timings,
+            _vm: vm,
+        })
     }
 
     /// When `build` began.

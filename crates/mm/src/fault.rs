@@ -349,7 +349,10 @@ mod tests {
                 prot,
                 fixed: false,
                 fixed_noreplace: false,
-                kind: crate::VmaKind::File { file: file.clone(), offset: 0 },
+                kind: crate::VmaKind::File {
+                    file: file.clone(),
+                    offset: 0,
+                },
                 name: None,
             })
             .unwrap()
@@ -365,14 +368,21 @@ mod tests {
         assert_eq!(clean.len(), 3);
         for (i, c) in clean.iter().enumerate() {
             assert_eq!(c.offset, i as u64 * 0x1000);
-            assert_eq!(Some(c.frame), m.page_tables().translate(ro.add(i as u64 * 0x1000)).map(|t| t.0));
+            assert_eq!(
+                Some(c.frame),
+                m.page_tables()
+                    .translate(ro.add(i as u64 * 0x1000))
+                    .map(|t| t.0)
+            );
         }
         // A page the kernel wrote for the application, then made read-only, is dirty.
         m.copy_out(rw, b"x").unwrap();
         m.mprotect(rw, 0x4000, Prot::READ).unwrap();
         let clean = m.clean_file_pages();
         assert_eq!(clean.len(), 5, "ro 0-2 and rw 1-2");
-        assert!(clean.iter().all(|c| Some(c.frame) != m.page_tables().translate(rw).map(|t| t.0)));
+        assert!(clean
+            .iter()
+            .all(|c| Some(c.frame) != m.page_tables().translate(rw).map(|t| t.0)));
         let _ = std::fs::remove_file(&path);
     }
 

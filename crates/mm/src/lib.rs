@@ -38,9 +38,8 @@ pub mod vma;
 pub use alloc::{AllocError, PageAllocator, CHUNK_PAGES, CHUNK_SIZE};
 pub use fault::{Access, FaultError, FAULT_AROUND};
 pub use manager::{
-    CleanFilePage,
-    MemoryManager, MmError, MmStats, MmapRequest, DEFAULT_MMAP_BASE, MREMAP_FIXED, MREMAP_MAYMOVE,
-    STACK_RESERVE,
+    CleanFilePage, MemoryManager, MmError, MmStats, MmapRequest, DEFAULT_MMAP_BASE, MREMAP_FIXED,
+    MREMAP_MAYMOVE, STACK_RESERVE,
 };
 pub use pagetable::{PageTableError, PageTables, PteFlags, PteRun};
 pub use pod::Pod;

@@ -277,7 +277,9 @@ impl MemoryManager {
     pub fn clean_file_pages(&self) -> Vec<CleanFilePage> {
         let mut out = Vec::new();
         for v in self.vmas.iter() {
-            let VmaKind::File { file, .. } = &v.kind else { continue };
+            let VmaKind::File { file, .. } = &v.kind else {
+                continue;
+            };
             if v.prot.contains(Prot::WRITE) {
                 continue;
             }
@@ -289,7 +291,11 @@ impl MemoryManager {
                     continue;
                 }
                 if let Some(offset) = v.file_offset(va) {
-                    out.push(CleanFilePage { frame, file: file.clone(), offset });
+                    out.push(CleanFilePage {
+                        frame,
+                        file: file.clone(),
+                        offset,
+                    });
                 }
             }
         }

@@ -56,13 +56,20 @@ impl TestVm {
     pub fn new(code: &[u8]) -> Result<Self, VmError> {
         let mem = Arc::new(GuestMemory::new(64 << 20)?);
         let w = |gpa: Gpa, v: u64| mem.write_u64(gpa, v);
-        w(PML4.add(((layout::DIRECT_MAP_BASE >> 39) & 511) * 8), KPDPT.raw() | P | RW | US)?;
+        w(
+            PML4.add(((layout::DIRECT_MAP_BASE >> 39) & 511) * 8),
+            KPDPT.raw() | P | RW | US,
+        )?;
         w(KPDPT, KPD.raw() | P | RW | US)?;
         // The first 2 MiB through a page table: the stub page is user-readable (see
         // `stubs`), the rest supervisor-only.
         w(KPD, KPT.raw() | P | RW | US)?;
         for i in 0..512u64 {
-            let flags = if i << 12 == layout::STUBS.raw() { P | US } else { P | RW };
+            let flags = if i << 12 == layout::STUBS.raw() {
+                P | US
+            } else {
+                P | RW
+            };
             w(KPT.add(i * 8), (i << 12) | flags)?;
         }
         for i in 1..32u64 {
@@ -72,7 +79,10 @@ impl TestVm {
         w(UPDPT, UPD.raw() | P | RW | US)?;
         w(UPD, UPT.raw() | P | RW | US)?;
         w(UPT.add(8 * (CODE.raw() >> 12)), CODE_FRAME.raw() | P | US)?;
-        w(UPT.add(8 * (DATA.raw() >> 12)), DATA_FRAME.raw() | P | RW | US)?;
+        w(
+            UPT.add(8 * (DATA.raw() >> 12)),
+            DATA_FRAME.raw() | P | RW | US,
+        )?;
         mem.write(CODE_FRAME, code)?;
         let vm = Vm::new(mem.clone())?;
         let mut vcpu = vm.create_vcpu(0, PML4)?;
@@ -86,7 +96,10 @@ impl TestVm {
     pub fn set_pte(&self, va: Gva, value: u64) -> Result<PteRun, crate::memory::MemoryError> {
         let entry = UPT.add(8 * ((va.raw() >> 12) & 511));
         self.mem.write_u64(entry, value)?;
-        Ok(PteRun { first: layout::direct_map(entry), count: 1 })
+        Ok(PteRun {
+            first: layout::direct_map(entry),
+            count: 1,
+        })
     }
 
     /// The PTE value mapping `frame` user-readable and writable.
@@ -118,7 +131,11 @@ pub fn round_trips(n: u32) -> Result<RoundTrips, VmError> {
         let run = t.set_pte(DATA, TestVm::user_rw(DATA_FRAME))?;
         let start = Instant::now();
         for _ in 0..n {
-            let s: &[PteRun] = if sync { std::slice::from_ref(&run) } else { &[] };
+            let s: &[PteRun] = if sync {
+                std::slice::from_ref(&run)
+            } else {
+                &[]
+            };
             match t.vcpu.run(s)? {
                 Exit::Syscall => {}
                 other => return Err(VcpuError::Unexpected(format!("{other:?}"))),
@@ -139,5 +156,9 @@ pub fn round_trips(n: u32) -> Result<RoundTrips, VmError> {
     m.set_pte(DATA, TestVm::user_rw(outside))?;
     let took = m.vcpu.count_mmio_exits(n)?;
     let bare_exit_us = took.as_secs_f64() * 1e6 / f64::from(n.max(1));
-    Ok(RoundTrips { bare_exit_us, syscall_us, syscall_with_pte_sync_us })
+    Ok(RoundTrips {
+        bare_exit_us,
+        syscall_us,
+        syscall_with_pte_sync_us,
+    })
 }

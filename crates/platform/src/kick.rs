@@ -48,7 +48,12 @@ unsafe impl Send for KickTarget {}
 
 impl VcpuKicker {
     pub(crate) fn new(immediate_exit: *const AtomicU8) -> VcpuKicker {
-        VcpuKicker { inner: Arc::new(Mutex::new(KickTarget { thread: None, immediate_exit })) }
+        VcpuKicker {
+            inner: Arc::new(Mutex::new(KickTarget {
+                thread: None,
+                immediate_exit,
+            })),
+        }
     }
 
     pub(crate) fn set_thread(&self, t: Option<libc::pthread_t>) {

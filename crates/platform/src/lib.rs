@@ -21,6 +21,6 @@ pub mod stubs;
 pub mod vcpu;
 pub mod vm;
 
-pub use vcpu::{ExceptionInfo, Exit, PteRun, Regs, UserContext, Vcpu, VcpuError};
 pub use kick::VcpuKicker;
+pub use vcpu::{ExceptionInfo, Exit, PteRun, Regs, UserContext, Vcpu, VcpuError};
 pub use vm::{Vm, VmError};

@@ -76,7 +76,10 @@ impl GuestMemory {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(MemoryError::Map { size, source: io::Error::last_os_error() });
+            return Err(MemoryError::Map {
+                size,
+                source: io::Error::last_os_error(),
+            });
         }
         let base = NonNull::new(p.cast::<u8>()).ok_or(MemoryError::Map {
             size,
@@ -217,7 +220,9 @@ impl GuestMemory {
         len: u64,
         offset: Option<u64>,
     ) -> io::Result<usize> {
-        let p = self.host_ptr(gpa, len).map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
+        let p = self
+            .host_ptr(gpa, len)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
         // SAFETY: `p..p+len` is inside guest memory (checked); the host kernel writes it.
         let r = unsafe {
             match offset {

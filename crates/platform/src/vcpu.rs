@@ -13,9 +13,7 @@
 
 use std::sync::Arc;
 
-use kvm_bindings::{
-    kvm_regs, kvm_segment, kvm_sregs, kvm_xcrs, CpuId, Msrs, kvm_msr_entry,
-};
+use kvm_bindings::{kvm_msr_entry, kvm_regs, kvm_segment, kvm_sregs, kvm_xcrs, CpuId, Msrs};
 use std::sync::atomic::AtomicU8;
 
 use kvm_ioctls::{SyncReg, VcpuExit, VcpuFd, VmFd};
@@ -188,7 +186,10 @@ impl Vcpu {
         fd.set_cpuid2(cpuid).map_err(kvm("SET_CPUID2"))?;
 
         // x87, SSE and AVX state enabled (XCR0 = 7), as DESIGN.md measured.
-        let mut xcrs = kvm_xcrs { nr_xcrs: 1, ..Default::default() };
+        let mut xcrs = kvm_xcrs {
+            nr_xcrs: 1,
+            ..Default::default()
+        };
         xcrs.xcrs[0].xcr = 0;
         xcrs.xcrs[0].value = 7;
         fd.set_xcrs(&xcrs).map_err(kvm("SET_XCRS"))?;
@@ -230,10 +231,22 @@ impl Vcpu {
 
         let msrs = Msrs::from_entries(&[
             // sysret selectors base 0x10 (unused: the host returns to ring 3), syscall CS 0x08.
-            kvm_msr_entry { index: MSR_STAR, data: (0x10u64 << 48) | (u64::from(KERNEL_CS) << 32), ..Default::default() },
-            kvm_msr_entry { index: MSR_LSTAR, data: layout::direct_map(stubs::syscall_entry()).raw(), ..Default::default() },
+            kvm_msr_entry {
+                index: MSR_STAR,
+                data: (0x10u64 << 48) | (u64::from(KERNEL_CS) << 32),
+                ..Default::default()
+            },
+            kvm_msr_entry {
+                index: MSR_LSTAR,
+                data: layout::direct_map(stubs::syscall_entry()).raw(),
+                ..Default::default()
+            },
             // Mask TF, IF, DF, IOPL, NT, AC on syscall entry.
-            kvm_msr_entry { index: MSR_FMASK, data: 0x4_7700, ..Default::default() },
+            kvm_msr_entry {
+                index: MSR_FMASK,
+                data: 0x4_7700,
+                ..Default::default()
+            },
         ])
         .map_err(|e| VcpuError::Unexpected(format!("MSR list: {e:?}")))?;
         let n = fd.set_msrs(&msrs).map_err(kvm("SET_MSRS"))?;
@@ -243,7 +256,8 @@ impl Vcpu {
 
         fd.set_sync_valid_reg(SyncReg::Register);
         fd.set_sync_valid_reg(SyncReg::SystemRegister);
-        let immediate_exit = std::ptr::addr_of_mut!(fd.get_kvm_run().immediate_exit).cast::<AtomicU8>();
+        let immediate_exit =
+            std::ptr::addr_of_mut!(fd.get_kvm_run().immediate_exit).cast::<AtomicU8>();
         crate::kick::install_kick_handler();
         Ok(Vcpu {
             kicker: VcpuKicker::new(immediate_exit),
@@ -252,7 +266,10 @@ impl Vcpu {
             index,
             kernel_sregs: s,
             user: UserContext {
-                regs: Regs { rflags: RFLAGS_RESERVED, ..Default::default() },
+                regs: Regs {
+                    rflags: RFLAGS_RESERVED,
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             exits: 0,
@@ -285,7 +302,10 @@ impl Vcpu {
     /// # Errors
     /// [`VcpuError::Kvm`] if the ioctl fails.
     pub fn get_xsave(&self) -> Result<Box<[u8; XSAVE_AREA_SIZE]>, VcpuError> {
-        let x = self.fd.get_xsave().map_err(|source| VcpuError::Kvm { op: "GET_XSAVE", source })?;
+        let x = self.fd.get_xsave().map_err(|source| VcpuError::Kvm {
+            op: "GET_XSAVE",
+            source,
+        })?;
         let mut out = Box::new([0u8; XSAVE_AREA_SIZE]);
         for (i, w) in x.region.iter().enumerate() {
             out[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
@@ -310,14 +330,18 @@ impl Vcpu {
         // SAFETY: `x` is a full 4096-byte kvm_xsave. KVM may read beyond it only when XSAVE
         // features are enabled dynamically (AMX through arch_prctl(ARCH_REQ_XCOMP_GUEST_PERM)),
         // which this process never does: XCR0 is x87|SSE|AVX, whose state fits in 4096 bytes.
-        unsafe { self.fd.set_xsave(&x) }.map_err(|source| VcpuError::Kvm { op: "SET_XSAVE", source })
+        unsafe { self.fd.set_xsave(&x) }.map_err(|source| VcpuError::Kvm {
+            op: "SET_XSAVE",
+            source,
+        })
     }
 
     /// Records the calling thread as this vCPU's thread (the one kicks are sent to). Call it
     /// from the thread that will call [`Vcpu::run`].
     pub fn bind_to_current_thread(&self) {
         // SAFETY: pthread_self has no preconditions.
-        self.kicker.set_thread(Some(unsafe { libc::pthread_self() }));
+        self.kicker
+            .set_thread(Some(unsafe { libc::pthread_self() }));
     }
 
     /// Forgets the vCPU's thread (call before that thread exits).
@@ -383,17 +407,26 @@ impl Vcpu {
                         self.user.regs = regs;
                         self.user.regs.rip = regs.rcx;
                         self.user.regs.rflags = regs.r11;
-                        return Ok(Exit::SyscallOnUserStack { frame: Gva(regs.rsp) });
+                        return Ok(Exit::SyscallOnUserStack {
+                            frame: Gva(regs.rsp),
+                        });
                     }
-                    return Err(VcpuError::KernelFault { vector, rip: regs.rip, cr2 });
+                    return Err(VcpuError::KernelFault {
+                        vector,
+                        rip: regs.rip,
+                        cr2,
+                    });
                 };
                 let mut frame = [0u64; 6];
                 let n = if stubs::has_error_code(vector) { 6 } else { 5 };
                 for (i, slot) in frame.iter_mut().take(n).enumerate() {
                     *slot = self.mem.read_u64(sp.add(8 * i as u64))?;
                 }
-                let (error_code, f) =
-                    if n == 6 { (Some(frame[0]), &frame[1..6]) } else { (None, &frame[0..5]) };
+                let (error_code, f) = if n == 6 {
+                    (Some(frame[0]), &frame[1..6])
+                } else {
+                    (None, &frame[0..5])
+                };
                 let (rip, cs, rflags, rsp) = (f[0], f[1], f[2], f[3]);
                 if cs & 3 != 3 {
                     return Err(VcpuError::KernelFault { vector, rip, cr2 });
@@ -411,12 +444,15 @@ impl Vcpu {
                 self.user.regs.rip = rip;
                 self.user.regs.rflags = rflags;
                 self.user.regs.rsp = rsp;
-                Ok(Exit::Exception(ExceptionInfo { vector, error_code, cr2: Gva(cr2) }))
+                Ok(Exit::Exception(ExceptionInfo {
+                    vector,
+                    error_code,
+                    cr2: Gva(cr2),
+                }))
             }
             other => Err(VcpuError::Unexpected(format!(
                 "port {other:#x} at rip {:#x} (cpl {})",
-                regs.rip,
-                synced.sregs.cs.dpl
+                regs.rip, synced.sregs.cs.dpl
             ))),
         }
     }
@@ -429,7 +465,13 @@ impl Vcpu {
         let top = layout::stack_top(self.index);
         let frame_gpa = Gpa(top.raw() - 40);
         let rflags = (user.regs.rflags & USER_RFLAGS_MASK) | RFLAGS_RESERVED | RFLAGS_IF;
-        let frame = [user.regs.rip, u64::from(USER_CS), rflags, user.regs.rsp, u64::from(USER_SS)];
+        let frame = [
+            user.regs.rip,
+            u64::from(USER_CS),
+            rflags,
+            user.regs.rsp,
+            u64::from(USER_SS),
+        ];
         for (i, v) in frame.iter().enumerate() {
             self.mem.write_u64(frame_gpa.add(8 * i as u64), *v)?;
         }
@@ -456,7 +498,11 @@ impl Vcpu {
         for _ in 0..n {
             match self.fd.run() {
                 Ok(VcpuExit::MmioWrite(..)) => {}
-                Ok(other) => return Err(VcpuError::Unexpected(format!("{other:?} while counting MMIO exits"))),
+                Ok(other) => {
+                    return Err(VcpuError::Unexpected(format!(
+                        "{other:?} while counting MMIO exits"
+                    )))
+                }
                 Err(source) => return Err(VcpuError::Kvm { op: "RUN", source }),
             }
         }
@@ -467,8 +513,10 @@ impl Vcpu {
     fn run_pte_sync(&mut self, batch: &[PteRun]) -> Result<(), VcpuError> {
         let buf = layout::batch(self.index);
         for (i, run) in batch.iter().enumerate() {
-            self.mem.write_u64(buf.add(16 * i as u64), run.first.raw())?;
-            self.mem.write_u64(buf.add(16 * i as u64 + 8), u64::from(run.count))?;
+            self.mem
+                .write_u64(buf.add(16 * i as u64), run.first.raw())?;
+            self.mem
+                .write_u64(buf.add(16 * i as u64 + 8), u64::from(run.count))?;
         }
         let regs = Regs {
             rip: layout::direct_map(stubs::pte_sync()).raw(),

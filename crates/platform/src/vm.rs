@@ -57,7 +57,10 @@ impl Vm {
         if !kvm.check_extension(Cap::ImmediateExit) {
             return Err(VmError::MissingCap("KVM_CAP_IMMEDIATE_EXIT"));
         }
-        let fd = kvm.create_vm().map_err(|source| VmError::Kvm { op: "CREATE_VM", source })?;
+        let fd = kvm.create_vm().map_err(|source| VmError::Kvm {
+            op: "CREATE_VM",
+            source,
+        })?;
         if mem.size() <= layout::RESERVED_END.raw() {
             return Err(VmError::Tables(MemoryError::OutOfRange {
                 gpa: Gpa(0),
@@ -73,13 +76,18 @@ impl Vm {
         };
         // SAFETY: the region is `mem`'s mapping, which stays alive as long as this `Vm` holds
         // its `Arc` (the VM fd, and with it the memslot, is closed when `Vm` drops).
-        unsafe { fd.set_user_memory_region(region) }
-            .map_err(|source| VmError::Kvm { op: "SET_USER_MEMORY_REGION", source })?;
+        unsafe { fd.set_user_memory_region(region) }.map_err(|source| VmError::Kvm {
+            op: "SET_USER_MEMORY_REGION",
+            source,
+        })?;
         gdt::write_tables(&mem)?;
         stubs::write_stubs(&mem)?;
         let cpuid = kvm
             .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
-            .map_err(|source| VmError::Kvm { op: "GET_SUPPORTED_CPUID", source })?;
+            .map_err(|source| VmError::Kvm {
+                op: "GET_SUPPORTED_CPUID",
+                source,
+            })?;
         Ok(Vm { fd, mem, cpuid })
     }
 
@@ -93,6 +101,12 @@ impl Vm {
     /// # Errors
     /// [`VmError::Vcpu`] if KVM refuses the vCPU or its set-up.
     pub fn create_vcpu(&self, index: usize, cr3: Gpa) -> Result<Vcpu, VmError> {
-        Ok(Vcpu::new(&self.fd, self.mem.clone(), &self.cpuid, index, cr3)?)
+        Ok(Vcpu::new(
+            &self.fd,
+            self.mem.clone(),
+            &self.cpuid,
+            index,
+            cr3,
+        )?)
     }
 }

@@ -5,7 +5,11 @@ use platform::bench::{TestVm, CODE, DATA, DATA_FRAME, SPARE_FRAME, UNMAPPED};
 use platform::{Exit, Gva};
 
 fn kvm_available() -> bool {
-    let ok = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok();
+    let ok = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
     if !ok {
         assert!(
             std::env::var("TORPOR_REQUIRE_KVM").as_deref() != Ok("1"),
@@ -29,7 +33,10 @@ fn syscall_exit_returns_after_the_instruction() {
     assert_eq!(t.vcpu.user.regs.rip, CODE.raw() + 7);
     t.vcpu.user.regs.rax = 1234;
     assert_eq!(t.vcpu.run(&[]).unwrap(), Exit::Syscall);
-    assert_eq!(t.vcpu.user.regs.rbx, 1234, "syscall result must reach the guest");
+    assert_eq!(
+        t.vcpu.user.regs.rbx, 1234,
+        "syscall result must reach the guest"
+    );
     assert_eq!(t.vcpu.user.regs.rip, CODE.raw() + 12);
 }
 
@@ -53,7 +60,11 @@ fn exceptions_decode_vector_error_code_and_cr2() {
         }
         other => panic!("expected a page fault, got {other:?}"),
     }
-    assert_eq!(t.vcpu.user.regs.rip, CODE.raw(), "rip is the faulting instruction");
+    assert_eq!(
+        t.vcpu.user.regs.rip,
+        CODE.raw(),
+        "rip is the faulting instruction"
+    );
     // Skip the store and run into ud2.
     t.vcpu.user.regs.rip += 8;
     match t.vcpu.run(&[]).unwrap() {
@@ -79,8 +90,11 @@ fn pte_sync_makes_new_and_changed_mappings_visible() {
     assert_eq!(t.vcpu.user.regs.rax, 0x1111);
     // Change a present PTE: only the stub's rewrite makes the guest see it.
     for round in 0..20 {
-        let (frame, want) =
-            if round % 2 == 0 { (SPARE_FRAME, 0x2222) } else { (DATA_FRAME, 0x1111) };
+        let (frame, want) = if round % 2 == 0 {
+            (SPARE_FRAME, 0x2222)
+        } else {
+            (DATA_FRAME, 0x1111)
+        };
         let run = t.set_pte(DATA, TestVm::user_rw(frame)).unwrap();
         assert_eq!(t.vcpu.run(&[run]).unwrap(), Exit::Syscall);
         assert_eq!(t.vcpu.user.regs.rax, want, "round {round}");
@@ -111,9 +125,15 @@ fn a_kick_interrupts_a_spinning_guest() {
     });
     assert_eq!(t.vcpu.run(&[]).unwrap(), Exit::Interrupted);
     let rip = t.vcpu.user.regs.rip;
-    assert!(rip == CODE.raw() || rip == CODE.raw() + 3, "the guest was in its loop, rip {rip:#x}");
+    assert!(
+        rip == CODE.raw() || rip == CODE.raw() + 3,
+        "the guest was in its loop, rip {rip:#x}"
+    );
     let counted = t.vcpu.user.regs.rax;
-    assert!(counted > 1000, "the interrupted state was read back (rax {counted})");
+    assert!(
+        counted > 1000,
+        "the interrupted state was read back (rax {counted})"
+    );
     // Resuming continues from the interrupted state.
     kick_soon(&t);
     assert_eq!(t.vcpu.run(&[]).unwrap(), Exit::Interrupted);

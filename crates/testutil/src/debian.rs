@@ -36,7 +36,9 @@ static BUILDS: Mutex<Option<HashMap<String, Option<PathBuf>>>> = Mutex::new(None
 
 /// Path of `scripts/build-rootfs.sh` in the workspace.
 pub fn build_script() -> PathBuf {
-    crate::workspace_root().join("scripts").join("build-rootfs.sh")
+    crate::workspace_root()
+        .join("scripts")
+        .join("build-rootfs.sh")
 }
 
 /// The cache directory of root filesystems: `$TORPOR_ROOTFS_CACHE`, else
@@ -46,7 +48,12 @@ pub fn rootfs_cache_dir() -> Option<PathBuf> {
         return Some(PathBuf::from(d));
     }
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
-    Some(PathBuf::from(home).join(".cache").join("torpor").join("rootfs"))
+    Some(
+        PathBuf::from(home)
+            .join(".cache")
+            .join("torpor")
+            .join("rootfs"),
+    )
 }
 
 /// The Debian root filesystem `name` (`python`, `node`, `java`, `go` or
@@ -99,7 +106,8 @@ pub fn debian_rootfs(name: &str) -> Option<PathBuf> {
 
 /// Runs the build script (under `flock`) unless the root is complete.
 fn build(name: &str) -> Result<PathBuf, String> {
-    let cache = rootfs_cache_dir().ok_or_else(|| format!("neither {ROOTFS_CACHE_ENV} nor HOME is set"))?;
+    let cache =
+        rootfs_cache_dir().ok_or_else(|| format!("neither {ROOTFS_CACHE_ENV} nor HOME is set"))?;
     let root = cache.join(name);
     if root.join(COMPLETE_MARKER).exists() {
         println!("debian rootfs '{name}': cached at {}", root.display());
@@ -122,7 +130,11 @@ fn build(name: &str) -> Result<PathBuf, String> {
         .map(Duration::from_secs)
         .unwrap_or(DEFAULT_TIMEOUT);
 
-    println!("debian rootfs '{name}': building into {} (log: {})", root.display(), log_path.display());
+    println!(
+        "debian rootfs '{name}': building into {} (log: {})",
+        root.display(),
+        log_path.display()
+    );
     let started = Instant::now();
     // `flock LOCK CMD` holds the lock while the script runs: another test
     // process waits, then finds the root complete (the script's own lock is
@@ -136,15 +148,22 @@ fn build(name: &str) -> Result<PathBuf, String> {
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log2))
         .process_group(0);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {cmd:?}: {e} (flock is in util-linux)"))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {cmd:?}: {e} (flock is in util-linux)"))?;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if started.elapsed() >= timeout => {
                 // The whole group: flock, the script, debootstrap, apt-get.
-                let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
+                    .status();
                 let _ = child.wait();
-                return Err(format!("build timed out after {timeout:?}, killed\n{}", log_tail(&log_path)));
+                return Err(format!(
+                    "build timed out after {timeout:?}, killed\n{}",
+                    log_tail(&log_path)
+                ));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(100)),
             Err(e) => return Err(format!("waiting for the build: {e}")),
@@ -160,7 +179,11 @@ fn build(name: &str) -> Result<PathBuf, String> {
         ));
     }
     if !root.join(COMPLETE_MARKER).exists() {
-        return Err(format!("the build succeeded but {} has no {COMPLETE_MARKER}\n{}", root.display(), log_tail(&log_path)));
+        return Err(format!(
+            "the build succeeded but {} has no {COMPLETE_MARKER}\n{}",
+            root.display(),
+            log_tail(&log_path)
+        ));
     }
     println!("debian rootfs '{name}': ready at {} after {secs:.1}s (build, or wait for another process's)", root.display());
     Ok(root)
@@ -170,7 +193,11 @@ fn build(name: &str) -> Result<PathBuf, String> {
 fn last_line(path: &Path) -> String {
     let data = std::fs::read(path).unwrap_or_default();
     let text = String::from_utf8_lossy(&data);
-    text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(empty log)").to_owned()
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(empty log)")
+        .to_owned()
 }
 
 /// The last lines of the build log, indented, to show with an error.

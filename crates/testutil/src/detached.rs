@@ -19,10 +19,20 @@ pub struct Detached {
 impl Detached {
     /// Starts `torpor run -d --name ID OPTIONS ROOTFS -- PROGRAM ARGS` with a private
     /// `TORPOR_STATE_DIR`, and panics if it does not start.
-    pub fn start(bin: &Path, options: &[&str], rootfs: &Path, program: &str, args: &[&str]) -> Detached {
+    pub fn start(
+        bin: &Path,
+        options: &[&str],
+        rootfs: &Path,
+        program: &str,
+        args: &[&str],
+    ) -> Detached {
         let state_dir = TempDir::new("torpor-state");
         Self::start_in(bin, state_dir, options, rootfs, program, args).unwrap_or_else(|o| {
-            panic!("torpor run -d failed: status {}\n{}", o.code(), o.stderr_str())
+            panic!(
+                "torpor run -d failed: status {}\n{}",
+                o.code(),
+                o.stderr_str()
+            )
         })
     }
 
@@ -37,14 +47,26 @@ impl Detached {
     ) -> Result<Detached, Output> {
         let id = format!("t{}", crate::tempdir::unique_token());
         let mut cmd = Command::new(bin);
-        cmd.env("TORPOR_STATE_DIR", state_dir.path()).arg("run").arg("-d").arg("--name").arg(&id);
-        cmd.args(options).arg(rootfs).arg("--").arg(program).args(args);
+        cmd.env("TORPOR_STATE_DIR", state_dir.path())
+            .arg("run")
+            .arg("-d")
+            .arg("--name")
+            .arg(&id);
+        cmd.args(options)
+            .arg(rootfs)
+            .arg("--")
+            .arg(program)
+            .args(args);
         let out = run_command(cmd, None, Duration::from_secs(120));
         if out.code() != 0 {
             return Err(out);
         }
         assert_eq!(out.stdout_str().trim(), id, "run -d prints the ID");
-        Ok(Detached { bin: bin.to_path_buf(), id, state_dir })
+        Ok(Detached {
+            bin: bin.to_path_buf(),
+            id,
+            state_dir,
+        })
     }
 
     /// The state directory's base (TORPOR_STATE_DIR).
@@ -85,7 +107,8 @@ impl Detached {
     /// A numeric field of `torpor stats`.
     pub fn stat_u64(&self, field: &str) -> u64 {
         let v = self.stat(field);
-        v.parse().unwrap_or_else(|_| panic!("{field} = {v:?} is not a number"))
+        v.parse()
+            .unwrap_or_else(|_| panic!("{field} = {v:?} is not a number"))
     }
 
     /// The holder process's pid.

@@ -16,7 +16,10 @@ static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
 /// Path of `tests/guest/NAME.c` in the workspace.
 pub fn guest_source(name: &str) -> PathBuf {
-    crate::workspace_root().join("tests").join("guest").join(format!("{name}.c"))
+    crate::workspace_root()
+        .join("tests")
+        .join("guest")
+        .join(format!("{name}.c"))
 }
 
 /// Builds `tests/guest/NAME.c` statically (`cc -static -O2`) and returns the
@@ -73,7 +76,11 @@ pub fn build_c(name: &str, src: &Path, static_link: bool, extra_args: &[&str]) -
     if static_link {
         cmd.arg("-static");
     }
-    cmd.args(["-O2", "-Wall"]).args(extra_args).arg("-o").arg(&tmp).arg(src);
+    cmd.args(["-O2", "-Wall"])
+        .args(extra_args)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(src);
     let result = cmd.output();
     match result {
         Ok(o) if o.status.success() => {}
@@ -87,7 +94,10 @@ pub fn build_c(name: &str, src: &Path, static_link: bool, extra_args: &[&str]) -
             );
         }
         Err(e) if e.kind() == ErrorKind::NotFound => {
-            panic!("C compiler `{cc}` not found: install gcc and libc6-dev (needed to build {})", src.display())
+            panic!(
+                "C compiler `{cc}` not found: install gcc and libc6-dev (needed to build {})",
+                src.display()
+            )
         }
         Err(e) => panic!("running `{cc}`: {e}"),
     }
@@ -99,7 +109,9 @@ pub fn build_c(name: &str, src: &Path, static_link: bool, extra_args: &[&str]) -
 /// is statically linked. `false` for a file that is not a 64-bit ELF.
 pub fn elf_is_static(path: &Path) -> bool {
     const PT_INTERP: u32 = 3;
-    let Ok(data) = std::fs::read(path) else { return false };
+    let Ok(data) = std::fs::read(path) else {
+        return false;
+    };
     if data.len() < 64 || &data[..4] != b"\x7fELF" || data[4] != 2 {
         return false;
     }

@@ -29,7 +29,7 @@ pub use detached::{json_field, Detached};
 pub use guest::{build_c, build_static_c, elf_is_static, guest_program, guest_source};
 pub use net::{free_port, http_get, HttpResponse};
 pub use rootfs::{host_busybox, Rootfs};
-pub use run::{native, Output, Running, RunBuilder, Torpor, DEFAULT_TIMEOUT};
+pub use run::{native, Output, RunBuilder, Running, Torpor, DEFAULT_TIMEOUT};
 pub use tempdir::{unique_token, TempDir};
 
 /// Environment variable that turns a missing `/dev/kvm` into a failure.
@@ -45,7 +45,11 @@ pub const REQUIRE_KVM_ENV: &str = "TORPOR_REQUIRE_KVM";
 ///
 /// When `/dev/kvm` cannot be opened and `TORPOR_REQUIRE_KVM=1`.
 pub fn require_kvm() -> bool {
-    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
         Ok(_) => true,
         Err(e) => {
             if std::env::var(REQUIRE_KVM_ENV).as_deref() == Ok("1") {

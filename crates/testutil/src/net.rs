@@ -28,7 +28,10 @@ pub struct HttpResponse {
 impl HttpResponse {
     /// The first header called `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// The body as (lossy) UTF-8.
@@ -47,7 +50,10 @@ pub fn read_response(stream: &mut TcpStream) -> io::Result<HttpResponse> {
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
         if stream.read(&mut byte)? == 0 {
-            return Err(invalid(format!("connection closed inside the header: {:?}", String::from_utf8_lossy(&head))));
+            return Err(invalid(format!(
+                "connection closed inside the header: {:?}",
+                String::from_utf8_lossy(&head)
+            )));
         }
         head.push(byte[0]);
         if head.len() > 65536 {
@@ -70,7 +76,10 @@ pub fn read_response(stream: &mut TcpStream) -> io::Result<HttpResponse> {
     let len = headers
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .map(|(_, v)| v.parse::<usize>().map_err(|_| invalid(format!("bad Content-Length {v:?}"))))
+        .map(|(_, v)| {
+            v.parse::<usize>()
+                .map_err(|_| invalid(format!("bad Content-Length {v:?}")))
+        })
         .transpose()?;
     let mut body = Vec::new();
     match len {
@@ -82,7 +91,11 @@ pub fn read_response(stream: &mut TcpStream) -> io::Result<HttpResponse> {
             stream.read_to_end(&mut body)?;
         }
     }
-    Ok(HttpResponse { status, headers, body })
+    Ok(HttpResponse {
+        status,
+        headers,
+        body,
+    })
 }
 
 /// `GET path` on a new connection with `Connection: close`; every step is
@@ -91,6 +104,9 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> io::Result<H
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
     read_response(&mut s)
 }

@@ -16,7 +16,10 @@ pub const HOST_BUSYBOX: &str = "/bin/busybox";
 /// `busybox` package), with the package to install.
 pub fn host_busybox() -> PathBuf {
     let p = PathBuf::from(HOST_BUSYBOX);
-    assert!(p.exists(), "{HOST_BUSYBOX} is missing: apt-get install busybox-static");
+    assert!(
+        p.exists(),
+        "{HOST_BUSYBOX} is missing: apt-get install busybox-static"
+    );
     assert!(
         crate::elf_is_static(&p),
         "{HOST_BUSYBOX} is not a static binary: apt-get install busybox-static"
@@ -55,7 +58,9 @@ impl Rootfs {
 
     /// An empty root.
     pub fn empty() -> Rootfs {
-        Rootfs { dir: TempDir::new("torpor-rootfs") }
+        Rootfs {
+            dir: TempDir::new("torpor-rootfs"),
+        }
     }
 
     /// The root's host path.
@@ -71,7 +76,8 @@ impl Rootfs {
     fn parent_dirs(&self, rel: &str) -> PathBuf {
         let p = self.host_path(rel);
         if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
+            std::fs::create_dir_all(parent)
+                .unwrap_or_else(|e| panic!("mkdir {}: {e}", parent.display()));
         }
         p
     }
@@ -94,15 +100,21 @@ impl Rootfs {
     /// absolute, relative, or point anywhere on the host).
     pub fn symlink(&self, rel: &str, target: impl AsRef<Path>) -> &Rootfs {
         let p = self.parent_dirs(rel);
-        std::os::unix::fs::symlink(target.as_ref(), &p)
-            .unwrap_or_else(|e| panic!("symlink {} -> {}: {e}", p.display(), target.as_ref().display()));
+        std::os::unix::fs::symlink(target.as_ref(), &p).unwrap_or_else(|e| {
+            panic!(
+                "symlink {} -> {}: {e}",
+                p.display(),
+                target.as_ref().display()
+            )
+        });
         self
     }
 
     /// Copies the host file `host` to `rel`, mode 0755.
     pub fn binary(&self, rel: &str, host: &Path) -> &Rootfs {
         let p = self.parent_dirs(rel);
-        std::fs::copy(host, &p).unwrap_or_else(|e| panic!("copy {} to {}: {e}", host.display(), p.display()));
+        std::fs::copy(host, &p)
+            .unwrap_or_else(|e| panic!("copy {} to {}: {e}", host.display(), p.display()));
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
             .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
         self

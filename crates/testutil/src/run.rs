@@ -93,7 +93,10 @@ fn drain(mut from: impl Read + Send + 'static, into: Sink) -> JoinHandle<()> {
         loop {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
-                Ok(n) => into.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(&buf[..n]),
+                Ok(n) => into
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend_from_slice(&buf[..n]),
             }
         }
     })
@@ -120,9 +123,15 @@ impl Running {
     pub fn spawn(mut cmd: Command, stdin: Option<Vec<u8>>) -> Running {
         let what = format!("{cmd:?}");
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
         let started = Instant::now();
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         let (stdout, stderr): (Sink, Sink) = Default::default();
         let mut readers = vec![
             drain(child.stdout.take().expect("piped stdout"), stdout.clone()),
@@ -134,7 +143,14 @@ impl Running {
                 let _ = pipe.write_all(&data);
             }));
         }
-        Running { child, started, stdout, stderr, readers, what }
+        Running {
+            child,
+            started,
+            stdout,
+            stderr,
+            readers,
+            what,
+        }
     }
 
     /// The process id (of `torpor` itself, for a sandbox).
@@ -149,12 +165,18 @@ impl Running {
 
     /// Stdout captured so far.
     pub fn stdout_so_far(&self) -> Vec<u8> {
-        self.stdout.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.stdout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Stderr captured so far.
     pub fn stderr_so_far(&self) -> Vec<u8> {
-        self.stderr.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Has the process exited? (Does not reap it for good: [`Running::wait`]
@@ -196,7 +218,10 @@ impl Running {
                 Ok(Some(status)) => return self.collect(status),
                 Ok(None) if Instant::now() >= deadline => {
                     let out = self.kill();
-                    panic!("timed out after {timeout:?}, killed: {}\n{out:?}", self.what);
+                    panic!(
+                        "timed out after {timeout:?}, killed: {}\n{out:?}",
+                        self.what
+                    );
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(5)),
                 Err(e) => panic!("waiting for {}: {e}", self.what),
@@ -207,13 +232,19 @@ impl Running {
     /// Kills the process (SIGKILL) and returns its output.
     pub fn kill(&mut self) -> Output {
         let _ = self.child.kill();
-        let status = self.child.wait().unwrap_or_else(|e| panic!("waiting for {}: {e}", self.what));
+        let status = self
+            .child
+            .wait()
+            .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.what));
         self.collect(status)
     }
 
     /// Sends SIGTERM and waits up to `timeout` (then SIGKILL).
     pub fn terminate(mut self, timeout: Duration) -> Output {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -245,9 +276,18 @@ pub fn run_command(cmd: Command, stdin: Option<Vec<u8>>, timeout: Duration) -> O
 
 /// Runs `program ARGS` natively in directory `cwd`, with an empty environment
 /// plus `env`, within [`DEFAULT_TIMEOUT`].
-pub fn native<S: AsRef<OsStr>>(program: &Path, args: &[S], cwd: &Path, env: &[(&str, &str)], stdin: Option<&[u8]>) -> Output {
+pub fn native<S: AsRef<OsStr>>(
+    program: &Path,
+    args: &[S],
+    cwd: &Path,
+    env: &[(&str, &str)],
+    stdin: Option<&[u8]>,
+) -> Output {
     let mut cmd = Command::new(program);
-    cmd.args(args).current_dir(cwd).env_clear().envs(env.iter().copied());
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(env.iter().copied());
     run_command(cmd, stdin.map(<[u8]>::to_vec), DEFAULT_TIMEOUT)
 }
 
@@ -318,7 +358,8 @@ impl RunBuilder {
 
     /// Appends arguments for the guest program.
     pub fn args<S: AsRef<OsStr>>(mut self, a: impl IntoIterator<Item = S>) -> Self {
-        self.args.extend(a.into_iter().map(|s| s.as_ref().to_owned()));
+        self.args
+            .extend(a.into_iter().map(|s| s.as_ref().to_owned()));
         self
     }
 
@@ -371,7 +412,12 @@ impl RunBuilder {
     /// The command line, ready to spawn.
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(&self.bin);
-        cmd.arg("run").args(&self.options).arg(&self.rootfs).arg("--").arg(&self.program).args(&self.args);
+        cmd.arg("run")
+            .args(&self.options)
+            .arg(&self.rootfs)
+            .arg("--")
+            .arg(&self.program)
+            .args(&self.args);
         cmd.envs(self.host_env.iter().map(|(k, v)| (k, v)));
         cmd
     }

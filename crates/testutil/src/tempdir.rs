@@ -29,7 +29,10 @@ impl TempDir {
                 Err(e) => panic!("create temp dir {}: {e}", path.display()),
             }
         }
-        panic!("could not create a unique temp dir under {}", base.display());
+        panic!(
+            "could not create a unique temp dir under {}",
+            base.display()
+        );
     }
 
     /// The directory's path.
@@ -52,7 +55,12 @@ impl Drop for TempDir {
 /// and secret markers).
 pub fn unique_token() -> String {
     let mut h = RandomState::new().build_hasher();
-    h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
     h.write_u32(std::process::id());
     format!("{:016x}", h.finish())
 }

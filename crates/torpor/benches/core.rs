@@ -22,7 +22,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use testutil::{median, free_port, http_get, native, Rootfs, Running, Torpor};
+use testutil::{free_port, http_get, median, native, Rootfs, Running, Torpor};
 
 const RUNS: usize = 5;
 const GETPIDS: u64 = 20_000;
@@ -37,7 +37,6 @@ struct Row {
     unit: &'static str,
     samples: Result<Vec<f64>, String>,
 }
-
 
 fn fmt_num(x: f64) -> String {
     if x >= 100.0 {
@@ -61,7 +60,13 @@ fn print_table(rows: &[Row]) {
                 let min = s.iter().copied().fold(f64::INFINITY, f64::min);
                 let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let spread = format!("[{} - {}]", fmt_num(min), fmt_num(max));
-                println!("{:<52} {:>12}  {:<20} {}", r.name, fmt_num(median(s)), spread, r.unit);
+                println!(
+                    "{:<52} {:>12}  {:<20} {}",
+                    r.name,
+                    fmt_num(median(s)),
+                    spread,
+                    r.unit
+                );
             }
             Ok(_) => println!("{:<52} {:>12}  {:<20} {}", r.name, "n/a", "", r.unit),
             Err(e) => println!("{:<52} {:>12}  {:<20} {}  ({e})", r.name, "n/a", "", r.unit),
@@ -89,14 +94,26 @@ fn sample(f: impl Fn() -> Result<f64, String>) -> Result<Vec<f64>, String> {
 }
 
 fn row(name: &str, unit: &'static str, samples: Result<Vec<f64>, String>) -> Row {
-    Row { name: name.into(), unit, samples }
+    Row {
+        name: name.into(),
+        unit,
+        samples,
+    }
 }
 
 /// Wall time of one `torpor run ROOTFS -- PROGRAM ARG`, which must exit 0.
 fn torpor_wall(t: &Torpor, root: &Path, prog: &str, arg: u64) -> Result<Duration, String> {
-    let out = t.run(root, prog).arg(arg.to_string()).host_env("TORPOR_LOG", "off").output();
+    let out = t
+        .run(root, prog)
+        .arg(arg.to_string())
+        .host_env("TORPOR_LOG", "off")
+        .output();
     if out.code() != 0 {
-        return Err(format!("exit {}: {}", out.code(), out.stderr_str().lines().next().unwrap_or("")));
+        return Err(format!(
+            "exit {}: {}",
+            out.code(),
+            out.stderr_str().lines().next().unwrap_or("")
+        ));
     }
     Ok(out.elapsed)
 }
@@ -110,7 +127,11 @@ fn native_wall(prog: &Path, root: &Path, arg: u64) -> Result<Duration, String> {
 }
 
 /// (wall(n) - wall(0)) / n in microseconds, using `wall`.
-fn per_unit(wall: impl Fn(u64) -> Result<Duration, String>, n: u64, units: u64) -> Result<f64, String> {
+fn per_unit(
+    wall: impl Fn(u64) -> Result<Duration, String>,
+    n: u64,
+    units: u64,
+) -> Result<f64, String> {
     let base = wall(0)?;
     let full = wall(n)?;
     Ok((full.as_secs_f64() - base.as_secs_f64()) * 1e6 / units as f64)
@@ -118,7 +139,12 @@ fn per_unit(wall: impl Fn(u64) -> Result<Duration, String>, n: u64, units: u64) 
 
 /// The `torpor-timing: NAME_us=N` lines of one run of `getpid_loop 0`.
 fn timings(t: &Torpor, root: &Path, prog: &str) -> Result<BTreeMap<String, f64>, String> {
-    let out = t.run(root, prog).arg("0").host_env("TORPOR_TIMINGS", "1").host_env("TORPOR_LOG", "off").output();
+    let out = t
+        .run(root, prog)
+        .arg("0")
+        .host_env("TORPOR_TIMINGS", "1")
+        .host_env("TORPOR_LOG", "off")
+        .output();
     if out.code() != 0 {
         return Err(format!("exit {}", out.code()));
     }
@@ -144,20 +170,38 @@ fn bench_exit(t: &Torpor) -> Result<f64, String> {
     out.stdout_str()
         .lines()
         .chain(out.stderr_str().lines())
-        .find_map(|l| l.trim().strip_prefix("exit_round_trip_us=")?.trim().parse().ok())
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("exit_round_trip_us=")?
+                .trim()
+                .parse()
+                .ok()
+        })
         .ok_or_else(|| "no exit_round_trip_us= line".into())
 }
 
 /// Pss (KiB) from /proc/PID/smaps_rollup.
 fn pss_kib(pid: u32) -> Result<f64, String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).map_err(|e| e.to_string())?;
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).map_err(|e| e.to_string())?;
     text.lines()
-        .find_map(|l| l.strip_prefix("Pss:")?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .find_map(|l| {
+            l.strip_prefix("Pss:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
         .ok_or_else(|| "no Pss line".into())
 }
 
 /// Polls `addr` until an HTTP response arrives; returns the time since `since`.
-fn first_response(server: &mut Running, addr: SocketAddr, since: Instant) -> Result<Duration, String> {
+fn first_response(
+    server: &mut Running,
+    addr: SocketAddr,
+    since: Instant,
+) -> Result<Duration, String> {
     let deadline = since + Duration::from_secs(120);
     loop {
         if let Ok(resp) = http_get(addr, "/", Duration::from_secs(10)) {
@@ -177,7 +221,12 @@ fn first_response(server: &mut Running, addr: SocketAddr, since: Instant) -> Res
 
 /// Starts http_server (under torpor, or natively with `native_prog`), returns
 /// (start to first response in ms, idle PSS in KiB).
-fn http_once(t: &Torpor, root: &Path, prog: &str, native_prog: Option<&Path>) -> Result<(f64, f64), String> {
+fn http_once(
+    t: &Torpor,
+    root: &Path,
+    prog: &str,
+    native_prog: Option<&Path>,
+) -> Result<(f64, f64), String> {
     let port = free_port();
     let started = Instant::now();
     let (mut server, addr) = match native_prog {
@@ -193,7 +242,10 @@ fn http_once(t: &Torpor, root: &Path, prog: &str, native_prog: Option<&Path>) ->
         Some(p) => {
             let mut cmd = std::process::Command::new(p);
             cmd.arg(port.to_string()).current_dir(root);
-            (Running::spawn(cmd, None), SocketAddr::from(([127, 0, 0, 1], port)))
+            (
+                Running::spawn(cmd, None),
+                SocketAddr::from(([127, 0, 0, 1], port)),
+            )
         }
     };
     let first = first_response(&mut server, addr, started)?;
@@ -239,17 +291,35 @@ fn main() {
     let ratio: Vec<f64> = syscall.iter().zip(&exit).map(|(s, e)| s / e).collect();
     let syscall_ok = sys_err.is_none();
     let exit_ok = exit_err.is_none();
-    rows.push(row("syscall round trip (getpid loop)", "us", sys_err.map_or(Ok(syscall), Err)));
-    rows.push(row("bare exit round trip (torpor bench-exit)", "us", exit_err.map_or(Ok(exit), Err)));
+    rows.push(row(
+        "syscall round trip (getpid loop)",
+        "us",
+        sys_err.map_or(Ok(syscall), Err),
+    ));
+    rows.push(row(
+        "bare exit round trip (torpor bench-exit)",
+        "us",
+        exit_err.map_or(Ok(exit), Err),
+    ));
     rows.push(row(
         "syscall / bare exit",
         "x",
-        if syscall_ok && exit_ok { Ok(ratio) } else { Err("needs both".into()) },
+        if syscall_ok && exit_ok {
+            Ok(ratio)
+        } else {
+            Err("needs both".into())
+        },
     ));
     rows.push(row(
         "  native getpid",
         "us",
-        sample(|| per_unit(|n| native_wall(&getpid_native, root, n), NATIVE_GETPIDS, NATIVE_GETPIDS)),
+        sample(|| {
+            per_unit(
+                |n| native_wall(&getpid_native, root, n),
+                NATIVE_GETPIDS,
+                NATIVE_GETPIDS,
+            )
+        }),
     ));
 
     // First-touch page faults.
@@ -266,16 +336,26 @@ fn main() {
     ));
 
     // Start-up timings reported by torpor itself.
-    let runs: Vec<Result<BTreeMap<String, f64>, String>> = (0..RUNS).map(|_| timings(&t, root, &getpid)).collect();
+    let runs: Vec<Result<BTreeMap<String, f64>, String>> =
+        (0..RUNS).map(|_| timings(&t, root, &getpid)).collect();
     match runs.iter().find_map(|r| r.as_ref().err()) {
-        Some(e) => rows.push(row("start to first guest instruction", "us", Err(e.clone()))),
+        Some(e) => rows.push(row(
+            "start to first guest instruction",
+            "us",
+            Err(e.clone()),
+        )),
         None => {
-            let maps: Vec<&BTreeMap<String, f64>> = runs.iter().filter_map(|r| r.as_ref().ok()).collect();
+            let maps: Vec<&BTreeMap<String, f64>> =
+                runs.iter().filter_map(|r| r.as_ref().ok()).collect();
             let first = "start_to_first_instruction_us";
             let mut names: Vec<&String> = maps[0].keys().collect();
             names.sort_by_key(|n| (n.as_str() != first, n.as_str()));
             if !maps[0].contains_key(first) {
-                rows.push(row("start to first guest instruction", "us", Err("not reported".into())));
+                rows.push(row(
+                    "start to first guest instruction",
+                    "us",
+                    Err("not reported".into()),
+                ));
             }
             for name in names {
                 let v: Vec<f64> = maps.iter().filter_map(|m| m.get(name).copied()).collect();
@@ -292,7 +372,11 @@ fn main() {
         "start to exit, busybox true",
         "ms",
         sample(|| {
-            let out = t.run(root, "/bin/busybox").arg("true").host_env("TORPOR_LOG", "off").output();
+            let out = t
+                .run(root, "/bin/busybox")
+                .arg("true")
+                .host_env("TORPOR_LOG", "off")
+                .output();
             if out.code() != 0 {
                 return Err(format!("exit {}", out.code()));
             }
@@ -302,13 +386,25 @@ fn main() {
 
     // HTTP: cold start to first response, then PSS while idle.
     let mut http_rows = |label: &str, native_prog: Option<&Path>| {
-        let results: Vec<Result<(f64, f64), String>> =
-            (0..RUNS).map(|_| catch_unwind(AssertUnwindSafe(|| http_once(&t, root, &http, native_prog))).unwrap_or_else(|_| Err("panicked".into()))).collect();
+        let results: Vec<Result<(f64, f64), String>> = (0..RUNS)
+            .map(|_| {
+                catch_unwind(AssertUnwindSafe(|| http_once(&t, root, &http, native_prog)))
+                    .unwrap_or_else(|_| Err("panicked".into()))
+            })
+            .collect();
         let err = results.iter().find_map(|r| r.as_ref().err().cloned());
         let ok: Vec<(f64, f64)> = results.into_iter().filter_map(Result::ok).collect();
         let (first, pss): (Vec<f64>, Vec<f64>) = ok.into_iter().unzip();
-        rows.push(row(&format!("start to first HTTP response{label}"), "ms", err.clone().map_or(Ok(first), Err)));
-        rows.push(row(&format!("PSS of idle HTTP server{label}"), "KiB", err.map_or(Ok(pss), Err)));
+        rows.push(row(
+            &format!("start to first HTTP response{label}"),
+            "ms",
+            err.clone().map_or(Ok(first), Err),
+        ));
+        rows.push(row(
+            &format!("PSS of idle HTTP server{label}"),
+            "KiB",
+            err.map_or(Ok(pss), Err),
+        ));
     };
     http_rows("", None);
     http_rows(" (native)", Some(&http_native));

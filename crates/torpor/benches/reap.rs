@@ -13,11 +13,10 @@ use std::io::Read;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use testutil::{median, free_port, http_get, Detached, Rootfs};
+use testutil::{free_port, http_get, median, Detached, Rootfs};
 
 const RUNS: usize = 5;
 const HEAP_MIB: u64 = 256;
-
 
 fn spread(v: &[f64]) -> String {
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);
@@ -47,19 +46,36 @@ fn start(mode: &str) -> App {
     let bin = testutil::torpor_bin();
     let sb = Detached::start(
         &bin,
-        &["--memory", "512M", "--publish", &publish, "--wake-mode", mode],
+        &[
+            "--memory",
+            "512M",
+            "--publish",
+            &publish,
+            "--wake-mode",
+            mode,
+        ],
         root.path(),
         &prog,
         &["8080", &HEAP_MIB.to_string()],
     );
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    assert!(Detached::wait_until(Duration::from_secs(300), || http_get(addr, "/", Duration::from_secs(5)).is_ok()));
-    App { sb, addr, _root: root }
+    assert!(Detached::wait_until(Duration::from_secs(300), || http_get(
+        addr,
+        "/",
+        Duration::from_secs(5)
+    )
+    .is_ok()));
+    App {
+        sb,
+        addr,
+        _root: root,
+    }
 }
 
 fn touch_ms(app: &App, mib: u64) -> f64 {
     let t = Instant::now();
-    let r = http_get(app.addr, &format!("/touch/{mib}"), Duration::from_secs(300)).expect("request");
+    let r =
+        http_get(app.addr, &format!("/touch/{mib}"), Duration::from_secs(300)).expect("request");
     assert!(r.body_str().starts_with("touched"), "{}", r.body_str());
     t.elapsed().as_secs_f64() * 1e3
 }
@@ -72,7 +88,12 @@ fn cold_wake(app: &App, mib: u64) -> (f64, f64, f64, f64) {
     let f0 = app.sb.stat_u64("faults");
     let ms = touch_ms(app, mib);
     let faults = (app.sb.stat_u64("faults") - f0) as f64;
-    (ms, faults, app.sb.stat_u64("prefetched_bytes") as f64, app.sb.stat_u64("prefetch_us") as f64)
+    (
+        ms,
+        faults,
+        app.sb.stat_u64("prefetched_bytes") as f64,
+        app.sb.stat_u64("prefetch_us") as f64,
+    )
 }
 
 fn disk_seq_read_mbps(dir: &std::path::Path, bytes: usize) -> f64 {
@@ -106,11 +127,21 @@ fn main() {
     if !testutil::require_kvm() {
         return;
     }
-    println!("first request after hibernate, {HEAP_MIB} MiB heap, page cache dropped before each wake");
+    println!(
+        "first request after hibernate, {HEAP_MIB} MiB heap, page cache dropped before each wake"
+    );
     println!("median of {RUNS} wakes (spread min-max)\n");
     println!(
         "{:>6} | {:>16} {:>8} | {:>16} {:>9} {:>10} | {:>7} | {:>14} {:>12}",
-        "set", "fault wake ms", "faults", "REAP wake ms", "faults", "prefetch", "speedup", "prefetch MB/s", "disk MB/s"
+        "set",
+        "fault wake ms",
+        "faults",
+        "REAP wake ms",
+        "faults",
+        "prefetch",
+        "speedup",
+        "prefetch MB/s",
+        "disk MB/s"
     );
     for mib in [4u64, 16, 64] {
         let fault = start("fault");

@@ -35,7 +35,11 @@ fn java_setup(root: &std::path::Path) {
     .unwrap();
     let app = root.join("app");
     std::fs::create_dir_all(&app).unwrap();
-    let ok = Command::new("javac").args(["--release", "17", "-d"]).arg(&app).arg(src.path().join("Hello.java")).status();
+    let ok = Command::new("javac")
+        .args(["--release", "17", "-d"])
+        .arg(&app)
+        .arg(src.path().join("Hello.java"))
+        .status();
     assert!(ok.map(|s| s.success()).unwrap_or(false), "javac failed");
 }
 
@@ -69,18 +73,32 @@ fn workloads() -> Vec<Workload> {
 fn spawn(native: bool, root: &std::path::Path, argv: &[String], port: u16) -> Child {
     let mut c = if native {
         let mut c = Command::new("chroot");
-        c.arg(root).args(argv).env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").env("PORT", "8080");
+        c.arg(root)
+            .args(argv)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("PORT", "8080");
         c
     } else {
         let mut c = Command::new(testutil::torpor_bin());
         c.env("TORPOR_LOG", "off")
-            .args(["run", "--memory", "1G", "--publish", &format!("127.0.0.1:{port}:8080")])
+            .args([
+                "run",
+                "--memory",
+                "1G",
+                "--publish",
+                &format!("127.0.0.1:{port}:8080"),
+            ])
             .arg(root)
             .arg("--")
             .args(argv);
         c
     };
-    c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn")
+    c.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn")
 }
 
 /// Launch to first response, ms; leaves the server running for the hot phase.
@@ -93,7 +111,10 @@ fn cold_start(native: bool, root: &std::path::Path, argv: &[String]) -> (f64, Ch
         if http_get(addr, "/", Duration::from_secs(5)).is_ok() {
             return (t.elapsed().as_secs_f64() * 1e3, child, addr);
         }
-        assert!(t.elapsed() < Duration::from_secs(120), "no response within 120 s");
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "no response within 120 s"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -109,10 +130,18 @@ fn main() {
         return;
     }
     println!("hello-world HTTP servers: cold start (launch to first response, median of {COLD_RUNS}) and hot latency (median of {HOT_REQUESTS} requests)\n");
-    println!("{:<8} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7}", "runtime", "cold torpor", "cold native", "ratio", "hot torpor", "hot native", "ratio");
-    println!("{:<8} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7}", "", "ms", "ms", "x", "ms", "ms", "x");
+    println!(
+        "{:<8} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7}",
+        "runtime", "cold torpor", "cold native", "ratio", "hot torpor", "hot native", "ratio"
+    );
+    println!(
+        "{:<8} | {:>12} {:>12} {:>7} | {:>12} {:>12} {:>7}",
+        "", "ms", "ms", "x", "ms", "ms", "x"
+    );
     for w in workloads() {
-        let Some(root) = testutil::debian_rootfs(w.root) else { continue };
+        let Some(root) = testutil::debian_rootfs(w.root) else {
+            continue;
+        };
         (w.setup)(&root);
         let mut figures = Vec::new();
         // The native runs need /proc in the chroot (the JVM finds itself through /proc/self/exe).
@@ -153,6 +182,15 @@ fn main() {
         }
         let (ct, ht) = figures[0];
         let (cn, hn) = figures[1];
-        println!("{:<8} | {:>12.1} {:>12.1} {:>7.2} | {:>12.2} {:>12.2} {:>7.2}", w.name, ct, cn, ct / cn, ht, hn, ht / hn);
+        println!(
+            "{:<8} | {:>12.1} {:>12.1} {:>7.2} | {:>12.2} {:>12.2} {:>7.2}",
+            w.name,
+            ct,
+            cn,
+            ct / cn,
+            ht,
+            hn,
+            ht / hn
+        );
     }
 }

@@ -118,8 +118,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some('G' | 'g') => (&s[..s.len() - 1], 1u64 << 30),
         _ => (s, 1),
     };
-    let n: u64 = num.parse().map_err(|_| format!("bad size {s:?}: expected e.g. 512M or 1G"))?;
-    let bytes = n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("bad size {s:?}: expected e.g. 512M or 1G"))?;
+    let bytes = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} is too large"))?;
     let granule = platform::memory::MEMORY_GRANULE;
     let rounded = bytes.div_ceil(granule).saturating_mul(granule);
     if rounded < 16 << 20 {
@@ -137,7 +141,9 @@ fn parse_wake_mode(s: &str) -> Result<hibernate::engine::WakeMode, String> {
 
 fn parse_env(s: &str) -> Result<String, String> {
     match s.split_once('=') {
-        Some((k, _)) if !k.is_empty() && !k.contains('\0') && !s.contains('\0') => Ok(s.to_string()),
+        Some((k, _)) if !k.is_empty() && !k.contains('\0') && !s.contains('\0') => {
+            Ok(s.to_string())
+        }
         _ => Err(format!("bad --env {s:?}: expected KEY=VALUE")),
     }
 }

@@ -54,29 +54,44 @@ pub struct Response {
 impl Response {
     /// Success with a payload.
     pub fn data(v: serde_json::Value) -> Response {
-        Response { ok: true, data: Some(v), error: None }
+        Response {
+            ok: true,
+            data: Some(v),
+            error: None,
+        }
     }
     /// Success without one.
     pub fn ok() -> Response {
-        Response { ok: true, data: None, error: None }
+        Response {
+            ok: true,
+            data: None,
+            error: None,
+        }
     }
     /// Failure.
     pub fn error(e: impl std::fmt::Display) -> Response {
-        Response { ok: false, data: None, error: Some(e.to_string()) }
+        Response {
+            ok: false,
+            data: None,
+            error: Some(e.to_string()),
+        }
     }
 }
 
 /// Sends `req` to the sandbox whose directory is `dir` and returns its payload.
 pub fn call(dir: &Path, req: &Request, timeout: Duration) -> Result<serde_json::Value> {
     let sock = dir.join("control.sock");
-    let mut s = UnixStream::connect(&sock).with_context(|| format!("connecting to {}", sock.display()))?;
+    let mut s =
+        UnixStream::connect(&sock).with_context(|| format!("connecting to {}", sock.display()))?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     let mut line = serde_json::to_string(req)?;
     line.push('\n');
     s.write_all(line.as_bytes())?;
     let mut resp = String::new();
-    BufReader::new(s).read_line(&mut resp).context("reading the sandbox's answer")?;
+    BufReader::new(s)
+        .read_line(&mut resp)
+        .context("reading the sandbox's answer")?;
     let r: Response = serde_json::from_str(resp.trim()).context("decoding the sandbox's answer")?;
     if r.ok {
         Ok(r.data.unwrap_or(serde_json::Value::Null))
@@ -91,7 +106,10 @@ mod tests {
 
     #[test]
     fn wire_format() {
-        assert_eq!(serde_json::to_string(&Request::Kill { signal: 9 }).unwrap(), r#"{"op":"kill","signal":9}"#);
+        assert_eq!(
+            serde_json::to_string(&Request::Kill { signal: 9 }).unwrap(),
+            r#"{"op":"kill","signal":9}"#
+        );
         let r: Request = serde_json::from_str(r#"{"op":"hibernate"}"#).unwrap();
         assert!(matches!(r, Request::Hibernate));
         assert!(serde_json::from_str::<Request>(r#"{"op":"rm -rf"}"#).is_err());

@@ -38,7 +38,13 @@ struct Daemon {
 
 /// Runs sandbox `cfg` under ID `id`. `ready` (detached runs) receives one line, `ok` or the
 /// error, once the program runs. Returns the application's exit status.
-pub fn serve(cfg: &SandboxConfig, id: &str, mode: WakeMode, ready: Option<OwnedFd>, detached: bool) -> Result<u8> {
+pub fn serve(
+    cfg: &SandboxConfig,
+    id: &str,
+    mode: WakeMode,
+    ready: Option<OwnedFd>,
+    detached: bool,
+) -> Result<u8> {
     let mut ready = ready.map(std::fs::File::from);
     let result = start(cfg, id, mode, detached, &mut ready);
     match result {
@@ -55,22 +61,33 @@ pub fn serve(cfg: &SandboxConfig, id: &str, mode: WakeMode, ready: Option<OwnedF
     }
 }
 
-fn start(cfg: &SandboxConfig, id: &str, mode: WakeMode, detached: bool, ready: &mut Option<std::fs::File>) -> Result<u8> {
+fn start(
+    cfg: &SandboxConfig,
+    id: &str,
+    mode: WakeMode,
+    detached: bool,
+    ready: &mut Option<std::fs::File>,
+) -> Result<u8> {
     let dir = statedir::create(id)?;
     statedir::write_pid(&dir, std::process::id())?;
     let mut sandbox = Sandbox::build(cfg)?;
     let control = sandbox.control();
-    let (hook, hib) = engine::new(sandbox.memory(), control.clone(), dir.clone(), mode).context("setting up hibernation")?;
+    let (hook, hib) = engine::new(sandbox.memory(), control.clone(), dir.clone(), mode)
+        .context("setting up hibernation")?;
     sandbox.set_park_hook(Box::new(hook));
     let sock = dir.join("control.sock");
-    let listener = UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
+    let listener =
+        UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
     let daemon = Arc::new(Daemon {
         id: id.to_string(),
         dir: dir.clone(),
         bundle: cfg.rootfs.clone(),
         mode,
-        created: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
         control,
         hib,
         exit: Mutex::new(None),
@@ -79,9 +96,18 @@ fn start(cfg: &SandboxConfig, id: &str, mode: WakeMode, detached: bool, ready: &
     });
     {
         let d = daemon.clone();
-        std::thread::Builder::new().name("control".into()).spawn(move || control_loop(&d, listener))?;
+        std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || control_loop(&d, listener))?;
     }
-    if let Err(e) = daemon.hib.shared().state.lock().unwrap_or_else(|e| e.into_inner()).transition(State::Running) {
+    if let Err(e) = daemon
+        .hib
+        .shared()
+        .state
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .transition(State::Running)
+    {
         tracing::warn!("{e}");
     }
     if let Some(mut r) = ready.take() {
@@ -89,7 +115,10 @@ fn start(cfg: &SandboxConfig, id: &str, mode: WakeMode, detached: bool, ready: &
     }
     let timings = std::env::var("TORPOR_TIMINGS").is_ok_and(|v| v == "1");
     if timings {
-        eprintln!("torpor-timing: start_to_first_instruction_us={}", sandbox.started().elapsed().as_micros());
+        eprintln!(
+            "torpor-timing: start_to_first_instruction_us={}",
+            sandbox.started().elapsed().as_micros()
+        );
     }
     let started = sandbox.started();
     let status = sandbox.run();
@@ -97,7 +126,12 @@ fn start(cfg: &SandboxConfig, id: &str, mode: WakeMode, detached: bool, ready: &
         eprintln!("torpor-timing: run_us={}", started.elapsed().as_micros());
     }
     {
-        let mut st = daemon.hib.shared().state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = daemon
+            .hib
+            .shared()
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let _ = st.transition(State::Stopped);
     }
     let status = match status {
@@ -112,7 +146,10 @@ fn start(cfg: &SandboxConfig, id: &str, mode: WakeMode, detached: bool, ready: &
         // Keep answering `state` until `delete`.
         let mut deleted = daemon.deleted.lock().unwrap_or_else(|e| e.into_inner());
         while !*deleted {
-            deleted = daemon.deleted_cv.wait(deleted).unwrap_or_else(|e| e.into_inner());
+            deleted = daemon
+                .deleted_cv
+                .wait(deleted)
+                .unwrap_or_else(|e| e.into_inner());
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -124,7 +161,9 @@ fn control_loop(d: &Arc<Daemon>, listener: UnixListener) {
         let Ok(conn) = conn else { continue };
         let d = d.clone();
         // One thread per request: a hibernate must not block `state` or `stats`.
-        let _ = std::thread::Builder::new().name("control-req".into()).spawn(move || handle_conn(&d, conn));
+        let _ = std::thread::Builder::new()
+            .name("control-req".into())
+            .spawn(move || handle_conn(&d, conn));
     }
 }
 
@@ -228,7 +267,10 @@ fn stats(d: &Daemon) -> serde_json::Value {
         "transitions": transitions,
         "state_since_unix_us": machine.get("since_unix_us").cloned().unwrap_or_default(),
     });
-    if let (Some(obj), serde_json::Value::Object(mo)) = (v.as_object_mut(), serde_json::to_value(m).unwrap_or_default()) {
+    if let (Some(obj), serde_json::Value::Object(mo)) = (
+        v.as_object_mut(),
+        serde_json::to_value(m).unwrap_or_default(),
+    ) {
         for (k, val) in mo {
             obj.insert(k, val);
         }

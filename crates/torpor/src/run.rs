@@ -41,10 +41,19 @@ pub fn run(args: RunArgs) -> Result<u8> {
         allow_outbound: args.allow_outbound,
     };
     if !cfg.rootfs.is_dir() {
-        anyhow::bail!("root filesystem {} does not exist or is not a directory", cfg.rootfs.display());
+        anyhow::bail!(
+            "root filesystem {} does not exist or is not a directory",
+            cfg.rootfs.display()
+        );
     }
     let detached_child = args.ready_fd >= 0;
-    crate::daemon::serve(&cfg, &id, args.wake_mode, crate::daemon::ready_fd(args.ready_fd), detached_child)
+    crate::daemon::serve(
+        &cfg,
+        &id,
+        args.wake_mode,
+        crate::daemon::ready_fd(args.ready_fd),
+        detached_child,
+    )
 }
 
 /// `run -d`: starts this same command line, without `-d`, as a session leader in the
@@ -64,7 +73,10 @@ fn detach(id: &str) -> Result<u8> {
     // SAFETY: both ends are fresh fds owned here.
     let (rd, wr) = unsafe {
         use std::os::fd::FromRawFd;
-        (std::fs::File::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
     };
     let log_path = statedir::base_dir().join(format!(".{id}.log"));
     std::fs::create_dir_all(statedir::base_dir()).ok();
@@ -93,7 +105,11 @@ fn detach(id: &str) -> Result<u8> {
         }
     }
     // Insert the ID and the pipe right after `run`.
-    let pos = args.iter().position(|a| a == "run").map(|p| p + 1).unwrap_or(0);
+    let pos = args
+        .iter()
+        .position(|a| a == "run")
+        .map(|p| p + 1)
+        .unwrap_or(0);
     args.insert(pos, format!("--ready-fd={}", fds[1]));
     args.insert(pos, format!("--name={id}"));
     let wfd = fds[1];
@@ -127,7 +143,10 @@ fn detach(id: &str) -> Result<u8> {
     let _ = std::fs::remove_file(&log_path);
     let msg = line.strip_prefix("error: ").unwrap_or(line);
     if msg.is_empty() {
-        anyhow::bail!("the sandbox process exited before the program started: {}", log.trim());
+        anyhow::bail!(
+            "the sandbox process exited before the program started: {}",
+            log.trim()
+        );
     }
     anyhow::bail!("{msg}")
 }
@@ -135,12 +154,18 @@ fn detach(id: &str) -> Result<u8> {
 /// Builds and runs a sandbox from `cfg`.
 pub fn run_config(cfg: &SandboxConfig) -> Result<u8> {
     if !cfg.rootfs.is_dir() {
-        anyhow::bail!("root filesystem {} does not exist or is not a directory", cfg.rootfs.display());
+        anyhow::bail!(
+            "root filesystem {} does not exist or is not a directory",
+            cfg.rootfs.display()
+        );
     }
     let sandbox = Sandbox::build(cfg)?;
     let timings = std::env::var("TORPOR_TIMINGS").is_ok_and(|v| v == "1");
     if timings {
-        eprintln!("torpor-timing: start_to_first_instruction_us={}", sandbox.started().elapsed().as_micros());
+        eprintln!(
+            "torpor-timing: start_to_first_instruction_us={}",
+            sandbox.started().elapsed().as_micros()
+        );
     }
     let started = sandbox.started();
     let status = sandbox.run().context("sandbox stopped")?;
@@ -161,6 +186,9 @@ pub fn bench_exit(iterations: u32) -> Result<u8> {
     let r = platform::bench::round_trips(iterations.max(1))?;
     println!("exit_round_trip_us={:.1}", r.bare_exit_us);
     println!("platform_syscall_round_trip_us={:.1}", r.syscall_us);
-    println!("platform_syscall_with_pte_sync_us={:.1}", r.syscall_with_pte_sync_us);
+    println!(
+        "platform_syscall_with_pte_sync_us={:.1}",
+        r.syscall_with_pte_sync_us
+    );
     Ok(0)
 }

@@ -34,7 +34,9 @@ pub fn check_id(id: &str) -> Result<()> {
         && id.len() <= 64
         && !id.starts_with('.')
         && !id.starts_with('-')
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
     if !ok {
         bail!("invalid sandbox ID {id:?}: use 1-64 letters, digits, '_', '.' or '-', not starting with '.' or '-'");
     }
@@ -47,7 +49,10 @@ pub fn new_id() -> String {
     // SAFETY: `b` is writable for its length.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
     if n != b.len() as isize {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
         b.copy_from_slice(&(t as u64 ^ u64::from(std::process::id())).to_le_bytes()[..6]);
     }
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -63,7 +68,10 @@ pub fn dir_of(id: &str) -> Result<PathBuf> {
 /// live sandbox, and clears the leftovers of a dead one.
 pub fn create(id: &str) -> Result<PathBuf> {
     let base = base_dir();
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&base)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&base)
         .with_context(|| format!("creating state directory {}", base.display()))?;
     cleanup_orphans(&base);
     let dir = dir_of(id)?;
@@ -71,9 +79,13 @@ pub fn create(id: &str) -> Result<PathBuf> {
         if owner_alive(&dir) {
             bail!("a sandbox named {id:?} already exists");
         }
-        std::fs::remove_dir_all(&dir).with_context(|| format!("removing stale {}", dir.display()))?;
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("removing stale {}", dir.display()))?;
     }
-    std::fs::DirBuilder::new().mode(0o700).create(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
     Ok(dir)
 }
@@ -88,12 +100,18 @@ pub fn write_pid(dir: &Path, pid: u32) -> Result<()> {
 
 /// The pid recorded in a sandbox directory.
 pub fn read_pid(dir: &Path) -> Option<i32> {
-    std::fs::read_to_string(dir.join("pid")).ok()?.trim().parse().ok()
+    std::fs::read_to_string(dir.join("pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn pid_alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks for existence.
-    pid > 0 && (unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+    pid > 0
+        && (unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
 /// Whether the process that owns `dir` is alive (a directory without a pid file yet counts as
@@ -111,7 +129,9 @@ pub fn owner_alive(dir: &Path) -> bool {
 
 /// Removes the directories of sandboxes whose owner process is gone (swap files included).
 pub fn cleanup_orphans(base: &Path) {
-    let Ok(entries) = std::fs::read_dir(base) else { return };
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         if p.is_dir() && !owner_alive(&p) {
@@ -124,7 +144,12 @@ pub fn cleanup_orphans(base: &Path) {
 /// IDs of the sandboxes under the base directory, sorted.
 pub fn list_ids() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(base_dir())
-        .map(|r| r.flatten().filter(|e| e.path().is_dir()).filter_map(|e| e.file_name().into_string().ok()).collect())
+        .map(|r| {
+            r.flatten()
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v

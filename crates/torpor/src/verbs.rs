@@ -97,7 +97,9 @@ pub fn list() -> Result<u8> {
     statedir::cleanup_orphans(&statedir::base_dir());
     println!("{:<24} {:<18} {:>8}", "ID", "STATE", "PID");
     for id in statedir::list_ids() {
-        let Ok(d) = statedir::dir_of(&id) else { continue };
+        let Ok(d) = statedir::dir_of(&id) else {
+            continue;
+        };
         match call(&d, &Request::State, Duration::from_secs(5)) {
             Ok(v) => println!(
                 "{:<24} {:<18} {:>8}",
@@ -105,7 +107,14 @@ pub fn list() -> Result<u8> {
                 v["status"].as_str().unwrap_or("?"),
                 v["pid"].as_u64().map(|p| p.to_string()).unwrap_or_default()
             ),
-            Err(_) => println!("{:<24} {:<18} {:>8}", id, "unreachable", statedir::read_pid(&d).map(|p| p.to_string()).unwrap_or_default()),
+            Err(_) => println!(
+                "{:<24} {:<18} {:>8}",
+                id,
+                "unreachable",
+                statedir::read_pid(&d)
+                    .map(|p| p.to_string())
+                    .unwrap_or_default()
+            ),
         }
     }
     Ok(0)
@@ -119,7 +128,8 @@ pub fn delete(id: &str, force: bool) -> Result<u8> {
     }
     let pid = statedir::read_pid(&d);
     if statedir::owner_alive(&d) {
-        let st = call(&d, &Request::State, Duration::from_secs(10)).context("asking the sandbox its state")?;
+        let st = call(&d, &Request::State, Duration::from_secs(10))
+            .context("asking the sandbox its state")?;
         let status = st["status"].as_str().unwrap_or("");
         if status != "stopped" && !force {
             bail!("sandbox {id:?} is {status}: stop it first, or use delete --force");

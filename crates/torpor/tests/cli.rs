@@ -17,7 +17,10 @@ fn assert_cli_error(out: &Output) -> String {
     let err = out.stderr_str();
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "expected one line on stderr\n{out:?}");
-    assert!(lines[0].starts_with("torpor: "), "the error line must start with `torpor: `\n{out:?}");
+    assert!(
+        lines[0].starts_with("torpor: "),
+        "the error line must start with `torpor: `\n{out:?}"
+    );
     assert!(out.stdout.is_empty(), "nothing may reach stdout\n{out:?}");
     lines[0].to_owned()
 }
@@ -29,7 +32,11 @@ fn missing_rootfs() {
     }
     let gone = testutil::TempDir::new("torpor-gone");
     let path = gone.path().join("no-such-rootfs");
-    let out = torpor().run(&path, "/bin/busybox").arg("true").host_env("TORPOR_LOG", "off").output();
+    let out = torpor()
+        .run(&path, "/bin/busybox")
+        .arg("true")
+        .host_env("TORPOR_LOG", "off")
+        .output();
     assert_cli_error(&out);
 }
 
@@ -39,7 +46,10 @@ fn program_not_found() {
         return;
     }
     let r = Rootfs::new();
-    let out = torpor().run(r.path(), "/bin/no-such-program").host_env("TORPOR_LOG", "off").output();
+    let out = torpor()
+        .run(r.path(), "/bin/no-such-program")
+        .host_env("TORPOR_LOG", "off")
+        .output();
     assert_cli_error(&out);
 }
 
@@ -50,7 +60,10 @@ fn not_an_elf() {
     }
     let r = Rootfs::new();
     r.binary("/bin/script", &testutil::guest_source("hello"));
-    let out = torpor().run(r.path(), "/bin/script").host_env("TORPOR_LOG", "off").output();
+    let out = torpor()
+        .run(r.path(), "/bin/script")
+        .host_env("TORPOR_LOG", "off")
+        .output();
     assert_cli_error(&out);
 }
 
@@ -60,12 +73,26 @@ fn dynamic_elf_without_its_interpreter_is_a_clear_error() {
         return;
     }
     let r = Rootfs::new();
-    let dynamic = testutil::build_c("hello-dynamic", &testutil::guest_source("hello"), false, &[]);
-    assert!(!testutil::elf_is_static(&dynamic), "cc built a static binary without -static?");
+    let dynamic = testutil::build_c(
+        "hello-dynamic",
+        &testutil::guest_source("hello"),
+        false,
+        &[],
+    );
+    assert!(
+        !testutil::elf_is_static(&dynamic),
+        "cc built a static binary without -static?"
+    );
     r.binary("/bin/hello", &dynamic);
-    let out = torpor().run(r.path(), "/bin/hello").host_env("TORPOR_LOG", "off").output();
+    let out = torpor()
+        .run(r.path(), "/bin/hello")
+        .host_env("TORPOR_LOG", "off")
+        .output();
     let line = assert_cli_error(&out);
-    assert!(line.contains("dynamic") && line.contains("ld-linux"), "the message must name the missing interpreter\n{out:?}");
+    assert!(
+        line.contains("dynamic") && line.contains("ld-linux"),
+        "the message must name the missing interpreter\n{out:?}"
+    );
 }
 
 #[test]
@@ -74,13 +101,28 @@ fn dynamic_elf_runs_with_the_roots_own_ld_so_and_libc() {
         return;
     }
     let r = Rootfs::new();
-    let dynamic = testutil::build_c("hello-dynamic", &testutil::guest_source("hello"), false, &[]);
+    let dynamic = testutil::build_c(
+        "hello-dynamic",
+        &testutil::guest_source("hello"),
+        false,
+        &[],
+    );
     r.binary("/bin/hello", &dynamic);
     // The host's loader and C library, as a Debian root filesystem has them.
-    r.binary("/lib64/ld-linux-x86-64.so.2", &std::fs::canonicalize("/lib64/ld-linux-x86-64.so.2").unwrap());
-    r.binary("/lib/x86_64-linux-gnu/libc.so.6", &std::fs::canonicalize("/lib/x86_64-linux-gnu/libc.so.6").unwrap());
+    r.binary(
+        "/lib64/ld-linux-x86-64.so.2",
+        &std::fs::canonicalize("/lib64/ld-linux-x86-64.so.2").unwrap(),
+    );
+    r.binary(
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        &std::fs::canonicalize("/lib/x86_64-linux-gnu/libc.so.6").unwrap(),
+    );
     let native = testutil::native(&dynamic, &["one", "two"], r.path(), &[], None);
-    let out = torpor().run(r.path(), "/bin/hello").args(["one", "two"]).host_env("TORPOR_LOG", "off").output();
+    let out = torpor()
+        .run(r.path(), "/bin/hello")
+        .args(["one", "two"])
+        .host_env("TORPOR_LOG", "off")
+        .output();
     out.assert_code(native.code());
     assert_eq!(out.stdout_str(), native.stdout_str());
 }
@@ -94,7 +136,11 @@ fn static_hello_runs() {
     let prog = r.guest_program("hello");
     let out = torpor().run(r.path(), &prog).args(["a", "b c"]).output();
     out.assert_code(0);
-    assert_eq!(out.stdout_str(), "hello from a guest, 2 argument(s)\narg 1: a\narg 2: b c\n", "{out:?}");
+    assert_eq!(
+        out.stdout_str(),
+        "hello from a guest, 2 argument(s)\narg 1: a\narg 2: b c\n",
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -103,20 +149,30 @@ fn no_kvm_is_a_clear_error() {
         return;
     }
     // Hide /dev/kvm in a private mount namespace (needs root and unshare).
-    let probe = Command::new("unshare").args(["-m", "sh", "-c", "mount -t tmpfs none /dev"]).output();
+    let probe = Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount -t tmpfs none /dev"])
+        .output();
     if !matches!(probe, Ok(ref o) if o.status.success()) {
         println!("skipped: cannot hide /dev/kvm here (unshare -m with a tmpfs on /dev failed)");
         return;
     }
     let r = Rootfs::new();
     let mut cmd = Command::new("unshare");
-    cmd.args(["-m", "sh", "-c", "mount -t tmpfs none /dev && exec \"$0\" \"$@\""])
-        .arg(torpor().bin())
-        .args(["run"])
-        .arg(r.path())
-        .args(["--", "/bin/busybox", "true"])
-        .env("TORPOR_LOG", "off");
+    cmd.args([
+        "-m",
+        "sh",
+        "-c",
+        "mount -t tmpfs none /dev && exec \"$0\" \"$@\"",
+    ])
+    .arg(torpor().bin())
+    .args(["run"])
+    .arg(r.path())
+    .args(["--", "/bin/busybox", "true"])
+    .env("TORPOR_LOG", "off");
     let out = run_command(cmd, None, DEFAULT_TIMEOUT);
     let line = assert_cli_error(&out);
-    assert!(line.to_lowercase().contains("kvm"), "the message must name /dev/kvm\n{out:?}");
+    assert!(
+        line.to_lowercase().contains("kvm"),
+        "the message must name /dev/kvm\n{out:?}"
+    );
 }

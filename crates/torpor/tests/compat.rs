@@ -14,7 +14,11 @@ fn torpor() -> Torpor {
 
 /// Runs `/usr/bin/python3 -c CODE` in the Debian `python` root.
 fn python3_in_torpor(root: &std::path::Path, code: &str) -> Output {
-    torpor().run(root, "/usr/bin/python3").args(["-c", code]).host_env("TORPOR_LOG", "off").output()
+    torpor()
+        .run(root, "/usr/bin/python3")
+        .args(["-c", code])
+        .host_env("TORPOR_LOG", "off")
+        .output()
 }
 
 /// Runs `python3 -c CODE` natively: the host's `python3` when it has one,
@@ -22,7 +26,9 @@ fn python3_in_torpor(root: &std::path::Path, code: &str) -> Output {
 /// chroot works).
 fn python3_native(root: &std::path::Path, code: &str) -> Output {
     let host = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths).map(|d| d.join("python3")).find(|p| p.is_file())
+        std::env::split_paths(&paths)
+            .map(|d| d.join("python3"))
+            .find(|p| p.is_file())
     });
     let cmd = match host {
         Some(python3) => {
@@ -32,7 +38,10 @@ fn python3_native(root: &std::path::Path, code: &str) -> Output {
         }
         None => {
             let mut c = Command::new("chroot");
-            c.arg(root).args(["/usr/bin/python3", "-c", code]).env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+            c.arg(root)
+                .args(["/usr/bin/python3", "-c", code])
+                .env_clear()
+                .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
             c
         }
     };
@@ -51,7 +60,11 @@ fn python3_prints() {
     let Some(root) = python_root() else { return };
     let out = python3_in_torpor(&root, "print('hello from python3 in torpor', 6 * 7)");
     out.assert_code(0);
-    assert_eq!(out.stdout_str(), "hello from python3 in torpor 42\n", "{out:?}");
+    assert_eq!(
+        out.stdout_str(),
+        "hello from python3 in torpor 42\n",
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -79,7 +92,11 @@ fn python3_computes() {
     let guest = python3_in_torpor(&root, code);
     guest.assert_code(0);
     assert!(guest.stdout_str().contains("\"h\": \""), "{guest:?}");
-    assert_eq!(guest.stdout_str(), native.stdout_str(), "torpor and native outputs differ\ntorpor: {guest:?}\nnative: {native:?}");
+    assert_eq!(
+        guest.stdout_str(),
+        native.stdout_str(),
+        "torpor and native outputs differ\ntorpor: {guest:?}\nnative: {native:?}"
+    );
 }
 
 /// Runs `program args` from the Debian root `name` with guest port 8080 published, and checks
@@ -88,7 +105,9 @@ fn serves_100_requests(name: &str, program: &str, args: &[&str], want: &str) {
     if !testutil::require_kvm() {
         return;
     }
-    let Some(root) = testutil::debian_rootfs(name) else { return };
+    let Some(root) = testutil::debian_rootfs(name) else {
+        return;
+    };
     let port = testutil::free_port();
     let mut server = torpor()
         .run(&root, program)
@@ -105,14 +124,22 @@ fn serves_100_requests(name: &str, program: &str, args: &[&str], want: &str) {
             up = true;
             break;
         }
-        assert!(!server.has_exited(), "{name} server exited: {}", String::from_utf8_lossy(&server.stderr_so_far()));
+        assert!(
+            !server.has_exited(),
+            "{name} server exited: {}",
+            String::from_utf8_lossy(&server.stderr_so_far())
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert!(up, "{name} server did not answer within 120 s");
     for i in 0..100 {
         let r = testutil::http_get(addr, "/", std::time::Duration::from_secs(30))
             .unwrap_or_else(|e| panic!("{name}: request {i}: {e}"));
-        assert!(r.body_str().contains(want), "{name}: request {i}: {:?}", r.body_str());
+        assert!(
+            r.body_str().contains(want),
+            "{name}: request {i}: {:?}",
+            r.body_str()
+        );
     }
     server.kill();
 }
@@ -127,16 +154,27 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("0.0.0.0", 8080), H).serve_forever()
 "#;
 
-const NODE_SERVER: &str = r#"require('http').createServer((q, s) => s.end('hello from node\n')).listen(8080)"#;
+const NODE_SERVER: &str =
+    r#"require('http').createServer((q, s) => s.end('hello from node\n')).listen(8080)"#;
 
 #[test]
 fn python_http_server_answers_100_requests() {
-    serves_100_requests("python", "/usr/bin/python3", &["-c", PY_SERVER], "hello from python");
+    serves_100_requests(
+        "python",
+        "/usr/bin/python3",
+        &["-c", PY_SERVER],
+        "hello from python",
+    );
 }
 
 #[test]
 fn node_http_server_answers_100_requests() {
-    serves_100_requests("node", "/usr/bin/node", &["-e", NODE_SERVER], "hello from node");
+    serves_100_requests(
+        "node",
+        "/usr/bin/node",
+        &["-e", NODE_SERVER],
+        "hello from node",
+    );
 }
 
 #[test]
@@ -167,7 +205,9 @@ fn java_http_server_answers_100_requests() {
     if !testutil::require_kvm() {
         return;
     }
-    let Some(root) = testutil::debian_rootfs("java") else { return };
+    let Some(root) = testutil::debian_rootfs("java") else {
+        return;
+    };
     // Compile the server with the host's javac into the root's /app.
     let src = testutil::TempDir::new("java-src");
     std::fs::write(src.path().join("Hello.java"), JAVA_SERVER).unwrap();

@@ -30,13 +30,16 @@ fn noise(len: usize, mut seed: u64) -> Vec<u8> {
 /// A root with busybox and some data files under /data.
 fn fixture() -> Rootfs {
     let r = Rootfs::new();
-    r.file("/data/hello.txt", "Hello, torpor!\nsecond line\n\tindented third line\nno newline at end")
-        .file("/data/empty.txt", "")
-        .file("/data/big.bin", noise(1 << 20, 0x9e37_79b9_7f4a_7c15))
-        .file("/data/sub/nested.txt", "nested file\n".repeat(100))
-        .file("/data/name with spaces.txt", "spaces\n")
-        .dir("/data/emptydir")
-        .symlink("/data/link-to-hello", "hello.txt");
+    r.file(
+        "/data/hello.txt",
+        "Hello, torpor!\nsecond line\n\tindented third line\nno newline at end",
+    )
+    .file("/data/empty.txt", "")
+    .file("/data/big.bin", noise(1 << 20, 0x9e37_79b9_7f4a_7c15))
+    .file("/data/sub/nested.txt", "nested file\n".repeat(100))
+    .file("/data/name with spaces.txt", "spaces\n")
+    .dir("/data/emptydir")
+    .symlink("/data/link-to-hello", "hello.txt");
     r
 }
 
@@ -54,9 +57,19 @@ fn same_as_native(r: &Rootfs, args: &[&str], stdin: Option<&[u8]>) -> Output {
         run = run.stdin(data);
     }
     let got = run.output();
-    assert_eq!(got.code(), nat.code(), "busybox {args:?}: status differs\nnative: {nat:?}\ntorpor: {got:?}");
-    assert!(got.stdout == nat.stdout, "busybox {args:?}: stdout differs\nnative: {nat:?}\ntorpor: {got:?}");
-    assert!(got.stderr == nat.stderr, "busybox {args:?}: stderr differs\nnative: {nat:?}\ntorpor: {got:?}");
+    assert_eq!(
+        got.code(),
+        nat.code(),
+        "busybox {args:?}: status differs\nnative: {nat:?}\ntorpor: {got:?}"
+    );
+    assert!(
+        got.stdout == nat.stdout,
+        "busybox {args:?}: stdout differs\nnative: {nat:?}\ntorpor: {got:?}"
+    );
+    assert!(
+        got.stderr == nat.stderr,
+        "busybox {args:?}: stderr differs\nnative: {nat:?}\ntorpor: {got:?}"
+    );
     got
 }
 
@@ -84,7 +97,17 @@ fn busybox_cat_matches_native() {
     same_as_native(&r, &["cat", "data/hello.txt"], None);
     let out = same_as_native(&r, &["cat", "data/big.bin"], None);
     assert_eq!(out.stdout.len(), 1 << 20);
-    same_as_native(&r, &["cat", "data/hello.txt", "data/empty.txt", "data/sub/nested.txt", "data/name with spaces.txt"], None);
+    same_as_native(
+        &r,
+        &[
+            "cat",
+            "data/hello.txt",
+            "data/empty.txt",
+            "data/sub/nested.txt",
+            "data/name with spaces.txt",
+        ],
+        None,
+    );
     same_as_native(&r, &["cat", "data/link-to-hello"], None);
     // stdin passes through.
     same_as_native(&r, &["cat"], Some(&noise(300_000, 7)));
@@ -139,7 +162,19 @@ fn busybox_wc_matches_native() {
     }
     let r = fixture();
     same_as_native(&r, &["wc", "data/hello.txt"], None);
-    same_as_native(&r, &["wc", "-l", "-w", "-c", "data/hello.txt", "data/sub/nested.txt", "data/empty.txt"], None);
+    same_as_native(
+        &r,
+        &[
+            "wc",
+            "-l",
+            "-w",
+            "-c",
+            "data/hello.txt",
+            "data/sub/nested.txt",
+            "data/empty.txt",
+        ],
+        None,
+    );
     same_as_native(&r, &["wc", "-c", "data/big.bin"], None);
     same_as_native(&r, &["wc"], Some(b"one two\nthree\n"));
 }
@@ -150,11 +185,26 @@ fn busybox_sha256sum_matches_native() {
         return;
     }
     let r = fixture();
-    let out = same_as_native(&r, &["sha256sum", "data/big.bin", "data/hello.txt", "data/empty.txt"], None);
+    let out = same_as_native(
+        &r,
+        &[
+            "sha256sum",
+            "data/big.bin",
+            "data/hello.txt",
+            "data/empty.txt",
+        ],
+        None,
+    );
     assert_eq!(out.stdout_str().lines().count(), 3, "{out:?}");
     same_as_native(&r, &["sha256sum", "bin/busybox"], None);
     same_as_native(&r, &["sha256sum"], Some(&noise(200_000, 3)));
-    let sums = native(&host_busybox(), &["sha256sum", "data/big.bin", "data/sub/nested.txt"], r.path(), &[], None);
+    let sums = native(
+        &host_busybox(),
+        &["sha256sum", "data/big.bin", "data/sub/nested.txt"],
+        r.path(),
+        &[],
+        None,
+    );
     r.file("/data/SUMS", &sums.stdout);
     same_as_native(&r, &["sha256sum", "-c", "data/SUMS"], None).assert_code(0);
 }
@@ -165,7 +215,11 @@ fn memory_env_and_cwd_options() {
         return;
     }
     let r = fixture();
-    let out = torpor().run(r.path(), "/bin/busybox").memory("64M").args(["echo", "small"]).output();
+    let out = torpor()
+        .run(r.path(), "/bin/busybox")
+        .memory("64M")
+        .args(["echo", "small"])
+        .output();
     out.assert_code(0);
     assert_eq!(out.stdout, b"small\n", "{out:?}");
 
@@ -180,13 +234,29 @@ fn memory_env_and_cwd_options() {
     assert!(env.lines().any(|l| l == "GREETING=hello there"), "{out:?}");
     assert!(env.lines().any(|l| l == "OTHER=1"), "{out:?}");
 
-    let out = torpor().run(r.path(), "/bin/busybox").cwd("/data/sub").args(["cat", "nested.txt"]).output();
+    let out = torpor()
+        .run(r.path(), "/bin/busybox")
+        .cwd("/data/sub")
+        .args(["cat", "nested.txt"])
+        .output();
     out.assert_code(0);
     assert_eq!(out.stdout_str(), "nested file\n".repeat(100), "{out:?}");
-    let out = torpor().run(r.path(), "/bin/busybox").cwd("/data/sub").args(["cat", "/data/hello.txt"]).output();
+    let out = torpor()
+        .run(r.path(), "/bin/busybox")
+        .cwd("/data/sub")
+        .args(["cat", "/data/hello.txt"])
+        .output();
     out.assert_code(0);
-    assert_eq!(out.stdout, std::fs::read(r.host_path("/data/hello.txt")).expect("read"), "{out:?}");
-    let out = torpor().run(r.path(), "/bin/busybox").cwd("/data").arg("pwd").output();
+    assert_eq!(
+        out.stdout,
+        std::fs::read(r.host_path("/data/hello.txt")).expect("read"),
+        "{out:?}"
+    );
+    let out = torpor()
+        .run(r.path(), "/bin/busybox")
+        .cwd("/data")
+        .arg("pwd")
+        .output();
     out.assert_code(0);
     assert_eq!(out.stdout, b"/data\n", "{out:?}");
 }
@@ -198,8 +268,17 @@ fn static_c_program_files_and_200mib_allocations() {
     }
     let r = Rootfs::new();
     let prog = r.guest_program("files_alloc");
-    r.file("/data/input.txt", "line one of the input\nline two: \u{e9}t\u{e9}\n");
-    let nat = native(&testutil::guest_program("files_alloc"), &["data/input.txt"], r.path(), &[], None);
+    r.file(
+        "/data/input.txt",
+        "line one of the input\nline two: \u{e9}t\u{e9}\n",
+    );
+    let nat = native(
+        &testutil::guest_program("files_alloc"),
+        &["data/input.txt"],
+        r.path(),
+        &[],
+        None,
+    );
     assert_eq!(nat.code(), 3, "native run\n{nat:?}");
     let got = torpor()
         .run(r.path(), &prog)
@@ -208,8 +287,14 @@ fn static_c_program_files_and_200mib_allocations() {
         .timeout(Duration::from_secs(300))
         .output();
     assert_eq!(got.code(), 3, "torpor run\n{got:?}");
-    assert!(got.stdout == nat.stdout, "stdout differs\nnative: {nat:?}\ntorpor: {got:?}");
-    assert!(got.stdout_str().contains("line two: \u{e9}t\u{e9}"), "{got:?}");
+    assert!(
+        got.stdout == nat.stdout,
+        "stdout differs\nnative: {nat:?}\ntorpor: {got:?}"
+    );
+    assert!(
+        got.stdout_str().contains("line two: \u{e9}t\u{e9}"),
+        "{got:?}"
+    );
 }
 
 #[test]
@@ -219,7 +304,13 @@ fn null_write_dies_with_sigsegv() {
     }
     let r = Rootfs::new();
     let prog = r.guest_program("null_write");
-    let nat = native(&testutil::guest_program("null_write"), &[] as &[&str], r.path(), &[], None);
+    let nat = native(
+        &testutil::guest_program("null_write"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
     assert_eq!(nat.code(), 139, "native\n{nat:?}");
     let got = torpor().run(r.path(), &prog).output();
     assert_eq!(got.code(), 139, "torpor run must exit 128+SIGSEGV\n{got:?}");
@@ -233,11 +324,23 @@ fn wild_pointers_get_efault_like_native() {
     }
     let r = Rootfs::new();
     let prog = r.guest_program("bad_pointers");
-    let nat = native(&testutil::guest_program("bad_pointers"), &[] as &[&str], r.path(), &[], None);
+    let nat = native(
+        &testutil::guest_program("bad_pointers"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
     nat.assert_code(0);
-    let got = torpor().run(r.path(), &prog).host_env("TORPOR_LOG", "off").output();
+    let got = torpor()
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
     got.assert_code(0);
-    assert!(got.stdout == nat.stdout, "stdout differs\nnative: {nat:?}\ntorpor: {got:?}");
+    assert!(
+        got.stdout == nat.stdout,
+        "stdout differs\nnative: {nat:?}\ntorpor: {got:?}"
+    );
 }
 
 #[test]
@@ -259,30 +362,59 @@ fn paths_and_symlinks_cannot_leave_the_root() {
         .symlink("/link_rel", format!("../../../../../../../..{secret_str}"));
 
     // Unconfined, the probes do find the secret: they are real.
-    let nat = native(&testutil::guest_program("escape"), &[secret_str], r.path(), &[], None);
-    assert!(nat.stdout_str().contains(&marker), "native run should read the secret\n{nat:?}");
+    let nat = native(
+        &testutil::guest_program("escape"),
+        &[secret_str],
+        r.path(),
+        &[],
+        None,
+    );
+    assert!(
+        nat.stdout_str().contains(&marker),
+        "native run should read the secret\n{nat:?}"
+    );
 
     let got = torpor().run(r.path(), &prog).arg(secret_str).output();
     let all = format!("{}{}", got.stdout_str(), got.stderr_str());
-    assert!(!all.contains(&marker), "the guest read a host file outside its root\n{got:?}");
+    assert!(
+        !all.contains(&marker),
+        "the guest read a host file outside its root\n{got:?}"
+    );
     got.assert_code(0);
     let text = got.stdout_str();
     assert!(text.contains("escape: done"), "{got:?}");
-    assert!(!text.lines().any(|l| l.starts_with("READ absolute")), "{got:?}");
-    if let Some(cwd) = text.lines().find_map(|l| l.strip_prefix("CWD after chdir(..) x64: ")) {
+    assert!(
+        !text.lines().any(|l| l.starts_with("READ absolute")),
+        "{got:?}"
+    );
+    if let Some(cwd) = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CWD after chdir(..) x64: "))
+    {
         assert_eq!(cwd, "/", "chdir(\"..\") must stop at the root\n{got:?}");
     }
     // "/.." and "/../../.." are "/" again.
     let listing = |label: &str| {
         let prefix = format!("LS {label}: ");
-        let mut v: Vec<String> = text.lines().filter_map(|l| l.strip_prefix(&prefix)).map(str::to_owned).collect();
+        let mut v: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(&prefix))
+            .map(str::to_owned)
+            .collect();
         v.sort();
         v
     };
     let root = listing("/");
-    assert!(root.contains(&"bin".to_owned()) && root.contains(&"link_abs".to_owned()), "{got:?}");
+    assert!(
+        root.contains(&"bin".to_owned()) && root.contains(&"link_abs".to_owned()),
+        "{got:?}"
+    );
     assert_eq!(listing("/.."), root, "\"/..\" must list the root\n{got:?}");
-    assert_eq!(listing("/../../.."), root, "\"/../../..\" must list the root\n{got:?}");
+    assert_eq!(
+        listing("/../../.."),
+        root,
+        "\"/../../..\" must list the root\n{got:?}"
+    );
 }
 
 #[test]
@@ -309,14 +441,21 @@ fn timings_report_first_instruction() {
         return;
     }
     let r = Rootfs::new();
-    let out = torpor().run(r.path(), "/bin/busybox").host_env("TORPOR_TIMINGS", "1").arg("true").output();
+    let out = torpor()
+        .run(r.path(), "/bin/busybox")
+        .host_env("TORPOR_TIMINGS", "1")
+        .arg("true")
+        .output();
     out.assert_code(0);
     let us = out
         .stderr_str()
         .lines()
         .find_map(|l| l.strip_prefix("torpor-timing: start_to_first_instruction_us="))
         .map(|v| v.trim().parse::<f64>());
-    assert!(matches!(us, Some(Ok(v)) if v > 0.0), "no start_to_first_instruction_us timing\n{out:?}");
+    assert!(
+        matches!(us, Some(Ok(v)) if v > 0.0),
+        "no start_to_first_instruction_us timing\n{out:?}"
+    );
 }
 
 #[test]
@@ -336,13 +475,39 @@ fn unknown_syscalls_get_enosys_logged_once_and_host_ports_are_off_limits() {
         .output();
     out.assert_code(0);
     let stdout = out.stdout_str();
-    assert_eq!(stdout.matches("io_setup: -1 Function not implemented").count(), 2, "{stdout}");
-    assert_eq!(stdout.matches("syscall 1000: -1 Function not implemented").count(), 2, "{stdout}");
-    assert!(stdout.contains("connect to host port: Connection refused"), "{stdout}");
-    assert!(listener.accept().is_err(), "the sandbox reached a host listener");
+    assert_eq!(
+        stdout
+            .matches("io_setup: -1 Function not implemented")
+            .count(),
+        2,
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout
+            .matches("syscall 1000: -1 Function not implemented")
+            .count(),
+        2,
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("connect to host port: Connection refused"),
+        "{stdout}"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the sandbox reached a host listener"
+    );
     let stderr = out.stderr_str();
-    assert_eq!(stderr.matches("unsupported syscall 206 (io_setup)").count(), 1, "logged once: {stderr}");
-    assert_eq!(stderr.matches("unsupported syscall 1000 (unknown)").count(), 1, "logged once: {stderr}");
+    assert_eq!(
+        stderr.matches("unsupported syscall 206 (io_setup)").count(),
+        1,
+        "logged once: {stderr}"
+    );
+    assert_eq!(
+        stderr.matches("unsupported syscall 1000 (unknown)").count(),
+        1,
+        "logged once: {stderr}"
+    );
 }
 
 #[test]
@@ -351,12 +516,24 @@ fn static_pie_runs() {
         return;
     }
     let r = Rootfs::new();
-    let pie = testutil::build_c("hello-static-pie", &testutil::guest_source("hello"), false, &["-static-pie", "-fPIE"]);
+    let pie = testutil::build_c(
+        "hello-static-pie",
+        &testutil::guest_source("hello"),
+        false,
+        &["-static-pie", "-fPIE"],
+    );
     r.binary("/bin/hello-pie", &pie);
     let data = std::fs::read(&pie).unwrap();
-    assert_eq!(u16::from_le_bytes([data[16], data[17]]), 3, "built as ET_DYN (static-PIE)");
+    assert_eq!(
+        u16::from_le_bytes([data[16], data[17]]),
+        3,
+        "built as ET_DYN (static-PIE)"
+    );
     let native = testutil::native(&pie, &[] as &[&str], r.path(), &[], None);
-    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor")).run(r.path(), "/bin/hello-pie").host_env("TORPOR_LOG", "off").output();
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), "/bin/hello-pie")
+        .host_env("TORPOR_LOG", "off")
+        .output();
     out.assert_code(native.code());
     assert_eq!(out.stdout, native.stdout);
 }
@@ -368,11 +545,25 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
     }
     let r = Rootfs::new();
     let prog = r.guest_program("misc_io");
-    let native = testutil::native(&testutil::guest_program("misc_io"), &[] as &[&str], r.path(), &[], None);
-    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor")).run(r.path(), &prog).host_env("TORPOR_LOG", "off").output();
+    let native = testutil::native(
+        &testutil::guest_program("misc_io"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
     out.assert_code(0);
     assert_eq!(out.stdout_str(), native.stdout_str());
-    assert!(out.stdout_str().contains("pipe: 14 through a pipe, cloexec 1"), "{}", out.stdout_str());
+    assert!(
+        out.stdout_str()
+            .contains("pipe: 14 through a pipe, cloexec 1"),
+        "{}",
+        out.stdout_str()
+    );
 }
 
 #[test]
@@ -381,11 +572,15 @@ fn pthreads_match_native() {
         return;
     }
     let r = Rootfs::new();
-    let bin = testutil::build_static_c("threads", &testutil::guest_source("threads"), &["-pthread"]);
+    let bin =
+        testutil::build_static_c("threads", &testutil::guest_source("threads"), &["-pthread"]);
     r.binary("/bin/threads", &bin);
     let native = testutil::native(&bin, &[] as &[&str], r.path(), &[], None);
     for _ in 0..3 {
-        let out = Torpor::new(env!("CARGO_BIN_EXE_torpor")).run(r.path(), "/bin/threads").host_env("TORPOR_LOG", "off").output();
+        let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+            .run(r.path(), "/bin/threads")
+            .host_env("TORPOR_LOG", "off")
+            .output();
         out.assert_code(native.code());
         assert_eq!(out.stdout_str(), native.stdout_str());
     }

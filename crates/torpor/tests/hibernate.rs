@@ -38,15 +38,24 @@ fn start_with(mib: u64, memory: &str, extra: &[&str]) -> App {
     );
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let up = Detached::wait_until(Duration::from_secs(120), || {
-        http_get(addr, "/", Duration::from_secs(5)).map(|r| r.body_str() == "hello\n").unwrap_or(false)
+        http_get(addr, "/", Duration::from_secs(5))
+            .map(|r| r.body_str() == "hello\n")
+            .unwrap_or(false)
     });
     assert!(up, "pattern_server did not come up");
-    App { sb, addr, mib, _root: root }
+    App {
+        sb,
+        addr,
+        mib,
+        _root: root,
+    }
 }
 
 impl App {
     fn verify(&self) -> String {
-        http_get(self.addr, "/verify", Duration::from_secs(120)).map(|r| r.body_str()).unwrap_or_else(|e| format!("error: {e}"))
+        http_get(self.addr, "/verify", Duration::from_secs(120))
+            .map(|r| r.body_str())
+            .unwrap_or_else(|e| format!("error: {e}"))
     }
     fn expect_ok(&self) {
         assert_eq!(self.verify(), format!("ok {}\n", self.mib * WORDS_PER_MIB));
@@ -79,25 +88,45 @@ fn fifty_cycles(mode: &str) {
         if cycle == 0 {
             // Hibernated PSS at most 10 % of hot.
             let pss = app.sb.stat_u64("pss_bytes");
-            eprintln!("hot PSS {hot_pss} B, hibernated PSS {pss} B ({:.1} %)", 100.0 * pss as f64 / hot_pss as f64);
-            assert!(hot_pss > 256 << 20, "hot PSS {hot_pss} holds the 256 MiB pattern");
-            assert!(pss * 10 <= hot_pss, "hibernated PSS {pss} > 10 % of hot {hot_pss}");
+            eprintln!(
+                "hot PSS {hot_pss} B, hibernated PSS {pss} B ({:.1} %)",
+                100.0 * pss as f64 / hot_pss as f64
+            );
+            assert!(
+                hot_pss > 256 << 20,
+                "hot PSS {hot_pss} holds the 256 MiB pattern"
+            );
+            assert!(
+                pss * 10 <= hot_pss,
+                "hibernated PSS {pss} > 10 % of hot {hot_pss}"
+            );
             // No CPU while hibernated.
             let cpu0 = app.sb.stat_u64("cpu_time_us");
             std::thread::sleep(Duration::from_secs(10));
             let cpu1 = app.sb.stat_u64("cpu_time_us");
             // `stats` itself runs on a control thread: allow its own few milliseconds.
-            assert!(cpu1 - cpu0 <= 20_000, "CPU time grew by {} µs while hibernated", cpu1 - cpu0);
+            assert!(
+                cpu1 - cpu0 <= 20_000,
+                "CPU time grew by {} µs while hibernated",
+                cpu1 - cpu0
+            );
             assert_eq!(app.state(), "hibernated");
         }
         app.expect_ok();
         // Back in accept() shortly after answering: idle after a hibernate is "woken".
-        assert!(Detached::wait_until(Duration::from_secs(10), || app.state() == "woken"), "cycle {cycle}: {}", app.state());
+        assert!(
+            Detached::wait_until(Duration::from_secs(10), || app.state() == "woken"),
+            "cycle {cycle}: {}",
+            app.state()
+        );
         let prefetched = app.sb.stat_u64("prefetched_bytes");
         if mode == "reap" && cycle >= 1 {
             // The first wake recorded /verify's working set (every page); later wakes
             // prefetch it, and few pages fault outside it.
-            assert!(prefetched >= 256 << 20, "cycle {cycle}: prefetched only {prefetched} B");
+            assert!(
+                prefetched >= 256 << 20,
+                "cycle {cycle}: prefetched only {prefetched} B"
+            );
             let residual = app.sb.stat_u64("residual_faults");
             assert!(residual < 64, "cycle {cycle}: {residual} residual faults");
         }
@@ -119,7 +148,11 @@ fn concurrent_requests_wake_it_once() {
     let addr = app.addr;
     let want = format!("ok {}\n", 16 * WORDS_PER_MIB);
     let threads: Vec<_> = (0..32)
-        .map(|_| std::thread::spawn(move || http_get(addr, "/verify", Duration::from_secs(120)).map(|r| r.body_str())))
+        .map(|_| {
+            std::thread::spawn(move || {
+                http_get(addr, "/verify", Duration::from_secs(120)).map(|r| r.body_str())
+            })
+        })
         .collect();
     for t in threads {
         assert_eq!(t.join().unwrap().expect("request answered"), want);
@@ -137,7 +170,9 @@ fn sigstop_hibernates_and_sigcont_wakes() {
     app.sb.ok("kill", &["SIGSTOP"]);
     assert_eq!(app.state(), "hibernated");
     app.sb.ok("kill", &["SIGCONT"]);
-    assert!(Detached::wait_until(Duration::from_secs(10), || app.state() == "woken"));
+    assert!(Detached::wait_until(Duration::from_secs(10), || app
+        .state()
+        == "woken"));
     app.expect_ok();
     // Hibernate again from woken, and wake by request.
     app.sb.ok("hibernate", &[]);
@@ -153,13 +188,26 @@ fn illegal_requests_are_clear_errors() {
     let app = start(4, "64M");
     let o = app.sb.verb("wake", &[]);
     assert_eq!(o.code(), 125);
-    assert!(o.stderr_str().contains("cannot wake a sandbox that is"), "{}", o.stderr_str());
+    assert!(
+        o.stderr_str().contains("cannot wake a sandbox that is"),
+        "{}",
+        o.stderr_str()
+    );
     app.sb.ok("hibernate", &[]);
     let o = app.sb.verb("hibernate", &[]);
     assert_eq!(o.code(), 125);
-    assert!(o.stderr_str().contains("cannot hibernate a sandbox that is hibernated"), "{}", o.stderr_str());
+    assert!(
+        o.stderr_str()
+            .contains("cannot hibernate a sandbox that is hibernated"),
+        "{}",
+        o.stderr_str()
+    );
     let o = app.sb.verb("delete", &[]);
-    assert_eq!(o.code(), 125, "delete without --force refuses a live sandbox");
+    assert_eq!(
+        o.code(),
+        125,
+        "delete without --force refuses a live sandbox"
+    );
     let o = app.sb.verb("kill", &["SIGBOGUS"]);
     assert_eq!(o.code(), 125);
     app.expect_ok();
@@ -174,13 +222,20 @@ fn delete_of_a_hibernated_sandbox_removes_everything() {
     app.sb.ok("hibernate", &[]);
     let dir = app.sb.dir();
     let pid = app.sb.pid();
-    assert!(std::fs::read_dir(&dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("swap")));
+    assert!(std::fs::read_dir(&dir).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("swap")));
     app.sb.ok("delete", &["--force"]);
     assert!(!dir.exists(), "{} still exists", dir.display());
     // SAFETY: probing a pid with signal 0.
     let alive = unsafe { libc::kill(pid as i32, 0) } == 0;
     assert!(!alive, "the sandbox process {pid} survived delete");
-    assert!(TcpStream::connect_timeout(&app.addr, Duration::from_secs(2)).is_err(), "the port still listens");
+    assert!(
+        TcpStream::connect_timeout(&app.addr, Duration::from_secs(2)).is_err(),
+        "the port still listens"
+    );
     assert_eq!(app.sb.verb("state", &[]).code(), 125);
 }
 
@@ -201,14 +256,20 @@ fn corrupted_swap_file_stops_the_sandbox_loudly() {
     // Flip a byte in every data slot (header 4 KiB; index 16 B/slot and a 32 B trailer at the end).
     let mut bytes = std::fs::read(&swap).unwrap();
     let slots = (bytes.len() - 4096 - 32) / (4096 + 16);
-    assert!(slots > 4000, "the 16 MiB pattern was swapped out ({slots} slots)");
+    assert!(
+        slots > 4000,
+        "the 16 MiB pattern was swapped out ({slots} slots)"
+    );
     for k in 0..slots {
         bytes[4096 + k * 4096 + 123] ^= 0x5a;
     }
     std::fs::write(&swap, &bytes).unwrap();
     // The application must never see wrong bytes: no "ok", no "bad" — the sandbox stops.
     let r = app.verify();
-    assert!(!r.starts_with("ok") && !r.starts_with("bad"), "the application answered {r:?}");
+    assert!(
+        !r.starts_with("ok") && !r.starts_with("bad"),
+        "the application answered {r:?}"
+    );
     let gone = Detached::wait_until(Duration::from_secs(20), || {
         // SAFETY: probing a pid with signal 0.
         let r = unsafe { libc::kill(pid as i32, 0) };
@@ -217,7 +278,11 @@ fn corrupted_swap_file_stops_the_sandbox_loudly() {
     assert!(gone, "the sandbox process kept running on corrupt data");
     let o = app.sb.verb("state", &[]);
     assert_eq!(o.code(), 125);
-    assert!(o.stderr_str().contains("corrupt"), "state says: {}", o.stderr_str());
+    assert!(
+        o.stderr_str().contains("corrupt"),
+        "state says: {}",
+        o.stderr_str()
+    );
 }
 
 #[test]
@@ -241,7 +306,10 @@ fn disk_full_during_deflate_keeps_the_sandbox_hot() {
     struct Umount(std::path::PathBuf);
     impl Drop for Umount {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
         }
     }
     let _umount = Umount(state.path().to_path_buf());
@@ -249,19 +317,41 @@ fn disk_full_during_deflate_keeps_the_sandbox_hot() {
     let prog = root.guest_program("pattern_server");
     let port = free_port();
     let publish = format!("127.0.0.1:{port}:8080");
-    let sb = Detached::start_in(BIN.as_ref(), state, &["--memory", "64M", "--publish", &publish], root.path(), &prog, &["8080", "32"])
-        .unwrap_or_else(|o| panic!("start: {}", o.stderr_str()));
+    let sb = Detached::start_in(
+        BIN.as_ref(),
+        state,
+        &["--memory", "64M", "--publish", &publish],
+        root.path(),
+        &prog,
+        &["8080", "32"],
+    )
+    .unwrap_or_else(|o| panic!("start: {}", o.stderr_str()));
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    assert!(Detached::wait_until(Duration::from_secs(60), || http_get(addr, "/", Duration::from_secs(5)).is_ok()));
+    assert!(Detached::wait_until(Duration::from_secs(60), || http_get(
+        addr,
+        "/",
+        Duration::from_secs(5)
+    )
+    .is_ok()));
     let before = sb.stat("state");
     let o = sb.verb("hibernate", &[]);
     assert_eq!(o.code(), 125, "hibernate must fail on a full disk");
-    assert!(o.stderr_str().to_lowercase().contains("disk full") || o.stderr_str().contains("No space"), "{}", o.stderr_str());
+    assert!(
+        o.stderr_str().to_lowercase().contains("disk full") || o.stderr_str().contains("No space"),
+        "{}",
+        o.stderr_str()
+    );
     assert_eq!(sb.stat("state"), before, "the sandbox stays as it was");
-    let r = http_get(addr, "/verify", Duration::from_secs(60)).unwrap().body_str();
+    let r = http_get(addr, "/verify", Duration::from_secs(60))
+        .unwrap()
+        .body_str();
     assert_eq!(r, format!("ok {}\n", 32 * WORDS_PER_MIB));
     // No half-written swap file is left behind.
-    assert!(!std::fs::read_dir(sb.dir()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("swap")));
+    assert!(!std::fs::read_dir(sb.dir()).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("swap")));
     sb.ok("delete", &["--force"]);
 }
 
@@ -272,9 +362,12 @@ fn program_file_changed_while_hibernated_stops_the_sandbox() {
     }
     let app = start(4, "64M");
     let report = app.sb.ok("hibernate", &[]);
-    assert!(testutil::json_field(&report.split_whitespace().collect::<String>(), "file_pages")
-        .and_then(|v| v.parse::<u64>().ok())
-        .is_some_and(|n| n > 0), "clean program pages were dropped: {report}");
+    assert!(
+        testutil::json_field(&report.split_whitespace().collect::<String>(), "file_pages")
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n > 0),
+        "clean program pages were dropped: {report}"
+    );
     let pid = app.sb.pid();
     // Rewrite the program file in place (same inode): its dropped pages no longer match.
     let path = app._root.host_path("bin/pattern_server");
@@ -284,7 +377,10 @@ fn program_file_changed_while_hibernated_stops_the_sandbox() {
     }
     std::fs::write(&path, &bytes).unwrap();
     let r = app.verify();
-    assert!(!r.starts_with("ok") && !r.starts_with("bad") && !r.starts_with("hello"), "the application answered {r:?}");
+    assert!(
+        !r.starts_with("ok") && !r.starts_with("bad") && !r.starts_with("hello"),
+        "the application answered {r:?}"
+    );
     let gone = Detached::wait_until(Duration::from_secs(20), || {
         // SAFETY: probing a pid with signal 0.
         let r = unsafe { libc::kill(pid as i32, 0) };
@@ -292,5 +388,9 @@ fn program_file_changed_while_hibernated_stops_the_sandbox() {
     });
     assert!(gone, "the sandbox kept running on changed program bytes");
     let o = app.sb.verb("state", &[]);
-    assert!(o.stderr_str().contains("changed on the host"), "state says: {}", o.stderr_str());
+    assert!(
+        o.stderr_str().contains("changed on the host"),
+        "state says: {}",
+        o.stderr_str()
+    );
 }

@@ -63,7 +63,11 @@ fn curl(args: &[&str]) -> String {
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run curl (apt-get install curl): {e}"));
-    assert!(out.status.success(), "curl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "curl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8 body")
 }
 
@@ -79,10 +83,16 @@ fn http_server_answers_1000_sequential_requests() {
     // curl: one request, two on a kept-alive connection, and one that asks to close.
     n += 1;
     assert_eq!(curl(&[&url("/curl")]), body(n, "/curl"));
-    assert_eq!(curl(&[&url("/ka1"), &url("/ka2")]), format!("{}{}", body(n + 1, "/ka1"), body(n + 2, "/ka2")));
+    assert_eq!(
+        curl(&[&url("/ka1"), &url("/ka2")]),
+        format!("{}{}", body(n + 1, "/ka1"), body(n + 2, "/ka2"))
+    );
     n += 2;
     n += 1;
-    assert_eq!(curl(&["-H", "Connection: close", &url("/close")]), body(n, "/close"));
+    assert_eq!(
+        curl(&["-H", "Connection: close", &url("/close")]),
+        body(n, "/close")
+    );
 
     // 1,000 sequential requests, each on a new connection.
     let started = Instant::now();
@@ -113,7 +123,11 @@ fn http_server_answers_1000_sequential_requests() {
     assert_eq!(resp.body_str(), body(n, "/quit"));
     let out = server.wait(Duration::from_secs(60));
     out.assert_code(0);
-    assert!(out.stdout_str().contains(&format!("http_server: served {n} requests")), "{out:?}");
+    assert!(
+        out.stdout_str()
+            .contains(&format!("http_server: served {n} requests")),
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -124,11 +138,19 @@ fn unpublished_port_is_not_reachable_from_the_host() {
     let r = Rootfs::new();
     let prog = r.guest_program("http_server");
     let guest_port = free_port();
-    let mut server = torpor().run(r.path(), &prog).arg(guest_port.to_string()).spawn();
+    let mut server = torpor()
+        .run(r.path(), &prog)
+        .arg(guest_port.to_string())
+        .spawn();
     // Wait until the server reports listening, or exits (a refused bind is fine too).
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !String::from_utf8_lossy(&server.stdout_so_far()).contains("listening") && !server.has_exited() {
-        assert!(Instant::now() < deadline, "http_server neither listened nor exited");
+    while !String::from_utf8_lossy(&server.stdout_so_far()).contains("listening")
+        && !server.has_exited()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "http_server neither listened nor exited"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     for host in [[127, 0, 0, 1], [0, 0, 0, 0]] {

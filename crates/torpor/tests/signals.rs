@@ -16,13 +16,23 @@ fn same_as_native(mode: Option<&str>, expect_code: i32) {
     let r = Rootfs::new();
     let prog = r.guest_program("signals");
     let args: Vec<&str> = mode.into_iter().collect();
-    let nat = testutil::native(&testutil::guest_program("signals"), &args, r.path(), &[], None);
+    let nat = testutil::native(
+        &testutil::guest_program("signals"),
+        &args,
+        r.path(),
+        &[],
+        None,
+    );
     let got = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
         .run(r.path(), &prog)
         .args(&args)
         .host_env("TORPOR_LOG", "off")
         .output();
-    assert_eq!(nat.code(), expect_code, "native run of signals {mode:?}: {nat:?}");
+    assert_eq!(
+        nat.code(),
+        expect_code,
+        "native run of signals {mode:?}: {nat:?}"
+    );
     assert!(
         got.stdout == nat.stdout,
         "signals {mode:?}: stdout differs\n--- native:\n{}\n--- torpor:\n{}\n--- torpor stderr:\n{}",
@@ -30,7 +40,12 @@ fn same_as_native(mode: Option<&str>, expect_code: i32) {
         got.stdout_str(),
         got.stderr_str()
     );
-    assert_eq!(got.code(), nat.code(), "signals {mode:?}: status differs; stderr: {}", got.stderr_str());
+    assert_eq!(
+        got.code(),
+        nat.code(),
+        "signals {mode:?}: status differs; stderr: {}",
+        got.stderr_str()
+    );
 }
 
 #[test]
@@ -64,7 +79,13 @@ fn torpor_kill_runs_the_application_handler() {
     }
     let r = Rootfs::new();
     let prog = r.guest_program("signals");
-    let sb = Detached::start(env!("CARGO_BIN_EXE_torpor").as_ref(), &[], r.path(), &prog, &["wait"]);
+    let sb = Detached::start(
+        env!("CARGO_BIN_EXE_torpor").as_ref(),
+        &[],
+        r.path(),
+        &prog,
+        &["wait"],
+    );
     let log = sb.dir().join("output.log");
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
@@ -74,11 +95,15 @@ fn torpor_kill_runs_the_application_handler() {
     );
     sb.ok("kill", &["SIGUSR1"]);
     assert!(
-        Detached::wait_until(Duration::from_secs(30), || read_log().contains("sigsuspend returned")),
+        Detached::wait_until(Duration::from_secs(30), || read_log()
+            .contains("sigsuspend returned")),
         "no handler output after torpor kill: {}",
         read_log()
     );
-    assert_eq!(read_log(), "ready\nwait: got SIGUSR1\nwait: sigsuspend returned -1\n");
+    assert_eq!(
+        read_log(),
+        "ready\nwait: got SIGUSR1\nwait: sigsuspend returned -1\n"
+    );
     assert!(
         Detached::wait_until(Duration::from_secs(30), || json_status(&sb) == Some(0)),
         "the program did not exit 0 after its handler: {}",
@@ -93,7 +118,13 @@ fn interrupted_syscalls_restart_as_on_linux() {
     }
     let r = Rootfs::new();
     let prog = r.guest_program("signals");
-    let sb = Detached::start(env!("CARGO_BIN_EXE_torpor").as_ref(), &[], r.path(), &prog, &["restart"]);
+    let sb = Detached::start(
+        env!("CARGO_BIN_EXE_torpor").as_ref(),
+        &[],
+        r.path(),
+        &prog,
+        &["restart"],
+    );
     let log = sb.dir().join("output.log");
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
     let wait_for = |what: &str| {
@@ -114,8 +145,14 @@ fn interrupted_syscalls_restart_as_on_linux() {
     // No SA_RESTART: accept fails with EINTR after the handler.
     sb.ok("kill", &["SIGTERM"]);
     wait_for("accept ->");
-    assert_eq!(read_log(), "ready\nhandler 12\nhandler 15\naccept -> -1 EINTR\n");
-    assert!(Detached::wait_until(Duration::from_secs(30), || json_status(&sb) == Some(0)));
+    assert_eq!(
+        read_log(),
+        "ready\nhandler 12\nhandler 15\naccept -> -1 EINTR\n"
+    );
+    assert!(Detached::wait_until(
+        Duration::from_secs(30),
+        || json_status(&sb) == Some(0)
+    ));
 }
 
 fn json_status(sb: &Detached) -> Option<i32> {

@@ -4,7 +4,7 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use abi::Errno;
-use platform::{GuestMemory, Gpa};
+use platform::{Gpa, GuestMemory};
 
 /// Most iovecs handed to one host call (IOV_MAX).
 const IOV_MAX: usize = 1024;
@@ -14,7 +14,10 @@ fn iovecs(mem: &GuestMemory, runs: &[(Gpa, u64)]) -> Result<Vec<libc::iovec>, Er
         .take(IOV_MAX)
         .map(|&(gpa, len)| {
             let p = mem.host_ptr(gpa, len).map_err(|_| Errno::EFAULT)?;
-            Ok(libc::iovec { iov_base: p.cast(), iov_len: len as usize })
+            Ok(libc::iovec {
+                iov_base: p.cast(),
+                iov_len: len as usize,
+            })
         })
         .collect()
 }
@@ -59,7 +62,12 @@ fn transfer(
 ///
 /// # Errors
 /// The host's errno.
-pub fn read_into_guest(mem: &GuestMemory, fd: BorrowedFd<'_>, runs: &[(Gpa, u64)], offset: Option<i64>) -> Result<u64, Errno> {
+pub fn read_into_guest(
+    mem: &GuestMemory,
+    fd: BorrowedFd<'_>,
+    runs: &[(Gpa, u64)],
+    offset: Option<i64>,
+) -> Result<u64, Errno> {
     transfer(mem, fd, runs, offset, Direction::IntoGuest)
 }
 
@@ -67,6 +75,11 @@ pub fn read_into_guest(mem: &GuestMemory, fd: BorrowedFd<'_>, runs: &[(Gpa, u64)
 ///
 /// # Errors
 /// The host's errno.
-pub fn write_from_guest(mem: &GuestMemory, fd: BorrowedFd<'_>, runs: &[(Gpa, u64)], offset: Option<i64>) -> Result<u64, Errno> {
+pub fn write_from_guest(
+    mem: &GuestMemory,
+    fd: BorrowedFd<'_>,
+    runs: &[(Gpa, u64)],
+    offset: Option<i64>,
+) -> Result<u64, Errno> {
     transfer(mem, fd, runs, offset, Direction::FromGuest)
 }

@@ -79,7 +79,10 @@ impl FdTable {
     /// # Errors
     /// EBADF if `fd` is out of range.
     pub fn insert_at(&self, fd: i32, file: Arc<OpenFile>, cloexec: bool) -> Result<(), Errno> {
-        let idx = usize::try_from(fd).ok().filter(|&i| i < MAX_FDS).ok_or(Errno::EBADF)?;
+        let idx = usize::try_from(fd)
+            .ok()
+            .filter(|&i| i < MAX_FDS)
+            .ok_or(Errno::EBADF)?;
         let old = {
             let mut slots = self.lock();
             if slots.len() <= idx {
@@ -182,7 +185,10 @@ mod tests {
         assert_eq!(t.get(7).err(), Some(Errno::EBADF));
         assert_eq!(t.get(-1).err(), Some(Errno::EBADF));
         assert_eq!(t.remove(99).err(), Some(Errno::EBADF));
-        assert_eq!(t.insert_at(MAX_FDS as i32, file(), false).err(), Some(Errno::EBADF));
+        assert_eq!(
+            t.insert_at(MAX_FDS as i32, file(), false).err(),
+            Some(Errno::EBADF)
+        );
         assert_eq!(t.len(), 5);
     }
 }

@@ -45,7 +45,12 @@ impl Root {
         let c = CString::new(host_path.as_os_str().as_encoded_bytes())
             .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: `c` is a valid NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -95,8 +100,11 @@ impl Root {
     /// # Errors
     /// EBADF if the fd's host path cannot be read; ENOENT if it is not under the root.
     pub fn guest_path_of(&self, fd: &OwnedFd) -> Result<Vec<u8>, Errno> {
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(|_| Errno::EBADF)?;
-        let rel = link.strip_prefix(&self.host_path).map_err(|_| Errno::ENOENT)?;
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map_err(|_| Errno::EBADF)?;
+        let rel = link
+            .strip_prefix(&self.host_path)
+            .map_err(|_| Errno::ENOENT)?;
         let mut out = b"/".to_vec();
         out.extend_from_slice(rel.as_os_str().as_encoded_bytes());
         Ok(out)
@@ -146,7 +154,10 @@ mod tests {
         up.extend_from_slice(&name);
         assert_eq!(r.open_at(&up, libc::O_RDONLY, 0).err(), Some(Errno::ENOENT));
         // The absolute symlink resolves inside the root, where its target does not exist.
-        assert_eq!(r.open_at(b"/link", libc::O_RDONLY, 0).err(), Some(Errno::ENOENT));
+        assert_eq!(
+            r.open_at(b"/link", libc::O_RDONLY, 0).err(),
+            Some(Errno::ENOENT)
+        );
         let d = r.open_at(b"/d/..", libc::O_PATH, 0).unwrap();
         assert_eq!(r.guest_path_of(&d).unwrap(), b"/");
         std::fs::remove_dir_all(&root).unwrap();

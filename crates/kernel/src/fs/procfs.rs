@@ -44,7 +44,9 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         "stat" => stat(t),
         "meminfo" => meminfo(t),
         "cpuinfo" => std::fs::read("/proc/cpuinfo").unwrap_or_default(),
-        "online" => std::fs::read("/sys/devices/system/cpu/online").unwrap_or_else(|_| b"0\n".to_vec()),
+        "online" => {
+            std::fs::read("/sys/devices/system/cpu/online").unwrap_or_else(|_| b"0\n".to_vec())
+        }
         _ => return None,
     };
     Some(memfd_with(&content))

@@ -92,11 +92,18 @@ fn read_all(path: &str, file: &File) -> Result<Vec<u8>, LoadError> {
     use std::io::Read;
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     if len > MAX_ELF_BYTES {
-        return Err(LoadError::Unsupported { path: path.into(), why: "file too large".into() });
+        return Err(LoadError::Unsupported {
+            path: path.into(),
+            why: "file too large".into(),
+        });
     }
     let mut bytes = Vec::with_capacity(len as usize);
     let mut f = file;
-    f.read_to_end(&mut bytes).map_err(|source| LoadError::Read { path: path.into(), source })?;
+    f.read_to_end(&mut bytes)
+        .map_err(|source| LoadError::Read {
+            path: path.into(),
+            source,
+        })?;
     if bytes.len() < 4 || &bytes[..4] != b"\x7fELF" {
         return Err(LoadError::NotElf(path.into()));
     }
@@ -104,7 +111,10 @@ fn read_all(path: &str, file: &File) -> Result<Vec<u8>, LoadError> {
 }
 
 fn parse<'a>(path: &str, bytes: &'a [u8]) -> Result<Elf<'a>, LoadError> {
-    let unsupported = |why: String| LoadError::Unsupported { path: path.into(), why };
+    let unsupported = |why: String| LoadError::Unsupported {
+        path: path.into(),
+        why,
+    };
     let elf = Elf::parse(bytes).map_err(|e| unsupported(format!("malformed ELF: {e}")))?;
     if !elf.is_64 || elf.header.e_machine != goblin::elf::header::EM_X86_64 {
         return Err(unsupported("not an x86-64 ELF".into()));
@@ -135,20 +145,28 @@ pub fn load_elf(
     let (entry, interp_base) = match interp {
         None => (main.entry, 0),
         Some(ip) => {
-            let fd = root.open_at(ip.as_bytes(), libc::O_RDONLY, 0).map_err(|errno| LoadError::NoInterpreter {
-                path: path.into(),
-                interp: ip.clone(),
-                errno,
-            })?;
+            let fd = root
+                .open_at(ip.as_bytes(), libc::O_RDONLY, 0)
+                .map_err(|errno| LoadError::NoInterpreter {
+                    path: path.into(),
+                    interp: ip.clone(),
+                    errno,
+                })?;
             let ifile = File::from(fd);
             let ibytes = read_all(&ip, &ifile)?;
             let ielf = parse(&ip, &ibytes)?;
             if ielf.header.e_type != goblin::elf::header::ET_DYN || ielf.interpreter.is_some() {
-                return Err(LoadError::Unsupported { path: ip, why: "an interpreter must be a static ET_DYN object".into() });
+                return Err(LoadError::Unsupported {
+                    path: ip,
+                    why: "an interpreter must be a static ET_DYN object".into(),
+                });
             }
             // Reserve the interpreter's whole span below the mmap base, then map its segments
             // into it.
-            let (lo, hi) = span(&ielf).ok_or_else(|| LoadError::Unsupported { path: ip.clone(), why: "no loadable segment".into() })?;
+            let (lo, hi) = span(&ielf).ok_or_else(|| LoadError::Unsupported {
+                path: ip.clone(),
+                why: "no loadable segment".into(),
+            })?;
             let base = mm
                 .mmap(MmapRequest {
                     addr: Gva(0),
@@ -159,7 +177,10 @@ pub fn load_elf(
                     kind: VmaKind::Anon,
                     name: None,
                 })
-                .map_err(|source| LoadError::Map { path: ip.clone(), source })?
+                .map_err(|source| LoadError::Map {
+                    path: ip.clone(),
+                    source,
+                })?
                 .raw()
                 - lo;
             let m = map_object(mm, &ip, Arc::new(ifile), &ielf, base)?;
@@ -185,12 +206,25 @@ fn span(elf: &Elf<'_>) -> Option<(u64, u64)> {
 }
 
 /// Maps the PT_LOAD segments of `elf` at `bias`.
-fn map_object(mm: &mut MemoryManager, path: &str, file: Arc<File>, elf: &Elf<'_>, bias: u64) -> Result<Mapped, LoadError> {
-    let unsupported = |why: String| LoadError::Unsupported { path: path.into(), why };
+fn map_object(
+    mm: &mut MemoryManager,
+    path: &str,
+    file: Arc<File>,
+    elf: &Elf<'_>,
+    bias: u64,
+) -> Result<Mapped, LoadError> {
+    let unsupported = |why: String| LoadError::Unsupported {
+        path: path.into(),
+        why,
+    };
     let mut end_max = 0u64;
     let mut phdr_addr = None;
     let mut first_load_vaddr_minus_offset = None;
-    let loads: Vec<_> = elf.program_headers.iter().filter(|p| p.p_type == PT_LOAD).collect();
+    let loads: Vec<_> = elf
+        .program_headers
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .collect();
     if loads.is_empty() {
         return Err(unsupported("no loadable segment".into()));
     }
@@ -198,8 +232,13 @@ fn map_object(mm: &mut MemoryManager, path: &str, file: Arc<File>, elf: &Elf<'_>
         if ph.p_memsz < ph.p_filesz || ph.p_offset % PAGE_SIZE != ph.p_vaddr % PAGE_SIZE {
             return Err(unsupported("inconsistent PT_LOAD segment".into()));
         }
-        let vaddr = ph.p_vaddr.checked_add(bias).ok_or_else(|| unsupported("segment overflows".into()))?;
-        let end = vaddr.checked_add(ph.p_memsz).ok_or_else(|| unsupported("segment overflows".into()))?;
+        let vaddr = ph
+            .p_vaddr
+            .checked_add(bias)
+            .ok_or_else(|| unsupported("segment overflows".into()))?;
+        let end = vaddr
+            .checked_add(ph.p_memsz)
+            .ok_or_else(|| unsupported("segment overflows".into()))?;
         if end > platform::layout::USER_END.raw() {
             return Err(unsupported("segment beyond the user address space".into()));
         }
@@ -229,19 +268,32 @@ fn map_object(mm: &mut MemoryManager, path: &str, file: Arc<File>, elf: &Elf<'_>
                 kind,
                 name: Some(path.to_string()),
             })
-            .map_err(|source| LoadError::Map { path: path.into(), source })
+            .map_err(|source| LoadError::Map {
+                path: path.into(),
+                source,
+            })
         };
         // File-backed part, up to the page holding the end of the file data.
         let file_map_end = (file_end + PAGE_SIZE - 1) & !(PAGE_SIZE - 1);
         if ph.p_filesz > 0 {
-            map(mm, page, file_map_end - page, VmaKind::File { file: file.clone(), offset: off_page })?;
+            map(
+                mm,
+                page,
+                file_map_end - page,
+                VmaKind::File {
+                    file: file.clone(),
+                    offset: off_page,
+                },
+            )?;
             // Bytes of the last file page past p_filesz belong to .bss: zero them. The page is
             // private, so writing it does not touch the file.
             let tail = file_map_end - file_end;
             if tail > 0 && ph.p_memsz > ph.p_filesz {
                 let zeros = vec![0u8; tail as usize];
-                write_zeros(mm, Gva(file_end), &zeros)
-                    .map_err(|source| LoadError::Map { path: path.into(), source })?;
+                write_zeros(mm, Gva(file_end), &zeros).map_err(|source| LoadError::Map {
+                    path: path.into(),
+                    source,
+                })?;
             }
         }
         let anon_start = if ph.p_filesz > 0 { file_map_end } else { page };
@@ -260,7 +312,12 @@ fn map_object(mm: &mut MemoryManager, path: &str, file: Arc<File>, elf: &Elf<'_>
     let phdr = phdr_addr
         .or_else(|| first_load_vaddr_minus_offset.map(|b| b + elf.header.e_phoff))
         .unwrap_or(0);
-    Ok(Mapped { entry: elf.header.e_entry.wrapping_add(bias), phdr, phnum: elf.program_headers.len() as u64, end: end_max })
+    Ok(Mapped {
+        entry: elf.header.e_entry.wrapping_add(bias),
+        phdr,
+        phnum: elf.program_headers.len() as u64,
+        end: end_max,
+    })
 }
 
 fn write_zeros(mm: &mut MemoryManager, at: Gva, zeros: &[u8]) -> Result<(), mm::MmError> {

@@ -71,7 +71,8 @@ pub fn build_stack(
         kind: VmaKind::Anon,
         name: Some("[stack]".into()),
     })?;
-    let strings: usize = argv.iter().chain(envp).map(|s| s.len() + 1).sum::<usize>() + execfn.len() + 1;
+    let strings: usize =
+        argv.iter().chain(envp).map(|s| s.len() + 1).sum::<usize>() + execfn.len() + 1;
     if strings as u64 > STACK_SIZE / 4 {
         return Err(MmError::InvalidArgument("arguments too long"));
     }
@@ -135,7 +136,10 @@ pub fn build_stack(
     }
     let bytes: Vec<u8> = table.iter().flat_map(|w| w.to_le_bytes()).collect();
     mm.copy_out(Gva(sp), &bytes)?;
-    Ok(StackImage { sp: Gva(sp), bottom: Gva(bottom) })
+    Ok(StackImage {
+        sp: Gva(sp),
+        bottom: Gva(bottom),
+    })
 }
 
 fn hwcap() -> u64 {

@@ -15,7 +15,10 @@ pub struct SyscallArgs {
 impl SyscallArgs {
     /// Reads them from the registers at a syscall exit.
     pub fn from_regs(r: &Regs) -> SyscallArgs {
-        SyscallArgs { nr: r.rax, a: [r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9] }
+        SyscallArgs {
+            nr: r.rax,
+            a: [r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9],
+        }
     }
 
     /// Argument `i` as a raw u64.

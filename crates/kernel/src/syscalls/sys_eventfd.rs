@@ -18,7 +18,10 @@ fn install(t: &mut Task, fd: i32, cloexec: bool) -> SysResult {
     }
     // SAFETY: a fresh fd owned by nobody else.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    Ok(t.fds.insert(Arc::new(OpenFile::new(owned, FileKind::Regular, None)), cloexec)? as u64)
+    Ok(t.fds.insert(
+        Arc::new(OpenFile::new(owned, FileKind::Regular, None)),
+        cloexec,
+    )? as u64)
 }
 
 /// Implements eventfd2(2).
@@ -42,14 +45,18 @@ pub fn sys_eventfd(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Implements timerfd_create(2).
 pub fn sys_timerfd_create(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (clock, flags) = (a.int(0), a.int(1));
-    if !matches!(clock, libc::CLOCK_REALTIME | libc::CLOCK_MONOTONIC | libc::CLOCK_BOOTTIME) {
+    if !matches!(
+        clock,
+        libc::CLOCK_REALTIME | libc::CLOCK_MONOTONIC | libc::CLOCK_BOOTTIME
+    ) {
         return Err(Errno::EINVAL);
     }
     if flags & !(libc::TFD_CLOEXEC | libc::TFD_NONBLOCK) != 0 {
         return Err(Errno::EINVAL);
     }
     // SAFETY: checked clock and flags.
-    let fd = unsafe { libc::timerfd_create(clock, (flags & !libc::TFD_CLOEXEC) | libc::TFD_CLOEXEC) };
+    let fd =
+        unsafe { libc::timerfd_create(clock, (flags & !libc::TFD_CLOEXEC) | libc::TFD_CLOEXEC) };
     install(t, fd, flags & libc::TFD_CLOEXEC != 0)
 }
 

@@ -84,7 +84,10 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     }
     let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
     let (kind, path) = if is_dir {
-        (FileKind::Directory, Some(t.root.guest_path_of(&fd).unwrap_or(guest)))
+        (
+            FileKind::Directory,
+            Some(t.root.guest_path_of(&fd).unwrap_or(guest)),
+        )
     } else {
         (FileKind::Regular, Some(guest))
     };
@@ -94,7 +97,13 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
 
 /// The harmless character devices every program expects, taken from the host when the root
 /// filesystem has no `/dev` of its own.
-const HOST_DEVICES: [&str; 5] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
+const HOST_DEVICES: [&str; 5] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
 
 fn host_device(guest: &[u8], flags: i32) -> Option<std::os::fd::OwnedFd> {
     let name = std::str::from_utf8(guest).ok()?;
@@ -102,7 +111,12 @@ fn host_device(guest: &[u8], flags: i32) -> Option<std::os::fd::OwnedFd> {
     let access = flags & libc::O_ACCMODE;
     let c = std::ffi::CString::new(*dev).ok()?;
     // SAFETY: a valid path; no creation flags pass (only the access mode and O_NONBLOCK).
-    let fd = unsafe { libc::open(c.as_ptr(), access | (flags & libc::O_NONBLOCK) | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            access | (flags & libc::O_NONBLOCK) | libc::O_CLOEXEC,
+        )
+    };
     // SAFETY: a fresh fd owned by nobody else.
     (fd >= 0).then(|| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
@@ -176,7 +190,8 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             Ok((r & !libc::O_CLOEXEC) as u64)
         }
         libc::F_SETFL => {
-            let settable = libc::O_APPEND | libc::O_NONBLOCK | libc::O_NOATIME | libc::O_DIRECT | 0o20000;
+            let settable =
+                libc::O_APPEND | libc::O_NONBLOCK | libc::O_NOATIME | libc::O_DIRECT | 0o20000;
             // SAFETY: F_GETFL/F_SETFL on an fd we own.
             let cur = unsafe { libc::fcntl(f.host().as_raw_fd(), libc::F_GETFL) };
             if cur < 0 {
@@ -243,7 +258,11 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             let on = i32::from_le_bytes(b) != 0;
             // SAFETY: F_GETFL/F_SETFL on an fd we own.
             let cur = unsafe { libc::fcntl(host, libc::F_GETFL) };
-            let new = if on { cur | libc::O_NONBLOCK } else { cur & !libc::O_NONBLOCK };
+            let new = if on {
+                cur | libc::O_NONBLOCK
+            } else {
+                cur & !libc::O_NONBLOCK
+            };
             // SAFETY: as above.
             if cur < 0 || unsafe { libc::fcntl(host, libc::F_SETFL, new) } < 0 {
                 return Err(Errno::last());

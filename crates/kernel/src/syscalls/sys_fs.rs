@@ -46,7 +46,11 @@ pub fn sys_fchdir(t: &mut Task, a: &SyscallArgs) -> SysResult {
 }
 
 /// Splits a guest path into its parent (opened as a directory fd) and last component.
-fn parent_and_name(t: &Task, dirfd: i32, path: &[u8]) -> Result<(std::os::fd::OwnedFd, std::ffi::CString), Errno> {
+fn parent_and_name(
+    t: &Task,
+    dirfd: i32,
+    path: &[u8],
+) -> Result<(std::os::fd::OwnedFd, std::ffi::CString), Errno> {
     let guest = resolve(t, dirfd, path)?;
     let trimmed: &[u8] = {
         let mut g: &[u8] = &guest;
@@ -60,9 +64,15 @@ fn parent_and_name(t: &Task, dirfd: i32, path: &[u8]) -> Result<(std::os::fd::Ow
         None => (&b"/"[..], trimmed),
     };
     if name.is_empty() || name == b"." || name == b".." {
-        return Err(if name == b".." { Errno::ENOTEMPTY } else { Errno::EINVAL });
+        return Err(if name == b".." {
+            Errno::ENOTEMPTY
+        } else {
+            Errno::EINVAL
+        });
     }
-    let dir = t.root.open_at(parent, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    let dir = t
+        .root
+        .open_at(parent, libc::O_PATH | libc::O_DIRECTORY, 0)?;
     let name = std::ffi::CString::new(name).map_err(|_| Errno::EINVAL)?;
     Ok((dir, name))
 }
@@ -136,7 +146,14 @@ pub fn sys_getdents64(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let len = (a.u(2) as usize).min(1 << 20);
     let mut buf = vec![0u8; len];
     // SAFETY: getdents64 writes at most `len` bytes into `buf`.
-    let n = unsafe { libc::syscall(libc::SYS_getdents64, f.host().as_raw_fd(), buf.as_mut_ptr(), len) };
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_getdents64,
+            f.host().as_raw_fd(),
+            buf.as_mut_ptr(),
+            len,
+        )
+    };
     if n < 0 {
         return Err(Errno::last());
     }

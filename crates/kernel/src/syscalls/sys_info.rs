@@ -12,7 +12,12 @@ pub fn sys_uname(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut host: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: valid output buffer.
     unsafe { libc::uname(&mut host) };
-    let field = |s: &[libc::c_char]| -> Vec<u8> { s.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect() };
+    let field = |s: &[libc::c_char]| -> Vec<u8> {
+        s.iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect()
+    };
     let fields: [Vec<u8>; 6] = [
         b"Linux".to_vec(),
         b"torpor".to_vec(),
@@ -91,13 +96,17 @@ pub fn sys_sysinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let page = platform::PAGE_SIZE;
     let total = stats.total_pages as u64 * page;
     let free = stats.free_pages as u64 * page;
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid clock id and output buffer.
     unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
     // struct sysinfo: uptime, loads[3], totalram, freeram, sharedram, bufferram, totalswap,
     // freeswap (longs), procs (u16 + pad), totalhigh, freehigh (longs), mem_unit (u32), pad.
     let mut out = vec![0u8; 112];
-    let put = |out: &mut Vec<u8>, at: usize, v: u64| out[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    let put =
+        |out: &mut Vec<u8>, at: usize, v: u64| out[at..at + 8].copy_from_slice(&v.to_le_bytes());
     put(&mut out, 0, ts.tv_sec as u64);
     put(&mut out, 32, total);
     put(&mut out, 40, free);
@@ -116,12 +125,16 @@ pub fn sys_sched_getaffinity(t: &mut Task, a: &SyscallArgs) -> SysResult {
     // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: valid buffer of the size given.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
         return Err(Errno::last());
     }
     // SAFETY: cpu_set_t is plain data.
     let bytes = unsafe {
-        std::slice::from_raw_parts((&set as *const libc::cpu_set_t).cast::<u8>(), std::mem::size_of::<libc::cpu_set_t>())
+        std::slice::from_raw_parts(
+            (&set as *const libc::cpu_set_t).cast::<u8>(),
+            std::mem::size_of::<libc::cpu_set_t>(),
+        )
     };
     let n = len.min(bytes.len());
     t.copy_out(a.gva(2), &bytes[..n])?;

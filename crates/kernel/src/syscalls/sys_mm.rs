@@ -64,7 +64,10 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
             return Err(Errno::ENODEV);
         }
         let file = f.owned().try_clone().map_err(Errno::from)?;
-        VmaKind::File { file: Arc::new(std::fs::File::from(file)), offset: off }
+        VmaKind::File {
+            file: Arc::new(std::fs::File::from(file)),
+            offset: off,
+        }
     };
     let populate = flags & libc::MAP_POPULATE != 0;
     let mut mm = t.mm();

@@ -16,14 +16,25 @@ fn make_pipe(t: &mut Task, a: &SyscallArgs, flags: i32) -> SysResult {
     let mut fds = [0i32; 2];
     // SAFETY: `fds` has room for both ends; the host's cloexec is always on (the guest's
     // lives in the fd table).
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), (flags & !libc::O_CLOEXEC) | libc::O_CLOEXEC) } != 0 {
+    if unsafe {
+        libc::pipe2(
+            fds.as_mut_ptr(),
+            (flags & !libc::O_CLOEXEC) | libc::O_CLOEXEC,
+        )
+    } != 0
+    {
         return Err(Errno::last());
     }
     // SAFETY: two fresh fds owned by nobody else.
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let cloexec = flags & libc::O_CLOEXEC != 0;
-    let rfd = t.fds.insert(Arc::new(OpenFile::new(r, FileKind::Regular, None)), cloexec)?;
-    let wfd = match t.fds.insert(Arc::new(OpenFile::new(w, FileKind::Regular, None)), cloexec) {
+    let rfd = t
+        .fds
+        .insert(Arc::new(OpenFile::new(r, FileKind::Regular, None)), cloexec)?;
+    let wfd = match t
+        .fds
+        .insert(Arc::new(OpenFile::new(w, FileKind::Regular, None)), cloexec)
+    {
         Ok(fd) => fd,
         Err(e) => {
             let _ = t.fds.remove(rfd);

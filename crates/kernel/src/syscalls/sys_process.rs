@@ -117,16 +117,28 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EINVAL);
     }
     match op {
-        FUTEX_WAKE => Ok(u64::from(t.group.futexes.wake(addr.raw(), a.u(2) as u32, u32::MAX))),
+        FUTEX_WAKE => Ok(u64::from(t.group.futexes.wake(
+            addr.raw(),
+            a.u(2) as u32,
+            u32::MAX,
+        ))),
         FUTEX_WAKE_BITSET => {
             let bitset = a.u(5) as u32;
             if bitset == 0 {
                 return Err(Errno::EINVAL);
             }
-            Ok(u64::from(t.group.futexes.wake(addr.raw(), a.u(2) as u32, bitset)))
+            Ok(u64::from(t.group.futexes.wake(
+                addr.raw(),
+                a.u(2) as u32,
+                bitset,
+            )))
         }
         FUTEX_WAIT | FUTEX_WAIT_BITSET => {
-            let bitset = if op == FUTEX_WAIT { u32::MAX } else { a.u(5) as u32 };
+            let bitset = if op == FUTEX_WAIT {
+                u32::MAX
+            } else {
+                a.u(5) as u32
+            };
             if bitset == 0 {
                 return Err(Errno::EINVAL);
             }
@@ -143,11 +155,19 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
                 let d = std::time::Duration::new(sec as u64, nsec as u32);
                 if op == FUTEX_WAIT_BITSET {
                     // An absolute CLOCK_MONOTONIC (or REALTIME with FUTEX_CLOCK_REALTIME) time.
-                    let clock = if a.int(1) & 256 != 0 { libc::CLOCK_REALTIME } else { libc::CLOCK_MONOTONIC };
-                    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                    let clock = if a.int(1) & 256 != 0 {
+                        libc::CLOCK_REALTIME
+                    } else {
+                        libc::CLOCK_MONOTONIC
+                    };
+                    let mut now = libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 0,
+                    };
                     // SAFETY: valid clock id and output buffer.
                     unsafe { libc::clock_gettime(clock, &mut now) };
-                    let now = std::time::Duration::new(now.tv_sec.max(0) as u64, now.tv_nsec as u32);
+                    let now =
+                        std::time::Duration::new(now.tv_sec.max(0) as u64, now.tv_nsec as u32);
                     Some(d.saturating_sub(now))
                 } else {
                     Some(d)
@@ -170,7 +190,9 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
             if let Some(e) = fault {
                 return Err(e);
             }
-            let Some(word) = word else { return Err(Errno::EAGAIN) };
+            let Some(word) = word else {
+                return Err(Errno::EAGAIN);
+            };
             t.control.set_idle(true);
             let r = t.group.futexes.wait(addr.raw(), &word, timeout);
             match r {
@@ -191,7 +213,12 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
                     return Err(Errno::EAGAIN);
                 }
             }
-            Ok(u64::from(t.group.futexes.requeue(addr.raw(), to.raw(), a.u(2) as u32, a.u(3) as u32)))
+            Ok(u64::from(t.group.futexes.requeue(
+                addr.raw(),
+                to.raw(),
+                a.u(2) as u32,
+                a.u(3) as u32,
+            )))
         }
         _ => Err(Errno::ENOSYS),
     }
@@ -239,10 +266,14 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EAGAIN);
     }
     let cr3 = t.mm().cr3();
-    let mut vcpu = t.group.vm().create_vcpu((tid - 1) as usize, cr3).map_err(|e| {
-        tracing::warn!("clone: {e}");
-        Errno::EAGAIN
-    })?;
+    let mut vcpu = t
+        .group
+        .vm()
+        .create_vcpu((tid - 1) as usize, cr3)
+        .map_err(|e| {
+            tracing::warn!("clone: {e}");
+            Errno::EAGAIN
+        })?;
     vcpu.user = t.vcpu.user;
     vcpu.user.regs.rax = 0;
     if newsp != 0 {
@@ -272,7 +303,11 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         umask: t.umask,
         net: t.net.clone(),
         signals,
-        clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 { ctid.raw() } else { 0 },
+        clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 {
+            ctid.raw()
+        } else {
+            0
+        },
         exit: None,
         exe: t.exe.clone(),
         comm: t.comm,
@@ -283,11 +318,13 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         thread_exit_only: false,
     };
     t.control.set_multi_threaded();
-    let spawned = std::thread::Builder::new().name(format!("vcpu-{tid}")).spawn(move || {
-        if let Err(e) = child.run() {
-            tracing::error!("thread {}: {e}", child.tid);
-        }
-    });
+    let spawned = std::thread::Builder::new()
+        .name(format!("vcpu-{tid}"))
+        .spawn(move || {
+            if let Err(e) = child.run() {
+                tracing::error!("thread {}: {e}", child.tid);
+            }
+        });
     if let Err(e) = spawned {
         tracing::warn!("clone: cannot start a host thread: {e}");
         t.group.leave(tid);
@@ -311,7 +348,13 @@ pub fn sys_prctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
     match a.int(0) {
         libc::PR_SET_NAME => {
             let mut name = [0u8; 16];
-            let s = t.copy_in_str(a.gva(1), 4096).or_else(|e| if e == Errno::ENAMETOOLONG { Ok(Vec::new()) } else { Err(e) })?;
+            let s = t.copy_in_str(a.gva(1), 4096).or_else(|e| {
+                if e == Errno::ENAMETOOLONG {
+                    Ok(Vec::new())
+                } else {
+                    Err(e)
+                }
+            })?;
             let n = s.len().min(15);
             name[..n].copy_from_slice(&s[..n]);
             t.comm = name;

@@ -32,7 +32,13 @@ pub fn read_to_user(t: &mut Task, fd: i32, buf: Gva, len: u64, offset: Option<i6
 }
 
 /// Writes user memory `buf..buf+len` to `fd`.
-pub fn write_from_user(t: &mut Task, fd: i32, buf: Gva, len: u64, offset: Option<i64>) -> SysResult {
+pub fn write_from_user(
+    t: &mut Task,
+    fd: i32,
+    buf: Gva,
+    len: u64,
+    offset: Option<i64>,
+) -> SysResult {
     let f = check_rw(t, fd)?;
     let len = len.min(MAX_RW);
     let runs = t.user_ranges(buf, len, false)?;
@@ -134,7 +140,10 @@ pub fn sys_lseek(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::ESPIPE);
     }
     let whence = a.int(2);
-    if !matches!(whence, libc::SEEK_SET | libc::SEEK_CUR | libc::SEEK_END | libc::SEEK_DATA | libc::SEEK_HOLE) {
+    if !matches!(
+        whence,
+        libc::SEEK_SET | libc::SEEK_CUR | libc::SEEK_END | libc::SEEK_DATA | libc::SEEK_HOLE
+    ) {
         return Err(Errno::EINVAL);
     }
     // SAFETY: lseek on an fd we own.
@@ -159,7 +168,11 @@ pub fn sys_sendfile(t: &mut Task, a: &SyscallArgs) -> SysResult {
             return Err(Errno::EINVAL);
         }
     }
-    let offp: *mut i64 = if off_ptr.raw() != 0 { &mut off } else { std::ptr::null_mut() };
+    let offp: *mut i64 = if off_ptr.raw() != 0 {
+        &mut off
+    } else {
+        std::ptr::null_mut()
+    };
     // SAFETY: both fds are ours; `offp` is null or points at a local.
     let n = unsafe { libc::sendfile(out.host().as_raw_fd(), inp.host().as_raw_fd(), offp, count) };
     if n < 0 {

@@ -39,14 +39,22 @@ pub fn sys_rt_sigaction(t: &mut Task, a: &SyscallArgs) -> SysResult {
         let mut b = [0u8; 32];
         t.copy_in(a.gva(1), &mut b)?;
         let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-        Some(KernelSigaction { handler: w(0), flags: w(1), restorer: w(2), mask: w(3) })
+        Some(KernelSigaction {
+            handler: w(0),
+            flags: w(1),
+            restorer: w(2),
+            mask: w(3),
+        })
     } else {
         None
     };
     if a.u(2) != 0 {
         let old = t.signals.actions[idx];
         let mut b = [0u8; 32];
-        for (i, v) in [old.handler, old.flags, old.restorer, old.mask].iter().enumerate() {
+        for (i, v) in [old.handler, old.flags, old.restorer, old.mask]
+            .iter()
+            .enumerate()
+        {
             b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         t.copy_out(a.gva(2), &b)?;
@@ -135,7 +143,10 @@ fn wait_for_signal(t: &mut Task, deadline: Option<Instant>, waited: u64) -> Resu
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(());
         }
-        wait_for_kick(|| control.signal_pending() || control.park_requested(), deadline);
+        wait_for_kick(
+            || control.signal_pending() || control.park_requested(),
+            deadline,
+        );
     }
 }
 
@@ -179,7 +190,11 @@ pub fn sys_rt_sigtimedwait(t: &mut Task, a: &SyscallArgs) -> SysResult {
             return Err(Errno::EINVAL);
         }
         let d = Duration::new(sec as u64, nsec as u32);
-        Some(Instant::now().checked_add(d).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 40)))
+        Some(
+            Instant::now()
+                .checked_add(d)
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 40)),
+        )
     } else {
         None
     };

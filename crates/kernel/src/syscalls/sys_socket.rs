@@ -645,8 +645,9 @@ fn bind_as_guest(
     local.set_port(guest_port);
     set_guest_local(f, local);
     if let FileKind::Socket(m) = &f.kind {
-        m.lock().unwrap_or_else(|e| e.into_inner()).lease =
-            Some(Arc::new(crate::net::PortLease::new(net.clone(), guest_port, actual)));
+        m.lock().unwrap_or_else(|e| e.into_inner()).lease = Some(Arc::new(
+            crate::net::PortLease::new(net.clone(), guest_port, actual),
+        ));
     }
     Ok(())
 }
@@ -1345,7 +1346,10 @@ pub fn sys_socketpair(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let flags = ty & (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
     let kind = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
-    if !matches!(kind, libc::SOCK_STREAM | libc::SOCK_DGRAM | libc::SOCK_SEQPACKET) {
+    if !matches!(
+        kind,
+        libc::SOCK_STREAM | libc::SOCK_DGRAM | libc::SOCK_SEQPACKET
+    ) {
         return Err(Errno(libc::ESOCKTNOSUPPORT));
     }
     if proto != 0 {
@@ -1353,7 +1357,14 @@ pub fn sys_socketpair(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let mut fds = [0i32; 2];
     // SAFETY: `fds` has room for both ends; the host ends are always close-on-exec.
-    let r = unsafe { libc::socketpair(libc::AF_UNIX, kind | (flags & libc::SOCK_NONBLOCK) | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            kind | (flags & libc::SOCK_NONBLOCK) | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
     if r != 0 {
         return Err(Errno::last());
     }
@@ -1362,8 +1373,17 @@ pub fn sys_socketpair(t: &mut Task, a: &SyscallArgs) -> SysResult {
     for (i, fd) in fds.iter().enumerate() {
         // SAFETY: a fresh fd owned by nobody else.
         let owned = unsafe { OwnedFd::from_raw_fd(*fd) };
-        let state = SocketState { family: libc::AF_UNIX, kind, guest_local: None, lease: None };
-        let file = Arc::new(OpenFile::new(owned, FileKind::Socket(Mutex::new(state)), None));
+        let state = SocketState {
+            family: libc::AF_UNIX,
+            kind,
+            guest_local: None,
+            lease: None,
+        };
+        let file = Arc::new(OpenFile::new(
+            owned,
+            FileKind::Socket(Mutex::new(state)),
+            None,
+        ));
         match t.fds.insert(file, cloexec) {
             Ok(g) => guest[i] = g,
             Err(e) => {

@@ -40,7 +40,14 @@ fn stat_fd(fd: i32) -> Result<libc::stat, Errno> {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let empty = c"";
     // SAFETY: valid fd, empty NUL-terminated path with AT_EMPTY_PATH, valid buffer.
-    let r = unsafe { libc::fstatat(fd, empty.as_ptr(), &mut st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) };
+    let r = unsafe {
+        libc::fstatat(
+            fd,
+            empty.as_ptr(),
+            &mut st,
+            AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
+        )
+    };
     if r != 0 {
         return Err(Errno::last());
     }
@@ -50,7 +57,10 @@ fn stat_fd(fd: i32) -> Result<libc::stat, Errno> {
 fn copy_out_stat(t: &Task, addr: Gva, st: &libc::stat) -> Result<(), Errno> {
     // SAFETY: `libc::stat` is plain data; its bytes are its Linux x86-64 layout.
     let bytes = unsafe {
-        std::slice::from_raw_parts((st as *const libc::stat).cast::<u8>(), std::mem::size_of::<libc::stat>())
+        std::slice::from_raw_parts(
+            (st as *const libc::stat).cast::<u8>(),
+            std::mem::size_of::<libc::stat>(),
+        )
     };
     t.copy_out(addr, bytes)
 }
@@ -103,14 +113,23 @@ pub fn sys_statx(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: valid fd, empty path with AT_EMPTY_PATH, valid buffer.
     let r = unsafe {
-        libc::statx(fd.as_raw_fd(), c"".as_ptr(), AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, mask, &mut stx)
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
+            mask,
+            &mut stx,
+        )
     };
     if r != 0 {
         return Err(Errno::last());
     }
     // SAFETY: `statx` is plain data laid out as on Linux.
     let bytes = unsafe {
-        std::slice::from_raw_parts((&stx as *const libc::statx).cast::<u8>(), std::mem::size_of::<libc::statx>())
+        std::slice::from_raw_parts(
+            (&stx as *const libc::statx).cast::<u8>(),
+            std::mem::size_of::<libc::statx>(),
+        )
     };
     t.copy_out(out, bytes)?;
     Ok(0)
@@ -177,7 +196,14 @@ fn readlink_at(t: &mut Task, dirfd: i32, path: &[u8], buf: Gva, len: u64) -> Sys
     let fd = open_path(t, dirfd, path, AT_SYMLINK_NOFOLLOW)?;
     let mut out = vec![0u8; (len as usize).min(libc::PATH_MAX as usize * 4)];
     // SAFETY: valid fd, empty path (readlinkat on an O_PATH symlink fd), valid buffer.
-    let n = unsafe { libc::readlinkat(fd.as_raw_fd(), c"".as_ptr(), out.as_mut_ptr().cast(), out.len()) };
+    let n = unsafe {
+        libc::readlinkat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            out.as_mut_ptr().cast(),
+            out.len(),
+        )
+    };
     if n < 0 {
         let e = Errno::last();
         return Err(if e == Errno::ENOENT { Errno::EINVAL } else { e });

@@ -24,7 +24,10 @@ fn now(id: i32) -> Result<libc::timespec, Errno> {
     if !valid_clock(id) {
         return Err(Errno::EINVAL);
     }
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid clock id and output buffer.
     if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
         return Err(Errno::last());

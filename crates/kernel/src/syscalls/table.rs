@@ -7,8 +7,8 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_eventfd, sys_file, sys_fs, sys_info, sys_mm, sys_pipe, sys_poll, sys_process, sys_rw, sys_signal, sys_socket,
-    sys_stat, sys_time, SysResult, SyscallArgs,
+    sys_eventfd, sys_file, sys_fs, sys_info, sys_mm, sys_pipe, sys_poll, sys_process, sys_rw,
+    sys_signal, sys_socket, sys_stat, sys_time, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -242,15 +242,24 @@ pub fn markdown() -> String {
     for sys in syscalls::Sysno::iter() {
         let nr = sys.id() as u64;
         let (status, note) = match lookup(nr) {
-            Some(Entry { support: Support::Full, .. }) => {
+            Some(Entry {
+                support: Support::Full,
+                ..
+            }) => {
                 full += 1;
                 ("implemented", String::new())
             }
-            Some(Entry { support: Support::Partial(n), .. }) if n.starts_with("ENOSYS") => {
+            Some(Entry {
+                support: Support::Partial(n),
+                ..
+            }) if n.starts_with("ENOSYS") => {
                 missing += 1;
                 ("ENOSYS", n.to_string())
             }
-            Some(Entry { support: Support::Partial(n), .. }) => {
+            Some(Entry {
+                support: Support::Partial(n),
+                ..
+            }) => {
                 partial += 1;
                 ("partial", n.to_string())
             }
@@ -261,7 +270,9 @@ pub fn markdown() -> String {
         };
         out.push_str(&format!("| {nr} | {} | {status} | {note} |\n", sys.name()));
     }
-    out.push_str(&format!("\n{full} implemented, {partial} partial, {missing} ENOSYS.\n"));
+    out.push_str(&format!(
+        "\n{full} implemented, {partial} partial, {missing} ENOSYS.\n"
+    ));
     out
 }
 

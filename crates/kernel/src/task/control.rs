@@ -85,7 +85,12 @@ impl TaskControl {
         if !idle {
             self.busy_periods.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(hook) = self.idle_hook.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(hook) = self
+            .idle_hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
             hook(idle);
         }
     }

@@ -70,7 +70,11 @@ impl ThreadGroup {
     /// Registers a thread; returns its page-table log position.
     pub fn join(&self, tid: i32, control: Arc<TaskControl>) -> Arc<AtomicU64> {
         let gen = Arc::new(AtomicU64::new(self.lock_log().gen));
-        self.lock_members().push(Member { tid, control, pte_gen: gen.clone() });
+        self.lock_members().push(Member {
+            tid,
+            control,
+            pte_gen: gen.clone(),
+        });
         gen
     }
 
@@ -131,10 +135,19 @@ impl ThreadGroup {
             log.entries.push((g, r));
         }
         let from = my_gen.load(Ordering::Relaxed);
-        let out: Vec<PteRun> = log.entries.iter().filter(|(g, _)| *g > from).map(|(_, r)| *r).collect();
+        let out: Vec<PteRun> = log
+            .entries
+            .iter()
+            .filter(|(g, _)| *g > from)
+            .map(|(_, r)| *r)
+            .collect();
         my_gen.store(log.gen, Ordering::Relaxed);
         // Entries every thread has applied are dropped.
-        let oldest = members.iter().map(|m| m.pte_gen.load(Ordering::Relaxed)).min().unwrap_or(log.gen);
+        let oldest = members
+            .iter()
+            .map(|m| m.pte_gen.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(log.gen);
         log.entries.retain(|(g, _)| *g > oldest);
         drop(log);
         if published {
@@ -180,19 +193,30 @@ pub enum WaitResult {
 impl FutexTable {
     /// Queues a waiter on `addr` if `check` (run under the table lock, so no wake is missed
     /// between the value check and the wait) returns true; returns its word, or `None`.
-    pub fn enqueue(&self, addr: u64, bitset: u32, check: impl FnOnce() -> bool) -> Option<Arc<AtomicU32>> {
+    pub fn enqueue(
+        &self,
+        addr: u64,
+        bitset: u32,
+        check: impl FnOnce() -> bool,
+    ) -> Option<Arc<AtomicU32>> {
         let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         if !check() {
             return None;
         }
         let word = Arc::new(AtomicU32::new(0));
-        q.entry(addr).or_default().push(Waiter { word: word.clone(), bitset });
+        q.entry(addr).or_default().push(Waiter {
+            word: word.clone(),
+            bitset,
+        });
         Some(word)
     }
 
     /// Sleeps on `word` (host futex: a kick's signal interrupts it) until woken or `timeout`.
     pub fn wait(&self, addr: u64, word: &Arc<AtomicU32>, timeout: Option<Duration>) -> WaitResult {
-        let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs() as i64, tv_nsec: i64::from(d.subsec_nanos()) });
+        let ts = timeout.map(|d| libc::timespec {
+            tv_sec: d.as_secs() as i64,
+            tv_nsec: i64::from(d.subsec_nanos()),
+        });
         let deadline = timeout.map(|d| std::time::Instant::now() + d);
         loop {
             if word.load(Ordering::SeqCst) != 0 {
@@ -201,25 +225,48 @@ impl FutexTable {
             let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
             if left == Some(Duration::ZERO) {
                 self.remove(addr, word);
-                return if word.load(Ordering::SeqCst) != 0 { WaitResult::Woken } else { WaitResult::TimedOut };
+                return if word.load(Ordering::SeqCst) != 0 {
+                    WaitResult::Woken
+                } else {
+                    WaitResult::TimedOut
+                };
             }
-            let ts_left = left.map(|d| libc::timespec { tv_sec: d.as_secs() as i64, tv_nsec: i64::from(d.subsec_nanos()) });
+            let ts_left = left.map(|d| libc::timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: i64::from(d.subsec_nanos()),
+            });
             let _ = ts;
-            let tsp = ts_left.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            let tsp = ts_left
+                .as_ref()
+                .map_or(std::ptr::null(), |t| t as *const libc::timespec);
             // SAFETY: `word` is a live AtomicU32 (u32-sized, aligned); `tsp` is null or points
             // at a local timespec.
             let r = unsafe {
-                libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 0u32, tsp)
+                libc::syscall(
+                    libc::SYS_futex,
+                    word.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    0u32,
+                    tsp,
+                )
             };
             if r != 0 {
                 match std::io::Error::last_os_error().raw_os_error() {
                     Some(libc::EINTR) => {
                         self.remove(addr, word);
-                        return if word.load(Ordering::SeqCst) != 0 { WaitResult::Woken } else { WaitResult::Interrupted };
+                        return if word.load(Ordering::SeqCst) != 0 {
+                            WaitResult::Woken
+                        } else {
+                            WaitResult::Interrupted
+                        };
                     }
                     Some(libc::ETIMEDOUT) => {
                         self.remove(addr, word);
-                        return if word.load(Ordering::SeqCst) != 0 { WaitResult::Woken } else { WaitResult::TimedOut };
+                        return if word.load(Ordering::SeqCst) != 0 {
+                            WaitResult::Woken
+                        } else {
+                            WaitResult::TimedOut
+                        };
                     }
                     _ => {} // EAGAIN: already woken; loop checks.
                 }
@@ -240,7 +287,14 @@ impl FutexTable {
     fn wake_word(word: &AtomicU32) {
         word.store(1, Ordering::SeqCst);
         // SAFETY: waking waiters on a live AtomicU32.
-        unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1) };
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                1,
+            )
+        };
     }
 
     /// Wakes up to `n` waiters on `addr` whose bitset intersects `bitset`; returns how many.
@@ -267,7 +321,9 @@ impl FutexTable {
     /// plus moved count (FUTEX_CMP_REQUEUE's return value).
     pub fn requeue(&self, from: u64, to: u64, n: u32, m: u32) -> u32 {
         let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(mut v) = q.remove(&from) else { return 0 };
+        let Some(mut v) = q.remove(&from) else {
+            return 0;
+        };
         let mut count = 0;
         let mut moved = Vec::new();
         for w in v.drain(..) {
@@ -307,15 +363,32 @@ mod tests {
         let t = FutexTable::default();
         let w1 = t.enqueue(0x1000, u32::MAX, || true).unwrap();
         let w2 = t.enqueue(0x1000, 0b10, || true).unwrap();
-        assert!(t.enqueue(0x1000, u32::MAX, || false).is_none(), "value changed: not queued");
-        assert_eq!(t.wake(0x1000, 5, 0b01), 1, "bitset selects the first waiter only");
-        assert_eq!(t.wait(0x1000, &w1, Some(Duration::from_millis(1))), WaitResult::Woken);
+        assert!(
+            t.enqueue(0x1000, u32::MAX, || false).is_none(),
+            "value changed: not queued"
+        );
+        assert_eq!(
+            t.wake(0x1000, 5, 0b01),
+            1,
+            "bitset selects the first waiter only"
+        );
+        assert_eq!(
+            t.wait(0x1000, &w1, Some(Duration::from_millis(1))),
+            WaitResult::Woken
+        );
         assert_eq!(t.requeue(0x1000, 0x2000, 0, 1), 1);
         assert_eq!(t.wake(0x2000, 1, u32::MAX), 1);
         assert_eq!(t.wait(0x2000, &w2, None), WaitResult::Woken);
         let w3 = t.enqueue(0x3000, u32::MAX, || true).unwrap();
-        assert_eq!(t.wait(0x3000, &w3, Some(Duration::from_millis(5))), WaitResult::TimedOut);
-        assert_eq!(t.wake(0x3000, 1, u32::MAX), 0, "a timed-out waiter left the queue");
+        assert_eq!(
+            t.wait(0x3000, &w3, Some(Duration::from_millis(5))),
+            WaitResult::TimedOut
+        );
+        assert_eq!(
+            t.wake(0x3000, 1, u32::MAX),
+            0,
+            "a timed-out waiter left the queue"
+        );
     }
 
     #[test]
@@ -327,7 +400,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             t2.wake(0x10, 1, u32::MAX)
         });
-        assert_eq!(t.wait(0x10, &w, Some(Duration::from_secs(5))), WaitResult::Woken);
+        assert_eq!(
+            t.wait(0x10, &w, Some(Duration::from_secs(5))),
+            WaitResult::Woken
+        );
         assert_eq!(h.join().unwrap(), 1);
     }
 }

@@ -227,13 +227,18 @@ impl Task {
         let kernel = SigInfo::kernel;
         let si = match info.vector {
             14 => {
-                let access = Access { write: err & 2 != 0, exec: err & 16 != 0 };
+                let access = Access {
+                    write: err & 2 != 0,
+                    exec: err & 16 != 0,
+                };
                 let r = self.mm().handle_fault(info.cr2, access);
                 let addr = info.cr2.raw();
                 match r {
                     Ok(()) => return Ok(()),
                     Err(FaultError::Unmapped) => fault(libc::SIGSEGV, signal::SEGV_MAPERR, addr),
-                    Err(FaultError::AccessDenied) => fault(libc::SIGSEGV, signal::SEGV_ACCERR, addr),
+                    Err(FaultError::AccessDenied) => {
+                        fault(libc::SIGSEGV, signal::SEGV_ACCERR, addr)
+                    }
                     Err(FaultError::Io(_)) => fault(libc::SIGBUS, signal::BUS_ADRERR, addr),
                     Err(FaultError::OutOfMemory) => {
                         tracing::warn!(addr = %info.cr2, "out of guest memory: killing the process");
@@ -254,7 +259,11 @@ impl Task {
         self.signals.fault = signal::FaultContext {
             trapno: u64::from(info.vector),
             err,
-            cr2: if info.vector == 14 { info.cr2.raw() } else { self.signals.fault.cr2 },
+            cr2: if info.vector == 14 {
+                info.cr2.raw()
+            } else {
+                self.signals.fault.cr2
+            },
         };
         tracing::debug!(vector = info.vector, addr = %info.cr2, rip, sig = si.signo(), "fault signal");
         self.force_signal_info(si);
@@ -264,7 +273,9 @@ impl Task {
     /// si_code of an x87 (#MF, 16) or SIMD (#XM, 19) floating-point exception, from the
     /// unmasked exception flags (Linux's `fpu__exception_code`).
     fn fpu_exception_code(&self, vector: u8) -> i32 {
-        let Ok(x) = self.vcpu.get_xsave() else { return 0 };
+        let Ok(x) = self.vcpu.get_xsave() else {
+            return 0;
+        };
         let err = if vector == 19 {
             let mxcsr = u32::from_le_bytes([x[24], x[25], x[26], x[27]]);
             !(mxcsr >> 7) & mxcsr
@@ -294,8 +305,14 @@ impl Task {
         if !(1..=NSIG as i32).contains(&sig) {
             return;
         }
-        if sig == libc::SIGKILL || (self.signals.action(sig).handler == signal::SIG_DFL && !signal::ignored_by_default(sig)) {
-            tracing::info!(sig, "external signal with the default action (terminates unless blocked)");
+        if sig == libc::SIGKILL
+            || (self.signals.action(sig).handler == signal::SIG_DFL
+                && !signal::ignored_by_default(sig))
+        {
+            tracing::info!(
+                sig,
+                "external signal with the default action (terminates unless blocked)"
+            );
         }
         self.queue_signal(SigInfo::user(sig, signal::SI_USER, 0, 0));
     }
@@ -327,7 +344,9 @@ impl Task {
     /// # Errors
     /// EFAULT for a bad address, ENAMETOOLONG if no NUL within `max`.
     pub fn copy_in_str(&self, addr: Gva, max: usize) -> Result<Vec<u8>, Errno> {
-        self.mm().copy_in_str(addr, max).map_err(|e| Errno(e.errno()))
+        self.mm()
+            .copy_in_str(addr, max)
+            .map_err(|e| Errno(e.errno()))
     }
 
     /// Reads a path argument (at most PATH_MAX).
@@ -372,7 +391,14 @@ impl Task {
     ///
     /// # Errors
     /// EFAULT.
-    pub fn user_ranges(&self, addr: Gva, len: u64, write: bool) -> Result<Vec<(platform::Gpa, u64)>, Errno> {
-        self.mm().user_ranges(addr, len, write).map_err(|e| Errno(e.errno()))
+    pub fn user_ranges(
+        &self,
+        addr: Gva,
+        len: u64,
+        write: bool,
+    ) -> Result<Vec<(platform::Gpa, u64)>, Errno> {
+        self.mm()
+            .user_ranges(addr, len, write)
+            .map_err(|e| Errno(e.errno()))
     }
 }

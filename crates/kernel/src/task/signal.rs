@@ -98,7 +98,10 @@ const MAX_QUEUED: usize = 1024;
 /// Whether `sig`'s default action is to ignore it. (The stop signals' default, stopping, is
 /// not implemented: like the others they terminate.)
 pub fn ignored_by_default(sig: i32) -> bool {
-    matches!(sig, libc::SIGCHLD | libc::SIGURG | libc::SIGWINCH | libc::SIGCONT)
+    matches!(
+        sig,
+        libc::SIGCHLD | libc::SIGURG | libc::SIGWINCH | libc::SIGCONT
+    )
 }
 
 fn bit(sig: i32) -> u64 {
@@ -111,7 +114,10 @@ pub struct SigInfo(pub [u8; 128]);
 
 impl std::fmt::Debug for SigInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SigInfo").field("signo", &self.signo()).field("code", &self.code()).finish()
+        f.debug_struct("SigInfo")
+            .field("signo", &self.signo())
+            .field("code", &self.code())
+            .finish()
     }
 }
 
@@ -168,7 +174,11 @@ pub struct AltStack {
 
 impl Default for AltStack {
     fn default() -> Self {
-        AltStack { sp: 0, size: 0, flags: SS_DISABLE }
+        AltStack {
+            sp: 0,
+            size: 0,
+            flags: SS_DISABLE,
+        }
     }
 }
 
@@ -202,7 +212,13 @@ impl AltStack {
     /// # Errors
     /// EPERM while running on the current alternate stack, EINVAL for bad flags, ENOMEM for a
     /// stack smaller than MINSIGSTKSZ.
-    pub fn set(&mut self, cur_sp: u64, ss_sp: u64, ss_flags: i32, ss_size: u64) -> Result<(), Errno> {
+    pub fn set(
+        &mut self,
+        cur_sp: u64,
+        ss_sp: u64,
+        ss_flags: i32,
+        ss_size: u64,
+    ) -> Result<(), Errno> {
         if self.on_stack(cur_sp) {
             return Err(Errno::EPERM);
         }
@@ -211,12 +227,20 @@ impl AltStack {
             return Err(Errno::EINVAL);
         }
         if mode == SS_DISABLE {
-            *self = AltStack { sp: 0, size: 0, flags: ss_flags };
+            *self = AltStack {
+                sp: 0,
+                size: 0,
+                flags: ss_flags,
+            };
         } else {
             if ss_size < MINSIGSTKSZ {
                 return Err(Errno::ENOMEM);
             }
-            *self = AltStack { sp: ss_sp, size: ss_size, flags: ss_flags };
+            *self = AltStack {
+                sp: ss_sp,
+                size: ss_size,
+                flags: ss_flags,
+            };
         }
         Ok(())
     }
@@ -391,7 +415,11 @@ impl SignalState {
         if set == 0 {
             return None;
         }
-        let pick = if set & SYNCHRONOUS != 0 { set & SYNCHRONOUS } else { set };
+        let pick = if set & SYNCHRONOUS != 0 {
+            set & SYNCHRONOUS
+        } else {
+            set
+        };
         let sig = pick.trailing_zeros() as i32 + 1;
         let pos = self.pending.iter().position(|i| i.signo() == sig)?;
         Some(self.pending.remove(pos))
@@ -427,7 +455,8 @@ const MXCSR_DEFAULT: u32 = 0x1f80;
 const FCW_DEFAULT: u16 = 0x37f;
 
 /// rflags bits rt_sigreturn takes from the frame (Linux's FIX_EFLAGS).
-const FIX_EFLAGS: u64 = 0x1 | 0x4 | 0x10 | 0x40 | 0x80 | 0x100 | 0x400 | 0x800 | 0x1_0000 | 0x4_0000;
+const FIX_EFLAGS: u64 =
+    0x1 | 0x4 | 0x10 | 0x40 | 0x80 | 0x100 | 0x400 | 0x800 | 0x1_0000 | 0x4_0000;
 const RFLAGS_TF: u64 = 0x100;
 const RFLAGS_DF: u64 = 0x400;
 const RFLAGS_RF: u64 = 0x1_0000;
@@ -475,7 +504,10 @@ fn mxcsr_mask_of(area: &[u8; XSAVE_AREA_SIZE]) -> u32 {
 /// Syscalls Linux never restarts after a handler ran, SA_RESTART or not (they return EINTR):
 /// pause, rt_sigsuspend, rt_sigtimedwait, the sleeps, and the waits for events.
 fn never_restarted_after_handler(nr: u64) -> bool {
-    matches!(nr, 7 | 23 | 34 | 35 | 128 | 130 | 230 | 232 | 270 | 271 | 281 | 441)
+    matches!(
+        nr,
+        7 | 23 | 34 | 35 | 128 | 130 | 230 | 232 | 270 | 271 | 281 | 441
+    )
 }
 
 /// Why a frame could not be written or read.
@@ -526,7 +558,9 @@ impl Task {
             if self.exit.is_some() {
                 return Ok(());
             }
-            let Some(info) = self.signals.dequeue(!self.signals.mask) else { break };
+            let Some(info) = self.signals.dequeue(!self.signals.mask) else {
+                break;
+            };
             let sig = info.signo();
             let act = self.signals.action(sig);
             match act.handler {
@@ -535,7 +569,12 @@ impl Task {
                     if ignored_by_default(sig) {
                         continue;
                     }
-                    tracing::debug!(sig, code = info.code(), rip = self.vcpu.user.regs.rip, "terminated by a signal");
+                    tracing::debug!(
+                        sig,
+                        code = info.code(),
+                        rip = self.vcpu.user.regs.rip,
+                        "terminated by a signal"
+                    );
                     self.exit = Some(ExitStatus::Signaled(sig));
                     return Ok(());
                 }
@@ -552,7 +591,11 @@ impl Task {
             match self.setup_frame(sig, &info, &act)? {
                 Ok(()) => handled = true,
                 Err(BadFrame) => {
-                    tracing::debug!(sig, rsp = self.vcpu.user.regs.rsp, "cannot write the signal frame: SIGSEGV");
+                    tracing::debug!(
+                        sig,
+                        rsp = self.vcpu.user.regs.rsp,
+                        "cannot write the signal frame: SIGSEGV"
+                    );
                     // Linux's force_sigsegv: a SIGSEGV whose own frame fails is fatal.
                     if sig == libc::SIGSEGV {
                         self.signals.actions[sig as usize - 1].handler = SIG_DFL;
@@ -585,7 +628,12 @@ impl Task {
     /// Writes the frame for `sig` on the guest stack and points the registers at the handler.
     /// The outer result is a host failure; the inner one a frame the application's memory
     /// cannot hold (no SA_RESTORER, a bad stack).
-    fn setup_frame(&mut self, sig: i32, info: &SigInfo, act: &KernelSigaction) -> Result<Result<(), BadFrame>, TaskError> {
+    fn setup_frame(
+        &mut self,
+        sig: i32,
+        info: &SigInfo,
+        act: &KernelSigaction,
+    ) -> Result<Result<(), BadFrame>, TaskError> {
         if act.flags & SA_RESTORER == 0 || act.handler >= CANONICAL_END {
             return Ok(Err(BadFrame));
         }
@@ -629,12 +677,32 @@ impl Task {
         let mut frame = vec![0u8; FRAME_SIZE as usize];
         put64(&mut frame, 0, act.restorer);
         let uc = 8;
-        put64(&mut frame, uc, UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS);
+        put64(
+            &mut frame,
+            uc,
+            UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS,
+        );
         frame[uc + UC_STACK..uc + UC_STACK + 24].copy_from_slice(&alt.to_frame());
         let sc = uc + UC_MCONTEXT;
         let gprs = [
-            regs.r8, regs.r9, regs.r10, regs.r11, regs.r12, regs.r13, regs.r14, regs.r15, regs.rdi, regs.rsi,
-            regs.rbp, regs.rbx, regs.rdx, regs.rax, regs.rcx, regs.rsp, regs.rip, regs.rflags,
+            regs.r8,
+            regs.r9,
+            regs.r10,
+            regs.r11,
+            regs.r12,
+            regs.r13,
+            regs.r14,
+            regs.r15,
+            regs.rdi,
+            regs.rsi,
+            regs.rbp,
+            regs.rbx,
+            regs.rdx,
+            regs.rax,
+            regs.rcx,
+            regs.rsp,
+            regs.rip,
+            regs.rflags,
         ];
         for (i, v) in gprs.iter().enumerate() {
             put64(&mut frame, sc + 8 * i, *v);
@@ -684,7 +752,10 @@ impl Task {
         match self.restore_frame() {
             Ok(rax) => rax,
             Err(BadFrame) => {
-                tracing::debug!(rsp = self.vcpu.user.regs.rsp, "rt_sigreturn: bad frame: SIGSEGV");
+                tracing::debug!(
+                    rsp = self.vcpu.user.regs.rsp,
+                    "rt_sigreturn: bad frame: SIGSEGV"
+                );
                 self.force_signal_info(SigInfo::kernel(libc::SIGSEGV));
                 0
             }
@@ -756,7 +827,8 @@ impl Task {
             return Err(BadFrame);
         }
         let mut buf = vec![0u8; XSTATE_SIZE];
-        self.copy_in(Gva(addr), &mut buf[..FXSAVE_SIZE]).map_err(|_| BadFrame)?;
+        self.copy_in(Gva(addr), &mut buf[..FXSAVE_SIZE])
+            .map_err(|_| BadFrame)?;
         let magic1 = le32(&buf, SW_BYTES);
         let ext_size = le32(&buf, SW_BYTES + 4) as usize;
         let sw_features = le64(&buf, SW_BYTES + 8);
@@ -766,7 +838,8 @@ impl Task {
             && ext_size == size + 4;
         if xsave {
             let mut m2 = [0u8; 4];
-            xsave = self.copy_in(Gva(addr + size as u64), &mut m2).is_ok() && u32::from_le_bytes(m2) == FP_XSTATE_MAGIC2;
+            xsave = self.copy_in(Gva(addr + size as u64), &mut m2).is_ok()
+                && u32::from_le_bytes(m2) == FP_XSTATE_MAGIC2;
         }
         let mut area = Box::new([0u8; XSAVE_AREA_SIZE]);
         area[..SW_BYTES].copy_from_slice(&buf[..SW_BYTES]);
@@ -774,10 +847,14 @@ impl Task {
             if addr & 63 != 0 {
                 return Err(BadFrame);
             }
-            self.copy_in(Gva(addr + FXSAVE_SIZE as u64), &mut buf[FXSAVE_SIZE..size]).map_err(|_| BadFrame)?;
+            self.copy_in(Gva(addr + FXSAVE_SIZE as u64), &mut buf[FXSAVE_SIZE..size])
+                .map_err(|_| BadFrame)?;
             let bv = le64(&buf, XSAVE_HEADER);
             let comp = le64(&buf, XSAVE_HEADER + 8);
-            if bv & !XFEATURES != 0 || comp != 0 || buf[XSAVE_HEADER + 16..AVX_OFFSET].iter().any(|&b| b != 0) {
+            if bv & !XFEATURES != 0
+                || comp != 0
+                || buf[XSAVE_HEADER + 16..AVX_OFFSET].iter().any(|&b| b != 0)
+            {
                 return Err(BadFrame);
             }
             let mut bv = bv & sw_features;
@@ -818,10 +895,17 @@ pub(crate) fn wait_for_kick(ready: impl Fn() -> bool, deadline: Option<Instant>)
             let mut wait_mask = old;
             libc::sigdelset(&mut wait_mask, kick);
             let ts = deadline.map(|d| {
-                let left = d.saturating_duration_since(Instant::now()).max(Duration::from_nanos(1));
-                libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as libc::c_long }
+                let left = d
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_nanos(1));
+                libc::timespec {
+                    tv_sec: left.as_secs() as libc::time_t,
+                    tv_nsec: left.subsec_nanos() as libc::c_long,
+                }
             });
-            let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            let tsp = ts
+                .as_ref()
+                .map_or(std::ptr::null(), |t| t as *const libc::timespec);
             let r = libc::ppoll(std::ptr::null_mut(), 0, tsp, &wait_mask);
             if r == 0 {
                 result = false;
@@ -863,7 +947,9 @@ mod tests {
         assert_eq!(s.pending.len(), 4);
         // Fault signals first, then the lowest number.
         s.force(SigInfo::fault(libc::SIGSEGV, SEGV_MAPERR, 0));
-        let order: Vec<i32> = std::iter::from_fn(|| s.dequeue(!s.mask)).map(|i| i.signo()).collect();
+        let order: Vec<i32> = std::iter::from_fn(|| s.dequeue(!s.mask))
+            .map(|i| i.signo())
+            .collect();
         assert_eq!(order, vec![libc::SIGSEGV, libc::SIGUSR1, rt, rt]);
         // SIGKILL and SIGSTOP cannot be blocked.
         s.set_mask(u64::MAX);
