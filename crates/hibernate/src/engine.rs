@@ -538,32 +538,14 @@ impl Hibernator {
         let flush = |writer: &mut SwapWriter,
                      idx: &mut Vec<u64>,
                      data: &[u8],
-                     out: &mut Vec<(u64, PageState)>|
-         -> Result<(), String> {
-            if idx.is_empty() {
-                return Ok(());
-            }
-            let pages: Vec<(PageIdx, &[u8])> = idx
-                .iter()
-                .enumerate()
-                .map(|(i, &p)| {
-                    (
-                        PageIdx(p),
-                        &data[i * PAGE_SIZE as usize..(i + 1) * PAGE_SIZE as usize],
-                    )
-                })
-                .collect();
-            let slots = writer.write_batch(&pages).map_err(|e| e.to_string())?;
-            for (i, &p) in idx.iter().enumerate() {
-                out.push((
-                    p,
-                    PageState::Swapped {
-                        slot: slots.start + i as u32,
-                    },
-                ));
-            }
-            idx.clear();
-            Ok(())
+                     out: &mut Vec<(u64, PageState)>| {
+            write_batch(
+                |p| writer.write_batch(p),
+                idx,
+                data,
+                |slot| PageState::Swapped { slot },
+                out,
+            )
         };
         for page in first_page..total_pages {
             let gpa = Gpa(page * PAGE_SIZE);
@@ -647,32 +629,14 @@ impl Hibernator {
             let write = |w: &mut ReapWriter,
                          idx: &mut Vec<u64>,
                          data: &[u8],
-                         out: &mut Vec<(u64, PageState)>|
-             -> Result<(), String> {
-                if idx.is_empty() {
-                    return Ok(());
-                }
-                let pages: Vec<(PageIdx, &[u8])> = idx
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &p)| {
-                        (
-                            PageIdx(p),
-                            &data[i * PAGE_SIZE as usize..(i + 1) * PAGE_SIZE as usize],
-                        )
-                    })
-                    .collect();
-                let slots = w.write_batch(&pages).map_err(|e| e.to_string())?;
-                for (i, &p) in idx.iter().enumerate() {
-                    out.push((
-                        p,
-                        PageState::Reap {
-                            slot: slots.start + i as u32,
-                        },
-                    ));
-                }
-                idx.clear();
-                Ok(())
+                         out: &mut Vec<(u64, PageState)>| {
+                write_batch(
+                    |p| w.write_batch(p),
+                    idx,
+                    data,
+                    |slot| PageState::Reap { slot },
+                    out,
+                )
             };
             let result = (|| -> Result<(), String> {
                 for p in &reap_set {
@@ -857,6 +821,32 @@ impl Hibernator {
             }
         }
     }
+}
+
+/// Writes the batch `idx` (guest pages; their bytes packed in `data`) with `write`, records
+/// each page's new state (`state(slot)`) in `out`, and empties the batch.
+fn write_batch<E: std::fmt::Display>(
+    write: impl FnOnce(&[(PageIdx, &[u8])]) -> Result<std::ops::Range<u32>, E>,
+    idx: &mut Vec<u64>,
+    data: &[u8],
+    state: impl Fn(u32) -> PageState,
+    out: &mut Vec<(u64, PageState)>,
+) -> Result<(), String> {
+    if idx.is_empty() {
+        return Ok(());
+    }
+    let page = PAGE_SIZE as usize;
+    let pages: Vec<(PageIdx, &[u8])> = idx
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| (PageIdx(p), &data[i * page..(i + 1) * page]))
+        .collect();
+    let slots = write(&pages).map_err(|e| e.to_string())?;
+    for (i, &p) in idx.iter().enumerate() {
+        out.push((p, state(slots.start + i as u32)));
+    }
+    idx.clear();
+    Ok(())
 }
 
 /// MADV_DONTNEED over the given pages, coalesced into runs.
