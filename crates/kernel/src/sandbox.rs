@@ -160,6 +160,7 @@ impl Sandbox {
             group,
             pte_gen,
             thread_exit_only: false,
+            mappings_restricted: false,
             control,
             park_hook: None,
             tid: 1,

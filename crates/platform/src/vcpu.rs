@@ -417,20 +417,41 @@ impl Vcpu {
                         cr2,
                     });
                 };
-                let mut frame = [0u64; 6];
-                let n = if stubs::has_error_code(vector) { 6 } else { 5 };
-                for (i, slot) in frame.iter_mut().take(n).enumerate() {
-                    *slot = self.mem.read_u64(sp.add(8 * i as u64))?;
-                }
-                let (error_code, f) = if n == 6 {
-                    (Some(frame[0]), &frame[1..6])
-                } else {
-                    (None, &frame[0..5])
+                let (mut vector, mut sp) = (vector, sp);
+                let (error_code, rip, rflags, rsp) = loop {
+                    let mut frame = [0u64; 6];
+                    let n = if stubs::has_error_code(vector) { 6 } else { 5 };
+                    for (i, slot) in frame.iter_mut().take(n).enumerate() {
+                        *slot = self.mem.read_u64(sp.add(8 * i as u64))?;
+                    }
+                    let (error_code, f) = if n == 6 {
+                        (Some(frame[0]), &frame[1..6])
+                    } else {
+                        (None, &frame[0..5])
+                    };
+                    let (rip, cs, rflags, rsp) = (f[0], f[1], f[2], f[3]);
+                    if cs & 3 == 3 {
+                        break (error_code, rip, rflags, rsp);
+                    }
+                    // A fault inside an exception stub, just after its first `out`: on these
+                    // machines a port-I/O exit interrupted by a host signal can resume there in
+                    // a state where the stub's next instruction faults. The stub's own event is
+                    // intact one frame up (no stack switch in ring 0): decode that one.
+                    let nested = (0..32u8)
+                        .find(|&v| rip == layout::direct_map(stubs::exception_stub(v)).raw() + 2);
+                    match (nested, layout::from_direct_map(Gva(rsp))) {
+                        (Some(v), Some(outer)) if outer != sp => {
+                            tracing::debug!(
+                                vector,
+                                outer_vector = v,
+                                "fault after a stub's exit: decoding the stub's event"
+                            );
+                            vector = v;
+                            sp = outer;
+                        }
+                        _ => return Err(VcpuError::KernelFault { vector, rip, cr2 }),
+                    }
                 };
-                let (rip, cs, rflags, rsp) = (f[0], f[1], f[2], f[3]);
-                if cs & 3 != 3 {
-                    return Err(VcpuError::KernelFault { vector, rip, cr2 });
-                }
                 if vector == 6 && rip == layout::direct_map(stubs::syscall_entry()).raw() {
                     // The syscall entry's `ud2`: `syscall` left the user rip and rflags in
                     // rcx and r11, and the user rsp untouched.

@@ -316,6 +316,7 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         group: t.group.clone(),
         pte_gen: t.group.join(tid, control),
         thread_exit_only: false,
+        mappings_restricted: false,
     };
     t.control.set_multi_threaded();
     let spawned = std::thread::Builder::new()

@@ -122,7 +122,13 @@ impl ThreadGroup {
     /// Publishes `runs` (page-table entries this thread changed) and returns every run this
     /// thread must apply before entering the guest (its own included). With one thread, the
     /// log is bypassed.
-    pub fn pte_sync(&self, me: i32, my_gen: &AtomicU64, runs: Vec<PteRun>) -> Vec<PteRun> {
+    pub fn pte_sync(
+        &self,
+        me: i32,
+        my_gen: &AtomicU64,
+        runs: Vec<PteRun>,
+        kick_others: bool,
+    ) -> Vec<PteRun> {
         let members = self.lock_members();
         if members.len() <= 1 {
             return runs;
@@ -150,7 +156,7 @@ impl ThreadGroup {
             .unwrap_or(log.gen);
         log.entries.retain(|(g, _)| *g > oldest);
         drop(log);
-        if published {
+        if published && kick_others {
             for m in members.iter().filter(|m| m.tid != me) {
                 m.control.kick();
             }

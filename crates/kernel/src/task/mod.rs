@@ -84,6 +84,8 @@ pub struct Task {
     pub pte_gen: Arc<std::sync::atomic::AtomicU64>,
     /// Set by exit(2) while other threads live: only this thread ends.
     pub thread_exit_only: bool,
+    /// A syscall may have removed or restricted mappings since the last page-table sync.
+    pub mappings_restricted: bool,
 }
 
 /// Errors that end the sandbox (host failures, never guest mistakes).
@@ -151,7 +153,10 @@ impl Task {
                 return Ok(status);
             }
             let runs = self.mm().take_pte_sync();
-            let sync = self.group.pte_sync(self.tid, &self.pte_gen, runs);
+            let downgraded = std::mem::take(&mut self.mappings_restricted);
+            let sync = self
+                .group
+                .pte_sync(self.tid, &self.pte_gen, runs, downgraded);
             let mut exit = self.vcpu.run(&sync)?;
             if let Exit::SyscallOnUserStack { frame } = exit {
                 exit = self.complete_ring0_syscall(frame)?;
@@ -159,6 +164,9 @@ impl Task {
             match exit {
                 Exit::Syscall => {
                     let args = SyscallArgs::from_regs(&self.vcpu.user.regs);
+                    // munmap, mprotect, mremap, madvise, brk, mmap (MAP_FIXED replaces): other
+                    // threads must drop what these remove or restrict.
+                    self.mappings_restricted |= matches!(args.nr, 9 | 10 | 11 | 12 | 25 | 28);
                     if waits_for_input(args.nr) {
                         self.control.set_idle(true);
                     }
