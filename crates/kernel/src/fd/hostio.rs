@@ -9,7 +9,11 @@ use platform::{Gpa, GuestMemory};
 /// Most iovecs handed to one host call (IOV_MAX).
 const IOV_MAX: usize = 1024;
 
-fn iovecs(mem: &GuestMemory, runs: &[(Gpa, u64)]) -> Result<Vec<libc::iovec>, Errno> {
+/// Host iovecs for guest-physical runs (at most IOV_MAX of them), each bounds-checked.
+///
+/// # Errors
+/// EFAULT if a run leaves guest memory.
+pub fn iovecs(mem: &GuestMemory, runs: &[(Gpa, u64)]) -> Result<Vec<libc::iovec>, Errno> {
     runs.iter()
         .take(IOV_MAX)
         .map(|&(gpa, len)| {

@@ -7,7 +7,7 @@
 mod hostio;
 mod table;
 
-pub use hostio::{read_into_guest, write_from_guest};
+pub use hostio::{iovecs, read_into_guest, write_from_guest};
 pub use table::{FdTable, MAX_FDS};
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

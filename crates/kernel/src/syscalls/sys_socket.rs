@@ -31,7 +31,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use abi::Errno;
-use platform::{Gpa, GuestMemory, Gva};
+use platform::{Gpa, Gva};
 
 use super::{SysResult, SyscallArgs};
 use crate::fd::{FileKind, OpenFile, SocketState, MAX_FDS};
@@ -53,8 +53,6 @@ const MAX_RW: u64 = 0x7fff_f000;
 /// Most bytes one recv(2) without MSG_WAITALL asks for: a short read is always allowed there,
 /// and this bounds the guest pages faulted in for a huge buffer.
 const MAX_RECV_CHUNK: u64 = 4 << 20;
-/// Most iovecs handed to one host call (IOV_MAX).
-const IOV_MAX: usize = 1024;
 /// The type bits of socket(2)'s `type` (the rest are SOCK_NONBLOCK / SOCK_CLOEXEC).
 const SOCK_TYPE_MASK: i32 = 0xf;
 /// Linux's AF_MAX.
@@ -506,20 +504,6 @@ fn set_int_opt(fd: BorrowedFd<'_>, level: i32, name: i32, v: i32) -> Result<(), 
     host_setsockopt(fd, level, name, &v.to_ne_bytes())
 }
 
-/// Host iovecs for guest-physical runs (at most IOV_MAX of them).
-fn guest_iovecs(mem: &GuestMemory, runs: &[(Gpa, u64)]) -> Result<Vec<libc::iovec>, Errno> {
-    runs.iter()
-        .take(IOV_MAX)
-        .map(|&(gpa, len)| {
-            let p = mem.host_ptr(gpa, len).map_err(|_| Errno::EFAULT)?;
-            Ok(libc::iovec {
-                iov_base: p.cast(),
-                iov_len: len as usize,
-            })
-        })
-        .collect()
-}
-
 /// sendmsg(2) of guest memory, to `dest` if given.
 fn sendmsg_from_guest(
     fd: BorrowedFd<'_>,
@@ -823,7 +807,7 @@ pub fn sys_accept4(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Implements sendto(2).
 ///
-/// A stream send is split into host calls of at most IOV_MAX runs and stops at the first
+/// A stream send is split into host calls of at most IOV_MAX runs (see `fd::iovecs`) and stops at the first
 /// short one, as a blocking Linux send returns only when all is queued.
 pub fn sys_sendto(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = socket_file(t, a.int(0))?;
@@ -856,7 +840,7 @@ pub fn sys_sendto(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut done = 0u64;
     let mut rest: &[(Gpa, u64)] = &runs;
     let r = loop {
-        let iov = guest_iovecs(&t.mem, rest)?;
+        let iov = crate::fd::iovecs(&t.mem, rest)?;
         let want: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
         match sendmsg_from_guest(f.host(), &iov, dest_raw.as_ref(), flags) {
             Ok(n) => {
@@ -897,7 +881,7 @@ pub fn sys_recvfrom(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut done = 0u64;
     let mut rest: &[(Gpa, u64)] = &runs;
     loop {
-        let iov = guest_iovecs(&t.mem, rest)?;
+        let iov = crate::fd::iovecs(&t.mem, rest)?;
         let want: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
         let mut this = RawSockAddr::empty();
         match recvmsg_into_guest(f.host(), &iov, &mut this, flags) {
