@@ -113,18 +113,7 @@ fn start(
     if let Some(mut r) = ready.take() {
         let _ = writeln!(r, "ok");
     }
-    let timings = std::env::var("TORPOR_TIMINGS").is_ok_and(|v| v == "1");
-    if timings {
-        eprintln!(
-            "torpor-timing: start_to_first_instruction_us={}",
-            sandbox.started().elapsed().as_micros()
-        );
-    }
-    let started = sandbox.started();
-    let status = sandbox.run();
-    if timings {
-        eprintln!("torpor-timing: run_us={}", started.elapsed().as_micros());
-    }
+    let status = crate::run::run_timed(sandbox);
     {
         let mut st = daemon
             .hib
