@@ -437,6 +437,19 @@ impl Hibernator {
     fn deflate(&mut self, task: &mut Task) -> Result<DeflateReport, String> {
         let start = Instant::now();
         let mut report = DeflateReport::default();
+        if task.group.procs.live() > 1 {
+            return Err("hibernating a sandbox with several processes is not supported yet".into());
+        }
+        if !Arc::ptr_eq(&task.mem, &self.mem) {
+            // The program called execve: its memory is new.
+            if self.uffd.is_some() {
+                return Err(
+                    "the program replaced itself (execve) after a hibernation: not supported"
+                        .into(),
+                );
+            }
+            self.mem = task.mem.clone();
+        }
         let mem = self.mem.clone();
         let first_page = layout::RESERVED_END.raw() / PAGE_SIZE;
         let total_pages = mem.size() / PAGE_SIZE;

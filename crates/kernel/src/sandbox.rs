@@ -154,7 +154,9 @@ impl Sandbox {
             }
         };
         let control = Arc::new(crate::task::TaskControl::new(vcpu.kicker()));
-        let group = crate::task::ThreadGroup::new(vm.clone());
+        let procs = crate::task::ProcessTable::new();
+        let group = crate::task::ThreadGroup::new(vm.clone(), 1, procs.clone());
+        procs.add(1, 0, group.clone(), 0);
         let pte_gen = group.join(1, control.clone());
         let task = Task {
             group,
@@ -204,6 +206,8 @@ impl Sandbox {
         // The first thread may end before the others (pthread_exit): the process lives on.
         let group = self.task.group.clone();
         group.wait_all_gone();
+        // The first process is the sandbox's init: the others end with it.
+        group.procs.kill_all_but(1);
         Ok(group.exit_status().unwrap_or(status))
     }
 
@@ -228,7 +232,8 @@ impl Sandbox {
     }
 }
 
-fn comm_of(program: &str) -> [u8; 16] {
+/// A thread name from a program path: its last component, at most 15 bytes, NUL-padded.
+pub(crate) fn comm_of(program: &str) -> [u8; 16] {
     let base = program.rsplit('/').next().unwrap_or(program).as_bytes();
     let mut c = [0u8; 16];
     let n = base.len().min(15);

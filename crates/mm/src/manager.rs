@@ -257,6 +257,51 @@ impl MemoryManager {
         }
     }
 
+    /// A copy of this address space in `mem` (another VM's guest memory), for fork(2): the
+    /// same VMAs, break and mmap base, and a private copy of every page that has a frame
+    /// (copied eagerly, with its entry's rights and accessed/dirty bits).
+    ///
+    /// # Errors
+    /// [`MmError::NoMemory`] if `mem` cannot hold the copy; [`MmError::Internal`] on a
+    /// page-table failure.
+    pub fn fork_into(&self, mem: Arc<GuestMemory>) -> Result<MemoryManager, MmError> {
+        let mut child = MemoryManager::new(mem)?;
+        child.mmap_base = self.mmap_base;
+        child.brk_base = self.brk_base;
+        child.brk = self.brk;
+        for v in self.vmas.iter() {
+            child
+                .vmas
+                .insert(v.clone())
+                .map_err(|e| MmError::Internal(e.to_string()))?;
+            for (va, frame, flags) in self.pt.frames_in(v.start, v.end) {
+                let (copy, _) = child
+                    .alloc
+                    .alloc()
+                    .ok_or(MmError::NoMemory("fork: child memory exhausted"))?;
+                let src = self.mem.host_ptr(frame, PAGE_SIZE);
+                let dst = child.mem.host_ptr(copy, PAGE_SIZE);
+                match (src, dst) {
+                    // SAFETY: both pointers cover one whole page inside their guest memories,
+                    // which are distinct mappings; no vCPU runs either while the copy is made
+                    // (the parent is in its fork syscall, the child has not started).
+                    (Ok(s), Ok(d)) => unsafe {
+                        std::ptr::copy_nonoverlapping(s, d, PAGE_SIZE as usize)
+                    },
+                    _ => {
+                        return Err(MmError::Internal(format!(
+                            "fork: frame {frame} out of range"
+                        )))
+                    }
+                }
+                child.pt.map(&mut child.alloc, va, copy, flags)?;
+            }
+        }
+        // The child's vCPU starts on these tables: nothing to push through the PTE-sync stub.
+        let _ = child.pt.take_dirty_runs();
+        Ok(child)
+    }
+
     /// Unmaps every page of `[start, end)` and drops its frame's reference.
     pub(crate) fn drop_pages(&mut self, start: Gva, end: Gva) {
         for (va, _, _) in self.pt.frames_in(start, end) {
@@ -695,6 +740,31 @@ pub(crate) mod tests {
             kind: VmaKind::Anon,
             name: None,
         }
+    }
+
+    #[test]
+    fn fork_copies_pages_privately() {
+        let mut m = mm(16 * MIB);
+        let a = m.mmap(anon(0, 0x3000, Prot::RW, false)).unwrap();
+        m.copy_out(Gva(a.0 + 0x1000), b"parent data").unwrap();
+        m.set_brk_base(Gva(0x40_0000));
+        let mut c = m
+            .fork_into(Arc::new(GuestMemory::new(16 * MIB).unwrap()))
+            .unwrap();
+        assert_eq!(c.stats().mapped_pages, m.stats().mapped_pages);
+        assert_eq!(c.vmas().count(), m.vmas().count());
+        assert_eq!(c.current_brk(), m.current_brk());
+        let mut b = [0u8; 11];
+        c.copy_in(Gva(a.0 + 0x1000), &mut b).unwrap();
+        assert_eq!(&b, b"parent data");
+        // Writes after the fork stay on their side.
+        c.copy_out(Gva(a.0 + 0x1000), b"child  data").unwrap();
+        m.copy_in(Gva(a.0 + 0x1000), &mut b).unwrap();
+        assert_eq!(&b, b"parent data");
+        // Untouched pages are still demand-zero in the child.
+        c.copy_in(Gva(a.0 + 0x2000), &mut b).unwrap();
+        assert_eq!(b, [0u8; 11]);
+        assert!(!c.has_pte_sync());
     }
 
     #[test]

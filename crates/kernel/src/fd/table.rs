@@ -138,6 +138,28 @@ impl FdTable {
         Ok(())
     }
 
+    /// A copy for a forked process: the same descriptors, flags and open files (whose
+    /// offsets and status flags the two processes then share, as on Linux).
+    pub fn fork_copy(&self) -> FdTable {
+        FdTable {
+            slots: std::sync::Mutex::new(self.lock().clone()),
+        }
+    }
+
+    /// Closes every close-on-exec descriptor (execve).
+    pub fn close_on_exec(&self) {
+        let closed: Vec<Slot> = {
+            let mut slots = self.lock();
+            slots
+                .iter_mut()
+                .filter(|s| s.as_ref().is_some_and(|s| s.cloexec))
+                .filter_map(Option::take)
+                .collect()
+        };
+        // The files close here, outside the table's lock.
+        drop(closed);
+    }
+
     /// The open descriptors and their files, in order (a snapshot).
     pub fn iter(&self) -> impl Iterator<Item = (i32, Arc<OpenFile>)> {
         let v: Vec<(i32, Arc<OpenFile>)> = self

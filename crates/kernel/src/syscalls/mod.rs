@@ -5,7 +5,9 @@
 
 mod args;
 mod sys_eventfd;
+mod sys_exec;
 mod sys_file;
+mod sys_fork;
 mod sys_fs;
 mod sys_info;
 mod sys_mm;

@@ -17,9 +17,9 @@ pub fn sys_gettid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
     Ok(t.tid as u64)
 }
 
-/// Implements getppid(2): the sandbox's first process has no parent inside it.
-pub fn sys_getppid(_t: &mut Task, _a: &SyscallArgs) -> SysResult {
-    Ok(0)
+/// Implements getppid(2): the sandbox's first process has no parent inside it (0).
+pub fn sys_getppid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    Ok(t.group.procs.parent_of(t.pid) as u64)
 }
 
 /// Implements getuid(2) and geteuid(2): the runtime's own credentials.
@@ -236,14 +236,18 @@ const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
 const CLONE_DETACHED: u64 = 0x40_0000;
 const CLONE_CHILD_SETTID: u64 = 0x100_0000;
 
-/// Implements clone(2) for threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND, as pthread_create
+/// Implements clone(2). Threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND, as pthread_create
 /// and Go's runtime use it): a new task with its own vCPU on its own host thread, sharing the
-/// address space, the descriptor table and the thread group. A new process (fork) is ENOSYS.
+/// address space, the descriptor table and the thread group. Without CLONE_THREAD: a new
+/// process (see `sys_fork`).
 pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (flags, newsp, ptid, ctid, tls) = (a.u(0), a.u(1), a.gva(2), a.gva(3), a.u(4));
+    if flags & CLONE_THREAD == 0 {
+        return super::sys_fork::fork(t, flags, newsp, ptid, ctid, tls);
+    }
     let thread = CLONE_VM | CLONE_THREAD | CLONE_SIGHAND;
     if flags & thread != thread {
-        return Err(Errno::ENOSYS);
+        return Err(Errno::EINVAL);
     }
     let known = thread
         | CLONE_FS
@@ -261,19 +265,16 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if flags & CLONE_SETTLS != 0 && tls >= platform::layout::USER_END.raw() {
         return Err(Errno::EPERM);
     }
-    let tid = t.group.alloc_tid();
-    if tid as usize > platform::layout::MAX_VCPUS {
+    let index = t.group.alloc_vcpu_index();
+    if index >= platform::layout::MAX_VCPUS {
         return Err(Errno::EAGAIN);
     }
+    let tid = t.group.alloc_tid();
     let cr3 = t.mm().cr3();
-    let mut vcpu = t
-        .group
-        .vm()
-        .create_vcpu((tid - 1) as usize, cr3)
-        .map_err(|e| {
-            tracing::warn!("clone: {e}");
-            Errno::EAGAIN
-        })?;
+    let mut vcpu = t.group.vm().create_vcpu(index, cr3).map_err(|e| {
+        tracing::warn!("clone: {e}");
+        Errno::EAGAIN
+    })?;
     vcpu.user = t.vcpu.user;
     vcpu.user.regs.rax = 0;
     if newsp != 0 {

@@ -7,8 +7,8 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_eventfd, sys_file, sys_fs, sys_info, sys_mm, sys_pipe, sys_poll, sys_process, sys_rw,
-    sys_signal, sys_socket, sys_stat, sys_time, SysResult, SyscallArgs,
+    sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_mm, sys_pipe, sys_poll,
+    sys_process, sys_rw, sys_signal, sys_socket, sys_stat, sys_time, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -119,7 +119,11 @@ table! {
     201 time => sys_time::sys_time, Full;
     202 futex => sys_process::sys_futex, Partial("WAIT, WAKE, bitsets, REQUEUE, CMP_REQUEUE; no PI or WAKE_OP");
     435 clone3 => sys_process::sys_clone3, Partial("ENOSYS on purpose: the C libraries fall back to clone");
-    56 clone => sys_process::sys_clone, Partial("threads only (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND); fork is ENOSYS");
+    56 clone => sys_process::sys_clone, Partial("threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND) and processes (a fork copies the parent's memory eagerly into a new VM); CLONE_FILES, CLONE_FS, CLONE_SIGHAND between processes and CLONE_VM without CLONE_VFORK are EINVAL");
+    57 fork => sys_fork::sys_fork, Partial("the child gets an eager copy of the parent's memory (no copy-on-write)");
+    58 vfork => sys_fork::sys_vfork, Partial("the child runs on a copy of the parent's memory: its writes are not seen by the parent");
+    59 execve => sys_exec::sys_execve, Partial("only from a single-threaded process (EAGAIN otherwise); no set-user-ID");
+    61 wait4 => sys_fork::sys_wait4, Partial("stopped and continued children are never reported; resource usage is zero");
     217 getdents64 => sys_fs::sys_getdents64, Full;
     218 set_tid_address => sys_process::sys_set_tid_address, Full;
     228 clock_gettime => sys_time::sys_clock_gettime, Full;

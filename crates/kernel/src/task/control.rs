@@ -6,7 +6,7 @@
 //! restarted) and runs its [`ParkHook`] before going on. While the hook runs, the task's memory
 //! is quiescent: no guest code runs and no syscall is in progress.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -26,9 +26,11 @@ pub struct TaskControl {
     idle: AtomicBool,
     /// Number of times the task went from idle to busy (requests served, roughly).
     busy_periods: AtomicU64,
-    pending_signal: AtomicI32,
+    /// External signals not yet taken, one bit per signal (like Linux's standard signals,
+    /// a second one of a kind before the first is taken merges with it).
+    pending_signals: AtomicU64,
     multi_threaded: AtomicBool,
-    kicker: VcpuKicker,
+    kicker: Mutex<VcpuKicker>,
     idle_hook: Mutex<Option<IdleHook>>,
 }
 
@@ -42,9 +44,9 @@ impl TaskControl {
             park: AtomicBool::new(false),
             idle: AtomicBool::new(false),
             busy_periods: AtomicU64::new(0),
-            pending_signal: AtomicI32::new(0),
+            pending_signals: AtomicU64::new(0),
             multi_threaded: AtomicBool::new(false),
-            kicker,
+            kicker: Mutex::new(kicker),
             idle_hook: Mutex::new(None),
         }
     }
@@ -55,7 +57,7 @@ impl TaskControl {
         self.park.store(true, Ordering::SeqCst);
         let start = std::time::Instant::now();
         loop {
-            self.kicker.kick();
+            self.kick();
             if taken() {
                 return true;
             }
@@ -110,25 +112,45 @@ impl TaskControl {
         self.busy_periods.load(Ordering::Relaxed)
     }
 
-    /// Sends the task a signal from outside (`torpor kill`): it is queued at the task's next
-    /// exit (the vCPU is kicked) and delivered like any other (handler, or default action).
-    /// One signal is held at a time: a second before the task took the first replaces it.
+    /// Sends the task a signal from outside its process (`torpor kill`, another process's
+    /// kill(2), a child's SIGCHLD): it is queued at the task's next exit (the vCPU is kicked)
+    /// and delivered like any other (handler, or default action). Signals out of 1..=64 are
+    /// ignored.
     pub fn send_signal(&self, sig: i32) {
-        self.pending_signal.store(sig, Ordering::SeqCst);
-        self.kicker.kick();
+        if !(1..=64).contains(&sig) {
+            return;
+        }
+        self.pending_signals
+            .fetch_or(1u64 << (sig - 1), Ordering::SeqCst);
+        self.kick();
     }
 
-    /// Takes the pending external signal, if any.
+    /// Takes one pending external signal (the lowest-numbered), if any.
     pub fn take_signal(&self) -> Option<i32> {
-        match self.pending_signal.swap(0, Ordering::SeqCst) {
-            0 => None,
-            s => Some(s),
+        let mut cur = self.pending_signals.load(Ordering::SeqCst);
+        while cur != 0 {
+            let bit = cur.trailing_zeros();
+            match self.pending_signals.compare_exchange(
+                cur,
+                cur & !(1u64 << bit),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return Some(bit as i32 + 1),
+                Err(now) => cur = now,
+            }
         }
+        None
     }
 
     /// Whether an external signal is pending.
     pub fn signal_pending(&self) -> bool {
-        self.pending_signal.load(Ordering::SeqCst) != 0
+        self.pending_signals.load(Ordering::SeqCst) != 0
+    }
+
+    /// Points kicks at a new vCPU (execve replaced the task's VM).
+    pub fn set_kicker(&self, kicker: VcpuKicker) {
+        *self.kicker.lock().unwrap_or_else(|e| e.into_inner()) = kicker;
     }
 
     /// Records that the process has created threads (hibernation handles one thread only).
@@ -143,6 +165,6 @@ impl TaskControl {
 
     /// Kicks the task's vCPU.
     pub fn kick(&self) {
-        self.kicker.kick();
+        self.kicker.lock().unwrap_or_else(|e| e.into_inner()).kick();
     }
 }

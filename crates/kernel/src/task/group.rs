@@ -8,13 +8,13 @@
 //! and a thread that changed or removed mappings kicks the others so that they do so promptly.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use platform::{PteRun, Vm};
 
-use super::{ExitStatus, TaskControl};
+use super::{ExitStatus, ProcessTable, TaskControl};
 
 /// One thread as its group sees it.
 struct Member {
@@ -26,8 +26,12 @@ struct Member {
 
 /// Shared by the threads of a process.
 pub struct ThreadGroup {
-    vm: Arc<Vm>,
-    next_tid: AtomicI32,
+    /// Process id (the leader's tid).
+    pub pid: i32,
+    /// The sandbox's processes (ids come from there).
+    pub procs: Arc<ProcessTable>,
+    vm: Mutex<Arc<Vm>>,
+    next_vcpu: AtomicUsize,
     members: Mutex<Vec<Member>>,
     exit: Mutex<Option<ExitStatus>>,
     all_gone: Condvar,
@@ -44,11 +48,13 @@ struct PteLog {
 }
 
 impl ThreadGroup {
-    /// A group whose first thread has id 1.
-    pub fn new(vm: Arc<Vm>) -> Arc<ThreadGroup> {
+    /// The group of process `pid`, whose leader runs on `vm`'s vCPU 0.
+    pub fn new(vm: Arc<Vm>, pid: i32, procs: Arc<ProcessTable>) -> Arc<ThreadGroup> {
         Arc::new(ThreadGroup {
-            vm,
-            next_tid: AtomicI32::new(2),
+            pid,
+            procs,
+            vm: Mutex::new(vm),
+            next_vcpu: AtomicUsize::new(1),
             members: Mutex::new(Vec::new()),
             exit: Mutex::new(None),
             all_gone: Condvar::new(),
@@ -58,13 +64,31 @@ impl ThreadGroup {
     }
 
     /// The VM (new threads get vCPUs from it).
-    pub fn vm(&self) -> &Arc<Vm> {
-        &self.vm
+    pub fn vm(&self) -> Arc<Vm> {
+        self.vm.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// A fresh thread id.
+    /// Replaces the VM (execve built a new one); vCPU indexes start again after the leader's.
+    pub fn set_vm(&self, vm: Arc<Vm>) {
+        *self.vm.lock().unwrap_or_else(|e| e.into_inner()) = vm;
+        self.next_vcpu.store(1, Ordering::Relaxed);
+    }
+
+    /// A fresh thread id (unique in the sandbox).
     pub fn alloc_tid(&self) -> i32 {
-        self.next_tid.fetch_add(1, Ordering::Relaxed)
+        self.procs.alloc_id()
+    }
+
+    /// The index of a new thread's vCPU.
+    pub fn alloc_vcpu_index(&self) -> usize {
+        self.next_vcpu.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends the process a signal from another process (the first thread takes it).
+    pub fn post_signal(&self, sig: i32) {
+        if let Some(m) = self.lock_members().first() {
+            m.control.send_signal(sig);
+        }
     }
 
     /// Registers a thread; returns its page-table log position.
@@ -78,13 +102,25 @@ impl ThreadGroup {
         gen
     }
 
-    /// Unregisters a thread; wakes waiters when it was the last.
+    /// Unregisters a thread; when it was the last, the process has exited: its parent is
+    /// told (SIGCHLD, wait4) and waiters are woken.
     pub fn leave(&self, tid: i32) {
         let mut m = self.lock_members();
         m.retain(|x| x.tid != tid);
-        if m.is_empty() {
-            self.all_gone.notify_all();
+        if !m.is_empty() {
+            return;
         }
+        drop(m);
+        let status = self
+            .exit_status()
+            .unwrap_or(ExitStatus::Signaled(libc::SIGKILL));
+        if let Some((parent, sig)) = self.procs.exited(self.pid, status) {
+            if sig != 0 {
+                parent.post_signal(sig);
+            }
+        }
+        let _m = self.lock_members();
+        self.all_gone.notify_all();
     }
 
     /// Number of live threads.

@@ -3,10 +3,12 @@
 
 mod control;
 mod group;
+mod process;
 pub mod signal;
 
 pub use control::{IdleHook, ParkHook, TaskControl};
 pub use group::{FutexTable, ThreadGroup, WaitResult};
+pub use process::{ProcessTable, WaitFor};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -329,6 +329,29 @@ impl SignalState {
         self.fault = FaultContext::default();
     }
 
+    /// The state of a forked child: its parent's dispositions, mask and alternate stack,
+    /// nothing pending.
+    pub fn reset_for_fork(&mut self) {
+        self.pending.clear();
+        self.saved_mask = None;
+        self.interrupted_syscall = None;
+        self.fault = FaultContext::default();
+    }
+
+    /// The state after execve: handled signals go back to their default action (ignored
+    /// ones stay ignored), flags and the alternate stack are dropped; the mask and pending
+    /// signals are kept.
+    pub fn reset_for_exec(&mut self) {
+        for a in self.actions.iter_mut() {
+            if a.handler != SIG_IGN {
+                *a = KernelSigaction::default();
+            }
+        }
+        self.altstack = AltStack::default();
+        self.saved_mask = None;
+        self.interrupted_syscall = None;
+    }
+
     /// The disposition of `sig` (1..=64).
     pub fn action(&self, sig: i32) -> KernelSigaction {
         self.actions[sig as usize - 1]
@@ -537,7 +560,7 @@ impl Task {
 
     /// Takes a signal sent from outside (`torpor kill`) into the queue, if one is waiting.
     pub(crate) fn absorb_external_signal(&mut self) {
-        if let Some(sig) = self.control.take_signal() {
+        while let Some(sig) = self.control.take_signal() {
             self.external_signal(sig);
         }
     }

@@ -1,0 +1,224 @@
+//! execve(2): replaces the calling process's program.
+//!
+//! The new image is built beside the old one: fresh guest memory and VM, the ELF (and its
+//! interpreter) loaded, the stack written. Any failure up to there returns an errno to the
+//! old program, untouched. Then the task switches to the new VM's vCPU (the point of no
+//! return), closes its close-on-exec descriptors and resets its signal handlers; the old
+//! memory is freed when its last reference goes. `#!` scripts run their interpreter.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+
+use abi::Errno;
+use mm::MemoryManager;
+use platform::{GuestMemory, Gva, Vm};
+
+use super::{SysResult, SyscallArgs};
+use crate::fs;
+use crate::loader::{self, LoadError};
+use crate::task::Task;
+
+/// Most bytes of arguments plus environment (Linux's default ARG_MAX with an 8 MiB stack).
+const MAX_ARG_BYTES: usize = 2 << 20;
+/// Most argv or envp entries.
+const MAX_ARG_COUNT: usize = 0x7fff_ffff / 8;
+/// Most nested `#!` interpreters (Linux allows 4 levels, then ELOOP).
+const MAX_INTERP_DEPTH: usize = 4;
+/// Longest `#!` line read (Linux's BINPRM_BUF_SIZE).
+const SHEBANG_MAX: usize = 256;
+
+/// Implements execve(2).
+pub fn sys_execve(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let path = t.copy_in_path(a.gva(0))?;
+    let mut budget = MAX_ARG_BYTES;
+    let argv = read_strings(t, a.gva(1), &mut budget)?;
+    let envp = read_strings(t, a.gva(2), &mut budget)?;
+    execve(t, path, argv, envp)
+}
+
+/// Reads a NULL-terminated array of string pointers (a NULL array is empty).
+fn read_strings(t: &Task, at: Gva, budget: &mut usize) -> Result<Vec<Vec<u8>>, Errno> {
+    let mut out = Vec::new();
+    if at.raw() == 0 {
+        return Ok(out);
+    }
+    for i in 0..MAX_ARG_COUNT {
+        let p = t.read_u64(Gva(at
+            .raw()
+            .checked_add(8 * i as u64)
+            .ok_or(Errno::EFAULT)?))?;
+        if p == 0 {
+            return Ok(out);
+        }
+        let s = t.copy_in_str(Gva(p), *budget).map_err(|e| {
+            if e == Errno::ENAMETOOLONG {
+                Errno::E2BIG
+            } else {
+                e
+            }
+        })?;
+        *budget = budget.checked_sub(s.len() + 1).ok_or(Errno::E2BIG)?;
+        out.push(s);
+    }
+    Err(Errno::E2BIG)
+}
+
+fn load_errno(e: &LoadError) -> Errno {
+    match e {
+        LoadError::NoInterpreter { errno, .. } => *errno,
+        LoadError::Read { .. } => Errno::EIO,
+        LoadError::Map { .. } => Errno::ENOMEM,
+        _ => Errno::ENOEXEC,
+    }
+}
+
+/// Opens `path` for execution: a regular file with an execute bit.
+fn open_executable(t: &Task, path: &[u8]) -> Result<(OwnedFd, Vec<u8>), Errno> {
+    let gpath = fs::join(&t.cwd, path);
+    let fd = t.root.open_at(&gpath, libc::O_RDONLY, 0)?;
+    // SAFETY: an all-zero stat is valid; fstat fills it from a valid fd.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and a writable stat.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(Errno::last());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_mode & 0o111 == 0 {
+        return Err(Errno::EACCES);
+    }
+    let shown = t.root.guest_path_of(&fd).unwrap_or(gpath);
+    Ok((fd, shown))
+}
+
+/// Parses a `#!interpreter [arg]` line.
+fn parse_shebang(head: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+    let rest = head.strip_prefix(b"#!")?;
+    let line = rest.split(|&b| b == b'\n').next()?;
+    let line: &[u8] = {
+        let s = line
+            .iter()
+            .position(|&b| b != b' ' && b != b'\t')
+            .unwrap_or(line.len());
+        let e = line
+            .iter()
+            .rposition(|&b| b != b' ' && b != b'\t' && b != b'\r')
+            .map_or(s, |e| e + 1);
+        &line[s..e.max(s)]
+    };
+    if line.is_empty() {
+        return None;
+    }
+    match line.iter().position(|&b| b == b' ' || b == b'\t') {
+        None => Some((line.to_vec(), None)),
+        Some(i) => {
+            let arg = line[i..]
+                .iter()
+                .position(|&b| b != b' ' && b != b'\t')
+                .map(|j| line[i + j..].to_vec());
+            Some((line[..i].to_vec(), arg))
+        }
+    }
+}
+
+/// Replaces the task's program with `path` run with `argv` and `envp`.
+///
+/// # Errors
+/// The errno for the old program: ENOENT, EACCES, ENOEXEC, ELOOP, E2BIG, ENOMEM, EAGAIN.
+pub(crate) fn execve(
+    t: &mut Task,
+    mut path: Vec<u8>,
+    mut argv: Vec<Vec<u8>>,
+    envp: Vec<Vec<u8>>,
+) -> SysResult {
+    if t.group.live() > 1 {
+        tracing::warn!("execve from a multi-threaded process is not supported");
+        return Err(Errno::EAGAIN);
+    }
+    let mut depth = 0;
+    let (fd, exe) = loop {
+        let (fd, exe) = open_executable(t, &path)?;
+        let mut head = [0u8; SHEBANG_MAX];
+        // SAFETY: valid fd and buffer.
+        let n = unsafe { libc::pread(fd.as_raw_fd(), head.as_mut_ptr().cast(), head.len(), 0) };
+        let n = usize::try_from(n).map_err(|_| Errno::EIO)?;
+        let Some((interp, arg)) = parse_shebang(&head[..n]) else {
+            break (fd, exe);
+        };
+        depth += 1;
+        if depth > MAX_INTERP_DEPTH {
+            return Err(Errno::ELOOP);
+        }
+        // argv becomes: interpreter [arg] script-path original-argv[1..].
+        let mut new_argv = vec![interp.clone()];
+        new_argv.extend(arg);
+        new_argv.push(path.clone());
+        new_argv.extend(argv.into_iter().skip(1));
+        argv = new_argv;
+        path = interp;
+    };
+    let name = String::from_utf8_lossy(&exe).into_owned();
+
+    let mem = Arc::new(GuestMemory::new(t.mem.size()).map_err(|e| {
+        tracing::warn!("execve: guest memory: {e}");
+        Errno::ENOMEM
+    })?);
+    let vm = Arc::new(Vm::new(mem.clone()).map_err(|e| {
+        tracing::warn!("execve: {e}");
+        Errno::EAGAIN
+    })?);
+    let mut mm = MemoryManager::new(mem.clone()).map_err(|_| Errno::ENOMEM)?;
+    let image =
+        loader::load_elf(&mut mm, &t.root, &name, std::fs::File::from(fd)).map_err(|e| {
+            tracing::debug!("execve {name}: {e}");
+            load_errno(&e)
+        })?;
+    mm.set_brk_base(image.brk);
+    // SAFETY: no preconditions.
+    let ids = unsafe { (libc::getuid(), libc::getgid()) };
+    let stack =
+        loader::build_stack(&mut mm, &image, &argv, &envp, &path, ids).map_err(|_| Errno::E2BIG)?;
+    let mut vcpu = vm.create_vcpu(0, mm.cr3()).map_err(|e| {
+        tracing::warn!("execve: {e}");
+        Errno::EAGAIN
+    })?;
+    vcpu.user.regs.rip = image.entry.raw();
+    vcpu.user.regs.rsp = stack.sp.raw();
+
+    // Point of no return: the task moves to the new VM.
+    t.vcpu.unbind_thread();
+    vcpu.bind_to_current_thread();
+    t.control.set_kicker(vcpu.kicker());
+    t.vcpu = vcpu;
+    t.mm = Arc::new(Mutex::new(mm));
+    t.mem = mem;
+    t.group.set_vm(vm);
+    t.fds.close_on_exec();
+    t.signals.reset_for_exec();
+    t.clear_child_tid = 0;
+    t.exe = exe;
+    t.comm = crate::sandbox::comm_of(&name);
+    t.group.procs.release_vfork(t.pid);
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_shebang;
+
+    #[test]
+    fn shebang_lines() {
+        assert_eq!(
+            parse_shebang(b"#!/bin/sh\necho"),
+            Some((b"/bin/sh".to_vec(), None))
+        );
+        assert_eq!(
+            parse_shebang(b"#! /usr/bin/env  python3 \r\n"),
+            Some((b"/usr/bin/env".to_vec(), Some(b"python3".to_vec())))
+        );
+        assert_eq!(
+            parse_shebang(b"#!/bin/busybox sh -e\n"),
+            Some((b"/bin/busybox".to_vec(), Some(b"sh -e".to_vec())))
+        );
+        assert_eq!(parse_shebang(b"#!   \n"), None);
+        assert_eq!(parse_shebang(b"\x7fELF"), None);
+    }
+}

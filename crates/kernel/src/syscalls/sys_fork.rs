@@ -1,0 +1,222 @@
+//! New processes and their end: fork(2), vfork(2), clone(2) without CLONE_THREAD, wait4(2).
+//!
+//! A forked process gets its own VM: fresh guest memory holding an eager copy of every page
+//! the parent has (no copy-on-write across VMs), its own page tables, a vCPU with the
+//! parent's registers and FPU state, a copy of the descriptor table (sharing the open files,
+//! and so their offsets, as on Linux), and its own host thread. The sandbox's
+//! [`ProcessTable`](crate::task::ProcessTable) records parents and exit statuses for wait4.
+
+use std::sync::{Arc, Mutex};
+
+use abi::Errno;
+use platform::{GuestMemory, Vm};
+
+use super::{SysResult, SyscallArgs};
+use crate::task::{Task, TaskControl, ThreadGroup, WaitFor};
+
+pub(super) const CLONE_VM: u64 = 0x100;
+pub(super) const CLONE_VFORK: u64 = 0x4000;
+const CLONE_SETTLS: u64 = 0x8_0000;
+const CLONE_PARENT_SETTID: u64 = 0x10_0000;
+const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
+const CLONE_DETACHED: u64 = 0x40_0000;
+const CLONE_CHILD_SETTID: u64 = 0x100_0000;
+
+/// Implements fork(2).
+pub fn sys_fork(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    fork(
+        t,
+        libc::SIGCHLD as u64,
+        0,
+        platform::Gva(0),
+        platform::Gva(0),
+        0,
+    )
+}
+
+/// Implements vfork(2): a fork whose parent waits until the child execs or exits. (The child
+/// runs on a copy of the parent's memory, so its writes stay its own.)
+pub fn sys_vfork(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    fork(
+        t,
+        CLONE_VM | CLONE_VFORK | libc::SIGCHLD as u64,
+        0,
+        platform::Gva(0),
+        platform::Gva(0),
+        0,
+    )
+}
+
+/// clone(2) without CLONE_THREAD: a new process (`flags`, new stack, parent/child tid
+/// pointers, TLS as in clone's argument order).
+pub(super) fn fork(
+    t: &mut Task,
+    flags: u64,
+    newsp: u64,
+    ptid: platform::Gva,
+    ctid: platform::Gva,
+    tls: u64,
+) -> SysResult {
+    let known = CLONE_VM
+        | CLONE_VFORK
+        | CLONE_SETTLS
+        | CLONE_PARENT_SETTID
+        | CLONE_CHILD_CLEARTID
+        | CLONE_DETACHED
+        | CLONE_CHILD_SETTID
+        | 0xff;
+    // Sharing memory without sharing a thread group is only accepted with CLONE_VFORK (the
+    // parent does not run while the child uses the memory); other sharing flags (files,
+    // fs, signal handlers) between processes are not supported.
+    if flags & !known != 0 || (flags & CLONE_VM != 0 && flags & CLONE_VFORK == 0) {
+        tracing::warn!(
+            flags = format_args!("{flags:#x}"),
+            "clone: unsupported process flags"
+        );
+        return Err(Errno::EINVAL);
+    }
+    if flags & CLONE_SETTLS != 0 && tls >= platform::layout::USER_END.raw() {
+        return Err(Errno::EPERM);
+    }
+    let exit_signal = (flags & 0xff) as i32;
+    let mem = Arc::new(GuestMemory::new(t.mem.size()).map_err(|e| {
+        tracing::warn!("fork: guest memory: {e}");
+        Errno::ENOMEM
+    })?);
+    let vm = Arc::new(Vm::new(mem.clone()).map_err(|e| {
+        tracing::warn!("fork: {e}");
+        Errno::EAGAIN
+    })?);
+    let mut mm = t.mm().fork_into(mem.clone()).map_err(|e| {
+        tracing::warn!("fork: {e}");
+        Errno::ENOMEM
+    })?;
+    let mut vcpu = vm.create_vcpu(0, mm.cr3()).map_err(|e| {
+        tracing::warn!("fork: {e}");
+        Errno::EAGAIN
+    })?;
+    vcpu.user = t.vcpu.user;
+    vcpu.user.regs.rax = 0;
+    if newsp != 0 {
+        vcpu.user.regs.rsp = newsp;
+    }
+    if flags & CLONE_SETTLS != 0 {
+        vcpu.user.fs_base = tls;
+    }
+    let fpu = t.vcpu.get_xsave().map_err(|e| {
+        tracing::warn!("fork: {e}");
+        Errno::EAGAIN
+    })?;
+    vcpu.set_xsave(&fpu).map_err(|e| {
+        tracing::warn!("fork: {e}");
+        Errno::EAGAIN
+    })?;
+
+    let procs = t.group.procs.clone();
+    let pid = procs.alloc_id();
+    if flags & CLONE_PARENT_SETTID != 0 {
+        t.write_u32(ptid, pid as u32)?;
+    }
+    if flags & CLONE_CHILD_SETTID != 0 {
+        mm.copy_out(ctid, &(pid as u32).to_le_bytes())
+            .map_err(|e| Errno(e.errno()))?;
+    }
+    let group = ThreadGroup::new(vm, pid, procs.clone());
+    let control = Arc::new(TaskControl::new(vcpu.kicker()));
+    let mut signals = t.signals.clone();
+    signals.reset_for_fork();
+    let mut child = Task {
+        tid: pid,
+        pid,
+        vcpu,
+        mm: Arc::new(Mutex::new(mm)),
+        mem,
+        fds: Arc::new(t.fds.fork_copy()),
+        root: t.root.clone(),
+        cwd: t.cwd.clone(),
+        umask: t.umask,
+        net: t.net.clone(),
+        signals,
+        clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 {
+            ctid.raw()
+        } else {
+            0
+        },
+        exit: None,
+        exe: t.exe.clone(),
+        comm: t.comm,
+        control: control.clone(),
+        park_hook: None,
+        pte_gen: group.join(pid, control),
+        group: group.clone(),
+        thread_exit_only: false,
+        mappings_restricted: false,
+    };
+    procs.add(pid, t.pid, group.clone(), exit_signal);
+    let spawned = std::thread::Builder::new()
+        .name(format!("proc-{pid}"))
+        .spawn(move || {
+            if let Err(e) = child.run() {
+                tracing::error!("process {}: {e}", child.pid);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("fork: cannot start a host thread: {e}");
+        group.exit_group(crate::task::ExitStatus::Signaled(libc::SIGKILL));
+        group.leave(pid);
+        let _ = procs.wait_child(t.pid, WaitFor::Pid(pid), true, || false);
+        return Err(Errno::EAGAIN);
+    }
+    if flags & CLONE_VFORK != 0 {
+        let control = t.control.clone();
+        procs.wait_vfork(pid, || control.park_requested());
+    }
+    Ok(pid as u64)
+}
+
+const WNOHANG: i32 = 1;
+const WUNTRACED: i32 = 2;
+const WCONTINUED: i32 = 8;
+const WNOTHREAD: i32 = 0x2000_0000;
+const WALL: i32 = 0x4000_0000;
+const WCLONE: i32 = 0x8000_0000_u32 as i32;
+
+/// Implements wait4(2): reaps an exited child. Stopped and continued children are never
+/// reported (the sandbox has no job control); the resource usage written is zero.
+pub fn sys_wait4(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (pid, status_at, options, rusage_at) = (a.int(0), a.gva(1), a.int(2), a.gva(3));
+    if options & !(WNOHANG | WUNTRACED | WCONTINUED | WNOTHREAD | WALL | WCLONE) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if pid == i32::MIN {
+        return Err(Errno::ESRCH);
+    }
+    // The sandbox is one process group: waiting for a group means any child.
+    let which = if pid > 0 {
+        WaitFor::Pid(pid)
+    } else {
+        WaitFor::Any
+    };
+    let control = t.control.clone();
+    let group = t.group.clone();
+    let interrupted =
+        || control.park_requested() || control.signal_pending() || group.exit_status().is_some();
+    let reaped = t
+        .group
+        .procs
+        .wait_child(t.pid, which, options & WNOHANG != 0, interrupted)?;
+    let Some((child, status)) = reaped else {
+        return Ok(0);
+    };
+    if status_at.raw() != 0 {
+        let word = match status {
+            crate::task::ExitStatus::Exited(code) => (code & 0xff) << 8,
+            crate::task::ExitStatus::Signaled(sig) => sig & 0x7f,
+        };
+        t.write_u32(status_at, word as u32)?;
+    }
+    if rusage_at.raw() != 0 {
+        t.copy_out(rusage_at, &[0u8; std::mem::size_of::<libc::rusage>()])?;
+    }
+    Ok(child as u64)
+}

@@ -1,0 +1,133 @@
+//! Processes: fork, execve, wait4, vfork/posix_spawn and pipes between processes, checked
+//! against native runs: `tests/guest/processes.c` and busybox `sh -c` pipelines must print
+//! the same bytes and end with the same status in torpor as on the host.
+//!
+//! Each test needs /dev/kvm: without it it prints "skipped" and passes, unless
+//! TORPOR_REQUIRE_KVM=1.
+
+use std::time::{Duration, Instant};
+
+use testutil::{Output, Rootfs, Torpor};
+
+fn torpor() -> Torpor {
+    Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+}
+
+/// A root with busybox, its applets as symlinks in /bin, and `bin/processes`.
+fn shell_root() -> Rootfs {
+    let r = Rootfs::new();
+    for applet in [
+        "sh", "echo", "wc", "cat", "tr", "sort", "head", "seq", "sleep", "true", "false",
+    ] {
+        r.symlink(&format!("/bin/{applet}"), "busybox");
+    }
+    r
+}
+
+#[track_caller]
+fn assert_same(what: &str, nat: &Output, got: &Output) {
+    assert!(
+        got.stdout == nat.stdout,
+        "{what}: stdout differs\n--- native:\n{}\n--- torpor:\n{}\n--- torpor stderr:\n{}",
+        nat.stdout_str(),
+        got.stdout_str(),
+        got.stderr_str()
+    );
+    assert_eq!(
+        got.code(),
+        nat.code(),
+        "{what}: status differs; torpor stderr: {}",
+        got.stderr_str()
+    );
+}
+
+#[test]
+fn fork_exec_wait_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = shell_root();
+    let prog = r.guest_program("processes");
+    let nat = testutil::native(
+        &r.host_path("bin/processes"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    assert_eq!(nat.code(), 0, "native run: {nat:?}");
+    let got = torpor()
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_same("processes", &nat, &got);
+    assert!(got.stdout_str().ends_with("done\n"));
+}
+
+/// Runs `sh -c SCRIPT` with busybox natively (applets found through PATH in the root's bin)
+/// and in torpor, and compares.
+#[track_caller]
+fn shell_same_as_native(r: &Rootfs, script: &str) -> Output {
+    let path = format!("{}/bin", r.path().display());
+    let nat = testutil::native(
+        &r.host_path("bin/busybox"),
+        &["sh", "-c", script],
+        r.path(),
+        &[("PATH", path.as_str())],
+        None,
+    );
+    let got = torpor()
+        .run(r.path(), "/bin/sh")
+        .args(["-c", script])
+        .guest_env("PATH=/bin")
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_same(script, &nat, &got);
+    got
+}
+
+#[test]
+fn busybox_sh_pipelines_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = shell_root();
+    let out = shell_same_as_native(&r, "echo hello world | wc -c");
+    assert_eq!(out.stdout_str().trim(), "12");
+    shell_same_as_native(
+        &r,
+        "seq 1 2000 | sort -r | head -3; echo a b c | tr a-z A-Z | cat",
+    );
+    shell_same_as_native(
+        &r,
+        "x=$(echo sub | tr a-z A-Z); echo \"x=$x\"; (exit 7); echo $?",
+    );
+    shell_same_as_native(&r, "false | true; echo $?; true | false; echo $?; exit 5").assert_code(5);
+    shell_same_as_native(
+        &r,
+        "sleep 0.1 & p=$!; wait $p; echo bg $?; nosuchcommand 2>tmp/err; echo missing $?",
+    );
+    shell_same_as_native(&r, "exec echo replaced; echo not reached");
+}
+
+#[test]
+fn children_end_with_the_first_process() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = shell_root();
+    let start = Instant::now();
+    let got = torpor()
+        .run(r.path(), "/bin/sh")
+        .args(["-c", "sleep 60 & echo started"])
+        .guest_env("PATH=/bin")
+        .host_env("TORPOR_LOG", "off")
+        .timeout(Duration::from_secs(50))
+        .output();
+    assert_eq!(got.stdout_str(), "started\n", "{got:?}");
+    assert_eq!(got.code(), 0, "{got:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(50),
+        "the sandbox waited for its orphaned child"
+    );
+}
