@@ -108,6 +108,7 @@ fn busybox_sh_pipelines_match_native() {
         "sleep 0.1 & p=$!; wait $p; echo bg $?; nosuchcommand 2>tmp/err; echo missing $?",
     );
     shell_same_as_native(&r, "exec echo replaced; echo not reached");
+    shell_same_as_native(&r, "sleep 30 & kill $!; wait $!; echo killed $?");
 }
 
 #[test]

@@ -229,6 +229,14 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if !(0..=NSIG as i32).contains(&sig) {
         return Err(Errno::EINVAL);
     }
+    if pid > 0 && pid != t.pid {
+        // Another process of the sandbox.
+        let group = t.group.procs.group_of(pid).ok_or(Errno::ESRCH)?;
+        if sig != 0 {
+            group.post_signal(sig);
+        }
+        return Ok(0);
+    }
     if !(pid == t.pid || pid == 0 || pid == -t.pid) {
         return Err(Errno::ESRCH);
     }
