@@ -254,11 +254,6 @@ impl HibernateHandle {
     /// [`HibernateError::State`] unless hot, running or woken; [`HibernateError::ParkTimeout`];
     /// [`HibernateError::Deflate`] (the sandbox stays as it was).
     pub fn hibernate(&self, timeout: Duration) -> Result<DeflateReport, HibernateError> {
-        if self.control.is_multi_threaded() {
-            return Err(HibernateError::State(
-                "hibernating a multi-threaded sandbox is not supported yet".into(),
-            ));
-        }
         {
             let st = self.shared.lock_state();
             match st.state() {
@@ -328,6 +323,9 @@ impl HibernateHandle {
     }
 }
 
+/// How long the other threads of a process have to park before a deflate.
+const THREAD_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl ParkHook for Hibernator {
     fn on_park(&mut self, task: &mut Task) {
         let cmd = {
@@ -337,7 +335,18 @@ impl ParkHook for Hibernator {
         };
         self.shared.cv.notify_all();
         if let Some(Command::Deflate) = cmd {
-            let result = self.deflate(task);
+            // Every other thread of the process parks first (they wait in the kernel until
+            // the wake is done); a thread that does not within the timeout fails the deflate.
+            let result = if task.group.live() <= 1
+                || task.group.stop_others(task.tid, THREAD_STOP_TIMEOUT)
+            {
+                self.deflate(task)
+            } else {
+                Err(format!(
+                    "the application's threads did not stop within {} s",
+                    THREAD_STOP_TIMEOUT.as_secs()
+                ))
+            };
             let ok = result.is_ok();
             {
                 let mut mb = self.shared.lock_mailbox();
@@ -361,6 +370,7 @@ impl ParkHook for Hibernator {
                 }
                 self.shared.metrics.record_wake(woke.elapsed());
             }
+            task.group.resume_others();
         }
         self.shared.lock_mailbox().parked = false;
     }
@@ -826,7 +836,24 @@ impl Hibernator {
                         WakeReason::Explicit
                     });
                 } else if reason.is_none() {
-                    reason = Some(WakeReason::Request);
+                    let fd = sockets
+                        .get(ev.u64 as usize)
+                        .map_or(-1, |(_, f)| f.host().as_raw_fd());
+                    if brings_work(fd) {
+                        reason = Some(WakeReason::Request);
+                    } else {
+                        // A peer's close (or an error) the application has not seen yet:
+                        // not a request. Stop watching that socket for this hibernation.
+                        // SAFETY: valid epoll fd; removing an fd is harmless if absent.
+                        unsafe {
+                            libc::epoll_ctl(
+                                ep.as_raw_fd(),
+                                libc::EPOLL_CTL_DEL,
+                                fd,
+                                std::ptr::null_mut(),
+                            )
+                        };
+                    }
                 }
             }
             if let Some(r) = reason {
@@ -834,6 +861,40 @@ impl Hibernator {
             }
         }
     }
+}
+
+/// Whether a readable socket brings a request: a listening socket (a connection waits) or a
+/// connected one with bytes to read; not a connection whose peer closed with nothing left.
+fn brings_work(fd: i32) -> bool {
+    if fd < 0 {
+        return false;
+    }
+    let mut listening: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: valid fd and output buffer of `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut listening as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 && listening != 0 {
+        return true;
+    }
+    let mut b = [0u8; 1];
+    // SAFETY: valid fd and a one-byte buffer; MSG_PEEK leaves the byte for the application.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n > 0
 }
 
 /// Writes the batch `idx` (guest pages; their bytes packed in `data`) with `write`, records

@@ -319,7 +319,6 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         thread_exit_only: false,
         mappings_restricted: false,
     };
-    t.control.set_multi_threaded();
     let spawned = std::thread::Builder::new()
         .name(format!("vcpu-{tid}"))
         .spawn(move || {

@@ -28,7 +28,7 @@ fn uid() -> u32 {
 /// Implements rt_sigaction(2).
 pub fn sys_rt_sigaction(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let sig = a.int(0);
-    let idx = check_sig(sig)?;
+    check_sig(sig)?;
     if a.u(3) != 8 {
         return Err(Errno::EINVAL);
     }
@@ -49,7 +49,7 @@ pub fn sys_rt_sigaction(t: &mut Task, a: &SyscallArgs) -> SysResult {
         None
     };
     if a.u(2) != 0 {
-        let old = t.signals.actions[idx];
+        let old = t.signals.action(sig);
         let mut b = [0u8; 32];
         for (i, v) in [old.handler, old.flags, old.restorer, old.mask]
             .iter()
@@ -60,7 +60,7 @@ pub fn sys_rt_sigaction(t: &mut Task, a: &SyscallArgs) -> SysResult {
         t.copy_out(a.gva(2), &b)?;
     }
     if let Some(act) = new {
-        t.signals.actions[idx] = act;
+        t.signals.set_action(sig, act);
         // A signal whose disposition becomes "ignore" is dropped even while pending.
         if t.signals.is_ignored(sig) {
             t.signals.discard(sig);

@@ -29,7 +29,6 @@ pub struct TaskControl {
     /// External signals not yet taken, one bit per signal (like Linux's standard signals,
     /// a second one of a kind before the first is taken merges with it).
     pending_signals: AtomicU64,
-    multi_threaded: AtomicBool,
     kicker: Mutex<VcpuKicker>,
     idle_hook: Mutex<Option<IdleHook>>,
 }
@@ -45,7 +44,6 @@ impl TaskControl {
             idle: AtomicBool::new(false),
             busy_periods: AtomicU64::new(0),
             pending_signals: AtomicU64::new(0),
-            multi_threaded: AtomicBool::new(false),
             kicker: Mutex::new(kicker),
             idle_hook: Mutex::new(None),
         }
@@ -66,6 +64,12 @@ impl TaskControl {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// Asks the task to park without waiting (its thread group is being stopped).
+    pub fn set_park(&self) {
+        self.park.store(true, Ordering::SeqCst);
+        self.kick();
     }
 
     /// Whether a park is requested.
@@ -151,16 +155,6 @@ impl TaskControl {
     /// Points kicks at a new vCPU (execve replaced the task's VM).
     pub fn set_kicker(&self, kicker: VcpuKicker) {
         *self.kicker.lock().unwrap_or_else(|e| e.into_inner()) = kicker;
-    }
-
-    /// Records that the process has created threads (hibernation handles one thread only).
-    pub fn set_multi_threaded(&self) {
-        self.multi_threaded.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether the process has created threads.
-    pub fn is_multi_threaded(&self) -> bool {
-        self.multi_threaded.load(Ordering::SeqCst)
     }
 
     /// Kicks the task's vCPU.

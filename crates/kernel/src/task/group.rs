@@ -38,6 +38,15 @@ pub struct ThreadGroup {
     /// Futex wait queues, by user address.
     pub futexes: FutexTable,
     pte_log: Mutex<PteLog>,
+    stop: Mutex<StopState>,
+    stop_cv: Condvar,
+}
+
+/// Whether the group's threads are being held (hibernation), and how many are.
+#[derive(Default)]
+struct StopState {
+    stopped: bool,
+    parked: usize,
 }
 
 #[derive(Default)]
@@ -60,6 +69,8 @@ impl ThreadGroup {
             all_gone: Condvar::new(),
             futexes: FutexTable::default(),
             pte_log: Mutex::new(PteLog::default()),
+            stop: Mutex::new(StopState::default()),
+            stop_cv: Condvar::new(),
         })
     }
 
@@ -91,8 +102,12 @@ impl ThreadGroup {
         }
     }
 
-    /// Registers a thread; returns its page-table log position.
+    /// Registers a thread; returns its page-table log position. A thread created while the
+    /// group is stopped parks before it first runs.
     pub fn join(&self, tid: i32, control: Arc<TaskControl>) -> Arc<AtomicU64> {
+        if self.lock_stop().stopped {
+            control.set_park();
+        }
         let gen = Arc::new(AtomicU64::new(self.lock_log().gen));
         self.lock_members().push(Member {
             tid,
@@ -108,6 +123,9 @@ impl ThreadGroup {
         let mut m = self.lock_members();
         m.retain(|x| x.tid != tid);
         if !m.is_empty() {
+            drop(m);
+            // A thread leaving may be the last one a stop waits for.
+            self.stop_cv.notify_all();
             return;
         }
         drop(m);
@@ -198,6 +216,66 @@ impl ThreadGroup {
             }
         }
         out
+    }
+
+    /// Stops every thread of the group but `me` (the one that will hibernate the process):
+    /// each is asked to park, and parks at its next exit or interrupted host call, where it
+    /// waits for [`ThreadGroup::resume_others`]. Returns false (and resumes those that
+    /// parked) if some thread did not park within `timeout`.
+    pub fn stop_others(&self, me: i32, timeout: Duration) -> bool {
+        self.lock_stop().stopped = true;
+        let start = std::time::Instant::now();
+        loop {
+            let others: Vec<Arc<TaskControl>> = self
+                .lock_members()
+                .iter()
+                .filter(|m| m.tid != me)
+                .map(|m| m.control.clone())
+                .collect();
+            let st = self.lock_stop();
+            if st.parked >= others.len() {
+                return true;
+            }
+            if start.elapsed() >= timeout {
+                drop(st);
+                self.resume_others();
+                return false;
+            }
+            drop(st);
+            for c in &others {
+                c.set_park();
+            }
+            let st = self.lock_stop();
+            let _ = self
+                .stop_cv
+                .wait_timeout(st, Duration::from_millis(2))
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Lets the threads [`ThreadGroup::stop_others`] held go on.
+    pub fn resume_others(&self) {
+        self.lock_stop().stopped = false;
+        self.stop_cv.notify_all();
+    }
+
+    /// Called by a thread asked to park without a park hook of its own: waits while the
+    /// group is stopped.
+    pub fn park_here(&self) {
+        let mut st = self.lock_stop();
+        if !st.stopped {
+            return;
+        }
+        st.parked += 1;
+        self.stop_cv.notify_all();
+        while st.stopped {
+            st = self.stop_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.parked -= 1;
+    }
+
+    fn lock_stop(&self) -> std::sync::MutexGuard<'_, StopState> {
+        self.stop.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock_members(&self) -> std::sync::MutexGuard<'_, Vec<Member>> {

@@ -221,11 +221,15 @@ impl Task {
         Ok(Exit::Syscall)
     }
 
-    /// Runs the park hook (if any) with the task parked, then withdraws the request.
+    /// Runs the park hook (if any) with the task parked, or waits while another thread of the
+    /// group hibernates the process; then withdraws the request.
     fn park(&mut self) {
         if let Some(mut hook) = self.park_hook.take() {
             hook.on_park(self);
             self.park_hook = Some(hook);
+        } else {
+            // Another thread is hibernating the process: wait until it is done.
+            self.group.park_here();
         }
         self.control.clear_park();
     }

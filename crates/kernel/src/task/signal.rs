@@ -20,6 +20,7 @@
 //! frame = handler's rsp          pretcode = sa_restorer; rsp + 8 is 16-byte aligned
 //! ```
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use abi::structs::KernelSigaction;
@@ -287,8 +288,8 @@ pub struct FaultContext {
 /// stack.
 #[derive(Clone, Debug)]
 pub struct SignalState {
-    /// Dispositions, index = signal - 1.
-    pub actions: [KernelSigaction; NSIG],
+    /// Dispositions, index = signal - 1, shared by the threads of a process (CLONE_SIGHAND).
+    actions: Arc<Mutex<[KernelSigaction; NSIG]>>,
     /// Blocked signals (bit = signal - 1).
     pub mask: u64,
     /// Pending signals in arrival order (one per standard signal, queued real-time signals).
@@ -306,7 +307,7 @@ pub struct SignalState {
 impl Default for SignalState {
     fn default() -> Self {
         SignalState {
-            actions: [KernelSigaction::default(); NSIG],
+            actions: Arc::new(Mutex::new([KernelSigaction::default(); NSIG])),
             mask: 0,
             pending: Vec::new(),
             altstack: AltStack::default(),
@@ -318,9 +319,8 @@ impl Default for SignalState {
 }
 
 impl SignalState {
-    /// The state a new thread starts with (clone with CLONE_THREAD): the dispositions and mask
-    /// of its creator, nothing pending, no alternate stack. (Dispositions are copied, not
-    /// shared: a handler installed by one thread after the clone is not seen by the other.)
+    /// The state a new thread starts with (clone with CLONE_THREAD): the mask of its creator,
+    /// nothing pending, no alternate stack; the dispositions are the process's, shared.
     pub fn reset_for_new_thread(&mut self) {
         self.pending.clear();
         self.altstack = AltStack::default();
@@ -332,6 +332,7 @@ impl SignalState {
     /// The state of a forked child: its parent's dispositions, mask and alternate stack,
     /// nothing pending.
     pub fn reset_for_fork(&mut self) {
+        self.unshare_actions();
         self.pending.clear();
         self.saved_mask = None;
         self.interrupted_syscall = None;
@@ -342,7 +343,8 @@ impl SignalState {
     /// ones stay ignored), flags and the alternate stack are dropped; the mask and pending
     /// signals are kept.
     pub fn reset_for_exec(&mut self) {
-        for a in self.actions.iter_mut() {
+        self.unshare_actions();
+        for a in self.lock_actions().iter_mut() {
             if a.handler != SIG_IGN {
                 *a = KernelSigaction::default();
             }
@@ -352,9 +354,33 @@ impl SignalState {
         self.interrupted_syscall = None;
     }
 
+    /// Gives this process its own copy of the dispositions (a new process).
+    fn unshare_actions(&mut self) {
+        let copy = *self.lock_actions();
+        self.actions = Arc::new(Mutex::new(copy));
+    }
+
+    fn lock_actions(&self) -> std::sync::MutexGuard<'_, [KernelSigaction; NSIG]> {
+        self.actions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replaces the disposition of `sig` (1..=64) for the whole process.
+    pub fn set_action(&mut self, sig: i32, act: KernelSigaction) {
+        if (1..=NSIG as i32).contains(&sig) {
+            self.lock_actions()[sig as usize - 1] = act;
+        }
+    }
+
+    /// Resets the handler of `sig` (1..=64) to SIG_DFL.
+    pub fn reset_handler(&mut self, sig: i32) {
+        if (1..=NSIG as i32).contains(&sig) {
+            self.lock_actions()[sig as usize - 1].handler = SIG_DFL;
+        }
+    }
+
     /// The disposition of `sig` (1..=64).
     pub fn action(&self, sig: i32) -> KernelSigaction {
-        self.actions[sig as usize - 1]
+        self.lock_actions()[sig as usize - 1]
     }
 
     /// Sets the blocked mask (SIGKILL and SIGSTOP cannot be blocked).
@@ -411,7 +437,7 @@ impl SignalState {
         }
         let blocked = self.mask & bit(sig) != 0;
         if blocked || self.action(sig).handler == SIG_IGN {
-            self.actions[sig as usize - 1].handler = SIG_DFL;
+            self.reset_handler(sig);
             self.mask &= !bit(sig);
         }
         if sig < SIGRTMIN && self.pending_set() & bit(sig) != 0 {
@@ -609,7 +635,7 @@ impl Task {
                 }
             }
             if act.flags & SA_RESETHAND != 0 {
-                self.signals.actions[sig as usize - 1].handler = SIG_DFL;
+                self.signals.reset_handler(sig);
             }
             match self.setup_frame(sig, &info, &act)? {
                 Ok(()) => handled = true,
@@ -621,7 +647,7 @@ impl Task {
                     );
                     // Linux's force_sigsegv: a SIGSEGV whose own frame fails is fatal.
                     if sig == libc::SIGSEGV {
-                        self.signals.actions[sig as usize - 1].handler = SIG_DFL;
+                        self.signals.reset_handler(sig);
                     }
                     self.signals.force(SigInfo::kernel(libc::SIGSEGV));
                 }
@@ -944,7 +970,9 @@ mod tests {
     use super::*;
 
     fn with_handler(s: &mut SignalState, sig: i32) {
-        s.actions[sig as usize - 1].handler = 0x1000;
+        let mut a = s.action(sig);
+        a.handler = 0x1000;
+        s.set_action(sig, a);
     }
 
     #[test]
@@ -982,7 +1010,9 @@ mod tests {
     #[test]
     fn force_unblocks_and_resets_ignored() {
         let mut s = SignalState::default();
-        s.actions[libc::SIGSEGV as usize - 1].handler = SIG_IGN;
+        let mut a = s.action(libc::SIGSEGV);
+        a.handler = SIG_IGN;
+        s.set_action(libc::SIGSEGV, a);
         s.set_mask(bit(libc::SIGFPE));
         s.force(SigInfo::kernel(libc::SIGSEGV));
         s.force(SigInfo::kernel(libc::SIGFPE));
