@@ -12,18 +12,23 @@
 # (VERSION_CODENAME of /etc/os-release) from the mirror the host's apt
 # sources use for that suite (TORPOR_DEBIAN_MIRROR overrides it), plus the
 # packages of NAME installed with apt-get in a chroot. A root is complete when
-# it holds .torpor-complete: then this script does nothing. It is built in a
-# temporary directory beside it and renamed at the end, so an interrupted build
-# never leaves a root that looks complete; concurrent runs for the same NAME
-# wait for each other (flock). Needs root and debootstrap.
+# it holds .torpor-complete, which records NAME's package list
+# (`packages=...`): when that list is still the one in PACKAGES below, this
+# script does nothing (without root); when the list has changed, or the marker
+# has none, the root is rebuilt. A root is built in a temporary directory
+# beside it and only then put in place (an outdated root stays usable until
+# that moment), so an interrupted build never leaves a root that looks
+# complete; concurrent runs for the same NAME wait for each other (flock).
+# Needs root and debootstrap to build.
 set -euo pipefail
 
 # Debian packages installed in each root filesystem (space separated).
 # Extend here; a new NAME only needs a line.
 declare -A PACKAGES=(
     [base]=""
-    # Later: python3-pil python3-opencv (FunctionBench workloads).
-    [python]="python3"
+    # python3-pil, python3-opencv: the imaging workloads (FunctionBench's
+    # image resize and video processing; crates/torpor/tests/imaging.rs).
+    [python]="python3 python3-pil python3-opencv"
     # ca-certificates: Debian's node warns on every start without its bundle.
     [node]="nodejs ca-certificates"
     [java]="openjdk-17-jre-headless"
@@ -66,8 +71,14 @@ mkdir -p "$cache" || die "cannot create cache directory $cache"
 cache=$(cd "$cache" && pwd -P)
 final=$cache/$name
 marker=.torpor-complete
+pkgs=${PACKAGES[$name]}
 
-if [ -e "$final/$marker" ]; then
+# Says whether $final is complete and built with today's package list.
+up_to_date() {
+    [ -f "$final/$marker" ] && grep -qxF "packages=$pkgs" "$final/$marker"
+}
+
+if up_to_date; then
     echo "$final"
     exit 0
 fi
@@ -83,9 +94,13 @@ if ! flock -n 9; then
     log "waiting for another build of '$name' ($cache/.$name.lock)"
     flock 9
 fi
-if [ -e "$final/$marker" ]; then
+if up_to_date; then
     echo "$final"
     exit 0
+fi
+if [ -e "$final/$marker" ]; then
+    log "'$name' was built with other packages ($(grep -m1 '^packages=' "$final/$marker" \
+        || echo 'no packages= line')); rebuilding with packages=$pkgs"
 fi
 
 # --- the suite and the mirror ---------------------------------------------
@@ -250,7 +265,12 @@ for old in "$cache/.$name.tmp."*; do
     log "removing the leftover of an interrupted build: $old"
     remove_tree "$old"
 done
-if [ -e "$final" ]; then
+for old in "$cache/.$name.old."*; do
+    [ -e "$old" ] || continue
+    log "removing an outdated root left behind: $old"
+    remove_tree "$old"
+done
+if [ -e "$final" ] && [ ! -e "$final/$marker" ]; then
     log "removing incomplete $final (no $marker)"
     remove_tree "$final"
 fi
@@ -262,7 +282,6 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 start=$(date +%s)
-pkgs=${PACKAGES[$name]}
 build_pkgs=${BUILD_PACKAGES[$name]:-}
 log "building '$name': debootstrap --variant=minbase $suite from $mirror${pkgs:+, then: $pkgs}"
 log "into $tmp"
@@ -311,8 +330,20 @@ elapsed=$(( $(date +%s) - start ))
     echo "build_seconds=$elapsed"
 } >"$tmp/$marker"
 
+# An outdated root (complete, other packages) is moved aside, the new one
+# renamed into place, then the old one removed: $final is missing only
+# between the two renames, and never holds a mix of both.
+outdated=
+if [ -e "$final" ]; then
+    outdated=$(mktemp -d "$cache/.$name.old.XXXXXX")
+    mv -T "$final" "$outdated"
+fi
 mv -T "$tmp" "$final"
 tmp=
+if [ -n "$outdated" ]; then
+    log "removing the outdated root (moved to $outdated)"
+    remove_tree "$outdated"
+fi
 size=$(du -sh --one-file-system "$final" | cut -f1)
 log "'$name' ready: $final ($size, built in ${elapsed}s)"
 echo "$final"

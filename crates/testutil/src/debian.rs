@@ -1,7 +1,10 @@
 //! Debian root filesystems for the language-runtime tests, built by
 //! `scripts/build-rootfs.sh` (debootstrap) into a cache directory and reused.
 //!
-//! [`debian_rootfs`] builds a root at most once per process; builds from
+//! [`debian_rootfs`] runs the script at most once per process; the script
+//! itself decides whether the cached root is up to date (complete, and built
+//! with the package list the script holds now) and returns at once when it
+//! is, so a changed package list rebuilds the root on its next use. Runs from
 //! parallel test processes are serialized by a file lock (`flock`), so the
 //! one that waited finds the root complete. The cache directory is
 //! `$TORPOR_ROOTFS_CACHE`, else `$HOME/.cache/torpor/rootfs`.
@@ -104,15 +107,12 @@ pub fn debian_rootfs(name: &str) -> Option<PathBuf> {
     root
 }
 
-/// Runs the build script (under `flock`) unless the root is complete.
+/// Runs the build script (under `flock`), which returns at once when the
+/// root is complete and up to date, and builds or rebuilds it otherwise.
 fn build(name: &str) -> Result<PathBuf, String> {
     let cache =
         rootfs_cache_dir().ok_or_else(|| format!("neither {ROOTFS_CACHE_ENV} nor HOME is set"))?;
     let root = cache.join(name);
-    if root.join(COMPLETE_MARKER).exists() {
-        println!("debian rootfs '{name}': cached at {}", root.display());
-        return Ok(root);
-    }
     std::fs::create_dir_all(&cache).map_err(|e| format!("create {}: {e}", cache.display()))?;
     let lock = cache.join(format!(".{name}.test-lock"));
     let log_path = cache.join(format!(".{name}.log"));
@@ -131,7 +131,7 @@ fn build(name: &str) -> Result<PathBuf, String> {
         .unwrap_or(DEFAULT_TIMEOUT);
 
     println!(
-        "debian rootfs '{name}': building into {} (log: {})",
+        "debian rootfs '{name}': checking or building {} (log: {})",
         root.display(),
         log_path.display()
     );
@@ -185,7 +185,7 @@ fn build(name: &str) -> Result<PathBuf, String> {
             log_tail(&log_path)
         ));
     }
-    println!("debian rootfs '{name}': ready at {} after {secs:.1}s (build, or wait for another process's)", root.display());
+    println!("debian rootfs '{name}': ready at {} after {secs:.1}s (up to date, built, or waited for another process's build)", root.display());
     Ok(root)
 }
 
