@@ -1,4 +1,5 @@
-//! mmap, munmap, mprotect, brk, mremap, madvise.
+//! mmap, munmap, mprotect, brk, mremap, madvise, mlock, mlock2, munlock, get_mempolicy,
+//! set_mempolicy.
 
 use std::sync::Arc;
 
@@ -126,4 +127,479 @@ pub fn sys_mremap(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_madvise(t: &mut Task, a: &SyscallArgs) -> SysResult {
     t.mm().madvise(a.gva(0), a.u(1), a.int(2)).map_err(mm_err)?;
     Ok(0)
+}
+
+/// `[addr, addr + len)` widened to whole pages, as mlock(2) and munlock(2) take it; EINVAL
+/// when the end wraps around, as on Linux.
+fn lock_range(addr: u64, len: u64) -> Result<(Gva, Gva), Errno> {
+    let start = addr & !(PAGE_SIZE - 1);
+    let end = addr
+        .checked_add(len)
+        .and_then(|e| e.checked_add(PAGE_SIZE - 1))
+        .ok_or(Errno::EINVAL)?
+        & !(PAGE_SIZE - 1);
+    Ok((Gva(start), Gva(end)))
+}
+
+/// The parts of `[start, end)` that mlock(2) faults in: `(start, len, write)` for each
+/// accessible VMA it overlaps. ENOMEM when a page of the range is not mapped ("Some of the
+/// specified address range does not correspond to mapped pages in the address space").
+fn locked_parts(
+    mm: &mm::MemoryManager,
+    start: Gva,
+    end: Gva,
+) -> Result<Vec<(Gva, u64, bool)>, Errno> {
+    let mut parts = Vec::new();
+    let mut next = start;
+    for v in mm.vmas() {
+        if next >= end {
+            break;
+        }
+        if v.end <= next {
+            continue;
+        }
+        if v.start > next {
+            return Err(Errno::ENOMEM);
+        }
+        let to = if v.end < end { v.end } else { end };
+        if v.prot.is_accessible() {
+            // A writable private mapping is faulted in for writing, as Linux does (it breaks
+            // copy-on-write now rather than at the first store).
+            parts.push((next, to.raw() - next.raw(), v.prot.contains(Prot::WRITE)));
+        }
+        next = to;
+    }
+    if next < end {
+        return Err(Errno::ENOMEM);
+    }
+    Ok(parts)
+}
+
+/// mlock2's only flag.
+const MLOCK_ONFAULT: u64 = 1;
+
+fn mlock_range(t: &mut Task, addr: u64, len: u64, flags: u64) -> SysResult {
+    if flags & !MLOCK_ONFAULT != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (start, end) = lock_range(addr, len)?;
+    if start == end {
+        return Ok(0);
+    }
+    let mut mm = t.mm();
+    let parts = locked_parts(&mm, start, end)?;
+    if flags & MLOCK_ONFAULT != 0 {
+        return Ok(0);
+    }
+    for (at, len, write) in parts {
+        // Linux's __mlock_posix_error_return: a page that cannot be faulted in is ENOMEM, a
+        // lack of memory EAGAIN.
+        mm.populate(at, len, write).map_err(|e| match e.errno() {
+            libc::ENOMEM => Errno::EAGAIN,
+            libc::EFAULT => Errno::ENOMEM,
+            other => Errno(other),
+        })?;
+    }
+    Ok(0)
+}
+
+/// Implements mlock(2): the range must be mapped; its pages are faulted in now. The sandbox
+/// has no swap of its own while it runs, so they stay resident, except that hibernation
+/// writes every page to the sandbox's swap file, locked or not. RLIMIT_MEMLOCK is unlimited.
+pub fn sys_mlock(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    mlock_range(t, a.u(0), a.u(1), 0)
+}
+
+/// Implements mlock2(2): mlock(2) with MLOCK_ONFAULT (nothing faulted in now).
+pub fn sys_mlock2(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    mlock_range(t, a.u(0), a.u(1), a.u(2))
+}
+
+/// Implements munlock(2): the range must be mapped; nothing else to undo.
+pub fn sys_munlock(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (start, end) = lock_range(a.u(0), a.u(1))?;
+    if start == end {
+        return Ok(0);
+    }
+    locked_parts(&t.mm(), start, end)?;
+    Ok(0)
+}
+
+// NUMA memory policies (Linux's mm/mempolicy.c) for a sandbox that is one node, node 0.
+const MPOL_DEFAULT: u32 = 0;
+const MPOL_PREFERRED: u32 = 1;
+const MPOL_BIND: u32 = 2;
+const MPOL_INTERLEAVE: u32 = 3;
+const MPOL_LOCAL: u32 = 4;
+/// One past the last mode (MPOL_PREFERRED_MANY = 5; no MPOL_WEIGHTED_INTERLEAVE).
+const MPOL_MAX: u32 = 6;
+const MPOL_F_STATIC_NODES: u32 = 1 << 15;
+const MPOL_F_RELATIVE_NODES: u32 = 1 << 14;
+const MPOL_F_NUMA_BALANCING: u32 = 1 << 13;
+const MPOL_MODE_FLAGS: u32 = MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES | MPOL_F_NUMA_BALANCING;
+const MPOL_F_NODE: u64 = 1;
+const MPOL_F_ADDR: u64 = 2;
+const MPOL_F_MEMS_ALLOWED: u64 = 4;
+/// The sandbox is one NUMA node, node 0 (Linux's `nr_node_ids`).
+const NR_NODE_IDS: u64 = 1;
+/// Linux's MAX_NUMNODES on Debian's x86-64 kernels (NODES_SHIFT = 10): the bits of a node
+/// mask from there on must be zero.
+const MAX_NUMNODES: u64 = 1024;
+
+/// A thread's memory policy other than the default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MemPolicy {
+    /// MPOL_PREFERRED … MPOL_PREFERRED_MANY.
+    mode: u32,
+    /// MPOL_F_STATIC_NODES, MPOL_F_RELATIVE_NODES, MPOL_F_NUMA_BALANCING.
+    flags: u32,
+    /// The first word of the mask get_mempolicy reports: the caller's own mask with
+    /// MPOL_F_STATIC_NODES or MPOL_F_RELATIVE_NODES, else the nodes in effect (node 0).
+    nodes: u64,
+}
+
+std::thread_local! {
+    /// The calling task's policy (None: MPOL_DEFAULT). Linux keeps it per thread; every task
+    /// runs on a host thread of its own, so a host thread-local is per task. Unlike Linux, a
+    /// new thread or process starts with the default policy rather than its creator's.
+    static MEMPOLICY: std::cell::Cell<Option<MemPolicy>> = const { std::cell::Cell::new(None) };
+}
+
+/// A node mask read from the application (Linux's get_nodes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct UserNodes {
+    /// No bit set.
+    empty: bool,
+    /// Nodes 0 to 63.
+    word0: u64,
+}
+
+/// Decodes the words of a node mask of `bits` bits (`maxnode - 1`): the bits beyond `bits` in
+/// the last word are ignored; EINVAL when a node at or beyond MAX_NUMNODES is set.
+fn user_nodes(words: &[u64], bits: u64) -> Result<UserNodes, Errno> {
+    let mut empty = true;
+    for (i, &w) in words.iter().enumerate() {
+        let first = i as u64 * 64;
+        let left = bits.saturating_sub(first);
+        let w = if left < 64 {
+            w & ((1u64 << left) - 1)
+        } else {
+            w
+        };
+        if w != 0 {
+            if first >= MAX_NUMNODES {
+                return Err(Errno::EINVAL);
+            }
+            empty = false;
+        }
+    }
+    Ok(UserNodes {
+        empty,
+        word0: words.first().map_or(0, |&w| {
+            if bits < 64 {
+                w & ((1u64 << bits) - 1)
+            } else {
+                w
+            }
+        }),
+    })
+}
+
+/// Reads the node mask at `nmask` of `maxnode - 1` bits, as Linux's get_nodes: empty for a
+/// NULL mask or `maxnode` 1, EINVAL beyond a page of bits.
+fn read_nodemask(t: &Task, nmask: Gva, maxnode: u64) -> Result<UserNodes, Errno> {
+    let bits = maxnode.wrapping_sub(1);
+    if bits == 0 || nmask.raw() == 0 {
+        return Ok(UserNodes {
+            empty: true,
+            word0: 0,
+        });
+    }
+    if bits > PAGE_SIZE * 8 {
+        return Err(Errno::EINVAL);
+    }
+    let mut bytes = vec![0u8; (bits.div_ceil(64) * 8) as usize];
+    t.copy_in(nmask, &mut bytes)?;
+    let words: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+        .collect();
+    user_nodes(&words, bits)
+}
+
+/// Splits set_mempolicy's `mode` argument into the mode and its flags, as Linux's
+/// sanitize_mpol_flags.
+fn mode_and_flags(arg: u32) -> Result<(u32, u32), Errno> {
+    let flags = arg & MPOL_MODE_FLAGS;
+    let mode = arg & !MPOL_MODE_FLAGS;
+    if mode >= MPOL_MAX
+        || (flags & MPOL_F_STATIC_NODES != 0 && flags & MPOL_F_RELATIVE_NODES != 0)
+        || (flags & MPOL_F_NUMA_BALANCING != 0 && mode != MPOL_BIND)
+    {
+        return Err(Errno::EINVAL);
+    }
+    Ok((mode, flags))
+}
+
+/// The policy `mode` with `flags` and the caller's `nodes` makes, as Linux's mpol_new and
+/// mpol_set_nodemask with node 0 the only node allowed (None: the default policy).
+fn new_policy(mode: u32, flags: u32, nodes: UserNodes) -> Result<Option<MemPolicy>, Errno> {
+    let user_mask = flags & (MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES) != 0;
+    let mut mode = mode;
+    match mode {
+        MPOL_DEFAULT if nodes.empty => return Ok(None),
+        MPOL_DEFAULT => return Err(Errno::EINVAL),
+        MPOL_PREFERRED if nodes.empty => {
+            if user_mask {
+                return Err(Errno::EINVAL);
+            }
+            mode = MPOL_LOCAL;
+        }
+        MPOL_LOCAL if !nodes.empty || user_mask => return Err(Errno::EINVAL),
+        MPOL_LOCAL => {}
+        _ if nodes.empty => return Err(Errno::EINVAL),
+        _ => {}
+    }
+    if mode == MPOL_LOCAL {
+        return Ok(Some(MemPolicy {
+            mode,
+            flags,
+            nodes: 0,
+        }));
+    }
+    // The nodes in effect: relative nodes fold onto the allowed ones (node 0 alone), other
+    // masks are intersected with them.
+    let effective = if flags & MPOL_F_RELATIVE_NODES != 0 {
+        1
+    } else {
+        nodes.word0 & 1
+    };
+    if effective == 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(Some(MemPolicy {
+        mode,
+        flags,
+        nodes: if user_mask { nodes.word0 } else { effective },
+    }))
+}
+
+/// Implements set_mempolicy(2): the calling task's policy, checked as Linux does (the modes up
+/// to MPOL_PREFERRED_MANY, their flags, a node mask naming node 0) and reported back by
+/// get_mempolicy. With one node every policy allocates from node 0.
+pub fn sys_set_mempolicy(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (mode, flags) = mode_and_flags(a.u(0) as u32)?;
+    let nodes = read_nodemask(t, a.gva(1), a.u(2))?;
+    let policy = new_policy(mode, flags, nodes)?;
+    MEMPOLICY.with(|p| p.set(policy));
+    Ok(0)
+}
+
+/// The bytes get_mempolicy(2) writes at `nmask` for a node mask `nodes` (bit n: node n) and
+/// the caller's `maxnode`, as Linux's copy_nodes_to_user: `ALIGN(maxnode - 1, 64) / 8` bytes,
+/// the kernel's own words (one long for one node) followed by zeros; EINVAL beyond a page.
+fn nodemask_bytes(maxnode: u64, nodes: u64) -> Result<Vec<u8>, Errno> {
+    let copy = maxnode.saturating_sub(1).div_ceil(64) * 8;
+    let nbytes = NR_NODE_IDS.div_ceil(64) * 8;
+    if copy > nbytes && copy > PAGE_SIZE {
+        return Err(Errno::EINVAL);
+    }
+    let mut out = vec![0u8; copy as usize];
+    let own = copy.min(nbytes) as usize;
+    out[..own].copy_from_slice(&nodes.to_le_bytes()[..own]);
+    Ok(out)
+}
+
+/// Implements get_mempolicy(2): the task's policy (set_mempolicy) or, with MPOL_F_ADDR, the
+/// policy of the mapping at `addr`, always the default (mbind is not implemented); node 0 for
+/// MPOL_F_NODE, node 0 alone allowed for MPOL_F_MEMS_ALLOWED.
+pub fn sys_get_mempolicy(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (policy, nmask, maxnode, addr, flags) = (a.gva(0), a.gva(1), a.u(2), a.u(3), a.u(4));
+    if nmask.raw() != 0 && maxnode < NR_NODE_IDS {
+        return Err(Errno::EINVAL);
+    }
+    if flags & !(MPOL_F_NODE | MPOL_F_ADDR | MPOL_F_MEMS_ALLOWED) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (value, nodes) = if flags & MPOL_F_MEMS_ALLOWED != 0 {
+        if flags & (MPOL_F_NODE | MPOL_F_ADDR) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        (0, 1)
+    } else {
+        let pol = if flags & MPOL_F_ADDR != 0 {
+            let mut mm = t.mm();
+            if mm.find_vma(Gva(addr)).is_none() {
+                return Err(Errno::EFAULT);
+            }
+            if flags & MPOL_F_NODE != 0 {
+                // The node of the page at `addr`, faulted in as Linux does to find it.
+                mm.populate(Gva(addr), 1, false).map_err(mm_err)?;
+            }
+            None
+        } else if addr != 0 {
+            return Err(Errno::EINVAL);
+        } else {
+            MEMPOLICY.with(std::cell::Cell::get)
+        };
+        let value = if flags & MPOL_F_NODE != 0 {
+            match (flags & MPOL_F_ADDR != 0, pol) {
+                // The page's node, or the next interleave node: node 0.
+                (true, _) => 0,
+                (false, Some(p)) if p.mode == MPOL_INTERLEAVE => 0,
+                _ => return Err(Errno::EINVAL),
+            }
+        } else {
+            pol.map_or(MPOL_DEFAULT, |p| p.mode | p.flags)
+        };
+        (value, pol.map_or(0, |p| p.nodes))
+    };
+    if policy.raw() != 0 {
+        t.copy_out(policy, &value.to_le_bytes())?;
+    }
+    if nmask.raw() != 0 {
+        let bytes = nodemask_bytes(maxnode, nodes)?;
+        t.copy_out(nmask, &bytes)?;
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_ranges_cover_whole_pages() {
+        assert_eq!(lock_range(0x1000, 0x1000), Ok((Gva(0x1000), Gva(0x2000))));
+        assert_eq!(lock_range(0x1ff0, 0x20), Ok((Gva(0x1000), Gva(0x3000))));
+        assert_eq!(lock_range(0x1234, 0), Ok((Gva(0x1000), Gva(0x2000))));
+        assert_eq!(lock_range(0x1000, 0), Ok((Gva(0x1000), Gva(0x1000))));
+        assert_eq!(lock_range(u64::MAX - 0x10, 0x100), Err(Errno::EINVAL));
+        assert_eq!(lock_range(0x1000, u64::MAX - 0x800), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn nodemask_is_copied_as_linux_does() {
+        // maxnode counts bits plus one (libnuma probes with 33, 65, ...).
+        assert_eq!(nodemask_bytes(1, 1), Ok(vec![]));
+        assert_eq!(nodemask_bytes(2, 1), Ok(vec![1, 0, 0, 0, 0, 0, 0, 0]));
+        assert_eq!(nodemask_bytes(33, 1), Ok(vec![1, 0, 0, 0, 0, 0, 0, 0]));
+        assert_eq!(nodemask_bytes(65, 0), Ok(vec![0; 8]));
+        let mut long = vec![0u8; 16];
+        long[0] = 1;
+        assert_eq!(nodemask_bytes(66, 1), Ok(long));
+        assert_eq!(nodemask_bytes(1025, 1).map(|v| v.len()), Ok(128));
+        assert_eq!(
+            nodemask_bytes(PAGE_SIZE * 8 + 1, 0).map(|v| v.len()),
+            Ok(4096)
+        );
+        assert_eq!(nodemask_bytes(PAGE_SIZE * 8 + 2, 0), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn user_node_masks_are_decoded_as_linux_does() {
+        let none = UserNodes {
+            empty: true,
+            word0: 0,
+        };
+        let node0 = UserNodes {
+            empty: false,
+            word0: 1,
+        };
+        assert_eq!(user_nodes(&[1], 1), Ok(node0));
+        // Bits beyond maxnode - 1 are ignored.
+        assert_eq!(user_nodes(&[2], 1), Ok(none));
+        assert_eq!(user_nodes(&[0, 1 << 5], 64 + 5), Ok(none));
+        assert_eq!(
+            user_nodes(&[0, 1], 128),
+            Ok(UserNodes {
+                empty: false,
+                word0: 0
+            })
+        );
+        // Nodes from MAX_NUMNODES on must not be named.
+        let mut words = vec![0u64; 32];
+        words[16] = 1;
+        assert_eq!(user_nodes(&words, 2048), Err(Errno::EINVAL));
+        words[16] = 0;
+        words[15] = 1 << 63;
+        assert!(user_nodes(&words, 2048).is_ok());
+    }
+
+    #[test]
+    fn policies_are_checked_as_linux_does() {
+        let none = UserNodes {
+            empty: true,
+            word0: 0,
+        };
+        let node0 = UserNodes {
+            empty: false,
+            word0: 1,
+        };
+        let node3 = UserNodes {
+            empty: false,
+            word0: 8,
+        };
+        assert_eq!(
+            mode_and_flags(MPOL_BIND | MPOL_F_STATIC_NODES),
+            Ok((MPOL_BIND, MPOL_F_STATIC_NODES))
+        );
+        assert_eq!(mode_and_flags(6), Err(Errno::EINVAL));
+        assert_eq!(mode_and_flags(u32::MAX), Err(Errno::EINVAL));
+        assert_eq!(
+            mode_and_flags(MPOL_BIND | MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(
+            mode_and_flags(MPOL_INTERLEAVE | MPOL_F_NUMA_BALANCING),
+            Err(Errno::EINVAL)
+        );
+
+        assert_eq!(new_policy(MPOL_DEFAULT, 0, none), Ok(None));
+        assert_eq!(new_policy(MPOL_DEFAULT, 0, node0), Err(Errno::EINVAL));
+        let local = MemPolicy {
+            mode: MPOL_LOCAL,
+            flags: 0,
+            nodes: 0,
+        };
+        assert_eq!(new_policy(MPOL_PREFERRED, 0, none), Ok(Some(local)));
+        assert_eq!(
+            new_policy(MPOL_PREFERRED, MPOL_F_STATIC_NODES, none),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(new_policy(MPOL_LOCAL, 0, none), Ok(Some(local)));
+        assert_eq!(new_policy(MPOL_LOCAL, 0, node0), Err(Errno::EINVAL));
+        assert_eq!(new_policy(MPOL_BIND, 0, none), Err(Errno::EINVAL));
+        assert_eq!(
+            new_policy(MPOL_BIND, 0, node0),
+            Ok(Some(MemPolicy {
+                mode: MPOL_BIND,
+                flags: 0,
+                nodes: 1
+            }))
+        );
+        // Node 3 does not exist: EINVAL, unless relative (folded onto node 0).
+        assert_eq!(new_policy(MPOL_INTERLEAVE, 0, node3), Err(Errno::EINVAL));
+        assert_eq!(
+            new_policy(MPOL_INTERLEAVE, MPOL_F_STATIC_NODES, node3),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(
+            new_policy(MPOL_INTERLEAVE, MPOL_F_RELATIVE_NODES, node3),
+            Ok(Some(MemPolicy {
+                mode: MPOL_INTERLEAVE,
+                flags: MPOL_F_RELATIVE_NODES,
+                nodes: 8
+            }))
+        );
+        // libnuma's probe: MPOL_PREFERRED_MANY on the allowed nodes.
+        assert_eq!(
+            new_policy(5, 0, node0),
+            Ok(Some(MemPolicy {
+                mode: 5,
+                flags: 0,
+                nodes: 1
+            }))
+        );
+    }
 }

@@ -1,4 +1,5 @@
-//! stat, fstat, lstat, newfstatat, statx, access, faccessat, faccessat2, readlink, readlinkat.
+//! stat, fstat, lstat, newfstatat, statx, access, faccessat, faccessat2, readlink, readlinkat,
+//! statfs, fstatfs.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -222,4 +223,36 @@ pub fn sys_readlink(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_readlinkat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let p = t.copy_in_path(a.gva(1))?;
     readlink_at(t, a.int(0), &p, a.gva(2), a.u(3))
+}
+
+fn statfs_fd(t: &Task, fd: i32, out: Gva) -> SysResult {
+    // SAFETY: a zeroed statfs is a valid output buffer.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and buffer.
+    if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: `libc::statfs` is plain data; its bytes are Linux x86-64's `struct statfs`.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(
+            (&st as *const libc::statfs).cast::<u8>(),
+            std::mem::size_of::<libc::statfs>(),
+        )
+    };
+    t.copy_out(out, bytes)?;
+    Ok(0)
+}
+
+/// Implements statfs(2): the host filesystem that holds the path inside the root.
+pub fn sys_statfs(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let p = t.copy_in_path(a.gva(0))?;
+    let fd = open_path(t, AT_FDCWD, &p, 0)?;
+    statfs_fd(t, fd.as_raw_fd(), a.gva(1))
+}
+
+/// Implements fstatfs(2): the host filesystem of the file behind the descriptor.
+pub fn sys_fstatfs(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    let host = f.host().as_raw_fd();
+    statfs_fd(t, host, a.gva(1))
 }

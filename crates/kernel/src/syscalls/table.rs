@@ -172,6 +172,13 @@ table! {
     157 prctl => sys_process::sys_prctl, Partial("PR_SET_NAME, PR_GET_NAME, PR_SET/GET_DUMPABLE, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS");
     40 sendfile => sys_rw::sys_sendfile, Full;
     439 faccessat2 => sys_stat::sys_faccessat2, Full;
+    137 statfs => sys_stat::sys_statfs, Partial("the host filesystem holding the path in the root: /proc and /sys are not reported as procfs and sysfs");
+    138 fstatfs => sys_stat::sys_fstatfs, Partial("the host filesystem of the descriptor's host file (a generated /proc file: tmpfs)");
+    149 mlock => sys_mm::sys_mlock, Partial("pages are faulted in and stay resident while the sandbox runs; hibernation writes them to the swap file too");
+    325 mlock2 => sys_mm::sys_mlock2, Partial("as mlock; MLOCK_ONFAULT faults nothing in");
+    150 munlock => sys_mm::sys_munlock, Full;
+    239 get_mempolicy => sys_mm::sys_get_mempolicy, Partial("one NUMA node (0); MPOL_F_ADDR reports the default policy (mbind is ENOSYS)");
+    238 set_mempolicy => sys_mm::sys_set_mempolicy, Partial("one NUMA node (0); a new thread starts with the default policy, not its creator's");
 }
 
 fn index() -> &'static [Option<&'static Entry>] {
