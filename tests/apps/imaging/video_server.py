@@ -12,12 +12,13 @@ time (http.server.HTTPServer):
 
 The answer is one line: "frames=N gray_sha256=HEX out_bytes=N out_sha256=HEX"
 (the decoded grayscale frames' and the written file's checksums). Any other
-path: 404.
+path: 404. SIGTERM stops it and removes its temporary directory.
 """
 
 import http.server
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import urllib.parse
@@ -51,6 +52,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 def main():
     port = int(sys.argv[1])
+    # SIGTERM ends the server through the `finally` below, which removes the videos.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     workdir = tempfile.mkdtemp(prefix="video-server-")
     try:
         source = os.path.join(workdir, "input.avi")
