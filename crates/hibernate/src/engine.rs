@@ -347,6 +347,10 @@ impl ParkHook for Hibernator {
                     THREAD_STOP_TIMEOUT.as_secs()
                 ))
             };
+            // The deflate's buffers were large and are freed now: give the heap memory they
+            // used back to the host, or the hibernated process keeps it resident.
+            // SAFETY: malloc_trim has no preconditions.
+            unsafe { libc::malloc_trim(0) };
             let ok = result.is_ok();
             {
                 let mut mb = self.shared.lock_mailbox();
@@ -760,10 +764,6 @@ impl Hibernator {
             self.uffd = Some(uffd);
         }
 
-        // The deflate's buffers were large: give the heap memory they used back to the host, or
-        // the hibernated process keeps it resident.
-        // SAFETY: malloc_trim has no preconditions.
-        unsafe { libc::malloc_trim(0) };
         report.took_us = start.elapsed().as_micros() as u64;
         self.shared
             .metrics

@@ -59,6 +59,12 @@ pub enum Command {
         /// Sandbox ID.
         id: String,
     },
+    /// Benchmarks.
+    Bench {
+        /// Which benchmark.
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
     /// Print the syscall table as Markdown (docs/SYSCALLS.md).
     #[command(hide = true)]
     Syscalls,
@@ -69,6 +75,14 @@ pub enum Command {
         #[arg(long, default_value_t = 2000)]
         iterations: u32,
     },
+}
+
+/// Benchmarks of `torpor bench`.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// The paper's evaluation (latency: Figure 6; memory: Figure 7) on this machine: CSV files,
+    /// docs/results/paper.md and PNG plots. Needs root (Debian roots, page-cache drops).
+    Paper(crate::paper::PaperArgs),
 }
 
 /// Arguments of `torpor run`.

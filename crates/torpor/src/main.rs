@@ -4,6 +4,7 @@ mod cli;
 mod control;
 mod daemon;
 mod demo;
+mod paper;
 mod procfs;
 mod run;
 mod statedir;
@@ -31,6 +32,9 @@ fn main() -> ExitCode {
         cli::Command::List => verbs::list(),
         cli::Command::Delete { id, force } => verbs::delete(&id, force),
         cli::Command::BenchExit { iterations } => run::bench_exit(iterations),
+        cli::Command::Bench {
+            which: cli::BenchCommand::Paper(args),
+        } => paper::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

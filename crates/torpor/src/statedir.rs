@@ -107,11 +107,25 @@ pub fn read_pid(dir: &Path) -> Option<i32> {
         .ok()
 }
 
-fn pid_alive(pid: i32) -> bool {
+/// Whether process `pid` exists and has not ended (a zombie waiting for its parent to reap
+/// it has ended: a detached holder's parent may be slow to do so).
+pub fn pid_alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks for existence.
-    pid > 0
+    let exists = pid > 0
         && (unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
+    exists && !is_zombie(pid)
+}
+
+/// Whether `/proc/PID/stat` says the process is a zombie (state `Z`) or dead (`X`).
+fn is_zombie(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may hold anything.
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .is_some_and(|s| s == "Z" || s == "X")
 }
 
 /// Whether the process that owns `dir` is alive (a directory without a pid file yet counts as

@@ -149,8 +149,7 @@ pub fn delete(id: &str, force: bool) -> Result<u8> {
     // The holder removes its directory (swap and REAP files included) when it ends; make sure.
     let start = Instant::now();
     while let Some(p) = pid {
-        // SAFETY: kill with signal 0 only checks for existence.
-        if unsafe { libc::kill(p, 0) } != 0 || start.elapsed() > Duration::from_secs(5) {
+        if !statedir::pid_alive(p) || start.elapsed() > Duration::from_secs(5) {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));

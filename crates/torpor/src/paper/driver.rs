@@ -1,0 +1,242 @@
+//! Drives sandboxes for the benchmark through the `torpor` command itself (`run -d`,
+//! `hibernate`, `stats`, `delete`), exactly as a user would, with a private state directory.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use super::http;
+use super::workloads::Workload;
+
+/// How long a workload may take to answer its first request.
+const START_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long one request may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The `torpor` binary and the state directory the benchmark's sandboxes live in.
+pub struct Driver {
+    bin: PathBuf,
+    state: PathBuf,
+    next: std::cell::Cell<u32>,
+}
+
+/// A detached sandbox running a workload, deleted on drop.
+pub struct Sandbox<'a> {
+    driver: &'a Driver,
+    /// Its ID.
+    pub id: String,
+    /// Where its published port answers.
+    pub addr: SocketAddr,
+}
+
+impl Driver {
+    /// A driver using this executable and a fresh state directory under `base`.
+    ///
+    /// # Errors
+    /// If the executable's path or the directory cannot be had.
+    pub fn new(base: &Path) -> anyhow::Result<Driver> {
+        let bin = std::env::current_exe().context("the torpor executable's path")?;
+        let state = base.join(format!("torpor-paper-{}", std::process::id()));
+        std::fs::create_dir_all(&state)
+            .with_context(|| format!("create state directory {}", state.display()))?;
+        Ok(Driver {
+            bin,
+            state,
+            next: std::cell::Cell::new(0),
+        })
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.env("TORPOR_STATE_DIR", &self.state)
+            .env("TORPOR_LOG", "error")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs `torpor ARGS` and returns its stdout.
+    fn verb(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = self
+            .cmd()
+            .args(args)
+            .output()
+            .with_context(|| format!("torpor {}", args.join(" ")))?;
+        if !out.status.success() {
+            bail!(
+                "torpor {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Starts `w` detached with `wake_mode` and returns at once (not waiting for readiness).
+    ///
+    /// # Errors
+    /// If `torpor run -d` fails.
+    pub fn start(&self, w: &Workload, root: &Path, wake_mode: &str) -> anyhow::Result<Sandbox<'_>> {
+        let port = free_port()?;
+        let n = self.next.get();
+        self.next.set(n + 1);
+        let id = format!("paper-{}-{n}", w.name);
+        let publish = format!("127.0.0.1:{port}:8080");
+        let mut c = self.cmd();
+        c.args(["run", "-d", "--name", &id, "--memory", w.memory])
+            .args(["-p", &publish, "--wake-mode", wake_mode]);
+        for e in &w.env {
+            c.args(["-e", e]);
+        }
+        c.arg(root).arg("--").args(&w.argv);
+        let out = c.output().context("torpor run -d")?;
+        if !out.status.success() {
+            bail!(
+                "torpor run -d {}: {}",
+                w.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(Sandbox {
+            driver: self,
+            id,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        })
+    }
+
+    /// Removes the state directory (every sandbox must be gone).
+    pub fn cleanup(&self) {
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+impl Sandbox<'_> {
+    /// Waits until the workload answers `GET path` correctly; returns the time waited.
+    ///
+    /// # Errors
+    /// If it does not within the start timeout, or its holder died.
+    pub fn wait_ready(&self, w: &Workload) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        loop {
+            match http::get(self.addr, w.path, REQUEST_TIMEOUT) {
+                Ok(r) if r.status == 200 && String::from_utf8_lossy(&r.body).contains(w.expect) => {
+                    return Ok(t.elapsed())
+                }
+                Ok(r) => bail!(
+                    "{}: unexpected first answer: status {} {:?}",
+                    w.name,
+                    r.status,
+                    String::from_utf8_lossy(&r.body)
+                        .chars()
+                        .take(200)
+                        .collect::<String>()
+                ),
+                Err(_) if t.elapsed() < START_TIMEOUT => {
+                    std::thread::sleep(Duration::from_millis(2))
+                }
+                Err(e) => {
+                    let log = std::fs::read_to_string(
+                        self.driver.state.join(&self.id).join("output.log"),
+                    )
+                    .unwrap_or_default();
+                    bail!(
+                        "{} did not answer within {START_TIMEOUT:?}: {e}; its output: {}",
+                        w.name,
+                        log.chars()
+                            .rev()
+                            .take(2000)
+                            .collect::<String>()
+                            .chars()
+                            .rev()
+                            .collect::<String>()
+                    )
+                }
+            }
+        }
+    }
+
+    /// One timed request (ms).
+    ///
+    /// # Errors
+    /// A failed request or a wrong answer.
+    pub fn request(&self, w: &Workload) -> anyhow::Result<f64> {
+        http::timed_get(self.addr, w.path, w.expect, REQUEST_TIMEOUT)
+    }
+
+    /// `torpor stats` as JSON.
+    ///
+    /// # Errors
+    /// If the verb fails or prints something else than JSON.
+    pub fn stats(&self) -> anyhow::Result<serde_json::Value> {
+        let s = self.driver.verb(&["stats", &self.id])?;
+        serde_json::from_str(&s).context("torpor stats output")
+    }
+
+    /// The holder's PSS in bytes.
+    ///
+    /// # Errors
+    /// As [`Sandbox::stats`].
+    pub fn pss(&self) -> anyhow::Result<f64> {
+        self.stats()?
+            .get("pss_bytes")
+            .and_then(|v| v.as_f64())
+            .context("no pss_bytes in torpor stats")
+    }
+
+    /// The sandbox's state name.
+    ///
+    /// # Errors
+    /// As [`Sandbox::stats`].
+    pub fn state(&self) -> anyhow::Result<String> {
+        Ok(self
+            .stats()?
+            .get("state")
+            .and_then(|v| v.as_str())
+            .unwrap_or("?")
+            .to_string())
+    }
+
+    /// Hibernates the sandbox. A socket with bytes to read (a request still being handled)
+    /// wakes it at once; then it waits a little and tries again, until it stays hibernated.
+    ///
+    /// # Errors
+    /// If `torpor hibernate` fails, or the sandbox never stays hibernated.
+    pub fn hibernate(&self) -> anyhow::Result<()> {
+        for _ in 0..50 {
+            self.driver.verb(&["hibernate", &self.id])?;
+            if self.state()? == "hibernated" {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bail!("{} does not stay hibernated", self.id)
+    }
+}
+
+impl Drop for Sandbox<'_> {
+    fn drop(&mut self) {
+        let _ = self.driver.verb(&["delete", "--force", &self.id]);
+    }
+}
+
+/// A free TCP port on the loopback interface.
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("bind a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Drops the host's page cache (so that a wake reads its swap file and the runtime's files
+/// from disk, as after a long idle period). Returns false if not permitted.
+pub fn drop_page_cache() -> bool {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+}

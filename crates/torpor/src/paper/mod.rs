@@ -1,0 +1,482 @@
+//! `torpor bench paper`: the paper's evaluation (its Figures 6 and 7) on this machine.
+//!
+//! For each workload (`workloads.rs`) it measures, through the `torpor` command itself:
+//! cold start (launch to the first correct response), hot request latency, the first request
+//! after a hibernate with page-fault wake and with REAP wake, woken request latency, and the
+//! PSS of hot, hibernated and woken sandboxes with several instances running. Results go to
+//! CSV files, a Markdown report with the paper's ratios beside ours, and two PNG plots
+//! (`report.rs`, `plot.rs`, the paper's figures in `reference.rs`).
+
+pub mod driver;
+pub mod http;
+pub mod model;
+pub mod plot;
+pub mod reference;
+pub mod report;
+pub mod workloads;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use driver::{Driver, Sandbox};
+use model::{Metric, RunInfo, WorkloadResult};
+use workloads::Workload;
+
+/// Options of `torpor bench paper`.
+#[derive(clap::Args, Debug)]
+pub struct PaperArgs {
+    /// Fewer repetitions and instances (every workload still runs): under 10 minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the CSV files, paper.md and the plots go.
+    #[arg(long, default_value = "docs/results")]
+    pub out: PathBuf,
+    /// Only these workloads (comma separated: python,node,go,java,float,image-small,
+    /// image-large,video).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+}
+
+/// Repetition counts.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    /// Cold starts, hibernate/wake cycles per wake mode.
+    reps: usize,
+    /// Requests before measuring (the runtime warms up).
+    warmup: usize,
+    /// Hot requests (at most; see `budget`).
+    hot: usize,
+    /// Woken requests after each wake (at most).
+    woken: usize,
+    /// Instances for the PSS measurement.
+    instances: usize,
+    /// Time budget of a series of requests: a slow workload takes fewer (at least 3).
+    budget: Duration,
+}
+
+const FULL: Plan = Plan {
+    reps: 5,
+    warmup: 3,
+    hot: 20,
+    woken: 5,
+    instances: 10,
+    budget: Duration::from_secs(20),
+};
+
+const QUICK: Plan = Plan {
+    reps: 3,
+    warmup: 2,
+    hot: 5,
+    woken: 3,
+    instances: 3,
+    budget: Duration::from_secs(6),
+};
+
+/// Pause before a hibernate, so that the server has finished with the last connection.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// Progress lines on stderr.
+struct Progress {
+    start: Instant,
+    total: usize,
+    index: usize,
+}
+
+impl Progress {
+    fn say(&self, w: &Workload, what: &str) {
+        let mut e = std::io::stderr().lock();
+        let _ = writeln!(
+            e,
+            "[{:7.1}s] ({}/{}) {:<12} {what}",
+            self.start.elapsed().as_secs_f64(),
+            self.index,
+            self.total,
+            w.name
+        );
+    }
+}
+
+/// Runs the benchmark; returns the exit code.
+///
+/// # Errors
+/// If the output directory cannot be written; a workload's own failure is recorded in its
+/// results and the run goes on.
+pub fn run(args: PaperArgs) -> anyhow::Result<u8> {
+    let plan = if args.quick { QUICK } else { FULL };
+    let all = workloads::all();
+    for o in &args.only {
+        if !all.iter().any(|w| w.name == o) {
+            anyhow::bail!(
+                "unknown workload {o:?} (known: {})",
+                all.iter().map(|w| w.name).collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    let chosen: Vec<&Workload> = all
+        .iter()
+        .filter(|w| args.only.is_empty() || args.only.iter().any(|o| o == w.name))
+        .collect();
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("create output directory {}", args.out.display()))?;
+    let started = Instant::now();
+    let mut info = RunInfo {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        quick: args.quick,
+        reps: plan.reps,
+        instances: plan.instances,
+        started: command_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+        host: host_description(),
+        version: format!(
+            "torpor {} ({})",
+            env!("CARGO_PKG_VERSION"),
+            command_line("git", &["rev-parse", "--short", "HEAD"])
+        ),
+        ..RunInfo::default()
+    };
+    let can_drop = driver::drop_page_cache();
+    info.notes.push(if can_drop {
+        "The host page cache is dropped before every measured wake (and before every cold \
+         start), so a wake reads its swap or REAP file and the runtime's files from disk."
+            .into()
+    } else {
+        "The host page cache could NOT be dropped (not root): wakes read warm files.".into()
+    });
+    info.notes.push(format!(
+        "Each latency series: up to {} hot requests and {} woken requests per wake (after one \
+         unmeasured request following the first), fewer for a slow workload (a series stops after {} s, with at least 3 requests); {} requests warm \
+         each sandbox first. Cold starts and wakes: {} each. PSS: {} instances of the workload \
+         running at once, each measured (torpor stats: the holder's /proc/PID/smaps_rollup).",
+        plan.hot,
+        plan.woken,
+        plan.budget.as_secs(),
+        plan.warmup,
+        plan.reps,
+        plan.instances
+    ));
+    info.notes.push(
+        "Page-fault wake: `--wake-mode fault`. REAP wake: `--wake-mode reap`, after one \
+         recording wake. PSS instances use the default `--wake-mode auto`."
+            .into(),
+    );
+    let state_base =
+        std::env::var_os("TORPOR_STATE_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    let driver = Driver::new(&state_base)?;
+    let mut results = Vec::new();
+    let mut progress = Progress {
+        start: started,
+        total: chosen.len(),
+        index: 0,
+    };
+    for w in chosen {
+        progress.index += 1;
+        let mut r = WorkloadResult {
+            name: w.name.to_string(),
+            label: w.label.to_string(),
+            ..WorkloadResult::default()
+        };
+        progress.say(w, "preparing the root filesystem");
+        match workloads::ensure_root(w.root).and_then(|root| {
+            workloads::install(w, &root)?;
+            Ok(root)
+        }) {
+            Ok(root) => measure(&driver, w, &root, plan, can_drop, &progress, &mut r),
+            Err(e) => r.errors.push(format!("{e:#}")),
+        }
+        for e in &r.errors {
+            progress.say(w, &format!("ERROR: {e}"));
+        }
+        results.push(r);
+    }
+    info.took_s = started.elapsed().as_secs_f64();
+    // Also draws the two plots (or says in paper.md why it could not).
+    let files = report::write_report(&args.out, &info, &results)?;
+    print_summary(&results);
+    eprintln!(
+        "torpor bench paper: done in {:.0} s; wrote {} and the plots in {}",
+        info.took_s,
+        files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        args.out.display()
+    );
+    Ok(if results.iter().any(|r| !r.errors.is_empty()) {
+        1
+    } else {
+        0
+    })
+}
+
+/// Runs every measurement of `w`; a failure ends this workload's measurements (recorded as
+/// an error), keeping what was measured.
+fn measure(
+    d: &Driver,
+    w: &Workload,
+    root: &Path,
+    plan: Plan,
+    drop_cache: bool,
+    p: &Progress,
+    r: &mut WorkloadResult,
+) {
+    let steps: [(&str, StepFn); 4] = [
+        ("cold start", cold),
+        ("hot, page-fault wake, woken", fault_wakes),
+        ("REAP wake", reap_wakes),
+        ("PSS", pss),
+    ];
+    for (name, step) in steps {
+        let ctx = Ctx {
+            d,
+            w,
+            root,
+            plan,
+            drop_cache,
+            p,
+        };
+        if let Err(e) = step(&ctx, r) {
+            r.errors.push(format!("{name}: {e:#}"));
+        }
+    }
+}
+
+type StepFn = fn(&Ctx<'_>, &mut WorkloadResult) -> anyhow::Result<()>;
+
+struct Ctx<'a> {
+    d: &'a Driver,
+    w: &'a Workload,
+    root: &'a Path,
+    plan: Plan,
+    drop_cache: bool,
+    p: &'a Progress,
+}
+
+impl Ctx<'_> {
+    fn say(&self, what: &str) {
+        self.p.say(self.w, what);
+    }
+
+    fn start_ready(&self, mode: &str) -> anyhow::Result<Sandbox<'_>> {
+        let sb = self.d.start(self.w, self.root, mode)?;
+        sb.wait_ready(self.w)?;
+        for _ in 0..self.plan.warmup {
+            sb.request(self.w)?;
+        }
+        Ok(sb)
+    }
+
+    /// Up to `max` timed requests within the plan's budget (at least 3).
+    fn series(&self, sb: &Sandbox<'_>, max: usize) -> anyhow::Result<Vec<f64>> {
+        let t = Instant::now();
+        let mut v = Vec::new();
+        while v.len() < max && (v.len() < 3 || t.elapsed() < self.plan.budget) {
+            v.push(sb.request(self.w)?);
+        }
+        Ok(v)
+    }
+
+    fn hibernate(&self, sb: &Sandbox<'_>) -> anyhow::Result<()> {
+        std::thread::sleep(SETTLE);
+        sb.hibernate()?;
+        if self.drop_cache {
+            driver::drop_page_cache();
+        }
+        Ok(())
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn cold(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
+    for i in 0..c.plan.reps {
+        if c.drop_cache {
+            driver::drop_page_cache();
+        }
+        let t = Instant::now();
+        let sb = c.d.start(c.w, c.root, "fault")?;
+        sb.wait_ready(c.w)?;
+        let v = ms(t.elapsed());
+        r.push(Metric::ColdMs, v);
+        c.say(&format!("cold start {}/{}: {v:.0} ms", i + 1, c.plan.reps));
+    }
+    Ok(())
+}
+
+fn fault_wakes(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
+    let sb = c.start_ready("fault")?;
+    let hot = c.series(&sb, c.plan.hot)?;
+    c.say(&format!(
+        "hot: {} requests, median {:.1} ms",
+        hot.len(),
+        model::Summary::of(&hot).map_or(0.0, |s| s.median)
+    ));
+    for v in hot {
+        r.push(Metric::HotMs, v);
+    }
+    for i in 0..c.plan.reps {
+        c.hibernate(&sb)?;
+        let v = sb.request(c.w)?;
+        r.push(Metric::FaultWakeMs, v);
+        // One more request brings back what the first one did not touch (its reply path,
+        // say); the woken series starts after it.
+        sb.request(c.w)?;
+        let woken = c.series(&sb, c.plan.woken)?;
+        c.say(&format!(
+            "page-fault wake {}/{}: first request {v:.1} ms, woken median {:.1} ms",
+            i + 1,
+            c.plan.reps,
+            model::Summary::of(&woken).map_or(0.0, |s| s.median)
+        ));
+        for v in woken {
+            r.push(Metric::WokenMs, v);
+        }
+    }
+    Ok(())
+}
+
+fn reap_wakes(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
+    let sb = c.start_ready("reap")?;
+    // The first wake records the working set; the next hibernate writes the REAP file.
+    c.hibernate(&sb)?;
+    sb.request(c.w)?;
+    for i in 0..c.plan.reps {
+        c.hibernate(&sb)?;
+        let v = sb.request(c.w)?;
+        r.push(Metric::ReapWakeMs, v);
+        c.say(&format!(
+            "REAP wake {}/{}: first request {v:.1} ms",
+            i + 1,
+            c.plan.reps
+        ));
+    }
+    Ok(())
+}
+
+fn pss(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
+    let n = c.plan.instances;
+    let mut sbs = Vec::new();
+    for i in 0..n {
+        sbs.push(c.start_ready("auto")?);
+        c.say(&format!("PSS: instance {}/{n} ready", i + 1));
+    }
+    std::thread::sleep(SETTLE);
+    let mut hot = Vec::new();
+    for sb in &sbs {
+        hot.push(sb.pss()?);
+    }
+    let mut hib = Vec::new();
+    for sb in &sbs {
+        sb.hibernate()?;
+    }
+    for sb in &sbs {
+        hib.push(sb.pss()?);
+    }
+    for sb in &sbs {
+        sb.request(c.w)?;
+        sb.request(c.w)?;
+    }
+    std::thread::sleep(SETTLE);
+    let mut woken = Vec::new();
+    for sb in &sbs {
+        woken.push(sb.pss()?);
+    }
+    let mib = |v: &[f64]| model::Summary::of(v).map_or(0.0, |s| s.median / f64::from(1 << 20));
+    c.say(&format!(
+        "PSS with {n} instances: hot {:.1} MiB, hibernated {:.1} MiB, woken {:.1} MiB",
+        mib(&hot),
+        mib(&hib),
+        mib(&woken)
+    ));
+    for (m, v) in [
+        (Metric::PssHot, hot),
+        (Metric::PssHibernated, hib),
+        (Metric::PssWoken, woken),
+    ] {
+        for x in v {
+            r.push(m, x);
+        }
+    }
+    Ok(())
+}
+
+/// Prints the medians as a plain table on stdout.
+fn print_summary(results: &[WorkloadResult]) {
+    println!(
+        "{:<14} {:>9} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}",
+        "workload",
+        "cold ms",
+        "hot ms",
+        "fault ms",
+        "REAP ms",
+        "woken ms",
+        "hot MiB",
+        "hib MiB",
+        "woken MiB"
+    );
+    for r in results {
+        let f = |m: Metric| {
+            r.median(m).map_or("-".to_string(), |v| {
+                if m.is_latency() {
+                    format!("{v:.1}")
+                } else {
+                    format!("{:.1}", v / f64::from(1 << 20))
+                }
+            })
+        };
+        println!(
+            "{:<14} {:>9} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}",
+            r.name,
+            f(Metric::ColdMs),
+            f(Metric::HotMs),
+            f(Metric::FaultWakeMs),
+            f(Metric::ReapWakeMs),
+            f(Metric::WokenMs),
+            f(Metric::PssHot),
+            f(Metric::PssHibernated),
+            f(Metric::PssWoken)
+        );
+    }
+}
+
+fn command_line(cmd: &str, args: &[&str]) -> String {
+    std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or_else(
+            || "unknown".into(),
+            |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        )
+}
+
+fn host_description() -> String {
+    let kvm = if Path::new("/sys/module/kvm_pvm").exists() {
+        "kvm_pvm (software shadow paging)"
+    } else if Path::new("/sys/module/kvm_intel").exists() {
+        "kvm_intel"
+    } else if Path::new("/sys/module/kvm_amd").exists() {
+        "kvm_amd"
+    } else {
+        "unknown KVM"
+    };
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb >> 20);
+    format!(
+        "Linux {}, {cpus} CPUs, {mem} GiB, {kvm}",
+        command_line("uname", &["-r"])
+    )
+}
