@@ -188,7 +188,7 @@ pub fn new(
     }
     // SAFETY: a fresh fd owned by nobody else.
     let wake_efd = unsafe { OwnedFd::from_raw_fd(efd) };
-    let pages = PageStateMap::for_memory_size(mem.size())
+    let pages = PageStateMap::new_all_free(mem.size().div_ceil(PAGE_SIZE))
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let page_count = pages.len();
     let shared = Arc::new(Shared {

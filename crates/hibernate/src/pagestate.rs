@@ -123,8 +123,10 @@ impl PageKind {
     }
     const fn tag(self) -> u32 {
         match self {
-            PageKind::Resident => 0,
-            PageKind::Free => 1,
+            // Free is 0: a map of free pages is all zero, and the untouched parts of its
+            // (calloc'd) array take no host memory.
+            PageKind::Free => 0,
+            PageKind::Resident => 1,
             PageKind::Zero => 2,
             PageKind::Swapped => 3,
             PageKind::Reap => 4,
@@ -167,8 +169,8 @@ impl PageState {
     fn decode(v: u32) -> Self {
         let slot = v & SLOT_MASK;
         match v >> TAG_SHIFT {
-            0 => PageState::Resident,
-            1 => PageState::Free,
+            0 => PageState::Free,
+            1 => PageState::Resident,
             2 => PageState::Zero,
             3 => PageState::Swapped { slot },
             4 => PageState::Reap { slot },
@@ -258,10 +260,32 @@ impl PageStateMap {
             page: PageIdx(pages),
             pages,
         })?;
+        let resident = PageState::Resident.encode()?;
+        Ok(PageStateMap {
+            entries: vec![resident; n],
+            counts: PageCounts {
+                resident: pages,
+                ..PageCounts::default()
+            },
+        })
+    }
+
+    /// A map of `pages` pages, all [`PageState::Free`]: what the hibernate engine starts from
+    /// (before the first deflate nothing reads it, and the deflate sets every page the
+    /// application holds). Its array is zero-filled lazily by the host: pages of the map that
+    /// only ever describe free guest pages cost no memory.
+    ///
+    /// # Errors
+    /// As [`PageStateMap::new`].
+    pub fn new_all_free(pages: u64) -> Result<Self, PageStateError> {
+        let n = usize::try_from(pages).map_err(|_| PageStateError::OutOfRange {
+            page: PageIdx(pages),
+            pages,
+        })?;
         Ok(PageStateMap {
             entries: vec![0; n],
             counts: PageCounts {
-                resident: pages,
+                free: pages,
                 ..PageCounts::default()
             },
         })
@@ -322,7 +346,10 @@ impl PageStateMap {
         let i = self.index(page)?;
         let v = state.encode()?;
         let old = PageState::decode(self.entries[i]);
-        self.entries[i] = v;
+        if self.entries[i] != v {
+            // Unchanged entries are not written: the map's untouched pages stay unbacked.
+            self.entries[i] = v;
+        }
         *self.counts.slot_mut(old.kind()) -= 1;
         *self.counts.slot_mut(state.kind()) += 1;
         Ok(old)
@@ -376,11 +403,14 @@ impl PageStateMap {
             let old = PageState::decode(*e).kind();
             *self.counts.slot_mut(old) -= 1;
             // Cannot overflow the slot bits: the last slot was checked above.
-            *e = if kind.has_slot() {
+            let v = if kind.has_slot() {
                 base + k as u32
             } else {
                 base
             };
+            if *e != v {
+                *e = v;
+            }
         }
         *self.counts.slot_mut(kind) += count;
         Ok(())
@@ -479,6 +509,18 @@ mod tests {
             PageState::Swapped { slot: MAX_SLOT + 1 }.encode(),
             Err(PageStateError::SlotTooLarge(u64::from(MAX_SLOT) + 1))
         );
+    }
+
+    #[test]
+    fn a_map_of_free_pages_is_all_zero() {
+        let mut m = PageStateMap::new_all_free(5).unwrap();
+        assert_eq!(m.counts().free, 5);
+        assert!(m.entries.iter().all(|&e| e == 0));
+        assert_eq!(m.set(PageIdx(2), PageState::Free).unwrap(), PageState::Free);
+        m.set(PageIdx(3), PageState::Resident).unwrap();
+        assert_eq!(m.get(PageIdx(3)).unwrap(), PageState::Resident);
+        assert_eq!(m.counts().free, 4);
+        assert_eq!(m.counts().resident, 1);
     }
 
     #[test]

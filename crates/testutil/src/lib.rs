@@ -29,7 +29,7 @@ pub use detached::{json_field, Detached};
 pub use guest::{build_c, build_static_c, elf_is_static, guest_program, guest_source};
 pub use net::{free_port, http_get, HttpResponse};
 pub use rootfs::{host_busybox, Rootfs};
-pub use run::{native, Output, RunBuilder, Running, Torpor, DEFAULT_TIMEOUT};
+pub use run::{native, run_command, Output, RunBuilder, Running, Torpor, DEFAULT_TIMEOUT};
 pub use tempdir::{unique_token, TempDir};
 
 /// Environment variable that turns a missing `/dev/kvm` into a failure.

@@ -222,8 +222,8 @@ fn send_self(t: &mut Task, info: SigInfo) -> SysResult {
     }
 }
 
-/// Implements kill(2): the process can signal itself (its pid, its process group, 0); there
-/// is no other process in the sandbox.
+/// Implements kill(2): any process of the sandbox by pid; 0 and -pid mean the caller itself
+/// (the sandbox has no process groups).
 pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (pid, sig) = (a.int(0), a.int(1));
     if !(0..=NSIG as i32).contains(&sig) {
@@ -246,14 +246,14 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     send_self(t, SigInfo::user(sig, signal::SI_USER, t.pid, uid()))
 }
 
-/// Implements tkill(2) for the calling thread.
+/// Implements tkill(2).
 pub fn sys_tkill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (tid, sig) = (a.int(0), a.int(1));
     if tid <= 0 || !(0..=NSIG as i32).contains(&sig) {
         return Err(Errno::EINVAL);
     }
     if tid != t.tid {
-        return Err(Errno::ESRCH);
+        return signal_other_thread(t, None, tid, sig);
     }
     if sig == 0 {
         return Ok(0);
@@ -261,14 +261,32 @@ pub fn sys_tkill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     send_self(t, SigInfo::user(sig, signal::SI_TKILL, t.pid, uid()))
 }
 
-/// Implements tgkill(2) for the calling thread (raise() and abort() come here).
+/// Sends `sig` to thread `tid` (of process `tgid`, if given) other than the caller: it is
+/// queued on that thread at its next exit (Go's preemption signals its threads this way).
+fn signal_other_thread(t: &Task, tgid: Option<i32>, tid: i32, sig: i32) -> SysResult {
+    let groups = match tgid {
+        Some(g) if g == t.pid => vec![t.group.clone()],
+        Some(g) => vec![t.group.procs.group_of(g).ok_or(Errno::ESRCH)?],
+        None => std::iter::once(t.group.clone())
+            .chain(t.group.procs.live_groups().into_iter().map(|(_, g)| g))
+            .collect(),
+    };
+    if groups.iter().any(|g| g.signal_thread(tid, sig)) {
+        Ok(0)
+    } else {
+        Err(Errno::ESRCH)
+    }
+}
+
+/// Implements tgkill(2) (raise() and abort() signal the caller; Go's preemption signals its
+/// other threads with SIGURG).
 pub fn sys_tgkill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (tgid, tid, sig) = (a.int(0), a.int(1), a.int(2));
     if tgid <= 0 || tid <= 0 || !(0..=NSIG as i32).contains(&sig) {
         return Err(Errno::EINVAL);
     }
     if tgid != t.pid || tid != t.tid {
-        return Err(Errno::ESRCH);
+        return signal_other_thread(t, Some(tgid), tid, sig);
     }
     if sig == 0 {
         return Ok(0);

@@ -132,9 +132,9 @@ table! {
     231 exit_group => sys_process::sys_exit_group, Full;
     232 epoll_wait => sys_poll::sys_epoll_wait, Full;
     233 epoll_ctl => sys_poll::sys_epoll_ctl, Full;
-    234 tgkill => sys_signal::sys_tgkill, Partial("single process: only the calling thread");
+    234 tgkill => sys_signal::sys_tgkill, Full;
     62 kill => sys_signal::sys_kill, Partial("a pid of the sandbox; 0 and -pid mean the caller only, -1 is ESRCH (no process groups)");
-    200 tkill => sys_signal::sys_tkill, Partial("single process: only the calling thread");
+    200 tkill => sys_signal::sys_tkill, Full;
     34 pause => sys_signal::sys_pause, Full;
     127 rt_sigpending => sys_signal::sys_rt_sigpending, Full;
     128 rt_sigtimedwait => sys_signal::sys_rt_sigtimedwait, Partial("restarted with the full timeout after a hibernation");

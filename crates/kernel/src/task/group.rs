@@ -95,6 +95,20 @@ impl ThreadGroup {
         self.next_vcpu.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Sends thread `tid` of the group a signal (tgkill from another thread); false if no
+    /// such thread lives.
+    pub fn signal_thread(&self, tid: i32, sig: i32) -> bool {
+        match self.lock_members().iter().find(|m| m.tid == tid) {
+            Some(m) => {
+                if sig != 0 {
+                    m.control.send_signal(sig);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Sends the process a signal from another process (the first thread takes it).
     pub fn post_signal(&self, sig: i32) {
         if let Some(m) = self.lock_members().first() {
