@@ -34,6 +34,10 @@ pub struct PaperArgs {
     /// Where the CSV files, paper.md and the plots go.
     #[arg(long, default_value = "docs/results")]
     pub out: PathBuf,
+    /// Keep the host page cache (by default it is dropped before every wake and cold start,
+    /// as after a long idle period; with this, wakes read files the host still caches).
+    #[arg(long)]
+    pub warm_cache: bool,
     /// Only these workloads (comma separated: python,node,go,java,float,image-small,
     /// image-large,video).
     #[arg(long, value_delimiter = ',')]
@@ -136,8 +140,12 @@ pub fn run(args: PaperArgs) -> anyhow::Result<u8> {
         ),
         ..RunInfo::default()
     };
-    let can_drop = driver::drop_page_cache();
-    info.notes.push(if can_drop {
+    let can_drop = !args.warm_cache && driver::drop_page_cache();
+    info.notes.push(if args.warm_cache {
+        "`--warm-cache`: the host page cache is kept, so wakes and cold starts read files the \
+         host still caches (the swap and REAP files written at the hibernate among them)."
+            .into()
+    } else if can_drop {
         "The host page cache is dropped before every measured wake (and before every cold \
          start), so a wake reads its swap or REAP file and the runtime's files from disk."
             .into()
