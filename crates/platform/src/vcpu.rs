@@ -449,7 +449,19 @@ impl Vcpu {
                             vector = v;
                             sp = outer;
                         }
-                        _ => return Err(VcpuError::KernelFault { vector, rip, cr2 }),
+                        _ => {
+                            tracing::error!(
+                                vector,
+                                rip = format_args!("{rip:#x}"),
+                                frame_rsp = format_args!("{rsp:#x}"),
+                                sp = format_args!("{:#x}", sp.raw()),
+                                cs = format_args!("{:#x}", f_cs(&frame, error_code.is_some())),
+                                exit_rsp = format_args!("{:#x}", regs.rsp),
+                                exit_rip = format_args!("{:#x}", regs.rip),
+                                "fault in a ring-0 stub"
+                            );
+                            return Err(VcpuError::KernelFault { vector, rip, cr2 });
+                        }
                     }
                 };
                 if vector == 6 && rip == layout::direct_map(stubs::syscall_entry()).raw() {
@@ -613,4 +625,9 @@ impl Drop for Vcpu {
     fn drop(&mut self) {
         self.kicker.detach();
     }
+}
+
+/// The CS field of an exception frame read from the stack (for diagnostics).
+fn f_cs(frame: &[u64; 6], has_error_code: bool) -> u64 {
+    frame[if has_error_code { 2 } else { 1 }]
 }

@@ -267,9 +267,22 @@ impl Ctx<'_> {
         self.p.say(self.w, what);
     }
 
-    fn start_ready(&self, mode: &str) -> anyhow::Result<Sandbox<'_>> {
-        let sb = self.d.start(self.w, self.root, mode)?;
-        sb.wait_ready(self.w)?;
+    /// A ready, warmed-up sandbox. One that fails to start is started again once; the
+    /// failure is kept for the report.
+    fn start_ready(&self, mode: &str, retries: &mut Vec<String>) -> anyhow::Result<Sandbox<'_>> {
+        let start = || -> anyhow::Result<Sandbox<'_>> {
+            let sb = self.d.start(self.w, self.root, mode)?;
+            sb.wait_ready(self.w)?;
+            Ok(sb)
+        };
+        let sb = match start() {
+            Ok(sb) => sb,
+            Err(e) => {
+                self.say(&format!("start failed, starting again: {e:#}"));
+                retries.push(format!("{e:#}"));
+                start()?
+            }
+        };
         for _ in 0..self.plan.warmup {
             sb.request(self.w)?;
         }
@@ -316,7 +329,7 @@ fn cold(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
 }
 
 fn fault_wakes(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
-    let sb = c.start_ready("fault")?;
+    let sb = c.start_ready("fault", &mut r.retries)?;
     let hot = c.series(&sb, c.plan.hot)?;
     c.say(&format!(
         "hot: {} requests, median {:.1} ms",
@@ -348,7 +361,7 @@ fn fault_wakes(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
 }
 
 fn reap_wakes(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
-    let sb = c.start_ready("reap")?;
+    let sb = c.start_ready("reap", &mut r.retries)?;
     // The first wake records the working set; the next hibernate writes the REAP file.
     c.hibernate(&sb)?;
     sb.request(c.w)?;
@@ -369,7 +382,7 @@ fn pss(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
     let n = c.plan.instances;
     let mut sbs = Vec::new();
     for i in 0..n {
-        sbs.push(c.start_ready("auto")?);
+        sbs.push(c.start_ready("auto", &mut r.retries)?);
         c.say(&format!("PSS: instance {}/{n} ready", i + 1));
     }
     std::thread::sleep(SETTLE);

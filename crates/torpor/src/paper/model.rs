@@ -107,6 +107,8 @@ pub struct WorkloadResult {
     pub samples: BTreeMap<Metric, Vec<f64>>,
     /// Problems met while measuring (a metric may then be missing).
     pub errors: Vec<String>,
+    /// Sandboxes that failed to start and were started again (the failure, for the report).
+    pub retries: Vec<String>,
 }
 
 impl WorkloadResult {
