@@ -536,7 +536,7 @@ mod tests {
 
     #[test]
     fn pollfd_translation() {
-        let mut fds = FdTable::new();
+        let fds = FdTable::new();
         assert_eq!(fds.insert(file(), false).unwrap(), 0);
         let mut raw = Vec::new();
         raw.extend_from_slice(&pollfd(0, libc::POLLIN));
