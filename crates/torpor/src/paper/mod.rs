@@ -49,7 +49,8 @@ pub struct PaperArgs {
 struct Plan {
     /// Cold starts, hibernate/wake cycles per wake mode.
     reps: usize,
-    /// Requests before measuring (the runtime warms up).
+    /// Requests before measuring: the runtime warms up (JIT compilers: Node.js, Java), so
+    /// that "hot" means an initialised sandbox.
     warmup: usize,
     /// Hot requests (at most; see `budget`).
     hot: usize,
@@ -63,7 +64,7 @@ struct Plan {
 
 const FULL: Plan = Plan {
     reps: 5,
-    warmup: 3,
+    warmup: 10,
     hot: 20,
     woken: 5,
     instances: 10,
@@ -72,7 +73,7 @@ const FULL: Plan = Plan {
 
 const QUICK: Plan = Plan {
     reps: 3,
-    warmup: 2,
+    warmup: 5,
     hot: 5,
     woken: 3,
     instances: 3,
