@@ -81,7 +81,7 @@ pub enum Command {
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// The paper's evaluation (latency: Figure 6; memory: Figure 7) on this machine: CSV files,
-    /// docs/results/paper.md and PNG plots. Needs root (Debian roots, page-cache drops).
+    /// docs/results/paper.md and PNG plots. Needs root (it builds Debian roots with debootstrap).
     Paper(crate::paper::PaperArgs),
 }
 

@@ -233,10 +233,51 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// Drops the host's page cache (so that a wake reads its swap file and the runtime's files
-/// from disk, as after a long idle period). Returns false if not permitted.
-pub fn drop_page_cache() -> bool {
-    // SAFETY: sync has no preconditions.
+/// The regular files under `dir` (symlinks not followed), for [`evict`].
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(e.path()),
+                Ok(t) if t.is_file() => out.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Evicts `files` from the host page cache (written back first), as after a long idle
+/// period under memory pressure, while the rest of the host (the torpor binary, the host's
+/// libraries, other sandboxes' files) stays cached, as on a host running many sandboxes.
+pub fn evict(files: &[PathBuf]) {
+    // SAFETY: sync has no preconditions; it writes back the swap file just written, which
+    // POSIX_FADV_DONTNEED would otherwise leave cached.
     unsafe { libc::sync() };
-    std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+    for f in files {
+        let Ok(file) = std::fs::File::open(f) else {
+            continue;
+        };
+        // SAFETY: a valid fd; offset 0 and length 0 mean the whole file.
+        unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+                0,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+    }
+}
+
+impl Sandbox<'_> {
+    /// The files of the sandbox's state directory (its swap and REAP files).
+    pub fn state_files(&self) -> Vec<PathBuf> {
+        files_under(&self.driver.state.join(&self.id))
+    }
 }

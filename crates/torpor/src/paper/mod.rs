@@ -34,8 +34,9 @@ pub struct PaperArgs {
     /// Where the CSV files, paper.md and the plots go.
     #[arg(long, default_value = "docs/results")]
     pub out: PathBuf,
-    /// Keep the host page cache (by default it is dropped before every wake and cold start,
-    /// as after a long idle period; with this, wakes read files the host still caches).
+    /// Keep the host page cache (by default the sandbox's swap and REAP files and its root
+    /// filesystem's files are evicted before every wake and cold start, as after a long idle
+    /// period; with this, wakes read files the host still caches).
     #[arg(long)]
     pub warm_cache: bool,
     /// Only these workloads (comma separated: python,node,go,java,float,image-small,
@@ -141,17 +142,19 @@ pub fn run(args: PaperArgs) -> anyhow::Result<u8> {
         ),
         ..RunInfo::default()
     };
-    let can_drop = !args.warm_cache && driver::drop_page_cache();
-    info.notes.push(if args.warm_cache {
-        "`--warm-cache`: the host page cache is kept, so wakes and cold starts read files the \
-         host still caches (the swap and REAP files written at the hibernate among them)."
-            .into()
-    } else if can_drop {
-        "The host page cache is dropped before every measured wake (and before every cold \
-         start), so a wake reads its swap or REAP file and the runtime's files from disk."
+    let evict = !args.warm_cache;
+    info.notes.push(if evict {
+        "Before every measured wake, the sandbox's swap and REAP files and every file of its \
+         root filesystem are evicted from the host page cache (written back, then \
+         POSIX_FADV_DONTNEED), and before every cold start the root's files: the wake reads \
+         them from disk, as after a long idle period, while the rest of the host (the torpor \
+         binary, host libraries) stays cached, as on a host that runs many sandboxes."
             .into()
     } else {
-        "The host page cache could NOT be dropped (not root): wakes read warm files.".into()
+        "`--warm-cache`: nothing is evicted from the host page cache, so wakes and cold \
+         starts read files the host still caches (the swap and REAP files written at the \
+         hibernate among them)."
+            .into()
     });
     info.notes.push(format!(
         "Each latency series: up to {} hot requests and {} woken requests per wake (after one \
@@ -191,7 +194,7 @@ pub fn run(args: PaperArgs) -> anyhow::Result<u8> {
             workloads::install(w, &root)?;
             Ok(root)
         }) {
-            Ok(root) => measure(&driver, w, &root, plan, can_drop, &progress, &mut r),
+            Ok(root) => measure(&driver, w, &root, plan, evict, &progress, &mut r),
             Err(e) => r.errors.push(format!("{e:#}")),
         }
         for e in &r.errors {
@@ -227,10 +230,15 @@ fn measure(
     w: &Workload,
     root: &Path,
     plan: Plan,
-    drop_cache: bool,
+    evict: bool,
     p: &Progress,
     r: &mut WorkloadResult,
 ) {
+    let root_files = if evict {
+        driver::files_under(root)
+    } else {
+        Vec::new()
+    };
     let steps: [(&str, StepFn); 4] = [
         ("cold start", cold),
         ("hot, page-fault wake, woken", fault_wakes),
@@ -243,7 +251,8 @@ fn measure(
             w,
             root,
             plan,
-            drop_cache,
+            evict,
+            root_files: &root_files,
             p,
         };
         if let Err(e) = step(&ctx, r) {
@@ -259,7 +268,10 @@ struct Ctx<'a> {
     w: &'a Workload,
     root: &'a Path,
     plan: Plan,
-    drop_cache: bool,
+    /// Evict the sandbox's files from the host page cache before wakes and cold starts.
+    evict: bool,
+    /// The root filesystem's files.
+    root_files: &'a [PathBuf],
     p: &'a Progress,
 }
 
@@ -303,8 +315,10 @@ impl Ctx<'_> {
     fn hibernate(&self, sb: &Sandbox<'_>) -> anyhow::Result<()> {
         std::thread::sleep(SETTLE);
         sb.hibernate()?;
-        if self.drop_cache {
-            driver::drop_page_cache();
+        if self.evict {
+            let mut files = sb.state_files();
+            files.extend_from_slice(self.root_files);
+            driver::evict(&files);
         }
         Ok(())
     }
@@ -316,8 +330,8 @@ fn ms(d: Duration) -> f64 {
 
 fn cold(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
     for i in 0..c.plan.reps {
-        if c.drop_cache {
-            driver::drop_page_cache();
+        if c.evict {
+            driver::evict(c.root_files);
         }
         let t = Instant::now();
         let sb = c.d.start(c.w, c.root, "fault")?;

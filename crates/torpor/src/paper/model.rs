@@ -155,7 +155,7 @@ pub struct RunInfo {
     pub host: String,
     /// torpor's version and git commit, if known.
     pub version: String,
-    /// Notes on the method (page cache dropped before wakes, etc.).
+    /// Notes on the method (what is evicted from the page cache before wakes, etc.).
     pub notes: Vec<String>,
 }
 
