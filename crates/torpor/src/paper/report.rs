@@ -684,11 +684,11 @@ fn latency_why(results: &[WorkloadResult]) -> String {
          faults where a request touches many pages it did not write (the runtimes' code and \
          heaps), and loses its edge where computing dominates (OpenCV's video: over a second \
          of work per request). Woken latency is measured after one unmeasured request that \
-         follows the first: the sandbox then runs with fewer resident pages than a hot one, \
-         and pages it freed before the hibernate come back from the host (zero-filled) the \
-         first time they are reused, which is what a woken request still pays on top of a \
-         hot one; the rest of the spread is this 2-CPU machine's noise (see the min-max \
-         ranges)."
+         follows the first; by then the userfaultfd handler is no longer involved (`torpor \
+         stats` counts no further faults), yet woken requests of the smallest workloads stay \
+         a few tenths of a millisecond slower than hot ones, which is where the woken target \
+         is missed; we have not found where that time goes. The rest of the spread is this \
+         2-CPU machine's noise (see the min-max ranges)."
     )
 }
 
