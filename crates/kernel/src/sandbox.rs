@@ -180,6 +180,7 @@ impl Sandbox {
             exit: None,
             comm: comm_of(&cfg.program),
             exe: prog_path,
+            cmdline: crate::task::cmdline_of(&argv),
         };
         let timings = StartTimings {
             built_us: started.elapsed().as_micros() as u64,

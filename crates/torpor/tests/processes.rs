@@ -18,6 +18,7 @@ fn shell_root() -> Rootfs {
     let r = Rootfs::new();
     for applet in [
         "sh", "echo", "wc", "cat", "tr", "sort", "head", "seq", "sleep", "true", "false",
+        "readlink", "grep",
     ] {
         r.symlink(&format!("/bin/{applet}"), "busybox");
     }
@@ -130,5 +131,30 @@ fn children_end_with_the_first_process() {
     assert!(
         start.elapsed() < Duration::from_secs(50),
         "the sandbox waited for its orphaned child"
+    );
+}
+
+#[test]
+fn proc_self_describes_the_calling_process() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = shell_root();
+    r.file("/tmp/input.txt", "data\n");
+    let script = "cat /proc/self/cmdline | tr '\\0' '|'; echo; \
+                  readlink /proc/self/fd/0 < /tmp/input.txt; \
+                  grep -E '^(PPid|Threads)' /proc/self/status; echo $$";
+    let got = torpor()
+        .run(r.path(), "/bin/sh")
+        .args(["-c", script])
+        .guest_env("PATH=/bin")
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_eq!(got.code(), 0, "{got:?}");
+    assert_eq!(
+        got.stdout_str(),
+        "cat|/proc/self/cmdline|\n/tmp/input.txt\nPPid:\t1\nThreads:\t1\n1\n",
+        "stderr: {}",
+        got.stderr_str()
     );
 }

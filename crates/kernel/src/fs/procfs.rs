@@ -6,8 +6,13 @@
 //! |---|---|
 //! | `/proc/self/maps`, `/proc/1/maps` | the address space's VMAs, Linux's format |
 //! | `/proc/self/status`, `/proc/self/stat` | identity, state, memory of the process |
+//! | `/proc/self/cmdline` | the arguments the program was started with (NUL-separated) |
 //! | `/proc/meminfo` | the sandbox's memory limit and free memory |
 //! | `/proc/cpuinfo`, `/sys/devices/system/cpu/online` | the host's (what the vCPUs run on) |
+//!
+//! `/proc/self/…`, `/proc/thread-self/…` and `/proc/PID/…` with the caller's own pid name the
+//! caller's process; `readlink` of `/proc/self/fd/N` and `/proc/self/exe` is answered by the
+//! syscall layer ([`self_relative`] splits such paths).
 
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -17,14 +22,30 @@ use mm::{Prot, VmaKind};
 
 use crate::task::Task;
 
-/// Whether `path` is one of the generated files (after `/proc/self` → `/proc/1`).
-fn normalise(path: &[u8]) -> Option<&'static str> {
+/// The part after `/proc/self/`, `/proc/thread-self/` or `/proc/PID/` when PID is `pid` (the
+/// caller's process), e.g. `maps` or `fd/3`.
+pub fn self_relative(path: &[u8], pid: i32) -> Option<&str> {
+    let p = std::str::from_utf8(path).ok()?.trim_end_matches('/');
+    let rest = p.strip_prefix("/proc/")?;
+    let (who, what) = rest.split_once('/')?;
+    let me = who == "self" || who == "thread-self" || who.parse::<i32>().ok() == Some(pid);
+    me.then_some(what)
+}
+
+/// Whether `path` is one of the generated files of process `pid`.
+fn normalise(path: &[u8], pid: i32) -> Option<&'static str> {
+    if let Some(what) = self_relative(path, pid) {
+        return Some(match what {
+            "maps" => "maps",
+            "status" => "status",
+            "stat" => "stat",
+            "cmdline" => "cmdline",
+            _ => return None,
+        });
+    }
     let p = std::str::from_utf8(path).ok()?;
     let p = p.trim_end_matches('/');
     Some(match p {
-        "/proc/self/maps" | "/proc/1/maps" | "/proc/thread-self/maps" => "maps",
-        "/proc/self/status" | "/proc/1/status" => "status",
-        "/proc/self/stat" | "/proc/1/stat" => "stat",
         "/proc/meminfo" => "meminfo",
         "/proc/cpuinfo" => "cpuinfo",
         "/sys/devices/system/cpu/online" | "/sys/devices/system/cpu/possible" => "online",
@@ -37,9 +58,10 @@ fn normalise(path: &[u8]) -> Option<&'static str> {
 /// # Errors
 /// The host's errno if the memory file cannot be made.
 pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
-    let which = normalise(path)?;
+    let which = normalise(path, t.pid)?;
     let content = match which {
         "maps" => maps(t),
+        "cmdline" => t.cmdline.to_vec(),
         "status" => status(t),
         "stat" => stat(t),
         "meminfo" => meminfo(t),
@@ -107,14 +129,16 @@ fn status(t: &Task) -> Vec<u8> {
     // SAFETY: no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     format!(
-        "Name:\t{}\nUmask:\t{:04o}\nState:\tR (running)\nTgid:\t{pid}\nNgid:\t0\nPid:\t{tid}\nPPid:\t0\n\
+        "Name:\t{}\nUmask:\t{:04o}\nState:\tR (running)\nTgid:\t{pid}\nNgid:\t0\nPid:\t{tid}\nPPid:\t{ppid}\n\
          TracerPid:\t0\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{gid}\t{gid}\t{gid}\t{gid}\nFDSize:\t64\n\
-         VmRSS:\t{rss_kb} kB\nThreads:\t1\nSigBlk:\t{:016x}\nCpus_allowed_list:\t0\n",
+         VmRSS:\t{rss_kb} kB\nThreads:\t{threads}\nSigBlk:\t{:016x}\nCpus_allowed_list:\t0\n",
         comm(t),
         t.umask,
         t.signals.mask,
         pid = t.pid,
         tid = t.tid,
+        ppid = t.group.procs.parent_of(t.pid),
+        threads = t.group.live(),
     )
     .into_bytes()
 }
@@ -125,11 +149,11 @@ fn stat(t: &Task) -> Vec<u8> {
     fields[0] = t.pid.to_string();
     fields[1] = format!("({})", comm(t));
     fields[2] = "R".into();
-    fields[3] = "0".into(); // ppid
+    fields[3] = t.group.procs.parent_of(t.pid).to_string(); // ppid
     fields[4] = t.pid.to_string(); // pgrp
     fields[5] = t.pid.to_string(); // session
     fields[7] = "-1".into(); // tpgid
-    fields[19] = "1".into(); // num_threads
+    fields[19] = t.group.live().to_string(); // num_threads
     fields[22] = (stats.mapped_pages as u64 * 4096).to_string(); // vsize (approx.)
     fields[23] = stats.mapped_pages.to_string(); // rss
     let mut s = fields.join(" ");
@@ -154,10 +178,16 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(normalise(b"/proc/self/maps"), Some("maps"));
-        assert_eq!(normalise(b"/proc/1/status"), Some("status"));
-        assert_eq!(normalise(b"/proc/meminfo"), Some("meminfo"));
-        assert_eq!(normalise(b"/proc/2/maps"), None);
+        assert_eq!(normalise(b"/proc/self/maps", 1), Some("maps"));
+        assert_eq!(normalise(b"/proc/1/status", 1), Some("status"));
+        assert_eq!(normalise(b"/proc/7/cmdline", 7), Some("cmdline"));
+        assert_eq!(normalise(b"/proc/thread-self/stat/", 3), Some("stat"));
+        assert_eq!(normalise(b"/proc/meminfo", 1), Some("meminfo"));
+        assert_eq!(normalise(b"/proc/2/maps", 1), None);
+        assert_eq!(normalise(b"/proc/self/environ", 1), None);
+        assert_eq!(self_relative(b"/proc/self/fd/3", 1), Some("fd/3"));
+        assert_eq!(self_relative(b"/proc/9/fd/3", 1), None);
+        assert_eq!(self_relative(b"/proc/selfish/fd", 1), None);
         assert_eq!(normalise(b"/etc/passwd"), None);
     }
 

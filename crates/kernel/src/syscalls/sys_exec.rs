@@ -195,6 +195,7 @@ pub(crate) fn execve(
     t.signals.reset_for_exec();
     t.clear_child_tid = 0;
     t.exe = exe;
+    t.cmdline = crate::task::cmdline_of(&argv);
     t.comm = crate::sandbox::comm_of(&name);
     t.group.procs.release_vfork(t.pid);
     Ok(0)

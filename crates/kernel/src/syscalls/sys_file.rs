@@ -64,7 +64,7 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         let file = Arc::new(OpenFile::new(r?, FileKind::Regular, Some(guest)));
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
-    if guest == b"/proc/self/exe" || guest == b"/proc/1/exe" {
+    if crate::fs::procfs::self_relative(&guest, t.pid) == Some("exe") {
         let exe = t.exe.clone();
         let fd = t.root.open_at(&exe, libc::O_RDONLY, 0)?;
         let file = Arc::new(OpenFile::new(fd, FileKind::Regular, Some(exe)));

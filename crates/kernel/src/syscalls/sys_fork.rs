@@ -144,6 +144,7 @@ pub(super) fn fork(
         },
         exit: None,
         exe: t.exe.clone(),
+        cmdline: t.cmdline.clone(),
         comm: t.comm,
         control: control.clone(),
         park_hook: None,

@@ -311,6 +311,7 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         },
         exit: None,
         exe: t.exe.clone(),
+        cmdline: t.cmdline.clone(),
         comm: t.comm,
         control: control.clone(),
         park_hook: None,

@@ -188,11 +188,21 @@ fn readlink_at(t: &mut Task, dirfd: i32, path: &[u8], buf: Gva, len: u64) -> Sys
     if len == 0 || len > i32::MAX as u64 {
         return Err(Errno::EINVAL);
     }
-    if path == b"/proc/self/exe" {
-        let exe = t.exe.clone();
-        let n = exe.len().min(len as usize);
-        t.copy_out(buf, &exe[..n])?;
-        return Ok(n as u64);
+    if let Some(what) = crate::fs::procfs::self_relative(path, t.pid) {
+        let target = if what == "exe" {
+            Some(t.exe.clone())
+        } else if let Some(n) = what.strip_prefix("fd/") {
+            let fd: i32 = n.parse().map_err(|_| Errno::ENOENT)?;
+            let file = t.fds.get(fd).map_err(|_| Errno::ENOENT)?;
+            Some(fd_link(&file))
+        } else {
+            None
+        };
+        if let Some(target) = target {
+            let n = target.len().min(len as usize);
+            t.copy_out(buf, &target[..n])?;
+            return Ok(n as u64);
+        }
     }
     let fd = open_path(t, dirfd, path, AT_SYMLINK_NOFOLLOW)?;
     let mut out = vec![0u8; (len as usize).min(libc::PATH_MAX as usize * 4)];
@@ -255,4 +265,23 @@ pub fn sys_fstatfs(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
     let host = f.host().as_raw_fd();
     statfs_fd(t, host, a.gva(1))
+}
+
+/// What `/proc/self/fd/N` points to: the guest path the file was opened by, or for a socket,
+/// pipe or other object the host's `socket:[ino]`-style name (never a host path).
+fn fd_link(file: &crate::fd::OpenFile) -> Vec<u8> {
+    if let Some(p) = &file.path {
+        return p.clone();
+    }
+    let host = std::fs::read_link(format!("/proc/self/fd/{}", file.host().as_raw_fd()))
+        .map(|l| l.as_os_str().as_encoded_bytes().to_vec())
+        .unwrap_or_default();
+    if host.starts_with(b"socket:")
+        || host.starts_with(b"pipe:")
+        || host.starts_with(b"anon_inode:")
+    {
+        host
+    } else {
+        b"anon_inode:[file]".to_vec()
+    }
 }

@@ -74,6 +74,8 @@ pub struct Task {
     pub exit: Option<ExitStatus>,
     /// Guest path of the running executable (/proc/self/exe).
     pub exe: Vec<u8>,
+    /// The program's arguments, each NUL-terminated (/proc/self/cmdline).
+    pub cmdline: Arc<[u8]>,
     /// Thread name (prctl PR_SET_NAME), NUL-padded.
     pub comm: [u8; 16],
     /// Cross-thread control (park requests, idle flag).
@@ -415,4 +417,14 @@ impl Task {
             .user_ranges(addr, len, write)
             .map_err(|e| Errno(e.errno()))
     }
+}
+
+/// argv as /proc/PID/cmdline shows it: each argument followed by a NUL.
+pub fn cmdline_of(argv: &[Vec<u8>]) -> Arc<[u8]> {
+    let mut v = Vec::new();
+    for a in argv {
+        v.extend_from_slice(a);
+        v.push(0);
+    }
+    v.into()
 }
