@@ -188,7 +188,7 @@ mod tests {
         assert_eq!(self_relative(b"/proc/self/fd/3", 1), Some("fd/3"));
         assert_eq!(self_relative(b"/proc/9/fd/3", 1), None);
         assert_eq!(self_relative(b"/proc/selfish/fd", 1), None);
-        assert_eq!(normalise(b"/etc/passwd"), None);
+        assert_eq!(normalise(b"/etc/passwd", 1), None);
     }
 
     #[test]
