@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use abi::Errno;
 use mm::MemoryManager;
-use platform::{GuestMemory, Gva, Vm};
+use platform::Gva;
 
 use super::{SysResult, SyscallArgs};
 use crate::fs;
@@ -157,14 +157,7 @@ pub(crate) fn execve(
     };
     let name = String::from_utf8_lossy(&exe).into_owned();
 
-    let mem = Arc::new(GuestMemory::new(t.mem.size()).map_err(|e| {
-        tracing::warn!("execve: guest memory: {e}");
-        Errno::ENOMEM
-    })?);
-    let vm = Arc::new(Vm::new(mem.clone()).map_err(|e| {
-        tracing::warn!("execve: {e}");
-        Errno::EAGAIN
-    })?);
+    let (mem, vm) = super::sys_fork::new_vm(t.mem.size(), "execve")?;
     let mut mm = MemoryManager::new(mem.clone()).map_err(|_| Errno::ENOMEM)?;
     let image =
         loader::load_elf(&mut mm, &t.root, &name, std::fs::File::from(fd)).map_err(|e| {

@@ -12,7 +12,7 @@ use abi::Errno;
 use platform::{GuestMemory, Vm};
 
 use super::{SysResult, SyscallArgs};
-use crate::task::{Task, TaskControl, ThreadGroup, WaitFor};
+use crate::task::{ChildParts, Task, ThreadGroup, WaitFor};
 
 pub(super) const CLONE_VM: u64 = 0x100;
 pub(super) const CLONE_VFORK: u64 = 0x4000;
@@ -79,14 +79,7 @@ pub(super) fn fork(
         return Err(Errno::EPERM);
     }
     let exit_signal = (flags & 0xff) as i32;
-    let mem = Arc::new(GuestMemory::new(t.mem.size()).map_err(|e| {
-        tracing::warn!("fork: guest memory: {e}");
-        Errno::ENOMEM
-    })?);
-    let vm = Arc::new(Vm::new(mem.clone()).map_err(|e| {
-        tracing::warn!("fork: {e}");
-        Errno::EAGAIN
-    })?);
+    let (mem, vm) = new_vm(t.mem.size(), "fork")?;
     let mut mm = t.mm().fork_into(mem.clone()).map_err(|e| {
         tracing::warn!("fork: {e}");
         Errno::ENOMEM
@@ -95,14 +88,12 @@ pub(super) fn fork(
         tracing::warn!("fork: {e}");
         Errno::EAGAIN
     })?;
-    vcpu.user = t.vcpu.user;
-    vcpu.user.regs.rax = 0;
-    if newsp != 0 {
-        vcpu.user.regs.rsp = newsp;
-    }
-    if flags & CLONE_SETTLS != 0 {
-        vcpu.user.fs_base = tls;
-    }
+    super::sys_process::start_like_parent(
+        &mut vcpu,
+        t,
+        newsp,
+        (flags & CLONE_SETTLS != 0).then_some(tls),
+    );
     let fpu = t.vcpu.get_xsave().map_err(|e| {
         tracing::warn!("fork: {e}");
         Errno::EAGAIN
@@ -122,46 +113,25 @@ pub(super) fn fork(
             .map_err(|e| Errno(e.errno()))?;
     }
     let group = ThreadGroup::new(vm, pid, procs.clone());
-    let control = Arc::new(TaskControl::new(vcpu.kicker()));
     let mut signals = t.signals.clone();
     signals.reset_for_fork();
-    let mut child = Task {
+    let child = t.child(ChildParts {
         tid: pid,
         pid,
         vcpu,
         mm: Arc::new(Mutex::new(mm)),
         mem,
         fds: Arc::new(t.fds.fork_copy()),
-        root: t.root.clone(),
-        cwd: t.cwd.clone(),
-        umask: t.umask,
-        net: t.net.clone(),
+        group: group.clone(),
         signals,
         clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 {
             ctid.raw()
         } else {
             0
         },
-        exit: None,
-        exe: t.exe.clone(),
-        cmdline: t.cmdline.clone(),
-        comm: t.comm,
-        control: control.clone(),
-        park_hook: None,
-        pte_gen: group.join(pid, control),
-        group: group.clone(),
-        thread_exit_only: false,
-        mappings_restricted: false,
-    };
+    });
     procs.add(pid, t.pid, group.clone(), exit_signal);
-    let spawned = std::thread::Builder::new()
-        .name(format!("proc-{pid}"))
-        .spawn(move || {
-            if let Err(e) = child.run() {
-                tracing::error!("process {}: {e}", child.pid);
-            }
-        });
-    if let Err(e) = spawned {
+    if let Err(e) = child.spawn(format!("proc-{pid}")) {
         tracing::warn!("fork: cannot start a host thread: {e}");
         group.exit_group(crate::task::ExitStatus::Signaled(libc::SIGKILL));
         group.leave(pid);
@@ -173,6 +143,23 @@ pub(super) fn fork(
         procs.wait_vfork(pid, || control.park_requested());
     }
     Ok(pid as u64)
+}
+
+/// Fresh guest memory of `size` bytes and a VM over it, for a new process (`what`: fork,
+/// execve, for the log).
+///
+/// # Errors
+/// ENOMEM without memory; EAGAIN if KVM refuses the VM.
+pub(super) fn new_vm(size: u64, what: &str) -> Result<(Arc<GuestMemory>, Arc<Vm>), Errno> {
+    let mem = Arc::new(GuestMemory::new(size).map_err(|e| {
+        tracing::warn!("{what}: guest memory: {e}");
+        Errno::ENOMEM
+    })?);
+    let vm = Arc::new(Vm::new(mem.clone()).map_err(|e| {
+        tracing::warn!("{what}: {e}");
+        Errno::EAGAIN
+    })?);
+    Ok((mem, vm))
 }
 
 const WNOHANG: i32 = 1;

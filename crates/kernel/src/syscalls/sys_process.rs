@@ -1,11 +1,9 @@
 //! Process and thread identity, exit, arch_prctl, set_tid_address, futex, robust lists.
 
-use std::sync::Arc;
-
 use abi::Errno;
 
 use super::{SysResult, SyscallArgs};
-use crate::task::{ExitStatus, Task, TaskControl, WaitResult};
+use crate::task::{ChildParts, ExitStatus, Task, WaitResult};
 
 /// Implements getpid(2).
 pub fn sys_getpid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
@@ -275,64 +273,54 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         tracing::warn!("clone: {e}");
         Errno::EAGAIN
     })?;
-    vcpu.user = t.vcpu.user;
-    vcpu.user.regs.rax = 0;
-    if newsp != 0 {
-        vcpu.user.regs.rsp = newsp;
-    }
-    if flags & CLONE_SETTLS != 0 {
-        vcpu.user.fs_base = tls;
-    }
+    start_like_parent(
+        &mut vcpu,
+        t,
+        newsp,
+        (flags & CLONE_SETTLS != 0).then_some(tls),
+    );
     if flags & CLONE_PARENT_SETTID != 0 {
         t.write_u32(ptid, tid as u32)?;
     }
     if flags & CLONE_CHILD_SETTID != 0 {
         t.write_u32(ctid, tid as u32)?;
     }
-    let control = Arc::new(TaskControl::new(vcpu.kicker()));
     let mut signals = t.signals.clone();
     signals.reset_for_new_thread();
-    let mut child = Task {
+    let child = t.child(ChildParts {
         tid,
         pid: t.pid,
         vcpu,
         mm: t.mm.clone(),
         mem: t.mem.clone(),
         fds: t.fds.clone(),
-        root: t.root.clone(),
-        cwd: t.cwd.clone(),
-        umask: t.umask,
-        net: t.net.clone(),
+        group: t.group.clone(),
         signals,
         clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 {
             ctid.raw()
         } else {
             0
         },
-        exit: None,
-        exe: t.exe.clone(),
-        cmdline: t.cmdline.clone(),
-        comm: t.comm,
-        control: control.clone(),
-        park_hook: None,
-        group: t.group.clone(),
-        pte_gen: t.group.join(tid, control),
-        thread_exit_only: false,
-        mappings_restricted: false,
-    };
-    let spawned = std::thread::Builder::new()
-        .name(format!("vcpu-{tid}"))
-        .spawn(move || {
-            if let Err(e) = child.run() {
-                tracing::error!("thread {}: {e}", child.tid);
-            }
-        });
-    if let Err(e) = spawned {
+    });
+    if let Err(e) = child.spawn(format!("vcpu-{tid}")) {
         tracing::warn!("clone: cannot start a host thread: {e}");
         t.group.leave(tid);
         return Err(Errno::EAGAIN);
     }
     Ok(tid as u64)
+}
+
+/// Sets a new task's user registers to its creator's, returning 0 from the syscall, on
+/// stack `newsp` (0: the creator's) and with TLS base `tls` if given.
+pub(super) fn start_like_parent(vcpu: &mut platform::Vcpu, t: &Task, newsp: u64, tls: Option<u64>) {
+    vcpu.user = t.vcpu.user;
+    vcpu.user.regs.rax = 0;
+    if newsp != 0 {
+        vcpu.user.regs.rsp = newsp;
+    }
+    if let Some(tls) = tls {
+        vcpu.user.fs_base = tls;
+    }
 }
 
 /// Implements clone3(2) as ENOSYS: glibc and Go fall back to clone(2).

@@ -109,7 +109,74 @@ fn waits_for_input(nr: u64) -> bool {
     matches!(nr, 7 | 43 | 232 | 270 | 271 | 281 | 288 | 441)
 }
 
+/// What a task made by clone or fork does not take from its creator.
+pub struct ChildParts {
+    /// Thread id.
+    pub tid: i32,
+    /// Process id (the creator's for a thread, `tid` for a new process).
+    pub pid: i32,
+    /// Its vCPU, registers already set.
+    pub vcpu: Vcpu,
+    /// Its address space.
+    pub mm: Arc<Mutex<MemoryManager>>,
+    /// Its guest memory.
+    pub mem: Arc<GuestMemory>,
+    /// Its descriptor table.
+    pub fds: Arc<FdTable>,
+    /// Its thread group (the task joins it).
+    pub group: Arc<ThreadGroup>,
+    /// Its signal state.
+    pub signals: SignalState,
+    /// CLONE_CHILD_CLEARTID's address, or 0.
+    pub clear_child_tid: u64,
+}
+
 impl Task {
+    /// A new task made by this one (clone, fork): `parts`, and the rest (root, working
+    /// directory, umask, network policy, executable, name) from this task. It joins its group.
+    pub fn child(&self, parts: ChildParts) -> Task {
+        let control = Arc::new(TaskControl::new(parts.vcpu.kicker()));
+        Task {
+            tid: parts.tid,
+            pid: parts.pid,
+            vcpu: parts.vcpu,
+            mm: parts.mm,
+            mem: parts.mem,
+            fds: parts.fds,
+            root: self.root.clone(),
+            cwd: self.cwd.clone(),
+            umask: self.umask,
+            net: self.net.clone(),
+            signals: parts.signals,
+            clear_child_tid: parts.clear_child_tid,
+            exit: None,
+            exe: self.exe.clone(),
+            cmdline: self.cmdline.clone(),
+            comm: self.comm,
+            control: control.clone(),
+            park_hook: None,
+            pte_gen: parts.group.join(parts.tid, control),
+            group: parts.group,
+            thread_exit_only: false,
+            mappings_restricted: false,
+        }
+    }
+
+    /// Runs the task on a new host thread named `name`.
+    ///
+    /// # Errors
+    /// The host's error if the thread cannot be started (the task is dropped).
+    pub fn spawn(mut self, name: String) -> std::io::Result<()> {
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                if let Err(e) = self.run() {
+                    tracing::error!("task {} of process {}: {e}", self.tid, self.pid);
+                }
+            })
+            .map(|_| ())
+    }
+
     /// Locks the address space.
     pub fn mm(&self) -> MutexGuard<'_, MemoryManager> {
         // A poisoned lock means another thread panicked mid-update: with panic = "abort" this
