@@ -219,3 +219,24 @@ fn log_tail(path: &Path) -> String {
         Err(e) => format!("(no build log {}: {e})", path.display()),
     }
 }
+
+/// Compiles `tests/apps/java/Hello.java` (a com.sun.net.httpserver hello-world answering
+/// "hello from java" on port 8080) with the host's `javac` into `ROOT/app`, so that the
+/// root runs it as `java -cp /app Hello`.
+///
+/// # Panics
+///
+/// When `javac` (Debian's openjdk-17-jdk-headless) is missing or fails.
+pub fn build_java_hello(root: &std::path::Path) {
+    let src = crate::workspace_root().join("tests/apps/java/Hello.java");
+    let app = root.join("app");
+    std::fs::create_dir_all(&app).unwrap_or_else(|e| panic!("create {}: {e}", app.display()));
+    let ok = std::process::Command::new("javac")
+        .args(["--release", "17", "-d"])
+        .arg(&app)
+        .arg(&src)
+        .status()
+        .expect("javac (Debian's openjdk-17-jdk-headless) is needed to build the Java test server")
+        .success();
+    assert!(ok, "javac failed on {}", src.display());
+}

@@ -24,7 +24,7 @@ pub mod tempdir;
 
 use std::path::PathBuf;
 
-pub use debian::debian_rootfs;
+pub use debian::{build_java_hello, debian_rootfs};
 pub use detached::{json_field, Detached};
 pub use guest::{build_c, build_static_c, elf_is_static, guest_program, guest_source};
 pub use net::{free_port, http_get, HttpResponse};

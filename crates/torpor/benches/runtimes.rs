@@ -23,24 +23,7 @@ struct Workload {
 }
 
 fn java_setup(root: &std::path::Path) {
-    let src = testutil::TempDir::new("java-src");
-    std::fs::write(
-        src.path().join("Hello.java"),
-        "import com.sun.net.httpserver.HttpServer; import java.net.InetSocketAddress;\n\
-         public class Hello { public static void main(String[] a) throws Exception {\n\
-         HttpServer s = HttpServer.create(new InetSocketAddress(8080), 0);\n\
-         s.createContext(\"/\", ex -> { byte[] b = \"hello\\n\".getBytes(); ex.sendResponseHeaders(200, b.length);\n\
-         try (var o = ex.getResponseBody()) { o.write(b); } }); s.start(); } }\n",
-    )
-    .unwrap();
-    let app = root.join("app");
-    std::fs::create_dir_all(&app).unwrap();
-    let ok = Command::new("javac")
-        .args(["--release", "17", "-d"])
-        .arg(&app)
-        .arg(src.path().join("Hello.java"))
-        .status();
-    assert!(ok.map(|s| s.success()).unwrap_or(false), "javac failed");
+    testutil::build_java_hello(root);
 }
 
 fn no_setup(_: &std::path::Path) {}

@@ -182,24 +182,6 @@ fn go_net_http_server_answers_100_requests() {
     serves_100_requests("go", "/app/hello", &[], "Hello");
 }
 
-const JAVA_SERVER: &str = r#"
-import com.sun.net.httpserver.HttpServer;
-import java.io.OutputStream;
-import java.net.InetSocketAddress;
-
-public class Hello {
-    public static void main(String[] args) throws Exception {
-        HttpServer server = HttpServer.create(new InetSocketAddress(8080), 0);
-        server.createContext("/", ex -> {
-            byte[] body = "hello from java\n".getBytes();
-            ex.sendResponseHeaders(200, body.length);
-            try (OutputStream os = ex.getResponseBody()) { os.write(body); }
-        });
-        server.start();
-    }
-}
-"#;
-
 #[test]
 fn java_http_server_answers_100_requests() {
     if !testutil::require_kvm() {
@@ -208,18 +190,7 @@ fn java_http_server_answers_100_requests() {
     let Some(root) = testutil::debian_rootfs("java") else {
         return;
     };
-    // Compile the server with the host's javac into the root's /app.
-    let src = testutil::TempDir::new("java-src");
-    std::fs::write(src.path().join("Hello.java"), JAVA_SERVER).unwrap();
-    let app = root.join("app");
-    std::fs::create_dir_all(&app).unwrap();
-    let javac = Command::new("javac")
-        .args(["--release", "17", "-d"])
-        .arg(&app)
-        .arg(src.path().join("Hello.java"))
-        .status()
-        .expect("javac (Debian's openjdk-17-jdk-headless) is needed to build the Java test server");
-    assert!(javac.success(), "javac failed");
+    testutil::build_java_hello(&root);
     serves_100_requests(
         "java",
         "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",

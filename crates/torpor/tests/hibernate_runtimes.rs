@@ -7,30 +7,12 @@
 //! prints "skipped" and passes, unless TORPOR_REQUIRE_KVM=1.
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use testutil::Detached;
 
 const NODE_SERVER: &str =
     r#"require('http').createServer((q, s) => s.end('hello from node\n')).listen(8080)"#;
-
-const JAVA_SERVER: &str = r#"
-import com.sun.net.httpserver.HttpServer;
-import java.io.OutputStream;
-import java.net.InetSocketAddress;
-public class Hello {
-    public static void main(String[] a) throws Exception {
-        HttpServer s = HttpServer.create(new InetSocketAddress(8080), 0);
-        s.createContext("/", x -> {
-            byte[] body = "hello from java\n".getBytes();
-            x.sendResponseHeaders(200, body.length);
-            try (OutputStream o = x.getResponseBody()) { o.write(body); }
-        });
-        s.start();
-    }
-}
-"#;
 
 fn get(addr: SocketAddr, what: &str) -> String {
     testutil::http_get(addr, "/", Duration::from_secs(60))
@@ -47,8 +29,8 @@ fn hibernate_cycles(name: &str, program: &str, args: &[&str], want: &str, wake_m
     let Some(root) = testutil::debian_rootfs(name) else {
         return;
     };
-    if name == "java" && !compile_java(&root) {
-        return;
+    if name == "java" {
+        testutil::build_java_hello(&root);
     }
     let port = testutil::free_port();
     let publish = format!("127.0.0.1:{port}:8080");
@@ -108,23 +90,6 @@ fn hibernate_cycles(name: &str, program: &str, args: &[&str], want: &str, wake_m
         );
     }
     sb.ok("delete", &["--force"]);
-}
-
-/// Compiles the Java server into the root's /app with the host's javac.
-fn compile_java(root: &std::path::Path) -> bool {
-    let src = testutil::TempDir::new("java-src");
-    std::fs::write(src.path().join("Hello.java"), JAVA_SERVER).unwrap();
-    let app = root.join("app");
-    std::fs::create_dir_all(&app).unwrap();
-    let ok = Command::new("javac")
-        .args(["--release", "17", "-d"])
-        .arg(&app)
-        .arg(src.path().join("Hello.java"))
-        .status()
-        .expect("javac (Debian's openjdk-17-jdk-headless) is needed to build the Java test server")
-        .success();
-    assert!(ok, "javac failed");
-    ok
 }
 
 #[test]

@@ -18,6 +18,8 @@ import math
 import sys
 import urllib.parse
 
+from textserver import TextHandler
+
 MAX_N = 100_000_000
 
 
@@ -31,7 +33,7 @@ def float_operations(n):
     return total
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(TextHandler):
     def do_GET(self):
         url = urllib.parse.urlsplit(self.path)
         if url.path != "/float":
@@ -44,15 +46,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not 0 <= n <= MAX_N:
             self.send_error(400, f"n must be an integer from 0 to {MAX_N}")
             return
-        body = f"n={n} sum={float_operations(n)!r}\n".encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.reply(f"n={n} sum={float_operations(n)!r}\n")
 
 
 def main():

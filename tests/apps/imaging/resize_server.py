@@ -21,6 +21,7 @@ import urllib.parse
 
 from PIL import Image
 
+from textserver import TextHandler
 from workloads import make_image, sha256
 
 SIZES = {"small": (160, 120), "large": (1200, 900)}
@@ -44,7 +45,7 @@ def resize(size):
     return f"size={out.size[0]}x{out.size[1]} bytes={len(data)} sha256={sha256(data)}\n"
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(TextHandler):
     def do_GET(self):
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
@@ -52,15 +53,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if url.path != "/resize" or size not in SIZES:
             self.send_error(404)
             return
-        body = resize(size).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.reply(resize(size))
 
 
 def main():

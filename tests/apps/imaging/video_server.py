@@ -23,12 +23,13 @@ import sys
 import tempfile
 import urllib.parse
 
+from textserver import TextHandler
 from workloads import gray_video, make_video, sha256
 
 FRAMES, WIDTH, HEIGHT = 600, 640, 480
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(TextHandler):
     def do_GET(self):
         if urllib.parse.urlsplit(self.path).path != "/video":
             self.send_error(404)
@@ -38,16 +39,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with open(out, "rb") as f:
             data = f.read()
         os.unlink(out)
-        body = (f"frames={frames} gray_sha256={frames_sha} "
-                f"out_bytes={len(data)} out_sha256={sha256(data)}\n").encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.reply(f"frames={frames} gray_sha256={frames_sha} "
+                   f"out_bytes={len(data)} out_sha256={sha256(data)}\n")
 
 
 def main():

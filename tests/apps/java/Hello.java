@@ -1,4 +1,4 @@
-// Java hello-world for `torpor bench paper` (com.sun.net.httpserver).
+// Java hello-world (com.sun.net.httpserver) for the tests, benches and `torpor bench paper`.
 import com.sun.net.httpserver.HttpServer;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;

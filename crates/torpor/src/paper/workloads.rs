@@ -33,9 +33,10 @@ pub struct Workload {
 
 const PY_HELLO: &str = include_str!("apps/hello.py");
 const NODE_HELLO: &str = include_str!("apps/hello.js");
-const JAVA_HELLO: &str = include_str!("apps/Hello.java");
+const JAVA_HELLO: &str = include_str!("../../../../tests/apps/java/Hello.java");
 // The FunctionBench-style servers are shared with the imaging tests.
 const PY_WORKLOADS: &str = include_str!("../../../../tests/apps/imaging/workloads.py");
+const PY_TEXTSERVER: &str = include_str!("../../../../tests/apps/imaging/textserver.py");
 const PY_FLOAT: &str = include_str!("../../../../tests/apps/imaging/float_server.py");
 const PY_IMAGE: &str = include_str!("../../../../tests/apps/imaging/resize_server.py");
 const PY_VIDEO: &str = include_str!("../../../../tests/apps/imaging/video_server.py");
@@ -56,6 +57,7 @@ pub fn all() -> Vec<Workload> {
         files: vec![
             (file, src.as_bytes()),
             ("/app/paper/workloads.py", PY_WORKLOADS.as_bytes()),
+            ("/app/paper/textserver.py", PY_TEXTSERVER.as_bytes()),
         ],
         path,
         expect,
