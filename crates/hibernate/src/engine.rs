@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 use kernel::fd::FileKind;
 use kernel::task::{ParkHook, Task, TaskControl};
 use platform::{layout, Gpa, GuestMemory, PAGE_SIZE};
-use userfaultfd::{Uffd, UffdBuilder};
 
 use crate::metrics::HibernateMetrics as Metrics;
 use crate::pager::{self, PagerState};
@@ -36,6 +35,7 @@ use crate::pagestate::{PageIdx, PageState, PageStateMap};
 use crate::reap::{ReapReader, ReapWriter, WorkingSetRecorder, DEFAULT_RECORD_LIMIT};
 use crate::state::{State, StateMachine};
 use crate::swapfile::{SwapReader, SwapWriter};
+use crate::uffd::Uffd;
 
 /// Pages per swap-file write (2 MiB).
 const BATCH_PAGES: usize = 512;
@@ -416,15 +416,14 @@ impl Hibernator {
                 let host = base + first.0 * PAGE_SIZE;
                 // SAFETY: `data` holds verified page bytes; the destination run lies in guest
                 // memory above the reserved chunk (REAP pages are guest pages of the map).
-                let r =
-                    unsafe { uffd.copy(data.as_ptr().cast(), host as *mut _, data.len(), true) };
+                let r = unsafe { uffd.copy(data.as_ptr().cast(), host as *mut _, data.len()) };
                 if r.is_err() {
                     // Some page of the run is present already: install page by page.
                     for (k, page) in data.chunks(PAGE_SIZE as usize).enumerate() {
                         let h = host + k as u64 * PAGE_SIZE;
                         // SAFETY: as above, one page.
                         let _ = unsafe {
-                            uffd.copy(page.as_ptr().cast(), h as *mut _, PAGE_SIZE as usize, true)
+                            uffd.copy(page.as_ptr().cast(), h as *mut _, PAGE_SIZE as usize)
                         };
                     }
                 }
@@ -741,12 +740,9 @@ impl Hibernator {
 
         // 3. Register guest memory (above the platform's chunk) with userfaultfd, once.
         if self.uffd.is_none() {
-            let uffd = UffdBuilder::new()
-                .close_on_exec(true)
-                .non_blocking(false)
-                .user_mode_only(false)
-                .create()
-                .map_err(|e| format!("userfaultfd: {e}"))?;
+            // Blocking reads, close-on-exec, kernel-mode faults too (the runtime's own copies
+            // into guest memory fault like the guest's touches).
+            let uffd = Uffd::new().map_err(|e| format!("userfaultfd: {e}"))?;
             let start = layout::RESERVED_END.raw();
             // SAFETY: in bounds: guest memory is larger than the reserved chunk.
             let host = unsafe { mem.host_base().add(start as usize) };

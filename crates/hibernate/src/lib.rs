@@ -15,6 +15,7 @@
 //! | [`metrics`] | `HibernateMetrics` atomics and their JSON snapshot |
 //! | [`engine`] | deflate and the wait for a wake, run by the parked task; the control side's handle |
 //! | [`pager`] | the userfaultfd thread: page-fault swap-in |
+//! | [`uffd`] | `Uffd`: the userfaultfd calls the pager makes (create, register, copy, zeropage, read an event) |
 //!
 //! Deflate and inflate ([`engine`], [`pager`]) are built on these pieces: deflate walks the page-state map,
 //! writes runs with [`SwapWriter::write_batch`] / [`ReapWriter::write_batch`], and records
@@ -36,6 +37,7 @@ pub mod reap;
 pub mod sandbox_dir;
 pub mod state;
 pub mod swapfile;
+pub mod uffd;
 
 #[cfg(test)]
 mod testutil;

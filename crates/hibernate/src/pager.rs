@@ -17,12 +17,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use platform::{GuestMemory, PAGE_SIZE};
-use userfaultfd::{Event, Uffd};
 
 use crate::metrics::HibernateMetrics as Metrics;
 use crate::pagestate::{PageIdx, PageState, PageStateMap};
 use crate::reap::{ReapReader, WorkingSetRecorder};
 use crate::swapfile::SwapReader;
+use crate::uffd::{Event, Uffd};
 
 /// Pages read together around a fault.
 pub const FAULT_AROUND: u64 = 16;
@@ -152,7 +152,7 @@ fn serve(
             }
         };
         let addr = match event {
-            Event::Pagefault { addr, .. } => addr as u64,
+            Event::Pagefault { addr, .. } => addr,
             _ => continue,
         };
         if addr < base || addr >= base + mem.size() {
@@ -168,7 +168,7 @@ fn serve(
         else {
             let host = base + page * PAGE_SIZE;
             // SAFETY: `host` is a page of guest memory, registered with this uffd.
-            match unsafe { uffd.zeropage(host as *mut _, PAGE_SIZE as usize, true) } {
+            match unsafe { uffd.zeropage(host as *mut _, PAGE_SIZE as usize) } {
                 Ok(_) => {}
                 Err(e) if is_eexist(&e) => {}
                 Err(e) => fatal(
@@ -234,7 +234,7 @@ fn serve(
         let host = base + first * PAGE_SIZE;
         // SAFETY: `buf` holds `bytes` verified bytes; the destination is guest memory inside the
         // registered range (first..first+count are pages of the map, which covers guest memory).
-        match unsafe { uffd.copy(buf.as_ptr().cast(), host as *mut _, bytes, true) } {
+        match unsafe { uffd.copy(buf.as_ptr().cast(), host as *mut _, bytes) } {
             Ok(_) => {}
             Err(e) if is_eexist(&e) => {
                 // Some page of the run is present already: fall back to the faulting page only.
@@ -242,12 +242,7 @@ fn serve(
                 let h = base + page * PAGE_SIZE;
                 // SAFETY: as above, one page.
                 match unsafe {
-                    uffd.copy(
-                        buf[off..].as_ptr().cast(),
-                        h as *mut _,
-                        PAGE_SIZE as usize,
-                        true,
-                    )
+                    uffd.copy(buf[off..].as_ptr().cast(), h as *mut _, PAGE_SIZE as usize)
                 } {
                     Ok(_) => {}
                     Err(e) if is_eexist(&e) => {}
@@ -272,8 +267,6 @@ fn serve(
     }
 }
 
-fn is_eexist(e: &userfaultfd::Error) -> bool {
-    e.to_string().contains("File exists")
-        || matches!(e, userfaultfd::Error::CopyFailed(errno) if *errno as i32 == libc::EEXIST)
-        || matches!(e, userfaultfd::Error::ZeropageFailed(errno) if *errno as i32 == libc::EEXIST)
+fn is_eexist(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EEXIST)
 }

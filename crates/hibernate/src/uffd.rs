@@ -1,0 +1,399 @@
+//! A minimal userfaultfd: exactly what the pager needs, over the kernel's own structs and ioctl
+//! numbers from `linux-raw-sys` (pre-generated bindings, so the build needs no libclang).
+//!
+//! One [`Uffd`] is created (`userfaultfd(2)` with `O_CLOEXEC`, blocking reads, kernel-mode
+//! faults included so that the runtime's own copies into guest memory fault too), handshaken
+//! with `UFFDIO_API` (no optional features), and registers guest memory in `MISSING` mode. The
+//! handler thread reads page-fault events ([`Uffd::read_event`]) and resolves them with
+//! `UFFDIO_COPY` ([`Uffd::copy`]) or `UFFDIO_ZEROPAGE` ([`Uffd::zeropage`]), both of which wake
+//! the faulting threads.
+//!
+//! Errors are `std::io::Error`s carrying the errno: `EEXIST` from `copy` or `zeropage` when the
+//! (first) page is already present, `EAGAIN` from `copy` when only part of the range was copied
+//! (a later page was present).
+
+use std::ffi::c_void;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use linux_raw_sys::general::{
+    __NR_userfaultfd, uffd_msg, uffdio_api, uffdio_copy, uffdio_range, uffdio_register,
+    uffdio_zeropage, UFFDIO_REGISTER_MODE_MISSING, UFFD_API, UFFD_EVENT_PAGEFAULT,
+};
+use linux_raw_sys::ioctl::{UFFDIO_API, UFFDIO_COPY, UFFDIO_REGISTER, UFFDIO_ZEROPAGE};
+
+/// A userfaultfd object (the file descriptor, closed on drop).
+#[derive(Debug)]
+pub struct Uffd {
+    fd: OwnedFd,
+}
+
+/// An event read from a [`Uffd`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A thread faulted on a missing page of a registered range.
+    Pagefault {
+        /// The faulting address (page-aligned: no exact-address feature is requested).
+        addr: u64,
+        /// `UFFD_PAGEFAULT_FLAG_*` bits (`UFFD_PAGEFAULT_FLAG_WRITE` for a write).
+        flags: u64,
+    },
+    /// Any other event (none is enabled by [`Uffd::new`]): its `UFFD_EVENT_*` code.
+    Other {
+        /// The `event` byte of the message.
+        event: u8,
+    },
+}
+
+impl Uffd {
+    /// Creates a userfaultfd with `O_CLOEXEC`, blocking reads, and handling kernel-mode faults
+    /// too (no `UFFD_USER_MODE_ONLY`: this needs `CAP_SYS_PTRACE`, or
+    /// `vm.unprivileged_userfaultfd = 1`), then does the `UFFDIO_API` handshake with no optional
+    /// features.
+    ///
+    /// # Errors
+    /// The errno of `userfaultfd(2)` (`EPERM` when not permitted) or of `UFFDIO_API`.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: userfaultfd(2) takes one flags argument and touches no memory of this process.
+        let fd = unsafe { libc::syscall(libc::c_long::from(__NR_userfaultfd), libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a descriptor just returned by the kernel, owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        let uffd = Uffd { fd };
+        let mut api = uffdio_api {
+            api: UFFD_API.into(),
+            features: 0,
+            ioctls: 0,
+        };
+        // SAFETY: UFFDIO_API reads and writes a `uffdio_api`, which `api` is.
+        unsafe { uffd.ioctl(UFFDIO_API, &mut api) }?;
+        Ok(uffd)
+    }
+
+    /// Registers `len` bytes at `start` (page-aligned, an existing private anonymous or shared
+    /// mapping) in `MISSING` mode: a touch of a page not present there becomes an event.
+    ///
+    /// # Errors
+    /// The errno of `UFFDIO_REGISTER` (`EINVAL` for a misaligned or unsupported range).
+    pub fn register(&self, start: *mut c_void, len: usize) -> io::Result<()> {
+        let mut reg = uffdio_register {
+            range: uffdio_range {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: UFFDIO_REGISTER_MODE_MISSING.into(),
+            ioctls: 0,
+        };
+        // SAFETY: UFFDIO_REGISTER reads and writes a `uffdio_register`, which `reg` is; it only
+        // changes how faults on the range are handled, never the memory's contents.
+        unsafe { self.ioctl(UFFDIO_REGISTER, &mut reg) }?;
+        Ok(())
+    }
+
+    /// `UFFDIO_COPY`: atomically fills the missing pages at `dst` with `len` bytes from `src`
+    /// and wakes the threads faulting on them. Returns the bytes copied (`len`).
+    ///
+    /// # Errors
+    /// `EEXIST` when the first page of the range is already present; `EAGAIN` when some pages
+    /// were copied but a later one was present (or the mappings changed); others per
+    /// `ioctl_userfaultfd(2)`.
+    ///
+    /// # Safety
+    /// `src` must be readable for `len` bytes; `dst` must be page-aligned, inside a range
+    /// registered with this object, and `len` a multiple of the page size. The pages at `dst`
+    /// change under any reference to them.
+    pub unsafe fn copy(
+        &self,
+        src: *const c_void,
+        dst: *mut c_void,
+        len: usize,
+    ) -> io::Result<usize> {
+        let mut copy = uffdio_copy {
+            dst: dst as u64,
+            src: src as u64,
+            len: len as u64,
+            mode: 0,
+            copy: 0,
+        };
+        // SAFETY: UFFDIO_COPY reads and writes a `uffdio_copy`, which `copy` is; the memory it
+        // reads and fills is the caller's contract.
+        unsafe { self.ioctl(UFFDIO_COPY, &mut copy) }?;
+        Ok(copy.copy as usize)
+    }
+
+    /// `UFFDIO_ZEROPAGE`: maps zero pages on the missing pages of `len` bytes at `dst` and
+    /// wakes the threads faulting on them. Returns the bytes zeroed (`len`).
+    ///
+    /// # Errors
+    /// `EEXIST` when the first page of the range is already present; others per
+    /// `ioctl_userfaultfd(2)`.
+    ///
+    /// # Safety
+    /// `dst` must be page-aligned, inside a range registered with this object, and `len` a
+    /// multiple of the page size. The pages at `dst` change under any reference to them.
+    pub unsafe fn zeropage(&self, dst: *mut c_void, len: usize) -> io::Result<usize> {
+        let mut zero = uffdio_zeropage {
+            range: uffdio_range {
+                start: dst as u64,
+                len: len as u64,
+            },
+            mode: 0,
+            zeropage: 0,
+        };
+        // SAFETY: UFFDIO_ZEROPAGE reads and writes a `uffdio_zeropage`, which `zero` is; the
+        // memory it fills is the caller's contract.
+        unsafe { self.ioctl(UFFDIO_ZEROPAGE, &mut zero) }?;
+        Ok(zero.zeropage as usize)
+    }
+
+    /// Reads one event, blocking until there is one. `Ok(None)` when the read was interrupted
+    /// (`EINTR`) or found nothing (`EAGAIN`): read again.
+    ///
+    /// # Errors
+    /// The errno of `read(2)`, or a short read.
+    pub fn read_event(&self) -> io::Result<Option<Event>> {
+        let mut msg = std::mem::MaybeUninit::<uffd_msg>::uninit();
+        let size = std::mem::size_of::<uffd_msg>();
+        // SAFETY: the kernel writes at most `size` bytes, the size of `msg`'s storage.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), msg.as_mut_ptr().cast(), size) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EINTR) | Some(libc::EAGAIN) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        if n as usize != size {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("short read from userfaultfd: {n} of {size} bytes"),
+            ));
+        }
+        // SAFETY: the kernel filled all of `msg`, plain integers for which any bytes are valid.
+        let msg = unsafe { msg.assume_init() };
+        let event = msg.event;
+        if u32::from(event) != UFFD_EVENT_PAGEFAULT {
+            return Ok(Some(Event::Other { event }));
+        }
+        // SAFETY: a `UFFD_EVENT_PAGEFAULT` message carries its `pagefault` member (read by
+        // value: the message is packed).
+        let pf = unsafe { msg.arg.pagefault };
+        Ok(Some(Event::Pagefault {
+            addr: pf.address,
+            flags: pf.flags,
+        }))
+    }
+
+    /// `ioctl(fd, request, arg)`, the errno as an error.
+    ///
+    /// # Safety
+    /// `T` must be the struct `request` takes, and what the ioctl does to memory other than
+    /// `arg` must be sound.
+    unsafe fn ioctl<T>(&self, request: u32, arg: &mut T) -> io::Result<()> {
+        // SAFETY: the caller's contract; `arg` is a valid, exclusive `T`.
+        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), request as _, arg as *mut T) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl AsFd for Uffd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linux_raw_sys::general::UFFD_PAGEFAULT_FLAG_WRITE;
+
+    const PAGE: usize = 4096;
+
+    #[test]
+    fn ioctl_numbers_and_layout_are_the_kernels() {
+        assert_eq!(UFFDIO_API, 0xc018_aa3f);
+        assert_eq!(UFFDIO_REGISTER, 0xc020_aa00);
+        assert_eq!(UFFDIO_COPY, 0xc028_aa03);
+        assert_eq!(UFFDIO_ZEROPAGE, 0xc020_aa04);
+        assert_eq!(std::mem::size_of::<uffd_msg>(), 32);
+        assert_eq!(std::mem::size_of::<uffdio_copy>(), 40);
+    }
+
+    /// A userfaultfd, or `None` (after the skip line) where userfaultfd(2) is not permitted.
+    fn uffd_or_skip() -> Option<Uffd> {
+        match Uffd::new() {
+            Ok(u) => Some(u),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOSYS)) => {
+                assert!(
+                    std::env::var("TORPOR_REQUIRE_KVM").as_deref() != Ok("1"),
+                    "TORPOR_REQUIRE_KVM=1 but userfaultfd(2) failed: {e}"
+                );
+                eprintln!("skipped: userfaultfd not available ({e})");
+                None
+            }
+            Err(e) => panic!("userfaultfd: {e}"),
+        }
+    }
+
+    /// The next event, within 10 s (so a broken registration fails instead of hanging).
+    fn next_fault(uffd: &Uffd) -> (u64, u64) {
+        let mut pfd = libc::pollfd {
+            fd: uffd.as_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+        assert_eq!(n, 1, "no userfaultfd event within 10 s");
+        match uffd.read_event().expect("reading an event") {
+            Some(Event::Pagefault { addr, flags }) => (addr, flags),
+            other => panic!("expected a page fault, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn serves_faults_with_copy_and_zeropage() {
+        let Some(uffd) = uffd_or_skip() else {
+            return;
+        };
+        let pages = 6;
+        // SAFETY: a fresh private anonymous mapping; nothing else uses the range. It is never
+        // unmapped on a failure, so a fault thread still running then touches mapped memory.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                pages * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let base = base as usize;
+        uffd.register(base as *mut c_void, pages * PAGE)
+            .expect("UFFDIO_REGISTER");
+
+        let mut pipe = [0; 2];
+        // SAFETY: `pipe` has room for the two descriptors.
+        assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+        let said = b"from a kernel copy";
+        // SAFETY: `said` is readable for its length; the pipe's write end is open.
+        let w = unsafe { libc::write(pipe[1], said.as_ptr().cast(), said.len()) };
+        assert_eq!(w, said.len() as isize);
+
+        // The toucher: page 0 read by user code, page 1 written by user code, page 2 written by
+        // the kernel (a pipe read into it).
+        let toucher = std::thread::spawn(move || {
+            let mut p0 = vec![0u8; PAGE];
+            let mut p1 = vec![0u8; PAGE];
+            let mut p2 = vec![0u8; PAGE];
+            // SAFETY: pages 0..3 of the mapping, which outlives this thread (joined, or never
+            // unmapped); each access blocks until the test serves its fault.
+            unsafe {
+                std::ptr::copy_nonoverlapping(base as *const u8, p0.as_mut_ptr(), PAGE);
+                std::ptr::write_volatile((base + PAGE + 8) as *mut u8, 0x5a);
+                std::ptr::copy_nonoverlapping((base + PAGE) as *const u8, p1.as_mut_ptr(), PAGE);
+                let n = libc::read(pipe[0], (base + 2 * PAGE) as *mut c_void, PAGE);
+                std::ptr::copy_nonoverlapping(
+                    (base + 2 * PAGE) as *const u8,
+                    p2.as_mut_ptr(),
+                    PAGE,
+                );
+                (p0, p1, p2, n)
+            }
+        });
+
+        let pattern: Vec<u8> = (0..PAGE).map(|i| (i * 7 + 3) as u8).collect();
+        // Page 0: a read fault, served by a copy.
+        let (addr, flags) = next_fault(&uffd);
+        assert_eq!(addr, base as u64);
+        assert_eq!(
+            flags & u64::from(UFFD_PAGEFAULT_FLAG_WRITE),
+            0,
+            "a read fault"
+        );
+        // SAFETY: `pattern` has a page; page 0 is in the registered range, referenced by nothing.
+        let n = unsafe { uffd.copy(pattern.as_ptr().cast(), base as *mut c_void, PAGE) };
+        assert_eq!(n.expect("UFFDIO_COPY"), PAGE);
+        // Page 1: a write fault, served by a zero page.
+        let (addr, flags) = next_fault(&uffd);
+        assert_eq!(addr, (base + PAGE) as u64);
+        assert_ne!(
+            flags & u64::from(UFFD_PAGEFAULT_FLAG_WRITE),
+            0,
+            "a write fault"
+        );
+        // SAFETY: page 1 is in the registered range, referenced by nothing.
+        let n = unsafe { uffd.zeropage((base + PAGE) as *mut c_void, PAGE) };
+        assert_eq!(n.expect("UFFDIO_ZEROPAGE"), PAGE);
+        // Page 2: a fault from the kernel's copy to user memory (not user-mode only), a copy.
+        let (addr, _) = next_fault(&uffd);
+        assert_eq!(addr, (base + 2 * PAGE) as u64);
+        // SAFETY: as for page 0.
+        let n = unsafe {
+            uffd.copy(
+                pattern.as_ptr().cast(),
+                (base + 2 * PAGE) as *mut c_void,
+                PAGE,
+            )
+        };
+        assert_eq!(n.expect("UFFDIO_COPY"), PAGE);
+
+        let (p0, p1, p2, read) = toucher.join().expect("the toucher thread");
+        assert_eq!(p0, pattern);
+        let mut want1 = vec![0u8; PAGE];
+        want1[8] = 0x5a;
+        assert_eq!(p1, want1);
+        assert_eq!(read, said.len() as isize);
+        assert_eq!(&p2[..said.len()], said);
+        assert_eq!(&p2[said.len()..], &pattern[said.len()..]);
+
+        // Present pages: EEXIST from both operations.
+        // SAFETY: as above; the kernel refuses to touch a present page.
+        let e = unsafe { uffd.copy(pattern.as_ptr().cast(), base as *mut c_void, PAGE) };
+        assert_eq!(
+            e.expect_err("copy onto a present page").raw_os_error(),
+            Some(libc::EEXIST)
+        );
+        // SAFETY: as above.
+        let e = unsafe { uffd.zeropage((base + PAGE) as *mut c_void, PAGE) };
+        assert_eq!(
+            e.expect_err("zeropage onto a present page").raw_os_error(),
+            Some(libc::EEXIST)
+        );
+        // A run whose second page is present: the first is copied, then EAGAIN.
+        // SAFETY: page 5 is in the registered range, referenced by nothing.
+        let n = unsafe { uffd.zeropage((base + 5 * PAGE) as *mut c_void, PAGE) };
+        assert_eq!(n.expect("UFFDIO_ZEROPAGE ahead of a fault"), PAGE);
+        let two: Vec<u8> = pattern.iter().chain(&pattern).copied().collect();
+        // SAFETY: `two` has two pages; pages 4 and 5 are in the registered range.
+        let e = unsafe {
+            uffd.copy(
+                two.as_ptr().cast(),
+                (base + 4 * PAGE) as *mut c_void,
+                2 * PAGE,
+            )
+        };
+        assert_eq!(
+            e.expect_err("copy onto a partly present run")
+                .raw_os_error(),
+            Some(libc::EAGAIN)
+        );
+        // SAFETY: page 4 is present now (copied above); no thread touches the mapping any more.
+        let p4 = unsafe { std::slice::from_raw_parts((base + 4 * PAGE) as *const u8, PAGE) };
+        assert_eq!(p4, &pattern[..]);
+
+        // SAFETY: the mapping made above; the toucher thread has ended.
+        unsafe {
+            libc::close(pipe[0]);
+            libc::close(pipe[1]);
+            libc::munmap(base as *mut c_void, pages * PAGE);
+        }
+    }
+}
