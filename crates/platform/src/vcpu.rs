@@ -364,6 +364,20 @@ impl Vcpu {
             match self.enter()? {
                 Some(port) => break port,
                 None => {
+                    if self.event_in_flight()? {
+                        // KVM_RUN was interrupted after the CPU raised an exception (or took
+                        // an interrupt) but before delivering it through the IDT. KVM keeps
+                        // that event and re-injects it at the next entry, at whatever `rip`
+                        // the vCPU then has: rewriting the registers now (the `iretq` or
+                        // PTE-sync stub) would deliver, say, a syscall's #UD in ring 0 at the
+                        // `iretq` ("exception 6 in a ring-0 stub"). Let it reach its stub
+                        // first; its exit is this run's result and the kick is reported on
+                        // the next entry.
+                        tracing::debug!("interrupted with an event in flight: delivering it");
+                        kicked = true;
+                        self.fd.set_kvm_immediate_exit(0);
+                        continue;
+                    }
                     let synced = self.fd.sync_regs();
                     if synced.sregs.cs.dpl == 3 {
                         // Interrupted in ring 3: the registers there are the thread's state.
@@ -593,6 +607,19 @@ impl Vcpu {
         };
         self.fd.set_kvm_immediate_exit(was_immediate);
         result
+    }
+
+    /// Whether the vCPU holds an exception, interrupt or NMI that the CPU has raised but not
+    /// yet delivered (`KVM_GET_VCPU_EVENTS`): KVM will inject it at the next entry.
+    fn event_in_flight(&self) -> Result<bool, VcpuError> {
+        let ev = self.fd.get_vcpu_events().map_err(|source| VcpuError::Kvm {
+            op: "GET_VCPU_EVENTS",
+            source,
+        })?;
+        Ok(ev.exception.injected != 0
+            || ev.exception.pending != 0
+            || ev.interrupt.injected != 0
+            || ev.nmi.injected != 0)
     }
 
     /// One `KVM_RUN`: `Some(port)` for a stub's `out`, `None` when interrupted.

@@ -57,10 +57,21 @@ impl Vm {
         if !kvm.check_extension(Cap::ImmediateExit) {
             return Err(VmError::MissingCap("KVM_CAP_IMMEDIATE_EXIT"));
         }
-        let fd = kvm.create_vm().map_err(|source| VmError::Kvm {
-            op: "CREATE_VM",
-            source,
-        })?;
+        // A kick's signal (another thread of the sandbox asking this one to look at a
+        // signal or a park request) can interrupt KVM_CREATE_VM, which then fails with EINTR
+        // before creating anything. The kick stays recorded (immediate exit, pending external
+        // signals) and is served at the next KVM_RUN: retry the creation.
+        let fd = loop {
+            match kvm.create_vm() {
+                Err(e) if e.errno() == libc::EINTR => continue,
+                r => {
+                    break r.map_err(|source| VmError::Kvm {
+                        op: "CREATE_VM",
+                        source,
+                    })?
+                }
+            }
+        };
         if mem.size() <= layout::RESERVED_END.raw() {
             return Err(VmError::Tables(MemoryError::OutOfRange {
                 gpa: Gpa(0),
