@@ -355,9 +355,7 @@ impl Vcpu {
     /// # Errors
     /// [`VcpuError`] on a KVM failure, an exception inside a stub, or an unexpected exit.
     pub fn run(&mut self, sync: &[PteRun]) -> Result<Exit, VcpuError> {
-        for batch in sync.chunks(MAX_RUNS_PER_BATCH) {
-            self.run_pte_sync(batch)?;
-        }
+        self.sync_ptes(sync)?;
         self.load_user_frame()?;
         let mut kicked = false;
         let port = loop {
@@ -502,6 +500,22 @@ impl Vcpu {
                 regs.rip, synced.sregs.cs.dpl
             ))),
         }
+    }
+
+    /// Applies pending page-table updates through the PTE-sync stub, in batches.
+    ///
+    /// The stub rewrites each entry by reading it and writing it back, which is not atomic:
+    /// the caller must keep every host writer of those page tables out until this returns (a
+    /// write landing in between, such as another thread's `munmap` clearing an entry, would be
+    /// undone, leaving a freed frame mapped).
+    ///
+    /// # Errors
+    /// [`VcpuError`] on a KVM failure or an exception inside the stub.
+    pub fn sync_ptes(&mut self, runs: &[PteRun]) -> Result<(), VcpuError> {
+        for batch in runs.chunks(MAX_RUNS_PER_BATCH) {
+            self.run_pte_sync(batch)?;
+        }
+        Ok(())
     }
 
     /// Prepares entry to ring 3 through the return-to-user stub: writes the `iretq` frame on

@@ -71,28 +71,33 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
     };
     let populate = flags & libc::MAP_POPULATE != 0;
-    let mut mm = t.mm();
-    let at = mm
-        .mmap(MmapRequest {
-            addr,
-            len,
-            prot,
-            fixed: flags & libc::MAP_FIXED != 0,
-            fixed_noreplace: flags & libc::MAP_FIXED_NOREPLACE != 0,
-            kind,
-            name: None,
+    let request = MmapRequest {
+        addr,
+        len,
+        prot,
+        fixed: flags & libc::MAP_FIXED != 0,
+        fixed_noreplace: flags & libc::MAP_FIXED_NOREPLACE != 0,
+        kind,
+        name: None,
+    };
+    // A fixed mapping may replace pages: synced before the address space is unlocked.
+    let at = t
+        .mm_restrict(|mm| {
+            let at = mm.mmap(request)?;
+            if populate && prot.is_accessible() {
+                // Best effort, as Linux: a failure here does not fail the mmap.
+                let _ = mm.populate(at, len, prot.contains(Prot::WRITE));
+            }
+            Ok(at)
         })
         .map_err(mm_err)?;
-    if populate && prot.is_accessible() {
-        // Best effort, as Linux: a failure here does not fail the mmap.
-        let _ = mm.populate(at, len, prot.contains(Prot::WRITE));
-    }
     Ok(at.raw())
 }
 
 /// Implements munmap(2).
 pub fn sys_munmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    t.mm().munmap(a.gva(0), a.u(1)).map_err(mm_err)?;
+    t.mm_restrict(|mm| mm.munmap(a.gva(0), a.u(1)))
+        .map_err(mm_err)?;
     Ok(0)
 }
 
@@ -101,14 +106,15 @@ pub fn sys_mprotect(t: &mut Task, a: &SyscallArgs) -> SysResult {
     // PROT_GROWSDOWN/PROT_GROWSUP are accepted and ignored.
     let bits = a.u(2) & !0x0300_0000;
     let prot = Prot::from_bits(bits).ok_or(Errno::EINVAL)?;
-    t.mm().mprotect(a.gva(0), a.u(1), prot).map_err(mm_err)?;
+    t.mm_restrict(|mm| mm.mprotect(a.gva(0), a.u(1), prot))
+        .map_err(mm_err)?;
     Ok(0)
 }
 
 /// Implements brk(2): "On success, brk() returns the new program break; on failure, the
 /// current break" (the raw syscall never fails).
 pub fn sys_brk(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    Ok(t.mm().brk(a.gva(0)).raw())
+    Ok(t.mm_restrict(|mm| mm.brk(a.gva(0))).raw())
 }
 
 /// Implements mremap(2).
@@ -117,15 +123,15 @@ pub fn sys_mremap(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if flags & !(mm::MREMAP_MAYMOVE | mm::MREMAP_FIXED) != 0 {
         return Err(Errno::EINVAL);
     }
-    t.mm()
-        .mremap(a.gva(0), a.u(1), a.u(2), flags, Gva(a.u(4)))
+    t.mm_restrict(|mm| mm.mremap(a.gva(0), a.u(1), a.u(2), flags, Gva(a.u(4))))
         .map(|g| g.raw())
         .map_err(mm_err)
 }
 
 /// Implements madvise(2).
 pub fn sys_madvise(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    t.mm().madvise(a.gva(0), a.u(1), a.int(2)).map_err(mm_err)?;
+    t.mm_restrict(|mm| mm.madvise(a.gva(0), a.u(1), a.int(2)))
+        .map_err(mm_err)?;
     Ok(0)
 }
 

@@ -184,6 +184,33 @@ impl Task {
         self.mm.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Runs `f` on the address space for a call that removes or restricts mappings (munmap,
+    /// mprotect, madvise, mremap, brk, a replacing mmap), and makes the entries it changed
+    /// reach the vCPUs before the address space is unlocked.
+    ///
+    /// On a shadow-paging hypervisor a host write to a present entry is unseen until a
+    /// PTE-sync stub rewrites it, and until then every vCPU of the VM may still use the old
+    /// translation. Were the lock released first, another thread could map the freed range
+    /// (or be handed its freed frames), touch it through the stale translation and lose its
+    /// bytes when the stale entry is finally dropped (seen with tests/guest/stress.c). So the
+    /// calling thread runs the stub on its own vCPU right here; the shadow MMU is shared by
+    /// the VM's vCPUs, and the other threads are kicked to apply the same runs.
+    pub fn mm_restrict<R>(&mut self, f: impl FnOnce(&mut MemoryManager) -> R) -> R {
+        let mm = self.mm.clone();
+        let mut guard = mm.lock().unwrap_or_else(|e| e.into_inner());
+        let result = f(&mut guard);
+        let runs = guard.take_pte_sync();
+        if !runs.is_empty() {
+            let sync = self.group.pte_sync(self.tid, &self.pte_gen, runs, true);
+            if let Err(e) = self.vcpu.sync_ptes(&sync) {
+                tracing::error!("applying page-table changes: {e}");
+                self.group.exit_group(ExitStatus::Signaled(libc::SIGKILL));
+            }
+        }
+        drop(guard);
+        result
+    }
+
     /// Runs the thread until its thread group exits.
     ///
     /// # Errors
@@ -228,7 +255,13 @@ impl Task {
             let sync = self
                 .group
                 .pte_sync(self.tid, &self.pte_gen, runs, downgraded);
-            let mut exit = self.vcpu.run(&sync)?;
+            if !sync.is_empty() {
+                // The PTE-sync stub reads and writes back each entry: hold the address space
+                // so that no other thread's host-side page-table write lands in between.
+                let _mm = self.mm.lock().unwrap_or_else(|e| e.into_inner());
+                self.vcpu.sync_ptes(&sync)?;
+            }
+            let mut exit = self.vcpu.run(&[])?;
             if let Exit::SyscallOnUserStack { frame } = exit {
                 exit = self.complete_ring0_syscall(frame)?;
             }
