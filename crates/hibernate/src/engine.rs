@@ -101,6 +101,8 @@ pub struct Shared {
     cv: Condvar,
     wake_efd: OwnedFd,
     stop: std::sync::atomic::AtomicBool,
+    /// Hibernated by a pause (OCI `pause`): only an explicit wake ends it, requests wait.
+    paused: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -202,6 +204,7 @@ pub fn new(
         cv: Condvar::new(),
         wake_efd,
         stop: std::sync::atomic::AtomicBool::new(false),
+        paused: std::sync::atomic::AtomicBool::new(false),
     });
     let pager = Arc::new(RwLock::new(PagerState {
         pages,
@@ -286,6 +289,37 @@ impl HibernateHandle {
             }
             mb = self.shared.cv.wait(mb).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Pauses the sandbox (OCI `pause`): a hibernate that requests do not end. Connections
+    /// that arrive meanwhile wait in the host's queues and are served after [`Self::resume`].
+    ///
+    /// # Errors
+    /// As [`Self::hibernate`].
+    pub fn pause(&self, timeout: Duration) -> Result<DeflateReport, HibernateError> {
+        self.shared.paused.store(true, Ordering::SeqCst);
+        let r = self.hibernate(timeout);
+        if r.is_err() {
+            self.shared.paused.store(false, Ordering::SeqCst);
+        }
+        r
+    }
+
+    /// Ends a pause (OCI `resume`), or wakes a hibernated sandbox.
+    ///
+    /// # Errors
+    /// [`HibernateError::State`] unless hibernated.
+    pub fn resume(&self) -> Result<(), HibernateError> {
+        let r = self.wake();
+        if r.is_ok() {
+            self.shared.paused.store(false, Ordering::SeqCst);
+        }
+        r
+    }
+
+    /// Whether the sandbox is hibernated by a pause.
+    pub fn is_paused(&self) -> bool {
+        self.shared.paused.load(Ordering::SeqCst) && self.state() == State::Hibernated
     }
 
     /// Wakes a hibernated sandbox without a request (SIGCONT); pages still return on demand.
@@ -791,10 +825,12 @@ impl Hibernator {
             unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
         };
         add(self.shared.wake_efd.as_raw_fd(), u64::MAX);
+        // Paused: requests wait for the resume.
+        let paused = self.shared.paused.load(Ordering::SeqCst);
         let sockets: Vec<_> = task
             .fds
             .iter()
-            .filter(|(_, f)| matches!(f.kind, FileKind::Socket(_)))
+            .filter(|(_, f)| !paused && matches!(f.kind, FileKind::Socket(_)))
             .collect();
         for (i, (_, f)) in sockets.iter().enumerate() {
             add(f.host().as_raw_fd(), i as u64);

@@ -5,6 +5,11 @@
 //! nothing outside reaches it). `connect` reaches the sandbox's own listeners on loopback (the
 //! guest port is translated to the host port behind it), and elsewhere only with
 //! `allow_outbound`.
+//!
+//! A sandbox given a network namespace of its own by its engine (the OCI form: podman, CNI)
+//! uses the [`NetPolicy::namespaced`] policy instead: binds and connects are the
+//! application's own, unchanged, inside that namespace, whose reachability the engine decides
+//! (as with runc).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -49,6 +54,8 @@ impl std::str::FromStr for Publish {
 pub struct NetPolicy {
     publish: Vec<Publish>,
     allow_outbound: bool,
+    /// Binds and connects pass through unchanged (a network namespace of the sandbox's own).
+    namespaced: bool,
     /// Guest port → host address actually bound.
     bound: Mutex<HashMap<u16, SocketAddr>>,
 }
@@ -59,12 +66,27 @@ impl NetPolicy {
         NetPolicy {
             publish,
             allow_outbound,
+            namespaced: false,
+            bound: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The policy of a sandbox whose host sockets live in a network namespace of its own:
+    /// every bind and connect is the application's own address.
+    pub fn namespaced() -> NetPolicy {
+        NetPolicy {
+            publish: Vec::new(),
+            allow_outbound: true,
+            namespaced: true,
             bound: Mutex::new(HashMap::new()),
         }
     }
 
     /// The host address to bind for a guest bind to `guest`.
     pub fn bind_target(&self, guest: SocketAddr) -> SocketAddr {
+        if self.namespaced {
+            return guest;
+        }
         if guest.port() != 0 {
             if let Some(p) = self.publish.iter().find(|p| p.guest_port == guest.port()) {
                 return p.host;
@@ -87,6 +109,9 @@ impl NetPolicy {
 
     /// The host address for a guest `connect` to `guest`, or `None` if the policy forbids it.
     pub fn connect_target(&self, guest: SocketAddr) -> Option<SocketAddr> {
+        if self.namespaced {
+            return Some(guest);
+        }
         if guest.ip().is_loopback() || guest.ip().is_unspecified() {
             let b = self.bound.lock().ok()?;
             if let Some(h) = b.get(&guest.port()) {
@@ -108,6 +133,9 @@ impl NetPolicy {
 
     /// The guest port that host port `host_port` stands for, if the application bound it.
     pub fn guest_port_of(&self, host: SocketAddr) -> Option<u16> {
+        if self.namespaced {
+            return Some(host.port());
+        }
         let b = self.bound.lock().ok()?;
         b.iter()
             .find(|(_, h)| h.port() == host.port())
@@ -164,6 +192,16 @@ fn guest_loopback(a: SocketAddr) -> IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespaced_passes_addresses_through() {
+        let n = NetPolicy::namespaced();
+        let a: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        assert_eq!(n.bind_target(a), a);
+        let c: SocketAddr = "10.88.0.1:53".parse().unwrap();
+        assert_eq!(n.connect_target(c), Some(c));
+        assert_eq!(n.guest_port_of("0.0.0.0:8080".parse().unwrap()), Some(8080));
+    }
 
     #[test]
     fn parse_publish() {

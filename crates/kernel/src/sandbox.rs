@@ -35,6 +35,10 @@ pub struct SandboxConfig {
     pub publish: Vec<Publish>,
     /// Whether the application may connect to hosts other than its own listeners.
     pub allow_outbound: bool,
+    /// The sandbox's host sockets live in a network namespace of its own (given by an
+    /// engine): binds and connects are passed through unchanged ([`NetPolicy::namespaced`]);
+    /// `publish` and `allow_outbound` are then unused.
+    pub own_netns: bool,
 }
 
 /// Errors building or running a sandbox.
@@ -174,7 +178,11 @@ impl Sandbox {
             root: Arc::new(root),
             cwd,
             umask: 0o022,
-            net: Arc::new(NetPolicy::new(cfg.publish.clone(), cfg.allow_outbound)),
+            net: Arc::new(if cfg.own_netns {
+                NetPolicy::namespaced()
+            } else {
+                NetPolicy::new(cfg.publish.clone(), cfg.allow_outbound)
+            }),
             signals: SignalState::default(),
             clear_child_tid: 0,
             exit: None,

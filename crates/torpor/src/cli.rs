@@ -9,9 +9,62 @@ use kernel::net::Publish;
 #[derive(Parser, Debug)]
 #[command(name = "torpor", version, about)]
 pub struct Cli {
+    /// The flags OCI callers (podman, conmon, containerd's shim) pass before the verb.
+    #[command(flatten)]
+    pub global: GlobalArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Global flags, as runc has them.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct GlobalArgs {
+    /// Directory holding the sandboxes' state (overrides TORPOR_STATE_DIR).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Write the runtime's log to FILE instead of standard error.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Log format: text or json (one object per line: level, msg, time).
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+    /// Debug logging.
+    #[arg(long, global = true)]
+    pub debug: bool,
+    /// Accepted for compatibility: torpor places nothing in cgroups itself.
+    #[arg(long, global = true)]
+    pub systemd_cgroup: bool,
+    /// Accepted for compatibility (rootless is decided by the caller's uid).
+    #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub rootless: Option<String>,
+}
+
+static GLOBAL: std::sync::OnceLock<GlobalArgs> = std::sync::OnceLock::new();
+
+/// Remembers the global flags, so that processes this one starts get them too.
+pub fn set_global(g: &GlobalArgs) {
+    let _ = GLOBAL.set(g.clone());
+}
+
+/// The global flags as arguments for a child `torpor` process.
+pub fn global_args() -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = Vec::new();
+    if let Some(g) = GLOBAL.get() {
+        if let Some(r) = &g.root {
+            v.push("--root".into());
+            v.push(r.clone().into());
+        }
+        if let Some(l) = &g.log {
+            v.push("--log".into());
+            v.push(l.clone().into());
+        }
+        v.push(format!("--log-format={}", g.log_format).into());
+        if g.debug {
+            v.push("--debug".into());
+        }
+    }
+    v
 }
 
 /// Subcommands.
@@ -33,6 +86,10 @@ pub enum Command {
     },
     /// Send a signal: SIGSTOP hibernates, SIGCONT wakes, others go to the application.
     Kill {
+        /// Send it to every process of the container (OCI form; the sandbox's processes end
+        /// together anyway).
+        #[arg(long, short = 'a')]
+        all: bool,
         /// Sandbox ID.
         id: String,
         /// Signal name or number (default SIGTERM).
@@ -59,6 +116,75 @@ pub enum Command {
         /// Sandbox ID.
         id: String,
     },
+    /// OCI: create a container from a bundle; its program waits for `start`.
+    Create(CreateArgs),
+    /// OCI: start the program of a created container.
+    Start {
+        /// Container ID.
+        id: String,
+    },
+    /// OCI: pause a container (hibernate it; requests wait until `resume`).
+    Pause {
+        /// Container ID.
+        id: String,
+    },
+    /// OCI: resume a paused container.
+    Resume {
+        /// Container ID.
+        id: String,
+    },
+    /// OCI: list a container's host processes.
+    Ps {
+        /// table or json.
+        #[arg(long, short = 'f', default_value = "table")]
+        format: String,
+        /// Container ID.
+        id: String,
+        /// ps(1) options (accepted, not used).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        ps_args: Vec<String>,
+    },
+    /// OCI: run a new process in a container (not supported yet).
+    Exec {
+        /// Process JSON file.
+        #[arg(long, short = 'p')]
+        process: Option<PathBuf>,
+        /// Detach.
+        #[arg(long, short = 'd')]
+        detach: bool,
+        /// Pid file.
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+        /// Console socket.
+        #[arg(long)]
+        console_socket: Option<PathBuf>,
+        /// Allocate a terminal.
+        #[arg(long, short = 't')]
+        tty: bool,
+        /// Container ID and command.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        rest: Vec<String>,
+    },
+    /// OCI: print the features this runtime supports, as JSON.
+    Features,
+    /// Internal: the holder process of an OCI container.
+    #[command(hide = true)]
+    OciHolder {
+        /// Bundle directory.
+        #[arg(long)]
+        bundle: PathBuf,
+        /// Readiness pipe.
+        #[arg(long)]
+        ready_fd: i32,
+        /// Console socket.
+        #[arg(long)]
+        console_socket: Option<PathBuf>,
+        /// Start at once (OCI `run`).
+        #[arg(long)]
+        start: bool,
+        /// Container ID.
+        id: String,
+    },
     /// Benchmarks.
     Bench {
         /// Which benchmark.
@@ -77,6 +203,27 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Whether this is a verb of the OCI form, whose failures exit with status 1 (as runc's).
+    pub fn is_oci(&self) -> bool {
+        match self {
+            Command::Run(a) => a.command.is_empty(),
+            Command::Create(_)
+            | Command::Start { .. }
+            | Command::Pause { .. }
+            | Command::Resume { .. }
+            | Command::Ps { .. }
+            | Command::Exec { .. }
+            | Command::Features
+            | Command::OciHolder { .. } => true,
+            Command::State { id } | Command::Delete { id, .. } | Command::Kill { id, .. } => {
+                crate::statedir::dir_of(id).is_ok_and(|d| crate::oci::state::is_oci(&d))
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Benchmarks of `torpor bench`.
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
@@ -85,9 +232,50 @@ pub enum BenchCommand {
     Paper(crate::paper::PaperArgs),
 }
 
-/// Arguments of `torpor run`.
+/// Arguments of `create` (OCI).
+#[derive(clap::Args, Debug)]
+pub struct CreateArgs {
+    /// Bundle directory (holding config.json).
+    #[arg(long, short = 'b', default_value = ".")]
+    pub bundle: PathBuf,
+    /// Write the container's pid (its holder process) to this file.
+    #[arg(long)]
+    pub pid_file: Option<PathBuf>,
+    /// Unix socket to send the terminal's controller to (process.terminal).
+    #[arg(long)]
+    pub console_socket: Option<PathBuf>,
+    /// Accepted for compatibility.
+    #[arg(long)]
+    pub no_pivot: bool,
+    /// Accepted for compatibility.
+    #[arg(long)]
+    pub no_new_keyring: bool,
+    /// Accepted for compatibility (no extra descriptors are passed).
+    #[arg(long, default_value_t = 0)]
+    pub preserve_fds: u32,
+    /// Container ID.
+    pub id: String,
+}
+
+/// Arguments of `torpor run`: the friendly form `run [OPTIONS] ROOTFS -- PROGRAM [ARGS]`, or
+/// the OCI form `run [--bundle DIR] [-d] ID` (told apart by the `--`).
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
+    /// OCI form: bundle directory (default: the current directory).
+    #[arg(long, short = 'b')]
+    pub bundle: Option<PathBuf>,
+    /// OCI form: write the container's pid to this file.
+    #[arg(long)]
+    pub pid_file: Option<PathBuf>,
+    /// OCI form: Unix socket for the terminal's controller.
+    #[arg(long)]
+    pub console_socket: Option<PathBuf>,
+    /// OCI form: accepted for compatibility.
+    #[arg(long)]
+    pub no_pivot: bool,
+    /// OCI form: accepted for compatibility.
+    #[arg(long)]
+    pub no_new_keyring: bool,
     /// Guest memory size (e.g. 512M, 1G); rounded up to 4 MiB.
     #[arg(long, default_value = "512M", value_parser = parse_size)]
     pub memory: u64,
@@ -116,10 +304,12 @@ pub struct RunArgs {
     /// Internal: the write end of a readiness pipe (set by `run -d` for its child).
     #[arg(long, hide = true, default_value_t = -1)]
     pub ready_fd: i32,
-    /// Host directory used as the sandbox's root filesystem.
+    /// Host directory used as the sandbox's root filesystem (in the OCI form: the container
+    /// ID).
+    #[arg(value_name = "ROOTFS")]
     pub rootfs: PathBuf,
-    /// Program (a path inside ROOTFS) and its arguments.
-    #[arg(last = true, required = true, num_args = 1..)]
+    /// Program (a path inside ROOTFS) and its arguments; without them, the OCI form.
+    #[arg(last = true, num_args = 1..)]
     pub command: Vec<String>,
 }
 

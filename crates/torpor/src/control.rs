@@ -7,6 +7,9 @@
 //! → {"op":"wake"}             ← {"ok":true,"data":{…}}
 //! → {"op":"kill","signal":15} ← {"ok":true}
 //! → {"op":"delete"}           ← {"ok":true}
+//! → {"op":"start"}            ← {"ok":true}   (OCI: a created sandbox starts its program)
+//! → {"op":"pause"}            ← {"ok":true,"data":{…deflate report…}}   (OCI pause)
+//! → {"op":"resume"}           ← {"ok":true}
 //! ```
 
 use std::io::{BufRead, BufReader, Write};
@@ -36,6 +39,12 @@ pub enum Request {
     },
     /// Stop the sandbox and remove its state.
     Delete,
+    /// Start the program of a created sandbox (OCI `start`).
+    Start,
+    /// Hibernate until `resume`, whatever arrives (OCI `pause`).
+    Pause,
+    /// End a pause (OCI `resume`).
+    Resume,
 }
 
 /// A response.
@@ -81,8 +90,9 @@ impl Response {
 /// Sends `req` to the sandbox whose directory is `dir` and returns its payload.
 pub fn call(dir: &Path, req: &Request, timeout: Duration) -> Result<serde_json::Value> {
     let sock = dir.join("control.sock");
+    let (path, _dirfd) = short_path(&sock)?;
     let mut s =
-        UnixStream::connect(&sock).with_context(|| format!("connecting to {}", sock.display()))?;
+        UnixStream::connect(&path).with_context(|| format!("connecting to {}", sock.display()))?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     let mut line = serde_json::to_string(req)?;
@@ -98,6 +108,30 @@ pub fn call(dir: &Path, req: &Request, timeout: Duration) -> Result<serde_json::
     } else {
         Err(anyhow!(r.error.unwrap_or_else(|| "unknown error".into())))
     }
+}
+
+/// A path for `sock` short enough for a Unix socket address (108 bytes): itself, or
+/// `/proc/self/fd/N/NAME` through an `O_PATH` descriptor of its directory, which the caller
+/// keeps open while it uses the path (engines pass state roots and 64-character IDs whose
+/// joined paths are longer).
+pub fn short_path(sock: &Path) -> Result<(std::path::PathBuf, Option<std::fs::File>)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    if sock.as_os_str().len() < 100 {
+        return Ok((sock.to_path_buf(), None));
+    }
+    let (Some(dir), Some(name)) = (sock.parent(), sock.file_name()) else {
+        return Ok((sock.to_path_buf(), None));
+    };
+    let d = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(dir)
+        .with_context(|| format!("opening {}", dir.display()))?;
+    let p = Path::new("/proc/self/fd")
+        .join(d.as_raw_fd().to_string())
+        .join(name);
+    Ok((p, Some(d)))
 }
 
 #[cfg(test)]

@@ -25,7 +25,6 @@
 //! it fails at the end with `EBUSY`); [`remove_all`] refuses that case instead.
 
 // Not called by the holder yet (run.rs/daemon.rs wire it in); drop this allow then.
-#![allow(dead_code)]
 
 use std::ffi::{CString, OsString};
 use std::fs::DirBuilder;

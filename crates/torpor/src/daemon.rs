@@ -22,11 +22,34 @@ use crate::{procfs, statedir};
 /// How long a hibernate may wait for the task to pause.
 const PARK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How the holder process was started.
+#[derive(Clone, Debug)]
+pub enum Holding {
+    /// `torpor run` in the foreground: ends with the program.
+    Foreground,
+    /// `torpor run -d`: keeps answering after the program ends, until `delete`.
+    Detached,
+    /// The OCI form: the sandbox is `created` until `start` (unless `start_now`); the holder
+    /// ends with the program, leaving its state directory (with the exit status) to `delete`.
+    Oci {
+        /// The bundle directory.
+        bundle: PathBuf,
+        /// `run`: start at once.
+        start_now: bool,
+    },
+}
+
 /// What the control thread knows of its sandbox.
 struct Daemon {
     id: String,
     dir: PathBuf,
     bundle: PathBuf,
+    /// The OCI form (state names follow the runtime spec).
+    oci: bool,
+    /// Whether the program was started (OCI `created` until then); `None` once a kill or
+    /// delete cancelled a sandbox that never started.
+    started: Mutex<Option<bool>>,
+    started_cv: Condvar,
     created: u64,
     mode: WakeMode,
     control: Arc<TaskControl>,
@@ -43,17 +66,17 @@ pub fn serve(
     id: &str,
     mode: WakeMode,
     ready: Option<OwnedFd>,
-    detached: bool,
+    holding: Holding,
 ) -> Result<u8> {
     let mut ready = ready.map(std::fs::File::from);
-    let result = start(cfg, id, mode, detached, &mut ready);
+    let result = start(cfg, id, mode, &holding, &mut ready);
     match result {
         Err(e) => {
             if let Some(mut r) = ready {
                 let _ = writeln!(r, "error: {e:#}");
             }
             if let Ok(dir) = statedir::dir_of(id) {
-                let _ = std::fs::remove_dir_all(dir);
+                let _ = crate::cowroot::remove_all(&dir);
             }
             Err(e)
         }
@@ -65,24 +88,48 @@ fn start(
     cfg: &SandboxConfig,
     id: &str,
     mode: WakeMode,
-    detached: bool,
+    holding: &Holding,
     ready: &mut Option<std::fs::File>,
 ) -> Result<u8> {
     let dir = statedir::create(id)?;
     statedir::write_pid(&dir, std::process::id())?;
+    let (oci, bundle, start_now) = match holding {
+        Holding::Oci { bundle, start_now } => (true, bundle.clone(), *start_now),
+        _ => (false, cfg.rootfs.clone(), true),
+    };
+    if oci {
+        crate::oci::state::Record::new(id, &bundle, &cfg.rootfs).save(&dir)?;
+    }
+    // The friendly form never writes into ROOTFS: the sandbox's writes go to its own
+    // copy-on-write layer in its state directory (the OCI form's root is the container's own).
+    let cow = if oci {
+        None
+    } else {
+        Some(crate::cowroot::prepare(&cfg.rootfs, &dir.join("root"))?)
+    };
+    let mut cfg = cfg.clone();
+    if let Some(c) = &cow {
+        cfg.rootfs = c.merged().to_path_buf();
+    }
+    let cfg = &cfg;
     let mut sandbox = Sandbox::build(cfg)?;
     let control = sandbox.control();
     let (hook, hib) = engine::new(sandbox.memory(), control.clone(), dir.clone(), mode)
         .context("setting up hibernation")?;
     sandbox.set_park_hook(Box::new(hook));
     let sock = dir.join("control.sock");
-    let listener =
-        UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
+    let listener = {
+        let (path, _dirfd) = crate::control::short_path(&sock)?;
+        UnixListener::bind(&path).with_context(|| format!("binding {}", sock.display()))?
+    };
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
     let daemon = Arc::new(Daemon {
         id: id.to_string(),
         dir: dir.clone(),
-        bundle: cfg.rootfs.clone(),
+        bundle,
+        oci,
+        started: Mutex::new(Some(start_now)),
+        started_cv: Condvar::new(),
         mode,
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -113,6 +160,12 @@ fn start(
     if let Some(mut r) = ready.take() {
         let _ = writeln!(r, "ok");
     }
+    if !wait_for_start(&daemon) {
+        // Killed or deleted before it started: the program never ran.
+        let status = (*daemon.exit.lock().unwrap_or_else(|e| e.into_inner()))
+            .unwrap_or(ExitStatus::Signaled(libc::SIGKILL));
+        return Ok(finish_oci(&daemon, status));
+    }
     let status = crate::run::run_timed(sandbox);
     {
         let mut st = daemon
@@ -126,12 +179,16 @@ fn start(
     let status = match status {
         Ok(s) => s,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&dir);
+            drop(cow);
+            let _ = crate::cowroot::remove_all(&dir);
             return Err(e).context("sandbox stopped");
         }
     };
     *daemon.exit.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
-    if detached {
+    if oci {
+        return Ok(finish_oci(&daemon, status));
+    }
+    if matches!(holding, Holding::Detached) {
         // Keep answering `state` until `delete`.
         let mut deleted = daemon.deleted.lock().unwrap_or_else(|e| e.into_inner());
         while !*deleted {
@@ -141,8 +198,47 @@ fn start(
                 .unwrap_or_else(|e| e.into_inner());
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(cow);
+    let _ = crate::cowroot::remove_all(&dir);
     Ok(status.code() as u8)
+}
+
+/// Waits (OCI `created`) until `start`; false if a kill or delete came first.
+fn wait_for_start(d: &Daemon) -> bool {
+    let mut st = d.started.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        match *st {
+            Some(true) => return true,
+            None => return false,
+            Some(false) => st = d.started_cv.wait(st).unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+}
+
+/// The end of an OCI holder: the exit status goes to the state directory (for `state` and
+/// `delete`), the control socket goes away, and the holder exits with the program's status.
+fn finish_oci(d: &Daemon, status: ExitStatus) -> u8 {
+    *d.exit.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
+    let _ = std::fs::write(d.dir.join("exit"), format!("{}\n", status.code()));
+    let _ = std::fs::remove_file(d.dir.join("control.sock"));
+    status.code() as u8
+}
+
+/// Whether the program has been started.
+fn is_started(d: &Daemon) -> bool {
+    *d.started.lock().unwrap_or_else(|e| e.into_inner()) == Some(true)
+}
+
+/// Cancels a sandbox that never started (kill or delete while `created`); false if it had.
+fn cancel_start(d: &Daemon, status: ExitStatus) -> bool {
+    let mut st = d.started.lock().unwrap_or_else(|e| e.into_inner());
+    if *st != Some(false) {
+        return false;
+    }
+    *st = None;
+    *d.exit.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
+    // The holder is woken once the answer is written (handle_conn): it exits at once.
+    true
 }
 
 fn control_loop(d: &Arc<Daemon>, listener: UnixListener) {
@@ -170,17 +266,35 @@ fn handle_conn(d: &Daemon, conn: UnixStream) {
     let mut out = serde_json::to_string(&resp).unwrap_or_else(|_| r#"{"ok":false}"#.into());
     out.push('\n');
     let _ = w.write_all(out.as_bytes());
+    // A start cancelled by this request ends the holder only now that the answer is out.
+    d.started_cv.notify_all();
 }
 
 fn state_name(d: &Daemon) -> &'static str {
     if d.exit.lock().map(|e| e.is_some()).unwrap_or(false) {
         return "stopped";
     }
+    if d.oci {
+        // The runtime spec's names: a hibernated sandbox that wakes by itself is running.
+        if !is_started(d) {
+            return "created";
+        }
+        if d.hib.is_paused() {
+            return "paused";
+        }
+        return "running";
+    }
     d.hib.state().as_str()
 }
 
 fn handle(d: &Daemon, req: Request) -> Response {
     match req {
+        Request::State if d.oci => Response::data(crate::oci::state::status_json(
+            &d.dir,
+            &d.id,
+            state_name(d),
+            Some(std::process::id()),
+        )),
         Request::State => {
             let exit = *d.exit.lock().unwrap_or_else(|e| e.into_inner());
             Response::data(json!({
@@ -199,6 +313,50 @@ fn handle(d: &Daemon, req: Request) -> Response {
             Ok(()) => Response::ok(),
             Err(e) => Response::error(e),
         },
+        Request::Start => {
+            let mut st = d.started.lock().unwrap_or_else(|e| e.into_inner());
+            match *st {
+                Some(false) => {
+                    *st = Some(true);
+                    d.started_cv.notify_all();
+                    Response::ok()
+                }
+                Some(true) => Response::error("the sandbox has already started"),
+                None => Response::error("the sandbox has stopped"),
+            }
+        }
+        Request::Pause => {
+            if !is_started(d) || d.exit.lock().map(|e| e.is_some()).unwrap_or(false) {
+                return Response::error("only a running sandbox can be paused");
+            }
+            match d.hib.pause(PARK_TIMEOUT) {
+                Ok(r) => Response::data(serde_json::to_value(r).unwrap_or_default()),
+                Err(e) => Response::error(e),
+            }
+        }
+        Request::Resume => {
+            if !d.hib.is_paused() {
+                return Response::error("the sandbox is not paused");
+            }
+            match d.hib.resume() {
+                Ok(()) => Response::ok(),
+                Err(e) => Response::error(e),
+            }
+        }
+        Request::Kill { signal } if (1..=64).contains(&signal) && !is_started(d) => {
+            // A created sandbox's program has not run: any signal ends it (as runc's init).
+            if cancel_start(d, ExitStatus::Signaled(signal)) {
+                Response::ok()
+            } else {
+                Response::error("the sandbox has stopped")
+            }
+        }
+        Request::Kill { signal } if d.oci && matches!(signal, libc::SIGSTOP | libc::SIGCONT) => {
+            // The OCI form has pause and resume for this; stop/cont go to the application.
+            d.control.send_signal(signal);
+            d.hib.stop_if_hibernated();
+            Response::ok()
+        }
         Request::Kill { signal } => match signal {
             libc::SIGSTOP => hibernate(d),
             libc::SIGCONT => match d.hib.wake() {
@@ -216,6 +374,7 @@ fn handle(d: &Daemon, req: Request) -> Response {
             s => Response::error(format!("invalid signal {s}")),
         },
         Request::Delete => {
+            cancel_start(d, ExitStatus::Signaled(libc::SIGKILL));
             if d.exit.lock().map(|e| e.is_none()).unwrap_or(false) {
                 d.control.send_signal(libc::SIGKILL);
                 d.hib.stop();

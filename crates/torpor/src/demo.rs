@@ -25,6 +25,7 @@ pub fn demo() -> Result<u8> {
         memory: 64 << 20,
         publish: Vec::new(),
         allow_outbound: false,
+        own_netns: false,
     };
     let r = crate::run::run_config(&cfg);
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,9 +1,13 @@
 //! The `torpor` command.
 
 mod cli;
+mod console;
 mod control;
+mod cowroot;
 mod daemon;
 mod demo;
+mod logging;
+mod oci;
 mod paper;
 mod procfs;
 mod run;
@@ -16,8 +20,26 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    init_logging();
+    cli::set_global(&cli.global);
+    if let Some(root) = &cli.global.root {
+        // Before any thread starts: the state directory of every verb.
+        std::env::set_var("TORPOR_STATE_DIR", root);
+    }
+    logging::init(&cli.global);
+    let oci_verb = cli.command.is_oci();
     let result = match cli.command {
+        cli::Command::Run(args) if args.command.is_empty() => oci::run(
+            &oci::CreateOptions {
+                id: args.rootfs.to_string_lossy().into_owned(),
+                bundle: args.bundle.clone().unwrap_or_else(|| ".".into()),
+                pid_file: args.pid_file.clone(),
+                console_socket: args.console_socket.clone(),
+            },
+            args.detach,
+        ),
+        cli::Command::Run(args) if args.bundle.is_some() => Err(anyhow::anyhow!(
+            "run: --bundle is the OCI form (run --bundle DIR ID), which takes no -- PROGRAM"
+        )),
         cli::Command::Run(args) => run::run(args),
         cli::Command::Demo => demo::demo(),
         cli::Command::Syscalls => {
@@ -26,11 +48,32 @@ fn main() -> ExitCode {
         }
         cli::Command::Hibernate { id } => verbs::hibernate(&id),
         cli::Command::Wake { id } => verbs::wake(&id),
-        cli::Command::Kill { id, signal } => verbs::kill(&id, &signal),
+        cli::Command::Kill { id, signal, all: _ } => verbs::kill(&id, &signal),
         cli::Command::State { id } => verbs::state(&id),
         cli::Command::Stats { id } => verbs::stats(&id),
         cli::Command::List => verbs::list(),
         cli::Command::Delete { id, force } => verbs::delete(&id, force),
+        cli::Command::Create(a) => oci::create(&oci::CreateOptions {
+            id: a.id,
+            bundle: a.bundle,
+            pid_file: a.pid_file,
+            console_socket: a.console_socket,
+        }),
+        cli::Command::Start { id } => oci::start(&id),
+        cli::Command::Pause { id } => oci::pause(&id, true),
+        cli::Command::Resume { id } => oci::pause(&id, false),
+        cli::Command::Ps { format, id, .. } => oci::ps(&id, &format),
+        cli::Command::Features => oci::features(),
+        cli::Command::Exec { .. } => Err(anyhow::anyhow!(
+            "exec: running another process in a container is not supported yet"
+        )),
+        cli::Command::OciHolder {
+            bundle,
+            ready_fd,
+            console_socket,
+            start,
+            id,
+        } => oci::holder(&id, &bundle, ready_fd, console_socket.as_deref(), start),
         cli::Command::BenchExit { iterations } => run::bench_exit(iterations),
         cli::Command::Bench {
             which: cli::BenchCommand::Paper(args),
@@ -39,19 +82,12 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("torpor: {e:#}");
-            ExitCode::from(run::EXIT_RUNTIME_ERROR)
+            logging::report_error(&cli.global, &format!("{e:#}"));
+            ExitCode::from(if oci_verb {
+                oci::EXIT_OCI_ERROR
+            } else {
+                run::EXIT_RUNTIME_ERROR
+            })
         }
     }
-}
-
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TORPOR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
 }

@@ -10,7 +10,7 @@ use crate::cli::RunArgs;
 /// Exit status for errors of the runtime itself (as docker and runc use 125).
 pub const EXIT_RUNTIME_ERROR: u8 = 125;
 
-const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Runs the sandbox described by `args` and returns the application's exit status.
 pub fn run(args: RunArgs) -> Result<u8> {
@@ -39,6 +39,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         memory: args.memory,
         publish: args.publish.clone(),
         allow_outbound: args.allow_outbound,
+        own_netns: false,
     };
     if !cfg.rootfs.is_dir() {
         anyhow::bail!(
@@ -46,13 +47,17 @@ pub fn run(args: RunArgs) -> Result<u8> {
             cfg.rootfs.display()
         );
     }
-    let detached_child = args.ready_fd >= 0;
+    let holding = if args.ready_fd >= 0 {
+        crate::daemon::Holding::Detached
+    } else {
+        crate::daemon::Holding::Foreground
+    };
     crate::daemon::serve(
         &cfg,
         &id,
         args.wake_mode,
         crate::daemon::ready_fd(args.ready_fd),
-        detached_child,
+        holding,
     )
 }
 

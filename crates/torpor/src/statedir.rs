@@ -76,7 +76,7 @@ pub fn create(id: &str) -> Result<PathBuf> {
     cleanup_orphans(&base);
     let dir = dir_of(id)?;
     if dir.exists() {
-        if owner_alive(&dir) {
+        if owner_alive(&dir) || (crate::oci::state::is_oci(&dir) && !dir.join("pid").exists()) {
             bail!("a sandbox named {id:?} already exists");
         }
         std::fs::remove_dir_all(&dir)
@@ -148,7 +148,8 @@ pub fn cleanup_orphans(base: &Path) {
     };
     for e in entries.flatten() {
         let p = e.path();
-        if p.is_dir() && !owner_alive(&p) {
+        // A stopped OCI container's state stays until `delete`.
+        if p.is_dir() && !owner_alive(&p) && !crate::oci::state::is_oci(&p) {
             tracing::info!("removing orphaned sandbox state {}", p.display());
             let _ = std::fs::remove_dir_all(&p);
         }

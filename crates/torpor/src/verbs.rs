@@ -16,6 +16,9 @@ fn dir(id: &str) -> Result<std::path::PathBuf> {
         bail!("no sandbox named {id:?}");
     }
     if !statedir::owner_alive(&d) {
+        if crate::oci::state::is_oci(&d) {
+            bail!("container {id:?} is not running (its state stays until delete)");
+        }
         let err = std::fs::read_to_string(d.join("error")).unwrap_or_default();
         let _ = std::fs::remove_dir_all(&d);
         if err.is_empty() {
@@ -81,6 +84,11 @@ pub fn kill(id: &str, signal: &str) -> Result<u8> {
 
 /// `torpor state ID`.
 pub fn state(id: &str) -> Result<u8> {
+    let d = statedir::dir_of(id)?;
+    if crate::oci::state::is_oci(&d) {
+        print(&crate::oci::state_json(id)?)?;
+        return Ok(0);
+    }
     print(&call(&dir(id)?, &Request::State, TIMEOUT)?)?;
     Ok(0)
 }

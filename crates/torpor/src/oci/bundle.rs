@@ -1,0 +1,474 @@
+//! An OCI bundle: `config.json` read with `oci-spec` and turned into what torpor runs (a
+//! [`SandboxConfig`] and the settings around it), with every field either honoured, refused
+//! with a clear error, or named in a warning.
+//!
+//! What each part of the runtime spec becomes:
+//! - `process.args/env/cwd`: the program (looked up in `PATH` inside the root when `args[0]`
+//!   has no `/`), its argv, environment and working directory.
+//! - `process.terminal`: a pseudo-terminal whose controller goes to `--console-socket`.
+//! - `root.path` (relative to the bundle) and `root.readonly` (the sandbox's writes then fail
+//!   with `EROFS`).
+//! - `linux.resources.memory.limit`: the sandbox's memory size (rounded up to 4 MiB, at least
+//!   16 MiB; 512 MiB without a limit).
+//! - `linux.namespaces`: a `network` entry with a `path` puts the sandbox's host sockets in
+//!   that namespace (what podman and CNI prepare); without a path, in a new empty one. The
+//!   sandbox is its own pid, ipc, uts and mount world whatever the others say.
+//! - `annotations`: `dev.torpor.wake-mode` (`fault`, `reap`, `auto`).
+//! - Everything the application kernel makes moot (capabilities, seccomp, AppArmor, SELinux,
+//!   devices, sysctl, the standard /proc, /sys, /dev mounts, which torpor's kernel provides
+//!   itself) is logged at debug level. Fields torpor cannot honour yet are named in a warning:
+//!   none of them widens what the application can reach.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use hibernate::engine::WakeMode;
+use kernel::SandboxConfig;
+use oci_spec::runtime::{LinuxNamespaceType, Spec};
+
+/// The annotation that chooses the wake mode.
+pub const WAKE_MODE_ANNOTATION: &str = "dev.torpor.wake-mode";
+
+/// Default memory when the bundle sets no limit.
+const DEFAULT_MEMORY: u64 = 512 << 20;
+
+/// Mount destinations whose contents torpor's kernel provides itself.
+const KERNEL_MOUNTS: &[&str] = &[
+    "/proc",
+    "/sys",
+    "/dev",
+    "/dev/pts",
+    "/dev/shm",
+    "/dev/mqueue",
+    "/sys/fs/cgroup",
+];
+
+/// Why a bundle cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    /// The bundle directory is missing.
+    #[error("bundle {0}: not a directory")]
+    NoBundle(PathBuf),
+    /// config.json is missing.
+    #[error("bundle {0}: no config.json")]
+    NoConfig(PathBuf),
+    /// config.json does not parse.
+    #[error("{path}: invalid config.json: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        reason: String,
+    },
+    /// A field is missing or has a value torpor refuses.
+    #[error("config.json: {0}")]
+    Field(String),
+}
+
+/// A bundle ready to run.
+#[derive(Debug)]
+pub struct Bundle {
+    /// The bundle directory (absolute).
+    pub dir: PathBuf,
+    /// What the sandbox runs.
+    pub sandbox: SandboxConfig,
+    /// How it wakes from a hibernate.
+    pub wake_mode: WakeMode,
+    /// `root.readonly`.
+    pub readonly_root: bool,
+    /// `process.terminal`.
+    pub terminal: bool,
+    /// The network namespace to join (`linux.namespaces` network with a path).
+    pub netns_path: Option<PathBuf>,
+    /// A new, empty network namespace (a network entry without a path).
+    pub new_netns: bool,
+    /// What is not honoured, one message each (logged by the caller).
+    pub warnings: Vec<String>,
+}
+
+impl Bundle {
+    /// Reads and checks `DIR/config.json`.
+    ///
+    /// # Errors
+    /// [`BundleError`] for a missing bundle or config, invalid JSON, an unsupported
+    /// `ociVersion`, no `process.args`, a missing root, or a program not in the root.
+    pub fn load(dir: &Path) -> Result<Bundle, BundleError> {
+        if !dir.is_dir() {
+            return Err(BundleError::NoBundle(dir.to_path_buf()));
+        }
+        let dir = dir
+            .canonicalize()
+            .map_err(|_| BundleError::NoBundle(dir.to_path_buf()))?;
+        let path = dir.join("config.json");
+        if !path.is_file() {
+            return Err(BundleError::NoConfig(dir));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| BundleError::Invalid {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        let spec: Spec = serde_json::from_str(&text).map_err(|e| BundleError::Invalid {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        from_spec(&dir, &spec)
+    }
+}
+
+/// Checks `spec` (of the bundle at `dir`) and turns it into a [`Bundle`].
+fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
+    let field = |m: String| BundleError::Field(m);
+    let version = spec.version();
+    if !(version.starts_with("1.0.") || version.starts_with("1.1.") || version.starts_with("1.2."))
+        && !matches!(version.as_str(), "1.0" | "1.1" | "1.2")
+    {
+        return Err(field(format!(
+            "ociVersion {version:?} is not supported (1.0.x to 1.2.x are)"
+        )));
+    }
+    let mut warnings = Vec::new();
+
+    let root = spec
+        .root()
+        .as_ref()
+        .ok_or_else(|| field("no root".into()))?;
+    let rootfs = if root.path().is_absolute() {
+        root.path().clone()
+    } else {
+        dir.join(root.path())
+    };
+    if !rootfs.is_dir() {
+        return Err(field(format!(
+            "root.path {} is not a directory",
+            rootfs.display()
+        )));
+    }
+    let readonly_root = root.readonly().unwrap_or(false);
+
+    let process = spec
+        .process()
+        .as_ref()
+        .ok_or_else(|| field("no process".into()))?;
+    let args = process.args().clone().unwrap_or_default();
+    let Some(arg0) = args.first() else {
+        return Err(field("process.args is empty".into()));
+    };
+    let env = process.env().clone().unwrap_or_default();
+    let cwd = process.cwd().to_string_lossy().into_owned();
+    if !cwd.starts_with('/') {
+        return Err(field(format!("process.cwd {cwd:?} is not absolute")));
+    }
+    let program = resolve_program(&rootfs, arg0, &env, &cwd).ok_or_else(|| {
+        field(format!(
+            "process.args[0] {arg0:?}: not found in the root {}",
+            rootfs.display()
+        ))
+    })?;
+    let user = process.user();
+    if user.uid() != 0 || user.gid() != 0 {
+        warnings.push(format!(
+            "process.user {}:{}: the application sees the runtime's own ids",
+            user.uid(),
+            user.gid()
+        ));
+    }
+    if let Some(rl) = process.rlimits() {
+        if !rl.is_empty() {
+            warnings.push(format!(
+                "process.rlimits ({} entries): not applied inside the sandbox yet",
+                rl.len()
+            ));
+        }
+    }
+
+    let mut memory = DEFAULT_MEMORY;
+    let mut netns_path = None;
+    let mut new_netns = false;
+    if let Some(linux) = spec.linux() {
+        if let Some(res) = linux.resources() {
+            if let Some(limit) = res.memory().as_ref().and_then(|m| m.limit()) {
+                if limit > 0 {
+                    memory = crate::cli::parse_size(&limit.to_string()).map_err(|e| {
+                        field(format!("linux.resources.memory.limit {limit}: {e}"))
+                    })?;
+                }
+            }
+            if res.pids().is_some() {
+                warnings.push("linux.resources.pids: not enforced yet".into());
+            }
+            if res.cpu().is_some() {
+                tracing::debug!("linux.resources.cpu: left to the engine's cgroup");
+            }
+        }
+        for ns in linux.namespaces().iter().flatten() {
+            match ns.typ() {
+                LinuxNamespaceType::Network => match ns.path() {
+                    Some(p) => netns_path = Some(p.clone()),
+                    None => new_netns = true,
+                },
+                LinuxNamespaceType::User => {
+                    if linux.uid_mappings().is_some() || linux.gid_mappings().is_some() {
+                        warnings.push(
+                            "linux.uidMappings/gidMappings: the application sees the runtime's own ids"
+                                .into(),
+                        );
+                    }
+                }
+                other => tracing::debug!("namespace {other:?}: the sandbox is its own world"),
+            }
+        }
+    }
+
+    for m in spec.mounts().iter().flatten() {
+        let dest = m.destination().to_string_lossy();
+        if KERNEL_MOUNTS.contains(&dest.as_ref()) {
+            continue;
+        }
+        let typ = m.typ().clone().unwrap_or_default();
+        warnings.push(format!(
+            "mount {dest} ({}{}): not mounted in the sandbox yet",
+            if typ.is_empty() { "bind" } else { &typ },
+            m.source()
+                .as_ref()
+                .map(|s| format!(" from {}", s.display()))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(h) = spec.hooks() {
+        let n = [
+            h.prestart().as_ref().map(Vec::len),
+            h.create_runtime().as_ref().map(Vec::len),
+            h.create_container().as_ref().map(Vec::len),
+            h.start_container().as_ref().map(Vec::len),
+            h.poststart().as_ref().map(Vec::len),
+            h.poststop().as_ref().map(Vec::len),
+        ]
+        .into_iter()
+        .flatten()
+        .sum::<usize>();
+        if n > 0 {
+            warnings.push(format!("hooks ({n}): not run"));
+        }
+    }
+
+    if let Some(h) = spec.hostname() {
+        tracing::debug!("hostname {h:?}: the sandbox's node name stays \"torpor\"");
+    }
+    let annotations: HashMap<String, String> = spec.annotations().clone().unwrap_or_default();
+    let wake_mode = match annotations.get(WAKE_MODE_ANNOTATION) {
+        Some(v) => v
+            .parse()
+            .map_err(|e| field(format!("annotation {WAKE_MODE_ANNOTATION}: {e}")))?,
+        None => WakeMode::Auto,
+    };
+
+    let mut env = env;
+    if !env.iter().any(|e| e.starts_with("PATH=")) {
+        env.insert(0, crate::run::DEFAULT_PATH.to_string());
+    }
+    // The engine decides the network: the namespace it names, else the host's (as runc).
+    let own_netns = true;
+    Ok(Bundle {
+        dir: dir.to_path_buf(),
+        sandbox: SandboxConfig {
+            rootfs,
+            program,
+            args,
+            env,
+            cwd,
+            memory,
+            publish: Vec::new(),
+            allow_outbound: true,
+            own_netns,
+        },
+        wake_mode,
+        readonly_root,
+        terminal: process.terminal().unwrap_or(false),
+        netns_path,
+        new_netns,
+        warnings,
+    })
+}
+
+/// The guest path of the program `arg0`: itself when it holds a `/` (relative to `cwd`), else
+/// the first `PATH` entry of `env` (or the default one) where the root has such a file.
+/// Symbolic links are followed inside the root only (an absolute link target is taken
+/// relative to the root), at most 40 of them.
+fn resolve_program(rootfs: &Path, arg0: &str, env: &[String], cwd: &str) -> Option<String> {
+    if arg0.contains('/') {
+        let p = if arg0.starts_with('/') {
+            arg0.to_string()
+        } else {
+            format!("{}/{}", cwd.trim_end_matches('/'), arg0)
+        };
+        return exists_in_root(rootfs, &p).then_some(p);
+    }
+    let path = env
+        .iter()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(|d| format!("{}/{}", d.trim_end_matches('/'), arg0))
+        .find(|p| exists_in_root(rootfs, p))
+}
+
+/// Whether guest path `p` names a file inside `rootfs`, following symbolic links as the
+/// sandbox would (inside the root).
+fn exists_in_root(rootfs: &Path, p: &str) -> bool {
+    let mut path = p.to_string();
+    for _ in 0..40 {
+        // Resolve the directories' links by walking component by component.
+        let mut cur = PathBuf::from("/");
+        let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+        let mut restart = None;
+        for (i, c) in comps.iter().enumerate() {
+            match *c {
+                "." => continue,
+                ".." => {
+                    cur.pop();
+                    continue;
+                }
+                _ => cur.push(c),
+            }
+            let host = rootfs.join(cur.strip_prefix("/").unwrap_or(&cur));
+            match std::fs::symlink_metadata(&host) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    let Ok(target) = std::fs::read_link(&host) else {
+                        return false;
+                    };
+                    let target = target.to_string_lossy().into_owned();
+                    let rest = comps[i + 1..].join("/");
+                    let base = if target.starts_with('/') {
+                        target
+                    } else {
+                        let parent = cur.parent().unwrap_or(Path::new("/"));
+                        format!("{}/{}", parent.display(), target)
+                    };
+                    restart = Some(if rest.is_empty() {
+                        base
+                    } else {
+                        format!("{base}/{rest}")
+                    });
+                    break;
+                }
+                Ok(m) if i + 1 == comps.len() => return m.is_file(),
+                Ok(m) if m.is_dir() => {}
+                _ => return false,
+            }
+        }
+        match restart {
+            Some(next) => path = next,
+            None => return false,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct TempBundle(PathBuf);
+    impl Drop for TempBundle {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn bundle(config: &str) -> TempBundle {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "torpor-bundle-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(d.join("rootfs/bin")).unwrap();
+        std::fs::create_dir_all(d.join("rootfs/usr")).unwrap();
+        std::fs::write(d.join("rootfs/bin/busybox"), b"\x7fELF").unwrap();
+        std::os::unix::fs::symlink("busybox", d.join("rootfs/bin/sh")).unwrap();
+        std::os::unix::fs::symlink("/bin", d.join("rootfs/usr/bin")).unwrap();
+        std::fs::write(d.join("config.json"), config).unwrap();
+        TempBundle(d)
+    }
+
+    fn config(args: &str, extra: &str) -> String {
+        format!(
+            r#"{{"ociVersion":"1.0.2","process":{{"user":{{"uid":0,"gid":0}},"args":{args},"env":["PATH=/usr/bin:/bin"],"cwd":"/"}},"root":{{"path":"rootfs"}}{extra}}}"#
+        )
+    }
+
+    #[test]
+    fn a_minimal_bundle_loads() {
+        let b = bundle(&config(r#"["sh","-c","true"]"#, ""));
+        let got = Bundle::load(&b.0).unwrap();
+        // sh is found through PATH; /usr/bin is a link to /bin.
+        assert_eq!(got.sandbox.program, "/usr/bin/sh");
+        assert_eq!(got.sandbox.args, ["sh", "-c", "true"]);
+        assert_eq!(got.sandbox.memory, DEFAULT_MEMORY);
+        assert!(!got.readonly_root && !got.terminal);
+        assert_eq!(got.wake_mode, WakeMode::Auto);
+        assert!(got.warnings.is_empty(), "{:?}", got.warnings);
+    }
+
+    #[test]
+    fn limits_namespaces_and_annotations() {
+        let extra = r#","linux":{"resources":{"memory":{"limit":268435456}},"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}]},"annotations":{"dev.torpor.wake-mode":"fault"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/data","type":"bind","source":"/srv/data"}]"#;
+        let b = bundle(&config(r#"["/bin/busybox","true"]"#, extra));
+        let got = Bundle::load(&b.0).unwrap();
+        assert_eq!(got.sandbox.memory, 256 << 20);
+        assert_eq!(got.netns_path, Some(PathBuf::from("/run/netns/x")));
+        assert_eq!(got.wake_mode, WakeMode::Fault);
+        assert_eq!(got.warnings.len(), 1, "{:?}", got.warnings);
+        assert!(got.warnings[0].contains("/data"));
+    }
+
+    #[test]
+    fn bad_bundles_are_refused_clearly() {
+        let missing = std::env::temp_dir().join("torpor-no-such-bundle");
+        assert!(matches!(
+            Bundle::load(&missing),
+            Err(BundleError::NoBundle(_))
+        ));
+
+        let b = bundle("{");
+        std::fs::remove_file(b.0.join("config.json")).unwrap();
+        assert!(matches!(Bundle::load(&b.0), Err(BundleError::NoConfig(_))));
+
+        let b = bundle("{ not json");
+        let e = Bundle::load(&b.0).unwrap_err();
+        assert!(e.to_string().contains("invalid config.json"), "{e}");
+
+        let b = bundle(&config(r#"["sh"]"#, "").replace("1.0.2", "0.9.0"));
+        let e = Bundle::load(&b.0).unwrap_err();
+        assert!(e.to_string().contains("ociVersion"), "{e}");
+
+        let b = bundle(&config(r#"["nosuchprogram"]"#, ""));
+        let e = Bundle::load(&b.0).unwrap_err();
+        assert!(e.to_string().contains("not found"), "{e}");
+
+        let b = bundle(&config("[]", ""));
+        let e = Bundle::load(&b.0).unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+
+        let b = bundle(&config(r#"["sh"]"#, "").replace(r#""path":"rootfs""#, r#""path":"nope""#));
+        let e = Bundle::load(&b.0).unwrap_err();
+        assert!(e.to_string().contains("root.path"), "{e}");
+
+        let b = bundle(&config(
+            r#"["sh"]"#,
+            r#","annotations":{"dev.torpor.wake-mode":"sometimes"}"#,
+        ));
+        let e = Bundle::load(&b.0).unwrap_err();
+        assert!(e.to_string().contains("wake-mode"), "{e}");
+    }
+
+    #[test]
+    fn links_that_leave_the_root_do_not_resolve_outside() {
+        let b = bundle(&config(r#"["/bin/escape"]"#, ""));
+        // An absolute link is taken inside the root: /etc/passwd of the root does not exist.
+        std::os::unix::fs::symlink("/etc/passwd", b.0.join("rootfs/bin/escape")).unwrap();
+        assert!(Bundle::load(&b.0).is_err());
+        assert!(!exists_in_root(&b.0.join("rootfs"), "/../../../etc/passwd"));
+    }
+}

@@ -1,0 +1,366 @@
+//! The OCI runtime command line (the interface runc, crun and runsc speak, which podman,
+//! conmon and containerd's runc shim call): `create`, `start`, `state`, `kill`, `delete`,
+//! `run --bundle`, `pause`, `resume`, `ps`, `features`.
+//!
+//! A container is a sandbox whose holder process (the container's `pid`) is started by
+//! `create`: it reads the bundle, builds the sandbox (program loaded, nothing run), reports
+//! ready and waits; `start` lets the program run. The holder keeps the caller's standard
+//! input, output and error for the program, and ends with the program's exit status, which
+//! the engine (a subreaper) collects; its state directory (`oci.json`, the exit status)
+//! stays until `delete`. `pause`/`resume` hibernate and wake the sandbox without
+//! wake-on-request.
+//!
+//! How the two command-line forms are told apart: `run` with `-- PROGRAM` is the friendly
+//! form (`torpor run ROOTFS -- PROGRAM`); `run` without `--` is the OCI form (`torpor run
+//! [--bundle DIR] [-d] ID`, the bundle defaulting to the current directory, as runc's). The
+//! other verbs are shared: `state`, `kill` and `delete` of a container created by the OCI
+//! form follow the runtime spec.
+
+pub mod bundle;
+pub mod state;
+
+use std::io::BufRead;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use crate::control::{call, Request};
+use crate::statedir;
+use bundle::Bundle;
+
+/// Exit status of a failed OCI verb (as runc's).
+pub const EXIT_OCI_ERROR: u8 = 1;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Options of `create` (and of the OCI `run`).
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    /// Container ID.
+    pub id: String,
+    /// Bundle directory.
+    pub bundle: PathBuf,
+    /// Where to write the holder's pid.
+    pub pid_file: Option<PathBuf>,
+    /// Where to send the terminal's controller (`process.terminal`).
+    pub console_socket: Option<PathBuf>,
+}
+
+/// `create`: starts the holder, which loads the program and waits for `start`.
+pub fn create(opts: &CreateOptions) -> Result<u8> {
+    statedir::check_id(&opts.id)?;
+    let dir = statedir::dir_of(&opts.id)?;
+    if dir.exists() && (statedir::owner_alive(&dir) || state::is_oci(&dir)) {
+        bail!("container {:?} already exists", opts.id);
+    }
+    // Checked here too, so that a bad bundle fails before any process is started.
+    let b = Bundle::load(&opts.bundle)?;
+    if b.terminal && opts.console_socket.is_none() {
+        bail!("config.json: process.terminal is set but no --console-socket was given");
+    }
+    let pid = spawn_holder(opts, false)?;
+    if let Some(p) = &opts.pid_file {
+        write_pid_file(p, pid)?;
+    }
+    Ok(0)
+}
+
+/// Starts `torpor oci-holder …` with this process's standard streams and waits for its
+/// readiness line; returns its pid.
+fn spawn_holder(opts: &CreateOptions, start_now: bool) -> Result<u32> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::process::CommandExt;
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two ends.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("creating the readiness pipe");
+    }
+    // SAFETY: both ends are fresh fds owned here.
+    let (rd, wr) = unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    let wfd = fds[1];
+    let bundle = opts
+        .bundle
+        .canonicalize()
+        .with_context(|| format!("bundle {}", opts.bundle.display()))?;
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg0("torpor");
+    cmd.args(crate::cli::global_args());
+    cmd.arg("oci-holder")
+        .arg("--bundle")
+        .arg(&bundle)
+        .arg(format!("--ready-fd={wfd}"));
+    if start_now {
+        cmd.arg("--start");
+    }
+    if let Some(c) = &opts.console_socket {
+        cmd.arg("--console-socket").arg(c);
+    }
+    cmd.arg(&opts.id);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::fcntl(wfd, libc::F_SETFD, 0);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting the container's holder process")?;
+    drop(wr);
+    let mut line = String::new();
+    std::io::BufReader::new(rd).read_line(&mut line).ok();
+    let line = line.trim();
+    if line == "ok" {
+        return Ok(child.id());
+    }
+    let _ = child.wait();
+    if let Ok(d) = statedir::dir_of(&opts.id) {
+        if !statedir::owner_alive(&d) {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+    let msg = line.strip_prefix("error: ").unwrap_or(line);
+    if msg.is_empty() {
+        bail!("the container's holder process exited before it was ready");
+    }
+    bail!("{msg}")
+}
+
+fn write_pid_file(path: &Path, pid: u32) -> Result<()> {
+    // Written whole then renamed, so a reader never sees a partial pid.
+    let tmp = path.with_extension("torpor-tmp");
+    std::fs::write(&tmp, pid.to_string()).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The hidden `oci-holder` command: the container's process.
+pub fn holder(
+    id: &str,
+    bundle_dir: &Path,
+    ready_fd: i32,
+    console_socket: Option<&Path>,
+    start_now: bool,
+) -> Result<u8> {
+    let ready = crate::daemon::ready_fd(ready_fd);
+    let prepared = (|| -> Result<Bundle> {
+        let b = Bundle::load(bundle_dir)?;
+        for w in &b.warnings {
+            tracing::warn!("{w}");
+        }
+        if let Some(p) = &b.netns_path {
+            join_netns(p)?;
+        } else if b.new_netns {
+            new_netns()?;
+        }
+        if b.terminal {
+            let sock = console_socket.context("process.terminal needs --console-socket")?;
+            crate::console::attach(sock)?;
+        }
+        Ok(b)
+    })();
+    let b = match prepared {
+        Ok(b) => b,
+        Err(e) => {
+            if let Some(r) = ready {
+                use std::io::Write;
+                let _ = writeln!(std::fs::File::from(r), "error: {e:#}");
+            }
+            return Err(e);
+        }
+    };
+    let mut cfg = b.sandbox;
+    if b.readonly_root {
+        cfg.rootfs = crate::cowroot::readonly(&cfg.rootfs)?;
+    }
+    crate::daemon::serve(
+        &cfg,
+        id,
+        b.wake_mode,
+        ready,
+        crate::daemon::Holding::Oci {
+            bundle: b.dir,
+            start_now,
+        },
+    )
+}
+
+/// Moves this (single-threaded) process into the network namespace at `path`: its host
+/// sockets, and so the application's, live there.
+fn join_netns(path: &Path) -> Result<()> {
+    let f = std::fs::File::open(path)
+        .with_context(|| format!("opening network namespace {}", path.display()))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns with a valid namespace fd and its type.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("joining network namespace {}", path.display()));
+    }
+    Ok(())
+}
+
+/// Moves this process into a new network namespace with its loopback interface up.
+fn new_netns() -> Result<()> {
+    // SAFETY: unshare with a valid flag.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("creating a network namespace");
+    }
+    // Bring `lo` up (SIOCGIFFLAGS / SIOCSIFFLAGS on any socket).
+    // SAFETY: a plain datagram socket; closed below.
+    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return Err(std::io::Error::last_os_error()).context("socket for lo");
+    }
+    // SAFETY: a zeroed ifreq with the name set; the ioctls read and write only that struct.
+    let r = unsafe {
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo".iter().enumerate() {
+            ifr.ifr_name[i] = *b as libc::c_char;
+        }
+        let mut r = libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr);
+        if r == 0 {
+            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            r = libc::ioctl(s, libc::SIOCSIFFLAGS, &mut ifr);
+        }
+        let e = std::io::Error::last_os_error();
+        libc::close(s);
+        (r, e)
+    };
+    if r.0 != 0 {
+        return Err(r.1).context("bringing lo up");
+    }
+    Ok(())
+}
+
+/// The state directory of container `id`, which must exist.
+fn container_dir(id: &str) -> Result<PathBuf> {
+    let d = statedir::dir_of(id)?;
+    if !d.is_dir() {
+        bail!("container {id:?} does not exist");
+    }
+    Ok(d)
+}
+
+/// `start ID`.
+pub fn start(id: &str) -> Result<u8> {
+    let d = container_dir(id)?;
+    if !statedir::owner_alive(&d) {
+        bail!("container {id:?} is stopped");
+    }
+    call(&d, &Request::Start, TIMEOUT)?;
+    Ok(0)
+}
+
+/// The spec's state JSON of container `id` (also for a stopped one whose holder has ended).
+pub fn state_json(id: &str) -> Result<serde_json::Value> {
+    let d = container_dir(id)?;
+    if statedir::owner_alive(&d) {
+        if let Ok(v) = call(&d, &Request::State, TIMEOUT) {
+            return Ok(v);
+        }
+    }
+    Ok(state::status_json(&d, id, "stopped", None))
+}
+
+/// `pause ID` / `resume ID`.
+pub fn pause(id: &str, pause: bool) -> Result<u8> {
+    let d = container_dir(id)?;
+    if !statedir::owner_alive(&d) {
+        bail!("container {id:?} is not running");
+    }
+    call(
+        &d,
+        if pause {
+            &Request::Pause
+        } else {
+            &Request::Resume
+        },
+        TIMEOUT,
+    )?;
+    Ok(0)
+}
+
+/// `ps [--format table|json] ID`: the host processes of the container (its holder).
+pub fn ps(id: &str, format: &str) -> Result<u8> {
+    let v = state_json(id)?;
+    let pid = v["pid"].as_u64().unwrap_or(0);
+    let pids: Vec<u64> = if pid > 0 { vec![pid] } else { Vec::new() };
+    match format {
+        "json" => println!("{}", serde_json::to_string(&pids)?),
+        "table" => {
+            println!("PID");
+            for p in pids {
+                println!("{p}");
+            }
+        }
+        other => bail!("unknown format {other:?}: expected table or json"),
+    }
+    Ok(0)
+}
+
+/// `features`: what this runtime supports, in the runtime spec's features format.
+pub fn features() -> Result<u8> {
+    let v = serde_json::json!({
+        "ociVersionMin": "1.0.0",
+        "ociVersionMax": "1.2.0",
+        "hooks": [],
+        "mountOptions": [],
+        "linux": {
+            "namespaces": ["network", "pid", "ipc", "uts", "mount"],
+            "capabilities": [],
+            "cgroup": {"v1": false, "v2": false, "systemd": false, "systemdUser": false},
+            "seccomp": {"enabled": false},
+            "apparmor": {"enabled": false},
+            "selinux": {"enabled": false}
+        },
+        "annotations": {
+            "dev.torpor.wake-mode": "fault | reap | auto: how a hibernated sandbox wakes",
+            "io.github.torpor.kind": "application kernel under KVM"
+        }
+    });
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(0)
+}
+
+/// The OCI `run`: `create` then `start`; in the foreground, waits for the program and returns
+/// its exit status.
+pub fn run(opts: &CreateOptions, detach: bool) -> Result<u8> {
+    statedir::check_id(&opts.id)?;
+    let dir = statedir::dir_of(&opts.id)?;
+    if dir.exists() && (statedir::owner_alive(&dir) || state::is_oci(&dir)) {
+        bail!("container {:?} already exists", opts.id);
+    }
+    let b = Bundle::load(&opts.bundle)?;
+    if b.terminal && opts.console_socket.is_none() {
+        bail!("config.json: process.terminal is set but no --console-socket was given");
+    }
+    let pid = spawn_holder(opts, true)?;
+    if let Some(p) = &opts.pid_file {
+        write_pid_file(p, pid)?;
+    }
+    if detach {
+        return Ok(0);
+    }
+    // The holder is our child: its exit status is the program's.
+    let mut status = 0;
+    loop {
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid as i32, &mut status, 0) };
+        if r == pid as i32 {
+            break;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            bail!("waiting for the container: {}", std::io::Error::last_os_error());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status) as u8
+    } else {
+        128 + libc::WTERMSIG(status) as u8
+    })
+}
