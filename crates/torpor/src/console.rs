@@ -19,6 +19,7 @@ pub fn attach(socket: &Path) -> Result<()> {
     send_fd(&stream, &controller, "/dev/ptmx")
         .with_context(|| format!("sending the terminal to {}", socket.display()))?;
     drop(controller);
+    crate::logging::keep_stderr();
     let t = terminal.as_raw_fd();
     // SAFETY: plain calls on fds owned here; a new session so that the terminal can become
     // the controlling one.
@@ -51,7 +52,10 @@ fn openpty() -> Result<(OwnedFd, OwnedFd)> {
         if libc::ptsname_r(m, name.as_mut_ptr(), name.len()) != 0 {
             return Err(std::io::Error::last_os_error()).context("ptsname_r");
         }
-        let s = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        let s = libc::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
         if s < 0 {
             return Err(std::io::Error::last_os_error()).context("opening the terminal");
         }

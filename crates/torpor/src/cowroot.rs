@@ -554,12 +554,26 @@ pub fn readonly(root: &Path) -> Result<PathBuf> {
     let flags = libc::MS_BIND | libc::MS_REC;
     // SAFETY: NUL-terminated paths that outlive the calls; no data argument.
     unsafe {
-        if libc::mount(c.as_ptr(), c.as_ptr(), std::ptr::null(), flags, std::ptr::null()) != 0 {
+        if libc::mount(
+            c.as_ptr(),
+            c.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        ) != 0
+        {
             return Err(io::Error::last_os_error())
                 .with_context(|| format!("bind-mounting {}", root.display()));
         }
         let ro = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
-        if libc::mount(std::ptr::null(), c.as_ptr(), std::ptr::null(), ro, std::ptr::null()) != 0 {
+        if libc::mount(
+            std::ptr::null(),
+            c.as_ptr(),
+            std::ptr::null(),
+            ro,
+            std::ptr::null(),
+        ) != 0
+        {
             return Err(io::Error::last_os_error())
                 .with_context(|| format!("making {} read-only", root.display()));
         }

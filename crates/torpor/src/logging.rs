@@ -12,6 +12,38 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::cli::GlobalArgs;
 
+/// Where log lines go when there is no `--log` file: standard error, or the holder's original
+/// standard error once a terminal has replaced it (the application's terminal is no place for
+/// the runtime's log).
+static LOG_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(2);
+
+/// Keeps the runtime's log on the current standard error after fds 0-2 are replaced.
+pub fn keep_stderr() {
+    // SAFETY: F_DUPFD_CLOEXEC on fd 2 returns a new fd owned by the log from here on.
+    let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
+    if fd >= 0 {
+        LOG_FD.store(fd, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A writer to [`LOG_FD`].
+struct StderrLog;
+
+impl std::io::Write for StderrLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let fd = LOG_FD.load(std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: writing from a valid buffer to a descriptor the log owns.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// One JSON object per event.
 struct JsonLines;
 
@@ -28,7 +60,11 @@ where
     ) -> fmt::Result {
         let mut msg = String::new();
         ctx.format_fields(Writer::new(&mut msg), event)?;
-        writeln!(writer, "{}", json_line(event.metadata().level().as_str(), &msg))
+        writeln!(
+            writer,
+            "{}",
+            json_line(event.metadata().level().as_str(), &msg)
+        )
     }
 }
 
@@ -49,7 +85,9 @@ pub fn init(g: &GlobalArgs) {
     });
     let file = g.log.as_deref().and_then(|p| open(p));
     let json = g.log_format == "json";
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     match (file, json) {
         (Some(f), true) => builder
             .event_format(JsonLines)
@@ -61,17 +99,21 @@ pub fn init(g: &GlobalArgs) {
             .init(),
         (None, true) => builder
             .event_format(JsonLines)
-            .with_writer(std::io::stderr)
+            .with_writer(|| StderrLog)
             .init(),
         (None, false) => builder
-            .with_writer(std::io::stderr)
+            .with_writer(|| StderrLog)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init(),
     }
 }
 
 fn open(p: &Path) -> Option<std::fs::File> {
-    match std::fs::OpenOptions::new().create(true).append(true).open(p) {
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+    {
         Ok(f) => Some(f),
         Err(e) => {
             eprintln!("torpor: cannot open log {}: {e}", p.display());

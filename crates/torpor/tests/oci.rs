@@ -114,7 +114,12 @@ fn create_start_state_delete() {
         return;
     }
     let b = TestBundle::new(
-        &["/bin/busybox", "sh", "-c", "echo hello from $0; sleep 1; exit 3"],
+        &[
+            "/bin/busybox",
+            "sh",
+            "-c",
+            "echo hello from $0; /bin/busybox sleep 2; exit 3",
+        ],
         "",
     );
     let oci = Oci::new();
@@ -148,12 +153,24 @@ fn create_start_state_delete() {
         Path::new(st["bundle"].as_str().unwrap()),
         b.path().canonicalize().unwrap()
     );
-    let pid: u64 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let pid: u64 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert_eq!(st["pid"].as_u64(), Some(pid));
-    assert_eq!(std::fs::read_to_string(&program_out).unwrap(), "", "ran before start");
+    assert_eq!(
+        std::fs::read_to_string(&program_out).unwrap(),
+        "",
+        "ran before start"
+    );
 
     oci.ok(&["start", "c1"]);
-    assert!(oci.cmd(&["start", "c1"]).code() == 1, "a second start fails");
+    assert_eq!(oci.status("c1"), "running");
+    assert!(
+        oci.cmd(&["start", "c1"]).code() == 1,
+        "a second start fails"
+    );
     let stopped = Detached::wait_until(Duration::from_secs(60), || oci.status("c1") == "stopped");
     assert!(stopped, "never stopped: {:?}", oci.state("c1"));
     let st = oci.state("c1");
@@ -181,7 +198,9 @@ fn kill_before_start_and_delete_force() {
     let oci = Oci::new();
     oci.ok(&["create", "--bundle", b.path().to_str().unwrap(), "c2"]);
     oci.ok(&["kill", "c2", "KILL"]);
-    assert!(Detached::wait_until(Duration::from_secs(30), || oci.status("c2") == "stopped"));
+    assert!(Detached::wait_until(Duration::from_secs(30), || oci
+        .status("c2")
+        == "stopped"));
     assert_eq!(oci.state("c2")["exitStatus"], 137);
     oci.ok(&["delete", "c2"]);
 
@@ -227,13 +246,22 @@ fn pause_holds_requests_until_resume() {
     let waiting = std::thread::spawn(move || http_get(addr, "/verify", Duration::from_secs(60)));
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!waiting.is_finished(), "answered while paused");
-    assert_eq!(oci.status("p1"), "paused", "a request woke a paused container");
+    assert_eq!(
+        oci.status("p1"),
+        "paused",
+        "a request woke a paused container"
+    );
     oci.ok(&["resume", "p1"]);
-    let r = waiting.join().unwrap().expect("the request made while paused");
+    let r = waiting
+        .join()
+        .unwrap()
+        .expect("the request made while paused");
     assert!(r.body_str().starts_with("ok "), "{}", r.body_str());
     assert_eq!(oci.status("p1"), "running");
     oci.ok(&["kill", "p1", "KILL"]);
-    assert!(Detached::wait_until(Duration::from_secs(30), || oci.status("p1") == "stopped"));
+    assert!(Detached::wait_until(Duration::from_secs(30), || oci
+        .status("p1")
+        == "stopped"));
     oci.ok(&["delete", "p1"]);
 }
 
@@ -258,7 +286,9 @@ fn bad_bundles_fail_create_cleanly() {
             "unknown ociVersion",
             Box::new(|b| {
                 let p = b.path().join("config.json");
-                let t = std::fs::read_to_string(&p).unwrap().replace("1.0.2", "7.0.0");
+                let t = std::fs::read_to_string(&p)
+                    .unwrap()
+                    .replace("1.0.2", "7.0.0");
                 std::fs::write(p, t).unwrap()
             }),
             "ociVersion",
@@ -285,11 +315,19 @@ fn bad_bundles_fail_create_cleanly() {
         let err = o.stderr_str();
         assert!(err.starts_with("torpor: "), "{what}: {err}");
         assert!(err.contains(needle), "{what}: {err}");
-        assert!(oci.leftovers().is_empty(), "{what}: left {:?}", oci.leftovers());
+        assert!(
+            oci.leftovers().is_empty(),
+            "{what}: left {:?}",
+            oci.leftovers()
+        );
     }
     let o = oci.cmd(&["create", "--bundle", "/nonexistent/bundle", "bad"]);
     assert_eq!(o.code(), 1);
-    assert!(o.stderr_str().contains("not a directory"), "{}", o.stderr_str());
+    assert!(
+        o.stderr_str().contains("not a directory"),
+        "{}",
+        o.stderr_str()
+    );
 }
 
 #[test]
@@ -323,7 +361,10 @@ fn readonly_root_refuses_writes() {
     if !testutil::require_kvm() {
         return;
     }
-    let b = TestBundle::new(&["/bin/busybox", "sh", "-c", "echo x > /f && echo wrote"], "");
+    let b = TestBundle::new(
+        &["/bin/busybox", "sh", "-c", "echo x > /f && echo wrote"],
+        "",
+    );
     let p = b.path().join("config.json");
     let t = std::fs::read_to_string(&p)
         .unwrap()
@@ -332,7 +373,11 @@ fn readonly_root_refuses_writes() {
     let oci = Oci::new();
     let o = oci.cmd(&["run", "--bundle", b.path().to_str().unwrap(), "ro"]);
     assert_ne!(o.code(), 0, "{}", o.stdout_str());
-    assert!(o.stderr_str().contains("Read-only file system"), "{}", o.stderr_str());
+    assert!(
+        o.stderr_str().contains("Read-only file system"),
+        "{}",
+        o.stderr_str()
+    );
     assert!(!b.root.host_path("f").exists());
 }
 
@@ -351,12 +396,18 @@ fn friendly_form_writes_go_to_the_sandbox_own_layer() {
             .args(["--", "/bin/busybox", "sh", "-c", script])
             .output()
             .unwrap();
-        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned())
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
     };
     // One sandbox writes and removes; it sees its own changes.
     let (code, out) = run("echo x > /data.txt && /bin/busybox cat /data.txt");
     assert_eq!((code, out.as_str()), (0, "x\n"));
-    assert!(!root.host_path("data.txt").exists(), "the host's root was modified");
+    assert!(
+        !root.host_path("data.txt").exists(),
+        "the host's root was modified"
+    );
     // Another sandbox from the same root does not see them.
     let (code, out) = run("/bin/busybox cat /data.txt 2>/dev/null || echo absent");
     assert_eq!(code, 0);

@@ -209,8 +209,20 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
 }
 
 const TCGETS: u64 = 0x5401;
+const TCSETS: u64 = 0x5402;
+const TCSETSW: u64 = 0x5403;
+const TCSETSF: u64 = 0x5404;
 const TIOCGWINSZ: u64 = 0x5413;
+const TIOCSWINSZ: u64 = 0x5414;
+/// Size of the kernel's `struct termios` (what TCGETS/TCSETS* exchange): four flag words,
+/// `c_line` and 19 control characters. glibc's `struct termios` (`libc::termios`, 60 bytes)
+/// adds speed fields the kernel never reads or writes: copying that many bytes out overran the
+/// application's buffer.
+const KERNEL_TERMIOS_SIZE: usize = 36;
+/// Size of `struct winsize`.
+const WINSIZE_SIZE: usize = 8;
 const TIOCGPGRP: u64 = 0x540f;
+const TIOCSPGRP: u64 = 0x5410;
 const FIONREAD: u64 = 0x541b;
 const FIONBIO: u64 = 0x5421;
 const FIONCLEX: u64 = 0x5450;
@@ -223,24 +235,60 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(fd)?;
     let host = f.host().as_raw_fd();
     match req {
-        TCGETS | TIOCGWINSZ | TIOCGPGRP => {
+        TIOCGPGRP | TIOCSPGRP => {
+            // The sandbox has no job control yet: a process's group is its pid (getpgrp), and
+            // every process of the sandbox is in its terminal's foreground group. (The host's
+            // foreground group means nothing inside; a shell that saw it would stop itself
+            // with SIGTTIN.)
+            // SAFETY: isatty on an fd we own.
+            if !matches!(f.kind, FileKind::Stdio) || unsafe { libc::isatty(host) } != 1 {
+                return Err(Errno::ENOTTY);
+            }
+            if req == TIOCGPGRP {
+                t.write_u32(arg, t.pid as u32)?;
+            } else {
+                let mut b = [0u8; 4];
+                t.copy_in(arg, &mut b)?;
+            }
+            Ok(0)
+        }
+        TCGETS | TIOCGWINSZ => {
             // Only a real terminal (a stdio stream the runtime was given) answers; anything
             // else is ENOTTY, as Linux says for a non-tty.
             // SAFETY: isatty on an fd we own.
             if !matches!(f.kind, FileKind::Stdio) || unsafe { libc::isatty(host) } != 1 {
                 return Err(Errno::ENOTTY);
             }
-            let size = match req {
-                TCGETS => std::mem::size_of::<libc::termios>(),
-                TIOCGWINSZ => std::mem::size_of::<libc::winsize>(),
-                _ => 4,
+            let size = if req == TCGETS {
+                KERNEL_TERMIOS_SIZE
+            } else {
+                WINSIZE_SIZE
             };
-            let mut buf = vec![0u8; size];
-            // SAFETY: the buffer is as large as the structure this read-only request fills.
+            // Larger than any of them, so the host never writes past it.
+            let mut buf = [0u8; 64];
+            // SAFETY: the buffer is larger than the structure this read-only request fills.
             if unsafe { libc::ioctl(host, req as _, buf.as_mut_ptr()) } < 0 {
                 return Err(Errno::last());
             }
-            t.copy_out(arg, &buf)?;
+            t.copy_out(arg, &buf[..size])?;
+            Ok(0)
+        }
+        TCSETS | TCSETSW | TCSETSF | TIOCSWINSZ => {
+            // SAFETY: isatty on an fd we own.
+            if !matches!(f.kind, FileKind::Stdio) || unsafe { libc::isatty(host) } != 1 {
+                return Err(Errno::ENOTTY);
+            }
+            let size = if req == TIOCSWINSZ {
+                WINSIZE_SIZE
+            } else {
+                KERNEL_TERMIOS_SIZE
+            };
+            let mut buf = [0u8; 64];
+            t.copy_in(arg, &mut buf[..size])?;
+            // SAFETY: the request reads `size` bytes, all initialised, from the buffer.
+            if unsafe { libc::ioctl(host, req as _, buf.as_ptr()) } < 0 {
+                return Err(Errno::last());
+            }
             Ok(0)
         }
         FIONREAD => {

@@ -188,9 +188,8 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         if let Some(res) = linux.resources() {
             if let Some(limit) = res.memory().as_ref().and_then(|m| m.limit()) {
                 if limit > 0 {
-                    memory = crate::cli::parse_size(&limit.to_string()).map_err(|e| {
-                        field(format!("linux.resources.memory.limit {limit}: {e}"))
-                    })?;
+                    memory = crate::cli::parse_size(&limit.to_string())
+                        .map_err(|e| field(format!("linux.resources.memory.limit {limit}: {e}")))?;
                 }
             }
             if res.pids().is_some() {

@@ -110,7 +110,9 @@ fn spawn_holder(opts: &CreateOptions, start_now: bool) -> Result<u32> {
             Ok(())
         });
     }
-    let mut child = cmd.spawn().context("starting the container's holder process")?;
+    let mut child = cmd
+        .spawn()
+        .context("starting the container's holder process")?;
     drop(wr);
     let mut line = String::new();
     std::io::BufReader::new(rd).read_line(&mut line).ok();
@@ -354,7 +356,10 @@ pub fn run(opts: &CreateOptions, detach: bool) -> Result<u8> {
             break;
         }
         if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            bail!("waiting for the container: {}", std::io::Error::last_os_error());
+            bail!(
+                "waiting for the container: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
