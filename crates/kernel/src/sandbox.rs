@@ -104,59 +104,26 @@ impl Sandbox {
             path: cfg.rootfs.clone(),
             source,
         })?;
-        let prog_path = fs::join(b"/", cfg.program.as_bytes());
-        let prog = match root.open_at(&prog_path, libc::O_RDONLY, 0) {
-            Ok(fd) => fd,
-            Err(e) if e == abi::Errno::ENOENT || e == abi::Errno::ENOTDIR => {
-                return Err(SandboxError::ProgramNotFound(cfg.program.clone()))
-            }
-            Err(errno) => {
-                return Err(SandboxError::ProgramOpen {
-                    path: cfg.program.clone(),
-                    errno,
-                })
-            }
-        };
-        let mem = Arc::new(
-            GuestMemory::new(cfg.memory).map_err(|e| SandboxError::Memory(e.to_string()))?,
-        );
-        let vm = Arc::new(Vm::new(mem.clone())?);
-        let mut mm =
-            MemoryManager::new(mem.clone()).map_err(|e| SandboxError::Memory(e.to_string()))?;
-        let image = loader::load_elf(&mut mm, &root, &cfg.program, std::fs::File::from(prog))?;
-        mm.set_brk_base(image.brk);
-        let argv: Vec<Vec<u8>> = cfg.args.iter().map(|s| s.as_bytes().to_vec()).collect();
-        let envp: Vec<Vec<u8>> = cfg.env.iter().map(|s| s.as_bytes().to_vec()).collect();
-        // SAFETY: no preconditions.
-        let ids = unsafe { (libc::getuid(), libc::getgid()) };
-        let stack = loader::build_stack(&mut mm, &image, &argv, &envp, cfg.program.as_bytes(), ids)
-            .map_err(|e| SandboxError::Memory(e.to_string()))?;
-        let mut vcpu = vm.create_vcpu(0, mm.cr3())?;
-        vcpu.user.regs.rip = image.entry.raw();
-        vcpu.user.regs.rsp = stack.sp.raw();
-
+        let image = ProcessImage::build(&root, &cfg.program, &cfg.args, &cfg.env, cfg.memory)?;
         let fds = FdTable::new();
-        for n in 0..3 {
+        let stdio: [Option<std::os::fd::OwnedFd>; 3] = std::array::from_fn(|n| {
             // SAFETY: duplicating the runtime's own stdio fd; the copy is owned by the table.
-            let d = unsafe { libc::fcntl(n, libc::F_DUPFD_CLOEXEC, 3) };
-            if d >= 0 {
-                // SAFETY: `d` is a fresh fd owned by nobody else.
-                let owned =
-                    unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(d) };
-                let _ = fds.insert_at(
-                    n,
-                    Arc::new(OpenFile::new(owned, FileKind::Stdio, None)),
-                    false,
-                );
-            }
-        }
-        let cwd = {
-            let c = fs::join(b"/", cfg.cwd.as_bytes());
-            match root.open_at(&c, libc::O_PATH | libc::O_DIRECTORY, 0) {
-                Ok(fd) => root.guest_path_of(&fd).unwrap_or(c),
-                Err(_) => b"/".to_vec(),
-            }
-        };
+            let d = unsafe { libc::fcntl(n as i32, libc::F_DUPFD_CLOEXEC, 3) };
+            // SAFETY: `d` is a fresh fd owned by nobody else.
+            (d >= 0).then(|| unsafe {
+                <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(d)
+            })
+        });
+        install_stdio(&fds, stdio);
+        let ProcessImage {
+            mem,
+            vm,
+            mm,
+            vcpu,
+            exe: prog_path,
+            cmdline,
+        } = image;
+        let cwd = resolve_cwd(&root, &cfg.cwd);
         let control = Arc::new(crate::task::TaskControl::new(vcpu.kicker()));
         let procs = crate::task::ProcessTable::new();
         let group = crate::task::ThreadGroup::new(vm.clone(), 1, procs.clone());
@@ -188,7 +155,7 @@ impl Sandbox {
             exit: None,
             comm: comm_of(&cfg.program),
             exe: prog_path,
-            cmdline: crate::task::cmdline_of(&argv),
+            cmdline,
         };
         let timings = StartTimings {
             built_us: started.elapsed().as_micros() as u64,
@@ -238,6 +205,102 @@ impl Sandbox {
     /// Number of vCPU exits so far.
     pub fn exits(&self) -> u64 {
         self.task.vcpu.exits()
+    }
+
+    /// A handle that starts more processes in this sandbox from outside (OCI `exec`).
+    pub fn spawner(&self) -> crate::task::spawn::Spawner {
+        crate::task::spawn::Spawner::new(
+            self.task.root.clone(),
+            self.task.net.clone(),
+            self.task.group.procs.clone(),
+            self.task.mem.size(),
+        )
+    }
+}
+
+/// A program loaded into fresh guest memory of its own, with its stack written and vCPU 0
+/// ready at its entry point: what the first process and every process started from outside
+/// begin with.
+pub(crate) struct ProcessImage {
+    pub(crate) mem: Arc<GuestMemory>,
+    pub(crate) vm: Arc<Vm>,
+    pub(crate) mm: MemoryManager,
+    pub(crate) vcpu: platform::Vcpu,
+    /// The program's guest path.
+    pub(crate) exe: Vec<u8>,
+    /// Its argv, NUL-separated (/proc/PID/cmdline).
+    pub(crate) cmdline: Arc<[u8]>,
+}
+
+impl ProcessImage {
+    /// Loads `program` (a guest path in `root`) with `args` and `env` into `memory` bytes of
+    /// new guest memory.
+    pub(crate) fn build(
+        root: &Root,
+        program: &str,
+        args: &[String],
+        env: &[String],
+        memory: u64,
+    ) -> Result<ProcessImage, SandboxError> {
+        let prog_path = fs::join(b"/", program.as_bytes());
+        let prog = match root.open_at(&prog_path, libc::O_RDONLY, 0) {
+            Ok(fd) => fd,
+            Err(e) if e == abi::Errno::ENOENT || e == abi::Errno::ENOTDIR => {
+                return Err(SandboxError::ProgramNotFound(program.to_string()))
+            }
+            Err(errno) => {
+                return Err(SandboxError::ProgramOpen {
+                    path: program.to_string(),
+                    errno,
+                })
+            }
+        };
+        let mem =
+            Arc::new(GuestMemory::new(memory).map_err(|e| SandboxError::Memory(e.to_string()))?);
+        let vm = Arc::new(Vm::new(mem.clone())?);
+        let mut mm =
+            MemoryManager::new(mem.clone()).map_err(|e| SandboxError::Memory(e.to_string()))?;
+        let image = loader::load_elf(&mut mm, root, program, std::fs::File::from(prog))?;
+        mm.set_brk_base(image.brk);
+        let argv: Vec<Vec<u8>> = args.iter().map(|s| s.as_bytes().to_vec()).collect();
+        let envp: Vec<Vec<u8>> = env.iter().map(|s| s.as_bytes().to_vec()).collect();
+        // SAFETY: no preconditions.
+        let ids = unsafe { (libc::getuid(), libc::getgid()) };
+        let stack = loader::build_stack(&mut mm, &image, &argv, &envp, program.as_bytes(), ids)
+            .map_err(|e| SandboxError::Memory(e.to_string()))?;
+        let mut vcpu = vm.create_vcpu(0, mm.cr3())?;
+        vcpu.user.regs.rip = image.entry.raw();
+        vcpu.user.regs.rsp = stack.sp.raw();
+        Ok(ProcessImage {
+            mem,
+            vm,
+            mm,
+            vcpu,
+            exe: prog_path,
+            cmdline: crate::task::cmdline_of(&argv),
+        })
+    }
+}
+
+/// The guest working directory `cwd` resolved in `root` (`/` if it is not a directory there).
+pub(crate) fn resolve_cwd(root: &Root, cwd: &str) -> Vec<u8> {
+    let c = fs::join(b"/", cwd.as_bytes());
+    match root.open_at(&c, libc::O_PATH | libc::O_DIRECTORY, 0) {
+        Ok(fd) => root.guest_path_of(&fd).unwrap_or(c),
+        Err(_) => b"/".to_vec(),
+    }
+}
+
+/// Puts `stdio` (fds for 0, 1 and 2; `None` leaves one closed) into a new descriptor table.
+pub(crate) fn install_stdio(fds: &FdTable, stdio: [Option<std::os::fd::OwnedFd>; 3]) {
+    for (n, fd) in stdio.into_iter().enumerate() {
+        if let Some(owned) = fd {
+            let _ = fds.insert_at(
+                n as i32,
+                Arc::new(OpenFile::new(owned, FileKind::Stdio, None)),
+                false,
+            );
+        }
     }
 }
 

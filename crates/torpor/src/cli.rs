@@ -47,6 +47,11 @@ pub fn set_global(g: &GlobalArgs) {
     let _ = GLOBAL.set(g.clone());
 }
 
+/// The global flags this process was started with.
+pub fn global() -> GlobalArgs {
+    GLOBAL.get().cloned().unwrap_or_default()
+}
+
 /// The global flags as arguments for a child `torpor` process.
 pub fn global_args() -> Vec<std::ffi::OsString> {
     let mut v: Vec<std::ffi::OsString> = Vec::new();
@@ -144,11 +149,20 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         ps_args: Vec<String>,
     },
-    /// OCI: run a new process in a container (not supported yet).
+    /// OCI: run another process in a running container.
     Exec {
-        /// Process JSON file.
+        /// Process JSON file (the runtime spec's process object).
         #[arg(long, short = 'p')]
         process: Option<PathBuf>,
+        /// Environment variable K=V (without --process).
+        #[arg(long = "env", short = 'e')]
+        env: Vec<String>,
+        /// Working directory (without --process).
+        #[arg(long)]
+        cwd: Option<String>,
+        /// User (accepted; the process runs with the container's ids).
+        #[arg(long, short = 'u')]
+        user: Option<String>,
         /// Detach.
         #[arg(long, short = 'd')]
         detach: bool,

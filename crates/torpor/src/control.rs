@@ -10,6 +10,9 @@
 //! → {"op":"start"}            ← {"ok":true}   (OCI: a created sandbox starts its program)
 //! → {"op":"pause"}            ← {"ok":true,"data":{…deflate report…}}   (OCI pause)
 //! → {"op":"resume"}           ← {"ok":true}
+//! → {"op":"exec","args":[…],"env":[…],"cwd":"/"} + 3 fds (SCM_RIGHTS: the process's
+//!   stdin, stdout, stderr)     ← {"ok":true,"data":{"pid":N}} then, when it ends,
+//!                                {"ok":true,"data":{"exit":STATUS}}
 //! ```
 
 use std::io::{BufRead, BufReader, Write};
@@ -45,6 +48,16 @@ pub enum Request {
     Pause,
     /// End a pause (OCI `resume`).
     Resume,
+    /// Start another process in the sandbox (OCI `exec`); its standard streams travel with
+    /// the request.
+    Exec {
+        /// argv.
+        args: Vec<String>,
+        /// Environment.
+        env: Vec<String>,
+        /// Working directory.
+        cwd: String,
+    },
 }
 
 /// A response.
@@ -108,6 +121,134 @@ pub fn call(dir: &Path, req: &Request, timeout: Duration) -> Result<serde_json::
     } else {
         Err(anyhow!(r.error.unwrap_or_else(|| "unknown error".into())))
     }
+}
+
+/// Sends `req` with `fds` attached (SCM_RIGHTS) to the sandbox in `dir`, and returns the
+/// connection, positioned after the first answer line, and that answer's payload.
+pub fn call_with_fds(
+    dir: &Path,
+    req: &Request,
+    fds: &[std::os::fd::RawFd],
+) -> Result<(BufReader<UnixStream>, serde_json::Value)> {
+    let sock = dir.join("control.sock");
+    let (path, _dirfd) = short_path(&sock)?;
+    let s =
+        UnixStream::connect(&path).with_context(|| format!("connecting to {}", sock.display()))?;
+    let mut line = serde_json::to_string(req)?;
+    line.push('\n');
+    send_with_fds(&s, line.as_bytes(), fds).context("sending the request")?;
+    let mut r = BufReader::new(s);
+    let v = read_answer(&mut r)?;
+    Ok((r, v))
+}
+
+/// Reads one answer line: its payload, or its error.
+pub fn read_answer(r: &mut BufReader<UnixStream>) -> Result<serde_json::Value> {
+    let mut resp = String::new();
+    r.read_line(&mut resp)
+        .context("reading the sandbox's answer")?;
+    let a: Response = serde_json::from_str(resp.trim()).context("decoding the sandbox's answer")?;
+    if a.ok {
+        Ok(a.data.unwrap_or(serde_json::Value::Null))
+    } else {
+        Err(anyhow!(a.error.unwrap_or_else(|| "unknown error".into())))
+    }
+}
+
+fn send_with_fds(s: &UnixStream, data: &[u8], fds: &[std::os::fd::RawFd]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let iov = [std::io::IoSlice::new(data)];
+    let payload = std::mem::size_of_val(fds) as u32;
+    // SAFETY: CMSG_SPACE has no preconditions.
+    let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    // SAFETY: msghdr fields point at live locals for the call; the control message is written
+    // through the CMSG macros inside `cbuf`, which is `space` bytes long.
+    let n = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = 1;
+        if !fds.is_empty() {
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(payload) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr().cast::<u8>(),
+                libc::CMSG_DATA(c),
+                payload as usize,
+            );
+        }
+        libc::sendmsg(s.as_raw_fd(), &msg, 0)
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if n as usize != data.len() {
+        return Err(std::io::Error::other("short send of a control request"));
+    }
+    Ok(())
+}
+
+/// Reads a request line from `s`, with the descriptors sent beside it (at most 8; any beyond
+/// are closed by the kernel's truncation, and `MSG_CTRUNC` makes this fail).
+pub fn recv_with_fds(s: &UnixStream) -> std::io::Result<(String, Vec<std::os::fd::OwnedFd>)> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    const MAX_FDS: usize = 8;
+    let mut line = Vec::new();
+    let mut fds = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !line.contains(&b'\n') {
+        // SAFETY: CMSG_SPACE has no preconditions.
+        let space = unsafe { libc::CMSG_SPACE((MAX_FDS * 4) as u32) } as usize;
+        let mut cbuf = vec![0u64; space.div_ceil(8)];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: msghdr points at live buffers; received descriptors are taken into OwnedFds
+        // right after the call, each exactly once.
+        let (n, flags) = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+            let n = libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+            if n > 0 {
+                let mut c = libc::CMSG_FIRSTHDR(&msg);
+                while !c.is_null() {
+                    if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                        let len = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                        let data = libc::CMSG_DATA(c).cast::<i32>();
+                        for i in 0..len / 4 {
+                            let fd = std::ptr::read_unaligned(data.add(i));
+                            fds.push(std::os::fd::OwnedFd::from_raw_fd(fd));
+                        }
+                    }
+                    c = libc::CMSG_NXTHDR(&msg, c);
+                }
+            }
+            (n, msg.msg_flags)
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if flags & libc::MSG_CTRUNC != 0 {
+            return Err(std::io::Error::other("too many descriptors with a request"));
+        }
+        if n == 0 {
+            break;
+        }
+        line.extend_from_slice(&buf[..n as usize]);
+        if line.len() > 1 << 20 {
+            return Err(std::io::Error::other("request too long"));
+        }
+    }
+    let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+    Ok((String::from_utf8_lossy(&line[..end]).into_owned(), fds))
 }
 
 /// A path for `sock` short enough for a Unix socket address (108 bytes): itself, or

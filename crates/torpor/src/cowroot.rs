@@ -41,6 +41,8 @@ use anyhow::{bail, Context, Result};
 /// so keep it alive as long as the sandbox runs; the process's exit unmounts it as well.
 #[must_use = "dropping a CowRoot unmounts the sandbox's root"]
 #[derive(Debug)]
+// Accessors used by the tests and kept for callers that inspect a layer.
+#[allow(dead_code)]
 pub struct CowRoot {
     lower: PathBuf,
     layer_dir: PathBuf,
@@ -50,6 +52,7 @@ pub struct CowRoot {
     mounted: bool,
 }
 
+#[allow(dead_code)]
 impl CowRoot {
     /// The merged view (image + this sandbox's writes): the path the sandbox must use as its root.
     pub fn merged(&self) -> &Path {

@@ -1,7 +1,7 @@
 //! The process that holds a sandbox: builds it, serves its control socket, runs its task, and
 //! (for detached sandboxes) keeps answering after the application exits, until `delete`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -18,6 +18,7 @@ use serde_json::json;
 
 use crate::control::{Request, Response};
 use crate::{procfs, statedir};
+use kernel::task::spawn::{SpawnRequest, Spawner};
 
 /// How long a hibernate may wait for the task to pause.
 const PARK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -50,6 +51,8 @@ struct Daemon {
     /// delete cancelled a sandbox that never started.
     started: Mutex<Option<bool>>,
     started_cv: Condvar,
+    /// Starts `exec`'d processes (set once the sandbox is built).
+    spawner: Mutex<Option<Spawner>>,
     created: u64,
     mode: WakeMode,
     control: Arc<TaskControl>,
@@ -130,6 +133,7 @@ fn start(
         oci,
         started: Mutex::new(Some(start_now)),
         started_cv: Condvar::new(),
+        spawner: Mutex::new(Some(sandbox.spawner())),
         mode,
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -254,20 +258,55 @@ fn control_loop(d: &Arc<Daemon>, listener: UnixListener) {
 
 fn handle_conn(d: &Daemon, conn: UnixStream) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut line = String::new();
-    let Ok(mut w) = conn.try_clone() else { return };
-    if BufReader::new(conn).read_line(&mut line).is_err() {
+    let Ok((line, fds)) = crate::control::recv_with_fds(&conn) else {
         return;
-    }
+    };
+    let mut w = conn;
     let resp = match serde_json::from_str::<Request>(line.trim()) {
+        Ok(Request::Exec { args, env, cwd }) => {
+            return exec(d, &mut w, SpawnRequest { args, env, cwd }, fds);
+        }
         Ok(req) => handle(d, req),
         Err(e) => Response::error(format!("bad request: {e}")),
     };
-    let mut out = serde_json::to_string(&resp).unwrap_or_else(|_| r#"{"ok":false}"#.into());
-    out.push('\n');
-    let _ = w.write_all(out.as_bytes());
+    reply(&mut w, &resp);
     // A start cancelled by this request ends the holder only now that the answer is out.
     d.started_cv.notify_all();
+}
+
+fn reply(w: &mut UnixStream, resp: &Response) {
+    let mut out = serde_json::to_string(resp).unwrap_or_else(|_| r#"{"ok":false}"#.into());
+    out.push('\n');
+    let _ = w.write_all(out.as_bytes());
+}
+
+/// OCI `exec`: starts the process with the three descriptors that came with the request,
+/// answers with its pid, and once it ends with its exit status.
+fn exec(d: &Daemon, w: &mut UnixStream, req: SpawnRequest, fds: Vec<OwnedFd>) {
+    let Some(spawner) = d.spawner.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+        return reply(w, &Response::error("the sandbox is not running"));
+    };
+    if !is_started(d) || d.exit.lock().map(|e| e.is_some()).unwrap_or(false) {
+        return reply(w, &Response::error("the sandbox is not running"));
+    }
+    if fds.len() != 3 {
+        return reply(
+            w,
+            &Response::error("exec needs three descriptors (stdin, stdout, stderr)"),
+        );
+    }
+    let mut it = fds.into_iter();
+    let stdio = [it.next(), it.next(), it.next()];
+    // Bytes arriving for a hibernated sandbox would not wake it for this process: wake first.
+    let _ = d.hib.wake();
+    match spawner.spawn(&req, stdio) {
+        Err(e) => reply(w, &Response::error(format!("exec: {e}"))),
+        Ok(p) => {
+            reply(w, &Response::data(json!({ "pid": p.pid })));
+            let status = p.exit.recv().unwrap_or(ExitStatus::Signaled(libc::SIGKILL));
+            reply(w, &Response::data(json!({ "exit": status.code() })));
+        }
+    }
 }
 
 fn state_name(d: &Daemon) -> &'static str {
@@ -313,6 +352,7 @@ fn handle(d: &Daemon, req: Request) -> Response {
             Ok(()) => Response::ok(),
             Err(e) => Response::error(e),
         },
+        Request::Exec { .. } => Response::error("exec requests carry descriptors"),
         Request::Start => {
             let mut st = d.started.lock().unwrap_or_else(|e| e.into_inner());
             match *st {

@@ -136,3 +136,8 @@ pub fn report_error(g: &GlobalArgs, msg: &str) {
         let _ = writeln!(f, "{line}");
     }
 }
+
+/// [`report_error`] with the global flags this process was started with.
+pub fn report_error_global(msg: &str) {
+    report_error(&crate::cli::global(), msg);
+}

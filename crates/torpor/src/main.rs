@@ -64,9 +64,30 @@ fn main() -> ExitCode {
         cli::Command::Resume { id } => oci::pause(&id, false),
         cli::Command::Ps { format, id, .. } => oci::ps(&id, &format),
         cli::Command::Features => oci::features(),
-        cli::Command::Exec { .. } => Err(anyhow::anyhow!(
-            "exec: running another process in a container is not supported yet"
-        )),
+        cli::Command::Exec {
+            process,
+            env,
+            cwd,
+            user: _,
+            detach,
+            pid_file,
+            console_socket,
+            tty,
+            rest,
+        } => match rest.split_first() {
+            None => Err(anyhow::anyhow!("exec: no container ID")),
+            Some((id, args)) => oci::exec(&oci::ExecOptions {
+                id: id.clone(),
+                process,
+                args: args.to_vec(),
+                env,
+                cwd,
+                tty,
+                detach,
+                pid_file,
+                console_socket,
+            }),
+        },
         cli::Command::OciHolder {
             bundle,
             ready_fd,

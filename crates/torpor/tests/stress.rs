@@ -49,7 +49,8 @@ fn shell_starts_hundreds_of_background_processes() {
         return;
     }
     let r = Rootfs::new();
-    r.symlink("/bin/sh", "busybox").symlink("/bin/true", "busybox");
+    r.symlink("/bin/sh", "busybox")
+        .symlink("/bin/true", "busybox");
     let script = "i=0; while [ $i -lt 300 ]; do /bin/true & i=$((i+1)); done; wait; echo ok";
     let got = torpor()
         .run(r.path(), "/bin/sh")
@@ -89,10 +90,11 @@ fn hibernate_and_wake_during_load() {
         cycles += 1;
         std::thread::sleep(Duration::from_millis(300));
     }
-    assert!(cycles >= 2, "only {cycles} hibernate cycles before the load ended");
-    let done = Detached::wait_until(Duration::from_secs(300), || {
-        sb.stat("state") == "stopped"
-    });
+    assert!(
+        cycles >= 2,
+        "only {cycles} hibernate cycles before the load ended"
+    );
+    let done = Detached::wait_until(Duration::from_secs(300), || sb.stat("state") == "stopped");
     assert!(done, "the load did not finish");
     let log = std::fs::read_to_string(sb.dir().join("output.log")).unwrap_or_default();
     assert!(

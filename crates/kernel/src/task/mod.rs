@@ -5,6 +5,7 @@ mod control;
 mod group;
 mod process;
 pub mod signal;
+pub mod spawn;
 
 pub use control::{IdleHook, ParkHook, TaskControl};
 pub use group::{FutexTable, ThreadGroup, WaitResult};

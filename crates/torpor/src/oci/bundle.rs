@@ -293,7 +293,12 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
 /// the first `PATH` entry of `env` (or the default one) where the root has such a file.
 /// Symbolic links are followed inside the root only (an absolute link target is taken
 /// relative to the root), at most 40 of them.
-fn resolve_program(rootfs: &Path, arg0: &str, env: &[String], cwd: &str) -> Option<String> {
+pub(crate) fn resolve_program(
+    rootfs: &Path,
+    arg0: &str,
+    env: &[String],
+    cwd: &str,
+) -> Option<String> {
     if arg0.contains('/') {
         let p = if arg0.starts_with('/') {
             arg0.to_string()

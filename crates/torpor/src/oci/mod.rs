@@ -369,3 +369,152 @@ pub fn run(opts: &CreateOptions, detach: bool) -> Result<u8> {
         128 + libc::WTERMSIG(status) as u8
     })
 }
+
+/// Options of `exec`.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOptions {
+    /// Container ID.
+    pub id: String,
+    /// A process.json (the runtime spec's `process` object).
+    pub process: Option<PathBuf>,
+    /// The command when there is no process file.
+    pub args: Vec<String>,
+    /// Extra environment (`-e K=V`) when there is no process file.
+    pub env: Vec<String>,
+    /// Working directory when there is no process file.
+    pub cwd: Option<String>,
+    /// A terminal (`-t`) when there is no process file.
+    pub tty: bool,
+    /// Return once the process runs; a child of this command waits for it.
+    pub detach: bool,
+    /// Where to write the pid of the process that ends with the exec'd one.
+    pub pid_file: Option<PathBuf>,
+    /// Where to send a terminal's controller.
+    pub console_socket: Option<PathBuf>,
+}
+
+/// `exec`: runs another process in a running container, with this command's standard
+/// streams (or a new terminal), and exits with its status. With `--detach`, a child of this
+/// command does the waiting (its pid goes to `--pid-file`) and this one returns once the
+/// process runs.
+pub fn exec(o: &ExecOptions) -> Result<u8> {
+    let d = container_dir(&o.id)?;
+    if !statedir::owner_alive(&d) {
+        bail!("container {:?} is not running", o.id);
+    }
+    let rec = state::Record::load(&d).context("not an OCI container")?;
+    let (args, mut env, cwd, terminal) = match &o.process {
+        Some(p) => {
+            let t =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let proc: oci_spec::runtime::Process = serde_json::from_str(&t)
+                .with_context(|| format!("{}: invalid process JSON", p.display()))?;
+            (
+                proc.args().clone().unwrap_or_default(),
+                proc.env().clone().unwrap_or_default(),
+                proc.cwd().to_string_lossy().into_owned(),
+                proc.terminal().unwrap_or(false),
+            )
+        }
+        None => (
+            o.args.clone(),
+            o.env.clone(),
+            o.cwd.clone().unwrap_or_else(|| "/".into()),
+            o.tty,
+        ),
+    };
+    let Some(arg0) = args.first() else {
+        bail!("exec: no command");
+    };
+    if !env.iter().any(|e| e.starts_with("PATH=")) {
+        env.insert(0, crate::run::DEFAULT_PATH.to_string());
+    }
+    let cwd = if cwd.is_empty() { "/".to_string() } else { cwd };
+    let program = bundle::resolve_program(&rec.rootfs, arg0, &env, &cwd)
+        .with_context(|| format!("exec: {arg0:?} not found in the container"))?;
+    let mut args = args;
+    args[0] = program;
+    if terminal {
+        let sock = o
+            .console_socket
+            .as_deref()
+            .context("exec: a terminal needs --console-socket")?;
+        crate::console::attach(sock)?;
+    }
+    let ready = if o.detach {
+        Some(detach_waiter(o.pid_file.as_deref())?)
+    } else {
+        None
+    };
+    if !o.detach {
+        if let Some(p) = &o.pid_file {
+            write_pid_file(p, std::process::id())?;
+        }
+    }
+    let req = Request::Exec { args, env, cwd };
+    let started = crate::control::call_with_fds(&d, &req, &[0, 1, 2]);
+    let (mut conn, _) = match started {
+        Ok(x) => x,
+        Err(e) => {
+            if let Some(r) = ready {
+                let _ = nix_write(r, format!("error: {e:#}\n").as_bytes());
+            }
+            return Err(e);
+        }
+    };
+    if let Some(r) = ready {
+        let _ = nix_write(r, b"ok\n");
+    }
+    let end = crate::control::read_answer(&mut conn)?;
+    Ok(end["exit"].as_i64().unwrap_or(137) as u8)
+}
+
+/// For `exec --detach`: forks; the parent waits until the child reports that the process
+/// runs, writes the child's pid to `pid_file` and exits 0 (or 1 with the child's error); the
+/// child goes on and gets the readiness pipe's write end.
+fn detach_waiter(pid_file: Option<&Path>) -> Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two ends.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("creating a pipe");
+    }
+    // SAFETY: this process has one thread here (nothing has started any): fork is safe.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("fork");
+    }
+    // SAFETY: both ends are fresh fds; each side keeps one.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    if pid == 0 {
+        drop(rd);
+        return Ok(wr);
+    }
+    drop(wr);
+    let mut line = String::new();
+    std::io::BufReader::new(std::fs::File::from(rd))
+        .read_line(&mut line)
+        .ok();
+    if line.trim() == "ok" {
+        if let Some(p) = pid_file {
+            write_pid_file(p, pid as u32)?;
+        }
+        std::process::exit(0);
+    }
+    let msg = line
+        .trim()
+        .strip_prefix("error: ")
+        .unwrap_or(line.trim())
+        .to_string();
+    crate::logging::report_error_global(&if msg.is_empty() {
+        "exec: the process did not start".to_string()
+    } else {
+        msg
+    });
+    std::process::exit(i32::from(EXIT_OCI_ERROR));
+}
+
+fn nix_write(fd: OwnedFd, b: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::File::from(fd).write_all(b)
+}

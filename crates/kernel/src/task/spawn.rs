@@ -1,0 +1,123 @@
+//! Starting a process in a running sandbox from outside it (the OCI `exec`): a program loaded
+//! into a VM of its own, like the first process, with the standard streams the caller hands
+//! over, registered in the sandbox's process table without a parent inside the sandbox (no
+//! process there can wait for it; the caller gets its exit status instead).
+
+use std::os::fd::OwnedFd;
+use std::sync::{mpsc, Arc, Mutex};
+
+use crate::fd::FdTable;
+use crate::fs::Root;
+use crate::net::NetPolicy;
+use crate::sandbox::{install_stdio, resolve_cwd, ProcessImage, SandboxError};
+use crate::task::{ExitStatus, ProcessTable, SignalState, Task, TaskControl, ThreadGroup};
+
+/// What a process started from outside runs.
+#[derive(Clone, Debug)]
+pub struct SpawnRequest {
+    /// argv (argv[0] is looked up as given: a guest path).
+    pub args: Vec<String>,
+    /// Environment, `K=V`.
+    pub env: Vec<String>,
+    /// Working directory inside the root.
+    pub cwd: String,
+}
+
+/// Starts processes in one sandbox (cheap to clone).
+#[derive(Clone)]
+pub struct Spawner {
+    root: Arc<Root>,
+    net: Arc<NetPolicy>,
+    procs: Arc<ProcessTable>,
+    memory: u64,
+}
+
+/// A started process: its pid in the sandbox, and its exit status once it ends.
+pub struct Spawned {
+    /// Process id inside the sandbox.
+    pub pid: i32,
+    /// Receives the exit status.
+    pub exit: mpsc::Receiver<ExitStatus>,
+}
+
+impl Spawner {
+    pub(crate) fn new(
+        root: Arc<Root>,
+        net: Arc<NetPolicy>,
+        procs: Arc<ProcessTable>,
+        memory: u64,
+    ) -> Spawner {
+        Spawner {
+            root,
+            net,
+            procs,
+            memory,
+        }
+    }
+
+    /// Loads and starts `req` with `stdio` as its descriptors 0-2.
+    ///
+    /// # Errors
+    /// [`SandboxError`] for a missing program, a bad ELF, no memory, or a KVM failure.
+    pub fn spawn(
+        &self,
+        req: &SpawnRequest,
+        stdio: [Option<OwnedFd>; 3],
+    ) -> Result<Spawned, SandboxError> {
+        let program = req
+            .args
+            .first()
+            .ok_or_else(|| SandboxError::ProgramNotFound(String::new()))?;
+        let image = ProcessImage::build(&self.root, program, &req.args, &req.env, self.memory)?;
+        let fds = FdTable::new();
+        install_stdio(&fds, stdio);
+        let pid = self.procs.alloc_id();
+        let group = ThreadGroup::new(image.vm.clone(), pid, self.procs.clone());
+        // No parent inside the sandbox: the caller collects the status.
+        self.procs.add(pid, 0, group.clone(), 0);
+        let control = Arc::new(TaskControl::new(image.vcpu.kicker()));
+        let pte_gen = group.join(pid, control.clone());
+        let mut task = Task {
+            group: group.clone(),
+            pte_gen,
+            thread_exit_only: false,
+            mappings_restricted: false,
+            control,
+            park_hook: None,
+            tid: pid,
+            pid,
+            vcpu: image.vcpu,
+            mm: Arc::new(Mutex::new(image.mm)),
+            mem: image.mem,
+            fds: Arc::new(fds),
+            root: self.root.clone(),
+            cwd: resolve_cwd(&self.root, &req.cwd),
+            umask: 0o022,
+            net: self.net.clone(),
+            signals: SignalState::default(),
+            clear_child_tid: 0,
+            exit: None,
+            comm: crate::sandbox::comm_of(program),
+            exe: image.exe,
+            cmdline: image.cmdline,
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name(format!("exec-{pid}"))
+            .spawn(move || {
+                let status = match task.run() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::error!("exec'd process {pid}: {e}");
+                        ExitStatus::Signaled(libc::SIGKILL)
+                    }
+                };
+                let group = task.group.clone();
+                drop(task);
+                group.wait_all_gone();
+                let _ = tx.send(group.exit_status().unwrap_or(status));
+            })
+            .map_err(|e| SandboxError::Memory(format!("starting a thread: {e}")))?;
+        Ok(Spawned { pid, exit: rx })
+    }
+}
