@@ -13,7 +13,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 fn dir(id: &str) -> Result<std::path::PathBuf> {
     let d = statedir::dir_of(id)?;
     if !d.is_dir() {
-        bail!("no sandbox named {id:?}");
+        bail!("sandbox {id:?} does not exist");
     }
     if !statedir::owner_alive(&d) {
         if crate::oci::state::is_oci(&d) {
@@ -128,11 +128,15 @@ pub fn list() -> Result<u8> {
     Ok(0)
 }
 
-/// `torpor delete [--force] ID`.
+/// `torpor delete [--force] ID`. With `--force`, a sandbox that does not exist is not an
+/// error (as runc: engines clean up after containers that may already be gone).
 pub fn delete(id: &str, force: bool) -> Result<u8> {
     let d = statedir::dir_of(id)?;
     if !d.is_dir() {
-        bail!("no sandbox named {id:?}");
+        if force {
+            return Ok(0);
+        }
+        bail!("sandbox {id:?} does not exist");
     }
     let pid = statedir::read_pid(&d);
     if statedir::owner_alive(&d) {

@@ -1,0 +1,242 @@
+//! containerd (Debian's package, started by the test with a private root, state and socket)
+//! running torpor through its runc shim: `ctr run --runtime io.containerd.runc.v2
+//! --runc-binary PATH-TO-TORPOR`. A busybox command's output and status; an HTTP server
+//! started detached, paused (a request waits), resumed, signalled and deleted, with `ctr task
+//! ls` showing each state. The image is made offline: `podman save` of an image imported from
+//! a root filesystem tarball, then `ctr images import`.
+//!
+//! Needs /dev/kvm, containerd and podman: without them the tests print "skipped" and pass,
+//! unless TORPOR_REQUIRE_KVM=1 (`.ci/run` installs both).
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use testutil::{free_port, http_get, Detached, Output, Rootfs, TempDir};
+
+const BIN: &str = env!("CARGO_BIN_EXE_torpor");
+
+struct Containerd {
+    dir: TempDir,
+    daemon: Child,
+    image: String,
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new(cmd)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Containerd {
+    fn start() -> Option<Containerd> {
+        if !testutil::require_kvm() {
+            return None;
+        }
+        if !have("containerd") || !have("ctr") || !have("podman") {
+            assert!(
+                std::env::var("TORPOR_REQUIRE_KVM").as_deref() != Ok("1"),
+                "containerd, ctr or podman is not installed"
+            );
+            eprintln!("skipped: containerd or podman not installed");
+            return None;
+        }
+        let dir = TempDir::new("torpor-containerd");
+        let p = dir.path();
+        let config = format!(
+            "version = 2\nroot = \"{r}/root\"\nstate = \"{r}/state\"\n[grpc]\n  address = \"{r}/c.sock\"\n",
+            r = p.display()
+        );
+        std::fs::write(p.join("config.toml"), config).unwrap();
+        let daemon = Command::new("containerd")
+            .arg("--config")
+            .arg(p.join("config.toml"))
+            .stdout(std::fs::File::create(p.join("containerd.log")).unwrap())
+            .stderr(std::fs::File::create(p.join("containerd.err")).unwrap())
+            .spawn()
+            .expect("starting containerd");
+        let mut c = Containerd {
+            dir,
+            daemon,
+            image: format!("localhost/torpor-ctr:{}", testutil::unique_token()),
+        };
+        let up = Detached::wait_until(Duration::from_secs(30), || c.ctr(&["version"]).code() == 0);
+        assert!(up, "containerd did not start: {}", c.log());
+        c.import_image();
+        Some(c)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("containerd.err")).unwrap_or_default()
+    }
+
+    /// An image with busybox and pattern_server, through podman (private storage) and an
+    /// OCI archive.
+    fn import_image(&mut self) {
+        let root = Rootfs::new();
+        root.guest_program("pattern_server");
+        let p = self.dir.path();
+        let tar = p.join("rootfs.tar");
+        let st = Command::new("tar")
+            .arg("-C")
+            .arg(root.path())
+            .arg("-chf")
+            .arg(&tar)
+            .arg(".")
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let podman = |args: &[&str]| {
+            let mut c = Command::new("podman");
+            c.arg("--root")
+                .arg(p.join("podman"))
+                .arg("--runroot")
+                .arg(p.join("podman-run"))
+                .arg("--events-backend=file")
+                .args(args);
+            testutil::run_command(c, None, Duration::from_secs(120))
+        };
+        let o = podman(&["import", tar.to_str().unwrap(), &self.image]);
+        assert_eq!(o.code(), 0, "podman import: {}", o.stderr_str());
+        let archive = p.join("image.oci.tar");
+        let o = podman(&[
+            "save",
+            "--format",
+            "oci-archive",
+            "-o",
+            archive.to_str().unwrap(),
+            &self.image,
+        ]);
+        assert_eq!(o.code(), 0, "podman save: {}", o.stderr_str());
+        let _ = podman(&["system", "reset", "-f"]);
+        let name = self.image.split(':').next().unwrap_or_default().to_string();
+        let o = self.ctr(&[
+            "images",
+            "import",
+            "--base-name",
+            &name,
+            archive.to_str().unwrap(),
+        ]);
+        assert_eq!(o.code(), 0, "ctr images import: {}", o.stderr_str());
+    }
+
+    fn ctr(&self, args: &[&str]) -> Output {
+        let mut c = Command::new("ctr");
+        c.arg("--address")
+            .arg(self.dir.path().join("c.sock"))
+            .args(args)
+            .stdin(Stdio::null());
+        testutil::run_command(c, None, Duration::from_secs(120))
+    }
+
+    fn run_args<'a>(&'a self, extra: &[&'a str]) -> Vec<&'a str> {
+        let mut v = vec![
+            "run",
+            "--runtime",
+            "io.containerd.runc.v2",
+            "--runc-binary",
+            BIN,
+        ];
+        v.extend_from_slice(extra);
+        v
+    }
+
+    fn task_status(&self, id: &str) -> String {
+        let o = self.ctr(&["task", "ls"]);
+        o.stdout_str()
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(id))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .unwrap_or("")
+            .to_string()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+        // Shims and holders of killed tasks end by themselves; their overlay mounts go too.
+        let root = self.dir.path().join("root");
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "grep -o '{} [^ ]*' /proc/self/mounts | cut -d' ' -f1 | sort -r | xargs -r umount -l",
+                root.display()
+            ))
+            .status();
+    }
+}
+
+#[test]
+fn ctr_runs_a_command() {
+    let Some(c) = Containerd::start() else { return };
+    let img = c.image.clone();
+    let args = c.run_args(&[
+        "--rm",
+        &img,
+        "once",
+        "/bin/busybox",
+        "sh",
+        "-c",
+        "echo hello-ctr; exit 6",
+    ]);
+    let o = c.ctr(&args);
+    assert_eq!(
+        o.stdout_str(),
+        "hello-ctr\n",
+        "{}\n{}",
+        o.stderr_str(),
+        c.log()
+    );
+    assert_eq!(o.code(), 6, "{}", o.stderr_str());
+}
+
+#[test]
+fn ctr_pauses_resumes_signals_and_deletes_a_server() {
+    let Some(c) = Containerd::start() else { return };
+    let port = free_port().to_string();
+    let img = c.image.clone();
+    let args = c.run_args(&[
+        "-d",
+        "--net-host",
+        &img,
+        "web",
+        "/bin/pattern_server",
+        &port,
+        "8",
+    ]);
+    let o = c.ctr(&args);
+    assert_eq!(o.code(), 0, "{}\n{}", o.stderr_str(), c.log());
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let up = Detached::wait_until(Duration::from_secs(60), || {
+        http_get(addr, "/", Duration::from_secs(5)).is_ok_and(|r| r.body_str() == "hello\n")
+    });
+    assert!(up, "server not up: {}", c.log());
+    assert_eq!(c.task_status("web"), "RUNNING");
+
+    let o = c.ctr(&["task", "pause", "web"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert_eq!(c.task_status("web"), "PAUSED");
+    let waiting = std::thread::spawn(move || http_get(addr, "/verify", Duration::from_secs(60)));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(!waiting.is_finished(), "answered while paused");
+    let o = c.ctr(&["task", "resume", "web"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    let r = waiting.join().unwrap().expect("request made while paused");
+    assert_eq!(r.body_str(), format!("ok {}\n", 8 * 131072));
+    assert_eq!(c.task_status("web"), "RUNNING");
+
+    let o = c.ctr(&["task", "kill", "-s", "SIGTERM", "web"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert!(Detached::wait_until(Duration::from_secs(30), || c
+        .task_status("web")
+        == "STOPPED"));
+    let o = c.ctr(&["task", "delete", "web"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    let o = c.ctr(&["container", "delete", "web"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert_eq!(c.task_status("web"), "");
+}
