@@ -398,7 +398,7 @@ fn copy_root_attributes(lower: &Path, upper: &Path) -> Result<()> {
 
 /// Unshares the mount namespace (inside a new user namespace when `CAP_SYS_ADMIN` is missing)
 /// and makes every mount in it private. Returns whether a user namespace was entered.
-fn enter_private_namespace() -> Result<bool> {
+pub(crate) fn enter_private_namespace() -> Result<bool> {
     // SAFETY: unshare takes no pointers; the process is single-threaded (checked by the caller).
     let user_namespace = if unsafe { libc::unshare(libc::CLONE_NEWNS) } == 0 {
         false

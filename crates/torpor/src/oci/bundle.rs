@@ -13,6 +13,9 @@
 //! - `linux.namespaces`: a `network` entry with a `path` puts the sandbox's host sockets in
 //!   that namespace (what podman and CNI prepare); without a path, in a new empty one. The
 //!   sandbox is its own pid, ipc, uts and mount world whatever the others say.
+//! - `mounts`: bind mounts of host paths (read-only with `ro`) and tmpfs mounts are made on
+//!   the root, confined to it (see [`super::mounts`]); /proc, /sys, /dev and its children are
+//!   the kernel's own; other types are named in a warning.
 //! - `annotations`: `dev.torpor.wake-mode` (`fault`, `reap`, `auto`).
 //! - Everything the application kernel makes moot (capabilities, seccomp, AppArmor, SELinux,
 //!   devices, sysctl, the standard /proc, /sys, /dev mounts, which torpor's kernel provides
@@ -25,6 +28,8 @@ use std::path::{Path, PathBuf};
 use hibernate::engine::WakeMode;
 use kernel::SandboxConfig;
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
+
+use super::mounts::MountSpec;
 
 /// The annotation that chooses the wake mode.
 pub const WAKE_MODE_ANNOTATION: &str = "dev.torpor.wake-mode";
@@ -76,6 +81,8 @@ pub struct Bundle {
     pub wake_mode: WakeMode,
     /// `root.readonly`.
     pub readonly_root: bool,
+    /// Bind and tmpfs mounts to make on the root.
+    pub mounts: Vec<MountSpec>,
     /// `process.terminal`.
     pub terminal: bool,
     /// The network namespace to join (`linux.namespaces` network with a path).
@@ -218,20 +225,17 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         }
     }
 
+    let mut mounts = Vec::new();
     for m in spec.mounts().iter().flatten() {
-        let dest = m.destination().to_string_lossy();
-        if KERNEL_MOUNTS.contains(&dest.as_ref()) {
+        let dest = m.destination().to_string_lossy().into_owned();
+        if KERNEL_MOUNTS.contains(&dest.as_str()) {
             continue;
         }
-        let typ = m.typ().clone().unwrap_or_default();
-        warnings.push(format!(
-            "mount {dest} ({}{}): not mounted in the sandbox yet",
-            if typ.is_empty() { "bind" } else { &typ },
-            m.source()
-                .as_ref()
-                .map(|s| format!(" from {}", s.display()))
-                .unwrap_or_default()
-        ));
+        let options = m.options().clone().unwrap_or_default();
+        match MountSpec::from_oci(m.typ().as_deref(), m.source().as_deref(), &dest, &options) {
+            Ok(spec) => mounts.push(spec),
+            Err(why) => warnings.push(format!("mount {dest}: {why}")),
+        }
     }
     if let Some(h) = spec.hooks() {
         let n = [
@@ -282,6 +286,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         },
         wake_mode,
         readonly_root,
+        mounts,
         terminal: process.terminal().unwrap_or(false),
         netns_path,
         new_netns,
@@ -423,8 +428,9 @@ mod tests {
         assert_eq!(got.sandbox.memory, 256 << 20);
         assert_eq!(got.netns_path, Some(PathBuf::from("/run/netns/x")));
         assert_eq!(got.wake_mode, WakeMode::Fault);
-        assert_eq!(got.warnings.len(), 1, "{:?}", got.warnings);
-        assert!(got.warnings[0].contains("/data"));
+        assert!(got.warnings.is_empty(), "{:?}", got.warnings);
+        assert_eq!(got.mounts.len(), 1);
+        assert_eq!(got.mounts[0].destination(), "/data");
     }
 
     #[test]

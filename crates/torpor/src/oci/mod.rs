@@ -17,6 +17,7 @@
 //! form follow the runtime spec.
 
 pub mod bundle;
+pub mod mounts;
 pub mod state;
 
 use std::io::BufRead;
@@ -176,6 +177,13 @@ pub fn holder(
         }
     };
     let mut cfg = b.sandbox;
+    if let Err(e) = mounts::apply(&cfg.rootfs, &b.mounts) {
+        if let Some(r) = ready {
+            use std::io::Write;
+            let _ = writeln!(std::fs::File::from(r), "error: {e:#}");
+        }
+        return Err(e);
+    }
     if b.readonly_root {
         cfg.rootfs = crate::cowroot::readonly(&cfg.rootfs)?;
     }
