@@ -39,6 +39,8 @@ pub struct SandboxConfig {
     /// engine): binds and connects are passed through unchanged ([`NetPolicy::namespaced`]);
     /// `publish` and `allow_outbound` are then unused.
     pub own_netns: bool,
+    /// The ids the application sees (`None`: the runtime's own).
+    pub creds: Option<crate::task::Credentials>,
 }
 
 /// Errors building or running a sandbox.
@@ -104,7 +106,13 @@ impl Sandbox {
             path: cfg.rootfs.clone(),
             source,
         })?;
-        let image = ProcessImage::build(&root, &cfg.program, &cfg.args, &cfg.env, cfg.memory)?;
+        let creds = Arc::new(
+            cfg.creds
+                .clone()
+                .unwrap_or_else(crate::task::Credentials::of_runtime),
+        );
+        let image =
+            ProcessImage::build(&root, &cfg.program, &cfg.args, &cfg.env, cfg.memory, &creds)?;
         let fds = FdTable::new();
         let stdio: [Option<std::os::fd::OwnedFd>; 3] = std::array::from_fn(|n| {
             // SAFETY: duplicating the runtime's own stdio fd; the copy is owned by the table.
@@ -156,6 +164,7 @@ impl Sandbox {
             comm: comm_of(&cfg.program),
             exe: prog_path,
             cmdline,
+            creds,
         };
         let timings = StartTimings {
             built_us: started.elapsed().as_micros() as u64,
@@ -214,6 +223,7 @@ impl Sandbox {
             self.task.net.clone(),
             self.task.group.procs.clone(),
             self.task.mem.size(),
+            self.task.creds.clone(),
         )
     }
 }
@@ -241,6 +251,7 @@ impl ProcessImage {
         args: &[String],
         env: &[String],
         memory: u64,
+        creds: &crate::task::Credentials,
     ) -> Result<ProcessImage, SandboxError> {
         let prog_path = fs::join(b"/", program.as_bytes());
         let prog = match root.open_at(&prog_path, libc::O_RDONLY, 0) {
@@ -264,8 +275,7 @@ impl ProcessImage {
         mm.set_brk_base(image.brk);
         let argv: Vec<Vec<u8>> = args.iter().map(|s| s.as_bytes().to_vec()).collect();
         let envp: Vec<Vec<u8>> = env.iter().map(|s| s.as_bytes().to_vec()).collect();
-        // SAFETY: no preconditions.
-        let ids = unsafe { (libc::getuid(), libc::getgid()) };
+        let ids = (creds.uid, creds.gid);
         let stack = loader::build_stack(&mut mm, &image, &argv, &envp, program.as_bytes(), ids)
             .map_err(|e| SandboxError::Memory(e.to_string()))?;
         let mut vcpu = vm.create_vcpu(0, mm.cr3())?;

@@ -26,6 +26,7 @@ pub fn demo() -> Result<u8> {
         publish: Vec::new(),
         allow_outbound: false,
         own_netns: false,
+        creds: None,
     };
     let r = crate::run::run_config(&cfg);
     let _ = std::fs::remove_dir_all(&dir);

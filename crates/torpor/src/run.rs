@@ -40,6 +40,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         publish: args.publish.clone(),
         allow_outbound: args.allow_outbound,
         own_netns: false,
+        creds: None,
     };
     if !cfg.rootfs.is_dir() {
         anyhow::bail!(

@@ -416,3 +416,54 @@ fn friendly_form_writes_go_to_the_sandbox_own_layer() {
     let left: Vec<_> = std::fs::read_dir(state.path()).unwrap().flatten().collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn process_user_is_what_the_application_sees() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let b = TestBundle::new(&["/bin/busybox", "id"], "");
+    let p = b.path().join("config.json");
+    let t = std::fs::read_to_string(&p).unwrap().replace(
+        r#""user":{"uid":0,"gid":0}"#,
+        r#""user":{"uid":1000,"gid":100,"additionalGids":[5,20]}"#,
+    );
+    std::fs::write(p, t).unwrap();
+    let oci = Oci::new();
+    let o = oci.cmd(&["run", "--bundle", b.path().to_str().unwrap(), "u1"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert_eq!(o.stdout_str(), "uid=1000 gid=100 groups=5,20\n");
+}
+
+#[test]
+fn volumes_and_tmpfs_are_mounted_inside_the_root_only() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let vol = TempDir::new("torpor-volume");
+    std::fs::write(vol.path().join("in.txt"), "from the host\n").unwrap();
+    let mounts = format!(
+        r#","mounts":[{{"destination":"/data","type":"bind","source":"{}","options":["rbind"]}},{{"destination":"/ro","type":"bind","source":"{}","options":["bind","ro"]}},{{"destination":"/scratch","type":"tmpfs","source":"tmpfs","options":["size=1m"]}}]"#,
+        vol.path().display(),
+        vol.path().display()
+    );
+    let script = "/bin/busybox cat /data/in.txt; echo out > /data/out.txt; \
+                  echo x > /ro/y 2>/dev/null || echo ro refused; \
+                  echo t > /scratch/t && /bin/busybox cat /scratch/t";
+    let b = TestBundle::new(&["/bin/busybox", "sh", "-c", script], &mounts);
+    let oci = Oci::new();
+    let o = oci.cmd(&["run", "--bundle", b.path().to_str().unwrap(), "v1"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert_eq!(o.stdout_str(), "from the host\nro refused\nt\n");
+    assert_eq!(
+        std::fs::read_to_string(vol.path().join("out.txt")).unwrap(),
+        "out\n"
+    );
+    // The destination with `..` was refused, not mounted outside the root.
+    assert!(o.stderr_str().contains("escape") || !Path::new("/escape").exists());
+    assert!(!Path::new("/escape").exists());
+    assert!(
+        !b.root.host_path("scratch/t").exists(),
+        "tmpfs contents reached the image"
+    );
+}

@@ -126,8 +126,7 @@ fn comm(t: &Task) -> String {
 fn status(t: &Task) -> Vec<u8> {
     let stats = t.mm().stats();
     let rss_kb = stats.mapped_pages as u64 * 4;
-    // SAFETY: no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let (uid, gid) = (t.creds.uid, t.creds.gid);
     format!(
         "Name:\t{}\nUmask:\t{:04o}\nState:\tR (running)\nTgid:\t{pid}\nNgid:\t0\nPid:\t{tid}\nPPid:\t{ppid}\n\
          TracerPid:\t0\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{gid}\t{gid}\t{gid}\t{gid}\nFDSize:\t64\n\

@@ -165,8 +165,7 @@ pub(crate) fn execve(
             load_errno(&e)
         })?;
     mm.set_brk_base(image.brk);
-    // SAFETY: no preconditions.
-    let ids = unsafe { (libc::getuid(), libc::getgid()) };
+    let ids = (t.creds.uid, t.creds.gid);
     let stack =
         loader::build_stack(&mut mm, &image, &argv, &envp, &path, ids).map_err(|_| Errno::E2BIG)?;
     let mut vcpu = vm.create_vcpu(0, mm.cr3()).map_err(|e| {

@@ -20,16 +20,48 @@ pub fn sys_getppid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
     Ok(t.group.procs.parent_of(t.pid) as u64)
 }
 
-/// Implements getuid(2) and geteuid(2): the runtime's own credentials.
-pub fn sys_getuid(_t: &mut Task, _a: &SyscallArgs) -> SysResult {
-    // SAFETY: no preconditions.
-    Ok(u64::from(unsafe { libc::getuid() }))
+/// Implements getuid(2) and geteuid(2): the sandbox's user id.
+pub fn sys_getuid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    Ok(u64::from(t.creds.uid))
 }
 
 /// Implements getgid(2) and getegid(2).
-pub fn sys_getgid(_t: &mut Task, _a: &SyscallArgs) -> SysResult {
-    // SAFETY: no preconditions.
-    Ok(u64::from(unsafe { libc::getgid() }))
+pub fn sys_getgid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    Ok(u64::from(t.creds.gid))
+}
+
+/// Implements getresuid(2): real, effective and saved ids are one.
+pub fn sys_getresuid(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    for i in 0..3 {
+        t.write_u32(a.gva(i), t.creds.uid)?;
+    }
+    Ok(0)
+}
+
+/// Implements getresgid(2).
+pub fn sys_getresgid(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    for i in 0..3 {
+        t.write_u32(a.gva(i), t.creds.gid)?;
+    }
+    Ok(0)
+}
+
+/// Implements getgroups(2): the supplementary groups (`size` 0 asks for their number).
+pub fn sys_getgroups(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let size = a.int(0);
+    let groups = t.creds.groups.clone();
+    if size < 0 {
+        return Err(Errno::EINVAL);
+    }
+    if size == 0 {
+        return Ok(groups.len() as u64);
+    }
+    if (size as usize) < groups.len() {
+        return Err(Errno::EINVAL);
+    }
+    let bytes: Vec<u8> = groups.iter().flat_map(|g| g.to_le_bytes()).collect();
+    t.copy_out(a.gva(1), &bytes)?;
+    Ok(groups.len() as u64)
 }
 
 /// Implements exit(2): ends the calling thread; the last thread's exit ends the process.

@@ -20,11 +20,6 @@ fn check_sig(sig: i32) -> Result<usize, Errno> {
     }
 }
 
-fn uid() -> u32 {
-    // SAFETY: no preconditions.
-    unsafe { libc::getuid() }
-}
-
 /// Implements rt_sigaction(2).
 pub fn sys_rt_sigaction(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let sig = a.int(0);
@@ -243,7 +238,7 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if sig == 0 {
         return Ok(0);
     }
-    send_self(t, SigInfo::user(sig, signal::SI_USER, t.pid, uid()))
+    send_self(t, SigInfo::user(sig, signal::SI_USER, t.pid, t.creds.uid))
 }
 
 /// Implements tkill(2).
@@ -258,7 +253,7 @@ pub fn sys_tkill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if sig == 0 {
         return Ok(0);
     }
-    send_self(t, SigInfo::user(sig, signal::SI_TKILL, t.pid, uid()))
+    send_self(t, SigInfo::user(sig, signal::SI_TKILL, t.pid, t.creds.uid))
 }
 
 /// Sends `sig` to thread `tid` (of process `tgid`, if given) other than the caller: it is
@@ -291,7 +286,7 @@ pub fn sys_tgkill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if sig == 0 {
         return Ok(0);
     }
-    send_self(t, SigInfo::user(sig, signal::SI_TKILL, t.pid, uid()))
+    send_self(t, SigInfo::user(sig, signal::SI_TKILL, t.pid, t.creds.uid))
 }
 
 fn queue_user_info(t: &mut Task, sig: i32, uinfo: platform::Gva) -> SysResult {

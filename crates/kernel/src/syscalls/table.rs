@@ -112,6 +112,9 @@ table! {
     104 getgid => sys_process::sys_getgid, Full;
     107 geteuid => sys_process::sys_getuid, Full;
     108 getegid => sys_process::sys_getgid, Full;
+    115 getgroups => sys_process::sys_getgroups, Full;
+    118 getresuid => sys_process::sys_getresuid, Full;
+    120 getresgid => sys_process::sys_getresgid, Full;
     110 getppid => sys_process::sys_getppid, Full;
     111 getpgrp => sys_process::sys_getpid, Full;
     158 arch_prctl => sys_process::sys_arch_prctl, Partial("ARCH_SET_FS, ARCH_GET_FS, ARCH_SET_GS, ARCH_GET_GS");

@@ -77,6 +77,8 @@ pub struct Task {
     pub exe: Vec<u8>,
     /// The program's arguments, each NUL-terminated (/proc/self/cmdline).
     pub cmdline: Arc<[u8]>,
+    /// User and group ids the application sees (inherited by children).
+    pub creds: Arc<Credentials>,
     /// Thread name (prctl PR_SET_NAME), NUL-padded.
     pub comm: [u8; 16],
     /// Cross-thread control (park requests, idle flag).
@@ -108,6 +110,32 @@ pub enum TaskError {
 /// one of them. (poll, accept, epoll_wait, pselect6, ppoll, epoll_pwait, accept4, epoll_pwait2.)
 fn waits_for_input(nr: u64) -> bool {
     matches!(nr, 7 | 43 | 232 | 270 | 271 | 281 | 288 | 441)
+}
+
+/// The user and group ids a sandbox's processes see (getuid, getgroups, /proc/PID/status,
+/// AT_UID…): the OCI `process.user`, or the runtime's own. Files are still opened with the
+/// runtime's host credentials, inside the sandbox's root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl Credentials {
+    /// The runtime process's own ids.
+    pub fn of_runtime() -> Credentials {
+        // SAFETY: getuid/getgid have no preconditions.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Credentials {
+            uid,
+            gid,
+            groups: Vec::new(),
+        }
+    }
 }
 
 /// What a task made by clone or fork does not take from its creator.
@@ -153,6 +181,7 @@ impl Task {
             exit: None,
             exe: self.exe.clone(),
             cmdline: self.cmdline.clone(),
+            creds: self.creds.clone(),
             comm: self.comm,
             control: control.clone(),
             park_hook: None,

@@ -10,7 +10,9 @@ use crate::fd::FdTable;
 use crate::fs::Root;
 use crate::net::NetPolicy;
 use crate::sandbox::{install_stdio, resolve_cwd, ProcessImage, SandboxError};
-use crate::task::{ExitStatus, ProcessTable, SignalState, Task, TaskControl, ThreadGroup};
+use crate::task::{
+    Credentials, ExitStatus, ProcessTable, SignalState, Task, TaskControl, ThreadGroup,
+};
 
 /// What a process started from outside runs.
 #[derive(Clone, Debug)]
@@ -30,6 +32,7 @@ pub struct Spawner {
     net: Arc<NetPolicy>,
     procs: Arc<ProcessTable>,
     memory: u64,
+    creds: Arc<Credentials>,
 }
 
 /// A started process: its pid in the sandbox, and its exit status once it ends.
@@ -46,12 +49,14 @@ impl Spawner {
         net: Arc<NetPolicy>,
         procs: Arc<ProcessTable>,
         memory: u64,
+        creds: Arc<Credentials>,
     ) -> Spawner {
         Spawner {
             root,
             net,
             procs,
             memory,
+            creds,
         }
     }
 
@@ -68,7 +73,14 @@ impl Spawner {
             .args
             .first()
             .ok_or_else(|| SandboxError::ProgramNotFound(String::new()))?;
-        let image = ProcessImage::build(&self.root, program, &req.args, &req.env, self.memory)?;
+        let image = ProcessImage::build(
+            &self.root,
+            program,
+            &req.args,
+            &req.env,
+            self.memory,
+            &self.creds,
+        )?;
         let fds = FdTable::new();
         install_stdio(&fds, stdio);
         let pid = self.procs.alloc_id();
@@ -100,6 +112,7 @@ impl Spawner {
             comm: crate::sandbox::comm_of(program),
             exe: image.exe,
             cmdline: image.cmdline,
+            creds: self.creds.clone(),
         };
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()

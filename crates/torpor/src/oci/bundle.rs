@@ -5,6 +5,9 @@
 //! What each part of the runtime spec becomes:
 //! - `process.args/env/cwd`: the program (looked up in `PATH` inside the root when `args[0]`
 //!   has no `/`), its argv, environment and working directory.
+//! - `process.user`: the uid, gid and additional gids the application sees (getuid,
+//!   getgroups, /proc, the auxiliary vector); files are opened with the runtime's host
+//!   credentials inside the root.
 //! - `process.terminal`: a pseudo-terminal whose controller goes to `--console-socket`.
 //! - `root.path` (relative to the bundle) and `root.readonly` (the sandbox's writes then fail
 //!   with `EROFS`).
@@ -172,13 +175,11 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         ))
     })?;
     let user = process.user();
-    if user.uid() != 0 || user.gid() != 0 {
-        warnings.push(format!(
-            "process.user {}:{}: the application sees the runtime's own ids",
-            user.uid(),
-            user.gid()
-        ));
-    }
+    let creds = kernel::task::Credentials {
+        uid: user.uid(),
+        gid: user.gid(),
+        groups: user.additional_gids().clone().unwrap_or_default(),
+    };
     if let Some(rl) = process.rlimits() {
         if !rl.is_empty() {
             warnings.push(format!(
@@ -283,6 +284,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
             publish: Vec::new(),
             allow_outbound: true,
             own_netns,
+            creds: Some(creds),
         },
         wake_mode,
         readonly_root,
