@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The test command of README.md: installs what the tests need (Debian packages, as root),
+# then runs the whole test suite. Extra arguments go to `cargo test`.
+#
+#   sudo scripts/test.sh            # or, as root: scripts/test.sh
+#
+# TORPOR_REQUIRE_KVM=1 (set by .ci/run) makes tests that need /dev/kvm, podman, containerd
+# or the Debian roots fail instead of skipping. TORPOR_SKIP_APT=1 skips the installation.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# busybox-static: the applets the end-to-end tests compare with native runs;
+# gcc + libc6-dev: static guest programs (tests/guest/*.c) and the demo;
+# curl: a real HTTP client for the --publish test;
+# debootstrap: the Debian root filesystems of the language-runtime tests
+# (scripts/build-rootfs.sh, cached in $HOME/.cache/torpor/rootfs);
+# openjdk-17-jdk-headless: javac, for the Java hello-world those tests run;
+# fonts-dejavu-core: the font `torpor bench paper` draws its plots with;
+# bc: scripts/stress.sh's figures.
+base="busybox-static gcc libc6-dev curl debootstrap openjdk-17-jdk-headless fonts-dejavu-core bc"
+# podman (with its network stack: netavark, aardvark-dns, iptables) and containerd (ctr, the
+# runc shim): the OCI runtime tests drive torpor through them (crates/torpor/tests/podman.rs,
+# containerd.rs; the containerd test starts its own daemon).
+engines="podman netavark aardvark-dns iptables containerd"
+
+if [ "${TORPOR_SKIP_APT:-0}" != 1 ]; then
+    missing=$(for p in $base $engines; do
+        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || echo "$p"
+    done)
+    if [ -n "$missing" ]; then
+        if [ "$(id -u)" -ne 0 ]; then
+            echo "scripts/test.sh: missing Debian packages:" $missing >&2
+            echo "run as root (sudo scripts/test.sh), or install them first" >&2
+            exit 1
+        fi
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update
+        # shellcheck disable=SC2086
+        apt-get install -y --no-install-recommends $base
+        # shellcheck disable=SC2086
+        apt-get install -y $engines
+    fi
+fi
+
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v cargo >/dev/null; then
+    echo "scripts/test.sh: cargo not found (looked in PATH and \$HOME/.cargo/bin)" >&2
+    exit 1
+fi
+cargo --version
+exec cargo test --workspace --release "$@"
