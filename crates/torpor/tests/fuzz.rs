@@ -1,0 +1,99 @@
+//! Short runs of the fuzzers (issue 13, item 5), inside the normal test command.
+//!
+//! - The guest syscall fuzzer (`tests/guest/syscall_fuzz.c`): a few fixed seeds of random
+//!   syscalls with random arguments; the sandbox must end with the program's own exit and its
+//!   summary line, never a torpor error. The long campaign is `scripts/fuzz.sh`.
+//!
+//! See docs/SECURITY.md, "Fuzzing".
+
+use std::process::Command;
+use std::time::Duration;
+
+use testutil::{run_command, Output, Rootfs, Torpor};
+
+fn torpor() -> Torpor {
+    Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+}
+
+/// Runs `cmd` in a network namespace of its own (loopback only) when we are root and
+/// `unshare` exists, so that no random datagram can leave the machine even if the sandbox's
+/// connect policy had a hole; otherwise as it is.
+fn isolated(cmd: Command) -> Command {
+    // SAFETY: no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let probe = Command::new("unshare")
+        .args(["--net", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !root || !probe {
+        return cmd;
+    }
+    let mut w = Command::new("unshare");
+    w.args([
+        "--net",
+        "--",
+        "sh",
+        "-c",
+        "ip link set lo up 2>/dev/null; exec \"$0\" \"$@\"",
+    ])
+    .arg(cmd.get_program())
+    .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => w.env(k, v),
+            None => w.env_remove(k),
+        };
+    }
+    w
+}
+
+/// Lines of torpor's own stderr that mean the runtime, not the program, failed.
+fn runtime_failure(out: &Output) -> Option<String> {
+    let err = out.stderr_str();
+    err.lines()
+        .find(|l| {
+            l.contains("sandbox failed")
+                || l.contains("panicked")
+                || l.contains("ring-0 stub")
+                || l.contains("torpor: ")
+                || l.contains(" ERROR ")
+        })
+        .map(str::to_string)
+}
+
+fn run_syscall_fuzz(r: &Rootfs, prog: &str, seed: u64, count: u64) {
+    let b = torpor()
+        .run(r.path(), prog)
+        .args([seed.to_string(), count.to_string()])
+        .host_env("TORPOR_LOG", "error")
+        .timeout(Duration::from_secs(120));
+    let out = run_command(isolated(b.command()), None, Duration::from_secs(120));
+    let line = out
+        .stdout_str()
+        .lines()
+        .find(|l| l.starts_with("syscall_fuzz: seed="))
+        .map(str::to_string);
+    assert!(
+        out.code() == 0 && runtime_failure(&out).is_none(),
+        "syscall_fuzz seed {seed}: the sandbox did not end with the program's exit 0 \
+         (replay: scripts/fuzz.sh syscalls with seed {seed}, or the program's -v flag)\n{out:?}"
+    );
+    let line = line.unwrap_or_else(|| panic!("seed {seed}: no summary line\n{out:?}"));
+    assert!(
+        line.contains(&format!(" done={count} ")),
+        "seed {seed}: {line}"
+    );
+    println!("{line}");
+}
+
+#[test]
+fn syscall_fuzz_fixed_seeds_end_normally() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("syscall_fuzz");
+    for seed in 1..=4 {
+        run_syscall_fuzz(&r, &prog, seed, 5_000);
+    }
+}
