@@ -3,13 +3,14 @@
 //! - The guest syscall fuzzer (`tests/guest/syscall_fuzz.c`): a few fixed seeds of random
 //!   syscalls with random arguments; the sandbox must end with the program's own exit and its
 //!   summary line, never a torpor error. The long campaign is `scripts/fuzz.sh`.
+//! - Regression tests for the bugs the fuzzers found.
 //!
 //! See docs/SECURITY.md, "Fuzzing".
 
 use std::process::Command;
 use std::time::Duration;
 
-use testutil::{run_command, Output, Rootfs, Torpor};
+use testutil::{native, run_command, Output, Rootfs, Torpor};
 
 fn torpor() -> Torpor {
     Torpor::new(env!("CARGO_BIN_EXE_torpor"))
@@ -96,4 +97,31 @@ fn syscall_fuzz_fixed_seeds_end_normally() {
     for seed in 1..=4 {
         run_syscall_fuzz(&r, &prog, seed, 5_000);
     }
+}
+
+/// Found by syscall_fuzz: nanosleep and clock_nanosleep slept on the host for the whole
+/// duration, deaf to signals, exit and park requests (a guest could hang itself and its
+/// hibernate for up to 2^63 s).
+#[test]
+fn sleeps_end_early_on_a_signal_like_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("sleep_interrupt");
+    let nat = native(
+        &testutil::guest_program("sleep_interrupt"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    assert_eq!(nat.code(), 0, "native\n{nat:?}");
+    let got = torpor()
+        .run(r.path(), &prog)
+        .timeout(Duration::from_secs(60))
+        .output();
+    assert_eq!(got.code(), 0, "{got:?}");
+    assert_eq!(got.stdout_str(), nat.stdout_str(), "{got:?}");
+    assert!(!got.stdout_str().contains("late"), "{got:?}");
 }

@@ -125,7 +125,11 @@ pub fn sys_rt_sigpending(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Waits until a signal can be delivered (EINTR), the task must park (EINTR: the run loop
 /// parks and restarts the call), or `deadline` passes (Ok).
-fn wait_for_signal(t: &mut Task, deadline: Option<Instant>, waited: u64) -> Result<(), Errno> {
+pub(super) fn wait_for_signal(
+    t: &mut Task,
+    deadline: Option<Instant>,
+    waited: u64,
+) -> Result<(), Errno> {
     let control = t.control.clone();
     loop {
         t.absorb_external_signal();

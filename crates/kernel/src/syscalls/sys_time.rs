@@ -1,5 +1,7 @@
 //! clock_gettime, clock_getres, gettimeofday, time, nanosleep, clock_nanosleep.
 
+use std::time::{Duration, Instant};
+
 use abi::Errno;
 use platform::Gva;
 
@@ -42,7 +44,7 @@ fn put_timespec(t: &Task, at: Gva, sec: i64, nsec: i64) -> Result<(), Errno> {
     t.copy_out(at, &b)
 }
 
-fn get_timespec(t: &Task, at: Gva) -> Result<std::time::Duration, Errno> {
+fn get_timespec(t: &Task, at: Gva) -> Result<Duration, Errno> {
     let mut b = [0u8; 16];
     t.copy_in(at, &mut b)?;
     let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
@@ -50,7 +52,7 @@ fn get_timespec(t: &Task, at: Gva) -> Result<std::time::Duration, Errno> {
     if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
         return Err(Errno::EINVAL);
     }
-    Ok(std::time::Duration::new(sec as u64, nsec as u32))
+    Ok(Duration::new(sec as u64, nsec as u32))
 }
 
 /// Implements clock_gettime(2).
@@ -92,14 +94,35 @@ pub fn sys_time(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(ts.tv_sec as u64)
 }
 
-/// Implements nanosleep(2).
+/// Implements nanosleep(2). The sleep ends early, with EINTR and the time left in `rem`, when
+/// a signal is to be handled, the process exits, or the task must park (then the call is
+/// restarted from the start once the task is unparked).
 pub fn sys_nanosleep(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let d = get_timespec(t, a.gva(0))?;
-    std::thread::sleep(d);
+    sleep_for(t, d, a.gva(1))
+}
+
+/// Sleeps `d` (interruptibly); on EINTR writes what is left to `rem` unless it is NULL.
+fn sleep_for(t: &mut Task, d: Duration, rem: Gva) -> SysResult {
+    let start = Instant::now();
+    // A duration past what `Instant` can hold (up to 2^63 s) sleeps until a signal.
+    let deadline = start.checked_add(d);
+    if let Err(e) = super::sys_signal::wait_for_signal(t, deadline, 0) {
+        if rem.raw() != 0 {
+            let left = d.saturating_sub(start.elapsed());
+            put_timespec(
+                t,
+                rem,
+                left.as_secs() as i64,
+                i64::from(left.subsec_nanos()),
+            )?;
+        }
+        return Err(e);
+    }
     Ok(0)
 }
 
-/// Implements clock_nanosleep(2).
+/// Implements clock_nanosleep(2), interruptible as [`sys_nanosleep`].
 pub fn sys_clock_nanosleep(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (id, flags) = (a.int(0), a.int(1));
     if !valid_clock(id) || id == libc::CLOCK_THREAD_CPUTIME_ID {
@@ -108,12 +131,13 @@ pub fn sys_clock_nanosleep(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let d = get_timespec(t, a.gva(2))?;
     if flags & libc::TIMER_ABSTIME != 0 {
         let n = now(id)?;
-        let cur = std::time::Duration::new(n.tv_sec.max(0) as u64, n.tv_nsec as u32);
-        if let Some(left) = d.checked_sub(cur) {
-            std::thread::sleep(left);
+        let cur = Duration::new(n.tv_sec.max(0) as u64, n.tv_nsec as u32);
+        match d.checked_sub(cur) {
+            // No `rem` for an absolute sleep: a restart sleeps to the same time.
+            Some(left) => sleep_for(t, left, Gva(0)),
+            None => Ok(0),
         }
     } else {
-        std::thread::sleep(d);
+        sleep_for(t, d, a.gva(3))
     }
-    Ok(0)
 }
