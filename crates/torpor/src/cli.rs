@@ -296,6 +296,10 @@ pub struct RunArgs {
     /// Publish a guest port on the host: [HOST_IP:]HOST_PORT:GUEST_PORT.
     #[arg(long = "publish", short = 'p')]
     pub publish: Vec<Publish>,
+    /// Mount a host directory or file in the sandbox: HOST_PATH:GUEST_PATH[:ro] (writes there
+    /// reach the host, unlike writes to the root). Repeatable.
+    #[arg(long = "volume", short = 'v', value_parser = parse_volume)]
+    pub volume: Vec<crate::oci::mounts::MountSpec>,
     /// Set an environment variable in the sandbox (K=V).
     #[arg(long = "env", short = 'e', value_parser = parse_env)]
     pub env: Vec<String>,
@@ -353,6 +357,30 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(rounded)
 }
 
+/// Parses `HOST:GUEST[:ro|:rw]`.
+fn parse_volume(s: &str) -> Result<crate::oci::mounts::MountSpec, String> {
+    let bad = || format!("bad --volume {s:?}: expected HOST_PATH:GUEST_PATH[:ro]");
+    let parts: Vec<&str> = s.split(':').collect();
+    let (host, guest, readonly) = match parts.as_slice() {
+        [h, g] => (*h, *g, false),
+        [h, g, "ro"] => (*h, *g, true),
+        [h, g, "rw"] => (*h, *g, false),
+        _ => return Err(bad()),
+    };
+    if !host.starts_with('/') || !guest.starts_with('/') {
+        return Err(bad());
+    }
+    let host = std::path::Path::new(host)
+        .canonicalize()
+        .map_err(|e| format!("--volume {s:?}: {host}: {e}"))?;
+    Ok(crate::oci::mounts::MountSpec::Bind {
+        source: host,
+        destination: guest.to_string(),
+        readonly,
+        recursive: true,
+    })
+}
+
 fn parse_wake_mode(s: &str) -> Result<hibernate::engine::WakeMode, String> {
     s.parse()
 }
@@ -378,6 +406,15 @@ mod tests {
         assert!(parse_size("1M").is_err());
         assert!(parse_size("lots").is_err());
         assert!(parse_size("99999999999G").is_err());
+    }
+
+    #[test]
+    fn volumes() {
+        let v = parse_volume("/tmp:/data:ro").unwrap();
+        assert_eq!(v.destination(), "/data");
+        assert!(parse_volume("/tmp:/data:rx").is_err());
+        assert!(parse_volume("tmp:/data").is_err());
+        assert!(parse_volume("/no/such/dir/x:/data").is_err());
     }
 
     #[test]

@@ -17,6 +17,7 @@ use kernel::{ExitStatus, Sandbox, SandboxConfig};
 use serde_json::json;
 
 use crate::control::{Request, Response};
+use crate::oci::mounts::MountSpec;
 use crate::{procfs, statedir};
 use kernel::task::spawn::{SpawnRequest, Spawner};
 
@@ -27,9 +28,15 @@ const PARK_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug)]
 pub enum Holding {
     /// `torpor run` in the foreground: ends with the program.
-    Foreground,
+    Foreground {
+        /// `--volume`s, mounted on the copy-on-write root.
+        volumes: Vec<MountSpec>,
+    },
     /// `torpor run -d`: keeps answering after the program ends, until `delete`.
-    Detached,
+    Detached {
+        /// `--volume`s, mounted on the copy-on-write root.
+        volumes: Vec<MountSpec>,
+    },
     /// The OCI form: the sandbox is `created` until `start` (unless `start_now`); the holder
     /// ends with the program, leaving its state directory (with the exit status) to `delete`.
     Oci {
@@ -114,6 +121,9 @@ fn start(
     if let Some(c) = &cow {
         cfg.rootfs = c.merged().to_path_buf();
     }
+    if let Holding::Foreground { volumes } | Holding::Detached { volumes } = holding {
+        crate::oci::mounts::apply(&cfg.rootfs, volumes)?;
+    }
     let cfg = &cfg;
     let mut sandbox = Sandbox::build(cfg)?;
     let control = sandbox.control();
@@ -192,7 +202,7 @@ fn start(
     if oci {
         return Ok(finish_oci(&daemon, status));
     }
-    if matches!(holding, Holding::Detached) {
+    if matches!(holding, Holding::Detached { .. }) {
         // Keep answering `state` until `delete`.
         let mut deleted = daemon.deleted.lock().unwrap_or_else(|e| e.into_inner());
         while !*deleted {

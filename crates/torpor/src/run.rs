@@ -48,10 +48,11 @@ pub fn run(args: RunArgs) -> Result<u8> {
             cfg.rootfs.display()
         );
     }
+    let volumes = args.volume.clone();
     let holding = if args.ready_fd >= 0 {
-        crate::daemon::Holding::Detached
+        crate::daemon::Holding::Detached { volumes }
     } else {
-        crate::daemon::Holding::Foreground
+        crate::daemon::Holding::Foreground { volumes }
     };
     crate::daemon::serve(
         &cfg,

@@ -92,9 +92,15 @@ fn python3_native(root: &Path, args: &[&str]) -> Output {
 }
 
 /// Runs `python3 ARGS` from the root in torpor.
-fn python3_in_torpor(root: &Path, args: &[&str]) -> Output {
+/// Runs python3 in torpor with the work directory mounted as a volume at the same guest path
+/// (the sandbox's other writes stay in its copy-on-write layer).
+fn python3_in_torpor(root: &Path, work: &WorkDir, args: &[&str]) -> Output {
     let mut run = torpor()
         .run(root, "/usr/bin/python3")
+        .option(
+            "--volume",
+            format!("{}:{}", work.host.display(), work.guest),
+        )
         .args(args)
         .memory("2G")
         .host_env("TORPOR_LOG", "warn")
@@ -151,7 +157,7 @@ fn pillow_resize_matches_native() {
     let native = python3_native(&root, &[&script, &native_dir]);
     native.assert_code(0);
     let guest_dir = work.subdir("torpor");
-    let guest = python3_in_torpor(&root, &[&script, &guest_dir]);
+    let guest = python3_in_torpor(&root, &work, &[&script, &guest_dir]);
     guest.assert_code(0);
     println!("native: {:?}, torpor: {:?}", native.elapsed, guest.elapsed);
 
@@ -183,7 +189,7 @@ fn opencv_grayscale_video_matches_native() {
     let native = python3_native(&root, &[&script, "gray", &input, &native_out]);
     native.assert_code(0);
     let guest_out = format!("{}/torpor.avi", work.guest);
-    let guest = python3_in_torpor(&root, &[&script, "gray", &input, &guest_out]);
+    let guest = python3_in_torpor(&root, &work, &[&script, "gray", &input, &guest_out]);
     guest.assert_code(0);
     println!("native: {:?}, torpor: {:?}", native.elapsed, guest.elapsed);
 

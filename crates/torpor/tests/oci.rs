@@ -258,6 +258,8 @@ fn pause_holds_requests_until_resume() {
         .expect("the request made while paused");
     assert!(r.body_str().starts_with("ok "), "{}", r.body_str());
     assert_eq!(oci.status("p1"), "running");
+    // A paused container can be killed.
+    oci.ok(&["pause", "p1"]);
     oci.ok(&["kill", "p1", "KILL"]);
     assert!(Detached::wait_until(Duration::from_secs(30), || oci
         .status("p1")
