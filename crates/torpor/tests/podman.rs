@@ -262,3 +262,60 @@ fn podman_run_it_gives_a_shell_on_a_terminal() {
         "terminal output:\n{text}\nstderr:\n{err}"
     );
 }
+
+#[test]
+fn podman_serves_debian_python_through_its_port_forwarding() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let Some(p) = Podman::new() else { return };
+    let Some(root) = testutil::debian_rootfs("python") else {
+        return;
+    };
+    // An image of Debian's python3 root, imported offline.
+    let tar = p.dir.path().join("python.tar");
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .arg("--exclude=./proc")
+        .arg("--exclude=./sys")
+        .arg("--exclude=./dev")
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success(), "tar of the python root");
+    let image = format!("localhost/torpor-python:{}", testutil::unique_token());
+    p.ok(&["import", tar.to_str().unwrap(), &image]);
+    let _ = std::fs::remove_file(&tar);
+    let port = free_port();
+    let publish = format!("127.0.0.1:{port}:8080");
+    p.ok(&[
+        "run",
+        "-d",
+        "--name",
+        "py",
+        "-p",
+        &publish,
+        "-w",
+        "/tmp",
+        &image,
+        "python3",
+        "-m",
+        "http.server",
+        "8080",
+    ]);
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let served = Detached::wait_until(Duration::from_secs(120), || {
+        http_get(addr, "/", Duration::from_secs(10))
+            .is_ok_and(|r| r.body_str().contains("Directory listing for /"))
+    });
+    let logs = p.cmd(&["logs", "py"]);
+    assert!(
+        served,
+        "python's http.server not reached: {}",
+        logs.stderr_str()
+    );
+    p.ok(&["rm", "-f", "py"]);
+}
