@@ -41,6 +41,8 @@ pub struct SandboxConfig {
     pub own_netns: bool,
     /// The ids the application sees (`None`: the runtime's own).
     pub creds: Option<crate::task::Credentials>,
+    /// Resource limits of the first process (`None`: Linux's defaults).
+    pub rlimits: Option<crate::task::rlimit::Rlimits>,
 }
 
 /// Errors building or running a sandbox.
@@ -135,6 +137,9 @@ impl Sandbox {
         let control = Arc::new(crate::task::TaskControl::new(vcpu.kicker()));
         let procs = crate::task::ProcessTable::new();
         let group = crate::task::ThreadGroup::new(vm.clone(), 1, procs.clone());
+        let rlimits = cfg.rlimits.clone().unwrap_or_default();
+        fds.set_limit(rlimits.nofile());
+        *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = rlimits;
         procs.add(1, 0, group.clone(), 0);
         let pte_gen = group.join(1, control.clone());
         let task = Task {
@@ -224,6 +229,12 @@ impl Sandbox {
             self.task.group.procs.clone(),
             self.task.mem.size(),
             self.task.creds.clone(),
+            self.task
+                .group
+                .rlimits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         )
     }
 }

@@ -27,6 +27,7 @@ pub fn demo() -> Result<u8> {
         allow_outbound: false,
         own_netns: false,
         creds: None,
+        rlimits: None,
     };
     let r = crate::run::run_config(&cfg);
     let _ = std::fs::remove_dir_all(&dir);

@@ -41,6 +41,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         allow_outbound: args.allow_outbound,
         own_netns: false,
         creds: None,
+        rlimits: None,
     };
     if !cfg.rootfs.is_dir() {
         anyhow::bail!(

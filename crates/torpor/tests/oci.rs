@@ -469,3 +469,22 @@ fn volumes_and_tmpfs_are_mounted_inside_the_root_only() {
         "tmpfs contents reached the image"
     );
 }
+
+#[test]
+fn process_rlimits_apply_inside_the_sandbox() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let script = "ulimit -n; ulimit -s; ulimit -n 50; ulimit -n";
+    let b = TestBundle::new(&["/bin/busybox", "sh", "-c", script], "");
+    let p = b.path().join("config.json");
+    let t = std::fs::read_to_string(&p).unwrap().replace(
+        r#""cwd":"/""#,
+        r#""cwd":"/","rlimits":[{"type":"RLIMIT_NOFILE","hard":1048576,"soft":1024},{"type":"RLIMIT_STACK","hard":18446744073709551615,"soft":16777216}]"#,
+    );
+    std::fs::write(p, t).unwrap();
+    let oci = Oci::new();
+    let o = oci.cmd(&["run", "--bundle", b.path().to_str().unwrap(), "rl"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert_eq!(o.stdout_str(), "1024\n16384\n50\n");
+}

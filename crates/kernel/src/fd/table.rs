@@ -17,9 +17,20 @@ struct Slot {
 
 /// A process's file descriptor table (Linux's `struct files_struct`), shared by the threads of
 /// a thread group behind `Arc`; its own mutex is held only inside each method.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FdTable {
     slots: std::sync::Mutex<Vec<Option<Slot>>>,
+    /// Descriptors at or above this are refused (RLIMIT_NOFILE, at most [`MAX_FDS`]).
+    limit: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for FdTable {
+    fn default() -> FdTable {
+        FdTable {
+            slots: std::sync::Mutex::new(Vec::new()),
+            limit: std::sync::atomic::AtomicUsize::new(MAX_FDS),
+        }
+    }
 }
 
 impl FdTable {
@@ -46,17 +57,29 @@ impl FdTable {
             .ok_or(Errno::EBADF)
     }
 
+    /// Sets the number of descriptors the process may hold (RLIMIT_NOFILE); descriptors
+    /// already open above it stay open, as on Linux.
+    pub fn set_limit(&self, n: usize) {
+        self.limit
+            .store(n.min(MAX_FDS), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn max(&self) -> usize {
+        self.limit.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Installs `file` at the lowest free descriptor `>= min`.
     ///
     /// # Errors
     /// EMFILE when the table is full; EINVAL if `min` is out of range.
     pub fn insert_from(&self, min: i32, file: Arc<OpenFile>, cloexec: bool) -> Result<i32, Errno> {
         let min = usize::try_from(min).map_err(|_| Errno::EINVAL)?;
-        if min >= MAX_FDS {
+        let max = self.max();
+        if min >= max {
             return Err(Errno::EINVAL);
         }
         let mut slots = self.lock();
-        let idx = (min..MAX_FDS)
+        let idx = (min..max)
             .find(|&i| slots.get(i).is_none_or(|s| s.is_none()))
             .ok_or(Errno::EMFILE)?;
         if slots.len() <= idx {
@@ -79,9 +102,10 @@ impl FdTable {
     /// # Errors
     /// EBADF if `fd` is out of range.
     pub fn insert_at(&self, fd: i32, file: Arc<OpenFile>, cloexec: bool) -> Result<(), Errno> {
+        let max = self.max();
         let idx = usize::try_from(fd)
             .ok()
-            .filter(|&i| i < MAX_FDS)
+            .filter(|&i| i < max)
             .ok_or(Errno::EBADF)?;
         let old = {
             let mut slots = self.lock();
@@ -143,6 +167,7 @@ impl FdTable {
     pub fn fork_copy(&self) -> FdTable {
         FdTable {
             slots: std::sync::Mutex::new(self.lock().clone()),
+            limit: std::sync::atomic::AtomicUsize::new(self.max()),
         }
     }
 

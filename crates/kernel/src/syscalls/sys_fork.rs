@@ -113,6 +113,12 @@ pub(super) fn fork(
             .map_err(|e| Errno(e.errno()))?;
     }
     let group = ThreadGroup::new(vm, pid, procs.clone());
+    *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = t
+        .group
+        .rlimits
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let mut signals = t.signals.clone();
     signals.reset_for_fork();
     let child = t.child(ChildParts {

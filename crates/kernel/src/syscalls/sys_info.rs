@@ -3,6 +3,8 @@
 use abi::structs::UTS_FIELD;
 use abi::Errno;
 
+use crate::task::rlimit::Limit;
+
 use super::{SysResult, SyscallArgs};
 use crate::task::Task;
 
@@ -52,39 +54,71 @@ pub fn sys_getrandom(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(n as u64)
 }
 
-fn limit(resource: u32) -> Result<(u64, u64), Errno> {
-    const INF: u64 = u64::MAX;
-    Ok(match resource {
-        libc::RLIMIT_STACK => (8 << 20, INF),
-        libc::RLIMIT_NOFILE => (crate::fd::MAX_FDS as u64, crate::fd::MAX_FDS as u64),
-        libc::RLIMIT_CORE => (0, 0),
-        r if r < 16 => (INF, INF),
-        _ => return Err(Errno::EINVAL),
-    })
+fn limits(t: &Task) -> std::sync::MutexGuard<'_, crate::task::rlimit::Rlimits> {
+    t.group.rlimits.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn encode(l: Limit) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&l.cur.to_le_bytes());
+    b[8..].copy_from_slice(&l.max.to_le_bytes());
+    b
+}
+
+fn decode(b: &[u8; 16]) -> Limit {
+    let mut cur = [0u8; 8];
+    let mut max = [0u8; 8];
+    cur.copy_from_slice(&b[..8]);
+    max.copy_from_slice(&b[8..]);
+    Limit {
+        cur: u64::from_le_bytes(cur),
+        max: u64::from_le_bytes(max),
+    }
+}
+
+/// Sets a limit of the calling process; the descriptor table follows RLIMIT_NOFILE.
+fn set_limit(t: &Task, resource: u32, new: Limit) -> Result<(), Errno> {
+    let mut l = limits(t);
+    l.set(resource, new)?;
+    t.fds.set_limit(l.nofile());
+    Ok(())
 }
 
 /// Implements getrlimit(2).
 pub fn sys_getrlimit(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let (cur, max) = limit(a.u(0) as u32)?;
-    let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&cur.to_le_bytes());
-    b[8..].copy_from_slice(&max.to_le_bytes());
-    t.copy_out(a.gva(1), &b)?;
+    let l = limits(t).get(a.u(0) as u32)?;
+    t.copy_out(a.gva(1), &encode(l))?;
     Ok(0)
 }
 
-/// Implements prlimit64(2) for the calling process.
+/// Implements setrlimit(2).
+pub fn sys_setrlimit(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let mut b = [0u8; 16];
+    t.copy_in(a.gva(1), &mut b)?;
+    set_limit(t, a.u(0) as u32, decode(&b))?;
+    Ok(0)
+}
+
+/// Implements prlimit64(2) for the calling process: the old limits out, then the new in.
 pub fn sys_prlimit64(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let pid = a.int(0);
     if pid != 0 && pid != t.pid {
         return Err(Errno::ESRCH);
     }
-    let (cur, max) = limit(a.u(1) as u32)?;
-    if a.u(3) != 0 {
+    let resource = a.u(1) as u32;
+    let old = limits(t).get(resource)?;
+    let new = if a.u(2) != 0 {
         let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&cur.to_le_bytes());
-        b[8..].copy_from_slice(&max.to_le_bytes());
-        t.copy_out(a.gva(3), &b)?;
+        t.copy_in(a.gva(2), &mut b)?;
+        Some(decode(&b))
+    } else {
+        None
+    };
+    if let Some(n) = new {
+        set_limit(t, resource, n)?;
+    }
+    if a.u(3) != 0 {
+        t.copy_out(a.gva(3), &encode(old))?;
     }
     Ok(0)
 }

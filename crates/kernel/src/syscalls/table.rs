@@ -108,6 +108,7 @@ table! {
     95 umask => sys_fs::sys_umask, Full;
     96 gettimeofday => sys_time::sys_gettimeofday, Full;
     97 getrlimit => sys_info::sys_getrlimit, Full;
+    160 setrlimit => sys_info::sys_setrlimit, Partial("RLIMIT_NOFILE bounds the descriptor table, other limits are kept and reported");
     102 getuid => sys_process::sys_getuid, Full;
     104 getgid => sys_process::sys_getgid, Full;
     107 geteuid => sys_process::sys_getuid, Full;
@@ -167,7 +168,7 @@ table! {
     287 timerfd_gettime => sys_eventfd::sys_timerfd_gettime, Full;
     99 sysinfo => sys_info::sys_sysinfo, Partial("memory figures are the sandbox's limit and allocator, load averages zero");
     204 sched_getaffinity => sys_info::sys_sched_getaffinity, Partial("one CPU per vCPU the sandbox may run: reports the host CPUs");
-    302 prlimit64 => sys_info::sys_prlimit64, Partial("reads limits; setting is accepted for the own process only");
+    302 prlimit64 => sys_info::sys_prlimit64, Partial("the calling process only; RLIMIT_NOFILE bounds the descriptor table, other limits are kept and reported");
     318 getrandom => sys_info::sys_getrandom, Full;
     309 getcpu => sys_info::sys_getcpu, Partial("the vCPU's index as the CPU, node 0");
     332 statx => sys_stat::sys_statx, Full;

@@ -37,6 +37,8 @@ pub struct ThreadGroup {
     all_gone: Condvar,
     /// Futex wait queues, by user address.
     pub futexes: FutexTable,
+    /// Resource limits (inherited by fork).
+    pub rlimits: Mutex<super::rlimit::Rlimits>,
     pte_log: Mutex<PteLog>,
     stop: Mutex<StopState>,
     stop_cv: Condvar,
@@ -68,6 +70,7 @@ impl ThreadGroup {
             exit: Mutex::new(None),
             all_gone: Condvar::new(),
             futexes: FutexTable::default(),
+            rlimits: Mutex::new(super::rlimit::Rlimits::default()),
             pte_log: Mutex::new(PteLog::default()),
             stop: Mutex::new(StopState::default()),
             stop_cv: Condvar::new(),

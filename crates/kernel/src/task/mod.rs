@@ -4,6 +4,7 @@
 mod control;
 mod group;
 mod process;
+pub mod rlimit;
 pub mod signal;
 pub mod spawn;
 

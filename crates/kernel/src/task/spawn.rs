@@ -10,6 +10,7 @@ use crate::fd::FdTable;
 use crate::fs::Root;
 use crate::net::NetPolicy;
 use crate::sandbox::{install_stdio, resolve_cwd, ProcessImage, SandboxError};
+use crate::task::rlimit::Rlimits;
 use crate::task::{
     Credentials, ExitStatus, ProcessTable, SignalState, Task, TaskControl, ThreadGroup,
 };
@@ -33,6 +34,7 @@ pub struct Spawner {
     procs: Arc<ProcessTable>,
     memory: u64,
     creds: Arc<Credentials>,
+    rlimits: Rlimits,
 }
 
 /// A started process: its pid in the sandbox, and its exit status once it ends.
@@ -50,6 +52,7 @@ impl Spawner {
         procs: Arc<ProcessTable>,
         memory: u64,
         creds: Arc<Credentials>,
+        rlimits: Rlimits,
     ) -> Spawner {
         Spawner {
             root,
@@ -57,6 +60,7 @@ impl Spawner {
             procs,
             memory,
             creds,
+            rlimits,
         }
     }
 
@@ -85,6 +89,8 @@ impl Spawner {
         install_stdio(&fds, stdio);
         let pid = self.procs.alloc_id();
         let group = ThreadGroup::new(image.vm.clone(), pid, self.procs.clone());
+        fds.set_limit(self.rlimits.nofile());
+        *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = self.rlimits.clone();
         // No parent inside the sandbox: the caller collects the status.
         self.procs.add(pid, 0, group.clone(), 0);
         let control = Arc::new(TaskControl::new(image.vcpu.kicker()));

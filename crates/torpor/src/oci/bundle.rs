@@ -8,6 +8,8 @@
 //! - `process.user`: the uid, gid and additional gids the application sees (getuid,
 //!   getgroups, /proc, the auxiliary vector); files are opened with the runtime's host
 //!   credentials inside the root.
+//! - `process.rlimits`: the first process's limits (`RLIMIT_NOFILE` bounds its descriptor
+//!   table, at most 4096; the others are reported to it), inherited by its children.
 //! - `process.terminal`: a pseudo-terminal whose controller goes to `--console-socket`.
 //! - `root.path` (relative to the bundle) and `root.readonly` (the sandbox's writes then fail
 //!   with `EROFS`).
@@ -180,15 +182,26 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         gid: user.gid(),
         groups: user.additional_gids().clone().unwrap_or_default(),
     };
-    if let Some(rl) = process.rlimits() {
-        if !rl.is_empty() {
-            warnings.push(format!(
-                "process.rlimits ({} entries): not applied inside the sandbox yet",
-                rl.len()
-            ));
-        }
+    let mut rlimits = kernel::task::rlimit::Rlimits::default();
+    for rl in process.rlimits().iter().flatten() {
+        let name = serde_json::to_value(rl.typ())
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let Some(resource) = kernel::task::rlimit::resource_of(&name) else {
+            warnings.push(format!("process.rlimits: unknown type {name:?}"));
+            continue;
+        };
+        let limit = kernel::task::rlimit::Limit {
+            cur: rl.soft(),
+            max: rl.hard(),
+        };
+        rlimits.set(resource, limit).map_err(|_| {
+            field(format!(
+                "process.rlimits {name}: soft limit above the hard one"
+            ))
+        })?;
     }
-
     let mut memory = DEFAULT_MEMORY;
     let mut netns_path = None;
     let mut new_netns = false;
@@ -285,6 +298,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
             allow_outbound: true,
             own_netns,
             creds: Some(creds),
+            rlimits: Some(rlimits),
         },
         wake_mode,
         readonly_root,
