@@ -1,5 +1,9 @@
 //! Short runs of the fuzzers (issue 13, item 5), inside the normal test command.
 //!
+//! - The coverage-guided targets' harness functions (`fuzz/src/*.rs`, included here as
+//!   source): every committed seed input (`fuzz/seeds/TARGET/`) and a few thousand mutations
+//!   of them from a fixed seed, without libFuzzer or nightly flags. `TORPOR_FUZZ_MUTATIONS=N`
+//!   changes the count. The campaigns are `scripts/fuzz.sh libfuzzer`.
 //! - The guest syscall fuzzer (`tests/guest/syscall_fuzz.c`): a few fixed seeds of random
 //!   syscalls with random arguments; the sandbox must end with the program's own exit and its
 //!   summary line, never a torpor error. The long campaign is `scripts/fuzz.sh`.
@@ -11,6 +15,102 @@ use std::process::Command;
 use std::time::Duration;
 
 use testutil::{native, run_command, Output, Rootfs, Torpor};
+
+#[path = "../../../fuzz/src/util.rs"]
+#[allow(dead_code)]
+mod util;
+
+#[path = "../../../fuzz/src/elf.rs"]
+#[allow(dead_code)]
+mod elf;
+
+#[path = "../../../fuzz/src/pagefile.rs"]
+#[allow(dead_code)]
+mod pagefile;
+
+#[path = "../../../fuzz/src/oci.rs"]
+#[allow(dead_code)]
+mod oci;
+
+/// The control socket's messages, as the `control` target compiles them (the file's own unit
+/// tests run here a second time).
+#[path = "../src/control.rs"]
+#[allow(dead_code)]
+mod control_src;
+
+/// Runs every seed of `target` through `harness`, then mutations of them.
+fn replay(target: &str, harness: fn(&[u8])) {
+    let dir = testutil::workspace_root().join("fuzz/seeds").join(target);
+    let mut seeds: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).expect("read seed"))
+        })
+        .collect();
+    seeds.sort();
+    assert!(!seeds.is_empty(), "no seeds in {}", dir.display());
+    for (name, data) in &seeds {
+        let r = std::panic::catch_unwind(|| harness(data));
+        assert!(r.is_ok(), "{target}: seed {name} fails the harness");
+    }
+    let n: usize = std::env::var("TORPOR_FUZZ_MUTATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000);
+    let mut rng = util::Rng(
+        target
+            .bytes()
+            .fold(0x5eed_u64, |h, b| h.wrapping_mul(131) ^ u64::from(b)),
+    );
+    for i in 0..n {
+        let a = &seeds[rng.below(seeds.len())].1;
+        let b = &seeds[rng.below(seeds.len())].1;
+        let input = util::mutate(&mut rng, a, b);
+        let r = std::panic::catch_unwind(|| harness(&input));
+        assert!(
+            r.is_ok(),
+            "{target}: mutation {i} fails the harness; input (hex): {}",
+            input.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+    }
+    println!("{target}: {} seeds, {n} mutations", seeds.len());
+}
+
+#[test]
+fn fuzz_replay_elf() {
+    replay("elf", elf::run);
+}
+
+#[test]
+fn fuzz_replay_swapfile() {
+    replay("swapfile", pagefile::run_swap);
+}
+
+#[test]
+fn fuzz_replay_reapfile() {
+    replay("reapfile", pagefile::run_reap);
+}
+
+#[test]
+fn fuzz_replay_pagefile_corrupt() {
+    replay("pagefile_corrupt", pagefile::run_corrupt);
+}
+
+/// config.json: the `oci_spec` seeds and the `bundle` ones (the bundle target itself needs
+/// the torpor crate's private modules and runs only under cargo-fuzz).
+#[test]
+fn fuzz_replay_oci_spec() {
+    replay("oci_spec", oci::run_spec);
+    replay("bundle", oci::run_spec);
+}
+
+#[test]
+fn fuzz_replay_control() {
+    replay("control", oci::run_control);
+}
 
 fn torpor() -> Torpor {
     Torpor::new(env!("CARGO_BIN_EXE_torpor"))

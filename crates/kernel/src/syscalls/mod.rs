@@ -22,6 +22,7 @@ mod sys_time;
 pub mod table;
 
 pub use args::SyscallArgs;
+pub use sys_exec::parse_shebang;
 pub use table::{dispatch, Support, TABLE};
 
 /// What a handler returns: the value for `rax`, or an errno.

@@ -89,8 +89,10 @@ fn open_executable(t: &Task, path: &[u8]) -> Result<(OwnedFd, Vec<u8>), Errno> {
     Ok((fd, shown))
 }
 
-/// Parses a `#!interpreter [arg]` line.
-fn parse_shebang(head: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+/// Parses a `#!interpreter [arg]` line (the first bytes of a file, at most 256): the
+/// interpreter and its optional argument, or None when `head` is not a script. Public for the
+/// fuzz targets (`fuzz/`).
+pub fn parse_shebang(head: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
     let rest = head.strip_prefix(b"#!")?;
     let line = rest.split(|&b| b == b'\n').next()?;
     let line: &[u8] = {
