@@ -49,15 +49,8 @@ impl Podman {
             root.symlink(&format!("/bin/{applet}"), "busybox");
         }
         let tar = dir.path().join("image.tar");
-        let st = Command::new("tar")
-            .arg("-C")
-            .arg(root.path())
-            .arg("-chf")
-            .arg(&tar)
-            .arg(".")
-            .status()
-            .unwrap();
-        assert!(st.success(), "tar of the image");
+        // The test root's files may be links to the host's (busybox): follow them.
+        tar_of(root.path(), &tar, true);
         let image = format!("localhost/torpor-test:{}", testutil::unique_token());
         let p = Podman { dir, image, root };
         let o = p.cmd(&["import", tar.to_str().unwrap(), &p.image]);
@@ -88,6 +81,21 @@ impl Podman {
         assert_eq!(o.code(), 0, "podman {args:?}: {}", o.stderr_str());
         o.stdout_str()
     }
+}
+
+/// A tarball of the directory `src` (links followed when `follow`; the kernel's own /proc,
+/// /sys and /dev left out), for `podman import`.
+fn tar_of(src: &Path, dst: &Path, follow: bool) {
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(src)
+        .args(["--exclude=./proc", "--exclude=./sys", "--exclude=./dev"])
+        .arg(if follow { "-chf" } else { "-cf" })
+        .arg(dst)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success(), "tar of {}", src.display());
 }
 
 impl Drop for Podman {
@@ -274,18 +282,7 @@ fn podman_serves_debian_python_through_its_port_forwarding() {
     };
     // An image of Debian's python3 root, imported offline.
     let tar = p.dir.path().join("python.tar");
-    let st = Command::new("tar")
-        .arg("-C")
-        .arg(&root)
-        .arg("--exclude=./proc")
-        .arg("--exclude=./sys")
-        .arg("--exclude=./dev")
-        .arg("-cf")
-        .arg(&tar)
-        .arg(".")
-        .status()
-        .unwrap();
-    assert!(st.success(), "tar of the python root");
+    tar_of(&root, &tar, false);
     let image = format!("localhost/torpor-python:{}", testutil::unique_token());
     p.ok(&["import", tar.to_str().unwrap(), &image]);
     let _ = std::fs::remove_file(&tar);

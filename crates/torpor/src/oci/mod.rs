@@ -51,21 +51,28 @@ pub struct CreateOptions {
 
 /// `create`: starts the holder, which loads the program and waits for `start`.
 pub fn create(opts: &CreateOptions) -> Result<u8> {
+    create_holder(opts, false)?;
+    Ok(0)
+}
+
+/// Checks the ID and the bundle (so that a bad one fails before any process is started),
+/// starts the holder (which runs the program at once if `start_now`), and writes its pid to
+/// `--pid-file`; returns the pid and the state directory.
+fn create_holder(opts: &CreateOptions, start_now: bool) -> Result<(u32, PathBuf)> {
     statedir::check_id(&opts.id)?;
     let dir = statedir::dir_of(&opts.id)?;
     if dir.exists() && (statedir::owner_alive(&dir) || state::is_oci(&dir)) {
         bail!("container {:?} already exists", opts.id);
     }
-    // Checked here too, so that a bad bundle fails before any process is started.
     let b = Bundle::load(&opts.bundle)?;
     if b.terminal && opts.console_socket.is_none() {
         bail!("config.json: process.terminal is set but no --console-socket was given");
     }
-    let pid = spawn_holder(opts, false)?;
+    let pid = spawn_holder(opts, start_now)?;
     if let Some(p) = &opts.pid_file {
         write_pid_file(p, pid)?;
     }
-    Ok(0)
+    Ok((pid, dir))
 }
 
 /// Starts `torpor oci-holder …` with this process's standard streams and waits for its
@@ -339,19 +346,7 @@ pub fn features() -> Result<u8> {
 /// The OCI `run`: `create` then `start`; in the foreground, waits for the program and returns
 /// its exit status.
 pub fn run(opts: &CreateOptions, detach: bool) -> Result<u8> {
-    statedir::check_id(&opts.id)?;
-    let dir = statedir::dir_of(&opts.id)?;
-    if dir.exists() && (statedir::owner_alive(&dir) || state::is_oci(&dir)) {
-        bail!("container {:?} already exists", opts.id);
-    }
-    let b = Bundle::load(&opts.bundle)?;
-    if b.terminal && opts.console_socket.is_none() {
-        bail!("config.json: process.terminal is set but no --console-socket was given");
-    }
-    let pid = spawn_holder(opts, true)?;
-    if let Some(p) = &opts.pid_file {
-        write_pid_file(p, pid)?;
-    }
+    let (pid, dir) = create_holder(opts, true)?;
     if detach {
         return Ok(0);
     }
