@@ -24,6 +24,10 @@ mod util;
 #[allow(dead_code)]
 mod elf;
 
+#[path = "../../../fuzz/src/shebang.rs"]
+#[allow(dead_code)]
+mod shebang;
+
 #[path = "../../../fuzz/src/pagefile.rs"]
 #[allow(dead_code)]
 mod pagefile;
@@ -82,6 +86,13 @@ fn replay(target: &str, harness: fn(&[u8])) {
 #[test]
 fn fuzz_replay_elf() {
     replay("elf", elf::run);
+}
+
+/// Also the regression test of the #! parsing divergences the target found (a NUL in the
+/// line, an interpreter path cut off at 256 bytes).
+#[test]
+fn fuzz_replay_shebang() {
+    replay("shebang", shebang::run);
 }
 
 #[test]

@@ -89,36 +89,63 @@ fn open_executable(t: &Task, path: &[u8]) -> Result<(OwnedFd, Vec<u8>), Errno> {
     Ok((fd, shown))
 }
 
-/// Parses a `#!interpreter [arg]` line (the first bytes of a file, at most 256): the
-/// interpreter and its optional argument, or None when `head` is not a script. Public for the
-/// fuzz targets (`fuzz/`).
+/// Parses a `#!interpreter [arg]` line (the first bytes of a file, at most 256) as Linux's
+/// `load_script` does (fs/binfmt_script.c): the interpreter and its optional argument, or
+/// None when `head` is not a script or its interpreter path is cut off by the 256-byte
+/// limit (never run a truncated path). The interpreter ends at the first space, tab or NUL,
+/// the argument at the end of the line or the first NUL (both are C strings on Linux). One
+/// leniency: carriage returns at the end of the line are trimmed with spaces and tabs, so
+/// that CRLF scripts run. Public for the fuzz targets (`fuzz/`).
 pub fn parse_shebang(head: &[u8]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
-    let rest = head.strip_prefix(b"#!")?;
-    let line = rest.split(|&b| b == b'\n').next()?;
-    let line: &[u8] = {
-        let s = line
-            .iter()
-            .position(|&b| b != b' ' && b != b'\t')
-            .unwrap_or(line.len());
-        let e = line
-            .iter()
-            .rposition(|&b| b != b' ' && b != b'\t' && b != b'\r')
-            .map_or(s, |e| e + 1);
-        &line[s..e.max(s)]
-    };
-    if line.is_empty() {
+    let spacetab = |c: u8| c == b' ' || c == b'\t';
+    // Linux's bprm->buf: the first SHEBANG_MAX bytes, NUL-padded.
+    let mut buf = [0u8; SHEBANG_MAX];
+    let n = head.len().min(SHEBANG_MAX);
+    buf[..n].copy_from_slice(&head[..n]);
+    if !buf.starts_with(b"#!") {
         return None;
     }
-    match line.iter().position(|&b| b == b' ' || b == b'\t') {
-        None => Some((line.to_vec(), None)),
-        Some(i) => {
-            let arg = line[i..]
-                .iter()
-                .position(|&b| b != b' ' && b != b'\t')
-                .map(|j| line[i + j..].to_vec());
-            Some((line[..i].to_vec(), arg))
+    let last = SHEBANG_MAX - 1;
+    let non_spacetab = |from: usize, to: usize| (from..=to).find(|&i| !spacetab(buf[i]));
+    let terminator =
+        |from: usize, to: usize| (from..=to).find(|&i| spacetab(buf[i]) || buf[i] == 0);
+    // The line ends at the first newline before any NUL; without one, the interpreter must
+    // be followed by a space, tab or NUL within the buffer, else it may be truncated.
+    let newline = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .position(|&c| c == b'\n');
+    let mut end = match newline {
+        Some(i) => i,
+        None => {
+            terminator(non_spacetab(2, last)?, last)?;
+            last
         }
+    };
+    while spacetab(buf[end - 1]) || buf[end - 1] == b'\r' {
+        end -= 1;
     }
+    let name = non_spacetab(2, end)?;
+    if name == end {
+        return None;
+    }
+    let sep = terminator(name, end);
+    let arg = match sep {
+        Some(s) if buf[s] != 0 => non_spacetab(s, end),
+        _ => None,
+    };
+    let c_string = |from: usize, to: usize| -> Vec<u8> {
+        buf[from..to]
+            .iter()
+            .take_while(|&&c| c != 0)
+            .copied()
+            .collect()
+    };
+    let name_end = match (arg, sep) {
+        (Some(_), Some(s)) => s,
+        _ => end,
+    };
+    Some((c_string(name, name_end), arg.map(|a| c_string(a, end))))
 }
 
 /// Replaces the task's program with `path` run with `argv` and `envp`.
@@ -215,5 +242,38 @@ mod tests {
         );
         assert_eq!(parse_shebang(b"#!   \n"), None);
         assert_eq!(parse_shebang(b"\x7fELF"), None);
+        assert_eq!(
+            parse_shebang(b"#!/bin/sh"),
+            Some((b"/bin/sh".to_vec(), None))
+        );
+    }
+
+    /// Found by the `shebang` fuzz target (differential against Linux's binfmt_script).
+    #[test]
+    fn shebang_lines_as_linux_cuts_them() {
+        // An interpreter path cut off by the 256-byte limit is not run (Linux: ENOEXEC).
+        let mut long = b"#!/".to_vec();
+        long.resize(300, b'a');
+        assert_eq!(parse_shebang(&long[..256]), None);
+        // A path that ends within the limit, and an argument that does not, are fine.
+        let mut ok = b"#!/bin/sh ".to_vec();
+        ok.resize(300, b'x');
+        let (interp, arg) = parse_shebang(&ok[..256]).unwrap();
+        assert_eq!(interp, b"/bin/sh");
+        assert_eq!(arg.unwrap().len(), 256 - 10 - 1);
+        // A NUL ends the interpreter and the argument (C strings).
+        assert_eq!(
+            parse_shebang(b"#!/bin/sh\0-x\n"),
+            Some((b"/bin/sh".to_vec(), None))
+        );
+        assert_eq!(
+            parse_shebang(b"#!/bin/sh -e\0x y\n"),
+            Some((b"/bin/sh".to_vec(), Some(b"-e".to_vec())))
+        );
+        // A newline after a NUL does not end the line.
+        assert_eq!(
+            parse_shebang(b"#!/bin/sh \0\n"),
+            Some((b"/bin/sh".to_vec(), Some(Vec::new())))
+        );
     }
 }
