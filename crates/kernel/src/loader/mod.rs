@@ -167,7 +167,7 @@ pub fn load_elf(
                 path: ip.clone(),
                 why: "no loadable segment".into(),
             })?;
-            let base = mm
+            let reserved = mm
                 .mmap(MmapRequest {
                     addr: Gva(0),
                     len: hi - lo,
@@ -181,8 +181,14 @@ pub fn load_elf(
                     path: ip.clone(),
                     source,
                 })?
-                .raw()
-                - lo;
+                .raw();
+            // Segments linked above the reserved range cannot be moved down into it.
+            let base = reserved
+                .checked_sub(lo)
+                .ok_or_else(|| LoadError::Unsupported {
+                    path: ip.clone(),
+                    why: "interpreter linked above the mmap area".into(),
+                })?;
             let m = map_object(mm, &ip, Arc::new(ifile), &ielf, base)?;
             (m.entry, base)
         }
@@ -302,15 +308,22 @@ fn map_object(
             map(mm, anon_start, mem_end - anon_start, VmaKind::Anon)?;
         }
         end_max = end_max.max(end);
-        if ph.p_offset <= elf.header.e_phoff && elf.header.e_phoff < ph.p_offset + ph.p_filesz {
+        // (Header values are the file's: any sum may overflow. AT_PHDR is only reported to
+        // the program, so it wraps as Linux's does.)
+        if ph.p_offset <= elf.header.e_phoff
+            && ph
+                .p_offset
+                .checked_add(ph.p_filesz)
+                .is_some_and(|file_end| elf.header.e_phoff < file_end)
+        {
             phdr_addr.get_or_insert(vaddr + (elf.header.e_phoff - ph.p_offset));
         }
     }
     if let Some(p) = elf.program_headers.iter().find(|p| p.p_type == PT_PHDR) {
-        phdr_addr = Some(p.p_vaddr + bias);
+        phdr_addr = Some(p.p_vaddr.wrapping_add(bias));
     }
     let phdr = phdr_addr
-        .or_else(|| first_load_vaddr_minus_offset.map(|b| b + elf.header.e_phoff))
+        .or_else(|| first_load_vaddr_minus_offset.map(|b| b.wrapping_add(elf.header.e_phoff)))
         .unwrap_or(0);
     Ok(Mapped {
         entry: elf.header.e_entry.wrapping_add(bias),
@@ -329,4 +342,112 @@ fn write_zeros(mm: &mut MemoryManager, at: Gva, zeros: &[u8]) -> Result<(), mm::
             .map_err(|e| mm::MmError::Internal(e.to_string()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use platform::GuestMemory;
+
+    /// A little x86-64 ELF: one program header per `(type, vaddr, offset, filesz, memsz)`,
+    /// then `interp` (NUL-terminated) at the offset a PT_INTERP entry names.
+    fn elf(e_type: u16, phs: &[(u32, u64, u64, u64, u64)], interp: &[u8]) -> Vec<u8> {
+        let mut v = b"\x7fELF\x02\x01\x01".to_vec();
+        v.resize(16, 0);
+        let phnum = phs.len() as u16;
+        for (x, n) in [
+            (e_type as u64, 2),
+            (62, 2),
+            (1, 4),
+            (0x1000, 8),
+            (64, 8),
+            (0, 8),
+        ] {
+            v.extend_from_slice(&x.to_le_bytes()[..n]);
+        }
+        for (x, n) in [
+            (0u64, 4),
+            (64, 2),
+            (56, 2),
+            (phnum as u64, 2),
+            (64, 2),
+            (0, 2),
+            (0, 2),
+        ] {
+            v.extend_from_slice(&x.to_le_bytes()[..n]);
+        }
+        for &(t, vaddr, off, filesz, memsz) in phs {
+            v.extend_from_slice(&t.to_le_bytes());
+            v.extend_from_slice(&5u32.to_le_bytes());
+            for x in [off, vaddr, vaddr, filesz, memsz, 0x1000] {
+                v.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        v.extend_from_slice(interp);
+        v.push(0);
+        v.resize(0x2000, 0xcc);
+        v
+    }
+
+    fn load(name: &str, program: &[u8], interp: Option<&[u8]>) -> Result<LoadedImage, LoadError> {
+        let dir = std::env::temp_dir().join(format!("loader-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        if let Some(i) = interp {
+            std::fs::write(dir.join("i"), i).unwrap();
+        }
+        let root = crate::fs::Root::open(&dir).unwrap();
+        let file_path = dir.join("prog");
+        std::fs::write(&file_path, program).unwrap();
+        let mem = Arc::new(GuestMemory::new(16 << 20).unwrap());
+        let mut mm = MemoryManager::new(mem).unwrap();
+        let r = load_elf(&mut mm, &root, "/prog", File::open(&file_path).unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    }
+
+    /// Found by the `elf` fuzz target: an interpreter whose segments are linked above the
+    /// address its span was reserved at made the base computation underflow (a panic in a
+    /// build with overflow checks). It is refused.
+    #[test]
+    fn interpreter_linked_above_the_mmap_area_is_refused() {
+        let interp = elf(3, &[(PT_LOAD, 0x7f7f_0000_0000, 0, 0x100, 0x1000)], b"");
+        let prog = elf(
+            2,
+            &[
+                (3, 0x40_0000, 0x1000 - 8, 3, 3),
+                (PT_LOAD, 0x40_0000, 0, 0x100, 0x1000),
+            ],
+            b"",
+        );
+        // PT_INTERP at file offset 0xff8: "/i\0".
+        let mut prog = prog;
+        prog[0xff8..0xffb].copy_from_slice(b"/i\0");
+        let r = load("above", &prog, Some(&interp));
+        assert!(
+            matches!(r, Err(LoadError::Unsupported { .. })),
+            "{:?}",
+            r.map(|i| i.entry)
+        );
+    }
+
+    /// Found by reading the loader after the fuzz target's find: header sums that overflow
+    /// (AT_PHDR from a PT_PHDR at the top of the address space plus the load bias) are not
+    /// panics either.
+    #[test]
+    fn overflowing_header_values_are_not_panics() {
+        // A position-independent program: PT_PHDR's address plus the load bias wraps.
+        let prog = elf(
+            3,
+            &[
+                (PT_PHDR, u64::MAX - 0xfff, 64, 0, 0),
+                (PT_LOAD, 0x40_0000, 0, 0x100, 0x1000),
+                (PT_LOAD, 0x60_0000, u64::MAX - 0xfff, 0, 0x1000),
+            ],
+            b"",
+        );
+        let _ = load("overflow1", &prog, None);
+        let mut prog = elf(2, &[(PT_LOAD, 0x40_0000, 0, 0x100, 0x1000)], b"");
+        prog[0x20..0x28].copy_from_slice(&u64::MAX.to_le_bytes()); // e_phoff
+        let _ = load("overflow2", &prog, None);
+    }
 }
