@@ -236,3 +236,42 @@ fn sleeps_end_early_on_a_signal_like_native() {
     assert_eq!(got.stdout_str(), nat.stdout_str(), "{got:?}");
     assert!(!got.stdout_str().contains("late"), "{got:?}");
 }
+
+/// Found by `syscall_fuzz -t`: exit_group from one thread left a thread blocked in nanosleep,
+/// rt_sigsuspend, pause or rt_sigtimedwait (and a child process in them when the sandbox's
+/// init ended) waiting forever, so the sandbox never ended.
+#[test]
+fn exit_group_ends_threads_blocked_in_any_call() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("exit_blocked");
+    for call in [
+        "read",
+        "accept",
+        "futex",
+        "epoll",
+        "poll",
+        "eventfd",
+        "flock",
+        "recv",
+        "sleep",
+        "wait",
+        "sigsuspend",
+    ] {
+        let started = std::time::Instant::now();
+        let got = torpor()
+            .run(r.path(), &prog)
+            .arg(call)
+            .timeout(Duration::from_secs(60))
+            .output();
+        assert_eq!(got.code(), 7, "{call}: {got:?}");
+        assert_eq!(got.stdout_str(), format!("{call}: exit_group\n"), "{got:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{call}: the sandbox took {:?} to end",
+            started.elapsed()
+        );
+    }
+}

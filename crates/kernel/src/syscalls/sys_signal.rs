@@ -131,19 +131,27 @@ pub(super) fn wait_for_signal(
     waited: u64,
 ) -> Result<(), Errno> {
     let control = t.control.clone();
+    let group = t.group.clone();
     loop {
         t.absorb_external_signal();
-        if waited != 0 && t.signals.pending_set() & waited != 0 && t.exit.is_none() {
+        // The process is ending (exit_group from another thread, or the sandbox's init
+        // ended): leave, so that the task loop sees it.
+        let exiting = t.exit.is_some() || group.exit_status().is_some();
+        if waited != 0 && t.signals.pending_set() & waited != 0 && !exiting {
             return Ok(());
         }
-        if t.exit.is_some() || t.signals.has_deliverable() || control.park_requested() {
+        if exiting || t.signals.has_deliverable() || control.park_requested() {
             return Err(Errno::EINTR);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(());
         }
         wait_for_kick(
-            || control.signal_pending() || control.park_requested(),
+            || {
+                control.signal_pending()
+                    || control.park_requested()
+                    || group.exit_status().is_some()
+            },
             deadline,
         );
     }
