@@ -2,9 +2,10 @@
 # Fuzzing campaigns (issue 13, item 5; docs/SECURITY.md, "Fuzzing"). Short runs of the same
 # fuzzers are part of `cargo test --workspace --release` (crates/torpor/tests/fuzz.rs).
 #
-#   scripts/fuzz.sh syscalls [SEEDS] [COUNT] [FIRST_SEED]
+#   scripts/fuzz.sh syscalls [SEEDS] [COUNT] [FIRST_SEED] [THREADS]
 #       tests/guest/syscall_fuzz.c under `torpor run`, SEEDS runs (default 200) of COUNT
-#       random syscalls each (default 10000), seeds FIRST_SEED.. (default 1). Each run must end
+#       random syscalls each (default 10000), seeds FIRST_SEED.. (default 1), from THREADS
+#       threads at once (default 1: one thread and a watchdog process). Each run must end
 #       with the program's own exit 0 and its summary line. Classifies every other end as a
 #       runtime crash (torpor's stderr says the sandbox failed, a panic, a ring-0 stub fault),
 #       a hang (no end within 300 s) or a program death (a signal or a status without a runtime
@@ -16,6 +17,8 @@
 #       process each (no -jobs), SECONDS each (default 600), starting from the committed seeds (fuzz/seeds/TARGET)
 #       and the local corpus fuzz/corpus/TARGET (not committed, kept between runs).
 #       Needs `cargo install cargo-fuzz`; the stable toolchain is used with RUSTC_BOOTSTRAP=1.
+#       All targets are built first, with debug assertions and overflow checks (FUZZ_NO_BUILD=1
+#       reuses the binaries already built).
 #       Prints libFuzzer's final line (executions, cov, ft, corpus) per target; a crash stops
 #       that target with its input in fuzz/artifacts/TARGET/.
 #
@@ -34,6 +37,7 @@ syscalls)
     seeds=${1:-200}
     count=${2:-10000}
     first=${3:-1}
+    threads=${4:-1}
     bin=$PWD/target/release/torpor
     [ -x "$bin" ] || { note "build first: cargo build --release"; exit 2; }
     work=$(mktemp -d)
@@ -50,7 +54,7 @@ syscalls)
     t0=$(date +%s)
     for seed in $(seq "$first" $((first + seeds - 1))); do
         rc=0
-        timeout 300 "${wrap[@]}" "$bin" run "$work/root" -- /bin/syscall_fuzz "$seed" "$count" \
+        timeout 300 "${wrap[@]}" "$bin" run "$work/root" -- /bin/syscall_fuzz "$seed" "$count" -t "$threads" \
             >"$work/out" 2>"$work/err" || rc=$?
         line=$(grep -a '^syscall_fuzz: seed=' "$work/out" | tail -1 || true)
         if grep -aqE 'sandbox failed|panicked|ring-0 stub|^torpor: | ERROR ' "$work/err"; then
@@ -72,7 +76,7 @@ syscalls)
         fi
     done
     secs=$(($(date +%s) - t0))
-    echo "syscall fuzz: $seeds seeds ($first..$((first + seeds - 1))) x $count calls in ${secs} s"
+    echo "syscall fuzz: $seeds seeds ($first..$((first + seeds - 1))) x $count calls, $threads thread(s), in ${secs} s"
     echo "  syscalls issued: $total (ok $ok, errors $err: ENOSYS $enosys, EFAULT $efault, EINTR $eintr), signals handled: $sigs"
     echo "  runs ended normally: $clean; runtime crashes: $crashes; hangs: $hangs; program deaths: $deaths"
     [ ${#failed[@]} -eq 0 ] || echo "  failing seeds: ${failed[*]}"
@@ -83,17 +87,21 @@ libfuzzer)
     shift || true
     targets=${*:-$targets_all}
     command -v cargo-fuzz >/dev/null || { note "cargo install cargo-fuzz"; exit 2; }
+    bins=fuzz/target/x86_64-unknown-linux-gnu/release
+    if [ -z "${FUZZ_NO_BUILD:-}" ]; then
+        (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build --release --debug-assertions) || exit 2
+    fi
     for t in $targets; do
         mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
         note "$t: ${secs} s"
         rc=0
-        (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --release "$t" "corpus/$t" "seeds/$t" -- \
-            -max_total_time="$secs" -print_final_stats=1 \
-            -rss_limit_mb=4096 -timeout=20) >"fuzz/artifacts/$t/last.log" 2>&1 || rc=$?
-        final=$(grep -aE '^#[0-9]+.*(DONE|pulse|NEW|REDUCE)' "fuzz/artifacts/$t/last.log" | tail -1)
+        "$bins/$t" "fuzz/corpus/$t" "fuzz/seeds/$t" -max_total_time="$secs" \
+            -print_final_stats=1 -rss_limit_mb=4096 -timeout=20 \
+            -artifact_prefix="fuzz/artifacts/$t/" >"fuzz/artifacts/$t/last.log" 2>&1 || rc=$?
+        final=$(grep -aE '^#[0-9]+' "fuzz/artifacts/$t/last.log" | tail -1)
         execs=$(grep -a 'stat::number_of_executed_units' "fuzz/artifacts/$t/last.log" | awk '{print $2}')
-        echo "$t: status $rc, executions ${execs:-?}, final: $final"
-        [ $rc = 0 ] || grep -aE 'panicked|ERROR|SUMMARY|artifact' "fuzz/artifacts/$t/last.log" | head -5
+        echo "$t: status $rc, ${secs} s, executions ${execs:-?}, final: $final"
+        [ $rc = 0 ] || grep -aE 'panicked|ERROR|SUMMARY|Test unit written' "fuzz/artifacts/$t/last.log" | head -5
     done
     ;;
 replay)

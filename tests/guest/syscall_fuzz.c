@@ -1,6 +1,6 @@
 /* syscall_fuzz: a hostile guest issuing random system calls with random arguments.
  *
- *   syscall_fuzz SEED COUNT [-v]
+ *   syscall_fuzz SEED COUNT [-v] [-t THREADS]
  *
  * From SEED (an xorshift generator), issues COUNT raw system calls (the `syscall` instruction,
  * never libc) with numbers drawn from 0..449, and prints one summary line:
@@ -17,10 +17,16 @@
  * values; flags random bits, all bits, -1; fds come from a pool of real descriptors (file,
  * directory, pipe, socketpair, TCP listener and client, UDP, eventfd, timerfd, epoll) plus bad
  * numbers. `-v` prints each call before it is made (to find the one that crashes a run).
+ * `-t THREADS` fuzzes from that many threads at once (COUNT calls in all, each thread with its
+ * own generator, sharing the arena, the descriptors and the playground), with the main thread
+ * as their watchdog (a SIGUSR1 to each every 20 ms) instead of a watchdog process.
  *
  * What keeps the program itself alive (the denylist and the sanitising, on purpose):
  * - never issued: exit (60), exit_group (231), rt_sigreturn (15), clone (56), fork (57),
  *   vfork (58), clone3 (435) (fork storms; children running this loop on a random stack),
+ *   set_tid_address (218) with -t (pthread_join waits on the address it replaces); with -t,
+ *   rt_sigaction only queries (another thread would take a signal before the handlers are
+ *   re-installed),
  *   ptrace (101), process_vm_writev (311), seccomp (317), reboot (169) and the other host
  *   administration calls are harmless under torpor (ENOSYS) but the program refuses to run
  *   outside torpor anyway (uname's nodename must be "torpor", or pass -native-i-know).
@@ -46,6 +52,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -67,6 +74,7 @@
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #define NR_MAX 450
@@ -80,9 +88,10 @@
 #define WATCHDOG_NS 20000000L
 #define REFRESH_EVERY 2000
 
-static uint64_t rng;
+static __thread uint64_t rng;
 static int verbose;
-static volatile sig_atomic_t in_syscall, signals;
+static __thread volatile sig_atomic_t in_syscall;
+static volatile sig_atomic_t signals;
 static unsigned char *arena, *ro_page, *none_page, *play;
 static unsigned long initial_brk;
 static unsigned char strings_pristine[8192];
@@ -123,13 +132,15 @@ static void out(const char *fmt, ...) {
 }
 
 static void on_signal(int sig, siginfo_t *si, void *uc) {
-    (void)uc;
     signals++;
     int sync = sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGTRAP;
     if (sync && si->si_code > 0 && !in_syscall) {
-        char msg[128];
-        int n = snprintf(msg, sizeof msg, "syscall_fuzz: fault: signal %d code %d addr %p\n", sig,
-                         si->si_code, si->si_addr);
+        char msg[160];
+        ucontext_t *u = uc;
+        int n = snprintf(msg, sizeof msg,
+                         "syscall_fuzz: fault: signal %d code %d addr %p rip %#llx rsp %#llx\n",
+                         sig, si->si_code, si->si_addr, (unsigned long long)u->uc_mcontext.gregs[REG_RIP],
+                         (unsigned long long)u->uc_mcontext.gregs[REG_RSP]);
         raw(SYS_write, OUT_FD, (long)msg, n, 0, 0, 0);
         raw(SYS_exit_group, 3, 0, 0, 0, 0, 0);
     }
@@ -371,7 +382,7 @@ int main_dummy_code_marker(void) { return 0; }
 
 static uint64_t bad_pointer(void) {
     static const uint64_t bad[] = {
-        0, 1, 0xfff, 0x1000, 0x400000, 0x00007e0000000000ull, 0x00007f7ffffff000ull,
+        0, 1, 0xfff, 0x1000, 0x00007e0000000000ull, 0x00007f7ffffff000ull,
         0x00007f8000000000ull, 0x00007f8000001000ull, 0x00007fffffffe000ull,
         0x00007fffffffffffull, 0x0000800000000000ull, 0x0000900000000000ull,
         0xffff800000000000ull, 0xffffffff80000000ull, 0xffffffffff600000ull,
@@ -569,7 +580,12 @@ static const char *const sig_of[NR_MAX] = {
     [441] = "fElbmk",
 };
 
+static int threads = 1;
+
 static int denied(long nr) {
+    /* A thread's clear_child_tid address is what pthread_join waits on. */
+    if (nr == SYS_set_tid_address && threads > 1)
+        return 1;
     switch (nr) {
     case SYS_rt_sigreturn: case SYS_exit: case SYS_exit_group: case SYS_clone: case SYS_fork:
     case SYS_vfork: case 435 /* clone3 */: case SYS_ptrace: case SYS_process_vm_writev:
@@ -628,10 +644,16 @@ static int sanitise(long nr, uint64_t *a) {
         if (a[0] != 0 && a[0] < initial_brk)
             a[0] = initial_brk + below(64 << 20);
         return 1;
-    case SYS_arch_prctl:
-        return a[0] != 0x1001 && a[0] != 0x1002; /* ARCH_SET_GS, ARCH_SET_FS */
+    case SYS_arch_prctl: /* int code: the kernel looks at the low 32 bits */
+        return (uint32_t)a[0] != 0x1001 && (uint32_t)a[0] != 0x1002; /* ARCH_SET_GS, _FS */
     case SYS_prctl:
-        return a[0] != 22 && a[0] != 35; /* PR_SET_SECCOMP, PR_SET_MM */
+        return (uint32_t)a[0] != 22 && (uint32_t)a[0] != 35; /* PR_SET_SECCOMP, PR_SET_MM */
+    case SYS_rt_sigaction:
+        /* With threads, a disposition changed by one thread hits the others before it is
+         * re-installed: only queries (and bad pointers) then. */
+        if (threads > 1)
+            a[1] = chance(50) ? 0 : bad_pointer();
+        return 1;
     case SYS_setrlimit:
         a[1] = chance(50) ? 0 : bad_pointer();
         return 1;
@@ -713,6 +735,94 @@ static void watchdog_loop(pid_t parent) {
     }
 }
 
+struct stats {
+    unsigned long done, ok, err, enosys, efault, eintr;
+};
+
+struct worker {
+    int id;
+    uint64_t seed;
+    unsigned long count;
+    pid_t tid;
+    int finished;
+    struct stats st;
+};
+
+static long known[NR_MAX];
+static int nknown;
+static unsigned char seen[NR_MAX];
+
+static void fuzz_loop(struct worker *w) {
+    rng = w->seed;
+    __atomic_store_n(&w->tid, (pid_t)raw(SYS_gettid, 0, 0, 0, 0, 0, 0), __ATOMIC_SEQ_CST);
+    struct stats *st = &w->st;
+    for (unsigned long it = 0; st->done < w->count; it++) {
+        if (w->id == 0 && it && it % REFRESH_EVERY == 0) {
+            close_pool();
+            make_scratch();
+            open_pool();
+        }
+        memcpy(arena + STR_OFF, strings_pristine, sizeof strings_pristine);
+        build_structs();
+        uint64_t r0 = RAND_OFF + below((ARENA_BYTES - RAND_OFF) / PAGE) * PAGE;
+        for (unsigned k = 0; k < PAGE; k += 8)
+            *(uint64_t *)(arena + r0 + k) = next();
+
+        /* Three calls in four among those with a signature (most of what torpor implements). */
+        long nr = (long)below(NR_MAX);
+        if (chance(75))
+            nr = known[below(nknown)];
+        if (denied(nr))
+            continue;
+        uint64_t a[6];
+        const char *sig = sig_of[nr];
+        int typed = sig && chance(80);
+        for (int k = 0; k < 6; k++)
+            a[k] = typed && sig[k] ? gen(sig[k]) : (typed ? below(4) : anything());
+        if (!sanitise(nr, a))
+            continue;
+        if (verbose)
+            out("%d/%lu: %ld(%#lx, %#lx, %#lx, %#lx, %#lx, %#lx)\n", w->id, it, nr, a[0], a[1],
+                a[2], a[3], a[4], a[5]);
+
+        sigset_t old;
+        int guard = nr == SYS_rt_sigaction;
+        if (guard)
+            block_all(&old);
+        in_syscall = 1;
+        long r = raw(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+        in_syscall = 0;
+        if (guard) {
+            install_handlers();
+            sigprocmask(SIG_SETMASK, &old, NULL);
+        }
+        if (nr == SYS_rt_sigprocmask || guard)
+            unblock_usr1();
+        if (verbose)
+            out("  %d = %ld\n", w->id, r);
+        st->done++;
+        seen[nr] = 1;
+        if (r >= 0 || r < -4095) {
+            st->ok++;
+        } else {
+            st->err++;
+            if (r == -38)
+                st->enosys++;
+            else if (r == -14)
+                st->efault++;
+            else if (r == -4)
+                st->eintr++;
+        }
+    }
+    __atomic_store_n(&w->finished, 1, __ATOMIC_SEQ_CST);
+}
+
+static void *fuzz_thread(void *arg) {
+    unblock_usr1();
+    fuzz_loop(arg);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: syscall_fuzz SEED COUNT [-v]\n");
@@ -724,6 +834,8 @@ int main(int argc, char **argv) {
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "-v"))
             verbose = 1;
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-native-i-know"))
             native_ok = 1;
     }
@@ -760,88 +872,76 @@ int main(int argc, char **argv) {
 
     install_handlers();
     make_scratch();
-    watchdog = fork();
-    if (watchdog < 0) {
-        perror("fork");
+    if (threads < 1 || threads > 64) {
+        fprintf(stderr, "syscall_fuzz: 1 to 64 threads\n");
         return 2;
     }
-    if (watchdog == 0)
-        watchdog_loop(self_pid);
+    if (threads == 1) {
+        watchdog = fork();
+        if (watchdog < 0) {
+            perror("fork");
+            return 2;
+        }
+        if (watchdog == 0)
+            watchdog_loop(self_pid);
+    }
     open_pool();
+    struct stats totals = {0};
 
-    static long known[NR_MAX];
-    int nknown = 0;
     for (int i = 0; i < NR_MAX; i++)
         if (sig_of[i])
             known[nknown++] = i;
-    unsigned long ok = 0, err = 0, enosys = 0, efault = 0, eintr = 0, done = 0;
-    static unsigned char seen[NR_MAX];
-    for (unsigned long it = 0; done < count; it++) {
-        if (it && it % REFRESH_EVERY == 0) {
-            close_pool();
-            make_scratch();
-            open_pool();
+    if (threads <= 1) {
+        struct worker w = {.id = 0, .seed = rng, .count = count};
+        fuzz_loop(&w);
+        totals = w.st;
+    } else {
+        static struct worker ws[64];
+        pthread_t th[64];
+        for (int i = 0; i < threads; i++) {
+            /* splitmix64 of (seed, i): consecutive xorshift states would give every thread the
+             * same stream, shifted by one draw. */
+            uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+            z ^= z >> 31;
+            ws[i] = (struct worker){.id = i, .seed = z | 1,
+                                    .count = count / threads + (i == 0 ? count % threads : 0)};
+            pthread_create(&th[i], NULL, fuzz_thread, &ws[i]);
         }
-        memcpy(arena + STR_OFF, strings_pristine, sizeof strings_pristine);
-        build_structs();
-        uint64_t r0 = RAND_OFF + below((ARENA_BYTES - RAND_OFF) / PAGE) * PAGE;
-        for (unsigned k = 0; k < PAGE; k += 8)
-            *(uint64_t *)(arena + r0 + k) = next();
-
-        /* Three calls in four among those with a signature (most of what torpor implements). */
-        long nr = (long)below(NR_MAX);
-        if (chance(75))
-            nr = known[below(nknown)];
-        if (denied(nr))
-            continue;
-        uint64_t a[6];
-        const char *sig = sig_of[nr];
-        int typed = sig && chance(80);
-        for (int k = 0; k < 6; k++)
-            a[k] = typed && sig[k] ? gen(sig[k]) : (typed ? below(4) : anything());
-        if (!sanitise(nr, a))
-            continue;
-        if (verbose)
-            out("%lu: %ld(%#lx, %#lx, %#lx, %#lx, %#lx, %#lx)\n", it, nr, a[0], a[1], a[2], a[3],
-                a[4], a[5]);
-
-        sigset_t old;
-        int guard = nr == SYS_rt_sigaction;
-        if (guard)
-            block_all(&old);
-        in_syscall = 1;
-        long r = raw(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
-        in_syscall = 0;
-        if (guard) {
-            install_handlers();
-            sigprocmask(SIG_SETMASK, &old, NULL);
+        /* The watchdog of the threads: a blocking call in any of them ends within 20 ms. */
+        for (;;) {
+            struct timespec ts = {0, WATCHDOG_NS};
+            nanosleep(&ts, NULL);
+            int all = 1;
+            for (int i = 0; i < threads; i++) {
+                pid_t tid = __atomic_load_n(&ws[i].tid, __ATOMIC_SEQ_CST);
+                if (!__atomic_load_n(&ws[i].finished, __ATOMIC_SEQ_CST)) {
+                    all = 0;
+                    if (tid)
+                        raw(SYS_tgkill, self_pid, tid, SIGUSR1, 0, 0, 0);
+                }
+            }
+            if (all)
+                break;
         }
-        if (nr == SYS_rt_sigprocmask || guard)
-            unblock_usr1();
-        if (verbose)
-            out("  = %ld\n", r);
-        done++;
-        seen[nr] = 1;
-        if (r >= 0 || r < -4095) {
-            ok++;
-        } else {
-            err++;
-            if (r == -38)
-                enosys++;
-            else if (r == -14)
-                efault++;
-            else if (r == -4)
-                eintr++;
+        for (int i = 0; i < threads; i++) {
+            pthread_join(th[i], NULL);
+            totals.done += ws[i].st.done, totals.ok += ws[i].st.ok, totals.err += ws[i].st.err;
+            totals.enosys += ws[i].st.enosys, totals.efault += ws[i].st.efault;
+            totals.eintr += ws[i].st.eintr;
         }
     }
     int distinct = 0;
     for (int i = 0; i < NR_MAX; i++)
         distinct += seen[i];
-    kill(watchdog, SIGKILL);
-    waitpid(watchdog, NULL, 0);
+    if (watchdog > 0) {
+        kill(watchdog, SIGKILL);
+        waitpid(watchdog, NULL, 0);
+    }
     out("syscall_fuzz: seed=%lu count=%lu done=%lu ok=%lu err=%lu enosys=%lu efault=%lu "
-        "eintr=%lu signals=%lu distinct=%d\n",
-        (unsigned long)seed, count, done, ok, err, enosys, efault, eintr, (unsigned long)signals,
-        distinct);
+        "eintr=%lu signals=%lu distinct=%d threads=%d\n",
+        (unsigned long)seed, count, totals.done, totals.ok, totals.err, totals.enosys,
+        totals.efault, totals.eintr, (unsigned long)signals, distinct, threads);
     return 0;
 }

@@ -5,7 +5,7 @@
 //!   of them from a fixed seed, without libFuzzer or nightly flags. `TORPOR_FUZZ_MUTATIONS=N`
 //!   changes the count. The campaigns are `scripts/fuzz.sh libfuzzer`.
 //! - The guest syscall fuzzer (`tests/guest/syscall_fuzz.c`): a few fixed seeds of random
-//!   syscalls with random arguments; the sandbox must end with the program's own exit and its
+//!   syscalls with random arguments, from one thread and from four; the sandbox must end with the program's own exit and its
 //!   summary line, never a torpor error. The long campaign is `scripts/fuzz.sh`.
 //! - Regression tests for the bugs the fuzzers found.
 //!
@@ -173,10 +173,11 @@ fn runtime_failure(out: &Output) -> Option<String> {
         .map(str::to_string)
 }
 
-fn run_syscall_fuzz(r: &Rootfs, prog: &str, seed: u64, count: u64) {
+fn run_syscall_fuzz(r: &Rootfs, prog: &str, seed: u64, count: u64, threads: u32) {
     let b = torpor()
         .run(r.path(), prog)
         .args([seed.to_string(), count.to_string()])
+        .args(["-t".to_string(), threads.to_string()])
         .host_env("TORPOR_LOG", "error")
         .timeout(Duration::from_secs(120));
     let out = run_command(isolated(b.command()), None, Duration::from_secs(120));
@@ -206,7 +207,10 @@ fn syscall_fuzz_fixed_seeds_end_normally() {
     let r = Rootfs::new();
     let prog = r.guest_program("syscall_fuzz");
     for seed in 1..=4 {
-        run_syscall_fuzz(&r, &prog, seed, 5_000);
+        run_syscall_fuzz(&r, &prog, seed, 5_000, 1);
+    }
+    for seed in 5..=6 {
+        run_syscall_fuzz(&r, &prog, seed, 10_000, 4);
     }
 }
 
