@@ -43,6 +43,9 @@ pub struct SandboxConfig {
     pub creds: Option<crate::task::Credentials>,
     /// Resource limits of the first process (`None`: Linux's defaults).
     pub rlimits: Option<crate::task::rlimit::Rlimits>,
+    /// Most tasks (threads of every process) the sandbox may hold; fork and clone fail with
+    /// `EAGAIN` beyond (`None`: [`crate::task::process::DEFAULT_TASK_LIMIT`]).
+    pub pids_limit: Option<usize>,
 }
 
 /// Errors building or running a sandbox.
@@ -136,6 +139,12 @@ impl Sandbox {
         let cwd = resolve_cwd(&root, &cfg.cwd);
         let control = Arc::new(crate::task::TaskControl::new(vcpu.kicker()));
         let procs = crate::task::ProcessTable::new();
+        if let Some(n) = cfg.pids_limit {
+            procs.set_task_limit(n);
+        }
+        let slot = procs
+            .reserve_task()
+            .map_err(|_| SandboxError::Memory("no room for the first task".into()))?;
         let group = crate::task::ThreadGroup::new(vm.clone(), 1, procs.clone());
         let rlimits = cfg.rlimits.clone().unwrap_or_default();
         fds.set_limit(rlimits.nofile());
@@ -170,6 +179,7 @@ impl Sandbox {
             exe: prog_path,
             cmdline,
             creds,
+            slot,
         };
         let timings = StartTimings {
             built_us: started.elapsed().as_micros() as u64,

@@ -306,6 +306,10 @@ pub struct RunArgs {
     /// Working directory inside the sandbox.
     #[arg(long, default_value = "/")]
     pub cwd: String,
+    /// Most tasks (threads of every process) the sandbox may hold; fork and clone fail with
+    /// EAGAIN beyond.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pids_limit: u32,
     /// Let the application connect to hosts other than its own listeners.
     #[arg(long)]
     pub allow_outbound: bool,

@@ -28,6 +28,7 @@ pub fn demo() -> Result<u8> {
         own_netns: false,
         creds: None,
         rlimits: None,
+        pids_limit: None,
     };
     let r = crate::run::run_config(&cfg);
     let _ = std::fs::remove_dir_all(&dir);

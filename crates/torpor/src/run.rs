@@ -42,6 +42,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         own_netns: false,
         creds: None,
         rlimits: None,
+        pids_limit: Some(args.pids_limit as usize),
     };
     if !cfg.rootfs.is_dir() {
         anyhow::bail!(

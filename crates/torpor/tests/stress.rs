@@ -3,7 +3,8 @@
 //! - `tests/guest/stress.c`: dozens of processes with several threads each, mapping, filling,
 //!   unmapping and protecting pages while signals fly; every byte is checked;
 //! - a busybox shell starting hundreds of background processes at once;
-//! - hibernate and wake cycles while a multi-threaded process is under that load.
+//! - hibernate and wake cycles while a multi-threaded process is under that load;
+//! - a fork bomb, stopped at `--pids-limit` with `EAGAIN`.
 //!
 //! Each test needs /dev/kvm: without it it prints "skipped" and passes, unless
 //! TORPOR_REQUIRE_KVM=1.
@@ -100,5 +101,28 @@ fn hibernate_and_wake_during_load() {
     assert!(
         log.contains("stress: 1 processes x 4 threads x 3000 rounds, 0 failed"),
         "after {cycles} cycles, output:\n{log}"
+    );
+}
+
+#[test]
+fn a_fork_bomb_stops_at_the_pids_limit() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("forkbomb");
+    let got = torpor()
+        .run(r.path(), &prog)
+        .option("--pids-limit", "64")
+        .timeout(Duration::from_secs(300))
+        .output();
+    assert_eq!(
+        (got.code(), got.stdout_str().as_str()),
+        (
+            0,
+            "fork failed after 63: Resource temporarily unavailable\n"
+        ),
+        "stderr:\n{}",
+        got.stderr_str()
     );
 }

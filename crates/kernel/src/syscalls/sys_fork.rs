@@ -79,6 +79,7 @@ pub(super) fn fork(
         return Err(Errno::EPERM);
     }
     let exit_signal = (flags & 0xff) as i32;
+    let slot = t.group.procs.reserve_task()?;
     let (mem, vm) = new_vm(t.mem.size(), "fork")?;
     let mut mm = t.mm().fork_into(mem.clone()).map_err(|e| {
         tracing::warn!("fork: {e}");
@@ -130,6 +131,7 @@ pub(super) fn fork(
         fds: Arc::new(t.fds.fork_copy()),
         group: group.clone(),
         signals,
+        slot,
         clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 {
             ctid.raw()
         } else {

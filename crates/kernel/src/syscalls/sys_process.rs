@@ -295,6 +295,7 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if flags & CLONE_SETTLS != 0 && tls >= platform::layout::USER_END.raw() {
         return Err(Errno::EPERM);
     }
+    let slot = t.group.procs.reserve_task()?;
     let index = t.group.alloc_vcpu_index();
     if index >= platform::layout::MAX_VCPUS {
         return Err(Errno::EAGAIN);
@@ -328,6 +329,7 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         fds: t.fds.clone(),
         group: t.group.clone(),
         signals,
+        slot,
         clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 {
             ctid.raw()
         } else {

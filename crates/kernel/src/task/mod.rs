@@ -10,7 +10,7 @@ pub mod spawn;
 
 pub use control::{IdleHook, ParkHook, TaskControl};
 pub use group::{FutexTable, ThreadGroup, WaitResult};
-pub use process::{ProcessTable, WaitFor};
+pub use process::{ProcessTable, TaskSlot, WaitFor};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -80,6 +80,8 @@ pub struct Task {
     pub cmdline: Arc<[u8]>,
     /// User and group ids the application sees (inherited by children).
     pub creds: Arc<Credentials>,
+    /// This task's place in the sandbox's task count (`--pids-limit`), given back with it.
+    pub slot: process::TaskSlot,
     /// Thread name (prctl PR_SET_NAME), NUL-padded.
     pub comm: [u8; 16],
     /// Cross-thread control (park requests, idle flag).
@@ -159,6 +161,8 @@ pub struct ChildParts {
     pub signals: SignalState,
     /// CLONE_CHILD_CLEARTID's address, or 0.
     pub clear_child_tid: u64,
+    /// Its place in the task count ([`ProcessTable::reserve_task`]).
+    pub slot: process::TaskSlot,
 }
 
 impl Task {
@@ -183,6 +187,7 @@ impl Task {
             exe: self.exe.clone(),
             cmdline: self.cmdline.clone(),
             creds: self.creds.clone(),
+            slot: parts.slot,
             comm: self.comm,
             control: control.clone(),
             park_hook: None,

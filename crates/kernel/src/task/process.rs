@@ -36,6 +36,8 @@ struct Entry {
 /// The process table of one sandbox.
 pub struct ProcessTable {
     next_id: AtomicI32,
+    /// Live tasks (threads of every process) and the most there may be (`--pids-limit`).
+    tasks: Arc<TaskCount>,
     procs: Mutex<HashMap<i32, Entry>>,
     changed: Condvar,
 }
@@ -43,10 +45,35 @@ pub struct ProcessTable {
 /// How often a blocked wait4 or vfork checks whether it was interrupted.
 const POLL: Duration = Duration::from_millis(10);
 
+/// Tasks a sandbox may hold when nothing else is said (the pids limit podman gives a
+/// container).
+pub const DEFAULT_TASK_LIMIT: usize = 2048;
+
+/// How many tasks (threads, of every process) a sandbox has and may have.
+#[derive(Debug)]
+pub struct TaskCount {
+    live: std::sync::atomic::AtomicUsize,
+    limit: std::sync::atomic::AtomicUsize,
+}
+
+/// One task's place in the count, given back when the task ends (dropped with it).
+#[derive(Debug)]
+pub struct TaskSlot(Arc<TaskCount>);
+
+impl Drop for TaskSlot {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Default for ProcessTable {
     fn default() -> Self {
         ProcessTable {
             next_id: AtomicI32::new(2),
+            tasks: Arc::new(TaskCount {
+                live: std::sync::atomic::AtomicUsize::new(0),
+                limit: std::sync::atomic::AtomicUsize::new(DEFAULT_TASK_LIMIT),
+            }),
             procs: Mutex::new(HashMap::new()),
             changed: Condvar::new(),
         }
@@ -61,6 +88,29 @@ impl ProcessTable {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<i32, Entry>> {
         self.procs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the most tasks the sandbox may hold (`--pids-limit`, `linux.resources.pids`).
+    pub fn set_task_limit(&self, n: usize) {
+        self.tasks.limit.store(n.max(1), Ordering::SeqCst);
+    }
+
+    /// Live tasks.
+    pub fn live_tasks(&self) -> usize {
+        self.tasks.live.load(Ordering::SeqCst)
+    }
+
+    /// A place for one more task, or `EAGAIN` at the limit (as fork and clone fail on Linux
+    /// beyond the pids limit).
+    pub fn reserve_task(&self) -> Result<TaskSlot, Errno> {
+        let c = &self.tasks;
+        let limit = c.limit.load(Ordering::SeqCst);
+        c.live
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .map_err(|_| Errno::EAGAIN)?;
+        Ok(TaskSlot(c.clone()))
     }
 
     /// A fresh process or thread id.
@@ -217,6 +267,25 @@ impl ProcessTable {
         for g in &others {
             g.wait_all_gone();
         }
+    }
+}
+
+#[cfg(test)]
+mod task_limit_tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_counted_and_given_back() {
+        let p = ProcessTable::new();
+        p.set_task_limit(2);
+        let a = p.reserve_task().unwrap();
+        let b = p.reserve_task().unwrap();
+        assert_eq!(p.reserve_task().unwrap_err(), Errno::EAGAIN);
+        assert_eq!(p.live_tasks(), 2);
+        drop(a);
+        let _c = p.reserve_task().unwrap();
+        drop(b);
+        assert_eq!(p.live_tasks(), 1);
     }
 }
 

@@ -77,6 +77,10 @@ impl Spawner {
             .args
             .first()
             .ok_or_else(|| SandboxError::ProgramNotFound(String::new()))?;
+        let slot = self
+            .procs
+            .reserve_task()
+            .map_err(|_| SandboxError::Memory("the sandbox's pids limit is reached".into()))?;
         let image = ProcessImage::build(
             &self.root,
             program,
@@ -119,6 +123,7 @@ impl Spawner {
             exe: image.exe,
             cmdline: image.cmdline,
             creds: self.creds.clone(),
+            slot,
         };
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()

@@ -21,6 +21,8 @@
 //! - `mounts`: bind mounts of host paths (read-only with `ro`) and tmpfs mounts are made on
 //!   the root, confined to it (see [`super::mounts`]); /proc, /sys, /dev and its children are
 //!   the kernel's own; other types are named in a warning.
+//! - `linux.resources.pids.limit`: the most tasks (threads of every process) the sandbox may
+//!   hold; fork and clone fail with `EAGAIN` beyond.
 //! - `annotations`: `dev.torpor.wake-mode` (`fault`, `reap`, `auto`).
 //! - Everything the application kernel makes moot (capabilities, seccomp, AppArmor, SELinux,
 //!   devices, sysctl, the standard /proc, /sys, /dev mounts, which torpor's kernel provides
@@ -203,6 +205,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         })?;
     }
     let mut memory = DEFAULT_MEMORY;
+    let mut pids_limit = None;
     let mut netns_path = None;
     let mut new_netns = false;
     if let Some(linux) = spec.linux() {
@@ -213,8 +216,11 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
                         .map_err(|e| field(format!("linux.resources.memory.limit {limit}: {e}")))?;
                 }
             }
-            if res.pids().is_some() {
-                warnings.push("linux.resources.pids: not enforced yet".into());
+            if let Some(p) = res.pids() {
+                // 0 or a negative limit means none.
+                if p.limit() > 0 {
+                    pids_limit = Some(p.limit() as usize);
+                }
             }
             if res.cpu().is_some() {
                 tracing::debug!("linux.resources.cpu: left to the engine's cgroup");
@@ -299,6 +305,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
             own_netns,
             creds: Some(creds),
             rlimits: Some(rlimits),
+            pids_limit,
         },
         wake_mode,
         readonly_root,
@@ -438,10 +445,11 @@ mod tests {
 
     #[test]
     fn limits_namespaces_and_annotations() {
-        let extra = r#","linux":{"resources":{"memory":{"limit":268435456}},"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}]},"annotations":{"dev.torpor.wake-mode":"fault"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/data","type":"bind","source":"/srv/data"}]"#;
+        let extra = r#","linux":{"resources":{"memory":{"limit":268435456},"pids":{"limit":100}},"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}]},"annotations":{"dev.torpor.wake-mode":"fault"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/data","type":"bind","source":"/srv/data"}]"#;
         let b = bundle(&config(r#"["/bin/busybox","true"]"#, extra));
         let got = Bundle::load(&b.0).unwrap();
         assert_eq!(got.sandbox.memory, 256 << 20);
+        assert_eq!(got.sandbox.pids_limit, Some(100));
         assert_eq!(got.netns_path, Some(PathBuf::from("/run/netns/x")));
         assert_eq!(got.wake_mode, WakeMode::Fault);
         assert!(got.warnings.is_empty(), "{:?}", got.warnings);
