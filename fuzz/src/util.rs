@@ -4,13 +4,16 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A fresh directory for this process and `name` under /dev/shm (or the temp dir), created
-/// once and reused; it is removed by nobody (small, on tmpfs, named after the pid).
+thread_local! {
+    static DIRS: std::cell::RefCell<Vec<(String, PathBuf)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A fresh directory for this thread and `name` under /dev/shm (or the temp dir), created
+/// once and reused (small, on tmpfs, named after the pid); [`remove_scratch_dirs`] removes
+/// them (the replay test does; a libFuzzer process leaves them).
 pub fn scratch_dir(name: &str) -> PathBuf {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    thread_local! {
-        static DIRS: std::cell::RefCell<Vec<(String, PathBuf)>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
     DIRS.with(|d| {
         let mut d = d.borrow_mut();
         if let Some((_, p)) = d.iter().find(|(n, _)| n == name) {
@@ -32,6 +35,16 @@ pub fn scratch_dir(name: &str) -> PathBuf {
         d.push((name.to_string(), p.clone()));
         p
     })
+}
+
+/// Removes this thread's scratch directories; the harnesses must not run on this thread
+/// afterwards.
+pub fn remove_scratch_dirs() {
+    DIRS.with(|d| {
+        for (_, p) in d.borrow_mut().drain(..) {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    });
 }
 
 /// crc32c (Castagnoli), bit by bit through a table: the page files' checksum.

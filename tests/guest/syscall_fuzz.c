@@ -38,7 +38,9 @@
  * - blocking: a watchdog child process sends SIGUSR1 to this process every 20 ms, so any
  *   blocking call (a read of an empty pipe, accept, futex, flock, pause-like waits, long
  *   sleeps) ends with EINTR; sleeps and timeouts are mostly short anyway.
- * - memory: mmap with MAP_FIXED(_NOREPLACE), munmap, mprotect, madvise, mremap (old and new
+ * - memory: what mmap and mremap map outside the playground is unmapped every 2,000 calls
+ *   (one thread) and brk set back, so that memory does not pile up to the sandbox's limit;
+ *   mmap with MAP_FIXED(_NOREPLACE), munmap, mprotect, madvise, mremap (old and new
  *   address), remap_file_pages, pkey_mprotect, mbind only get addresses inside a 16 MiB
  *   playground (or the scratch arena for madvise, or invalid addresses); brk only values at
  *   or above the initial break (or invalid ones); arch_prctl never ARCH_SET_FS/GS; prctl
@@ -748,6 +750,33 @@ struct worker {
     struct stats st;
 };
 
+/* Mappings the fuzzed mmap and mremap made outside the playground, unmapped at each refresh
+ * (with brk set back), so that populated memory does not pile up until the sandbox's memory
+ * limit kills the program. */
+#define MAX_MAPS 4096
+static struct {
+    uint64_t addr, len;
+} maps[MAX_MAPS];
+static int nmaps;
+
+static void note_mapping(long nr, const uint64_t *a, long r) {
+    uint64_t len = nr == SYS_mmap ? a[1] : a[2];
+    if (r < 0 && r > -4096)
+        return;
+    if (playground_or_bad((uint64_t)r, len) || nmaps == MAX_MAPS)
+        return;
+    maps[nmaps].addr = (uint64_t)r;
+    maps[nmaps].len = len;
+    nmaps++;
+}
+
+static void unmap_noted(void) {
+    for (int i = 0; i < nmaps; i++)
+        raw(SYS_munmap, (long)maps[i].addr, (long)maps[i].len, 0, 0, 0, 0);
+    nmaps = 0;
+    raw(SYS_brk, (long)initial_brk, 0, 0, 0, 0, 0);
+}
+
 static long known[NR_MAX];
 static int nknown;
 static unsigned char seen[NR_MAX];
@@ -758,6 +787,8 @@ static void fuzz_loop(struct worker *w) {
     struct stats *st = &w->st;
     for (unsigned long it = 0; st->done < w->count; it++) {
         if (w->id == 0 && it && it % REFRESH_EVERY == 0) {
+            if (threads == 1)
+                unmap_noted();
             close_pool();
             make_scratch();
             open_pool();
@@ -798,6 +829,8 @@ static void fuzz_loop(struct worker *w) {
         }
         if (nr == SYS_rt_sigprocmask || guard)
             unblock_usr1();
+        if ((nr == SYS_mmap || nr == SYS_mremap) && threads == 1)
+            note_mapping(nr, a, r);
         if (verbose)
             out("  %d = %ld\n", w->id, r);
         st->done++;

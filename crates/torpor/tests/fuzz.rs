@@ -5,8 +5,9 @@
 //!   of them from a fixed seed, without libFuzzer or nightly flags. `TORPOR_FUZZ_MUTATIONS=N`
 //!   changes the count. The campaigns are `scripts/fuzz.sh libfuzzer`.
 //! - The guest syscall fuzzer (`tests/guest/syscall_fuzz.c`): a few fixed seeds of random
-//!   syscalls with random arguments, from one thread and from four; the sandbox must end with the program's own exit and its
-//!   summary line, never a torpor error. The long campaign is `scripts/fuzz.sh`.
+//!   syscalls with random arguments, from one thread and from four; the sandbox must end
+//!   with the program's own exit and its summary line, never a torpor error. The long
+//!   campaign is `scripts/fuzz.sh syscalls`.
 //! - Regression tests for the bugs the fuzzers found.
 //!
 //! See docs/SECURITY.md, "Fuzzing".
@@ -80,6 +81,7 @@ fn replay(target: &str, harness: fn(&[u8])) {
             input.iter().map(|b| format!("{b:02x}")).collect::<String>()
         );
     }
+    util::remove_scratch_dirs();
     println!("{target}: {} seeds, {n} mutations", seeds.len());
 }
 
