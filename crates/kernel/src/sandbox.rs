@@ -118,7 +118,6 @@ impl Sandbox {
         );
         let image =
             ProcessImage::build(&root, &cfg.program, &cfg.args, &cfg.env, cfg.memory, &creds)?;
-        let fds = FdTable::new();
         let stdio: [Option<std::os::fd::OwnedFd>; 3] = std::array::from_fn(|n| {
             // SAFETY: duplicating the runtime's own stdio fd; the copy is owned by the table.
             let d = unsafe { libc::fcntl(n as i32, libc::F_DUPFD_CLOEXEC, 3) };
@@ -127,17 +126,6 @@ impl Sandbox {
                 <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(d)
             })
         });
-        install_stdio(&fds, stdio);
-        let ProcessImage {
-            mem,
-            vm,
-            mm,
-            vcpu,
-            exe: prog_path,
-            cmdline,
-        } = image;
-        let cwd = resolve_cwd(&root, &cfg.cwd);
-        let control = Arc::new(crate::task::TaskControl::new(vcpu.kicker()));
         let procs = crate::task::ProcessTable::new();
         if let Some(n) = cfg.pids_limit {
             procs.set_task_limit(n);
@@ -145,42 +133,23 @@ impl Sandbox {
         let slot = procs
             .reserve_task()
             .map_err(|_| SandboxError::Memory("no room for the first task".into()))?;
-        let group = crate::task::ThreadGroup::new(vm.clone(), 1, procs.clone());
-        let rlimits = cfg.rlimits.clone().unwrap_or_default();
-        fds.set_limit(rlimits.nofile());
-        *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = rlimits;
-        procs.add(1, 0, group.clone(), 0);
-        let pte_gen = group.join(1, control.clone());
-        let task = Task {
-            group,
-            pte_gen,
-            thread_exit_only: false,
-            mappings_restricted: false,
-            control,
-            park_hook: None,
-            tid: 1,
+        let vm = image.vm.clone();
+        let task = image.into_task(NewProcess {
             pid: 1,
-            vcpu,
-            mm: Arc::new(Mutex::new(mm)),
-            mem,
-            fds: Arc::new(fds),
+            procs,
+            slot,
             root: Arc::new(root),
-            cwd,
-            umask: 0o022,
+            cwd: &cfg.cwd,
             net: Arc::new(if cfg.own_netns {
                 NetPolicy::namespaced()
             } else {
                 NetPolicy::new(cfg.publish.clone(), cfg.allow_outbound)
             }),
-            signals: SignalState::default(),
-            clear_child_tid: 0,
-            exit: None,
-            comm: comm_of(&cfg.program),
-            exe: prog_path,
-            cmdline,
             creds,
-            slot,
-        };
+            rlimits: cfg.rlimits.clone().unwrap_or_default(),
+            stdio,
+            program: &cfg.program,
+        });
         let timings = StartTimings {
             built_us: started.elapsed().as_micros() as u64,
         };
@@ -310,6 +279,71 @@ impl ProcessImage {
             exe: prog_path,
             cmdline: crate::task::cmdline_of(&argv),
         })
+    }
+}
+
+/// What a process started from outside (the sandbox's first, or an exec'd one) gets besides
+/// its image.
+pub(crate) struct NewProcess<'a> {
+    /// Its process id.
+    pub(crate) pid: i32,
+    /// The sandbox's processes; it is added there without a parent inside the sandbox.
+    pub(crate) procs: Arc<crate::task::ProcessTable>,
+    /// Its place in the task count.
+    pub(crate) slot: crate::task::TaskSlot,
+    /// The sandbox's root.
+    pub(crate) root: Arc<Root>,
+    /// Its working directory (a guest path).
+    pub(crate) cwd: &'a str,
+    /// The sandbox's network policy.
+    pub(crate) net: Arc<NetPolicy>,
+    /// The ids it sees.
+    pub(crate) creds: Arc<crate::task::Credentials>,
+    /// Its resource limits.
+    pub(crate) rlimits: crate::task::rlimit::Rlimits,
+    /// Its descriptors 0-2.
+    pub(crate) stdio: [Option<std::os::fd::OwnedFd>; 3],
+    /// Its program (for its name).
+    pub(crate) program: &'a str,
+}
+
+impl ProcessImage {
+    /// The process's first task: a thread group of its own, registered in `p.procs` without
+    /// a parent, with `p`'s descriptors, limits and ids.
+    pub(crate) fn into_task(self, p: NewProcess<'_>) -> Task {
+        let fds = FdTable::new();
+        install_stdio(&fds, p.stdio);
+        fds.set_limit(p.rlimits.nofile());
+        let group = crate::task::ThreadGroup::new(self.vm.clone(), p.pid, p.procs.clone());
+        *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = p.rlimits;
+        p.procs.add(p.pid, 0, group.clone(), 0);
+        let control = Arc::new(crate::task::TaskControl::new(self.vcpu.kicker()));
+        let pte_gen = group.join(p.pid, control.clone());
+        Task {
+            group,
+            pte_gen,
+            thread_exit_only: false,
+            control,
+            park_hook: None,
+            tid: p.pid,
+            pid: p.pid,
+            vcpu: self.vcpu,
+            mm: Arc::new(Mutex::new(self.mm)),
+            mem: self.mem,
+            fds: Arc::new(fds),
+            cwd: resolve_cwd(&p.root, p.cwd),
+            root: p.root,
+            umask: 0o022,
+            net: p.net,
+            signals: SignalState::default(),
+            clear_child_tid: 0,
+            exit: None,
+            comm: comm_of(p.program),
+            exe: self.exe,
+            cmdline: self.cmdline,
+            creds: p.creds,
+            slot: p.slot,
+        }
     }
 }
 

@@ -94,8 +94,6 @@ pub struct Task {
     pub pte_gen: Arc<std::sync::atomic::AtomicU64>,
     /// Set by exit(2) while other threads live: only this thread ends.
     pub thread_exit_only: bool,
-    /// A syscall may have removed or restricted mappings since the last page-table sync.
-    pub mappings_restricted: bool,
 }
 
 /// Errors that end the sandbox (host failures, never guest mistakes).
@@ -194,7 +192,6 @@ impl Task {
             pte_gen: parts.group.join(parts.tid, control),
             group: parts.group,
             thread_exit_only: false,
-            mappings_restricted: false,
         }
     }
 
@@ -286,11 +283,11 @@ impl Task {
                 self.exit = Some(status);
                 return Ok(status);
             }
+            // Entries this thread added (faults). Calls that remove or restrict mappings have
+            // already published theirs and kicked the other threads (`mm_restrict`); new
+            // mappings need no kick: a thread with a stale view faults and applies the log.
             let runs = self.mm().take_pte_sync();
-            let downgraded = std::mem::take(&mut self.mappings_restricted);
-            let sync = self
-                .group
-                .pte_sync(self.tid, &self.pte_gen, runs, downgraded);
+            let sync = self.group.pte_sync(self.tid, &self.pte_gen, runs, false);
             if !sync.is_empty() {
                 // The PTE-sync stub reads and writes back each entry: hold the address space
                 // so that no other thread's host-side page-table write lands in between.
@@ -304,9 +301,6 @@ impl Task {
             match exit {
                 Exit::Syscall => {
                     let args = SyscallArgs::from_regs(&self.vcpu.user.regs);
-                    // munmap, mprotect, mremap, madvise, brk, mmap (MAP_FIXED replaces): other
-                    // threads must drop what these remove or restrict.
-                    self.mappings_restricted |= matches!(args.nr, 9 | 10 | 11 | 12 | 25 | 28);
                     if waits_for_input(args.nr) {
                         self.control.set_idle(true);
                     }

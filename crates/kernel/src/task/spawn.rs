@@ -4,16 +4,13 @@
 //! process there can wait for it; the caller gets its exit status instead).
 
 use std::os::fd::OwnedFd;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 
-use crate::fd::FdTable;
 use crate::fs::Root;
 use crate::net::NetPolicy;
-use crate::sandbox::{install_stdio, resolve_cwd, ProcessImage, SandboxError};
+use crate::sandbox::{NewProcess, ProcessImage, SandboxError};
 use crate::task::rlimit::Rlimits;
-use crate::task::{
-    Credentials, ExitStatus, ProcessTable, SignalState, Task, TaskControl, ThreadGroup,
-};
+use crate::task::{Credentials, ExitStatus, ProcessTable};
 
 /// What a process started from outside runs.
 #[derive(Clone, Debug)]
@@ -89,42 +86,19 @@ impl Spawner {
             self.memory,
             &self.creds,
         )?;
-        let fds = FdTable::new();
-        install_stdio(&fds, stdio);
         let pid = self.procs.alloc_id();
-        let group = ThreadGroup::new(image.vm.clone(), pid, self.procs.clone());
-        fds.set_limit(self.rlimits.nofile());
-        *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = self.rlimits.clone();
-        // No parent inside the sandbox: the caller collects the status.
-        self.procs.add(pid, 0, group.clone(), 0);
-        let control = Arc::new(TaskControl::new(image.vcpu.kicker()));
-        let pte_gen = group.join(pid, control.clone());
-        let mut task = Task {
-            group: group.clone(),
-            pte_gen,
-            thread_exit_only: false,
-            mappings_restricted: false,
-            control,
-            park_hook: None,
-            tid: pid,
+        let mut task = image.into_task(NewProcess {
             pid,
-            vcpu: image.vcpu,
-            mm: Arc::new(Mutex::new(image.mm)),
-            mem: image.mem,
-            fds: Arc::new(fds),
-            root: self.root.clone(),
-            cwd: resolve_cwd(&self.root, &req.cwd),
-            umask: 0o022,
-            net: self.net.clone(),
-            signals: SignalState::default(),
-            clear_child_tid: 0,
-            exit: None,
-            comm: crate::sandbox::comm_of(program),
-            exe: image.exe,
-            cmdline: image.cmdline,
-            creds: self.creds.clone(),
+            procs: self.procs.clone(),
             slot,
-        };
+            root: self.root.clone(),
+            cwd: &req.cwd,
+            net: self.net.clone(),
+            creds: self.creds.clone(),
+            rlimits: self.rlimits.clone(),
+            stdio,
+            program,
+        });
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name(format!("exec-{pid}"))
