@@ -252,23 +252,31 @@ pub struct CreateArgs {
     /// Bundle directory (holding config.json).
     #[arg(long, short = 'b', default_value = ".")]
     pub bundle: PathBuf,
-    /// Write the container's pid (its holder process) to this file.
-    #[arg(long)]
-    pub pid_file: Option<PathBuf>,
-    /// Unix socket to send the terminal's controller to (process.terminal).
-    #[arg(long)]
-    pub console_socket: Option<PathBuf>,
-    /// Accepted for compatibility.
-    #[arg(long)]
-    pub no_pivot: bool,
-    /// Accepted for compatibility.
-    #[arg(long)]
-    pub no_new_keyring: bool,
+    /// What `create` and the OCI `run` share.
+    #[command(flatten)]
+    pub oci: OciCreateFlags,
     /// Accepted for compatibility (no extra descriptors are passed).
     #[arg(long, default_value_t = 0)]
     pub preserve_fds: u32,
     /// Container ID.
     pub id: String,
+}
+
+/// The flags `create` and the OCI form of `run` share.
+#[derive(clap::Args, Debug, Clone)]
+pub struct OciCreateFlags {
+    /// OCI: write the container's pid (its holder process) to this file.
+    #[arg(long)]
+    pub pid_file: Option<PathBuf>,
+    /// OCI: Unix socket to send the terminal's controller to (process.terminal).
+    #[arg(long)]
+    pub console_socket: Option<PathBuf>,
+    /// OCI: accepted for compatibility.
+    #[arg(long)]
+    pub no_pivot: bool,
+    /// OCI: accepted for compatibility.
+    #[arg(long)]
+    pub no_new_keyring: bool,
 }
 
 /// Arguments of `torpor run`: the friendly form `run [OPTIONS] ROOTFS -- PROGRAM [ARGS]`, or
@@ -278,18 +286,9 @@ pub struct RunArgs {
     /// OCI form: bundle directory (default: the current directory).
     #[arg(long, short = 'b')]
     pub bundle: Option<PathBuf>,
-    /// OCI form: write the container's pid to this file.
-    #[arg(long)]
-    pub pid_file: Option<PathBuf>,
-    /// OCI form: Unix socket for the terminal's controller.
-    #[arg(long)]
-    pub console_socket: Option<PathBuf>,
-    /// OCI form: accepted for compatibility.
-    #[arg(long)]
-    pub no_pivot: bool,
-    /// OCI form: accepted for compatibility.
-    #[arg(long)]
-    pub no_new_keyring: bool,
+    /// OCI form: the flags it shares with `create`.
+    #[command(flatten)]
+    pub oci: OciCreateFlags,
     /// Guest memory size (e.g. 512M, 1G); rounded up to 4 MiB.
     #[arg(long, default_value = "512M", value_parser = parse_size)]
     pub memory: u64,

@@ -102,25 +102,11 @@ impl Response {
 
 /// Sends `req` to the sandbox whose directory is `dir` and returns its payload.
 pub fn call(dir: &Path, req: &Request, timeout: Duration) -> Result<serde_json::Value> {
-    let sock = dir.join("control.sock");
-    let (path, _dirfd) = short_path(&sock)?;
-    let mut s =
-        UnixStream::connect(&path).with_context(|| format!("connecting to {}", sock.display()))?;
+    let s = connect(dir)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
-    let mut line = serde_json::to_string(req)?;
-    line.push('\n');
-    s.write_all(line.as_bytes())?;
-    let mut resp = String::new();
-    BufReader::new(s)
-        .read_line(&mut resp)
-        .context("reading the sandbox's answer")?;
-    let r: Response = serde_json::from_str(resp.trim()).context("decoding the sandbox's answer")?;
-    if r.ok {
-        Ok(r.data.unwrap_or(serde_json::Value::Null))
-    } else {
-        Err(anyhow!(r.error.unwrap_or_else(|| "unknown error".into())))
-    }
+    (&s).write_all(request_line(req)?.as_bytes())?;
+    read_answer(&mut BufReader::new(s))
 }
 
 /// Sends `req` with `fds` attached (SCM_RIGHTS) to the sandbox in `dir`, and returns the
@@ -130,16 +116,25 @@ pub fn call_with_fds(
     req: &Request,
     fds: &[std::os::fd::RawFd],
 ) -> Result<(BufReader<UnixStream>, serde_json::Value)> {
-    let sock = dir.join("control.sock");
-    let (path, _dirfd) = short_path(&sock)?;
-    let s =
-        UnixStream::connect(&path).with_context(|| format!("connecting to {}", sock.display()))?;
-    let mut line = serde_json::to_string(req)?;
-    line.push('\n');
-    send_with_fds(&s, line.as_bytes(), fds).context("sending the request")?;
+    let s = connect(dir)?;
+    send_with_fds(&s, request_line(req)?.as_bytes(), fds).context("sending the request")?;
     let mut r = BufReader::new(s);
     let v = read_answer(&mut r)?;
     Ok((r, v))
+}
+
+/// Connects to the control socket of the sandbox in `dir`.
+fn connect(dir: &Path) -> Result<UnixStream> {
+    let sock = dir.join("control.sock");
+    let (path, _dirfd) = short_path(&sock)?;
+    UnixStream::connect(&path).with_context(|| format!("connecting to {}", sock.display()))
+}
+
+/// `req` as one line of the wire format.
+fn request_line(req: &Request) -> Result<String> {
+    let mut line = serde_json::to_string(req)?;
+    line.push('\n');
+    Ok(line)
 }
 
 /// Reads one answer line: its payload, or its error.

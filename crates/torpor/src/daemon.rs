@@ -2,7 +2,7 @@
 //! (for detached sandboxes) keeps answering after the application exits, until `delete`.
 
 use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -78,13 +78,11 @@ pub fn serve(
     ready: Option<OwnedFd>,
     holding: Holding,
 ) -> Result<u8> {
-    let mut ready = ready.map(std::fs::File::from);
+    let mut ready = ready;
     let result = start(cfg, id, mode, &holding, &mut ready);
     match result {
         Err(e) => {
-            if let Some(mut r) = ready {
-                let _ = writeln!(r, "error: {e:#}");
-            }
+            crate::ready::report(ready, Err(&e));
             if let Ok(dir) = statedir::dir_of(id) {
                 let _ = crate::cowroot::remove_all(&dir);
             }
@@ -99,7 +97,7 @@ fn start(
     id: &str,
     mode: WakeMode,
     holding: &Holding,
-    ready: &mut Option<std::fs::File>,
+    ready: &mut Option<OwnedFd>,
 ) -> Result<u8> {
     let dir = statedir::create(id)?;
     statedir::write_pid(&dir, std::process::id())?;
@@ -171,9 +169,7 @@ fn start(
     {
         tracing::warn!("{e}");
     }
-    if let Some(mut r) = ready.take() {
-        let _ = writeln!(r, "ok");
-    }
+    crate::ready::report(ready.take(), Ok(()));
     if !wait_for_start(&daemon) {
         // Killed or deleted before it started: the program never ran.
         let status = (*daemon.exit.lock().unwrap_or_else(|e| e.into_inner()))
@@ -475,13 +471,4 @@ fn stats(d: &Daemon) -> serde_json::Value {
     }
     let _ = &d.dir;
     v
-}
-
-/// The write end of the readiness pipe given to a detached child.
-pub fn ready_fd(fd: i32) -> Option<OwnedFd> {
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: the parent passed this fd to us for this purpose only; we own it from here.
-    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -10,6 +10,7 @@ mod logging;
 mod oci;
 mod paper;
 mod procfs;
+mod ready;
 mod run;
 mod statedir;
 mod verbs;
@@ -32,8 +33,8 @@ fn main() -> ExitCode {
             &oci::CreateOptions {
                 id: args.rootfs.to_string_lossy().into_owned(),
                 bundle: args.bundle.clone().unwrap_or_else(|| ".".into()),
-                pid_file: args.pid_file.clone(),
-                console_socket: args.console_socket.clone(),
+                pid_file: args.oci.pid_file.clone(),
+                console_socket: args.oci.console_socket.clone(),
             },
             args.detach,
         ),
@@ -56,8 +57,8 @@ fn main() -> ExitCode {
         cli::Command::Create(a) => oci::create(&oci::CreateOptions {
             id: a.id,
             bundle: a.bundle,
-            pid_file: a.pid_file,
-            console_socket: a.console_socket,
+            pid_file: a.oci.pid_file,
+            console_socket: a.oci.console_socket,
         }),
         cli::Command::Start { id } => oci::start(&id),
         cli::Command::Pause { id } => oci::pause(&id, true),

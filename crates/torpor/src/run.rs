@@ -60,7 +60,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         &cfg,
         &id,
         args.wake_mode,
-        crate::daemon::ready_fd(args.ready_fd),
+        crate::ready::from_fd(args.ready_fd),
         holding,
     )
 }
@@ -68,25 +68,12 @@ pub fn run(args: RunArgs) -> Result<u8> {
 /// `run -d`: starts this same command line, without `-d`, as a session leader in the
 /// background with its output in the sandbox directory, and returns once it reports ready.
 fn detach(id: &str) -> Result<u8> {
-    use std::io::BufRead;
     use std::os::unix::process::CommandExt;
     let dir = statedir::dir_of(id)?;
     if dir.exists() && statedir::owner_alive(&dir) {
         anyhow::bail!("a sandbox named {id:?} already exists");
     }
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` has room for the two ends.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("creating the readiness pipe");
-    }
-    // SAFETY: both ends are fresh fds owned here.
-    let (rd, wr) = unsafe {
-        use std::os::fd::FromRawFd;
-        (
-            std::fs::File::from_raw_fd(fds[0]),
-            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
-        )
-    };
+    let ready = crate::ready::Readiness::new()?;
     let log_path = statedir::base_dir().join(format!(".{id}.log"));
     std::fs::create_dir_all(statedir::base_dir()).ok();
     let log = std::fs::File::create(&log_path).context("creating the output log")?;
@@ -119,38 +106,32 @@ fn detach(id: &str) -> Result<u8> {
         .position(|a| a == "run")
         .map(|p| p + 1)
         .unwrap_or(0);
-    args.insert(pos, format!("--ready-fd={}", fds[1]));
+    args.insert(pos, format!("--ready-fd={}", ready.child_fd()));
     args.insert(pos, format!("--name={id}"));
-    let wfd = fds[1];
     let mut cmd = std::process::Command::new("/proc/self/exe");
     cmd.arg0("torpor")
         .args(&args)
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
-    // SAFETY: only async-signal-safe calls between fork and exec.
+    // SAFETY: setsid is async-signal-safe.
     unsafe {
-        cmd.pre_exec(move || {
+        cmd.pre_exec(|| {
             libc::setsid();
-            libc::fcntl(wfd, libc::F_SETFD, 0);
             Ok(())
         });
     }
-    let mut child = cmd.spawn().context("starting the sandbox process")?;
-    drop(wr);
-    let mut line = String::new();
-    std::io::BufReader::new(rd).read_line(&mut line).ok();
-    let line = line.trim();
-    if line == "ok" {
-        // The output log moves into the sandbox's directory.
-        let _ = std::fs::rename(&log_path, dir.join("output.log"));
-        println!("{id}");
-        return Ok(0);
-    }
-    let _ = child.wait();
+    let msg = match ready.spawn(cmd, "the sandbox process")? {
+        Ok(_) => {
+            // The output log moves into the sandbox's directory.
+            let _ = std::fs::rename(&log_path, dir.join("output.log"));
+            println!("{id}");
+            return Ok(0);
+        }
+        Err(msg) => msg,
+    };
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     let _ = std::fs::remove_file(&log_path);
-    let msg = line.strip_prefix("error: ").unwrap_or(line);
     if msg.is_empty() {
         anyhow::bail!(
             "the sandbox process exited before the program started: {}",

@@ -273,9 +273,6 @@ fn podman_run_it_gives_a_shell_on_a_terminal() {
 
 #[test]
 fn podman_serves_debian_python_through_its_port_forwarding() {
-    if !testutil::require_kvm() {
-        return;
-    }
     let Some(p) = Podman::new() else { return };
     let Some(root) = testutil::debian_rootfs("python") else {
         return;

@@ -78,21 +78,8 @@ fn create_holder(opts: &CreateOptions, start_now: bool) -> Result<(u32, PathBuf)
 /// Starts `torpor oci-holder …` with this process's standard streams and waits for its
 /// readiness line; returns its pid.
 fn spawn_holder(opts: &CreateOptions, start_now: bool) -> Result<u32> {
-    use std::os::fd::FromRawFd;
     use std::os::unix::process::CommandExt;
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` has room for the two ends.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("creating the readiness pipe");
-    }
-    // SAFETY: both ends are fresh fds owned here.
-    let (rd, wr) = unsafe {
-        (
-            std::fs::File::from_raw_fd(fds[0]),
-            OwnedFd::from_raw_fd(fds[1]),
-        )
-    };
-    let wfd = fds[1];
+    let ready = crate::ready::Readiness::new()?;
     let bundle = opts
         .bundle
         .canonicalize()
@@ -103,7 +90,7 @@ fn spawn_holder(opts: &CreateOptions, start_now: bool) -> Result<u32> {
     cmd.arg("oci-holder")
         .arg("--bundle")
         .arg(&bundle)
-        .arg(format!("--ready-fd={wfd}"));
+        .arg(format!("--ready-fd={}", ready.child_fd()));
     if start_now {
         cmd.arg("--start");
     }
@@ -111,34 +98,20 @@ fn spawn_holder(opts: &CreateOptions, start_now: bool) -> Result<u32> {
         cmd.arg("--console-socket").arg(c);
     }
     cmd.arg(&opts.id);
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::fcntl(wfd, libc::F_SETFD, 0);
-            Ok(())
-        });
-    }
-    let mut child = cmd
-        .spawn()
-        .context("starting the container's holder process")?;
-    drop(wr);
-    let mut line = String::new();
-    std::io::BufReader::new(rd).read_line(&mut line).ok();
-    let line = line.trim();
-    if line == "ok" {
-        return Ok(child.id());
-    }
-    let _ = child.wait();
-    if let Ok(d) = statedir::dir_of(&opts.id) {
-        if !statedir::owner_alive(&d) {
-            let _ = std::fs::remove_dir_all(d);
+    match ready.spawn(cmd, "the container's holder process")? {
+        Ok(child) => Ok(child.id()),
+        Err(msg) => {
+            if let Ok(d) = statedir::dir_of(&opts.id) {
+                if !statedir::owner_alive(&d) {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            }
+            if msg.is_empty() {
+                bail!("the container's holder process exited before it was ready");
+            }
+            bail!("{msg}")
         }
     }
-    let msg = line.strip_prefix("error: ").unwrap_or(line);
-    if msg.is_empty() {
-        bail!("the container's holder process exited before it was ready");
-    }
-    bail!("{msg}")
 }
 
 fn write_pid_file(path: &Path, pid: u32) -> Result<()> {
@@ -156,7 +129,7 @@ pub fn holder(
     console_socket: Option<&Path>,
     start_now: bool,
 ) -> Result<u8> {
-    let ready = crate::daemon::ready_fd(ready_fd);
+    let ready = crate::ready::from_fd(ready_fd);
     let prepared = (|| -> Result<Bundle> {
         let b = Bundle::load(bundle_dir)?;
         for w in &b.warnings {
@@ -176,19 +149,13 @@ pub fn holder(
     let b = match prepared {
         Ok(b) => b,
         Err(e) => {
-            if let Some(r) = ready {
-                use std::io::Write;
-                let _ = writeln!(std::fs::File::from(r), "error: {e:#}");
-            }
+            crate::ready::report(ready, Err(&e));
             return Err(e);
         }
     };
     let mut cfg = b.sandbox;
     if let Err(e) = mounts::apply(&cfg.rootfs, &b.mounts) {
-        if let Some(r) = ready {
-            use std::io::Write;
-            let _ = writeln!(std::fs::File::from(r), "error: {e:#}");
-        }
+        crate::ready::report(ready, Err(&e));
         return Err(e);
     }
     if b.readonly_root {
@@ -459,15 +426,11 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
     let (mut conn, _) = match started {
         Ok(x) => x,
         Err(e) => {
-            if let Some(r) = ready {
-                let _ = nix_write(r, format!("error: {e:#}\n").as_bytes());
-            }
+            crate::ready::report(ready, Err(&e));
             return Err(e);
         }
     };
-    if let Some(r) = ready {
-        let _ = nix_write(r, b"ok\n");
-    }
+    crate::ready::report(ready, Ok(()));
     let end = crate::control::read_answer(&mut conn)?;
     Ok(end["exit"].as_i64().unwrap_or(137) as u8)
 }
@@ -515,9 +478,4 @@ fn detach_waiter(pid_file: Option<&Path>) -> Result<OwnedFd> {
         msg
     });
     std::process::exit(i32::from(EXIT_OCI_ERROR));
-}
-
-fn nix_write(fd: OwnedFd, b: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    std::fs::File::from(fd).write_all(b)
 }
