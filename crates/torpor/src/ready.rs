@@ -37,6 +37,11 @@ impl Readiness {
         Ok(Readiness { rd, wr })
     }
 
+    /// The two ends, for a caller that forks instead of spawning (`exec --detach`).
+    pub fn into_parts(self) -> (std::fs::File, OwnedFd) {
+        (self.rd, self.wr)
+    }
+
     /// The descriptor number the child writes to (give it as `--ready-fd=N`).
     pub fn child_fd(&self) -> i32 {
         self.wr.as_raw_fd()

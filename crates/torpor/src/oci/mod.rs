@@ -439,28 +439,19 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
 /// runs, writes the child's pid to `pid_file` and exits 0 (or 1 with the child's error); the
 /// child goes on and gets the readiness pipe's write end.
 fn detach_waiter(pid_file: Option<&Path>) -> Result<OwnedFd> {
-    use std::os::fd::FromRawFd;
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` has room for the two ends.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("creating a pipe");
-    }
+    let (rd, wr) = crate::ready::Readiness::new()?.into_parts();
     // SAFETY: this process has one thread here (nothing has started any): fork is safe.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(std::io::Error::last_os_error()).context("fork");
     }
-    // SAFETY: both ends are fresh fds; each side keeps one.
-    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     if pid == 0 {
         drop(rd);
         return Ok(wr);
     }
     drop(wr);
     let mut line = String::new();
-    std::io::BufReader::new(std::fs::File::from(rd))
-        .read_line(&mut line)
-        .ok();
+    std::io::BufReader::new(rd).read_line(&mut line).ok();
     if line.trim() == "ok" {
         if let Some(p) = pid_file {
             write_pid_file(p, pid as u32)?;
