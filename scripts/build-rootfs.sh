@@ -3,7 +3,8 @@
 #
 #   scripts/build-rootfs.sh NAME [CACHE_DIR]
 #
-# NAME is one of the keys of PACKAGES below (base, python, node, java, go).
+# NAME is one of the keys of PACKAGES below (base, python, node, java, go,
+# servers).
 # The root filesystem is CACHE_DIR/NAME (CACHE_DIR defaults to
 # ${TORPOR_ROOTFS_CACHE:-$HOME/.cache/torpor/rootfs}); its path is the only
 # line printed on stdout, progress goes to stderr.
@@ -33,6 +34,10 @@ declare -A PACKAGES=(
     [node]="nodejs ca-certificates"
     [java]="openjdk-17-jre-headless"
     [go]=""
+    # The servers of crates/torpor/tests/servers.rs (nginx master + workers,
+    # PostgreSQL 15, Redis); their clients (curl, psql, redis-benchmark) run
+    # on the host.
+    [servers]="nginx-light postgresql-15 redis-server"
 )
 # Packages needed only while building (installed, used by a build step, then
 # purged with whatever they pulled in).

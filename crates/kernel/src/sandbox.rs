@@ -256,6 +256,9 @@ impl ProcessImage {
                 })
             }
         };
+        // /proc/self/exe names the file itself, symlinks resolved (a program started through
+        // /usr/bin/java → /etc/alternatives/java → … finds its libraries beside the real file).
+        let exe = root.guest_path_of(&prog).unwrap_or_else(|_| prog_path.clone());
         let mem =
             Arc::new(GuestMemory::new(memory).map_err(|e| SandboxError::Memory(e.to_string()))?);
         let vm = Arc::new(Vm::new(mem.clone())?);
@@ -276,7 +279,7 @@ impl ProcessImage {
             vm,
             mm,
             vcpu,
-            exe: prog_path,
+            exe,
             cmdline: crate::task::cmdline_of(&argv),
         })
     }

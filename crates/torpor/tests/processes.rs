@@ -65,6 +65,31 @@ fn fork_exec_wait_match_native() {
     assert!(got.stdout_str().ends_with("done\n"));
 }
 
+/// Process groups, sessions, waitid, pidfds, PR_SET_PDEATHSIG and daemonising
+/// (`tests/guest/sessions.c`) behave as natively.
+#[test]
+fn sessions_and_groups_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = shell_root();
+    let prog = r.guest_program("sessions");
+    let nat = testutil::native(
+        &r.host_path("bin/sessions"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    assert_eq!(nat.code(), 0, "native run: {nat:?}");
+    let got = torpor()
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_same("sessions", &nat, &got);
+    assert!(got.stdout_str().ends_with("done\n"));
+}
+
 /// Runs `sh -c SCRIPT` with busybox natively (applets found through PATH in the root's bin)
 /// and in torpor, and compares.
 #[track_caller]

@@ -26,6 +26,8 @@ pub enum FileKind {
     Socket(Mutex<SocketState>),
     /// A host epoll instance.
     Epoll,
+    /// A pidfd on the sandbox's process with this pid (a host eventfd written when it exits).
+    Pidfd(i32),
 }
 
 /// What the kernel remembers of a socket beyond its host fd.

@@ -149,8 +149,9 @@ fn stat(t: &Task) -> Vec<u8> {
     fields[1] = format!("({})", comm(t));
     fields[2] = "R".into();
     fields[3] = t.group.procs.parent_of(t.pid).to_string(); // ppid
-    fields[4] = t.pid.to_string(); // pgrp
-    fields[5] = t.pid.to_string(); // session
+    let member = t.group.procs.membership(t.pid);
+    fields[4] = member.map_or(t.pid, |m| m.pgid).to_string(); // pgrp
+    fields[5] = member.map_or(t.pid, |m| m.sid).to_string(); // session
     fields[7] = "-1".into(); // tpgid
     fields[19] = t.group.live().to_string(); // num_threads
     fields[22] = (stats.mapped_pages as u64 * 4096).to_string(); // vsize (approx.)

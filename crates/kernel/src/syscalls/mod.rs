@@ -15,6 +15,7 @@ mod sys_pipe;
 mod sys_poll;
 mod sys_process;
 mod sys_rw;
+mod sys_session;
 mod sys_signal;
 mod sys_socket;
 mod sys_stat;

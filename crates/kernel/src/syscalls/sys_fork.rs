@@ -1,4 +1,5 @@
-//! New processes and their end: fork(2), vfork(2), clone(2) without CLONE_THREAD, wait4(2).
+//! New processes and their end: fork(2), vfork(2), clone(2) without CLONE_THREAD, wait4(2),
+//! waitid(2), pidfd_open(2).
 //!
 //! A forked process gets its own VM: fresh guest memory holding an eager copy of every page
 //! the parent has (no copy-on-write across VMs), its own page tables, a vCPU with the
@@ -187,11 +188,11 @@ pub fn sys_wait4(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if pid == i32::MIN {
         return Err(Errno::ESRCH);
     }
-    // The sandbox is one process group: waiting for a group means any child.
-    let which = if pid > 0 {
-        WaitFor::Pid(pid)
-    } else {
-        WaitFor::Any
+    let which = match pid {
+        p if p > 0 => WaitFor::Pid(p),
+        -1 => WaitFor::Any,
+        0 => WaitFor::Group(t.group.procs.membership(t.pid).map_or(t.pid, |m| m.pgid)),
+        p => WaitFor::Group(-p),
     };
     let control = t.control.clone();
     let group = t.group.clone();
@@ -215,4 +216,145 @@ pub fn sys_wait4(t: &mut Task, a: &SyscallArgs) -> SysResult {
         t.copy_out(rusage_at, &[0u8; std::mem::size_of::<libc::rusage>()])?;
     }
     Ok(child as u64)
+}
+
+const P_ALL: i32 = 0;
+const P_PID: i32 = 1;
+const P_PGID: i32 = 2;
+const P_PIDFD: i32 = 3;
+const WEXITED: i32 = 4;
+const WSTOPPED: i32 = 2;
+const WNOWAIT: i32 = 0x0100_0000;
+const CLD_EXITED: i32 = 1;
+const CLD_KILLED: i32 = 2;
+
+/// Implements waitid(2) for exited children (`WEXITED`, with `WNOHANG` and `WNOWAIT`):
+/// stopped and continued children are never reported, as for wait4. The siginfo written
+/// holds SIGCHLD, CLD_EXITED or CLD_KILLED, the child's pid and uid, and its status; with
+/// `WNOHANG` and no exited child, a zeroed one.
+pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (idtype, id, info_at, options, rusage_at) =
+        (a.int(0), a.int(1), a.gva(2), a.int(3), a.gva(4));
+    let known = WNOHANG | WEXITED | WSTOPPED | WCONTINUED | WNOWAIT | WNOTHREAD | WALL | WCLONE;
+    if options & !known != 0 || options & (WEXITED | WSTOPPED | WCONTINUED) == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let which = match idtype {
+        P_ALL => WaitFor::Any,
+        P_PID if id > 0 => WaitFor::Pid(id),
+        P_PGID if id == 0 => {
+            WaitFor::Group(t.group.procs.membership(t.pid).map_or(t.pid, |m| m.pgid))
+        }
+        P_PGID if id > 0 => WaitFor::Group(id),
+        P_PIDFD => WaitFor::Pid(pidfd_target(t, id)?),
+        _ => return Err(Errno::EINVAL),
+    };
+    if options & WEXITED == 0 {
+        // Only stopped or continued children asked for: the sandbox has none to report.
+        if options & WNOHANG != 0 {
+            if info_at.raw() != 0 {
+                t.copy_out(info_at, &[0u8; 128])?;
+            }
+            return Ok(0);
+        }
+        return Err(Errno::ECHILD);
+    }
+    let control = t.control.clone();
+    let group = t.group.clone();
+    let interrupted =
+        || control.park_requested() || control.signal_pending() || group.exit_status().is_some();
+    let reaped = t.group.procs.wait_child_as(
+        t.pid,
+        which,
+        options & WNOHANG != 0,
+        options & WNOWAIT == 0,
+        interrupted,
+    )?;
+    let mut info = [0u8; 128];
+    if let Some((child, status)) = reaped {
+        let (code, value) = match status {
+            crate::task::ExitStatus::Exited(c) => (CLD_EXITED, c & 0xff),
+            crate::task::ExitStatus::Signaled(s) => (CLD_KILLED, s),
+        };
+        // struct siginfo: si_signo, si_errno, si_code, then (for SIGCHLD) si_pid, si_uid,
+        // si_status at offsets 16, 20, 24.
+        info[0..4].copy_from_slice(&libc::SIGCHLD.to_le_bytes());
+        info[8..12].copy_from_slice(&code.to_le_bytes());
+        info[16..20].copy_from_slice(&child.to_le_bytes());
+        info[20..24].copy_from_slice(&t.creds.uid.to_le_bytes());
+        info[24..28].copy_from_slice(&value.to_le_bytes());
+    }
+    if info_at.raw() != 0 {
+        t.copy_out(info_at, &info)?;
+    }
+    if rusage_at.raw() != 0 {
+        t.copy_out(rusage_at, &[0u8; std::mem::size_of::<libc::rusage>()])?;
+    }
+    Ok(0)
+}
+
+/// The process a pidfd refers to (EBADF for a descriptor that is not one).
+fn pidfd_target(t: &Task, fd: i32) -> Result<i32, Errno> {
+    match t.fds.get(fd)?.kind {
+        crate::fd::FileKind::Pidfd(pid) => Ok(pid),
+        _ => Err(Errno::EBADF),
+    }
+}
+
+/// Implements pidfd_open(2): a descriptor that becomes readable when process `pid` of the
+/// sandbox exits (a host eventfd written by the process table), usable with waitid's
+/// `P_PIDFD` and pidfd_send_signal(2).
+pub fn sys_pidfd_open(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (pid, flags) = (a.int(0), a.u(1));
+    const PIDFD_NONBLOCK: u64 = libc::O_NONBLOCK as u64;
+    if flags & !PIDFD_NONBLOCK != 0 || pid <= 0 {
+        return Err(Errno::EINVAL);
+    }
+    if !t.group.procs.exists(pid) {
+        return Err(Errno::ESRCH);
+    }
+    let mut efd_flags = libc::EFD_CLOEXEC;
+    if flags & PIDFD_NONBLOCK != 0 {
+        efd_flags |= libc::EFD_NONBLOCK;
+    }
+    // SAFETY: eventfd with valid flags; the result is checked.
+    let raw = unsafe { libc::eventfd(0, efd_flags) };
+    if raw < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: a fresh fd that nothing else owns.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    let watcher = Arc::new(fd.try_clone().map_err(Errno::from)?);
+    t.group.procs.watch_exit(pid, watcher)?;
+    let file = crate::fd::OpenFile::new(fd, crate::fd::FileKind::Pidfd(pid), None);
+    let n = t.fds.insert(Arc::new(file), true)?;
+    Ok(n as u64)
+}
+
+/// Implements pidfd_send_signal(2) (no siginfo, no flags).
+pub fn sys_pidfd_send_signal(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (fd, sig, info, flags) = (a.int(0), a.int(1), a.u(2), a.u(3));
+    if flags != 0 || info != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if !(0..=crate::task::NSIG as i32).contains(&sig) {
+        return Err(Errno::EINVAL);
+    }
+    let pid = pidfd_target(t, fd)?;
+    if pid == t.pid {
+        if sig != 0 {
+            t.queue_signal(crate::task::SigInfo::user(
+                sig,
+                crate::task::signal::SI_USER,
+                t.pid,
+                t.creds.uid,
+            ));
+        }
+        return Ok(0);
+    }
+    let g = t.group.procs.group_of(pid).ok_or(Errno::ESRCH)?;
+    if sig != 0 {
+        g.post_signal(sig);
+    }
+    Ok(0)
 }

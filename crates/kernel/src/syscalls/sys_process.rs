@@ -390,7 +390,20 @@ pub fn sys_prctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             Ok(0)
         }
         libc::PR_GET_DUMPABLE => Ok(1),
-        libc::PR_SET_DUMPABLE | libc::PR_SET_PDEATHSIG | libc::PR_SET_NO_NEW_PRIVS => Ok(0),
+        libc::PR_SET_PDEATHSIG => {
+            let sig = a.int(1);
+            if !(0..=crate::task::NSIG as i32).contains(&sig) {
+                return Err(Errno::EINVAL);
+            }
+            t.group.procs.set_pdeathsig(t.pid, sig);
+            Ok(0)
+        }
+        libc::PR_GET_PDEATHSIG => {
+            let sig = t.group.procs.pdeathsig(t.pid);
+            t.copy_out(a.gva(1), &sig.to_le_bytes())?;
+            Ok(0)
+        }
+        libc::PR_SET_DUMPABLE | libc::PR_SET_NO_NEW_PRIVS => Ok(0),
         _ => Err(Errno::EINVAL),
     }
 }

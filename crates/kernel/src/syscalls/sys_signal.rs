@@ -229,24 +229,68 @@ fn send_self(t: &mut Task, info: SigInfo) -> SysResult {
     }
 }
 
-/// Implements kill(2): any process of the sandbox by pid; 0 and -pid mean the caller itself
-/// (the sandbox has no process groups).
+/// Implements kill(2): a process of the sandbox (pid > 0), the caller's process group (0),
+/// process group -pid (pid < -1), or every process the caller may signal but the first one
+/// and itself (-1). Signal 0 checks that the target exists.
 pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (pid, sig) = (a.int(0), a.int(1));
     if !(0..=NSIG as i32).contains(&sig) {
         return Err(Errno::EINVAL);
     }
-    if pid > 0 && pid != t.pid {
-        // Another process of the sandbox.
-        let group = t.group.procs.group_of(pid).ok_or(Errno::ESRCH)?;
-        if sig != 0 {
-            group.post_signal(sig);
-        }
-        return Ok(0);
-    }
-    if !(pid == t.pid || pid == 0 || pid == -t.pid) {
+    if pid == i32::MIN {
         return Err(Errno::ESRCH);
     }
+    let procs = t.group.procs.clone();
+    let targets: Vec<(i32, std::sync::Arc<crate::task::ThreadGroup>)> = match pid {
+        p if p > 0 => {
+            if p == t.pid {
+                return self_signal(t, sig);
+            }
+            vec![(p, procs.group_of(p).ok_or(Errno::ESRCH)?)]
+        }
+        -1 => procs
+            .live_groups()
+            .into_iter()
+            .filter(|(p, _)| *p != 1 && *p != t.pid)
+            .collect(),
+        p => {
+            let pgid = if p == 0 {
+                procs.membership(t.pid).map_or(t.pid, |m| m.pgid)
+            } else {
+                -p
+            };
+            let members = procs.group_members(pgid);
+            if members.is_empty() {
+                return Err(Errno::ESRCH);
+            }
+            let mine = members.iter().any(|(p, _)| *p == t.pid);
+            let others: Vec<_> = members.into_iter().filter(|(p, _)| *p != t.pid).collect();
+            if sig != 0 {
+                for (_, g) in &others {
+                    g.post_signal(sig);
+                }
+            }
+            if mine {
+                return self_signal(t, sig);
+            }
+            return Ok(0);
+        }
+    };
+    if targets.is_empty() && pid == -1 {
+        // Linux: -1 with nobody else to signal succeeds only if the caller may signal
+        // itself, and does not signal it.
+        return Err(Errno::ESRCH);
+    }
+    if sig != 0 {
+        for (_, g) in &targets {
+            g.post_signal(sig);
+        }
+    }
+    Ok(0)
+}
+
+/// The caller's own process receives `sig` from kill(2).
+fn self_signal(t: &mut Task, sig: i32) -> SysResult {
     if sig == 0 {
         return Ok(0);
     }

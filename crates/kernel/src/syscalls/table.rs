@@ -8,7 +8,7 @@ use abi::Errno;
 
 use super::{
     sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_mm, sys_pipe, sys_poll,
-    sys_process, sys_rw, sys_signal, sys_socket, sys_stat, sys_time, SysResult, SyscallArgs,
+    sys_process, sys_rw, sys_session, sys_signal, sys_socket, sys_stat, sys_time, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -117,7 +117,11 @@ table! {
     118 getresuid => sys_process::sys_getresuid, Full;
     120 getresgid => sys_process::sys_getresgid, Full;
     110 getppid => sys_process::sys_getppid, Full;
-    111 getpgrp => sys_process::sys_getpid, Full;
+    111 getpgrp => sys_session::sys_getpgrp, Full;
+    109 setpgid => sys_session::sys_setpgid, Full;
+    121 getpgid => sys_session::sys_getpgid, Full;
+    112 setsid => sys_session::sys_setsid, Partial("no controlling terminal is attached or detached");
+    124 getsid => sys_session::sys_getsid, Full;
     158 arch_prctl => sys_process::sys_arch_prctl, Partial("ARCH_SET_FS, ARCH_GET_FS, ARCH_SET_GS, ARCH_GET_GS");
     186 gettid => sys_process::sys_gettid, Full;
     201 time => sys_time::sys_time, Full;
@@ -128,6 +132,9 @@ table! {
     58 vfork => sys_fork::sys_vfork, Partial("the child runs on a copy of the parent's memory: its writes are not seen by the parent");
     59 execve => sys_exec::sys_execve, Partial("only from a single-threaded process (EAGAIN otherwise); no set-user-ID");
     61 wait4 => sys_fork::sys_wait4, Partial("stopped and continued children are never reported; resource usage is zero");
+    247 waitid => sys_fork::sys_waitid, Partial("exited children only (the sandbox has no job control); resource usage is zero");
+    434 pidfd_open => sys_fork::sys_pidfd_open, Full;
+    424 pidfd_send_signal => sys_fork::sys_pidfd_send_signal, Partial("no siginfo argument (EINVAL)");
     217 getdents64 => sys_fs::sys_getdents64, Full;
     218 set_tid_address => sys_process::sys_set_tid_address, Full;
     228 clock_gettime => sys_time::sys_clock_gettime, Full;
@@ -137,7 +144,7 @@ table! {
     232 epoll_wait => sys_poll::sys_epoll_wait, Full;
     233 epoll_ctl => sys_poll::sys_epoll_ctl, Full;
     234 tgkill => sys_signal::sys_tgkill, Full;
-    62 kill => sys_signal::sys_kill, Partial("a pid of the sandbox; 0 and -pid mean the caller only, -1 is ESRCH (no process groups)");
+    62 kill => sys_signal::sys_kill, Full;
     200 tkill => sys_signal::sys_tkill, Full;
     34 pause => sys_signal::sys_pause, Full;
     127 rt_sigpending => sys_signal::sys_rt_sigpending, Full;
@@ -173,7 +180,7 @@ table! {
     309 getcpu => sys_info::sys_getcpu, Partial("the vCPU's index as the CPU, node 0");
     332 statx => sys_stat::sys_statx, Full;
     334 rseq => sys_process::sys_rseq, Partial("ENOSYS on purpose: the C libraries fall back");
-    157 prctl => sys_process::sys_prctl, Partial("PR_SET_NAME, PR_GET_NAME, PR_SET/GET_DUMPABLE, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS");
+    157 prctl => sys_process::sys_prctl, Partial("PR_SET_NAME, PR_GET_NAME, PR_SET/GET_DUMPABLE, PR_SET/GET_PDEATHSIG (sent when the parent process exits), PR_SET_NO_NEW_PRIVS");
     40 sendfile => sys_rw::sys_sendfile, Full;
     439 faccessat2 => sys_stat::sys_faccessat2, Full;
     137 statfs => sys_stat::sys_statfs, Partial("the host filesystem holding the path in the root: /proc and /sys are not reported as procfs and sysfs");

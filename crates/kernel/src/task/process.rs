@@ -17,14 +17,33 @@ use super::{ExitStatus, ThreadGroup};
 /// Which children wait4(2) waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WaitFor {
-    /// Any child (pid -1, or a process group: the sandbox has one).
+    /// Any child (pid -1).
     Any,
     /// This child.
     Pid(i32),
+    /// Any child in this process group (pid 0: the caller's group; pid < -1: group -pid).
+    Group(i32),
+}
+
+/// How a process may change its process group (setpgid(2)'s checks, in the table's terms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Membership {
+    /// Process group id.
+    pub pgid: i32,
+    /// Session id.
+    pub sid: i32,
 }
 
 struct Entry {
     ppid: i32,
+    /// Process group and session.
+    member: Membership,
+    /// Whether the process has called execve (setpgid by its parent is then EACCES).
+    execed: bool,
+    /// Signal sent to this process when its parent exits (PR_SET_PDEATHSIG), or 0.
+    pdeathsig: i32,
+    /// Event fds of pidfds on this process, written once when it exits.
+    exit_watchers: Vec<std::sync::Arc<std::os::fd::OwnedFd>>,
     group: Arc<ThreadGroup>,
     status: Option<ExitStatus>,
     /// Signal sent to the parent on exit (SIGCHLD, or 0).
@@ -118,12 +137,26 @@ impl ProcessTable {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Registers process `pid` (the leader of `group`), child of `ppid` (0 for the first).
+    /// Registers process `pid` (the leader of `group`), child of `ppid` (0 for a process
+    /// with no parent inside: the first one, an OCI exec'd one). A child joins its parent's
+    /// process group and session; one without a parent leads a session of its own.
     pub fn add(&self, pid: i32, ppid: i32, group: Arc<ThreadGroup>, exit_signal: i32) {
-        self.lock().insert(
+        let mut p = self.lock();
+        let member = p.get(&ppid).map_or(
+            Membership {
+                pgid: pid,
+                sid: pid,
+            },
+            |e| e.member,
+        );
+        p.insert(
             pid,
             Entry {
                 ppid,
+                member,
+                execed: false,
+                pdeathsig: 0,
+                exit_watchers: Vec::new(),
                 group,
                 status: None,
                 exit_signal,
@@ -139,6 +172,22 @@ impl ProcessTable {
         for e in p.values_mut() {
             if e.ppid == pid {
                 e.ppid = 1;
+                // PR_SET_PDEATHSIG: the orphan is told its parent is gone.
+                if e.pdeathsig != 0 && e.status.is_none() {
+                    e.group.post_signal(e.pdeathsig);
+                }
+            }
+        }
+        if let Some(e) = p.get_mut(&pid) {
+            for w in e.exit_watchers.drain(..) {
+                // SAFETY: writes 8 bytes from a valid buffer to an eventfd the entry owns.
+                unsafe {
+                    libc::write(
+                        std::os::fd::AsRawFd::as_raw_fd(&*w),
+                        (&1u64 as *const u64).cast(),
+                        8,
+                    )
+                };
             }
         }
         let (ppid, sig) = match p.get_mut(&pid) {
@@ -202,10 +251,28 @@ impl ProcessTable {
         nohang: bool,
         interrupted: impl Fn() -> bool,
     ) -> Result<Option<(i32, ExitStatus)>, Errno> {
+        self.wait_child_as(ppid, which, nohang, true, interrupted)
+    }
+
+    /// [`wait_child`](Self::wait_child), leaving the child reapable when `reap` is false
+    /// (waitid's `WNOWAIT`).
+    pub fn wait_child_as(
+        &self,
+        ppid: i32,
+        which: WaitFor,
+        nohang: bool,
+        reap: bool,
+        interrupted: impl Fn() -> bool,
+    ) -> Result<Option<(i32, ExitStatus)>, Errno> {
         let mut p = self.lock();
         loop {
             let mine = |(&pid, e): (&i32, &Entry)| {
-                e.ppid == ppid && (which == WaitFor::Any || which == WaitFor::Pid(pid))
+                e.ppid == ppid
+                    && match which {
+                        WaitFor::Any => true,
+                        WaitFor::Pid(want) => want == pid,
+                        WaitFor::Group(pgid) => e.member.pgid == pgid,
+                    }
             };
             if !p.iter().any(mine) {
                 return Err(Errno::ECHILD);
@@ -215,7 +282,9 @@ impl ProcessTable {
                 .filter(|kv| mine(*kv))
                 .find_map(|(&pid, e)| e.status.map(|s| (pid, s)));
             if let Some((pid, status)) = done {
-                p.remove(&pid);
+                if reap {
+                    p.remove(&pid);
+                }
                 return Ok(Some((pid, status)));
             }
             if nohang {
@@ -232,10 +301,12 @@ impl ProcessTable {
         }
     }
 
-    /// Lets a vfork parent go on (the child exec'd).
+    /// Lets a vfork parent go on (the child exec'd), and records the exec (setpgid's
+    /// EACCES).
     pub fn release_vfork(&self, pid: i32) {
         if let Some(e) = self.lock().get_mut(&pid) {
             e.vfork_released = true;
+            e.execed = true;
         }
         self.changed.notify_all();
     }
@@ -250,6 +321,123 @@ impl ProcessTable {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    /// The process group and session of a live process.
+    pub fn membership(&self, pid: i32) -> Option<Membership> {
+        self.lock()
+            .get(&pid)
+            .filter(|e| e.status.is_none())
+            .map(|e| e.member)
+    }
+
+    /// setpgid(2) by `caller` on `pid` (the caller or one of its children) to `pgid` (0:
+    /// `pid` itself), with Linux's checks: ESRCH for a process that is neither, EACCES for a
+    /// child that has exec'd, EPERM for a session leader, a child in another session, or a
+    /// group that does not exist in the caller's session.
+    pub fn set_pgid(&self, caller: i32, pid: i32, pgid: i32) -> Result<(), Errno> {
+        let pid = if pid == 0 { caller } else { pid };
+        let pgid = if pgid == 0 { pid } else { pgid };
+        if pgid < 0 {
+            return Err(Errno::EINVAL);
+        }
+        let mut p = self.lock();
+        let me = p.get(&caller).map(|e| e.member).ok_or(Errno::ESRCH)?;
+        let target = p
+            .get(&pid)
+            .filter(|e| e.status.is_none() && (pid == caller || e.ppid == caller))
+            .ok_or(Errno::ESRCH)?;
+        if pid != caller {
+            if target.member.sid != me.sid {
+                return Err(Errno::EPERM);
+            }
+            if target.execed {
+                return Err(Errno::EACCES);
+            }
+        }
+        if target.member.sid == pid {
+            return Err(Errno::EPERM);
+        }
+        if pgid != pid
+            && !p
+                .values()
+                .any(|e| e.status.is_none() && e.member.pgid == pgid && e.member.sid == me.sid)
+        {
+            return Err(Errno::EPERM);
+        }
+        if let Some(e) = p.get_mut(&pid) {
+            e.member.pgid = pgid;
+        }
+        Ok(())
+    }
+
+    /// setsid(2): `pid` leads a new session and process group; EPERM if it already leads a
+    /// process group.
+    pub fn set_sid(&self, pid: i32) -> Result<i32, Errno> {
+        let mut p = self.lock();
+        if p.iter()
+            .any(|(&other, e)| e.status.is_none() && e.member.pgid == pid && other != pid)
+            || p.get(&pid).is_some_and(|e| e.member.pgid == pid)
+        {
+            return Err(Errno::EPERM);
+        }
+        let e = p.get_mut(&pid).ok_or(Errno::ESRCH)?;
+        e.member = Membership {
+            pgid: pid,
+            sid: pid,
+        };
+        Ok(pid)
+    }
+
+    /// The thread groups of the live processes of process group `pgid`.
+    pub fn group_members(&self, pgid: i32) -> Vec<(i32, Arc<ThreadGroup>)> {
+        self.lock()
+            .iter()
+            .filter(|(_, e)| e.status.is_none() && e.member.pgid == pgid)
+            .map(|(&pid, e)| (pid, e.group.clone()))
+            .collect()
+    }
+
+    /// Records PR_SET_PDEATHSIG (0 clears it).
+    pub fn set_pdeathsig(&self, pid: i32, sig: i32) {
+        if let Some(e) = self.lock().get_mut(&pid) {
+            e.pdeathsig = sig;
+        }
+    }
+
+    /// The signal PR_GET_PDEATHSIG reports.
+    pub fn pdeathsig(&self, pid: i32) -> i32 {
+        self.lock().get(&pid).map_or(0, |e| e.pdeathsig)
+    }
+
+    /// Whether `pid` has an entry (live, or exited and not yet reaped).
+    pub fn exists(&self, pid: i32) -> bool {
+        self.lock().contains_key(&pid)
+    }
+
+    /// Whether `pid` has exited (or is unknown: reaped).
+    pub fn has_exited(&self, pid: i32) -> bool {
+        self.lock().get(&pid).is_none_or(|e| e.status.is_some())
+    }
+
+    /// Asks for `event` (an eventfd) to be written when `pid` exits; written at once when it
+    /// already has. ESRCH for an unknown pid.
+    pub fn watch_exit(&self, pid: i32, event: Arc<std::os::fd::OwnedFd>) -> Result<(), Errno> {
+        let mut p = self.lock();
+        let e = p.get_mut(&pid).ok_or(Errno::ESRCH)?;
+        if e.status.is_some() {
+            // SAFETY: writes 8 bytes from a valid buffer to a valid eventfd.
+            unsafe {
+                libc::write(
+                    std::os::fd::AsRawFd::as_raw_fd(&*event),
+                    (&1u64 as *const u64).cast(),
+                    8,
+                )
+            };
+        } else {
+            e.exit_watchers.push(event);
+        }
+        Ok(())
     }
 
     /// Ends every live process but `keep` (the first process exited: like Linux's pid
