@@ -12,6 +12,7 @@
 
 pub mod fd;
 pub mod fs;
+pub mod ipc;
 pub mod loader;
 pub mod net;
 pub mod sandbox;

@@ -149,6 +149,16 @@ impl MemoryManager {
     ) -> Result<(), FaultError> {
         // Tables first: the data frames of neighbouring pages then come out contiguous.
         self.pt.prepare(&mut self.alloc, page)?;
+        if let VmaKind::Shared { object, offset, .. } = kind {
+            // The object's own page, in a window this VM attaches on first use.
+            let off = offset + (page.0 - vma_start.0);
+            let (window, gpa) = object.page(off).map_err(FaultError::Io)?;
+            self.mem
+                .attach(&window)
+                .map_err(|e| FaultError::Internal(format!("attaching {window:?}: {e}")))?;
+            self.pt.map(&mut self.alloc, page, gpa, flags)?;
+            return Ok(());
+        }
         let (frame, zero) = self.alloc.alloc().ok_or(FaultError::OutOfMemory)?;
         let filled = self.fill(frame, zero, page, vma_start, kind);
         let mapped = filled.and_then(|()| Ok(self.pt.map(&mut self.alloc, page, frame, flags)?));

@@ -13,6 +13,8 @@
 //! - `fault`: demand faults with fault-around;
 //! - `usercopy`: copies between the kernel and user memory, user buffers as guest-physical
 //!   runs;
+//! - [`shared`]: memory shared between the sandbox's processes (MAP_SHARED objects, System V
+//!   segments), shown to each VM as shared windows;
 //! - `pod`: the [`Pod`] marker for values copied as raw bytes.
 //!
 //! Lock order: this crate takes no locks. The kernel wraps each `MemoryManager` in one
@@ -32,6 +34,7 @@ mod fault;
 mod manager;
 pub mod pagetable;
 mod pod;
+pub mod shared;
 mod usercopy;
 pub mod vma;
 
@@ -43,4 +46,5 @@ pub use manager::{
 };
 pub use pagetable::{PageTableError, PageTables, PteFlags, PteRun};
 pub use pod::Pod;
+pub use shared::{SharedObject, SharedSpace};
 pub use vma::{Prot, Vma, VmaError, VmaKind, VmaSet, MMAP_MIN_ADDR};

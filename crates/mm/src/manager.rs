@@ -42,6 +42,10 @@ pub enum MmError {
     /// The file offset plus the length overflows (`EOVERFLOW`).
     #[error("file offset overflows")]
     OffsetOverflow,
+    /// Write access asked of a shared mapping whose file was not opened for writing
+    /// (`EACCES`).
+    #[error("the mapping's file is not writable")]
+    AccessDenied,
     /// No NUL within the allowed string length (`ENAMETOOLONG`).
     #[error("no NUL within {0} bytes")]
     StringTooLong(usize),
@@ -62,6 +66,7 @@ impl MmError {
             MmError::BelowMinAddr(_) => libc::EPERM,
             MmError::OffsetOverflow => libc::EOVERFLOW,
             MmError::StringTooLong(_) => libc::ENAMETOOLONG,
+            MmError::AccessDenied => libc::EACCES,
             MmError::Internal(_) => libc::EFAULT,
         }
     }
@@ -274,6 +279,14 @@ impl MemoryManager {
                 .vmas
                 .insert(v.clone())
                 .map_err(|e| MmError::Internal(e.to_string()))?;
+            if v.kind.is_shared() {
+                // The same pages: the child's VM attaches the windows at the same addresses.
+                for (va, frame, flags) in self.pt.frames_in(v.start, v.end) {
+                    child.attach_window_of(&self.mem, frame)?;
+                    child.pt.map(&mut child.alloc, va, frame, flags)?;
+                }
+                continue;
+            }
             for (va, frame, flags) in self.pt.frames_in(v.start, v.end) {
                 let (copy, _) = child
                     .alloc
@@ -302,10 +315,29 @@ impl MemoryManager {
         Ok(child)
     }
 
-    /// Unmaps every page of `[start, end)` and drops its frame's reference.
+    /// Attaches to this address space's VM the window of `from` (another VM's memory) that
+    /// holds `frame`.
+    fn attach_window_of(&self, from: &GuestMemory, frame: Gpa) -> Result<(), MmError> {
+        let w = from
+            .windows()
+            .into_iter()
+            .find(|w| w.gpa() <= frame && frame.0 < w.gpa().0 + w.size())
+            .ok_or_else(|| {
+                MmError::Internal(format!("fork: shared frame {frame} has no window"))
+            })?;
+        self.mem
+            .attach(&w)
+            .map_err(|e| MmError::Internal(format!("fork: attaching {w:?}: {e}")))
+    }
+
+    /// Unmaps every page of `[start, end)` and drops its frame's reference (a shared
+    /// object's page is only unmapped: it is not the allocator's).
     pub(crate) fn drop_pages(&mut self, start: Gva, end: Gva) {
         for (va, _, _) in self.pt.frames_in(start, end) {
             if let Some(frame) = self.pt.unmap(va) {
+                if !self.mem.is_own(frame) {
+                    continue;
+                }
                 if let Err(e) = self.alloc.decref(frame) {
                     tracing::error!("freeing frame of {va}: {e}");
                 }
@@ -371,7 +403,7 @@ impl MemoryManager {
         let len = page_len(req.len)
             .filter(|&l| l <= layout::USER_END.0)
             .ok_or(MmError::NoMemory("length too large"))?;
-        if let VmaKind::File { offset, .. } = &req.kind {
+        if let VmaKind::File { offset, .. } | VmaKind::Shared { offset, .. } = &req.kind {
             if offset % PAGE_SIZE != 0 {
                 return Err(MmError::InvalidArgument("unaligned file offset"));
             }
@@ -468,6 +500,21 @@ impl MemoryManager {
             .ok_or(MmError::NoMemory("range leaves the user half"))?;
         if !self.vmas.covers(addr, end) {
             return Err(MmError::NoMemory("range not fully mapped"));
+        }
+        if prot.contains(Prot::WRITE)
+            && self.vmas.iter().any(|v| {
+                v.start < end
+                    && addr < v.end
+                    && matches!(
+                        v.kind,
+                        VmaKind::Shared {
+                            may_write: false,
+                            ..
+                        }
+                    )
+            })
+        {
+            return Err(MmError::AccessDenied);
         }
         self.vmas
             .protect(addr, end, prot)
@@ -608,7 +655,7 @@ impl MemoryManager {
             if let Some(grow_end) = old.checked_add(new_len).filter(|e| *e <= layout::USER_END) {
                 if self.vmas.is_free(old_end, grow_end) {
                     let mut ext = vma.clone();
-                    if let VmaKind::File { offset, .. } = &mut ext.kind {
+                    if let Some(offset) = ext.kind.offset_mut() {
                         *offset += old_end.0 - ext.start.0;
                     }
                     ext.start = old_end;
@@ -644,7 +691,7 @@ impl MemoryManager {
             self.pt.prepare(&mut self.alloc, new.add(va.0 - old.0))?;
         }
         let mut moved = vma.clone();
-        if let VmaKind::File { offset, .. } = &mut moved.kind {
+        if let Some(offset) = moved.kind.offset_mut() {
             *offset += old.0 - vma.start.0;
         }
         moved.start = new;

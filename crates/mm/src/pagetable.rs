@@ -393,7 +393,8 @@ impl PageTables {
         flags: PteFlags,
     ) -> Result<(), PageTableError> {
         Self::check_user(va)?;
-        if !frame.is_page_aligned() || frame.0 >= self.mem.size() {
+        let known = self.mem.is_own(frame) || self.mem.is_shared(frame);
+        if !frame.is_page_aligned() || !known {
             return Err(PageTableError::BadFrame(frame));
         }
         let flags = PteFlags::from_bits_truncate(flags.0).without(PteFlags::HUGE);

@@ -70,7 +70,8 @@ impl fmt::Debug for Prot {
     }
 }
 
-/// What backs a mapping. All mappings are private: writes never reach the file.
+/// What backs a mapping: private memory (anonymous or a copy of a file's bytes; writes never
+/// reach the file), or a shared object whose pages every process mapping it sees.
 #[derive(Clone)]
 pub enum VmaKind {
     /// Anonymous memory, zero-filled on first touch.
@@ -83,6 +84,32 @@ pub enum VmaKind {
         /// File offset of the VMA's start.
         offset: u64,
     },
+    /// A `MAP_SHARED` mapping (anonymous, a file, System V shared memory): the pages are
+    /// the object's, shared with every other mapping of it in the sandbox.
+    Shared {
+        /// The object.
+        object: Arc<crate::shared::SharedObject>,
+        /// Offset in the object of the VMA's start.
+        offset: u64,
+        /// Whether the mapping may be made writable (the descriptor was opened for writing;
+        /// Linux's `VM_MAYWRITE`).
+        may_write: bool,
+    },
+}
+
+impl VmaKind {
+    /// The offset in the file or object of the VMA's start, for mappings that have one.
+    pub fn offset_mut(&mut self) -> Option<&mut u64> {
+        match self {
+            VmaKind::Anon => None,
+            VmaKind::File { offset, .. } | VmaKind::Shared { offset, .. } => Some(offset),
+        }
+    }
+
+    /// Whether the pages are a shared object's (not the process's own).
+    pub fn is_shared(&self) -> bool {
+        matches!(self, VmaKind::Shared { .. })
+    }
 }
 
 impl fmt::Debug for VmaKind {
@@ -91,6 +118,9 @@ impl fmt::Debug for VmaKind {
             VmaKind::Anon => write!(f, "Anon"),
             VmaKind::File { file, offset } => {
                 write!(f, "File({:p}, {offset:#x})", Arc::as_ptr(file))
+            }
+            VmaKind::Shared { object, offset, .. } => {
+                write!(f, "Shared({:p}, {offset:#x})", Arc::as_ptr(object))
             }
         }
     }
@@ -132,7 +162,9 @@ impl Vma {
     pub fn file_offset(&self, va: Gva) -> Option<u64> {
         match &self.kind {
             VmaKind::Anon => None,
-            VmaKind::File { offset, .. } => offset.checked_add(va.0.wrapping_sub(self.start.0)),
+            VmaKind::File { offset, .. } | VmaKind::Shared { offset, .. } => {
+                offset.checked_add(va.0.wrapping_sub(self.start.0))
+            }
         }
     }
 
@@ -141,7 +173,7 @@ impl Vma {
     fn split_off(&mut self, at: Gva) -> Vma {
         let mut right = self.clone();
         right.start = at;
-        if let VmaKind::File { offset, .. } = &mut right.kind {
+        if let Some(offset) = right.kind.offset_mut() {
             *offset += at.0 - self.start.0;
         }
         self.end = at;
@@ -165,6 +197,18 @@ impl Vma {
                     offset: ob,
                 },
             ) => Arc::ptr_eq(a, b) && oa.checked_add(self.len()) == Some(*ob),
+            (
+                VmaKind::Shared {
+                    object: a,
+                    offset: oa,
+                    may_write: wa,
+                },
+                VmaKind::Shared {
+                    object: b,
+                    offset: ob,
+                    may_write: wb,
+                },
+            ) => Arc::ptr_eq(a, b) && wa == wb && oa.checked_add(self.len()) == Some(*ob),
             _ => false,
         }
     }

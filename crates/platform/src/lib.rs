@@ -12,9 +12,11 @@ pub mod addr;
 pub mod bench;
 pub mod layout;
 pub mod memory;
+pub mod shared;
 
 pub use addr::{Gpa, Gva, PAGE_SHIFT, PAGE_SIZE};
 pub use memory::{GuestMemory, MemoryError};
+pub use shared::{SharedWindow, SHARED_GPA_BASE, SHARED_GPA_END};
 pub mod gdt;
 pub mod kick;
 pub mod stubs;

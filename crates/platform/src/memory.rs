@@ -10,7 +10,10 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 
+use std::sync::Arc;
+
 use crate::addr::{Gpa, PAGE_SIZE};
+use crate::shared::SharedWindow;
 
 /// Errors of guest-memory access.
 #[derive(Debug, thiserror::Error)]
@@ -36,11 +39,20 @@ pub enum MemoryError {
     },
 }
 
-/// The VM's guest-physical memory.
+/// The VM's guest-physical memory: its own mapping from GPA 0, plus the shared windows
+/// attached to it (see [`crate::shared`]).
 pub struct GuestMemory {
     base: NonNull<u8>,
     size: u64,
+    /// Shared windows attached, sorted by guest-physical address; never detached while the
+    /// memory lives (a page table may point into any of them).
+    windows: std::sync::RwLock<Vec<Arc<SharedWindow>>>,
+    /// Registers a window as a memslot of the VM (set by the VM; slot numbers from 1).
+    registrar: std::sync::OnceLock<Box<Registrar>>,
 }
+
+/// How the VM registers a shared window as memslot `slot`.
+pub type Registrar = dyn Fn(u32, &SharedWindow) -> io::Result<()> + Send + Sync;
 
 // SAFETY: `GuestMemory` owns a private anonymous mapping; all access goes through raw copies or
 // system calls on checked ranges, which are safe to perform from any thread (the guest may race
@@ -85,7 +97,70 @@ impl GuestMemory {
             size,
             source: io::Error::from_raw_os_error(libc::ENOMEM),
         })?;
-        Ok(GuestMemory { base, size })
+        Ok(GuestMemory {
+            base,
+            size,
+            windows: std::sync::RwLock::new(Vec::new()),
+            registrar: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Sets how windows become memslots of the VM (once, by the VM over this memory).
+    pub fn set_registrar(&self, r: Box<Registrar>) {
+        let _ = self.registrar.set(r);
+    }
+
+    /// Attaches a shared window: the VM sees it at its guest-physical address from now on.
+    /// Attaching one already attached does nothing.
+    ///
+    /// # Errors
+    /// `ENODEV` if no VM runs over this memory; the host's errno if KVM refuses the memslot;
+    /// `EEXIST` if another window overlaps it.
+    pub fn attach(&self, w: &Arc<SharedWindow>) -> io::Result<()> {
+        let mut ws = self.windows.write().unwrap_or_else(|e| e.into_inner());
+        if ws.iter().any(|x| Arc::ptr_eq(x, w)) {
+            return Ok(());
+        }
+        let overlaps = |x: &Arc<SharedWindow>| {
+            x.gpa().0 < w.gpa().0 + w.size() && w.gpa().0 < x.gpa().0 + x.size()
+        };
+        if ws.iter().any(overlaps) {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        let register = self
+            .registrar
+            .get()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))?;
+        let slot =
+            u32::try_from(ws.len() + 1).map_err(|_| io::Error::from_raw_os_error(libc::ENOSPC))?;
+        register(slot, w)?;
+        let at = ws.partition_point(|x| x.gpa() < w.gpa());
+        ws.insert(at, w.clone());
+        Ok(())
+    }
+
+    /// The windows attached (a fork attaches the same ones to the child).
+    pub fn windows(&self) -> Vec<Arc<SharedWindow>> {
+        self.windows
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether `gpa` is a page of this VM's own memory (not of a shared window).
+    pub fn is_own(&self, gpa: Gpa) -> bool {
+        gpa.0 < self.size
+    }
+
+    /// Whether `gpa` is a page of an attached shared window.
+    pub fn is_shared(&self, gpa: Gpa) -> bool {
+        !self.is_own(gpa) && self.window_ptr(gpa, 1).is_some()
+    }
+
+    fn window_ptr(&self, gpa: Gpa, len: u64) -> Option<*mut u8> {
+        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        let i = ws.partition_point(|x| x.gpa() <= gpa);
+        i.checked_sub(1).and_then(|i| ws[i].host_ptr(gpa, len))
     }
 
     /// Size in bytes.
@@ -99,7 +174,8 @@ impl GuestMemory {
         self.base.as_ptr()
     }
 
-    /// Checks that `gpa..gpa+len` lies inside guest memory and returns its host pointer.
+    /// Checks that `gpa..gpa+len` lies inside guest memory (the VM's own, or one attached
+    /// shared window) and returns its host pointer.
     ///
     /// # Errors
     /// [`MemoryError::OutOfRange`] otherwise.
@@ -109,6 +185,9 @@ impl GuestMemory {
                 // SAFETY: `gpa.0 + len <= size`, so the offset stays inside the mapping.
                 Ok(unsafe { self.base.as_ptr().add(gpa.0 as usize) })
             }
+            Some(_) if gpa.0 >= self.size => self
+                .window_ptr(gpa, len)
+                .ok_or(MemoryError::OutOfRange { gpa, len }),
             _ => Err(MemoryError::OutOfRange { gpa, len }),
         }
     }

@@ -38,7 +38,7 @@ pub enum VmError {
 
 /// A KVM virtual machine with one memory region.
 pub struct Vm {
-    fd: VmFd,
+    fd: Arc<VmFd>,
     mem: Arc<GuestMemory>,
     cpuid: CpuId,
 }
@@ -91,6 +91,30 @@ impl Vm {
             op: "SET_USER_MEMORY_REGION",
             source,
         })?;
+        let fd = Arc::new(fd);
+        // Shared windows become memslots 1, 2, … of this VM when attached to its memory. The
+        // registrar holds the VM fd only weakly: it never keeps a dropped VM alive.
+        let weak = Arc::downgrade(&fd);
+        mem.set_registrar(Box::new(move |slot, w| {
+            let fd = weak
+                .upgrade()
+                .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENODEV))?;
+            let region = kvm_userspace_memory_region {
+                slot,
+                flags: if w.is_writable() {
+                    0
+                } else {
+                    kvm_bindings::KVM_MEM_READONLY
+                },
+                guest_phys_addr: w.gpa().raw(),
+                memory_size: w.size(),
+                userspace_addr: w.host_base() as u64,
+            };
+            // SAFETY: the region is the window's mapping, which the guest memory keeps alive
+            // (it holds the window's `Arc`) for as long as the VM can run.
+            unsafe { fd.set_user_memory_region(region) }
+                .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))
+        }));
         gdt::write_tables(&mem)?;
         stubs::write_stubs(&mem)?;
         let cpuid = kvm

@@ -93,19 +93,21 @@ fn maps(t: &Task) -> Vec<u8> {
     let mm = t.mm();
     let mut out = String::new();
     for v in mm.vmas() {
-        let (offset, file) = match &v.kind {
-            VmaKind::File { offset, .. } => (*offset, true),
-            VmaKind::Anon => (0, false),
+        let (offset, file, share) = match &v.kind {
+            VmaKind::File { offset, .. } => (*offset, true, 'p'),
+            VmaKind::Shared { offset, object, .. } => (*offset, object.is_file(), 's'),
+            VmaKind::Anon => (0, false, 'p'),
         };
         let perm = |p: Prot, c: char| if v.prot.contains(p) { c } else { '-' };
         let name = v.name.clone().unwrap_or_default();
         let line = format!(
-            "{:08x}-{:08x} {}{}{}p {:08x} 00:00 {} ",
+            "{:08x}-{:08x} {}{}{}{} {:08x} 00:00 {} ",
             v.start.raw(),
             v.end.raw(),
             perm(Prot::READ, 'r'),
             perm(Prot::WRITE, 'w'),
             perm(Prot::EXEC, 'x'),
+            share,
             offset,
             if file { 1 } else { 0 },
         );

@@ -16,6 +16,7 @@ mod sys_poll;
 mod sys_process;
 mod sys_rw;
 mod sys_session;
+mod sys_shm;
 mod sys_signal;
 mod sys_socket;
 mod sys_stat;

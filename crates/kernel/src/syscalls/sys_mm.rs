@@ -38,8 +38,8 @@ const MAP_FLAGS: i32 = libc::MAP_SHARED
 /// Implements mmap(2).
 ///
 /// "MAP_SHARED … Updates to the mapping are visible to other processes mapping the same
-/// region": file-backed shared mappings are not supported yet and are refused with ENODEV
-/// unless read-only (where a private copy is indistinguishable).
+/// region": a shared mapping maps a shared object of the sandbox (a new anonymous one, or the
+/// file's), whose pages every process mapping it sees (`mm::shared`).
 pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (addr, len, prot, flags, fd, off) = (a.gva(0), a.u(1), a.u(2), a.int(3), a.int(4), a.u(5));
     if flags & !MAP_FLAGS != 0 {
@@ -55,19 +55,49 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let shared = share != libc::MAP_PRIVATE;
     let kind = if flags & libc::MAP_ANONYMOUS != 0 {
-        VmaKind::Anon
+        if shared {
+            // Shared with the children this process forks: an object of its own.
+            let object = t
+                .group
+                .procs
+                .shm
+                .anonymous(len, "anon")
+                .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::ENOMEM)))?;
+            VmaKind::Shared {
+                object,
+                offset: 0,
+                may_write: true,
+            }
+        } else {
+            VmaKind::Anon
+        }
     } else {
         let f = t.fds.get(fd)?;
         if !matches!(f.kind, FileKind::Regular) {
             return Err(Errno::ENODEV);
         }
-        if shared && prot.contains(Prot::WRITE) {
-            return Err(Errno::ENODEV);
+        // Linux: the descriptor must be readable, and writable for a writable shared map.
+        let mode = access_mode(&f)?;
+        if mode == libc::O_WRONLY {
+            return Err(Errno::EACCES);
         }
-        let file = f.owned().try_clone().map_err(Errno::from)?;
-        VmaKind::File {
-            file: Arc::new(std::fs::File::from(file)),
-            offset: off,
+        let file = std::fs::File::from(f.owned().try_clone().map_err(Errno::from)?);
+        if shared {
+            let object = t.group.procs.shm.file(&file).map_err(Errno::from)?;
+            let may_write = mode == libc::O_RDWR && object.is_writable();
+            if prot.contains(Prot::WRITE) && !may_write {
+                return Err(Errno::EACCES);
+            }
+            VmaKind::Shared {
+                object,
+                offset: off,
+                may_write,
+            }
+        } else {
+            VmaKind::File {
+                file: Arc::new(file),
+                offset: off,
+            }
         }
     };
     let populate = flags & libc::MAP_POPULATE != 0;
@@ -92,6 +122,16 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
         })
         .map_err(mm_err)?;
     Ok(at.raw())
+}
+
+/// The access mode (O_RDONLY, O_WRONLY, O_RDWR) of an open file.
+fn access_mode(f: &crate::fd::OpenFile) -> Result<i32, Errno> {
+    // SAFETY: F_GETFL on a valid fd.
+    let fl = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&f.host()), libc::F_GETFL) };
+    if fl < 0 {
+        return Err(Errno::last());
+    }
+    Ok(fl & libc::O_ACCMODE)
 }
 
 /// Implements munmap(2).

@@ -1,6 +1,9 @@
 //! Process and thread identity, exit, arch_prctl, set_tid_address, futex, robust lists.
 
+use std::sync::Arc;
+
 use abi::Errno;
+use platform::Gva;
 
 use super::{SysResult, SyscallArgs};
 use crate::task::{ChildParts, ExitStatus, Task, WaitResult};
@@ -137,31 +140,65 @@ const FUTEX_REQUEUE: i32 = 3;
 const FUTEX_CMP_REQUEUE: i32 = 4;
 const FUTEX_CMD_MASK: i32 = !(128 | 256);
 
+const FUTEX_PRIVATE_FLAG: i32 = 128;
+
+/// Where a futex word's waiters queue.
+enum FutexQueues {
+    /// The process's own table, keyed by user address.
+    Process(Arc<crate::task::ThreadGroup>),
+    /// The sandbox's table of words in shared memory, keyed by guest-physical address.
+    Sandbox(Arc<crate::task::ProcessTable>),
+}
+
+impl FutexQueues {
+    fn table(&self) -> &crate::task::FutexTable {
+        match self {
+            FutexQueues::Process(g) => &g.futexes,
+            FutexQueues::Sandbox(p) => &p.shared_futexes,
+        }
+    }
+}
+
+/// The queues and key of the futex word at `addr`: a shared futex (no FUTEX_PRIVATE_FLAG)
+/// on a page of shared memory is keyed by the page's guest-physical address, the same in
+/// every process mapping it, so that waiters and wakers of different processes (each its
+/// own VM) meet; every other futex is the process's own, keyed by address.
+fn futex_queues(t: &mut Task, addr: Gva, op: i32) -> Result<(FutexQueues, u64), Errno> {
+    if op & FUTEX_PRIVATE_FLAG == 0 {
+        let shared_vma = t.mm().find_vma(addr).is_some_and(|v| v.kind.is_shared());
+        if shared_vma {
+            // Fault the page in (as the value check would), then find where it is.
+            let mut b = [0u8; 4];
+            t.copy_in(addr, &mut b)?;
+            let gpa = t.mm().page_tables().translate(addr).map(|(g, _)| g);
+            if let Some(gpa) = gpa.filter(|g| t.mem.is_shared(*g)) {
+                return Ok((FutexQueues::Sandbox(t.group.procs.clone()), gpa.raw()));
+            }
+        }
+    }
+    Ok((FutexQueues::Process(t.group.clone()), addr.raw()))
+}
+
 /// Implements futex(2): WAIT/WAKE (with bitsets), REQUEUE and CMP_REQUEUE, between the
-/// threads of the process (private and shared futexes alike: one address space). A wait
-/// interrupted by a signal or a park request returns EINTR and is restarted as Linux does.
+/// threads of a process, and between processes on shared memory (see [`futex_queues`]). A
+/// wait interrupted by a signal or a park request returns EINTR and is restarted as Linux
+/// does.
 pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let op = a.int(1) & FUTEX_CMD_MASK;
     let addr = a.gva(0);
     if addr.raw() % 4 != 0 {
         return Err(Errno::EINVAL);
     }
+    let (queues, key) = futex_queues(t, addr, a.int(1))?;
+    let futexes = queues.table();
     match op {
-        FUTEX_WAKE => Ok(u64::from(t.group.futexes.wake(
-            addr.raw(),
-            a.u(2) as u32,
-            u32::MAX,
-        ))),
+        FUTEX_WAKE => Ok(u64::from(futexes.wake(key, a.u(2) as u32, u32::MAX))),
         FUTEX_WAKE_BITSET => {
             let bitset = a.u(5) as u32;
             if bitset == 0 {
                 return Err(Errno::EINVAL);
             }
-            Ok(u64::from(t.group.futexes.wake(
-                addr.raw(),
-                a.u(2) as u32,
-                bitset,
-            )))
+            Ok(u64::from(futexes.wake(key, a.u(2) as u32, bitset)))
         }
         FUTEX_WAIT | FUTEX_WAIT_BITSET => {
             let bitset = if op == FUTEX_WAIT {
@@ -207,7 +244,7 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
             // The value check happens under the queue lock: no wake between check and sleep is
             // lost.
             let mut fault = None;
-            let word = t.group.futexes.enqueue(addr.raw(), bitset, || {
+            let word = futexes.enqueue(key, bitset, || {
                 let mut b = [0u8; 4];
                 match t.copy_in(addr, &mut b) {
                     Ok(()) => u32::from_le_bytes(b) == expected,
@@ -224,7 +261,7 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
                 return Err(Errno::EAGAIN);
             };
             t.control.set_idle(true);
-            let r = t.group.futexes.wait(addr.raw(), &word, timeout);
+            let r = futexes.wait(key, &word, timeout);
             match r {
                 WaitResult::Woken => Ok(0),
                 WaitResult::TimedOut => Err(Errno::ETIMEDOUT),
@@ -243,9 +280,15 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
                     return Err(Errno::EAGAIN);
                 }
             }
-            Ok(u64::from(t.group.futexes.requeue(
-                addr.raw(),
-                to.raw(),
+            let (to_queues, to_key) = futex_queues(t, to, a.int(1))?;
+            if std::mem::discriminant(&to_queues) != std::mem::discriminant(&queues) {
+                // One word in shared memory, the other private: nothing to move between
+                // tables; wake the waiters instead (they re-check their word).
+                return Ok(u64::from(futexes.wake(key, u32::MAX, u32::MAX)));
+            }
+            Ok(u64::from(futexes.requeue(
+                key,
+                to_key,
                 a.u(2) as u32,
                 a.u(3) as u32,
             )))

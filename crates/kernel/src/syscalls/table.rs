@@ -8,7 +8,7 @@ use abi::Errno;
 
 use super::{
     sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_mm, sys_pipe, sys_poll,
-    sys_process, sys_rw, sys_session, sys_signal, sys_socket, sys_stat, sys_time, SysResult, SyscallArgs,
+    sys_process, sys_rw, sys_session, sys_shm, sys_signal, sys_socket, sys_stat, sys_time, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -132,6 +132,10 @@ table! {
     58 vfork => sys_fork::sys_vfork, Partial("the child runs on a copy of the parent's memory: its writes are not seen by the parent");
     59 execve => sys_exec::sys_execve, Partial("only from a single-threaded process (EAGAIN otherwise); no set-user-ID");
     61 wait4 => sys_fork::sys_wait4, Partial("stopped and continued children are never reported; resource usage is zero");
+    29 shmget => sys_shm::sys_shmget, Full;
+    30 shmat => sys_shm::sys_shmat, Full;
+    67 shmdt => sys_shm::sys_shmdt, Full;
+    31 shmctl => sys_shm::sys_shmctl, Partial("IPC_STAT, SHM_STAT, IPC_SET, IPC_RMID, SHM_LOCK/UNLOCK; no IPC_INFO/SHM_INFO");
     247 waitid => sys_fork::sys_waitid, Partial("exited children only (the sandbox has no job control); resource usage is zero");
     434 pidfd_open => sys_fork::sys_pidfd_open, Full;
     424 pidfd_send_signal => sys_fork::sys_pidfd_send_signal, Partial("no siginfo argument (EINVAL)");

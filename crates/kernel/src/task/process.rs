@@ -59,6 +59,14 @@ pub struct ProcessTable {
     tasks: Arc<TaskCount>,
     procs: Mutex<HashMap<i32, Entry>>,
     changed: Condvar,
+    /// The sandbox's shared memory (MAP_SHARED objects, System V segments), which every
+    /// process's VM may attach.
+    pub shm: Arc<mm::SharedSpace>,
+    /// Futex queues of words in shared memory, keyed by guest-physical address (the same in
+    /// every VM), for the futex calls of different processes to meet.
+    pub shared_futexes: super::FutexTable,
+    /// The sandbox's System V shared memory segments.
+    pub sysv_shm: Arc<crate::ipc::ShmTable>,
 }
 
 /// How often a blocked wait4 or vfork checks whether it was interrupted.
@@ -95,6 +103,9 @@ impl Default for ProcessTable {
             }),
             procs: Mutex::new(HashMap::new()),
             changed: Condvar::new(),
+            shm: mm::SharedSpace::new(),
+            shared_futexes: super::FutexTable::default(),
+            sysv_shm: Arc::default(),
         }
     }
 }

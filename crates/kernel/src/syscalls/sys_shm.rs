@@ -1,0 +1,211 @@
+//! System V shared memory: shmget(2), shmat(2), shmdt(2), shmctl(2), over the sandbox's
+//! segment table ([`crate::ipc`]).
+
+use abi::Errno;
+use mm::{MmapRequest, Prot, VmaKind};
+use platform::{Gva, PAGE_SIZE};
+
+use super::{SysResult, SyscallArgs};
+use crate::ipc::{self, Segment};
+use crate::task::Task;
+
+const IPC_CREAT: i32 = 0o1000;
+const IPC_EXCL: i32 = 0o2000;
+const IPC_RMID: i32 = 0;
+const IPC_SET: i32 = 1;
+const IPC_STAT: i32 = 2;
+const IPC_64: i32 = 0x100;
+const SHM_LOCK: i32 = 11;
+const SHM_UNLOCK: i32 = 12;
+const SHM_STAT: i32 = 13;
+const SHM_STAT_ANY: i32 = 15;
+const SHM_RDONLY: i32 = 0o10000;
+const SHM_RND: i32 = 0o20000;
+const SHM_REMAP: i32 = 0o40000;
+const SHM_EXEC: i32 = 0o100000;
+/// SHMLBA on x86-64: a page.
+const SHMLBA: u64 = PAGE_SIZE;
+
+/// Implements shmget(2).
+pub fn sys_shmget(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (key, size, flags) = (a.int(0), a.u(1), a.int(2));
+    let (uid, gid, pid) = (t.creds.uid, t.creds.gid, t.pid);
+    let space = t.group.procs.shm.clone();
+    let id = t.group.procs.sysv_shm.get(
+        key,
+        size,
+        key == ipc::IPC_PRIVATE || flags & IPC_CREAT != 0,
+        flags & IPC_EXCL != 0,
+        || {
+            let object = space
+                .anonymous(size, "sysv")
+                .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::ENOMEM)))?;
+            Ok(Segment {
+                key,
+                size,
+                uid,
+                gid,
+                cuid: uid,
+                cgid: gid,
+                mode: (flags & 0o777) as u16,
+                cpid: pid,
+                lpid: 0,
+                atime: 0,
+                dtime: 0,
+                ctime: ipc::now(),
+                object,
+            })
+        },
+    )?;
+    Ok(id as u64)
+}
+
+/// Implements shmat(2): maps the whole segment, read-write or (SHM_RDONLY) read-only, at
+/// `addr` (rounded down with SHM_RND; replacing what is there with SHM_REMAP) or where the
+/// kernel picks.
+pub fn sys_shmat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (id, addr, flags) = (a.int(0), a.u(1), a.int(2));
+    let seg = t.group.procs.sysv_shm.segment(id)?;
+    let mut addr = addr;
+    if addr != 0 && addr % SHMLBA != 0 {
+        if flags & SHM_RND == 0 {
+            return Err(Errno::EINVAL);
+        }
+        addr &= !(SHMLBA - 1);
+    }
+    if flags & SHM_REMAP != 0 && addr == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let readonly = flags & SHM_RDONLY != 0;
+    let mut prot = if readonly { Prot::READ } else { Prot::RW };
+    if flags & SHM_EXEC != 0 {
+        prot = prot | Prot::EXEC;
+    }
+    // Permission bits, as Linux checks them for a process without CAP_IPC_OWNER.
+    if t.creds.uid != 0 {
+        let bits = if t.creds.uid == seg.uid || t.creds.uid == seg.cuid {
+            seg.mode >> 6
+        } else if t.creds.gid == seg.gid || t.creds.gid == seg.cgid {
+            seg.mode >> 3
+        } else {
+            seg.mode
+        };
+        if bits & 4 == 0 || (!readonly && bits & 2 == 0) {
+            return Err(Errno::EACCES);
+        }
+    }
+    let request = MmapRequest {
+        addr: Gva(addr),
+        len: seg.size,
+        prot,
+        fixed: addr != 0 && flags & SHM_REMAP != 0,
+        fixed_noreplace: addr != 0 && flags & SHM_REMAP == 0,
+        kind: VmaKind::Shared {
+            object: seg.object.clone(),
+            offset: 0,
+            may_write: !readonly,
+        },
+        name: Some("/SYSV".to_string()),
+    };
+    let at = t
+        .mm_restrict(|mm| mm.mmap(request))
+        .map_err(|e| match e.errno() {
+            libc::EEXIST => Errno::EINVAL,
+            n => Errno(n),
+        })?;
+    drop(seg);
+    let pid = t.pid;
+    let _ = t.group.procs.sysv_shm.update(id, |s| {
+        s.lpid = pid;
+        s.atime = ipc::now();
+    });
+    Ok(at.raw())
+}
+
+/// Implements shmdt(2): unmaps the segment attached at `addr` (EINVAL if none starts there).
+pub fn sys_shmdt(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let addr = a.gva(0);
+    if addr.raw() % SHMLBA != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (object, end) = {
+        let mm = t.mm();
+        let v = mm
+            .find_vma(addr)
+            .filter(|v| v.start == addr)
+            .ok_or(Errno::EINVAL)?;
+        let VmaKind::Shared {
+            object, offset: 0, ..
+        } = &v.kind
+        else {
+            return Err(Errno::EINVAL);
+        };
+        if object.name() != "sysv" {
+            return Err(Errno::EINVAL);
+        }
+        let size = object.len().map_err(Errno::from)?;
+        (object.clone(), Gva(addr.raw() + size))
+    };
+    // Every piece of this attach (mprotect may have split it) up to the segment's size.
+    let len = {
+        let mm = t.mm();
+        let mut e = addr;
+        while let Some(v) = mm.find_vma(e).filter(|v| {
+            v.start < end
+                && matches!(&v.kind, VmaKind::Shared { object: o, .. } if std::sync::Arc::ptr_eq(o, &object))
+        }) {
+            e = v.end.min(end);
+            if e == end {
+                break;
+            }
+        }
+        e.raw() - addr.raw()
+    };
+    t.mm_restrict(|mm| mm.munmap(addr, len))
+        .map_err(|e| Errno(e.errno()))?;
+    t.group.procs.sysv_shm.detached(&object, t.pid);
+    Ok(0)
+}
+
+/// Implements shmctl(2): IPC_STAT (and SHM_STAT), IPC_SET (owner and mode), IPC_RMID,
+/// SHM_LOCK/SHM_UNLOCK (accepted: nothing is swapped but by hibernation).
+pub fn sys_shmctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (id, cmd, buf) = (a.int(0), a.int(1) & !IPC_64, a.gva(2));
+    let table = t.group.procs.sysv_shm.clone();
+    match cmd {
+        IPC_STAT | SHM_STAT | SHM_STAT_ANY => {
+            let ds = table.stat(id)?;
+            t.copy_out(buf, &ds)?;
+            Ok(if cmd == IPC_STAT { 0 } else { id as u64 })
+        }
+        IPC_SET => {
+            let mut ds = [0u8; 112];
+            t.copy_in(buf, &mut ds)?;
+            let field =
+                |at: usize| u32::from_le_bytes([ds[at], ds[at + 1], ds[at + 2], ds[at + 3]]);
+            let (uid, gid, mode) = (field(4), field(8), u16::from_le_bytes([ds[20], ds[21]]));
+            let me = t.creds.uid;
+            table.update(id, |s| {
+                if me != 0 && me != s.uid && me != s.cuid {
+                    return Err(Errno::EPERM);
+                }
+                s.uid = uid;
+                s.gid = gid;
+                s.mode = (s.mode & !0o777) | (mode & 0o777);
+                s.ctime = ipc::now();
+                Ok(())
+            })??;
+            Ok(0)
+        }
+        IPC_RMID => {
+            let seg = table.segment(id)?;
+            if t.creds.uid != 0 && t.creds.uid != seg.uid && t.creds.uid != seg.cuid {
+                return Err(Errno::EPERM);
+            }
+            table.remove(id)?;
+            Ok(0)
+        }
+        SHM_LOCK | SHM_UNLOCK => table.segment(id).map(|_| 0),
+        _ => Err(Errno::EINVAL),
+    }
+}

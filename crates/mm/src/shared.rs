@@ -1,0 +1,256 @@
+//! Memory shared between the processes of a sandbox: the objects behind `MAP_SHARED`
+//! mappings (anonymous ones, files, POSIX shared memory in `/dev/shm`) and System V segments.
+//!
+//! Each process of a sandbox is its own VM, so sharing cannot come from one page table: a
+//! [`SharedObject`] is host memory that every VM mapping it attaches as a
+//! [`SharedWindow`](platform::SharedWindow) at the same guest-physical address. An object is
+//! cut into [`WINDOW_SIZE`] windows made on first use, each with its own addresses from the
+//! sandbox's [`SharedSpace`], so an object can grow (a file extended with `ftruncate`) without
+//! moving what is mapped. Anonymous objects are `memfd`s of fixed size; file objects map the
+//! host file itself, so the guest's stores and `read(2)`/`write(2)` see the same bytes, and
+//! two `mmap`s of one file (by inode) share one object.
+//!
+//! Pages of shared objects are not the page allocator's: unmapping never frees them, fork
+//! maps the same pages in the child, and the deflate of a hibernation leaves them resident.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, Weak};
+
+use platform::{Gpa, SharedWindow, PAGE_SIZE, SHARED_GPA_BASE, SHARED_GPA_END};
+
+/// Size of one window of a shared object (and the gap left between windows, so that two
+/// windows never look contiguous in guest-physical memory).
+pub const WINDOW_SIZE: u64 = 2 << 20;
+
+/// The shared memory of one sandbox: guest-physical addresses for windows, and the file
+/// objects by inode (so that every `mmap` of one file shares pages).
+#[derive(Default)]
+pub struct SharedSpace {
+    next_gpa: Mutex<u64>,
+    files: Mutex<HashMap<(u64, u64), Weak<SharedObject>>>,
+}
+
+impl std::fmt::Debug for SharedSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedSpace").finish_non_exhaustive()
+    }
+}
+
+impl SharedSpace {
+    /// An empty space.
+    pub fn new() -> Arc<SharedSpace> {
+        Arc::new(SharedSpace::default())
+    }
+
+    /// Guest-physical addresses for `len` bytes (plus a gap), or `ENOMEM` when the space is
+    /// used up.
+    fn take(&self, len: u64) -> io::Result<Gpa> {
+        let mut next = self.next_gpa.lock().unwrap_or_else(|e| e.into_inner());
+        let at = SHARED_GPA_BASE.raw() + *next;
+        let end = at
+            .checked_add(len + WINDOW_SIZE)
+            .filter(|&e| e <= SHARED_GPA_END.raw())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        *next = end - SHARED_GPA_BASE.raw();
+        Ok(Gpa(at))
+    }
+
+    /// A new anonymous object of `len` bytes (rounded up to pages), zero-filled: what
+    /// `mmap(MAP_SHARED | MAP_ANONYMOUS)` and `shmget` create.
+    ///
+    /// # Errors
+    /// The host's errno (memfd, ftruncate); `ENOMEM` when no addresses are left.
+    pub fn anonymous(self: &Arc<Self>, len: u64, name: &str) -> io::Result<Arc<SharedObject>> {
+        let len = len
+            .checked_next_multiple_of(PAGE_SIZE)
+            .filter(|&l| l > 0)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let cname = std::ffi::CString::new(format!("torpor-shm-{name}"))
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a valid NUL-terminated name and flags; the result is checked.
+        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ftruncate on a valid fd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Arc::new(SharedObject {
+            space: self.clone(),
+            file: Arc::new(fd),
+            name: name.to_string(),
+            writable: true,
+            fixed_len: Some(len),
+            windows: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The object of host file `file` (one per inode in the sandbox), for a `MAP_SHARED`
+    /// mapping of it.
+    ///
+    /// # Errors
+    /// The host's errno of fstat or dup.
+    pub fn file(self: &Arc<Self>, file: &std::fs::File) -> io::Result<Arc<SharedObject>> {
+        let meta = file.metadata()?;
+        let key = (
+            std::os::unix::fs::MetadataExt::dev(&meta),
+            std::os::unix::fs::MetadataExt::ino(&meta),
+        );
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(obj) = files.get(&key).and_then(Weak::upgrade) {
+            return Ok(obj);
+        }
+        files.retain(|_, w| w.strong_count() > 0);
+        // The object keeps its own descriptor, reopened read-write through /proc (the same
+        // inode) so that the first mapper's read-only descriptor does not make every later
+        // writable mapping fail; a file that cannot be written gives a read-only object.
+        let reopened = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        let (fd, writable) = match reopened {
+            Ok(f) => (OwnedFd::from(f), true),
+            Err(_) => (OwnedFd::from(file.try_clone()?), false),
+        };
+        let obj = Arc::new(SharedObject {
+            space: self.clone(),
+            file: Arc::new(fd),
+            name: String::new(),
+            writable,
+            fixed_len: None,
+            windows: Mutex::new(HashMap::new()),
+        });
+        files.insert(key, Arc::downgrade(&obj));
+        Ok(obj)
+    }
+}
+
+/// Host memory shared by the processes that map it (see the module's doc).
+pub struct SharedObject {
+    space: Arc<SharedSpace>,
+    file: Arc<OwnedFd>,
+    /// What made an anonymous object (`anon`, `sysv`…), empty for a file.
+    name: String,
+    /// Whether its windows may be written (false for a file the runtime cannot write).
+    writable: bool,
+    /// The size of an anonymous object; `None` for a file (its size is the file's).
+    fixed_len: Option<u64>,
+    windows: Mutex<HashMap<u64, Arc<SharedWindow>>>,
+}
+
+impl std::fmt::Debug for SharedObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedObject(fd {})", self.file.as_raw_fd())
+    }
+}
+
+impl SharedObject {
+    /// The object's size now: fixed for an anonymous one, the file's for a file.
+    ///
+    /// # Errors
+    /// The host's errno of fstat.
+    pub fn len(&self) -> io::Result<u64> {
+        if let Some(l) = self.fixed_len {
+            return Ok(l);
+        }
+        // SAFETY: an all-zero stat is valid; fstat fills it from a valid fd.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid fd and a writable stat.
+        if unsafe { libc::fstat(self.file.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st.st_size as u64)
+    }
+
+    /// What made an anonymous object (the name given to [`SharedSpace::anonymous`]).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the object's pages may be mapped writable.
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// Whether the object is a file (not anonymous memory).
+    pub fn is_file(&self) -> bool {
+        self.fixed_len.is_none()
+    }
+
+    /// The window holding byte `offset` of the object (made on first use) and the
+    /// guest-physical address of that byte's page.
+    ///
+    /// # Errors
+    /// `EFAULT` (the caller sends SIGBUS) for an offset at or past the object's end; the
+    /// host's errno if the window cannot be mapped; `ENOMEM` when no addresses are left.
+    pub fn page(&self, offset: u64) -> io::Result<(Arc<SharedWindow>, Gpa)> {
+        let page = offset & !(PAGE_SIZE - 1);
+        if page >= self.len()? {
+            return Err(io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        let idx = page / WINDOW_SIZE;
+        let mut ws = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let w = match ws.get(&idx) {
+            Some(w) => w.clone(),
+            None => {
+                let gpa = self.space.take(WINDOW_SIZE)?;
+                let w = SharedWindow::new(
+                    self.file.clone(),
+                    idx * WINDOW_SIZE,
+                    WINDOW_SIZE,
+                    gpa,
+                    self.writable,
+                )?;
+                ws.insert(idx, w.clone());
+                w
+            }
+        };
+        Ok((w.clone(), Gpa(w.gpa().raw() + (page - idx * WINDOW_SIZE))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anonymous_objects_get_distinct_windows() {
+        let s = SharedSpace::new();
+        let a = s.anonymous(3 * WINDOW_SIZE, "a").unwrap();
+        let b = s.anonymous(PAGE_SIZE, "b").unwrap();
+        let (wa0, ga0) = a.page(0).unwrap();
+        let (wa2, ga2) = a.page(2 * WINDOW_SIZE + 5 * PAGE_SIZE + 7).unwrap();
+        let (_, gb) = b.page(0).unwrap();
+        assert_eq!(ga0, wa0.gpa());
+        assert_eq!(ga2.raw(), wa2.gpa().raw() + 5 * PAGE_SIZE);
+        assert!(!Arc::ptr_eq(&wa0, &wa2));
+        // Same page, same window and address.
+        assert_eq!(a.page(PAGE_SIZE).unwrap().1.raw(), ga0.raw() + PAGE_SIZE);
+        assert!(gb.raw() >= SHARED_GPA_BASE.raw() && gb != ga0 && gb != ga2);
+        assert_eq!(
+            b.page(PAGE_SIZE).unwrap_err().raw_os_error(),
+            Some(libc::EFAULT)
+        );
+    }
+
+    #[test]
+    fn one_object_per_file() {
+        let dir = std::env::temp_dir().join(format!("torpor-shm-test-{}", std::process::id()));
+        std::fs::write(&dir, vec![7u8; 5000]).unwrap();
+        let s = SharedSpace::new();
+        let f1 = std::fs::File::open(&dir).unwrap();
+        let f2 = std::fs::File::open(&dir).unwrap();
+        let a = s.file(&f1).unwrap();
+        let b = s.file(&f2).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.len().unwrap(), 5000);
+        assert!(a.page(4096).is_ok());
+        assert!(a.page(8192).is_err(), "past the end of the file");
+        std::fs::remove_file(&dir).unwrap();
+    }
+}
