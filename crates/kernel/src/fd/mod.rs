@@ -41,6 +41,9 @@ pub struct SocketState {
     pub guest_local: Option<std::net::SocketAddr>,
     /// The policy's record of that binding, released when the socket is gone.
     pub lease: Option<std::sync::Arc<crate::net::PortLease>>,
+    /// An AF_UNIX socket's entry in the sandbox's Unix socket registry (its guest name and
+    /// credentials), released when the last descriptor of this open file is gone.
+    pub unix: Option<std::sync::Arc<crate::net::unix::UnixRef>>,
 }
 
 /// An open file description (shared by dup'ed descriptors).
@@ -72,5 +75,13 @@ impl OpenFile {
     /// Whether it is a socket.
     pub fn is_socket(&self) -> bool {
         matches!(self.kind, FileKind::Socket(_))
+    }
+
+    /// A copy of a socket's state (`None` for anything else).
+    pub fn socket_state(&self) -> Option<SocketState> {
+        match &self.kind {
+            FileKind::Socket(m) => Some(m.lock().unwrap_or_else(|e| e.into_inner()).clone()),
+            _ => None,
+        }
     }
 }

@@ -1,4 +1,17 @@
-//! The sandbox's network policy: which host addresses the application's sockets may use.
+//! The socket layer: the sandbox's network policy and the guest's sockets, below the
+//! syscall handlers (`syscalls/sys_socket.rs`, which decode arguments and dispatch by family).
+//!
+//! ```text
+//! mod.rs    the network policy (this file): which host addresses Internet sockets may use
+//! inet.rs   AF_INET/AF_INET6: address codecs and their translation through the policy
+//! unix.rs   AF_UNIX: names confined to the root or tagged abstract names, credentials
+//! cmsg.rs   control messages: SCM_RIGHTS (guest fds <-> host fds) and SCM_CREDENTIALS
+//! host.rs   the host socket calls themselves (every `unsafe` of the layer)
+//! ```
+//!
+//! Every guest socket is a host socket of the same family and type (always created
+//! `SOCK_CLOEXEC` on the host; the guest's close-on-exec flag lives in the `FdTable`, its
+//! `O_NONBLOCK` on the host fd), so blocking, readiness and data transfer are the host's.
 //!
 //! A `bind` to a published guest port binds the host address given by `--publish`; any other
 //! bind lands on an ephemeral loopback port (the application can still talk to itself, but
@@ -10,6 +23,11 @@
 //! uses the [`NetPolicy::namespaced`] policy instead: binds and connects are the
 //! application's own, unchanged, inside that namespace, whose reachability the engine decides
 //! (as with runc).
+
+pub mod cmsg;
+pub mod host;
+pub mod inet;
+pub mod unix;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -58,6 +76,8 @@ pub struct NetPolicy {
     namespaced: bool,
     /// Guest port → host address actually bound.
     bound: Mutex<HashMap<u16, SocketAddr>>,
+    /// The sandbox's Unix socket names (abstract ones tagged on the host) and credentials.
+    pub unix: unix::UnixNamespace,
 }
 
 impl NetPolicy {
@@ -68,6 +88,7 @@ impl NetPolicy {
             allow_outbound,
             namespaced: false,
             bound: Mutex::new(HashMap::new()),
+            unix: unix::UnixNamespace::new(),
         }
     }
 
@@ -79,6 +100,7 @@ impl NetPolicy {
             allow_outbound: true,
             namespaced: true,
             bound: Mutex::new(HashMap::new()),
+            unix: unix::UnixNamespace::new(),
         }
     }
 

@@ -1,33 +1,20 @@
-//! Sockets: host TCP/UDP sockets behind the sandbox's network policy.
+//! Socket syscalls: thin handlers over the socket layer (`crate::net`).
 //!
-//! Every guest socket is a host socket of the same family and type (always created
-//! `SOCK_CLOEXEC` on the host; the guest's close-on-exec flag lives in the `FdTable`, its
-//! `O_NONBLOCK` on the host fd). Addresses are translated by [`NetPolicy`]:
-//!
-//! - `bind` binds the host address the policy picks (a published address, or an ephemeral
-//!   loopback port) and remembers the guest's view (`SocketState::guest_local`), which is what
-//!   `getsockname` reports. A stream socket that listens without binding is bound the same way
-//!   first, so the host never auto-binds a listener to every interface.
-//! - `connect` and `sendto` go where [`NetPolicy::connect_target`] says: the host port behind a
-//!   guest port the sandbox bound, or (with outbound access) the address as given.
-//! - Peer addresses on loopback that belong to one of the sandbox's own bindings are reported
-//!   with the guest port (`getpeername`, `accept`, `recvfrom`).
+//! Each handler decodes and checks the guest's arguments (addresses, lengths, flags, the
+//! `msghdr` of sendmsg/recvmsg), copies guest memory in and out, and dispatches by the
+//! socket's family: Internet sockets to `net::inet` (addresses translated by the network
+//! policy), Unix sockets to `net::unix` (names confined to the root or tagged abstract names,
+//! guest credentials), control messages to `net::cmsg`. Host calls are in `net::host`.
 //!
 //! Data moves zero-copy: the guest buffer is translated to guest-physical runs and handed to
-//! `sendmsg`/`recvmsg` as host iovecs.
+//! `sendmsg`/`recvmsg` as host iovecs. A blocking call is a blocking host call: a kick
+//! interrupts it with EINTR and the task loop restarts it after a park.
 //!
-//! Differences from Linux:
-//! - A UDP datagram sent to a loopback port nobody in the sandbox bound is dropped (as Linux
-//!   does when nothing listens), but a `connect` to such a port fails with `ECONNREFUSED`
-//!   even for UDP.
-//! - The host enforces port conflicts between host addresses, not guest ports: two guest
-//!   sockets binding the same unpublished guest port both succeed (each gets its own
-//!   ephemeral host port; the later one wins in the policy's table).
-//! - A SIGPIPE for a send on a broken connection is raised only when its disposition is the
-//!   default (it ends the process); handlers are not yet delivered.
+//! Differences from Linux: a SIGPIPE for a send on a broken connection is raised only when
+//! its disposition is the default (it ends the process); handlers are not yet delivered.
+//! sendmmsg and recvmmsg are not implemented.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use abi::Errno;
@@ -35,17 +22,11 @@ use platform::{Gpa, Gva};
 
 use super::{SysResult, SyscallArgs};
 use crate::fd::{FileKind, OpenFile, SocketState, MAX_FDS};
-use crate::net::NetPolicy;
+use crate::net::host::{self, family_of, RawSockAddr};
+use crate::net::unix::{self, Ucred, UnixAddr, UnixRef};
+use crate::net::{cmsg, inet};
 use crate::task::Task;
 
-/// `sizeof(struct sockaddr_storage)`: the most address bytes a syscall takes.
-const SOCKADDR_MAX: usize = 128;
-/// `sizeof(struct sockaddr_in)`.
-const SOCKADDR_IN_LEN: usize = 16;
-/// `sizeof(struct sockaddr_in6)`.
-const SOCKADDR_IN6_LEN: usize = 28;
-/// The shortest `sockaddr_in6` Linux accepts (no `sin6_scope_id`).
-const SIN6_LEN_RFC2133: usize = 24;
 /// Most option bytes copied for set/getsockopt (gVisor's `maxOptLen`).
 const MAX_OPT_LEN: usize = 64;
 /// Most bytes moved by one call (Linux's MAX_RW_COUNT).
@@ -61,6 +42,10 @@ const AF_MAX: i32 = 46;
 const SOCK_MAX: i32 = 11;
 /// Linux's IPPROTO_MAX.
 const IPPROTO_MAX: i32 = 263;
+/// `sizeof(struct msghdr)` on x86-64.
+const MSGHDR_LEN: usize = 56;
+/// Most iovecs in a msghdr (UIO_MAXIOV).
+const UIO_MAXIOV: u64 = 1024;
 
 /// send flags passed through (MSG_NOSIGNAL is always added on the host).
 const SEND_FLAGS: i32 = libc::MSG_DONTWAIT
@@ -69,207 +54,13 @@ const SEND_FLAGS: i32 = libc::MSG_DONTWAIT
     | libc::MSG_OOB
     | libc::MSG_EOR
     | libc::MSG_CONFIRM;
-/// recv flags passed through.
-const RECV_FLAGS: i32 =
-    libc::MSG_DONTWAIT | libc::MSG_PEEK | libc::MSG_WAITALL | libc::MSG_TRUNC | libc::MSG_OOB;
-
-// ---------------------------------------------------------------------------------------------
-// Socket addresses in the Linux x86-64 layout.
-
-/// A socket address as bytes in the Linux x86-64 layout (which is the host's), aligned so the
-/// host may read it as a `struct sockaddr`.
-#[repr(C, align(8))]
-#[derive(Clone, Copy)]
-struct RawSockAddr {
-    bytes: [u8; SOCKADDR_MAX],
-    len: usize,
-}
-
-impl RawSockAddr {
-    fn empty() -> RawSockAddr {
-        RawSockAddr {
-            bytes: [0; SOCKADDR_MAX],
-            len: 0,
-        }
-    }
-
-    /// The meaningful bytes.
-    fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len.min(SOCKADDR_MAX)]
-    }
-
-    fn ptr(&self) -> *const libc::sockaddr {
-        self.bytes.as_ptr().cast()
-    }
-
-    fn mut_ptr(&mut self) -> *mut libc::sockaddr {
-        self.bytes.as_mut_ptr().cast()
-    }
-
-    fn socklen(&self) -> libc::socklen_t {
-        self.len.min(SOCKADDR_MAX) as libc::socklen_t
-    }
-}
-
-fn family_of(b: &[u8]) -> i32 {
-    match b {
-        [lo, hi, ..] => i32::from(u16::from_le_bytes([*lo, *hi])),
-        _ => 0,
-    }
-}
-
-/// Encodes `a` as a `sockaddr_in` or `sockaddr_in6`.
-fn encode_sockaddr(a: &SocketAddr) -> RawSockAddr {
-    let mut r = RawSockAddr::empty();
-    match a {
-        SocketAddr::V4(v4) => {
-            r.bytes[0..2].copy_from_slice(&(libc::AF_INET as u16).to_le_bytes());
-            r.bytes[2..4].copy_from_slice(&v4.port().to_be_bytes());
-            r.bytes[4..8].copy_from_slice(&v4.ip().octets());
-            r.len = SOCKADDR_IN_LEN;
-        }
-        SocketAddr::V6(v6) => {
-            r.bytes[0..2].copy_from_slice(&(libc::AF_INET6 as u16).to_le_bytes());
-            r.bytes[2..4].copy_from_slice(&v6.port().to_be_bytes());
-            r.bytes[4..8].copy_from_slice(&v6.flowinfo().to_be_bytes());
-            r.bytes[8..24].copy_from_slice(&v6.ip().octets());
-            r.bytes[24..28].copy_from_slice(&v6.scope_id().to_le_bytes());
-            r.len = SOCKADDR_IN6_LEN;
-        }
-    }
-    r
-}
-
-fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn v4_from(b: &[u8]) -> SocketAddr {
-    let ip = Ipv4Addr::new(b[4], b[5], b[6], b[7]);
-    SocketAddr::V4(SocketAddrV4::new(ip, be16(b, 2)))
-}
-
-fn v6_from(b: &[u8]) -> SocketAddr {
-    let mut o = [0u8; 16];
-    o.copy_from_slice(&b[8..24]);
-    let scope = if b.len() >= SOCKADDR_IN6_LEN {
-        le32(b, 24)
-    } else {
-        0
-    };
-    SocketAddr::V6(SocketAddrV6::new(
-        Ipv6Addr::from(o),
-        be16(b, 2),
-        be32(b, 4),
-        scope,
-    ))
-}
-
-/// Decodes an address the guest passed for a socket of `family` (bind, connect, sendto), with
-/// Linux's checks: too short is `EINVAL`, another family `EAFNOSUPPORT`. As Linux does for
-/// IPv4, `AF_UNSPEC` is taken as `AF_INET` when `unspec_ok` (bind only allows it with
-/// INADDR_ANY).
-fn decode_guest_sockaddr(b: &[u8], family: i32, unspec_ok: bool) -> Result<SocketAddr, Errno> {
-    match family {
-        libc::AF_INET => {
-            if b.len() < SOCKADDR_IN_LEN {
-                return Err(Errno::EINVAL);
-            }
-            let f = family_of(b);
-            if f != libc::AF_INET && !(f == libc::AF_UNSPEC && unspec_ok) {
-                return Err(Errno::EAFNOSUPPORT);
-            }
-            Ok(v4_from(b))
-        }
-        libc::AF_INET6 => {
-            if b.len() < SIN6_LEN_RFC2133 {
-                return Err(Errno::EINVAL);
-            }
-            if family_of(b) != libc::AF_INET6 {
-                return Err(Errno::EAFNOSUPPORT);
-            }
-            Ok(v6_from(b))
-        }
-        _ => Err(Errno::EAFNOSUPPORT),
-    }
-}
-
-/// Decodes an address the host returned, by its own family.
-fn parse_sockaddr(b: &[u8]) -> Option<SocketAddr> {
-    match family_of(b) {
-        libc::AF_INET if b.len() >= SOCKADDR_IN_LEN => Some(v4_from(b)),
-        libc::AF_INET6 if b.len() >= SIN6_LEN_RFC2133 => Some(v6_from(b)),
-        _ => None,
-    }
-}
-
-/// `a` as an address of `family`: IPv4 addresses on an IPv6 socket become v4-mapped (the
-/// wildcard becomes `::`); IPv6 loopback, wildcard and v4-mapped addresses on an IPv4 socket
-/// become their IPv4 forms. `None` when there is no such form.
-fn fit_family(a: SocketAddr, family: i32) -> Option<SocketAddr> {
-    match (a, family) {
-        (SocketAddr::V4(_), libc::AF_INET) | (SocketAddr::V6(_), libc::AF_INET6) => Some(a),
-        (SocketAddr::V4(v4), libc::AF_INET6) => {
-            let ip = if v4.ip().is_unspecified() {
-                Ipv6Addr::UNSPECIFIED
-            } else {
-                v4.ip().to_ipv6_mapped()
-            };
-            Some(SocketAddr::new(IpAddr::V6(ip), a.port()))
-        }
-        (SocketAddr::V6(v6), libc::AF_INET) => {
-            let ip = if v6.ip().is_unspecified() {
-                Ipv4Addr::UNSPECIFIED
-            } else if v6.ip().is_loopback() {
-                Ipv4Addr::LOCALHOST
-            } else {
-                v6.ip().to_ipv4_mapped()?
-            };
-            Some(SocketAddr::new(IpAddr::V4(ip), a.port()))
-        }
-        _ => None,
-    }
-}
-
-/// `a` with a v4-mapped IPv6 address turned into IPv4 (so loopback tests see 127.0.0.1).
-fn canonical(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(ip) => SocketAddr::new(IpAddr::V4(ip), a.port()),
-            None => a,
-        },
-        SocketAddr::V4(_) => a,
-    }
-}
-
-/// How the guest sees a remote host address: a loopback peer that is one of the sandbox's own
-/// bindings is shown with its guest port.
-fn guest_view_of_remote(net: &NetPolicy, host: SocketAddr) -> SocketAddr {
-    if host.port() != 0 && canonical(host).ip().is_loopback() {
-        if let Some(g) = net.guest_port_of(host) {
-            let mut a = host;
-            a.set_port(g);
-            return a;
-        }
-    }
-    host
-}
-
-/// Raw host address bytes as the guest should see them (translated when they decode).
-fn guest_view_bytes(net: &NetPolicy, raw: &RawSockAddr) -> RawSockAddr {
-    match parse_sockaddr(raw.as_bytes()) {
-        Some(a) => encode_sockaddr(&guest_view_of_remote(net, a)),
-        None => *raw,
-    }
-}
+/// recv flags passed through (MSG_CMSG_CLOEXEC is applied by the kernel, to guest fds).
+const RECV_FLAGS: i32 = libc::MSG_DONTWAIT
+    | libc::MSG_PEEK
+    | libc::MSG_WAITALL
+    | libc::MSG_TRUNC
+    | libc::MSG_OOB
+    | libc::MSG_CMSG_CLOEXEC;
 
 // ---------------------------------------------------------------------------------------------
 // Argument checks that need no guest memory.
@@ -296,26 +87,37 @@ fn parse_socket_args(domain: i32, ty: i32, protocol: i32) -> Result<SocketSpec, 
     if kind >= SOCK_MAX {
         return Err(Errno::EINVAL);
     }
+    let spec = |kind, protocol| SocketSpec {
+        family: domain,
+        kind,
+        protocol,
+        nonblock: ty & libc::SOCK_NONBLOCK != 0,
+        cloexec: ty & libc::SOCK_CLOEXEC != 0,
+    };
+    if domain == libc::AF_UNIX {
+        // Linux's unix_create.
+        if protocol != 0 && protocol != libc::PF_UNIX {
+            return Err(Errno::EPROTONOSUPPORT);
+        }
+        return match kind {
+            libc::SOCK_STREAM | libc::SOCK_DGRAM | libc::SOCK_SEQPACKET => Ok(spec(kind, 0)),
+            libc::SOCK_RAW => Ok(spec(libc::SOCK_DGRAM, 0)),
+            _ => Err(Errno(libc::ESOCKTNOSUPPORT)),
+        };
+    }
     if domain != libc::AF_INET && domain != libc::AF_INET6 {
         return Err(Errno::EAFNOSUPPORT);
     }
     if !(0..IPPROTO_MAX).contains(&protocol) {
         return Err(Errno::EINVAL);
     }
-    let protocol = match (kind, protocol) {
-        (libc::SOCK_STREAM, 0 | libc::IPPROTO_TCP) => libc::IPPROTO_TCP,
-        (libc::SOCK_DGRAM, 0 | libc::IPPROTO_UDP) => libc::IPPROTO_UDP,
-        (libc::SOCK_STREAM | libc::SOCK_DGRAM, _) => return Err(Errno::EPROTONOSUPPORT),
-        (libc::SOCK_RAW, _) => return Err(Errno::EPERM),
-        _ => return Err(Errno(libc::ESOCKTNOSUPPORT)),
-    };
-    Ok(SocketSpec {
-        family: domain,
-        kind,
-        protocol,
-        nonblock: ty & libc::SOCK_NONBLOCK != 0,
-        cloexec: ty & libc::SOCK_CLOEXEC != 0,
-    })
+    match (kind, protocol) {
+        (libc::SOCK_STREAM, 0 | libc::IPPROTO_TCP) => Ok(spec(kind, libc::IPPROTO_TCP)),
+        (libc::SOCK_DGRAM, 0 | libc::IPPROTO_UDP) => Ok(spec(kind, libc::IPPROTO_UDP)),
+        (libc::SOCK_STREAM | libc::SOCK_DGRAM, _) => Err(Errno::EPROTONOSUPPORT),
+        (libc::SOCK_RAW, _) => Err(Errno::EPERM),
+        _ => Err(Errno(libc::ESOCKTNOSUPPORT)),
+    }
 }
 
 /// Checks accept4(2)'s flags; returns (nonblock, cloexec).
@@ -343,12 +145,15 @@ fn sockopt_allowed(level: i32, name: i32, set: bool) -> bool {
             | libc::SO_SNDTIMEO
             | libc::SO_BROADCAST
             | libc::SO_OOBINLINE
-            | libc::SO_RCVLOWAT => true,
+            | libc::SO_RCVLOWAT
+            | libc::SO_PASSCRED
+            | libc::SO_PEEK_OFF => true,
             libc::SO_ERROR
             | libc::SO_TYPE
             | libc::SO_DOMAIN
             | libc::SO_PROTOCOL
-            | libc::SO_ACCEPTCONN => !set,
+            | libc::SO_ACCEPTCONN
+            | libc::SO_PEERCRED => !set,
             _ => false,
         },
         libc::IPPROTO_TCP => matches!(
@@ -381,199 +186,105 @@ fn send_flags(flags: i32) -> Result<i32, Errno> {
     Ok(flags | libc::MSG_NOSIGNAL)
 }
 
-/// The host flags for a guest recv.
+/// The host flags for a guest recv (received fds are always close-on-exec on the host).
 fn recv_flags(flags: i32) -> Result<i32, Errno> {
     if flags & !RECV_FLAGS != 0 {
         return Err(Errno::EINVAL);
     }
-    Ok(flags)
+    Ok(flags | libc::MSG_CMSG_CLOEXEC)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Host calls. Each wraps one libc call on a host fd the caller owns.
-
-fn cvt(r: libc::c_int) -> Result<libc::c_int, Errno> {
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(r)
-    }
+/// A `struct msghdr` as the guest laid it out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MsgHdr {
+    name: Gva,
+    namelen: u32,
+    iov: Gva,
+    iovlen: u64,
+    control: Gva,
+    controllen: u64,
 }
 
-fn cvt_size(r: isize) -> Result<u64, Errno> {
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(r as u64)
-    }
-}
-
-fn host_socket(spec: &SocketSpec) -> Result<OwnedFd, Errno> {
-    let mut ty = spec.kind | libc::SOCK_CLOEXEC;
-    if spec.nonblock {
-        ty |= libc::SOCK_NONBLOCK;
-    }
-    // SAFETY: socket(2) takes no pointers.
-    let fd = cvt(unsafe { libc::socket(spec.family, ty, spec.protocol) })?;
-    // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn host_bind(fd: BorrowedFd<'_>, a: &RawSockAddr) -> Result<(), Errno> {
-    // SAFETY: `a` holds `socklen()` initialised bytes; the host only reads them.
-    cvt(unsafe { libc::bind(fd.as_raw_fd(), a.ptr(), a.socklen()) }).map(|_| ())
-}
-
-fn host_connect(fd: BorrowedFd<'_>, a: &RawSockAddr) -> Result<(), Errno> {
-    // SAFETY: as for bind.
-    cvt(unsafe { libc::connect(fd.as_raw_fd(), a.ptr(), a.socklen()) }).map(|_| ())
-}
-
-fn host_listen(fd: BorrowedFd<'_>, backlog: i32) -> Result<(), Errno> {
-    // SAFETY: listen(2) takes no pointers.
-    cvt(unsafe { libc::listen(fd.as_raw_fd(), backlog) }).map(|_| ())
-}
-
-fn host_shutdown(fd: BorrowedFd<'_>, how: i32) -> Result<(), Errno> {
-    // SAFETY: shutdown(2) takes no pointers.
-    cvt(unsafe { libc::shutdown(fd.as_raw_fd(), how) }).map(|_| ())
-}
-
-fn host_accept4(fd: BorrowedFd<'_>, flags: i32) -> Result<(OwnedFd, RawSockAddr), Errno> {
-    let mut peer = RawSockAddr::empty();
-    let mut len = SOCKADDR_MAX as libc::socklen_t;
-    // SAFETY: `peer` has room for `len` bytes; the host writes at most that and updates `len`.
-    let nfd = cvt(unsafe { libc::accept4(fd.as_raw_fd(), peer.mut_ptr(), &mut len, flags) })?;
-    // SAFETY: `nfd` was just returned by accept4(2) and nothing else owns it.
-    let owned = unsafe { OwnedFd::from_raw_fd(nfd) };
-    peer.len = (len as usize).min(SOCKADDR_MAX);
-    Ok((owned, peer))
-}
-
-fn host_name(fd: BorrowedFd<'_>, peer: bool) -> Result<RawSockAddr, Errno> {
-    let mut a = RawSockAddr::empty();
-    let mut len = SOCKADDR_MAX as libc::socklen_t;
-    // SAFETY: `a` has room for `len` bytes; the host writes at most that and updates `len`.
-    let r = unsafe {
-        if peer {
-            libc::getpeername(fd.as_raw_fd(), a.mut_ptr(), &mut len)
-        } else {
-            libc::getsockname(fd.as_raw_fd(), a.mut_ptr(), &mut len)
+impl MsgHdr {
+    fn decode(b: &[u8; MSGHDR_LEN]) -> MsgHdr {
+        let u64_at = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
+        MsgHdr {
+            name: Gva(u64_at(0)),
+            namelen: u64_at(8) as u32,
+            iov: Gva(u64_at(16)),
+            iovlen: u64_at(24),
+            control: Gva(u64_at(32)),
+            controllen: u64_at(40),
         }
-    };
-    cvt(r)?;
-    a.len = (len as usize).min(SOCKADDR_MAX);
-    Ok(a)
-}
-
-fn host_setsockopt(fd: BorrowedFd<'_>, level: i32, name: i32, val: &[u8]) -> Result<(), Errno> {
-    // SAFETY: the host reads at most `val.len()` bytes from `val`.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            val.as_ptr().cast(),
-            val.len() as libc::socklen_t,
-        )
-    })
-    .map(|_| ())
-}
-
-fn host_getsockopt(
-    fd: BorrowedFd<'_>,
-    level: i32,
-    name: i32,
-    val: &mut [u8],
-) -> Result<usize, Errno> {
-    let mut len = val.len() as libc::socklen_t;
-    // SAFETY: the host writes at most `len` (= `val.len()`) bytes into `val` and updates `len`.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            val.as_mut_ptr().cast(),
-            &mut len,
-        )
-    })?;
-    Ok((len as usize).min(val.len()))
-}
-
-fn set_int_opt(fd: BorrowedFd<'_>, level: i32, name: i32, v: i32) -> Result<(), Errno> {
-    host_setsockopt(fd, level, name, &v.to_ne_bytes())
-}
-
-/// sendmsg(2) of guest memory, to `dest` if given.
-fn sendmsg_from_guest(
-    fd: BorrowedFd<'_>,
-    iov: &[libc::iovec],
-    dest: Option<&RawSockAddr>,
-    flags: i32,
-) -> Result<u64, Errno> {
-    // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    if let Some(d) = dest {
-        msg.msg_name = d.ptr().cast_mut().cast();
-        msg.msg_namelen = d.socklen();
     }
-    msg.msg_iov = iov.as_ptr().cast_mut();
-    msg.msg_iovlen = iov.len();
-    // SAFETY: every iovec points into guest memory, bounds-checked by `host_ptr` (the mapping
-    // lives as long as the VM); the host only reads it, and only reads `dest`'s bytes.
-    cvt_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, flags) })
-}
-
-/// recvmsg(2) into guest memory; fills `from` with the source address.
-fn recvmsg_into_guest(
-    fd: BorrowedFd<'_>,
-    iov: &[libc::iovec],
-    from: &mut RawSockAddr,
-    flags: i32,
-) -> Result<u64, Errno> {
-    // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = from.mut_ptr().cast();
-    msg.msg_namelen = SOCKADDR_MAX as libc::socklen_t;
-    msg.msg_iov = iov.as_ptr().cast_mut();
-    msg.msg_iovlen = iov.len();
-    // SAFETY: every iovec points into guest memory, bounds-checked by `host_ptr`; the host
-    // writes at most their lengths there, and at most SOCKADDR_MAX bytes into `from`.
-    let n = cvt_size(unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, flags) })?;
-    from.len = (msg.msg_namelen as usize).min(SOCKADDR_MAX);
-    Ok(n)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Guest-memory helpers.
 
-/// The open socket at `fd`: EBADF if not open, ENOTSOCK if not a socket.
-fn socket_file(t: &Task, fd: i32) -> Result<Arc<OpenFile>, Errno> {
+/// The open socket at `fd` and its state: EBADF if not open, ENOTSOCK if not a socket.
+fn socket_file(t: &Task, fd: i32) -> Result<(Arc<OpenFile>, SocketState), Errno> {
     let f = t.fds.get(fd)?;
-    if !f.is_socket() {
-        return Err(Errno::ENOTSOCK);
-    }
-    Ok(f)
+    let st = f.socket_state().ok_or(Errno::ENOTSOCK)?;
+    Ok((f, st))
 }
 
-fn state_of(f: &OpenFile) -> SocketState {
-    match &f.kind {
-        FileKind::Socket(m) => m.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-        _ => SocketState::default(),
+/// The registry inode of a Unix socket (None for others).
+fn unix_ino(st: &SocketState) -> Option<u64> {
+    st.unix.as_ref().map(|u| u.ino())
+}
+
+/// The calling task's guest credentials.
+fn ucred(t: &Task) -> Ucred {
+    Ucred {
+        pid: t.pid,
+        uid: t.creds.uid,
+        gid: t.creds.gid,
     }
 }
 
-fn set_guest_local(f: &OpenFile, a: SocketAddr) {
-    if let FileKind::Socket(m) = &f.kind {
-        m.lock().unwrap_or_else(|e| e.into_inner()).guest_local = Some(a);
+/// What the Unix socket layer needs of the calling task.
+fn caller(t: &Task) -> unix::Caller<'_> {
+    unix::Caller {
+        net: &t.net,
+        root: &t.root,
+        cwd: &t.cwd,
+        cred: ucred(t),
     }
+}
+
+/// Wraps a new host socket as an open file (a Unix one joins the registry, owned by `owner`).
+fn socket_open_file(
+    t: &Task,
+    fd: OwnedFd,
+    family: i32,
+    kind: i32,
+    owner: Option<Ucred>,
+) -> Result<Arc<OpenFile>, Errno> {
+    let mut state = SocketState {
+        family,
+        kind,
+        ..SocketState::default()
+    };
+    if family == libc::AF_UNIX {
+        state.unix = Some(UnixRef::new(&t.net, fd.as_fd(), owner)?);
+    }
+    Ok(Arc::new(OpenFile::new(
+        fd,
+        FileKind::Socket(Mutex::new(state)),
+        None,
+    )))
 }
 
 /// Reads a socket address argument (Linux's `move_addr_to_kernel`): EINVAL for a negative
 /// length or one beyond `sockaddr_storage`.
-fn copy_in_sockaddr(t: &Task, addr: Gva, len: i32) -> Result<Vec<u8>, Errno> {
+fn copy_in_sockaddr(t: &Task, addr: Gva, len: i64) -> Result<Vec<u8>, Errno> {
     let len = usize::try_from(len).map_err(|_| Errno::EINVAL)?;
-    if len > SOCKADDR_MAX {
+    if len > host::SOCKADDR_MAX {
         return Err(Errno::EINVAL);
     }
     let mut b = vec![0u8; len];
@@ -601,75 +312,23 @@ fn copy_out_sockaddr(t: &Task, addr: Gva, addrlen: Gva, bytes: &[u8]) -> Result<
     t.write_u32(addrlen, bytes.len() as u32)
 }
 
-/// Binds `f`'s host socket for a guest bind to `guest`, and records the binding.
-fn bind_as_guest(
-    net: &Arc<NetPolicy>,
-    f: &OpenFile,
-    family: i32,
-    guest: SocketAddr,
-) -> Result<(), Errno> {
-    let target = net.bind_target(guest);
-    let host = fit_family(target, family).ok_or(Errno::EADDRNOTAVAIL)?;
-    if host.port() != 0 {
-        // A published port: let a restarted server rebind while old connections linger.
-        set_int_opt(f.host(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+/// The guest's view of a peer or source address the host reported for socket `st`.
+/// `unnamed_empty`: an unnamed Unix peer is reported with length 0 (recvfrom/recvmsg), not as
+/// the bare family (accept/getpeername).
+fn guest_addr(t: &Task, st: &SocketState, raw: &RawSockAddr, unnamed_empty: bool) -> Vec<u8> {
+    if st.family == libc::AF_UNIX {
+        if raw.len == 0 {
+            return Vec::new();
+        }
+        return match t.net.unix.guest_view(raw.as_bytes()) {
+            UnixAddr::Unnamed if unnamed_empty => Vec::new(),
+            a => a.encode(),
+        };
     }
-    host_bind(f.host(), &encode_sockaddr(&host))?;
-    let actual = host_name(f.host(), false)
-        .ok()
-        .and_then(|r| parse_sockaddr(r.as_bytes()))
-        .unwrap_or(host);
-    let guest_port = if guest.port() == 0 {
-        actual.port()
-    } else {
-        guest.port()
-    };
-    net.record_bind(guest_port, actual);
-    let mut local = guest;
-    local.set_port(guest_port);
-    set_guest_local(f, local);
-    if let FileKind::Socket(m) = &f.kind {
-        m.lock().unwrap_or_else(|e| e.into_inner()).lease = Some(Arc::new(
-            crate::net::PortLease::new(net.clone(), guest_port, actual),
-        ));
+    if raw.len == 0 {
+        return Vec::new();
     }
-    Ok(())
-}
-
-/// Whether the host socket has a local port yet.
-fn is_bound(f: &OpenFile) -> bool {
-    host_name(f.host(), false)
-        .ok()
-        .and_then(|r| parse_sockaddr(r.as_bytes()))
-        .is_some_and(|a| a.port() != 0)
-}
-
-/// The wildcard address of `family`, port 0.
-fn wildcard(family: i32) -> SocketAddr {
-    if family == libc::AF_INET6 {
-        SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0)
-    } else {
-        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)
-    }
-}
-
-/// Binds an unbound socket through the policy before the host would auto-bind it to every
-/// interface.
-fn ensure_bound(net: &Arc<NetPolicy>, f: &OpenFile, st: &SocketState) -> Result<(), Errno> {
-    if st.guest_local.is_none() && !is_bound(f) {
-        bind_as_guest(net, f, st.family, wildcard(st.family))?;
-    }
-    Ok(())
-}
-
-/// The host address for a guest connect/sendto to `guest`, or the errno the policy implies.
-fn outbound_target(net: &NetPolicy, family: i32, guest: SocketAddr) -> Result<SocketAddr, Errno> {
-    let c = canonical(guest);
-    match net.connect_target(c) {
-        Some(h) => fit_family(h, family).ok_or(Errno::ENETUNREACH),
-        None if c.ip().is_loopback() || c.ip().is_unspecified() => Err(Errno::ECONNREFUSED),
-        None => Err(Errno::ENETUNREACH),
-    }
+    inet::guest_view_bytes(&t.net, raw).as_bytes().to_vec()
 }
 
 /// A send or write failed with EPIPE without MSG_NOSIGNAL: Linux raises SIGPIPE (which the
@@ -684,87 +343,104 @@ pub(super) fn maybe_sigpipe(t: &mut Task, guest_flags: i32, r: &Result<u64, Errn
 // ---------------------------------------------------------------------------------------------
 // Handlers.
 
-/// Implements socket(2).
+/// Implements socket(2): AF_INET, AF_INET6 and AF_UNIX.
 pub fn sys_socket(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let spec = parse_socket_args(a.int(0), a.int(1), a.int(2))?;
-    let fd = host_socket(&spec)?;
-    let state = SocketState {
-        family: spec.family,
-        kind: spec.kind,
-        guest_local: None,
-        lease: None,
-    };
-    let file = Arc::new(OpenFile::new(fd, FileKind::Socket(Mutex::new(state)), None));
+    let fd = host::socket(spec.family, spec.kind, spec.nonblock, spec.protocol)?;
+    let file = socket_open_file(t, fd, spec.family, spec.kind, Some(ucred(t)))?;
     Ok(t.fds.insert(file, spec.cloexec)? as u64)
+}
+
+/// Implements socketpair(2) for AF_UNIX: two connected host sockets, unnamed, each showing
+/// its creator as its peer's credentials.
+pub fn sys_socketpair(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let spec = parse_socket_args(a.int(0), a.int(1), a.int(2))?;
+    if spec.family != libc::AF_UNIX {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let (x, y) = host::socketpair(spec.kind, spec.nonblock, 0)?;
+    let cred = ucred(t);
+    let fx = socket_open_file(t, x, spec.family, spec.kind, Some(cred))?;
+    let fy = socket_open_file(t, y, spec.family, spec.kind, Some(cred))?;
+    if let (Some(ix), Some(iy)) = (
+        fx.socket_state().as_ref().and_then(unix_ino),
+        fy.socket_state().as_ref().and_then(unix_ino),
+    ) {
+        t.net.unix.note_pair(ix, iy, cred);
+    }
+    let gx = t.fds.insert(fx, spec.cloexec)?;
+    let gy = match t.fds.insert(fy, spec.cloexec) {
+        Ok(g) => g,
+        Err(e) => {
+            let _ = t.fds.remove(gx);
+            return Err(e);
+        }
+    };
+    let mut out = [0u8; 8];
+    out[..4].copy_from_slice(&gx.to_le_bytes());
+    out[4..].copy_from_slice(&gy.to_le_bytes());
+    if let Err(e) = t.copy_out(a.gva(3), &out) {
+        let _ = t.fds.remove(gx);
+        let _ = t.fds.remove(gy);
+        return Err(e);
+    }
+    Ok(0)
 }
 
 /// Implements connect(2).
 pub fn sys_connect(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let f = socket_file(t, a.int(0))?;
-    let st = state_of(&f);
-    let raw = copy_in_sockaddr(t, a.gva(1), a.int(2))?;
+    let (f, st) = socket_file(t, a.int(0))?;
+    let raw = copy_in_sockaddr(t, a.gva(1), i64::from(a.int(2)))?;
     if raw.len() < 2 {
         return Err(Errno::EINVAL);
     }
     if family_of(&raw) == libc::AF_UNSPEC && st.kind == libc::SOCK_DGRAM {
         // "Connecting" a datagram socket to AF_UNSPEC dissolves its association.
-        let mut r = RawSockAddr::empty();
-        r.len = raw.len().min(SOCKADDR_IN_LEN);
-        r.bytes[..r.len].copy_from_slice(&raw[..r.len]);
-        host_connect(f.host(), &r)?;
+        let r = RawSockAddr::from_bytes(&raw[..raw.len().min(inet::SOCKADDR_IN_LEN)]);
+        host::connect(f.host(), &r)?;
         return Ok(0);
     }
-    let guest = decode_guest_sockaddr(&raw, st.family, false)?;
-    let host = outbound_target(&t.net, st.family, guest)?;
-    if st.kind == libc::SOCK_DGRAM && canonical(host).ip().is_loopback() {
-        ensure_bound(&t.net, &f, &st)?;
+    if let Some(ino) = unix_ino(&st) {
+        return connect_unix(t, &f, &st, ino, &raw);
     }
-    match host_connect(f.host(), &encode_sockaddr(&host)) {
+    let guest = inet::decode_guest_sockaddr(&raw, st.family, false)?;
+    let host_addr = inet::outbound_target(&t.net, st.family, guest)?;
+    if st.kind == libc::SOCK_DGRAM && inet::canonical(host_addr).ip().is_loopback() {
+        inet::ensure_bound(&t.net, &f, &st)?;
+    }
+    match host::connect(f.host(), &inet::encode_sockaddr(&host_addr)) {
         Ok(()) => Ok(0),
-        Err(e) if st.kind != libc::SOCK_STREAM || !is_blocking(&f) => Err(e),
+        Err(e) if st.kind != libc::SOCK_STREAM || !host::is_blocking(f.host()) => Err(e),
         // A blocking connect interrupted by a park request is restarted by the task loop: it
         // waits for the attempt already under way instead of failing with EALREADY, and
         // succeeds if that attempt completed in between (EISCONN to the same peer).
-        Err(e) if e == Errno::EINTR || e == Errno::EALREADY => wait_connected(&f).map(|()| 0),
-        Err(e) if e == Errno(libc::EISCONN) && peer_of(&f) == Some(canonical(host)) => Ok(0),
+        Err(e) if e == Errno::EINTR || e == Errno::EALREADY => {
+            host::wait_connected(f.host()).map(|()| 0)
+        }
+        Err(e)
+            if e == Errno(libc::EISCONN)
+                && inet::peer_of(&f) == Some(inet::canonical(host_addr)) =>
+        {
+            Ok(0)
+        }
         Err(e) => Err(e),
     }
 }
 
-/// Whether the host socket is in blocking mode.
-fn is_blocking(f: &OpenFile) -> bool {
-    // SAFETY: F_GETFL on an fd we own takes no pointers.
-    let fl = unsafe { libc::fcntl(f.host().as_raw_fd(), libc::F_GETFL) };
-    fl >= 0 && fl & libc::O_NONBLOCK == 0
-}
-
-/// The host peer address, canonical.
-fn peer_of(f: &OpenFile) -> Option<SocketAddr> {
-    let r = host_name(f.host(), true).ok()?;
-    parse_sockaddr(r.as_bytes()).map(canonical)
-}
-
-/// Waits for an in-progress connect on a blocking socket; its result, as SO_ERROR reports it.
-fn wait_connected(f: &OpenFile) -> Result<(), Errno> {
-    let mut p = libc::pollfd {
-        fd: f.host().as_raw_fd(),
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd the host may update.
-    cvt(unsafe { libc::poll(&mut p, 1, -1) })?;
-    let mut v = [0u8; 4];
-    host_getsockopt(f.host(), libc::SOL_SOCKET, libc::SO_ERROR, &mut v)?;
-    match i32::from_ne_bytes(v) {
-        0 => Ok(()),
-        e => Err(Errno(e)),
-    }
+fn connect_unix(t: &Task, f: &OpenFile, st: &SocketState, ino: u64, raw: &[u8]) -> SysResult {
+    let addr = UnixAddr::decode(raw)?;
+    let c = caller(t);
+    let target = unix::target(&c, &addr)?;
+    unix::autobind_if_passcred(&t.net.unix, f.host(), ino)?;
+    host::connect(f.host(), &target.addr)?;
+    let stream = st.kind != libc::SOCK_DGRAM;
+    unix::note_connect(&t.net.unix, f.host(), ino, c.cred, stream);
+    Ok(0)
 }
 
 fn accept_common(t: &mut Task, a: &SyscallArgs, flags: i32) -> SysResult {
     let (nonblock, cloexec) = parse_accept_flags(flags)?;
-    let f = socket_file(t, a.int(0))?;
-    let st = state_of(&f);
+    let (f, st) = socket_file(t, a.int(0))?;
     // Linux reserves the descriptor before accepting: do not take a connection we cannot
     // install.
     if t.fds.len() >= MAX_FDS {
@@ -774,23 +450,19 @@ fn accept_common(t: &mut Task, a: &SyscallArgs, flags: i32) -> SysResult {
     if nonblock {
         hflags |= libc::SOCK_NONBLOCK;
     }
-    let (nfd, peer) = host_accept4(f.host(), hflags)?;
-    let state = SocketState {
-        family: st.family,
-        kind: st.kind,
-        guest_local: None,
-        lease: None,
-    };
-    let file = Arc::new(OpenFile::new(
-        nfd,
-        FileKind::Socket(Mutex::new(state)),
-        None,
-    ));
+    let (nfd, peer) = host::accept4(f.host(), hflags)?;
+    let file = socket_open_file(t, nfd, st.family, st.kind, Some(ucred(t)))?;
+    if let (Some(l), Some(n)) = (
+        unix_ino(&st),
+        file.socket_state().as_ref().and_then(unix_ino),
+    ) {
+        t.net.unix.note_accept(l, n);
+    }
     let addr = a.gva(1);
     if addr.0 != 0 {
         // On failure the connection is dropped with `file`, as on Linux.
-        let view = guest_view_bytes(&t.net, &peer);
-        copy_out_sockaddr(t, addr, a.gva(2), view.as_bytes())?;
+        let view = guest_addr(t, &st, &peer, false);
+        copy_out_sockaddr(t, addr, a.gva(2), &view)?;
     }
     Ok(t.fds.insert(file, cloexec)? as u64)
 }
@@ -805,47 +477,99 @@ pub fn sys_accept4(t: &mut Task, a: &SyscallArgs) -> SysResult {
     accept_common(t, a, a.int(3))
 }
 
-/// Implements sendto(2).
-///
-/// A stream send is split into host calls of at most IOV_MAX runs (see `fd::iovecs`) and stops at the first
-/// short one, as a blocking Linux send returns only when all is queued.
-pub fn sys_sendto(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let f = socket_file(t, a.int(0))?;
-    let st = state_of(&f);
-    let guest_flags = a.int(3);
-    let flags = send_flags(guest_flags)?;
-    let len = a.len(2)?.min(MAX_RW);
-    let mut dest = None;
-    if a.u(4) != 0 {
-        let raw = copy_in_sockaddr(t, a.gva(4), a.int(5))?;
-        // TCP ignores a destination; an empty one means "none" on Linux.
-        if st.kind == libc::SOCK_DGRAM && !raw.is_empty() {
-            let guest = decode_guest_sockaddr(&raw, st.family, st.family == libc::AF_INET)?;
-            match outbound_target(&t.net, st.family, guest) {
-                Ok(h) => dest = Some(h),
-                // Nobody in the sandbox listens there: the datagram is lost, as on Linux.
-                Err(e) if e == Errno::ECONNREFUSED => return Ok(len),
-                Err(e) => return Err(e),
+/// A host destination, with whatever keeps its name valid until the send returns.
+enum Dest {
+    None,
+    Inet(RawSockAddr),
+    Unix(unix::HostTarget),
+    /// Handed to the host unchanged (a Unix stream socket rejects any address itself).
+    Raw(RawSockAddr),
+}
+
+impl Dest {
+    fn raw(&self) -> Option<&RawSockAddr> {
+        match self {
+            Dest::None => None,
+            Dest::Inet(r) | Dest::Raw(r) => Some(r),
+            Dest::Unix(t) => Some(&t.addr),
+        }
+    }
+}
+
+/// The host destination for a send with guest address `raw` on socket `st`, or `Ok(None)`
+/// when the datagram is to be dropped silently (nobody in the sandbox listens there).
+fn send_dest(t: &Task, f: &OpenFile, st: &SocketState, raw: &[u8]) -> Result<Option<Dest>, Errno> {
+    if raw.is_empty() {
+        return Ok(Some(Dest::None));
+    }
+    if let Some(ino) = unix_ino(st) {
+        return match st.kind {
+            libc::SOCK_DGRAM => {
+                let addr = UnixAddr::decode(raw)?;
+                let target = unix::target(&caller(t), &addr)?;
+                unix::autobind_if_passcred(&t.net.unix, f.host(), ino)?;
+                Ok(Some(Dest::Unix(target)))
             }
-        }
+            // Linux ignores a seqpacket socket's address.
+            libc::SOCK_SEQPACKET => Ok(Some(Dest::None)),
+            _ => Ok(Some(Dest::Raw(RawSockAddr::from_bytes(raw)))),
+        };
     }
-    if let Some(h) = dest {
-        if canonical(h).ip().is_loopback() {
-            ensure_bound(&t.net, &f, &st)?;
-        }
+    // TCP ignores a destination.
+    if st.kind != libc::SOCK_DGRAM {
+        return Ok(Some(Dest::None));
     }
-    let dest_raw = dest.map(|h| encode_sockaddr(&h));
-    let runs = t.user_ranges(a.gva(1), len, false)?;
+    let guest = inet::decode_guest_sockaddr(raw, st.family, st.family == libc::AF_INET)?;
+    match inet::outbound_target(&t.net, st.family, guest) {
+        Ok(h) => {
+            if inet::canonical(h).ip().is_loopback() {
+                inet::ensure_bound(&t.net, f, st)?;
+            }
+            Ok(Some(Dest::Inet(inet::encode_sockaddr(&h))))
+        }
+        Err(e) if e == Errno::ECONNREFUSED => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// sendto/sendmsg: `runs` of guest memory, to guest address `dest` (empty: none), with the
+/// guest control bytes `control`.
+fn send_common(
+    t: &mut Task,
+    fd: i32,
+    runs: &[(Gpa, u64)],
+    dest: &[u8],
+    control: &[u8],
+    guest_flags: i32,
+) -> SysResult {
+    let (f, st) = socket_file(t, fd)?;
+    let flags = send_flags(guest_flags)?;
+    let total: u64 = runs.iter().map(|r| r.1).sum();
+    let Some(dest) = send_dest(t, &f, &st, dest)? else {
+        return Ok(total);
+    };
+    let sender = cmsg::Sender {
+        cred: ucred(t),
+        privileged: t.creds.uid == 0,
+    };
+    let out = cmsg::to_host(control, st.family, &t.fds, sender)?;
+    if let Some(ino) = unix_ino(&st) {
+        t.net
+            .unix
+            .note_sender(ino, out.creds.unwrap_or(sender.cred));
+    }
     let stream = st.kind == libc::SOCK_STREAM;
     let mut done = 0u64;
-    let mut rest: &[(Gpa, u64)] = &runs;
+    let mut rest: &[(Gpa, u64)] = runs;
+    let mut control: &[u8] = &out.bytes;
     let r = loop {
         let iov = crate::fd::iovecs(&t.mem, rest)?;
         let want: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
-        match sendmsg_from_guest(f.host(), &iov, dest_raw.as_ref(), flags) {
+        match host::sendmsg(f.host(), &iov, dest.raw(), control, flags) {
             Ok(n) => {
                 done += n;
                 rest = &rest[iov.len()..];
+                control = &[];
                 if !stream || n < want || rest.is_empty() {
                     break Ok(done);
                 }
@@ -858,14 +582,156 @@ pub fn sys_sendto(t: &mut Task, a: &SyscallArgs) -> SysResult {
     r
 }
 
-/// Implements recvfrom(2).
-pub fn sys_recvfrom(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let f = socket_file(t, a.int(0))?;
-    let st = state_of(&f);
-    let flags = recv_flags(a.int(3))?;
+/// Implements sendto(2).
+///
+/// A stream send is split into host calls of at most IOV_MAX runs (see `fd::iovecs`) and
+/// stops at the first short one, as a blocking Linux send returns only when all is queued.
+pub fn sys_sendto(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let len = a.len(2)?.min(MAX_RW);
+    let dest = if a.u(4) != 0 {
+        copy_in_sockaddr(t, a.gva(4), i64::from(a.int(5)))?
+    } else {
+        Vec::new()
+    };
+    let runs = t.user_ranges(a.gva(1), len, false)?;
+    send_common(t, a.int(0), &runs, &dest, &[], a.int(3))
+}
+
+/// The guest runs of an iovec array.
+fn iov_runs(t: &Task, iov: Gva, count: u64, write: bool) -> Result<Vec<(Gpa, u64)>, Errno> {
+    if count > UIO_MAXIOV {
+        return Err(Errno::EMSGSIZE);
+    }
+    let mut runs = Vec::new();
+    for (base, len) in super::sys_rw::copy_in_iovecs(t, iov, count)? {
+        if len > 0 {
+            runs.extend(t.user_ranges(base, len, write)?);
+        }
+    }
+    Ok(runs)
+}
+
+fn read_msghdr(t: &Task, at: Gva) -> Result<MsgHdr, Errno> {
+    let mut b = [0u8; MSGHDR_LEN];
+    t.copy_in(at, &mut b)?;
+    Ok(MsgHdr::decode(&b))
+}
+
+/// Implements sendmsg(2), with SCM_RIGHTS and SCM_CREDENTIALS on Unix sockets.
+pub fn sys_sendmsg(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let fd = a.int(0);
+    socket_file(t, fd)?;
+    let m = read_msghdr(t, a.gva(1))?;
+    let dest = if m.name.0 != 0 {
+        copy_in_sockaddr(t, m.name, i64::from(m.namelen as i32))?
+    } else {
+        Vec::new()
+    };
+    let control = if m.controllen > 0 {
+        let len = usize::try_from(m.controllen).map_err(|_| Errno(libc::ENOBUFS))?;
+        if len > cmsg::MAX_CONTROL {
+            return Err(Errno(libc::ENOBUFS));
+        }
+        let mut c = vec![0u8; len];
+        t.copy_in(m.control, &mut c)?;
+        c
+    } else {
+        Vec::new()
+    };
+    let runs = iov_runs(t, m.iov, m.iovlen, false)?;
+    send_common(t, fd, &runs, &dest, &control, a.int(2))
+}
+
+/// What a receive gave the guest besides the data.
+struct RecvResult {
+    len: u64,
+    /// The source address in guest form (empty when none).
+    from: Vec<u8>,
+    /// Guest control bytes.
+    control: Vec<u8>,
+    /// Message flags for recvmsg.
+    flags: i32,
+}
+
+/// recvfrom/recvmsg: into `runs`, with room for `control_cap` control bytes.
+fn recv_common(
+    t: &mut Task,
+    fd: i32,
+    runs: &[(Gpa, u64)],
+    guest_flags: i32,
+    control_cap: usize,
+) -> Result<RecvResult, Errno> {
+    let (f, st) = socket_file(t, fd)?;
+    let flags = recv_flags(guest_flags)?;
     let waitall = flags & libc::MSG_WAITALL != 0
         && st.kind == libc::SOCK_STREAM
         && flags & libc::MSG_PEEK == 0;
+    let mut control = vec![0u8; control_cap.min(cmsg::MAX_CONTROL)];
+    let mut first: Option<host::Received> = None;
+    let mut done = 0u64;
+    let mut rest: &[(Gpa, u64)] = runs;
+    loop {
+        let iov = crate::fd::iovecs(&t.mem, rest)?;
+        let want: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
+        let ctl: &mut [u8] = if first.is_none() {
+            &mut control
+        } else {
+            &mut []
+        };
+        match host::recvmsg(f.host(), &iov, ctl, flags) {
+            Ok(r) => {
+                let n = r.len;
+                done += n;
+                if first.is_none() {
+                    first = Some(r);
+                }
+                rest = &rest[iov.len()..];
+                if !waitall || n < want || rest.is_empty() {
+                    break;
+                }
+            }
+            Err(_) if done > 0 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    let Some(r) = first else {
+        return Err(Errno::EIO);
+    };
+    let from = guest_addr(t, &st, &r.from, true);
+    let cloexec = guest_flags & libc::MSG_CMSG_CLOEXEC != 0;
+    let ino = unix_ino(&st);
+    let (net, root, fds) = (t.net.clone(), t.root.clone(), t.fds.clone());
+    let inc = cmsg::from_host(
+        &control[..r.control_len],
+        |hostfd| {
+            let file = cmsg::received_file(hostfd, &net, &root);
+            fds.insert(Arc::new(file), cloexec)
+        },
+        |hc| match ino {
+            Some(i) => unix::sender_credentials(&net.unix, i, r.from.as_bytes(), hc),
+            None => hc,
+        },
+    );
+    let mut flags = r.flags & !libc::MSG_CMSG_CLOEXEC;
+    if inc.truncated {
+        flags |= libc::MSG_CTRUNC;
+    }
+    Ok(RecvResult {
+        len: done,
+        from,
+        control: inc.bytes,
+        flags,
+    })
+}
+
+/// Implements recvfrom(2).
+pub fn sys_recvfrom(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (_, st) = socket_file(t, a.int(0))?;
+    let guest_flags = a.int(3);
+    recv_flags(guest_flags)?;
+    let waitall = guest_flags & libc::MSG_WAITALL != 0
+        && st.kind == libc::SOCK_STREAM
+        && guest_flags & libc::MSG_PEEK == 0;
     let cap = if waitall { MAX_RW } else { MAX_RECV_CHUNK };
     let len = a.len(2)?.min(cap);
     let (addr, addrlen) = (a.gva(4), a.gva(5));
@@ -877,59 +743,79 @@ pub fn sys_recvfrom(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
     }
     let runs = t.user_ranges(a.gva(1), len, true)?;
-    let mut from = RawSockAddr::empty();
-    let mut done = 0u64;
-    let mut rest: &[(Gpa, u64)] = &runs;
-    loop {
-        let iov = crate::fd::iovecs(&t.mem, rest)?;
-        let want: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
-        let mut this = RawSockAddr::empty();
-        match recvmsg_into_guest(f.host(), &iov, &mut this, flags) {
-            Ok(n) => {
-                if done == 0 {
-                    from = this;
-                }
-                done += n;
-                rest = &rest[iov.len()..];
-                if !waitall || n < want || rest.is_empty() {
-                    break;
-                }
-            }
-            Err(_) if done > 0 => break,
-            Err(e) => return Err(e),
-        }
-    }
+    let r = recv_common(t, a.int(0), &runs, guest_flags & !libc::MSG_CMSG_CLOEXEC, 0)?;
     if addr.0 != 0 {
-        let view = if from.len > 0 {
-            guest_view_bytes(&t.net, &from)
-        } else {
-            from
-        };
-        copy_out_sockaddr(t, addr, addrlen, view.as_bytes())?;
+        copy_out_sockaddr(t, addr, addrlen, &r.from)?;
     }
-    Ok(done)
+    Ok(r.len)
+}
+
+/// Implements recvmsg(2): the source address, the data and the control messages (received
+/// fds installed in the caller's table, credentials in guest terms) as Linux fills them.
+pub fn sys_recvmsg(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let fd = a.int(0);
+    socket_file(t, fd)?;
+    let at = a.gva(1);
+    let m = read_msghdr(t, at)?;
+    if m.name.0 != 0 && (m.namelen as i32) < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let control_cap = if m.control.0 == 0 {
+        0
+    } else {
+        usize::try_from(m.controllen).unwrap_or(usize::MAX)
+    };
+    let runs = iov_runs(t, m.iov, m.iovlen, true)?;
+    let r = recv_common(t, fd, &runs, a.int(2), control_cap)?;
+    // msg_namelen: the full length, the copy capped at the guest's; 0 without a name buffer.
+    let namelen = if m.name.0 != 0 {
+        let n = r.from.len().min(m.namelen as usize);
+        if n > 0 {
+            t.copy_out(m.name, &r.from[..n])?;
+        }
+        r.from.len() as u32
+    } else {
+        0
+    };
+    t.copy_out(Gva(at.0 + 8), &namelen.to_le_bytes())?;
+    if !r.control.is_empty() {
+        t.copy_out(m.control, &r.control)?;
+    }
+    t.write_u64(Gva(at.0 + 40), r.control.len() as u64)?;
+    t.copy_out(Gva(at.0 + 48), &r.flags.to_le_bytes())?;
+    Ok(r.len)
 }
 
 /// Implements shutdown(2).
 pub fn sys_shutdown(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let f = socket_file(t, a.int(0))?;
+    let (f, _) = socket_file(t, a.int(0))?;
     let how = a.int(1);
     if !matches!(how, libc::SHUT_RD | libc::SHUT_WR | libc::SHUT_RDWR) {
         return Err(Errno::EINVAL);
     }
-    host_shutdown(f.host(), how)?;
+    host::shutdown(f.host(), how)?;
     Ok(0)
 }
 
 /// Implements bind(2).
 ///
-/// The host binds the address the network policy picks; the guest keeps seeing the address
-/// it asked for (with the port the host chose if it asked for port 0).
+/// Internet sockets: the host binds the address the network policy picks; the guest keeps
+/// seeing the address it asked for (with the port the host chose if it asked for port 0).
+/// Unix sockets: the name is created in the root (or the sandbox's abstract namespace), see
+/// `net::unix`; an address of the family alone autobinds.
 pub fn sys_bind(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let f = socket_file(t, a.int(0))?;
-    let st = state_of(&f);
-    let raw = copy_in_sockaddr(t, a.gva(1), a.int(2))?;
-    let guest = decode_guest_sockaddr(&raw, st.family, st.family == libc::AF_INET)?;
+    let (f, st) = socket_file(t, a.int(0))?;
+    let raw = copy_in_sockaddr(t, a.gva(1), i64::from(a.int(2)))?;
+    if let Some(ino) = unix_ino(&st) {
+        let addr = if raw.len() == 2 && family_of(&raw) == libc::AF_UNIX {
+            UnixAddr::Unnamed
+        } else {
+            UnixAddr::decode(&raw)?
+        };
+        unix::bind(&caller(t), f.host(), ino, &addr)?;
+        return Ok(0);
+    }
+    let guest = inet::decode_guest_sockaddr(&raw, st.family, st.family == libc::AF_INET)?;
     // Linux takes AF_UNSPEC for IPv4 only with INADDR_ANY.
     if family_of(&raw) == libc::AF_UNSPEC && !guest.ip().is_unspecified() {
         return Err(Errno::EAFNOSUPPORT);
@@ -937,69 +823,80 @@ pub fn sys_bind(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if st.guest_local.is_some() {
         return Err(Errno::EINVAL);
     }
-    bind_as_guest(&t.net, &f, st.family, guest)?;
+    inet::bind_as_guest(&t.net, &f, st.family, guest)?;
     Ok(0)
 }
 
-/// Implements listen(2). An unbound stream socket is first bound through the policy (Linux
-/// would bind the wildcard address and an ephemeral port).
+/// Implements listen(2). An unbound Internet stream socket is first bound through the policy
+/// (Linux would bind the wildcard address and an ephemeral port); an unbound Unix socket is
+/// EINVAL, from the host.
 pub fn sys_listen(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let f = socket_file(t, a.int(0))?;
-    let st = state_of(&f);
-    if st.kind == libc::SOCK_STREAM {
-        ensure_bound(&t.net, &f, &st)?;
+    let (f, st) = socket_file(t, a.int(0))?;
+    if st.kind == libc::SOCK_STREAM && st.family != libc::AF_UNIX {
+        inet::ensure_bound(&t.net, &f, &st)?;
     }
-    host_listen(f.host(), a.int(1))?;
+    host::listen(f.host(), a.int(1))?;
+    if let Some(ino) = unix_ino(&st) {
+        t.net.unix.note_listen(ino, ucred(t));
+    }
     Ok(0)
 }
 
 /// Implements getsockname(2): the address the guest bound, or the host's with the guest
-/// port when one is known.
+/// port when one is known; a Unix socket's guest name (the family alone when unnamed).
 pub fn sys_getsockname(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let f = socket_file(t, a.int(0))?;
-    let st = state_of(&f);
+    let (f, st) = socket_file(t, a.int(0))?;
     let ulen = read_len(t, a.gva(2))?;
     if ulen < 0 {
         return Err(Errno::EINVAL);
     }
+    let bytes = if let Some(ino) = unix_ino(&st) {
+        t.net.unix.local_name(ino).encode()
+    } else {
+        local_inet_name(t, &f, &st)?
+    };
+    copy_out_sockaddr(t, a.gva(1), a.gva(2), &bytes)?;
+    Ok(0)
+}
+
+fn local_inet_name(t: &Task, f: &OpenFile, st: &SocketState) -> Result<Vec<u8>, Errno> {
     let raw = match st.guest_local {
-        Some(g) => encode_sockaddr(&g),
+        Some(g) => inet::encode_sockaddr(&g),
         None => {
-            let h = host_name(f.host(), false)?;
-            match parse_sockaddr(h.as_bytes()) {
+            let h = host::name(f.host(), false)?;
+            match inet::parse_sockaddr(h.as_bytes()) {
                 Some(mut addr) => {
                     if addr.port() != 0 {
                         if let Some(g) = t.net.guest_port_of(addr) {
                             addr.set_port(g);
                         }
                     }
-                    encode_sockaddr(&addr)
+                    inet::encode_sockaddr(&addr)
                 }
                 None => h,
             }
         }
     };
-    copy_out_sockaddr(t, a.gva(1), a.gva(2), raw.as_bytes())?;
-    Ok(0)
+    Ok(raw.as_bytes().to_vec())
 }
 
 /// Implements getpeername(2).
 pub fn sys_getpeername(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let f = socket_file(t, a.int(0))?;
+    let (f, st) = socket_file(t, a.int(0))?;
     let ulen = read_len(t, a.gva(2))?;
     if ulen < 0 {
         return Err(Errno::EINVAL);
     }
-    let h = host_name(f.host(), true)?;
-    let view = guest_view_bytes(&t.net, &h);
-    copy_out_sockaddr(t, a.gva(1), a.gva(2), view.as_bytes())?;
+    let h = host::name(f.host(), true)?;
+    let view = guest_addr(t, &st, &h, false);
+    copy_out_sockaddr(t, a.gva(1), a.gva(2), &view)?;
     Ok(0)
 }
 
 /// Implements setsockopt(2) for a whitelist of options, passed to the host socket.
 /// Anything else is ENOPROTOOPT.
 pub fn sys_setsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let f = socket_file(t, a.int(0))?;
+    let (f, _) = socket_file(t, a.int(0))?;
     let (level, name) = (a.int(1), a.int(2));
     if !sockopt_allowed(level, name, true) {
         return Err(Errno::ENOPROTOOPT);
@@ -1011,21 +908,34 @@ pub fn sys_setsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if len > 0 {
         t.copy_in(a.gva(3), &mut val)?;
     }
-    host_setsockopt(f.host(), level, name, &val)?;
+    host::setsockopt(f.host(), level, name, &val)?;
     Ok(0)
 }
 
 /// Implements getsockopt(2) for the same whitelist as setsockopt(2) plus read-only options
-/// (SO_ERROR, SO_TYPE…).
+/// (SO_ERROR, SO_TYPE…). SO_PEERCRED of a Unix socket reports the peer's guest pid, uid and
+/// gid (see `net::unix::peer_credentials`).
 pub fn sys_getsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let f = socket_file(t, a.int(0))?;
+    let (f, st) = socket_file(t, a.int(0))?;
     let (level, name) = (a.int(1), a.int(2));
     if !sockopt_allowed(level, name, false) {
         return Err(Errno::ENOPROTOOPT);
     }
     let ulen = usize::try_from(read_len(t, a.gva(4))?).map_err(|_| Errno::EINVAL)?;
     let mut val = vec![0u8; ulen.min(MAX_OPT_LEN)];
-    let n = host_getsockopt(f.host(), level, name, &mut val)?;
+    let n = if level == libc::SOL_SOCKET && name == libc::SO_PEERCRED {
+        let mut hv = [0u8; Ucred::SIZE];
+        host::getsockopt(f.host(), level, name, &mut hv)?;
+        let mut cred = Ucred::from_bytes(&hv).ok_or(Errno::EINVAL)?;
+        if let Some(ino) = unix_ino(&st) {
+            cred = unix::peer_credentials(&t.net.unix, f.host(), ino, cred);
+        }
+        let n = val.len().min(Ucred::SIZE);
+        val[..n].copy_from_slice(&cred.to_bytes()[..n]);
+        n
+    } else {
+        host::getsockopt(f.host(), level, name, &mut val)?
+    };
     if n > 0 {
         t.copy_out(a.gva(3), &val[..n])?;
     }
@@ -1036,156 +946,6 @@ pub fn sys_getsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sockaddr_round_trips() {
-        for s in [
-            "127.0.0.1:80",
-            "0.0.0.0:0",
-            "10.1.2.3:65535",
-            "[::1]:8080",
-            "[fe80::1%3]:22",
-            "[::ffff:1.2.3.4]:9",
-        ] {
-            let a: SocketAddr = s.parse().unwrap();
-            let r = encode_sockaddr(&a);
-            let fam = if a.is_ipv4() {
-                libc::AF_INET
-            } else {
-                libc::AF_INET6
-            };
-            assert_eq!(family_of(r.as_bytes()), fam);
-            assert_eq!(
-                decode_guest_sockaddr(r.as_bytes(), fam, false),
-                Ok(a),
-                "{s}"
-            );
-            assert_eq!(parse_sockaddr(r.as_bytes()), Some(a), "{s}");
-        }
-        let v6 = SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::LOCALHOST, 1, 0x1234_5678, 7));
-        assert_eq!(parse_sockaddr(encode_sockaddr(&v6).as_bytes()), Some(v6));
-    }
-
-    #[test]
-    fn sockaddr_layout_matches_libc() {
-        let r = encode_sockaddr(&"1.2.3.4:258".parse().unwrap());
-        assert_eq!(r.len, std::mem::size_of::<libc::sockaddr_in>());
-        assert_eq!(&r.bytes[..8], &[2, 0, 1, 2, 1, 2, 3, 4]);
-        let r = encode_sockaddr(&"[::1]:1".parse().unwrap());
-        assert_eq!(r.len, std::mem::size_of::<libc::sockaddr_in6>());
-        assert_eq!(r.bytes[23], 1);
-    }
-
-    #[test]
-    fn sockaddr_decode_errors() {
-        let v4 = encode_sockaddr(&"127.0.0.1:80".parse().unwrap());
-        let v6 = encode_sockaddr(&"[::1]:80".parse().unwrap());
-        assert_eq!(
-            decode_guest_sockaddr(&v4.as_bytes()[..15], libc::AF_INET, false),
-            Err(Errno::EINVAL)
-        );
-        assert_eq!(
-            decode_guest_sockaddr(&[], libc::AF_INET, false),
-            Err(Errno::EINVAL)
-        );
-        assert_eq!(
-            decode_guest_sockaddr(v6.as_bytes(), libc::AF_INET, false),
-            Err(Errno::EAFNOSUPPORT)
-        );
-        assert_eq!(
-            decode_guest_sockaddr(v4.as_bytes(), libc::AF_INET6, false),
-            Err(Errno::EINVAL)
-        );
-        assert_eq!(
-            decode_guest_sockaddr(&v6.as_bytes()[..23], libc::AF_INET6, false),
-            Err(Errno::EINVAL)
-        );
-        // RFC 2133 length: no scope id.
-        let short = decode_guest_sockaddr(&v6.as_bytes()[..24], libc::AF_INET6, false).unwrap();
-        assert_eq!(short, "[::1]:80".parse().unwrap());
-        let mut pad = [0u8; 28];
-        pad[..16].copy_from_slice(v4.as_bytes());
-        assert_eq!(
-            decode_guest_sockaddr(&pad, libc::AF_INET6, false),
-            Err(Errno::EAFNOSUPPORT)
-        );
-        // AF_UNSPEC is taken as AF_INET only when allowed.
-        let mut unspec = v4;
-        unspec.bytes[0] = 0;
-        assert_eq!(
-            decode_guest_sockaddr(unspec.as_bytes(), libc::AF_INET, false),
-            Err(Errno::EAFNOSUPPORT)
-        );
-        assert_eq!(
-            decode_guest_sockaddr(unspec.as_bytes(), libc::AF_INET, true),
-            Ok("127.0.0.1:80".parse().unwrap())
-        );
-        assert_eq!(
-            decode_guest_sockaddr(v4.as_bytes(), libc::AF_UNIX, false),
-            Err(Errno::EAFNOSUPPORT)
-        );
-        assert_eq!(parse_sockaddr(&[1, 0, 0]), None);
-        assert_eq!(parse_sockaddr(&[]), None);
-    }
-
-    #[test]
-    fn family_fitting() {
-        let p = |s: &str| s.parse::<SocketAddr>().unwrap();
-        assert_eq!(
-            fit_family(p("127.0.0.1:5"), libc::AF_INET6),
-            Some(p("[::ffff:127.0.0.1]:5"))
-        );
-        assert_eq!(
-            fit_family(p("0.0.0.0:5"), libc::AF_INET6),
-            Some(p("[::]:5"))
-        );
-        assert_eq!(
-            fit_family(p("[::1]:5"), libc::AF_INET),
-            Some(p("127.0.0.1:5"))
-        );
-        assert_eq!(fit_family(p("[::]:5"), libc::AF_INET), Some(p("0.0.0.0:5")));
-        assert_eq!(
-            fit_family(p("[::ffff:10.0.0.1]:5"), libc::AF_INET),
-            Some(p("10.0.0.1:5"))
-        );
-        assert_eq!(fit_family(p("[2001:db8::1]:5"), libc::AF_INET), None);
-        assert_eq!(canonical(p("[::ffff:127.0.0.1]:5")), p("127.0.0.1:5"));
-    }
-
-    #[test]
-    fn policy_translation() {
-        let n = NetPolicy::new(vec!["127.0.0.1:18080:80".parse().unwrap()], false);
-        n.record_bind(80, "127.0.0.1:18080".parse().unwrap());
-        let p = |s: &str| s.parse::<SocketAddr>().unwrap();
-        assert_eq!(
-            outbound_target(&n, libc::AF_INET, p("127.0.0.1:80")),
-            Ok(p("127.0.0.1:18080"))
-        );
-        assert_eq!(
-            outbound_target(&n, libc::AF_INET6, p("[::ffff:127.0.0.1]:80")),
-            Ok(p("[::ffff:127.0.0.1]:18080"))
-        );
-        assert_eq!(
-            outbound_target(&n, libc::AF_INET, p("127.0.0.1:81")),
-            Err(Errno::ECONNREFUSED)
-        );
-        assert_eq!(
-            outbound_target(&n, libc::AF_INET, p("8.8.8.8:53")),
-            Err(Errno::ENETUNREACH)
-        );
-        assert_eq!(
-            guest_view_of_remote(&n, p("127.0.0.1:18080")),
-            p("127.0.0.1:80")
-        );
-        assert_eq!(
-            guest_view_of_remote(&n, p("10.0.0.1:18080")),
-            p("10.0.0.1:18080")
-        );
-        assert_eq!(
-            guest_view_of_remote(&n, p("127.0.0.1:5555")),
-            p("127.0.0.1:5555")
-        );
-    }
 
     #[test]
     fn socket_args() {
@@ -1215,7 +975,7 @@ mod tests {
             Err(Errno::EINVAL)
         );
         assert_eq!(
-            parse_socket_args(libc::AF_UNIX, libc::SOCK_STREAM, 0),
+            parse_socket_args(libc::AF_NETLINK, libc::SOCK_DGRAM, 0),
             Err(Errno::EAFNOSUPPORT)
         );
         assert_eq!(
@@ -1262,7 +1022,7 @@ mod tests {
         assert_eq!(send_flags(libc::MSG_PEEK), Err(Errno::EINVAL));
         assert_eq!(
             recv_flags(libc::MSG_PEEK | libc::MSG_TRUNC),
-            Ok(libc::MSG_PEEK | libc::MSG_TRUNC)
+            Ok(libc::MSG_PEEK | libc::MSG_TRUNC | libc::MSG_CMSG_CLOEXEC)
         );
         assert_eq!(recv_flags(libc::MSG_ERRQUEUE), Err(Errno::EINVAL));
         assert!(sockopt_allowed(libc::SOL_SOCKET, libc::SO_REUSEADDR, true));
@@ -1283,108 +1043,47 @@ mod tests {
     }
 
     #[test]
-    fn host_bind_through_policy() {
-        // No KVM needed: a real host socket bound the way sys_bind does.
-        let n = Arc::new(NetPolicy::new(Vec::new(), false));
-        let spec = parse_socket_args(libc::AF_INET, libc::SOCK_STREAM, 0).unwrap();
-        let state = SocketState {
-            family: libc::AF_INET,
-            kind: libc::SOCK_STREAM,
-            guest_local: None,
-            lease: None,
-        };
-        let f = OpenFile::new(
-            host_socket(&spec).unwrap(),
-            FileKind::Socket(Mutex::new(state)),
-            None,
-        );
-        assert!(!is_bound(&f));
-        bind_as_guest(&n, &f, libc::AF_INET, "0.0.0.0:81".parse().unwrap()).unwrap();
-        assert!(is_bound(&f));
-        let local = state_of(&f).guest_local.unwrap();
-        assert_eq!(local, "0.0.0.0:81".parse().unwrap());
-        let host = parse_sockaddr(host_name(f.host(), false).unwrap().as_bytes()).unwrap();
-        assert!(host.ip().is_loopback());
-        assert_eq!(n.guest_port_of(host), Some(81));
+    fn unix_socket_args() {
+        let s =
+            parse_socket_args(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0).unwrap();
         assert_eq!(
-            outbound_target(&n, libc::AF_INET, "127.0.0.1:81".parse().unwrap()),
-            Ok(host)
+            (s.family, s.kind, s.cloexec),
+            (libc::AF_UNIX, libc::SOCK_SEQPACKET, true)
         );
-        // Options round-trip through the host.
-        set_int_opt(f.host(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).unwrap();
-        let mut v = [0u8; 64];
         assert_eq!(
-            host_getsockopt(f.host(), libc::IPPROTO_TCP, libc::TCP_NODELAY, &mut v),
-            Ok(4)
+            parse_socket_args(libc::AF_UNIX, libc::SOCK_STREAM, 2),
+            Err(Errno::EPROTONOSUPPORT)
         );
-        assert_ne!(v[..4], [0, 0, 0, 0]);
+        assert_eq!(
+            parse_socket_args(libc::AF_UNIX, libc::SOCK_RAW, 0).map(|s| s.kind),
+            Ok(libc::SOCK_DGRAM)
+        );
+        assert_eq!(
+            parse_socket_args(libc::AF_UNIX, libc::SOCK_PACKET, 0),
+            Err(Errno(libc::ESOCKTNOSUPPORT))
+        );
     }
-}
 
-/// Implements socketpair(2) for AF_UNIX: two connected host sockets, which name no path and
-/// reach nothing outside the sandbox.
-pub fn sys_socketpair(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let (domain, ty, proto) = (a.int(0), a.int(1), a.int(2));
-    if domain != libc::AF_UNIX {
-        return Err(Errno::EAFNOSUPPORT);
-    }
-    let flags = ty & (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
-    let kind = ty & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC);
-    if !matches!(
-        kind,
-        libc::SOCK_STREAM | libc::SOCK_DGRAM | libc::SOCK_SEQPACKET
-    ) {
-        return Err(Errno(libc::ESOCKTNOSUPPORT));
-    }
-    if proto != 0 {
-        return Err(Errno::EPROTONOSUPPORT);
-    }
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` has room for both ends; the host ends are always close-on-exec.
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            kind | (flags & libc::SOCK_NONBLOCK) | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return Err(Errno::last());
-    }
-    let cloexec = flags & libc::SOCK_CLOEXEC != 0;
-    let mut guest = [0i32; 2];
-    for (i, fd) in fds.iter().enumerate() {
-        // SAFETY: a fresh fd owned by nobody else.
-        let owned = unsafe { OwnedFd::from_raw_fd(*fd) };
-        let state = SocketState {
-            family: libc::AF_UNIX,
-            kind,
-            guest_local: None,
-            lease: None,
-        };
-        let file = Arc::new(OpenFile::new(
-            owned,
-            FileKind::Socket(Mutex::new(state)),
-            None,
-        ));
-        match t.fds.insert(file, cloexec) {
-            Ok(g) => guest[i] = g,
-            Err(e) => {
-                if i == 1 {
-                    let _ = t.fds.remove(guest[0]);
-                }
-                return Err(e);
+    #[test]
+    fn msghdr_layout() {
+        let mut b = [0u8; MSGHDR_LEN];
+        b[0..8].copy_from_slice(&0x1000u64.to_le_bytes());
+        b[8..12].copy_from_slice(&16u32.to_le_bytes());
+        b[16..24].copy_from_slice(&0x2000u64.to_le_bytes());
+        b[24..32].copy_from_slice(&2u64.to_le_bytes());
+        b[32..40].copy_from_slice(&0x3000u64.to_le_bytes());
+        b[40..48].copy_from_slice(&24u64.to_le_bytes());
+        assert_eq!(
+            MsgHdr::decode(&b),
+            MsgHdr {
+                name: Gva(0x1000),
+                namelen: 16,
+                iov: Gva(0x2000),
+                iovlen: 2,
+                control: Gva(0x3000),
+                controllen: 24
             }
-        }
+        );
+        assert_eq!(std::mem::size_of::<libc::msghdr>(), MSGHDR_LEN);
     }
-    let mut out = [0u8; 8];
-    out[..4].copy_from_slice(&guest[0].to_le_bytes());
-    out[4..].copy_from_slice(&guest[1].to_le_bytes());
-    if let Err(e) = t.copy_out(a.gva(3), &out) {
-        let _ = t.fds.remove(guest[0]);
-        let _ = t.fds.remove(guest[1]);
-        return Err(e);
-    }
-    Ok(0)
 }
