@@ -9,6 +9,10 @@
  *                           checks the host side)
  *   unix_sockets serve P    a stream server on path P for the hibernate test: prints
  *                           "listening", then echoes one line per connection, forever
+ *   unix_sockets abstract-serve N     binds and listens on abstract name N, prints
+ *                                     "listening", then sleeps (isolation test)
+ *   unix_sockets abstract-connect N   connects to abstract name N and binds it, printing
+ *                                     both results
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -699,10 +703,33 @@ static void serve(const char *path) {
     }
 }
 
+static void abstract_mode(const char *name, int serve_it) {
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a;
+    socklen_t l = abstract_addr(&a, name);
+    if (serve_it) {
+        if (bind(s, (struct sockaddr *)&a, l) != 0 || listen(s, 4) != 0) {
+            perror("abstract-serve");
+            exit(1);
+        }
+        printf("listening\n");
+        fflush(stdout);
+        sleep(60);
+        return;
+    }
+    result("connect", connect(s, (struct sockaddr *)&a, l));
+    int t = socket(AF_UNIX, SOCK_STREAM, 0);
+    result("bind", bind(t, (struct sockaddr *)&a, l));
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc > 2 && strcmp(argv[1], "escape") == 0) {
         escape(argv[2]);
+        return 0;
+    }
+    if (argc > 2 && strncmp(argv[1], "abstract-", 9) == 0) {
+        abstract_mode(argv[2], strcmp(argv[1], "abstract-serve") == 0);
         return 0;
     }
     if (argc > 2 && strcmp(argv[1], "serve") == 0) {
