@@ -128,7 +128,10 @@ fn abstract_names_are_private_to_each_sandbox() {
     host_name.extend_from_slice(name.as_bytes());
     let host = std::os::unix::net::SocketAddr::from_abstract_name(&host_name[1..])
         .and_then(|addr| UnixStream::connect_addr(&addr));
-    assert!(host.is_err(), "the host reached the sandbox's abstract name");
+    assert!(
+        host.is_err(),
+        "the host reached the sandbox's abstract name"
+    );
     a.kill();
 }
 

@@ -1059,7 +1059,7 @@ mod tests {
             Ok(libc::SOCK_DGRAM)
         );
         assert_eq!(
-            parse_socket_args(libc::AF_UNIX, libc::SOCK_PACKET, 0),
+            parse_socket_args(libc::AF_UNIX, 10, 0), // SOCK_PACKET
             Err(Errno(libc::ESOCKTNOSUPPORT))
         );
     }
