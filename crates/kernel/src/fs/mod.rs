@@ -70,6 +70,7 @@ impl Root {
     /// # Errors
     /// The errno the host kernel gives (ENOENT, EACCES, ELOOP…); EINVAL for a NUL in the path.
     pub fn open_at(&self, path: &[u8], flags: i32, mode: u32) -> Result<OwnedFd, Errno> {
+        guest_umask();
         let rel: &[u8] = if path.is_empty() { b"." } else { path };
         let c = CString::new(rel).map_err(|_| Errno::EINVAL)?;
         let how = OpenHow {
@@ -77,21 +78,47 @@ impl Root {
             mode: u64::from(mode & 0o7777),
             resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
         };
-        // SAFETY: valid dirfd, NUL-terminated path and a correctly sized open_how.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                self.dir.as_raw_fd(),
-                c.as_ptr(),
-                &how as *const OpenHow,
-                std::mem::size_of::<OpenHow>(),
-            )
-        };
-        if fd < 0 {
-            return Err(Errno::last());
+        // RESOLVE_IN_ROOT answers EAGAIN when a rename raced with a `..` step: retry then.
+        for _ in 0..16 {
+            // SAFETY: valid dirfd, NUL-terminated path and a correctly sized open_how.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_openat2,
+                    self.dir.as_raw_fd(),
+                    c.as_ptr(),
+                    &how as *const OpenHow,
+                    std::mem::size_of::<OpenHow>(),
+                )
+            };
+            if fd >= 0 {
+                // SAFETY: a fresh fd owned by nobody else.
+                return Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+            }
+            let e = Errno::last();
+            if e != Errno::EAGAIN {
+                return Err(e);
+            }
         }
-        // SAFETY: a fresh fd owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        Err(Errno::EAGAIN)
+    }
+
+    /// Opens the directory that holds the last component of guest path `path` (absolute),
+    /// confined to the root, for a call that creates, removes or renames that component.
+    ///
+    /// The name keeps its trailing slashes and may be `.` or `..`: the host's `*at` call then
+    /// gives Linux's answer (a trailing slash on a non-directory is ENOTDIR, `mkdir("x/..")` is
+    /// EEXIST, `rename(".", …)` EBUSY) without looking the name up outside the root, as these
+    /// calls never follow their last component. The root itself is `.` of the root, with
+    /// [`Parent::is_root`] set (rmdir("/") is EBUSY).
+    ///
+    /// # Errors
+    /// What resolving the parent gives (ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG…); EINVAL for a
+    /// NUL in the path.
+    pub fn parent_of(&self, path: &[u8]) -> Result<Parent, Errno> {
+        let (dir, name, is_root) = split_last(path);
+        let dir = self.open_at(dir, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        let name = CString::new(name).map_err(|_| Errno::EINVAL)?;
+        Ok(Parent { dir, name, is_root })
     }
 
     /// The guest path of an open host fd inside the root (from `/proc/self/fd`), `/` for the
@@ -109,6 +136,63 @@ impl Root {
         out.extend_from_slice(rel.as_os_str().as_encoded_bytes());
         Ok(out)
     }
+}
+
+/// Gives the calling host thread a umask of its own, 0, once: files the host creates for the
+/// application then get exactly the mode the application's own umask leaves (the kernel applies
+/// that one), not the runtime's umask on top. `unshare(CLONE_FS)` separates this thread's umask
+/// (and working directory, which the runtime never uses: every guest path goes through the
+/// root's fd) from the runtime's other threads. Should the host refuse, the runtime's umask
+/// stays in force.
+fn guest_umask() {
+    thread_local! {
+        static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    DONE.with(|done| {
+        if done.replace(true) {
+            return;
+        }
+        // SAFETY: unshare(CLONE_FS) affects only the calling thread's fs attributes.
+        if unsafe { libc::unshare(libc::CLONE_FS) } == 0 {
+            // SAFETY: umask has no preconditions; after the unshare it is this thread's own.
+            unsafe { libc::umask(0) };
+        }
+    });
+}
+
+/// The directory holding a path's last component, and that component (see
+/// [`Root::parent_of`]).
+#[derive(Debug)]
+pub struct Parent {
+    /// The directory, opened `O_PATH` inside the root.
+    pub dir: OwnedFd,
+    /// The last component with its trailing slashes; `.` for the root.
+    pub name: CString,
+    /// Whether the path named the root itself (`/`, `//`…).
+    pub is_root: bool,
+}
+
+/// Splits guest path `path` (absolute) into its parent directory and last component (with
+/// its trailing slashes), and says whether it names the root.
+fn split_last(path: &[u8]) -> (&[u8], &[u8], bool) {
+    let end = path.iter().rposition(|&c| c != b'/').map_or(0, |i| i + 1);
+    if end == 0 {
+        return (b"/", b".", true);
+    }
+    match path[..end].iter().rposition(|&c| c == b'/') {
+        Some(0) => (b"/", &path[1..], false),
+        Some(i) => (&path[..i], &path[i + 1..], false),
+        None => (b".", path, false),
+    }
+}
+
+/// The host path `/proc/self/fd/N` of one of the runtime's own descriptors: the host
+/// kernel follows it to the very inode `fd` refers to (a symlink itself for an `O_PATH |
+/// O_NOFOLLOW` fd), so calls that take only a path (chmod, the xattr calls, inotify) can act on
+/// a file that was found inside the root.
+pub fn host_fd_path(fd: &impl AsRawFd) -> CString {
+    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .expect("a formatted number holds no NUL")
 }
 
 /// Joins a guest path to a base directory (a guest path) unless it is absolute.
@@ -134,6 +218,18 @@ mod tests {
         assert_eq!(join(b"/", b"b"), b"/b");
         assert_eq!(join(b"/a", b"/c"), b"/c");
         assert_eq!(join(b"/a", b"../.."), b"/a/../..");
+    }
+
+    #[test]
+    fn split_last_component() {
+        assert_eq!(split_last(b"/"), (&b"/"[..], &b"."[..], true));
+        assert_eq!(split_last(b"///"), (&b"/"[..], &b"."[..], true));
+        assert_eq!(split_last(b"/a"), (&b"/"[..], &b"a"[..], false));
+        assert_eq!(split_last(b"/a/"), (&b"/"[..], &b"a/"[..], false));
+        assert_eq!(split_last(b"/a/b//"), (&b"/a"[..], &b"b//"[..], false));
+        assert_eq!(split_last(b"/a/.."), (&b"/a"[..], &b".."[..], false));
+        assert_eq!(split_last(b"/a//b"), (&b"/a/"[..], &b"b"[..], false));
+        assert_eq!(split_last(b"a"), (&b"."[..], &b"a"[..], false));
     }
 
     #[test]

@@ -4,12 +4,14 @@
 //! errnos (`SysResult`); guest input never panics the runtime.
 
 mod args;
+mod sys_attr;
 mod sys_eventfd;
 mod sys_exec;
 mod sys_file;
 mod sys_fork;
 mod sys_fs;
 mod sys_info;
+mod sys_inotify;
 mod sys_mm;
 mod sys_pipe;
 mod sys_poll;
@@ -21,6 +23,7 @@ mod sys_signal;
 mod sys_socket;
 mod sys_stat;
 mod sys_time;
+mod sys_xattr;
 pub mod table;
 
 pub use args::SyscallArgs;

@@ -1,4 +1,5 @@
-//! open, openat, close, dup, dup2, dup3, fcntl, ioctl.
+//! open, openat, creat, close, close_range, dup, dup2, dup3, fcntl (record locks included),
+//! ioctl, flock, fallocate, sync, syncfs.
 
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -53,9 +54,8 @@ pub fn resolve(t: &Task, dirfd: i32, path: &[u8]) -> Result<Vec<u8>, Errno> {
 
 /// Opens `path` (relative to `dirfd`) and installs it.
 pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -> SysResult {
-    if flags & !OPEN_FLAGS != 0 {
-        return Err(Errno::EINVAL);
-    }
+    // open(2) and openat(2) ignore bits they do not know (only openat2 refuses them).
+    let flags = flags & OPEN_FLAGS;
     let guest = resolve(t, dirfd, path)?;
     if let Some(r) = crate::fs::procfs::open(t, &guest) {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
@@ -133,6 +133,40 @@ pub fn sys_openat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     open_file(t, a.int(0), &path, a.int(2), a.u(3) as u32)
 }
 
+/// Implements creat(2): open(2) with O_CREAT | O_WRONLY | O_TRUNC.
+pub fn sys_creat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let path = t.copy_in_path(a.gva(0))?;
+    let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+    open_file(t, AT_FDCWD, &path, flags, a.u(1) as u32)
+}
+
+const CLOSE_RANGE_UNSHARE: u32 = 2;
+const CLOSE_RANGE_CLOEXEC: u32 = 4;
+
+/// Implements close_range(2). CLOSE_RANGE_UNSHARE is accepted but the table stays shared with
+/// the process's other threads (a table is never shared between processes here).
+pub fn sys_close_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (first, last, flags) = (a.u(0) as u32, a.u(1) as u32, a.u(2) as u32);
+    if flags & !(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC) != 0 || first > last {
+        return Err(Errno::EINVAL);
+    }
+    let open: Vec<i32> = t
+        .fds
+        .iter()
+        .map(|(fd, _)| fd)
+        .filter(|&fd| (first..=last).contains(&(fd as u32)))
+        .collect();
+    for fd in open {
+        // A descriptor another thread closed meanwhile is simply gone: nothing to report.
+        if flags & CLOSE_RANGE_CLOEXEC != 0 {
+            let _ = t.fds.set_cloexec(fd, true);
+        } else {
+            let _ = t.fds.remove(fd);
+        }
+    }
+    Ok(0)
+}
+
 /// Implements close(2).
 pub fn sys_close(t: &mut Task, a: &SyscallArgs) -> SysResult {
     t.fds.remove(a.int(0))?;
@@ -204,8 +238,75 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             }
             Ok(0)
         }
+        libc::F_GETLK
+        | libc::F_SETLK
+        | libc::F_SETLKW
+        | libc::F_OFD_GETLK
+        | libc::F_OFD_SETLK
+        | libc::F_OFD_SETLKW => record_lock(t, &f, cmd, a.gva(2)),
         _ => Err(Errno::EINVAL),
     }
+}
+
+
+/// Size of `struct flock` on x86-64.
+const FLOCK_SIZE: usize = std::mem::size_of::<libc::flock>();
+
+/// fcntl(2)'s record locks, POSIX (F_GETLK/F_SETLK/F_SETLKW) and open file description
+/// (F_OFD_*), taken on the host file. POSIX locks belong to the host process, which every
+/// process of the sandbox shares: they exclude other host processes, not the sandbox's own
+/// processes from each other. A conflicting lock held outside the sandbox is reported with
+/// pid 0 (its host pid means nothing inside).
+fn record_lock(t: &Task, f: &OpenFile, cmd: i32, arg: platform::Gva) -> SysResult {
+    let mut raw = [0u8; FLOCK_SIZE];
+    t.copy_in(arg, &mut raw)?;
+    // SAFETY: `libc::flock` is plain data with no invalid bit patterns, FLOCK_SIZE bytes.
+    let mut fl: libc::flock = unsafe { std::mem::transmute(raw) };
+    // SAFETY: a lock command on an fd we own with a valid `struct flock`; F_SETLKW may block
+    // (a kick interrupts it with EINTR).
+    let r = unsafe { libc::fcntl(f.host().as_raw_fd(), cmd, &mut fl as *mut libc::flock) };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    if cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK {
+        if fl.l_pid > 0 {
+            fl.l_pid = 0;
+        }
+        // SAFETY: as above, the other way.
+        let out: [u8; FLOCK_SIZE] = unsafe { std::mem::transmute(fl) };
+        t.copy_out(arg, &out)?;
+    }
+    Ok(r as u64)
+}
+
+/// Implements fallocate(2) on the host file.
+pub fn sys_fallocate(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    let (mode, off, len) = (a.int(1), a.u(2) as i64, a.u(3) as i64);
+    // SAFETY: fallocate on an fd we own; the host checks mode, offset and length.
+    if unsafe { libc::fallocate(f.host().as_raw_fd(), mode, off, len) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(0)
+}
+
+/// Implements sync(2): the filesystem holding the root is flushed.
+pub fn sys_sync(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    if let Ok(root) = t.root.open_at(b"/", libc::O_RDONLY | libc::O_DIRECTORY, 0) {
+        // SAFETY: syncfs on an fd we own; sync(2) cannot fail, so neither can this.
+        unsafe { libc::syncfs(root.as_raw_fd()) };
+    }
+    Ok(0)
+}
+
+/// Implements syncfs(2).
+pub fn sys_syncfs(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    // SAFETY: syncfs on an fd we own.
+    if unsafe { libc::syncfs(f.host().as_raw_fd()) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(0)
 }
 
 const TCGETS: u64 = 0x5401;

@@ -1,12 +1,20 @@
-//! getcwd, chdir, fchdir, mkdir, mkdirat, rmdir, unlink, unlinkat, umask, getdents64.
+//! getcwd, chdir, fchdir, mkdir, mkdirat, rmdir, unlink, unlinkat, rename, renameat,
+//! renameat2, link, linkat, symlink, symlinkat, mknod, mknodat, umask, getdents64.
+//!
+//! The calls that create, remove or rename a name resolve its parent directory inside the
+//! root ([`fs::Root::parent_of`]) and hand the host's `*at` call that directory and the last
+//! component, so the host kernel gives Linux's errnos and never looks outside the root.
 
-use std::os::fd::AsRawFd;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use abi::Errno;
+use platform::Gva;
 
 use super::sys_file::{resolve, AT_FDCWD};
 use super::{SysResult, SyscallArgs};
 use crate::fd::FileKind;
+use crate::fs;
 use crate::task::Task;
 
 /// Implements getcwd(2).
@@ -45,46 +53,25 @@ pub fn sys_fchdir(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
 }
 
-/// Splits a guest path into its parent (opened as a directory fd) and last component.
-fn parent_and_name(
-    t: &Task,
-    dirfd: i32,
-    path: &[u8],
-) -> Result<(std::os::fd::OwnedFd, std::ffi::CString), Errno> {
+/// The directory holding the last component of `path` (relative to `dirfd`) and that
+/// component, for the calls that create, remove or rename it.
+fn parent_of(t: &Task, dirfd: i32, path: &[u8]) -> Result<fs::Parent, Errno> {
     let guest = resolve(t, dirfd, path)?;
-    let trimmed: &[u8] = {
-        let mut g: &[u8] = &guest;
-        while g.len() > 1 && g.last() == Some(&b'/') {
-            g = &g[..g.len() - 1];
-        }
-        g
-    };
-    let (parent, name) = match trimmed.iter().rposition(|&c| c == b'/') {
-        Some(i) => (&trimmed[..i.max(1)], &trimmed[i + 1..]),
-        None => (&b"/"[..], trimmed),
-    };
-    if name.is_empty() || name == b"." || name == b".." {
-        return Err(if name == b".." {
-            Errno::ENOTEMPTY
-        } else {
-            Errno::EINVAL
-        });
-    }
-    let dir = t
-        .root
-        .open_at(parent, libc::O_PATH | libc::O_DIRECTORY, 0)?;
-    let name = std::ffi::CString::new(name).map_err(|_| Errno::EINVAL)?;
-    Ok((dir, name))
+    t.root.parent_of(&guest)
 }
 
-fn mkdir_at(t: &mut Task, dirfd: i32, path: &[u8], mode: u32) -> SysResult {
-    let (dir, name) = parent_and_name(t, dirfd, path)?;
-    // SAFETY: valid dirfd and NUL-terminated single component (no '/').
-    let r = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode & 0o7777 & !t.umask) };
+/// A host `*at` call's return value as a result.
+fn host(r: libc::c_int) -> SysResult {
     if r != 0 {
         return Err(Errno::last());
     }
     Ok(0)
+}
+
+fn mkdir_at(t: &mut Task, dirfd: i32, path: &[u8], mode: u32) -> SysResult {
+    let p = parent_of(t, dirfd, path)?;
+    // SAFETY: valid dirfd and a NUL-terminated last component (no '/' but trailing ones).
+    host(unsafe { libc::mkdirat(p.dir.as_raw_fd(), p.name.as_ptr(), mode & 0o7777 & !t.umask) })
 }
 
 /// Implements mkdir(2).
@@ -103,13 +90,13 @@ fn unlink_at(t: &mut Task, dirfd: i32, path: &[u8], flags: i32) -> SysResult {
     if flags & !libc::AT_REMOVEDIR != 0 {
         return Err(Errno::EINVAL);
     }
-    let (dir, name) = parent_and_name(t, dirfd, path)?;
-    // SAFETY: valid dirfd and a single NUL-terminated component.
-    let r = unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) };
-    if r != 0 {
-        return Err(Errno::last());
+    let p = parent_of(t, dirfd, path)?;
+    if p.is_root && flags & libc::AT_REMOVEDIR != 0 {
+        // rmdir(2): "EBUSY pathname is currently in use by the system": the root is.
+        return Err(Errno::EBUSY);
     }
-    Ok(0)
+    // SAFETY: valid dirfd and a NUL-terminated last component.
+    host(unsafe { libc::unlinkat(p.dir.as_raw_fd(), p.name.as_ptr(), flags) })
 }
 
 /// Implements rmdir(2).
@@ -128,6 +115,192 @@ pub fn sys_unlink(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_unlinkat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let p = t.copy_in_path(a.gva(1))?;
     unlink_at(t, a.int(0), &p, a.int(2))
+}
+
+const RENAME_NOREPLACE: u32 = 1;
+const RENAME_EXCHANGE: u32 = 2;
+const RENAME_WHITEOUT: u32 = 4;
+
+fn rename_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: u32) -> SysResult {
+    if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0
+        || (flags & RENAME_EXCHANGE != 0 && flags & (RENAME_NOREPLACE | RENAME_WHITEOUT) != 0)
+    {
+        return Err(Errno::EINVAL);
+    }
+    let (old, new) = (t.copy_in_path(old)?, t.copy_in_path(new)?);
+    let from = parent_of(t, olddir, &old)?;
+    let to = parent_of(t, newdir, &new)?;
+    // SAFETY: valid dirfds and NUL-terminated last components; the flags were checked.
+    host(unsafe {
+        libc::renameat2(
+            from.dir.as_raw_fd(),
+            from.name.as_ptr(),
+            to.dir.as_raw_fd(),
+            to.name.as_ptr(),
+            flags,
+        )
+    })
+}
+
+/// Implements rename(2).
+pub fn sys_rename(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    rename_at(t, AT_FDCWD, a.gva(0), AT_FDCWD, a.gva(1), 0)
+}
+
+/// Implements renameat(2).
+pub fn sys_renameat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    rename_at(t, a.int(0), a.gva(1), a.int(2), a.gva(3), 0)
+}
+
+/// Implements renameat2(2): RENAME_NOREPLACE, RENAME_EXCHANGE and RENAME_WHITEOUT, by the
+/// host.
+pub fn sys_renameat2(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    rename_at(t, a.int(0), a.gva(1), a.int(2), a.gva(3), a.u(4) as u32)
+}
+
+const AT_SYMLINK_FOLLOW: i32 = 0x400;
+const AT_EMPTY_PATH: i32 = 0x1000;
+
+/// The file a link(2)'s old path names, opened `O_PATH` inside the root: an open descriptor
+/// for an empty path with AT_EMPTY_PATH (an `O_TMPFILE` file among them), a `/proc/self/fd/N`
+/// link followed to the descriptor it names, else the path (its last symlink followed only
+/// with AT_SYMLINK_FOLLOW).
+fn link_source(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result<OwnedFd, Errno> {
+    if path.is_empty() {
+        if flags & AT_EMPTY_PATH == 0 {
+            return Err(Errno::ENOENT);
+        }
+        if dirfd == AT_FDCWD {
+            return t.root.open_at(&t.cwd, libc::O_PATH, 0);
+        }
+        return t.fds.get(dirfd)?.owned().try_clone().map_err(Errno::from);
+    }
+    let guest = resolve(t, dirfd, path)?;
+    if flags & AT_SYMLINK_FOLLOW != 0 {
+        if let Some(n) = crate::fs::procfs::self_relative(&guest, t.pid)
+            .and_then(|w| w.strip_prefix("fd/"))
+            .and_then(|n| n.parse::<i32>().ok())
+        {
+            let f = t.fds.get(n).map_err(|_| Errno::ENOENT)?;
+            return f.owned().try_clone().map_err(Errno::from);
+        }
+    }
+    let nofollow = if flags & AT_SYMLINK_FOLLOW == 0 {
+        libc::O_NOFOLLOW
+    } else {
+        0
+    };
+    t.root.open_at(&guest, libc::O_PATH | nofollow, 0)
+}
+
+fn link_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: i32) -> SysResult {
+    if flags & !(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let old = if flags & AT_EMPTY_PATH != 0 {
+        t.copy_in_str(old, libc::PATH_MAX as usize)?
+    } else {
+        t.copy_in_path(old)?
+    };
+    let new = t.copy_in_path(new)?;
+    let src = link_source(t, olddir, &old, flags)?;
+    let to = parent_of(t, newdir, &new)?;
+    // The host links the very inode `src` refers to; AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH,
+    // so a runtime without it goes through the descriptor's /proc link instead.
+    // SAFETY: valid fds and NUL-terminated names.
+    let r = unsafe {
+        libc::linkat(
+            src.as_raw_fd(),
+            c"".as_ptr(),
+            to.dir.as_raw_fd(),
+            to.name.as_ptr(),
+            AT_EMPTY_PATH,
+        )
+    };
+    if r == 0 {
+        return Ok(0);
+    }
+    let e = Errno::last();
+    if e != Errno::ENOENT && e != Errno::EPERM || rootful() {
+        return Err(e);
+    }
+    let proc = fs::host_fd_path(&src);
+    // SAFETY: as above; the /proc path names one of the runtime's own descriptors.
+    host(unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            proc.as_ptr(),
+            to.dir.as_raw_fd(),
+            to.name.as_ptr(),
+            AT_SYMLINK_FOLLOW,
+        )
+    })
+}
+
+/// Whether the runtime runs as root (and so has CAP_DAC_READ_SEARCH).
+fn rootful() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Implements link(2).
+pub fn sys_link(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    link_at(t, AT_FDCWD, a.gva(0), AT_FDCWD, a.gva(1), 0)
+}
+
+/// Implements linkat(2), AT_EMPTY_PATH and `/proc/self/fd/N` sources (`O_TMPFILE` files)
+/// included.
+pub fn sys_linkat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    link_at(t, a.int(0), a.gva(1), a.int(2), a.gva(3), a.int(4))
+}
+
+fn symlink_at(t: &mut Task, target: Gva, newdir: i32, new: Gva) -> SysResult {
+    // The target is stored as given: it is only ever resolved inside the root (openat2 with
+    // RESOLVE_IN_ROOT), however absolute or `..`-laden it is.
+    let target = t.copy_in_path(target)?;
+    let target = CString::new(target).map_err(|_| Errno::EINVAL)?;
+    let new = t.copy_in_path(new)?;
+    let to = parent_of(t, newdir, &new)?;
+    // SAFETY: NUL-terminated target and name, valid dirfd.
+    host(unsafe { libc::symlinkat(target.as_ptr(), to.dir.as_raw_fd(), to.name.as_ptr()) })
+}
+
+/// Implements symlink(2).
+pub fn sys_symlink(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    symlink_at(t, a.gva(0), AT_FDCWD, a.gva(1))
+}
+
+/// Implements symlinkat(2).
+pub fn sys_symlinkat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    symlink_at(t, a.gva(0), a.int(1), a.gva(2))
+}
+
+fn mknod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, dev: u64) -> SysResult {
+    // Linux checks the type before it looks at the path (may_mknod).
+    let kind = mode & libc::S_IFMT;
+    match kind {
+        0 | libc::S_IFREG | libc::S_IFIFO | libc::S_IFSOCK => {}
+        // Device nodes would hand the application the host's devices: refused, as for a
+        // process without CAP_MKNOD.
+        libc::S_IFCHR | libc::S_IFBLK => return Err(Errno::EPERM),
+        libc::S_IFDIR => return Err(Errno::EPERM),
+        _ => return Err(Errno::EINVAL),
+    }
+    let path = t.copy_in_path(path)?;
+    let p = parent_of(t, dirfd, &path)?;
+    let mode = kind | (mode & 0o7777 & !t.umask);
+    // SAFETY: valid dirfd, NUL-terminated name; only regular files, FIFOs and sockets.
+    host(unsafe { libc::mknodat(p.dir.as_raw_fd(), p.name.as_ptr(), mode, dev) })
+}
+
+/// Implements mknod(2): regular files, FIFOs and sockets; device nodes are EPERM.
+pub fn sys_mknod(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    mknod_at(t, AT_FDCWD, a.gva(0), a.u(1) as u32, a.u(2))
+}
+
+/// Implements mknodat(2): regular files, FIFOs and sockets; device nodes are EPERM.
+pub fn sys_mknodat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    mknod_at(t, a.int(0), a.gva(1), a.u(2) as u32, a.u(3))
 }
 
 /// Implements umask(2).

@@ -186,7 +186,8 @@ pub fn sys_sendfile(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Implements ftruncate(2).
 pub fn sys_ftruncate(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let f = check_rw(t, a.int(0))?;
+    // A directory is EINVAL here, as for any descriptor not open for writing (the host says so).
+    let f = t.fds.get(a.int(0))?;
     let len = a.u(1) as i64;
     if len < 0 {
         return Err(Errno::EINVAL);

@@ -17,7 +17,7 @@ const AT_STATX_SYNC_TYPE: i32 = 0x6000;
 
 /// Opens `path` relative to `dirfd` as an O_PATH fd (following the last symlink unless
 /// `nofollow`); an empty path with AT_EMPTY_PATH names `dirfd` itself.
-fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result<OwnedFd, Errno> {
+pub(super) fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result<OwnedFd, Errno> {
     if path.is_empty() {
         if flags & AT_EMPTY_PATH == 0 {
             return Err(Errno::ENOENT);
@@ -36,7 +36,7 @@ fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result<OwnedFd, E
     t.root.open_at(&guest, oflags, 0)
 }
 
-fn stat_fd(fd: i32) -> Result<libc::stat, Errno> {
+pub(super) fn stat_fd(fd: i32) -> Result<libc::stat, Errno> {
     // SAFETY: a zeroed stat is a valid output buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let empty = c"";
@@ -105,7 +105,9 @@ pub fn sys_newfstatat(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Implements statx(2).
 pub fn sys_statx(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (dirfd, flags, mask, out) = (a.int(0), a.int(2), a.u(3) as u32, a.gva(4));
-    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT | AT_STATX_SYNC_TYPE) != 0 {
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT | AT_STATX_SYNC_TYPE) != 0
+        || flags & AT_STATX_SYNC_TYPE == AT_STATX_SYNC_TYPE
+    {
         return Err(Errno::EINVAL);
     }
     let p = t.copy_in_str(a.gva(1), libc::PATH_MAX as usize)?;
@@ -204,7 +206,14 @@ fn readlink_at(t: &mut Task, dirfd: i32, path: &[u8], buf: Gva, len: u64) -> Sys
             return Ok(n as u64);
         }
     }
-    let fd = open_path(t, dirfd, path, AT_SYMLINK_NOFOLLOW)?;
+    // readlinkat(2): "If pathname is an empty string, the call operates on the symbolic link
+    // referred to by dirfd"; anything else there is ENOENT.
+    let flags = if path.is_empty() {
+        AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH
+    } else {
+        AT_SYMLINK_NOFOLLOW
+    };
+    let fd = open_path(t, dirfd, path, flags)?;
     let mut out = vec![0u8; (len as usize).min(libc::PATH_MAX as usize * 4)];
     // SAFETY: valid fd, empty path (readlinkat on an O_PATH symlink fd), valid buffer.
     let n = unsafe {
@@ -217,7 +226,11 @@ fn readlink_at(t: &mut Task, dirfd: i32, path: &[u8], buf: Gva, len: u64) -> Sys
     };
     if n < 0 {
         let e = Errno::last();
-        return Err(if e == Errno::ENOENT { Errno::EINVAL } else { e });
+        return Err(if e == Errno::ENOENT && !path.is_empty() {
+            Errno::EINVAL
+        } else {
+            e
+        });
     }
     t.copy_out(buf, &out[..n as usize])?;
     Ok(n as u64)
@@ -231,7 +244,7 @@ pub fn sys_readlink(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Implements readlinkat(2).
 pub fn sys_readlinkat(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let p = t.copy_in_path(a.gva(1))?;
+    let p = t.copy_in_str(a.gva(1), libc::PATH_MAX as usize)?;
     readlink_at(t, a.int(0), &p, a.gva(2), a.u(3))
 }
 

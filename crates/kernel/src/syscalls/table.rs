@@ -7,8 +7,9 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_mm, sys_pipe, sys_poll,
-    sys_process, sys_rw, sys_session, sys_shm, sys_signal, sys_socket, sys_stat, sys_time, SysResult, SyscallArgs,
+    sys_attr, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_inotify, sys_mm,
+    sys_pipe, sys_poll, sys_process, sys_rw, sys_session, sys_shm, sys_signal, sys_socket,
+    sys_stat, sys_time, sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -99,7 +100,7 @@ table! {
     74 fsync => sys_rw::sys_fsync, Full;
     75 fdatasync => sys_rw::sys_fsync, Partial("as fsync");
     77 ftruncate => sys_rw::sys_ftruncate, Full;
-    72 fcntl => sys_file::sys_fcntl, Partial("F_DUPFD, F_GETFD/SETFD, F_GETFL/SETFL");
+    72 fcntl => sys_file::sys_fcntl, Partial("F_DUPFD, F_GETFD/SETFD, F_GETFL/SETFL, record locks (F_GETLK/SETLK/SETLKW, F_OFD_*: POSIX locks do not exclude the sandbox's processes from each other)");
     79 getcwd => sys_fs::sys_getcwd, Full;
     80 chdir => sys_fs::sys_chdir, Full;
     81 fchdir => sys_fs::sys_fchdir, Full;
@@ -195,6 +196,49 @@ table! {
     325 mlock2 => sys_mm::sys_mlock2, Partial("as mlock; MLOCK_ONFAULT faults nothing in");
     150 munlock => sys_mm::sys_munlock, Full;
     239 get_mempolicy => sys_mm::sys_get_mempolicy, Partial("one NUMA node (0); MPOL_F_ADDR reports the default policy (mbind is ENOSYS)");
+    76 truncate => sys_attr::sys_truncate, Full;
+    82 rename => sys_fs::sys_rename, Full;
+    264 renameat => sys_fs::sys_renameat, Full;
+    316 renameat2 => sys_fs::sys_renameat2, Full;
+    85 creat => sys_file::sys_creat, Full;
+    86 link => sys_fs::sys_link, Full;
+    265 linkat => sys_fs::sys_linkat, Full;
+    88 symlink => sys_fs::sys_symlink, Full;
+    266 symlinkat => sys_fs::sys_symlinkat, Full;
+    133 mknod => sys_fs::sys_mknod, Partial("regular files, FIFOs and sockets; device nodes are EPERM");
+    259 mknodat => sys_fs::sys_mknodat, Partial("regular files, FIFOs and sockets; device nodes are EPERM");
+    90 chmod => sys_attr::sys_chmod, Full;
+    91 fchmod => sys_attr::sys_fchmod, Full;
+    268 fchmodat => sys_attr::sys_fchmodat, Full;
+    452 fchmodat2 => sys_attr::sys_fchmodat2, Full;
+    92 chown => sys_attr::sys_chown, Full;
+    93 fchown => sys_attr::sys_fchown, Full;
+    94 lchown => sys_attr::sys_lchown, Full;
+    260 fchownat => sys_attr::sys_fchownat, Full;
+    132 utime => sys_attr::sys_utime, Full;
+    235 utimes => sys_attr::sys_utimes, Full;
+    261 futimesat => sys_attr::sys_futimesat, Full;
+    280 utimensat => sys_attr::sys_utimensat, Full;
+    285 fallocate => sys_file::sys_fallocate, Full;
+    162 sync => sys_file::sys_sync, Partial("flushes the filesystem holding the root");
+    306 syncfs => sys_file::sys_syncfs, Full;
+    436 close_range => sys_file::sys_close_range, Partial("CLOSE_RANGE_UNSHARE leaves the table shared with the process's threads");
+    188 setxattr => sys_xattr::sys_setxattr, Partial("setting trusted.* and security.* is EPERM");
+    189 lsetxattr => sys_xattr::sys_lsetxattr, Partial("setting trusted.* and security.* is EPERM");
+    190 fsetxattr => sys_xattr::sys_fsetxattr, Partial("setting trusted.* and security.* is EPERM");
+    191 getxattr => sys_xattr::sys_getxattr, Full;
+    192 lgetxattr => sys_xattr::sys_lgetxattr, Full;
+    193 fgetxattr => sys_xattr::sys_fgetxattr, Full;
+    194 listxattr => sys_xattr::sys_listxattr, Full;
+    195 llistxattr => sys_xattr::sys_llistxattr, Full;
+    196 flistxattr => sys_xattr::sys_flistxattr, Full;
+    197 removexattr => sys_xattr::sys_removexattr, Partial("removing trusted.* and security.* is EPERM");
+    198 lremovexattr => sys_xattr::sys_lremovexattr, Partial("removing trusted.* and security.* is EPERM");
+    199 fremovexattr => sys_xattr::sys_fremovexattr, Partial("removing trusted.* and security.* is EPERM");
+    253 inotify_init => sys_inotify::sys_inotify_init, Full;
+    294 inotify_init1 => sys_inotify::sys_inotify_init1, Full;
+    254 inotify_add_watch => sys_inotify::sys_inotify_add_watch, Full;
+    255 inotify_rm_watch => sys_inotify::sys_inotify_rm_watch, Full;
     238 set_mempolicy => sys_mm::sys_set_mempolicy, Partial("one NUMA node (0); a new thread starts with the default policy, not its creator's");
 }
 

@@ -1,0 +1,300 @@
+//! A file's attributes: chmod, fchmod, fchmodat, fchmodat2, chown, fchown, lchown, fchownat,
+//! utime, utimes, futimesat, utimensat, truncate.
+//!
+//! Path forms find the file inside the root as an `O_PATH` descriptor (following the last
+//! symlink unless told not to), then act on that descriptor: with AT_EMPTY_PATH where the host
+//! call takes it, else through the descriptor's `/proc/self/fd/N` link, which the host kernel
+//! follows to the very inode found, never through a path outside the root.
+
+use std::os::fd::AsRawFd;
+
+use abi::Errno;
+use platform::Gva;
+
+use super::sys_file::AT_FDCWD;
+use super::sys_stat::{open_path, stat_fd};
+use super::{SysResult, SyscallArgs};
+use crate::fs;
+use crate::task::Task;
+
+const AT_SYMLINK_NOFOLLOW: i32 = 0x100;
+const AT_EMPTY_PATH: i32 = 0x1000;
+
+fn host(r: libc::c_int) -> SysResult {
+    if r != 0 {
+        return Err(Errno::last());
+    }
+    Ok(0)
+}
+
+fn chmod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, flags: i32) -> SysResult {
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let p = if flags & AT_EMPTY_PATH != 0 {
+        t.copy_in_str(path, libc::PATH_MAX as usize)?
+    } else {
+        t.copy_in_path(path)?
+    };
+    let fd = open_path(t, dirfd, &p, flags)?;
+    if flags & AT_SYMLINK_NOFOLLOW != 0 {
+        // fchmodat2(2): a symlink's mode cannot be changed.
+        let st = stat_fd(fd.as_raw_fd())?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(Errno::EOPNOTSUPP);
+        }
+    }
+    let proc = fs::host_fd_path(&fd);
+    // SAFETY: a NUL-terminated /proc path to one of our own descriptors.
+    host(unsafe { libc::fchmodat(libc::AT_FDCWD, proc.as_ptr(), mode & 0o7777, 0) })
+}
+
+/// Implements chmod(2).
+pub fn sys_chmod(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    chmod_at(t, AT_FDCWD, a.gva(0), a.u(1) as u32, 0)
+}
+
+/// Implements fchmodat(2) (the system call has no flags argument).
+pub fn sys_fchmodat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    chmod_at(t, a.int(0), a.gva(1), a.u(2) as u32, 0)
+}
+
+/// Implements fchmodat2(2): AT_SYMLINK_NOFOLLOW (EOPNOTSUPP on a symlink) and AT_EMPTY_PATH.
+pub fn sys_fchmodat2(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    chmod_at(t, a.int(0), a.gva(1), a.u(2) as u32, a.int(3))
+}
+
+/// Implements fchmod(2).
+pub fn sys_fchmod(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    // SAFETY: fchmod on an fd we own.
+    host(unsafe { libc::fchmod(f.host().as_raw_fd(), a.u(1) as u32 & 0o7777) })
+}
+
+fn chown_at(t: &mut Task, dirfd: i32, path: Gva, uid: u32, gid: u32, flags: i32) -> SysResult {
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let p = if flags & AT_EMPTY_PATH != 0 {
+        t.copy_in_str(path, libc::PATH_MAX as usize)?
+    } else {
+        t.copy_in_path(path)?
+    };
+    let fd = open_path(t, dirfd, &p, flags)?;
+    // SAFETY: an O_PATH fd we own, the empty path with AT_EMPTY_PATH (acts on the fd's inode,
+    // a symlink itself when it was opened without following).
+    host(unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, AT_EMPTY_PATH) })
+}
+
+/// Implements chown(2).
+pub fn sys_chown(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    chown_at(t, AT_FDCWD, a.gva(0), a.u(1) as u32, a.u(2) as u32, 0)
+}
+
+/// Implements lchown(2).
+pub fn sys_lchown(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    chown_at(
+        t,
+        AT_FDCWD,
+        a.gva(0),
+        a.u(1) as u32,
+        a.u(2) as u32,
+        AT_SYMLINK_NOFOLLOW,
+    )
+}
+
+/// Implements fchownat(2).
+pub fn sys_fchownat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    chown_at(
+        t,
+        a.int(0),
+        a.gva(1),
+        a.u(2) as u32,
+        a.u(3) as u32,
+        a.int(4),
+    )
+}
+
+/// Implements fchown(2).
+pub fn sys_fchown(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    // SAFETY: fchown on an fd we own.
+    host(unsafe { libc::fchown(f.host().as_raw_fd(), a.u(1) as u32, a.u(2) as u32) })
+}
+
+/// Reads a guest `struct timespec[2]`, checking each `tv_nsec` (EINVAL unless in range or
+/// UTIME_NOW/UTIME_OMIT).
+fn copy_in_timespecs(t: &Task, addr: Gva) -> Result<[libc::timespec; 2], Errno> {
+    let mut b = [0u8; 32];
+    t.copy_in(addr, &mut b)?;
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+        i64::from_le_bytes(w)
+    };
+    let mut out = [libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    }; 2];
+    for (i, ts) in out.iter_mut().enumerate() {
+        let (sec, nsec) = (word(2 * i), word(2 * i + 1));
+        if !(0..1_000_000_000).contains(&nsec)
+            && nsec != libc::UTIME_NOW
+            && nsec != libc::UTIME_OMIT
+        {
+            return Err(Errno::EINVAL);
+        }
+        ts.tv_sec = sec;
+        ts.tv_nsec = nsec;
+    }
+    Ok(out)
+}
+
+/// Sets the times of `path` (relative to `dirfd`), or of `dirfd` itself when `path` is the
+/// null pointer; `times` None means now.
+fn utimens(
+    t: &Task,
+    dirfd: i32,
+    path: Gva,
+    times: Option<[libc::timespec; 2]>,
+    flags: i32,
+) -> SysResult {
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let tp = times.as_ref().map_or(std::ptr::null(), |ts| ts.as_ptr());
+    if path.0 == 0 && dirfd != AT_FDCWD {
+        // utimensat(2): "If pathname is NULL, then the call modifies the timestamps of the
+        // file referred to by the file descriptor dirfd" (and takes no flags).
+        if flags != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let f = t.fds.get(dirfd)?;
+        // The raw call: the C library's wrapper refuses a null path.
+        // SAFETY: an fd we own, a null path and two timespecs (or null).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_utimensat,
+                f.host().as_raw_fd(),
+                std::ptr::null::<libc::c_char>(),
+                tp,
+                0,
+            )
+        };
+        return host(r as libc::c_int);
+    }
+    let p = if flags & AT_EMPTY_PATH != 0 {
+        t.copy_in_str(path, libc::PATH_MAX as usize)?
+    } else {
+        t.copy_in_path(path)?
+    };
+    let fd = open_path(t, dirfd, &p, flags)?;
+    // SAFETY: an O_PATH fd we own, the empty path with AT_EMPTY_PATH, two timespecs or null.
+    host(unsafe {
+        libc::utimensat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            tp,
+            AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
+        )
+    })
+}
+
+/// Implements utimensat(2).
+pub fn sys_utimensat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let times = if a.u(2) == 0 {
+        None
+    } else {
+        Some(copy_in_timespecs(t, a.gva(2))?)
+    };
+    utimens(t, a.int(0), a.gva(1), times, a.int(3))
+}
+
+/// Reads a guest `struct timeval[2]` as timespecs (EINVAL for a `tv_usec` out of range).
+fn copy_in_timevals(t: &Task, addr: Gva) -> Result<Option<[libc::timespec; 2]>, Errno> {
+    if addr.0 == 0 {
+        return Ok(None);
+    }
+    let mut b = [0u8; 32];
+    t.copy_in(addr, &mut b)?;
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+        i64::from_le_bytes(w)
+    };
+    let mut out = [libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    }; 2];
+    for (i, ts) in out.iter_mut().enumerate() {
+        let (sec, usec) = (word(2 * i), word(2 * i + 1));
+        if !(0..1_000_000).contains(&usec) {
+            return Err(Errno::EINVAL);
+        }
+        ts.tv_sec = sec;
+        ts.tv_nsec = usec * 1000;
+    }
+    Ok(Some(out))
+}
+
+/// Implements utimes(2).
+pub fn sys_utimes(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let times = copy_in_timevals(t, a.gva(1))?;
+    utimens(t, AT_FDCWD, a.gva(0), times, 0)
+}
+
+/// Implements futimesat(2).
+pub fn sys_futimesat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let times = copy_in_timevals(t, a.gva(2))?;
+    utimens(t, a.int(0), a.gva(1), times, 0)
+}
+
+/// Implements utime(2).
+pub fn sys_utime(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let times = if a.u(1) == 0 {
+        None
+    } else {
+        let (atime, mtime) = (
+            t.read_u64(a.gva(1))?,
+            t.read_u64(Gva(a.u(1).wrapping_add(8)))?,
+        );
+        Some([
+            libc::timespec {
+                tv_sec: atime as i64,
+                tv_nsec: 0,
+            },
+            libc::timespec {
+                tv_sec: mtime as i64,
+                tv_nsec: 0,
+            },
+        ])
+    };
+    utimens(t, AT_FDCWD, a.gva(0), times, 0)
+}
+
+/// Implements truncate(2).
+pub fn sys_truncate(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let p = t.copy_in_path(a.gva(0))?;
+    let len = a.u(1) as i64;
+    if len < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let fd = open_path(t, AT_FDCWD, &p, 0)?;
+    let st = stat_fd(fd.as_raw_fd())?;
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {}
+        libc::S_IFDIR => return Err(Errno::EISDIR),
+        _ => return Err(Errno::EINVAL),
+    }
+    // Reopen the very file for writing (never a FIFO or device: checked above).
+    let proc = fs::host_fd_path(&fd);
+    // SAFETY: a NUL-terminated /proc path to one of our own descriptors.
+    let w = unsafe { libc::open(proc.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if w < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: `w` was just opened and is owned by nobody else.
+    let w = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(w) };
+    // SAFETY: ftruncate on the fd just opened.
+    host(unsafe { libc::ftruncate(w.as_raw_fd(), len) })
+}

@@ -1,0 +1,116 @@
+//! inotify_init, inotify_init1, inotify_add_watch, inotify_rm_watch: host inotify instances.
+//!
+//! An instance is a host inotify fd (a [`FileKind::Regular`] file without a path: reads, poll
+//! and epoll go to the host as for any file). A watch is placed on a file found inside the
+//! root: it is opened `O_PATH` there (without following with IN_DONT_FOLLOW, as a directory
+//! with IN_ONLYDIR) and the host watches it through its `/proc/self/fd/N` link, which the host
+//! follows to that very inode. Events name entries relative to the watched directory, so they
+//! need no translation; watch descriptors are the host's, numbered per instance as on Linux.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use abi::Errno;
+
+use super::sys_file::AT_FDCWD;
+use super::sys_stat::open_path;
+use super::{SysResult, SyscallArgs};
+use crate::fd::{FileKind, OpenFile};
+use crate::fs;
+use crate::task::Task;
+
+/// Every event and option bit inotify_add_watch(2) knows (ALL_INOTIFY_BITS).
+const IN_ALL_EVENTS: u32 = 0x0000_0fff;
+const IN_ONLYDIR: u32 = 0x0100_0000;
+const IN_DONT_FOLLOW: u32 = 0x0200_0000;
+const IN_EXCL_UNLINK: u32 = 0x0400_0000;
+const IN_MASK_CREATE: u32 = 0x1000_0000;
+const IN_MASK_ADD: u32 = 0x2000_0000;
+const IN_ONESHOT: u32 = 0x8000_0000;
+const AT_SYMLINK_NOFOLLOW: i32 = 0x100;
+
+fn init(t: &mut Task, flags: i32) -> SysResult {
+    if flags & !(libc::IN_NONBLOCK | libc::IN_CLOEXEC) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: inotify_init1 with checked flags; the runtime's copy is always close-on-exec.
+    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | (flags & libc::IN_NONBLOCK)) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: a fresh fd owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let file = Arc::new(OpenFile::new(fd, FileKind::Regular, None));
+    Ok(t.fds.insert(file, flags & libc::IN_CLOEXEC != 0)? as u64)
+}
+
+/// Implements inotify_init(2).
+pub fn sys_inotify_init(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    init(t, 0)
+}
+
+/// Implements inotify_init1(2).
+pub fn sys_inotify_init1(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    init(t, a.int(0))
+}
+
+/// Whether host fd `fd` is an inotify instance.
+fn is_inotify(fd: &impl AsRawFd) -> bool {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .is_ok_and(|l| l.as_os_str() == "anon_inode:inotify")
+}
+
+/// Implements inotify_add_watch(2).
+pub fn sys_inotify_add_watch(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let mask = a.u(2) as u32;
+    let known = IN_ALL_EVENTS
+        | IN_ONLYDIR
+        | IN_DONT_FOLLOW
+        | IN_EXCL_UNLINK
+        | IN_MASK_CREATE
+        | IN_MASK_ADD
+        | IN_ONESHOT;
+    // Linux's order: the mask, the descriptor, then the path.
+    if mask & IN_ALL_EVENTS == 0
+        || mask & (IN_MASK_ADD | IN_MASK_CREATE) == IN_MASK_ADD | IN_MASK_CREATE
+    {
+        return Err(Errno::EINVAL);
+    }
+    let f = t.fds.get(a.int(0))?;
+    if !is_inotify(&f.host()) {
+        return Err(Errno::EINVAL);
+    }
+    let p = t.copy_in_path(a.gva(1))?;
+    let flags = if mask & IN_DONT_FOLLOW != 0 {
+        AT_SYMLINK_NOFOLLOW
+    } else {
+        0
+    };
+    let target = open_path(t, AT_FDCWD, &p, flags)?;
+    if mask & IN_ONLYDIR != 0 {
+        let st = super::sys_stat::stat_fd(target.as_raw_fd())?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(Errno::ENOTDIR);
+        }
+    }
+    let proc = fs::host_fd_path(&target);
+    // The /proc link is followed (to the inode found above, a symlink itself with
+    // IN_DONT_FOLLOW); the rest of the mask is the guest's.
+    let host_mask = mask & known & !(IN_DONT_FOLLOW | IN_ONLYDIR);
+    // SAFETY: an inotify fd we own and a NUL-terminated path.
+    let wd = unsafe { libc::inotify_add_watch(f.host().as_raw_fd(), proc.as_ptr(), host_mask) };
+    if wd < 0 {
+        return Err(Errno::last());
+    }
+    Ok(wd as u64)
+}
+
+/// Implements inotify_rm_watch(2).
+pub fn sys_inotify_rm_watch(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    // SAFETY: inotify_rm_watch on an fd we own (EINVAL from the host if not an instance).
+    if unsafe { libc::inotify_rm_watch(f.host().as_raw_fd(), a.int(1)) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(0)
+}

@@ -1,0 +1,231 @@
+//! Extended attributes: setxattr, lsetxattr, fsetxattr, getxattr, lgetxattr, fgetxattr,
+//! listxattr, llistxattr, flistxattr, removexattr, lremovexattr, fremovexattr.
+//!
+//! The host filesystem stores them. Path forms find the file inside the root (`O_PATH`,
+//! following the last symlink except for the `l` forms) and act on it through its
+//! `/proc/self/fd/N` link, which the host follows to that very inode. Setting or removing a
+//! `trusted.*` or `security.*` attribute is EPERM, as for a process without CAP_SYS_ADMIN:
+//! the host would act with the runtime's privileges (overlayfs keeps its own state in
+//! `trusted.overlay.*`, file capabilities live in `security.capability`).
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use abi::Errno;
+use platform::Gva;
+
+use super::sys_file::AT_FDCWD;
+use super::sys_stat::open_path;
+use super::{SysResult, SyscallArgs};
+use crate::fs;
+use crate::task::Task;
+
+/// XATTR_NAME_MAX.
+const NAME_MAX: usize = 255;
+/// XATTR_SIZE_MAX: the largest value.
+const SIZE_MAX: usize = 65536;
+/// XATTR_LIST_MAX: the largest name list.
+const LIST_MAX: usize = 65536;
+const XATTR_CREATE: i32 = 1;
+const XATTR_REPLACE: i32 = 2;
+const AT_SYMLINK_NOFOLLOW: i32 = 0x100;
+
+/// Which file a call names: a path (its last symlink followed or not) or a descriptor.
+enum Target {
+    Path { path: Gva, follow: bool },
+    Fd(i32),
+}
+
+/// Where the host call acts: a `/proc/self/fd/N` path (kept open by `_fd`) or a host fd.
+enum Host {
+    Path { proc: CString, _fd: OwnedFd },
+    Fd(std::sync::Arc<crate::fd::OpenFile>),
+}
+
+fn open_target(t: &Task, target: &Target) -> Result<Host, Errno> {
+    match *target {
+        Target::Path { path, follow } => {
+            let p = t.copy_in_path(path)?;
+            let flags = if follow { 0 } else { AT_SYMLINK_NOFOLLOW };
+            let fd = open_path(t, AT_FDCWD, &p, flags)?;
+            Ok(Host::Path {
+                proc: fs::host_fd_path(&fd),
+                _fd: fd,
+            })
+        }
+        Target::Fd(fd) => Ok(Host::Fd(t.fds.get(fd)?)),
+    }
+}
+
+/// Reads an attribute name: ERANGE if empty or longer than XATTR_NAME_MAX.
+fn copy_in_name(t: &Task, addr: Gva) -> Result<CString, Errno> {
+    let name = t.copy_in_str(addr, NAME_MAX + 1).map_err(|e| {
+        if e == Errno::ENAMETOOLONG {
+            Errno::ERANGE
+        } else {
+            e
+        }
+    })?;
+    if name.is_empty() || name.len() > NAME_MAX {
+        return Err(Errno::ERANGE);
+    }
+    CString::new(name).map_err(|_| Errno::ERANGE)
+}
+
+fn privileged(name: &CString) -> bool {
+    let b = name.as_bytes();
+    b.starts_with(b"trusted.") || b.starts_with(b"security.")
+}
+
+fn ret(r: isize) -> SysResult {
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(r as u64)
+}
+
+fn set(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
+    let (size, flags) = (a.u(3) as usize, a.int(4));
+    if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let name = copy_in_name(t, a.gva(1))?;
+    if size > SIZE_MAX {
+        return Err(Errno::E2BIG);
+    }
+    let mut value = vec![0u8; size];
+    t.copy_in(a.gva(2), &mut value)?;
+    let host = open_target(t, &target)?;
+    if privileged(&name) {
+        return Err(Errno::EPERM);
+    }
+    let (v, n) = (value.as_ptr().cast(), value.len());
+    let r = match &host {
+        // SAFETY: NUL-terminated path and name, a value buffer of `n` bytes.
+        Host::Path { proc, .. } => unsafe {
+            libc::setxattr(proc.as_ptr(), name.as_ptr(), v, n, flags)
+        },
+        // SAFETY: an fd we own, NUL-terminated name, a value buffer of `n` bytes.
+        Host::Fd(f) => unsafe { libc::fsetxattr(f.host().as_raw_fd(), name.as_ptr(), v, n, flags) },
+    };
+    ret(r as isize)
+}
+
+fn get(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
+    let name = copy_in_name(t, a.gva(1))?;
+    let size = (a.u(3) as usize).min(SIZE_MAX);
+    let host = open_target(t, &target)?;
+    let mut value = vec![0u8; size];
+    let (v, n) = (value.as_mut_ptr().cast(), value.len());
+    let r = match &host {
+        // SAFETY: NUL-terminated path and name, a buffer of `n` bytes (a size query if 0).
+        Host::Path { proc, .. } => unsafe { libc::getxattr(proc.as_ptr(), name.as_ptr(), v, n) },
+        // SAFETY: an fd we own, NUL-terminated name, a buffer of `n` bytes.
+        Host::Fd(f) => unsafe { libc::fgetxattr(f.host().as_raw_fd(), name.as_ptr(), v, n) },
+    };
+    let len = ret(r)?;
+    if size > 0 {
+        t.copy_out(a.gva(2), &value[..len as usize])?;
+    }
+    Ok(len)
+}
+
+fn list(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
+    let size = (a.u(2) as usize).min(LIST_MAX);
+    let host = open_target(t, &target)?;
+    let mut names = vec![0u8; size];
+    let (v, n) = (names.as_mut_ptr().cast(), names.len());
+    let r = match &host {
+        // SAFETY: NUL-terminated path, a buffer of `n` bytes (a size query if 0).
+        Host::Path { proc, .. } => unsafe { libc::listxattr(proc.as_ptr(), v, n) },
+        // SAFETY: an fd we own, a buffer of `n` bytes.
+        Host::Fd(f) => unsafe { libc::flistxattr(f.host().as_raw_fd(), v, n) },
+    };
+    let len = ret(r)?;
+    if size > 0 {
+        t.copy_out(a.gva(1), &names[..len as usize])?;
+    }
+    Ok(len)
+}
+
+fn remove(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
+    let name = copy_in_name(t, a.gva(1))?;
+    let host = open_target(t, &target)?;
+    if privileged(&name) {
+        return Err(Errno::EPERM);
+    }
+    let r = match &host {
+        // SAFETY: NUL-terminated path and name.
+        Host::Path { proc, .. } => unsafe { libc::removexattr(proc.as_ptr(), name.as_ptr()) },
+        // SAFETY: an fd we own, NUL-terminated name.
+        Host::Fd(f) => unsafe { libc::fremovexattr(f.host().as_raw_fd(), name.as_ptr()) },
+    };
+    ret(r as isize)
+}
+
+fn path(a: &SyscallArgs, follow: bool) -> Target {
+    Target::Path {
+        path: a.gva(0),
+        follow,
+    }
+}
+
+/// Implements setxattr(2).
+pub fn sys_setxattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    set(t, path(a, true), a)
+}
+
+/// Implements lsetxattr(2).
+pub fn sys_lsetxattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    set(t, path(a, false), a)
+}
+
+/// Implements fsetxattr(2).
+pub fn sys_fsetxattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    set(t, Target::Fd(a.int(0)), a)
+}
+
+/// Implements getxattr(2).
+pub fn sys_getxattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    get(t, path(a, true), a)
+}
+
+/// Implements lgetxattr(2).
+pub fn sys_lgetxattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    get(t, path(a, false), a)
+}
+
+/// Implements fgetxattr(2).
+pub fn sys_fgetxattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    get(t, Target::Fd(a.int(0)), a)
+}
+
+/// Implements listxattr(2).
+pub fn sys_listxattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    list(t, path(a, true), a)
+}
+
+/// Implements llistxattr(2).
+pub fn sys_llistxattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    list(t, path(a, false), a)
+}
+
+/// Implements flistxattr(2).
+pub fn sys_flistxattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    list(t, Target::Fd(a.int(0)), a)
+}
+
+/// Implements removexattr(2).
+pub fn sys_removexattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    remove(t, path(a, true), a)
+}
+
+/// Implements lremovexattr(2).
+pub fn sys_lremovexattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    remove(t, path(a, false), a)
+}
+
+/// Implements fremovexattr(2).
+pub fn sys_fremovexattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    remove(t, Target::Fd(a.int(0)), a)
+}
