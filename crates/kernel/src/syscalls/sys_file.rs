@@ -249,8 +249,9 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
 }
 
 
-/// Size of `struct flock` on x86-64.
-const FLOCK_SIZE: usize = std::mem::size_of::<libc::flock>();
+/// Size of `struct flock` on x86-64: l_type (i16), l_whence (i16), 4 bytes of padding,
+/// l_start (i64), l_len (i64), l_pid (i32), 4 bytes of padding.
+const FLOCK_SIZE: usize = 32;
 
 /// fcntl(2)'s record locks, POSIX (F_GETLK/F_SETLK/F_SETLKW) and open file description
 /// (F_OFD_*), taken on the host file. POSIX locks belong to the host process, which every
@@ -260,8 +261,19 @@ const FLOCK_SIZE: usize = std::mem::size_of::<libc::flock>();
 fn record_lock(t: &Task, f: &OpenFile, cmd: i32, arg: platform::Gva) -> SysResult {
     let mut raw = [0u8; FLOCK_SIZE];
     t.copy_in(arg, &mut raw)?;
-    // SAFETY: `libc::flock` is plain data with no invalid bit patterns, FLOCK_SIZE bytes.
-    let mut fl: libc::flock = unsafe { std::mem::transmute(raw) };
+    let i16_at = |o: usize| i16::from_le_bytes([raw[o], raw[o + 1]]);
+    let i64_at = |o: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&raw[o..o + 8]);
+        i64::from_le_bytes(b)
+    };
+    // SAFETY: `libc::flock` is plain integers; all zeroes is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = i16_at(0);
+    fl.l_whence = i16_at(2);
+    fl.l_start = i64_at(8);
+    fl.l_len = i64_at(16);
+    fl.l_pid = i32::from_le_bytes([raw[24], raw[25], raw[26], raw[27]]);
     // SAFETY: a lock command on an fd we own with a valid `struct flock`; F_SETLKW may block
     // (a kick interrupts it with EINTR).
     let r = unsafe { libc::fcntl(f.host().as_raw_fd(), cmd, &mut fl as *mut libc::flock) };
@@ -269,11 +281,13 @@ fn record_lock(t: &Task, f: &OpenFile, cmd: i32, arg: platform::Gva) -> SysResul
         return Err(Errno::last());
     }
     if cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK {
-        if fl.l_pid > 0 {
-            fl.l_pid = 0;
-        }
-        // SAFETY: as above, the other way.
-        let out: [u8; FLOCK_SIZE] = unsafe { std::mem::transmute(fl) };
+        let pid = if fl.l_pid > 0 { 0 } else { fl.l_pid };
+        let mut out = raw;
+        out[0..2].copy_from_slice(&fl.l_type.to_le_bytes());
+        out[2..4].copy_from_slice(&fl.l_whence.to_le_bytes());
+        out[8..16].copy_from_slice(&fl.l_start.to_le_bytes());
+        out[16..24].copy_from_slice(&fl.l_len.to_le_bytes());
+        out[24..28].copy_from_slice(&pid.to_le_bytes());
         t.copy_out(arg, &out)?;
     }
     Ok(r as u64)
