@@ -103,6 +103,8 @@ pub struct Shared {
     stop: std::sync::atomic::AtomicBool,
     /// Hibernated by a pause (OCI `pause`): only an explicit wake ends it, requests wait.
     paused: std::sync::atomic::AtomicBool,
+    /// The last deflate's figures, per process.
+    pub processes: Mutex<Vec<ProcessDeflate>>,
 }
 
 impl Shared {
@@ -128,21 +130,83 @@ pub struct HibernateHandle {
     control: Arc<TaskControl>,
 }
 
-/// The task's side: the park hook.
+/// The task's side: the park hook, run on the first process's task. It deflates and
+/// inflates every process of the sandbox (each its own VM and guest memory).
 pub struct Hibernator {
     shared: Arc<Shared>,
-    mem: Arc<GuestMemory>,
     dir: PathBuf,
+    mode: WakeMode,
+    /// The first process's memory, until its first deflate records its pid.
+    first_mem: Option<Arc<GuestMemory>>,
+    /// The first process's pid (its files keep the names `swap.N` and `reap.N`).
+    first_pid: Option<i32>,
+    /// Each process's memory as the hibernator keeps it between deflates, by pid.
+    processes: std::collections::BTreeMap<i32, ProcessMemory>,
+}
+
+/// One process's memory between deflates: its page-state map, swap and REAP files, uffd
+/// registration, and REAP policy state.
+struct ProcessMemory {
+    mem: Arc<GuestMemory>,
+    /// File name prefix in the state directory: `swap.N` for the first process,
+    /// `swap-PID.N` for the others (and `reap…` alike).
+    prefix: String,
     pager: Arc<RwLock<PagerState>>,
     uffd: Option<Arc<Uffd>>,
     generation: u64,
-    mode: WakeMode,
     /// The recorded working set REAP prefetches (empty until a wake has been recorded).
     reap_set: Vec<PageIdx>,
     /// Whether the next wake records a fresh working set (instead of prefetching).
     record_next: bool,
     /// Whether the current wake was served by a REAP prefetch.
     reap_wake: bool,
+}
+
+impl ProcessMemory {
+    fn new(mem: Arc<GuestMemory>, prefix: String, mode: WakeMode) -> Result<Self, String> {
+        let pages = PageStateMap::new_all_free(mem.size().div_ceil(PAGE_SIZE))
+            .map_err(|e| e.to_string())?;
+        let page_count = pages.len();
+        let pager = Arc::new(RwLock::new(PagerState {
+            pages,
+            swap: None,
+            reap: None,
+            files: Vec::new(),
+            recorder: WorkingSetRecorder::new(page_count, DEFAULT_RECORD_LIMIT),
+            reap_wake: false,
+        }));
+        Ok(ProcessMemory {
+            mem,
+            prefix,
+            pager,
+            uffd: None,
+            generation: 0,
+            reap_set: Vec::new(),
+            record_next: mode != WakeMode::Fault,
+            reap_wake: false,
+        })
+    }
+
+    /// Removes the process's files (it exited, or replaced its memory with execve).
+    fn remove_files(&self) {
+        let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = pager.swap.take() {
+            let _ = old.remove();
+        }
+        if let Some(old) = pager.reap.take() {
+            let _ = old.remove();
+        }
+    }
+}
+
+/// What one process's deflate did, for `torpor stats`.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ProcessDeflate {
+    /// The process.
+    pub pid: i32,
+    /// Its figures.
+    #[serde(flatten)]
+    pub report: DeflateReport,
 }
 
 /// How a hibernated sandbox comes back (`--wake-mode`).
@@ -190,9 +254,9 @@ pub fn new(
     }
     // SAFETY: a fresh fd owned by nobody else.
     let wake_efd = unsafe { OwnedFd::from_raw_fd(efd) };
-    let pages = PageStateMap::new_all_free(mem.size().div_ceil(PAGE_SIZE))
+    // The page-state map is built at the first deflate; check now that it can be.
+    PageStateMap::new_all_free(mem.size().div_ceil(PAGE_SIZE))
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-    let page_count = pages.len();
     let shared = Arc::new(Shared {
         state: Mutex::new(StateMachine::new()),
         metrics: Arc::new(Metrics::default()),
@@ -205,15 +269,8 @@ pub fn new(
         wake_efd,
         stop: std::sync::atomic::AtomicBool::new(false),
         paused: std::sync::atomic::AtomicBool::new(false),
+        processes: Mutex::new(Vec::new()),
     });
-    let pager = Arc::new(RwLock::new(PagerState {
-        pages,
-        swap: None,
-        reap: None,
-        files: Vec::new(),
-        recorder: WorkingSetRecorder::new(page_count, DEFAULT_RECORD_LIMIT),
-        reap_wake: false,
-    }));
     {
         // Requests move the state between hot and running, woken and hibernate-running.
         let shared = shared.clone();
@@ -231,15 +288,11 @@ pub fn new(
     }
     let hib = Hibernator {
         shared: shared.clone(),
-        mem,
         dir,
-        pager,
-        uffd: None,
-        generation: 0,
         mode,
-        reap_set: Vec::new(),
-        record_next: mode != WakeMode::Fault,
-        reap_wake: false,
+        first_mem: Some(mem),
+        first_pid: None,
+        processes: std::collections::BTreeMap::new(),
     };
     Ok((hib, HibernateHandle { shared, control }))
 }
@@ -369,11 +422,11 @@ impl ParkHook for Hibernator {
         };
         self.shared.cv.notify_all();
         if let Some(Command::Deflate) = cmd {
-            // Every other thread of the process parks first (they wait in the kernel until
-            // the wake is done); a thread that does not within the timeout fails the deflate.
-            let result = if task.group.live() <= 1
-                || task.group.stop_others(task.tid, THREAD_STOP_TIMEOUT)
-            {
+            // Every other thread of the sandbox parks first, in every process (they wait in
+            // the kernel until the wake is done); a thread that does not within the timeout
+            // fails the deflate.
+            let mut stopped = Vec::new();
+            let result = if self.stop_sandbox(task, &mut stopped) {
                 self.deflate(task)
             } else {
                 Err(format!(
@@ -408,6 +461,9 @@ impl ParkHook for Hibernator {
                 }
                 self.shared.metrics.record_wake(woke.elapsed());
             }
+            for g in stopped {
+                g.resume_others();
+            }
             task.group.resume_others();
         }
         self.shared.lock_mailbox().parked = false;
@@ -415,89 +471,156 @@ impl ParkHook for Hibernator {
 }
 
 impl Hibernator {
-    fn swap_path(&self, generation: u64) -> PathBuf {
-        self.dir.join(format!("swap.{generation}"))
-    }
-
-    fn reap_path(&self, generation: u64) -> PathBuf {
-        self.dir.join(format!("reap.{generation}"))
-    }
-
-    /// After the wake trigger, before the task resumes: prefetch the REAP file (if this wake
-    /// uses it), and start recording (if this wake records).
-    fn inflate(&mut self, woke: Instant) {
-        let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
-        pager.recorder.clear();
-        self.reap_wake = false;
-        if self.record_next {
-            pager.recorder.start();
-            pager.reap_wake = false;
-            return;
+    /// Parks every thread of the sandbox but the caller's: the other threads of its process,
+    /// then every other process, again until no new process appeared meanwhile (a fork in
+    /// flight). The groups stopped are pushed on `stopped` for the caller to resume, also
+    /// when this fails.
+    fn stop_sandbox(&self, task: &Task, stopped: &mut Vec<Arc<kernel::task::ThreadGroup>>) -> bool {
+        if task.group.live() > 1 && !task.group.stop_others(task.tid, THREAD_STOP_TIMEOUT) {
+            return false;
         }
-        let Some(uffd) = self.uffd.clone() else {
-            return;
-        };
-        let base = self.mem.host_base() as u64;
-        let state = &mut *pager;
-        let Some(reader) = state.reap.as_ref() else {
-            return;
-        };
-        reader.advise_sequential();
-        let pages = &mut state.pages;
-        let mut bytes = 0u64;
-        let r = reader.read_batches(8 << 20, |batch: crate::pagefile::PageBatch<'_>| {
-            for (first, data) in batch.runs() {
-                let host = base + first.0 * PAGE_SIZE;
-                // SAFETY: `data` holds verified page bytes; the destination run lies in guest
-                // memory above the reserved chunk (REAP pages are guest pages of the map).
-                let r = unsafe { uffd.copy(data.as_ptr().cast(), host as *mut _, data.len()) };
-                if r.is_err() {
-                    // Some page of the run is present already: install page by page.
-                    for (k, page) in data.chunks(PAGE_SIZE as usize).enumerate() {
-                        let h = host + k as u64 * PAGE_SIZE;
-                        // SAFETY: as above, one page.
-                        let _ = unsafe {
-                            uffd.copy(page.as_ptr().cast(), h as *mut _, PAGE_SIZE as usize)
-                        };
-                    }
-                }
-                let n = data.len() as u64 / PAGE_SIZE;
-                for p in first.0..first.0 + n {
-                    let _ = pages.set(PageIdx(p), PageState::Resident);
-                }
-                bytes += data.len() as u64;
+        loop {
+            let new: Vec<_> = task
+                .group
+                .procs
+                .live_groups()
+                .into_iter()
+                .filter(|(pid, g)| *pid != task.pid && !stopped.iter().any(|s| Arc::ptr_eq(s, g)))
+                .map(|(_, g)| g)
+                .collect();
+            if new.is_empty() {
+                return true;
             }
-            Ok::<(), crate::reap::ReapError>(())
-        });
-        if let Err(e) = r {
-            pager::fatal(
-                &self.dir.join("error"),
-                &format!("REAP file unreadable or corrupt: {e}"),
-            );
+            for g in new {
+                // No thread of that process is exempt (tid 0 is nobody's).
+                let ok = g.stop_others(0, THREAD_STOP_TIMEOUT);
+                if ok {
+                    stopped.push(g);
+                } else {
+                    return false;
+                }
+            }
         }
-        state.reap_wake = true;
-        self.reap_wake = true;
-        self.shared.metrics.record_prefetch(bytes, woke.elapsed());
     }
 
-    /// Writes the sandbox's memory out and drops it (see the module doc).
+    fn file_path(&self, kind: &str, pm: &ProcessMemory, generation: u64) -> PathBuf {
+        self.dir.join(format!("{kind}{}.{generation}", pm.prefix))
+    }
+
+    /// After the wake trigger, before the task resumes: prefetch each process's REAP file
+    /// (if this wake uses it), and start recording (if this wake records).
+    fn inflate(&mut self, woke: Instant) {
+        let error_file = self.dir.join("error");
+        let mut bytes = 0;
+        let mut prefetched = false;
+        for pm in self.processes.values_mut() {
+            if let Some(b) = inflate_process(pm, &error_file) {
+                bytes += b;
+                prefetched = true;
+            }
+        }
+        if prefetched {
+            self.shared.metrics.record_prefetch(bytes, woke.elapsed());
+        }
+    }
+
+    /// Writes the sandbox's memory out and drops it (see the module doc): every process's,
+    /// one after the other. A failure stops there: the processes already deflated stay so
+    /// (their pages come back on demand, nothing is lost), the failing one stays as it was.
     fn deflate(&mut self, task: &mut Task) -> Result<DeflateReport, String> {
         let start = Instant::now();
-        let mut report = DeflateReport::default();
-        if task.group.procs.live() > 1 {
-            return Err("hibernating a sandbox with several processes is not supported yet".into());
-        }
-        if !Arc::ptr_eq(&task.mem, &self.mem) {
-            // The program called execve: its memory is new.
-            if self.uffd.is_some() {
-                return Err(
-                    "the program replaced itself (execve) after a hibernation: not supported"
-                        .into(),
-                );
+        let first = *self.first_pid.get_or_insert(task.pid);
+        let mut live: Vec<(i32, kernel::task::ProcessResources)> = task
+            .group
+            .procs
+            .live_groups()
+            .into_iter()
+            .filter(|(pid, _)| *pid != task.pid)
+            .filter_map(|(pid, g)| g.resources().map(|r| (pid, r)))
+            .collect();
+        live.push((
+            task.pid,
+            kernel::task::ProcessResources {
+                mm: task.mm.clone(),
+                mem: task.mem.clone(),
+                fds: task.fds.clone(),
+            },
+        ));
+        // Processes gone since the last deflate: their files go too.
+        let gone: Vec<i32> = self
+            .processes
+            .keys()
+            .copied()
+            .filter(|pid| !live.iter().any(|(p, _)| p == pid))
+            .collect();
+        for pid in gone {
+            if let Some(pm) = self.processes.remove(&pid) {
+                pm.remove_files();
             }
-            self.mem = task.mem.clone();
         }
-        let mem = self.mem.clone();
+        let mut total = DeflateReport::default();
+        let mut figures = Vec::new();
+        for (pid, res) in live {
+            let fresh = match self.processes.remove(&pid) {
+                // execve replaced the memory: start afresh (the old files describe nothing).
+                Some(pm) if !Arc::ptr_eq(&pm.mem, &res.mem) => {
+                    pm.remove_files();
+                    None
+                }
+                other => other,
+            };
+            let mut pm = match fresh {
+                Some(pm) => pm,
+                None => {
+                    let mem = match self.first_mem.take() {
+                        Some(m) if pid == first && Arc::ptr_eq(&m, &res.mem) => m,
+                        _ => res.mem.clone(),
+                    };
+                    let prefix = if pid == first {
+                        String::new()
+                    } else {
+                        format!("-{pid}")
+                    };
+                    ProcessMemory::new(mem, prefix, self.mode)?
+                }
+            };
+            let r = self.deflate_process(&mut pm, &res.mm);
+            self.processes.insert(pid, pm);
+            let r = r.map_err(|e| format!("process {pid}: {e}"))?;
+            total.free_pages += r.free_pages;
+            total.file_pages += r.file_pages;
+            total.zero_pages += r.zero_pages;
+            total.written_pages += r.written_pages;
+            total.carried_pages += r.carried_pages;
+            total.swap_bytes += r.swap_bytes;
+            total.reap_bytes += r.reap_bytes;
+            figures.push(ProcessDeflate { pid, report: r });
+        }
+        total.took_us = start.elapsed().as_micros() as u64;
+        self.shared
+            .metrics
+            .record_deflate(start.elapsed(), total.swap_bytes, total.reap_bytes);
+        *self
+            .shared
+            .processes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = figures;
+        if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {
+            tracing::warn!("{e}");
+        }
+        tracing::info!(?total, "deflated");
+        Ok(total)
+    }
+
+    /// Writes one process's memory out and drops it.
+    fn deflate_process(
+        &self,
+        pm: &mut ProcessMemory,
+        mm: &Arc<Mutex<mm::MemoryManager>>,
+    ) -> Result<DeflateReport, String> {
+        let start = Instant::now();
+        let mut report = DeflateReport::default();
+        let mem = pm.mem.clone();
         let first_page = layout::RESERVED_END.raw() / PAGE_SIZE;
         let total_pages = mem.size() / PAGE_SIZE;
 
@@ -514,7 +637,6 @@ impl Hibernator {
         if r != 0 {
             return Err(format!("mincore: {}", std::io::Error::last_os_error()));
         }
-        let mm = task.mm.clone();
         let mut mm = mm.lock().unwrap_or_else(|e| e.into_inner());
         // Clean pages of read-only file mappings (program text, read-only data) are not
         // written: they are dropped, and fault back in from their file.
@@ -524,18 +646,18 @@ impl Hibernator {
             .map(|c| (c.frame.raw() / PAGE_SIZE, (c.file, c.offset)))
             .collect();
         let mut files: Vec<pager::FilePage> = Vec::new();
-        let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
+        let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
 
         // The REAP working set: a fresh recording replaces the old one.
         let recorded = pager.recorder.is_active();
         let fresh = pager.recorder.stop();
-        let mut record_next = self.record_next;
-        let mut reap_set = self.reap_set.clone();
+        let mut record_next = pm.record_next;
+        let mut reap_set = pm.reap_set.clone();
         if self.mode != WakeMode::Fault {
             if recorded && !fresh.is_empty() {
                 reap_set = fresh;
                 record_next = false;
-            } else if self.mode == WakeMode::Auto && self.reap_wake {
+            } else if self.mode == WakeMode::Auto && pm.reap_wake {
                 let residual = self.shared.metrics.residual_faults.load(Ordering::Relaxed);
                 if residual >= 64 && residual as usize * 4 > reap_set.len() {
                     tracing::info!(
@@ -588,8 +710,8 @@ impl Hibernator {
         }
 
         // 1. Write the new swap file: resident non-zero pages, and pages still in the old file.
-        let generation = self.generation + 1;
-        let path = self.swap_path(generation);
+        let generation = pm.generation + 1;
+        let path = self.file_path("swap", pm, generation);
         let mut writer = SwapWriter::create(&path, total_pages).map_err(|e| e.to_string())?;
         let mut new_states: Vec<(u64, PageState)> = Vec::new();
         let mut batch_idx: Vec<u64> = Vec::with_capacity(BATCH_PAGES);
@@ -680,7 +802,7 @@ impl Hibernator {
         let reap_reader = if reap_set.is_empty() {
             None
         } else {
-            let rpath = self.reap_path(generation);
+            let rpath = self.file_path("reap", pm, generation);
             let mut w = ReapWriter::create(&rpath, total_pages).map_err(|e| {
                 let _ = std::fs::remove_file(&path);
                 e.to_string()
@@ -766,14 +888,14 @@ impl Hibernator {
         if let Some(old) = old_reap {
             let _ = old.remove();
         }
-        self.generation = generation;
-        self.reap_set = reap_set;
-        self.record_next = record_next;
+        pm.generation = generation;
+        pm.reap_set = reap_set;
+        pm.record_next = record_next;
         drop(pager);
         drop(mm);
 
         // 3. Register guest memory (above the platform's chunk) with userfaultfd, once.
-        if self.uffd.is_none() {
+        if pm.uffd.is_none() {
             // Blocking reads, close-on-exec, kernel-mode faults too (the runtime's own copies
             // into guest memory fault like the guest's touches).
             let uffd = Uffd::new().map_err(|e| format!("userfaultfd: {e}"))?;
@@ -785,23 +907,16 @@ impl Hibernator {
             let uffd = Arc::new(uffd);
             pager::spawn(
                 uffd.clone(),
-                mem.clone(),
-                self.pager.clone(),
+                &mem,
+                pm.pager.clone(),
                 self.shared.metrics.clone(),
                 self.dir.join("error"),
             )
             .map_err(|e| format!("starting the uffd thread: {e}"))?;
-            self.uffd = Some(uffd);
+            pm.uffd = Some(uffd);
         }
 
         report.took_us = start.elapsed().as_micros() as u64;
-        self.shared
-            .metrics
-            .record_deflate(start.elapsed(), report.swap_bytes, report.reap_bytes);
-        if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {
-            tracing::warn!("{e}");
-        }
-        tracing::info!(?report, "deflated");
         Ok(report)
     }
 
@@ -827,12 +942,25 @@ impl Hibernator {
         add(self.shared.wake_efd.as_raw_fd(), u64::MAX);
         // Paused: requests wait for the resume.
         let paused = self.shared.paused.load(Ordering::SeqCst);
-        let sockets: Vec<_> = task
-            .fds
-            .iter()
-            .filter(|(_, f)| !paused && matches!(f.kind, FileKind::Socket(_)))
-            .collect();
-        for (i, (_, f)) in sockets.iter().enumerate() {
+        // The sockets of every process: one wake trigger for the whole sandbox.
+        let mut tables = vec![task.fds.clone()];
+        for (pid, g) in task.group.procs.live_groups() {
+            if pid != task.pid {
+                if let Some(r) = g.resources() {
+                    tables.push(r.fds);
+                }
+            }
+        }
+        let mut sockets: Vec<Arc<kernel::fd::OpenFile>> = Vec::new();
+        for table in &tables {
+            for (_, f) in table.iter() {
+                let shared_file = sockets.iter().any(|s| Arc::ptr_eq(s, &f));
+                if !paused && matches!(f.kind, FileKind::Socket(_)) && !shared_file {
+                    sockets.push(f);
+                }
+            }
+        }
+        for (i, f) in sockets.iter().enumerate() {
             add(f.host().as_raw_fd(), i as u64);
         }
         loop {
@@ -870,7 +998,7 @@ impl Hibernator {
                 } else if reason.is_none() {
                     let fd = sockets
                         .get(ev.u64 as usize)
-                        .map_or(-1, |(_, f)| f.host().as_raw_fd());
+                        .map_or(-1, |f| f.host().as_raw_fd());
                     if brings_work(fd) {
                         reason = Some(WakeReason::Request);
                     } else {
@@ -893,6 +1021,55 @@ impl Hibernator {
             }
         }
     }
+}
+
+/// One process's part of a wake: prefetches its REAP file and returns the bytes read, or
+/// starts recording its working set (None).
+fn inflate_process(pm: &mut ProcessMemory, error_file: &std::path::Path) -> Option<u64> {
+    let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
+    pager.recorder.clear();
+    pm.reap_wake = false;
+    if pm.record_next {
+        pager.recorder.start();
+        pager.reap_wake = false;
+        return None;
+    }
+    let uffd = pm.uffd.clone()?;
+    let base = pm.mem.host_base() as u64;
+    let state = &mut *pager;
+    let reader = state.reap.as_ref()?;
+    reader.advise_sequential();
+    let pages = &mut state.pages;
+    let mut bytes = 0u64;
+    let r = reader.read_batches(8 << 20, |batch: crate::pagefile::PageBatch<'_>| {
+        for (first, data) in batch.runs() {
+            let host = base + first.0 * PAGE_SIZE;
+            // SAFETY: `data` holds verified page bytes; the destination run lies in guest
+            // memory above the reserved chunk (REAP pages are guest pages of the map).
+            let r = unsafe { uffd.copy(data.as_ptr().cast(), host as *mut _, data.len()) };
+            if r.is_err() {
+                // Some page of the run is present already: install page by page.
+                for (k, page) in data.chunks(PAGE_SIZE as usize).enumerate() {
+                    let h = host + k as u64 * PAGE_SIZE;
+                    // SAFETY: as above, one page.
+                    let _ =
+                        unsafe { uffd.copy(page.as_ptr().cast(), h as *mut _, PAGE_SIZE as usize) };
+                }
+            }
+            let n = data.len() as u64 / PAGE_SIZE;
+            for p in first.0..first.0 + n {
+                let _ = pages.set(PageIdx(p), PageState::Resident);
+            }
+            bytes += data.len() as u64;
+        }
+        Ok::<(), crate::reap::ReapError>(())
+    });
+    if let Err(e) = r {
+        pager::fatal(error_file, &format!("REAP file unreadable or corrupt: {e}"));
+    }
+    state.reap_wake = true;
+    pm.reap_wake = true;
+    Some(bytes)
 }
 
 /// Whether a readable socket brings a request: a listening socket (a connection waits) or a

@@ -46,17 +46,33 @@ pub struct PagerState {
 /// Exit status of the runtime when swapped data is lost or corrupt.
 pub const EXIT_SWAP_CORRUPT: i32 = 70;
 
-/// Starts the handler thread.
+/// Starts the handler thread of one process's memory. It holds the memory only weakly: when
+/// the process is gone (its memory unmapped, and with it the registration), the thread ends
+/// at its next check (every second without a fault).
 pub fn spawn(
     uffd: Arc<Uffd>,
-    mem: Arc<GuestMemory>,
+    mem: &Arc<GuestMemory>,
     state: Arc<RwLock<PagerState>>,
     metrics: Arc<Metrics>,
     error_file: PathBuf,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let range = (mem.host_base() as u64, mem.size());
+    let alive = Arc::downgrade(mem);
     std::thread::Builder::new()
         .name("uffd".into())
-        .spawn(move || serve(&uffd, &mem, &state, &metrics, &error_file))
+        .spawn(move || serve(&uffd, range, &alive, &state, &metrics, &error_file))
+}
+
+/// Waits up to a second for an event on `uffd`; false on a timeout.
+fn event_ready(uffd: &Uffd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(uffd)),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut pfd, 1, 1000) };
+    n != 0
 }
 
 /// Records `msg` in the sandbox directory's error file and ends the process: swapped data is
@@ -135,14 +151,21 @@ pub fn read_file_page(file: &std::fs::File, offset: u64, buf: &mut [u8]) -> std:
 
 fn serve(
     uffd: &Uffd,
-    mem: &GuestMemory,
+    (base, size): (u64, u64),
+    alive: &std::sync::Weak<GuestMemory>,
     state: &RwLock<PagerState>,
     metrics: &Metrics,
     error_file: &PathBuf,
 ) {
-    let base = mem.host_base() as u64;
     let mut buf = vec![0u8; (FAULT_AROUND * PAGE_SIZE) as usize];
     loop {
+        if !event_ready(uffd) {
+            if alive.strong_count() == 0 {
+                tracing::debug!("the process's memory is gone: uffd thread ends");
+                return;
+            }
+            continue;
+        }
         let event = match uffd.read_event() {
             Ok(Some(e)) => e,
             Ok(None) => continue,
@@ -155,7 +178,7 @@ fn serve(
             Event::Pagefault { addr, .. } => addr,
             _ => continue,
         };
-        if addr < base || addr >= base + mem.size() {
+        if addr < base || addr >= base + size {
             continue;
         }
         let page = (addr - base) / PAGE_SIZE;

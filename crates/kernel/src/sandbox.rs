@@ -258,7 +258,9 @@ impl ProcessImage {
         };
         // /proc/self/exe names the file itself, symlinks resolved (a program started through
         // /usr/bin/java → /etc/alternatives/java → … finds its libraries beside the real file).
-        let exe = root.guest_path_of(&prog).unwrap_or_else(|_| prog_path.clone());
+        let exe = root
+            .guest_path_of(&prog)
+            .unwrap_or_else(|_| prog_path.clone());
         let mem =
             Arc::new(GuestMemory::new(memory).map_err(|e| SandboxError::Memory(e.to_string()))?);
         let vm = Arc::new(Vm::new(mem.clone())?);
@@ -322,6 +324,13 @@ impl ProcessImage {
         p.procs.add(p.pid, 0, group.clone(), 0);
         let control = Arc::new(crate::task::TaskControl::new(self.vcpu.kicker()));
         let pte_gen = group.join(p.pid, control.clone());
+        let mm = Arc::new(Mutex::new(self.mm));
+        let fds = Arc::new(fds);
+        group.set_resources(crate::task::ProcessResources {
+            mm: mm.clone(),
+            mem: self.mem.clone(),
+            fds: fds.clone(),
+        });
         Task {
             group,
             pte_gen,
@@ -331,9 +340,9 @@ impl ProcessImage {
             tid: p.pid,
             pid: p.pid,
             vcpu: self.vcpu,
-            mm: Arc::new(Mutex::new(self.mm)),
+            mm,
             mem: self.mem,
-            fds: Arc::new(fds),
+            fds,
             cwd: resolve_cwd(&p.root, p.cwd),
             root: p.root,
             umask: 0o022,

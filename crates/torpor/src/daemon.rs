@@ -469,6 +469,16 @@ fn stats(d: &Daemon) -> serde_json::Value {
             obj.insert(k, val);
         }
     }
+    // The last deflate's figures of each process (a sandbox of several processes deflates
+    // each one's memory into files of its own).
+    let processes = shared
+        .processes
+        .lock()
+        .map(|p| serde_json::to_value(&*p).unwrap_or_default())
+        .unwrap_or_default();
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("processes".into(), processes);
+    }
     let _ = &d.dir;
     v
 }

@@ -212,6 +212,11 @@ pub(crate) fn execve(
     t.mm = Arc::new(Mutex::new(mm));
     t.mem = mem;
     t.group.set_vm(vm);
+    t.group.set_resources(crate::task::ProcessResources {
+        mm: t.mm.clone(),
+        mem: t.mem.clone(),
+        fds: t.fds.clone(),
+    });
     t.fds.close_on_exec();
     t.signals.reset_for_exec();
     t.clear_child_tid = 0;

@@ -244,10 +244,25 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         | libc::F_OFD_GETLK
         | libc::F_OFD_SETLK
         | libc::F_OFD_SETLKW => record_lock(t, &f, cmd, a.gva(2)),
+        // Signal-driven I/O is not delivered (see FIOASYNC in ioctl): an owner is accepted
+        // and none is reported.
+        libc::F_SETOWN | F_SETSIG => Ok(0),
+        libc::F_GETOWN | F_GETSIG => Ok(0),
+        libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ => {
+            // SAFETY: a pipe-size query or change on an fd we own, with an integer argument.
+            let r = unsafe { libc::fcntl(f.host().as_raw_fd(), cmd, a.int(2)) };
+            if r < 0 {
+                return Err(Errno::last());
+            }
+            Ok(r as u64)
+        }
         _ => Err(Errno::EINVAL),
     }
 }
 
+/// fcntl's F_SETSIG and F_GETSIG.
+const F_SETSIG: i32 = 10;
+const F_GETSIG: i32 = 11;
 
 /// Size of `struct flock` on x86-64: l_type (i16), l_whence (i16), 4 bytes of padding,
 /// l_start (i64), l_len (i64), l_pid (i32), 4 bytes of padding.
@@ -342,6 +357,7 @@ const FIONREAD: u64 = 0x541b;
 const FIONBIO: u64 = 0x5421;
 const FIONCLEX: u64 = 0x5450;
 const FIOCLEX: u64 = 0x5451;
+const FIOASYNC: u64 = 0x5452;
 
 /// Implements ioctl(2) for the requests the C libraries make on ordinary files, terminals
 /// and sockets.
@@ -434,6 +450,14 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
         FIOCLEX | FIONCLEX => {
             t.fds.set_cloexec(fd, req == FIOCLEX)?;
+            Ok(0)
+        }
+        FIOASYNC => {
+            // Signal-driven I/O is not delivered (SIGIO would go to the runtime's host
+            // process): accepted, so that servers which ask for it (nginx's channels
+            // between master and workers) and then wait with epoll run.
+            let mut b = [0u8; 4];
+            t.copy_in(arg, &mut b)?;
             Ok(0)
         }
         _ => Err(Errno::ENOTTY),

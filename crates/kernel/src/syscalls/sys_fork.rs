@@ -123,13 +123,20 @@ pub(super) fn fork(
         .clone();
     let mut signals = t.signals.clone();
     signals.reset_for_fork();
+    let mm = Arc::new(Mutex::new(mm));
+    let fds = Arc::new(t.fds.fork_copy());
+    group.set_resources(crate::task::ProcessResources {
+        mm: mm.clone(),
+        mem: mem.clone(),
+        fds: fds.clone(),
+    });
     let child = t.child(ChildParts {
         tid: pid,
         pid,
         vcpu,
-        mm: Arc::new(Mutex::new(mm)),
+        mm,
         mem,
-        fds: Arc::new(t.fds.fork_copy()),
+        fds,
         group: group.clone(),
         signals,
         slot,

@@ -7,8 +7,8 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_attr, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_inotify, sys_mm,
-    sys_pipe, sys_poll, sys_process, sys_rw, sys_session, sys_shm, sys_signal, sys_socket,
+    sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_inotify,
+    sys_mm, sys_pipe, sys_poll, sys_process, sys_rw, sys_session, sys_shm, sys_signal, sys_socket,
     sys_stat, sys_time, sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
@@ -84,9 +84,9 @@ table! {
     43 accept => sys_socket::sys_accept, Full;
     44 sendto => sys_socket::sys_sendto, Full;
     45 recvfrom => sys_socket::sys_recvfrom, Full;
-    48 shutdown => sys_socket::sys_shutdown, Full;
     46 sendmsg => sys_socket::sys_sendmsg, Partial("SCM_RIGHTS and SCM_CREDENTIALS on Unix sockets (credentials checked, recorded for the receiver); other control messages on Internet sockets passed to the host");
     47 recvmsg => sys_socket::sys_recvmsg, Partial("SCM_CREDENTIALS show the guest ids of the task that last sent on the sending socket, not of each message's sending thread");
+    48 shutdown => sys_socket::sys_shutdown, Full;
     53 socketpair => sys_socket::sys_socketpair, Partial("AF_UNIX only (EOPNOTSUPP for the others, as Linux for AF_INET)");
     49 bind => sys_socket::sys_bind, Partial("Internet ports map to published host addresses or loopback; Unix names are created in the root or a sandbox-private abstract namespace");
     50 listen => sys_socket::sys_listen, Full;
@@ -100,7 +100,7 @@ table! {
     74 fsync => sys_rw::sys_fsync, Full;
     75 fdatasync => sys_rw::sys_fsync, Partial("as fsync");
     77 ftruncate => sys_rw::sys_ftruncate, Full;
-    72 fcntl => sys_file::sys_fcntl, Partial("F_DUPFD, F_GETFD/SETFD, F_GETFL/SETFL, record locks (F_GETLK/SETLK/SETLKW, F_OFD_*: POSIX locks do not exclude the sandbox's processes from each other)");
+    72 fcntl => sys_file::sys_fcntl, Partial("F_DUPFD, F_GETFD/SETFD, F_GETFL/SETFL, record locks (F_GETLK/SETLK/SETLKW, F_OFD_*: POSIX locks do not exclude the sandbox's processes from each other), F_GET/SETPIPE_SZ; F_SETOWN/F_SETSIG accepted, no SIGIO is sent");
     79 getcwd => sys_fs::sys_getcwd, Full;
     80 chdir => sys_fs::sys_chdir, Full;
     81 fchdir => sys_fs::sys_fchdir, Full;
@@ -119,6 +119,15 @@ table! {
     115 getgroups => sys_process::sys_getgroups, Full;
     118 getresuid => sys_process::sys_getresuid, Full;
     120 getresgid => sys_process::sys_getresgid, Full;
+    105 setuid => sys_cred::sys_setuid, Partial("real, effective, saved and filesystem ids are one");
+    106 setgid => sys_cred::sys_setgid, Partial("real, effective, saved and filesystem ids are one");
+    113 setreuid => sys_cred::sys_setreuid, Partial("real, effective, saved and filesystem ids are one");
+    114 setregid => sys_cred::sys_setregid, Partial("real, effective, saved and filesystem ids are one");
+    117 setresuid => sys_cred::sys_setresuid, Partial("real, effective, saved and filesystem ids are one");
+    119 setresgid => sys_cred::sys_setresgid, Partial("real, effective, saved and filesystem ids are one");
+    122 setfsuid => sys_cred::sys_setfsuid, Partial("the filesystem id is the user id");
+    123 setfsgid => sys_cred::sys_setfsgid, Partial("the filesystem id is the group id");
+    116 setgroups => sys_cred::sys_setgroups, Full;
     110 getppid => sys_process::sys_getppid, Full;
     111 getpgrp => sys_session::sys_getpgrp, Full;
     109 setpgid => sys_session::sys_setpgid, Full;

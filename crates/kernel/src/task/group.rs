@@ -42,6 +42,21 @@ pub struct ThreadGroup {
     pte_log: Mutex<PteLog>,
     stop: Mutex<StopState>,
     stop_cv: Condvar,
+    /// The process's address space, memory and descriptors, for the hibernator (which
+    /// deflates every process of a sandbox from one thread); `None` once the last thread left.
+    resources: Mutex<Option<ProcessResources>>,
+}
+
+/// What of a process is reached from outside its own threads: its address space, guest
+/// memory and descriptor table.
+#[derive(Clone)]
+pub struct ProcessResources {
+    /// The address space.
+    pub mm: Arc<Mutex<mm::MemoryManager>>,
+    /// Its guest memory.
+    pub mem: Arc<platform::GuestMemory>,
+    /// The descriptor table.
+    pub fds: Arc<crate::fd::FdTable>,
 }
 
 /// Whether the group's threads are being held (hibernation), and how many are.
@@ -74,7 +89,22 @@ impl ThreadGroup {
             pte_log: Mutex::new(PteLog::default()),
             stop: Mutex::new(StopState::default()),
             stop_cv: Condvar::new(),
+            resources: Mutex::new(None),
         })
+    }
+
+    /// Records the process's address space, memory and descriptors (at its start, and again
+    /// when execve replaces the first two).
+    pub fn set_resources(&self, r: ProcessResources) {
+        *self.resources.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+    }
+
+    /// The process's address space, memory and descriptors, while it has a thread.
+    pub fn resources(&self) -> Option<ProcessResources> {
+        self.resources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The VM (new threads get vCPUs from it).
@@ -146,6 +176,11 @@ impl ThreadGroup {
             return;
         }
         drop(m);
+        // The memory of an exited process goes now, not when its parent reaps it.
+        self.resources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let status = self
             .exit_status()
             .unwrap_or(ExitStatus::Signaled(libc::SIGKILL));

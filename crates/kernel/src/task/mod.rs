@@ -9,7 +9,7 @@ pub mod signal;
 pub mod spawn;
 
 pub use control::{IdleHook, ParkHook, TaskControl};
-pub use group::{FutexTable, ThreadGroup, WaitResult};
+pub use group::{FutexTable, ProcessResources, ThreadGroup, WaitResult};
 pub use process::{ProcessTable, TaskSlot, WaitFor};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};
 
