@@ -157,18 +157,21 @@ static void socketpairs(void) {
 static void path_stream(void) {
     const char *path = "tmp/us-stream.sock";
     unlink(path);
+    umask(027);
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un a, b;
     socklen_t len = path_addr(&a, path);
     result("bind path", bind(s, (struct sockaddr *)&a, len));
     struct stat st;
-    printf("socket file: %d\n", stat(path, &st) == 0 && S_ISSOCK(st.st_mode));
+    int stat_ok = stat(path, &st) == 0;
+    printf("socket file: %d mode %o\n", stat_ok && S_ISSOCK(st.st_mode), st.st_mode & 0777);
     socklen_t bl = sizeof b;
     getsockname(s, (struct sockaddr *)&b, &bl);
     show_name("bound name", &b, bl);
     bl = 4;
     getsockname(s, (struct sockaddr *)&b, &bl);
     printf("short getsockname len %u\n", bl);
+    umask(022);
     result("listen", listen(s, 8));
     int v = 0;
     socklen_t vl = sizeof v;

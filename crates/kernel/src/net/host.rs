@@ -333,6 +333,27 @@ pub fn recvmsg(
     })
 }
 
+/// `fchmodat2(dir, name, mode, AT_SYMLINK_NOFOLLOW)`: sets the mode of the file `name` in
+/// `dir` without following a symlink there (a guest thread may have replaced the file by one
+/// meanwhile). Best effort: a host without fchmodat2 leaves the mode the host's umask gave.
+pub fn chmod_nofollow(dir: &OwnedFd, name: &[u8], mode: u32) {
+    /// fchmodat2(2)'s number on x86-64 (Linux 6.6).
+    const SYS_FCHMODAT2: libc::c_long = 452;
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return;
+    };
+    // SAFETY: valid dirfd and NUL-terminated name; no other pointers.
+    unsafe {
+        libc::syscall(
+            SYS_FCHMODAT2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            mode,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+}
+
 /// Whether the host fd is in blocking mode.
 pub fn is_blocking(fd: BorrowedFd<'_>) -> bool {
     // SAFETY: F_GETFL on an fd we own takes no pointers.

@@ -430,6 +430,8 @@ pub struct Caller<'a> {
     pub root: &'a Root,
     /// The task's working directory (a guest path).
     pub cwd: &'a [u8],
+    /// The task's file mode creation mask (a bound socket file's mode is `0777 & !umask`).
+    pub umask: u32,
     /// The task's guest credentials.
     pub cred: Ucred,
 }
@@ -516,6 +518,7 @@ pub fn bind(c: &Caller<'_>, fd: BorrowedFd<'_>, ino: u64, addr: &UnixAddr) -> Re
                 .root
                 .open_at(parent, libc::O_PATH | libc::O_DIRECTORY, 0)?;
             let host = bind_in_dir(fd, &dir, base)?;
+            host::chmod_nofollow(&dir, base, 0o777 & !c.umask);
             ns.set_name(ino, addr.clone(), host, Some(dir));
             Ok(())
         }
@@ -755,6 +758,7 @@ mod tests {
             net: &net,
             root: &root,
             cwd: b"/tmp",
+            umask: 0o027,
             cred,
         };
         let srv = host::socket(libc::AF_UNIX, libc::SOCK_STREAM, false, 0).unwrap();
@@ -763,6 +767,11 @@ mod tests {
         let a = UnixAddr::Path(b"../../../tmp/s".to_vec());
         bind(&c, srv.as_fd(), sref.ino(), &a).unwrap();
         assert!(root_dir.join("tmp/s").exists());
+        let mode = std::fs::symlink_metadata(root_dir.join("tmp/s")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+            0o750
+        );
         assert_eq!(net.unix.local_name(sref.ino()), a);
         assert_eq!(
             bind(&c, srv.as_fd(), sref.ino(), &UnixAddr::Path(b"t".to_vec())),

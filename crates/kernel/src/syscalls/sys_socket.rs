@@ -253,6 +253,7 @@ fn caller(t: &Task) -> unix::Caller<'_> {
         net: &t.net,
         root: &t.root,
         cwd: &t.cwd,
+        umask: t.umask,
         cred: ucred(t),
     }
 }
