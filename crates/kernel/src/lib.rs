@@ -1,5 +1,6 @@
 //! The application kernel: tasks, the x86-64 syscall table, files confined to the sandbox's
-//! root, host sockets behind a publish policy, and the ELF loader.
+//! root, the socket layer (Internet sockets behind a publish policy, Unix sockets named inside
+//! the sandbox), and the ELF loader.
 //!
 //! Lock order (outermost first):
 //!
