@@ -305,6 +305,10 @@ pub struct RunArgs {
     /// Working directory inside the sandbox.
     #[arg(long, default_value = "/")]
     pub cwd: String,
+    /// Run as USER[:GROUP] (names from the root's /etc/passwd and /etc/group, or numbers);
+    /// default: the runtime's own ids.
+    #[arg(long, short = 'u')]
+    pub user: Option<String>,
     /// Most tasks (threads of every process) the sandbox may hold; fork and clone fail with
     /// EAGAIN beyond.
     #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]

@@ -13,6 +13,7 @@ mod procfs;
 mod ready;
 mod run;
 mod statedir;
+mod user;
 mod verbs;
 
 use std::process::ExitCode;

@@ -30,6 +30,25 @@ pub fn run(args: RunArgs) -> Result<u8> {
     if !env.iter().any(|e| e.starts_with("PATH=")) {
         env.insert(0, DEFAULT_PATH.to_string());
     }
+    if !args.rootfs.is_dir() {
+        anyhow::bail!(
+            "root filesystem {} does not exist or is not a directory",
+            args.rootfs.display()
+        );
+    }
+    let user = match &args.user {
+        Some(spec) => {
+            let root = kernel::fs::Root::open(&args.rootfs)
+                .with_context(|| format!("opening {}", args.rootfs.display()))?;
+            Some(crate::user::resolve(&root, spec)?)
+        }
+        None => None,
+    };
+    if let Some(home) = user.as_ref().and_then(|u| u.home.clone()) {
+        if !env.iter().any(|e| e.starts_with("HOME=")) {
+            env.push(format!("HOME={home}"));
+        }
+    }
     let cfg = SandboxConfig {
         rootfs: args.rootfs.clone(),
         program: program.clone(),
@@ -40,7 +59,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         publish: args.publish.clone(),
         allow_outbound: args.allow_outbound,
         own_netns: false,
-        creds: None,
+        creds: user.map(|u| u.creds),
         rlimits: None,
         pids_limit: Some(args.pids_limit as usize),
     };

@@ -28,6 +28,8 @@ pub enum FileKind {
     Epoll,
     /// A pidfd on the sandbox's process with this pid (a host eventfd written when it exits).
     Pidfd(i32),
+    /// A signalfd (a host eventfd written when a signal of its mask is queued).
+    Signalfd(std::sync::Arc<crate::task::signalfd::SignalFd>),
 }
 
 /// What the kernel remembers of a socket beyond its host fd.

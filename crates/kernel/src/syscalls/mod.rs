@@ -4,8 +4,8 @@
 //! errnos (`SysResult`); guest input never panics the runtime.
 
 mod args;
-mod sys_cred;
 mod sys_attr;
+mod sys_cred;
 mod sys_eventfd;
 mod sys_exec;
 mod sys_file;
@@ -21,6 +21,7 @@ mod sys_rw;
 mod sys_session;
 mod sys_shm;
 mod sys_signal;
+mod sys_signalfd;
 mod sys_socket;
 mod sys_stat;
 mod sys_time;

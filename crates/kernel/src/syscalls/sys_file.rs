@@ -1,7 +1,7 @@
 //! open, openat, creat, close, close_range, dup, dup2, dup3, fcntl (record locks included),
 //! ioctl, flock, fallocate, sync, syncfs.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 
 use abi::Errno;
@@ -71,10 +71,42 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
     let mode = mode & !t.umask;
-    let fd = match t.root.open_at(&guest, flags & !libc::O_CLOEXEC, mode) {
-        Ok(fd) => fd,
-        Err(e) if e == Errno::ENOENT => host_device(&guest, flags).ok_or(e)?,
-        Err(e) => return Err(e),
+    // openat2 wants no mode unless the call may create.
+    let mode_for = |flags: i32| {
+        if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
+            mode
+        } else {
+            0
+        }
+    };
+    let open = |flags: i32| match t
+        .root
+        .open_at(&guest, flags & !libc::O_CLOEXEC, mode_for(flags))
+    {
+        Ok(fd) => Ok(fd),
+        Err(e) if e == Errno::ENOENT => host_device(&guest, flags).ok_or(e),
+        Err(e) => Err(e),
+    };
+    let fd = if super::sys_fs::must_track_creation(t, flags) {
+        // A file this call creates is given to the task's ids: create exclusively first to
+        // know whether it is new, then open what exists (again if it vanished meanwhile).
+        let excl = flags & (libc::O_EXCL | libc::O_TMPFILE) != 0;
+        let mut attempt = 0;
+        loop {
+            match open(flags | libc::O_EXCL) {
+                Ok(fd) => {
+                    super::sys_fs::own_created(t, fd.as_fd());
+                    break fd;
+                }
+                Err(e) if e == Errno::EEXIST && !excl => match open(flags & !libc::O_CREAT) {
+                    Err(e) if e == Errno::ENOENT && attempt < 3 => attempt += 1,
+                    r => break r?,
+                },
+                Err(e) => return Err(e),
+            }
+        }
+    } else {
+        open(flags)?
     };
     // SAFETY: fstat on an fd we own into a zeroed stat buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };

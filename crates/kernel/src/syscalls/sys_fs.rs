@@ -6,7 +6,7 @@
 //! component, so the host kernel gives Linux's errnos and never looks outside the root.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use abi::Errno;
 use platform::Gva;
@@ -68,10 +68,67 @@ fn host(r: libc::c_int) -> SysResult {
     Ok(0)
 }
 
+/// Whether files the task creates must be given to its ids: the runtime runs as root and
+/// the application as someone else (`--user`, OCI `process.user`), whose files must be its
+/// own, as on Linux (PostgreSQL refuses a data directory its user does not own).
+fn creator_differs(t: &Task) -> bool {
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    uid == 0 && (t.creds.uid, t.creds.gid) != (uid, gid)
+}
+
+/// Gives the object the task just created as `name` in `dir` to the task's ids (see
+/// [`creator_differs`]); a failure is logged, the creation stands.
+pub(super) fn own_created_at(t: &Task, dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr) {
+    if !creator_differs(t) {
+        return;
+    }
+    // SAFETY: valid dirfd and a NUL-terminated name; the link itself is changed, not its target.
+    let r = unsafe {
+        libc::fchownat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            t.creds.uid,
+            t.creds.gid,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r != 0 {
+        tracing::debug!(
+            "giving a new file to {}: {}",
+            t.creds.uid,
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Gives the file the task just created and opened as `fd` to the task's ids.
+pub(super) fn own_created(t: &Task, fd: std::os::fd::BorrowedFd<'_>) {
+    if !creator_differs(t) {
+        return;
+    }
+    // SAFETY: fchown on a valid fd.
+    if unsafe { libc::fchown(fd.as_raw_fd(), t.creds.uid, t.creds.gid) } != 0 {
+        tracing::debug!(
+            "giving a new file to {}: {}",
+            t.creds.uid,
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Whether opening with `flags` must tell a created file from an existing one (to give it to
+/// the task's ids).
+pub(super) fn must_track_creation(t: &Task, flags: i32) -> bool {
+    flags & libc::O_CREAT != 0 && creator_differs(t)
+}
+
 fn mkdir_at(t: &mut Task, dirfd: i32, path: &[u8], mode: u32) -> SysResult {
     let p = parent_of(t, dirfd, path)?;
     // SAFETY: valid dirfd and a NUL-terminated last component (no '/' but trailing ones).
-    host(unsafe { libc::mkdirat(p.dir.as_raw_fd(), p.name.as_ptr(), mode & 0o7777 & !t.umask) })
+    host(unsafe { libc::mkdirat(p.dir.as_raw_fd(), p.name.as_ptr(), mode & 0o7777 & !t.umask) })?;
+    own_created_at(t, p.dir.as_fd(), &p.name);
+    Ok(0)
 }
 
 /// Implements mkdir(2).
@@ -262,7 +319,9 @@ fn symlink_at(t: &mut Task, target: Gva, newdir: i32, new: Gva) -> SysResult {
     let new = t.copy_in_path(new)?;
     let to = parent_of(t, newdir, &new)?;
     // SAFETY: NUL-terminated target and name, valid dirfd.
-    host(unsafe { libc::symlinkat(target.as_ptr(), to.dir.as_raw_fd(), to.name.as_ptr()) })
+    host(unsafe { libc::symlinkat(target.as_ptr(), to.dir.as_raw_fd(), to.name.as_ptr()) })?;
+    own_created_at(t, to.dir.as_fd(), &to.name);
+    Ok(0)
 }
 
 /// Implements symlink(2).
@@ -290,7 +349,9 @@ fn mknod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, dev: u64) -> SysResu
     let p = parent_of(t, dirfd, &path)?;
     let mode = kind | (mode & 0o7777 & !t.umask);
     // SAFETY: valid dirfd, NUL-terminated name; only regular files, FIFOs and sockets.
-    host(unsafe { libc::mknodat(p.dir.as_raw_fd(), p.name.as_ptr(), mode, dev) })
+    host(unsafe { libc::mknodat(p.dir.as_raw_fd(), p.name.as_ptr(), mode, dev) })?;
+    own_created_at(t, p.dir.as_fd(), &p.name);
+    Ok(0)
 }
 
 /// Implements mknod(2): regular files, FIFOs and sockets; device nodes are EPERM.

@@ -26,6 +26,12 @@ fn check_rw(t: &Task, fd: i32) -> Result<std::sync::Arc<crate::fd::OpenFile>, Er
 /// Reads from `fd` into user memory `buf..buf+len`.
 pub fn read_to_user(t: &mut Task, fd: i32, buf: Gva, len: u64, offset: Option<i64>) -> SysResult {
     let f = check_rw(t, fd)?;
+    if let FileKind::Signalfd(s) = &f.kind {
+        if offset.is_some() {
+            return Err(Errno::ESPIPE);
+        }
+        return super::sys_signalfd::read(t, &f, s, buf, len);
+    }
     let len = len.min(MAX_RW);
     let runs = t.user_ranges(buf, len, true)?;
     fd::read_into_guest(&t.mem, f.host(), &runs, offset)
@@ -105,8 +111,16 @@ pub fn copy_in_iovecs(t: &Task, addr: Gva, count: u64) -> Result<Vec<(Gva, u64)>
 }
 
 fn vectored(t: &mut Task, a: &SyscallArgs, write: bool) -> SysResult {
+    vectored_at(t, a, write, None)
+}
+
+/// readv/writev, at `offset` for preadv/pwritev (the file position is not used nor moved).
+fn vectored_at(t: &mut Task, a: &SyscallArgs, write: bool, offset: Option<i64>) -> SysResult {
     let fd = a.int(0);
     let f = check_rw(t, fd)?;
+    if offset.is_some() && (f.is_socket() || matches!(f.kind, FileKind::Signalfd(_))) {
+        return Err(Errno::ESPIPE);
+    }
     let iov = copy_in_iovecs(t, a.gva(1), a.u(2))?;
     let mut runs = Vec::new();
     for (base, len) in iov {
@@ -115,10 +129,60 @@ fn vectored(t: &mut Task, a: &SyscallArgs, write: bool) -> SysResult {
         }
     }
     if write {
-        fd::write_from_guest(&t.mem, f.host(), &runs, None)
+        fd::write_from_guest(&t.mem, f.host(), &runs, offset)
     } else {
-        fd::read_into_guest(&t.mem, f.host(), &runs, None)
+        fd::read_into_guest(&t.mem, f.host(), &runs, offset)
     }
+}
+
+/// The offset argument of preadv/pwritev (one 64-bit register on x86-64): EINVAL if negative.
+fn vector_offset(a: &SyscallArgs) -> Result<Option<i64>, Errno> {
+    let off = a.u(3) as i64;
+    if off < 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(Some(off))
+}
+
+/// Implements preadv(2).
+pub fn sys_preadv(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let off = vector_offset(a)?;
+    vectored_at(t, a, false, off)
+}
+
+/// Implements pwritev(2).
+pub fn sys_pwritev(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let off = vector_offset(a)?;
+    vectored_at(t, a, true, off)
+}
+
+/// Implements preadv2(2): offset -1 means the file position; flags are hints (RWF_HIPRI,
+/// RWF_NOWAIT…) honoured as none, unknown ones EOPNOTSUPP.
+pub fn sys_preadv2(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.u(5) & !0x1f != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let off = if a.u(3) as i64 == -1 {
+        None
+    } else {
+        vector_offset(a)?
+    };
+    vectored_at(t, a, false, off)
+}
+
+/// Implements pwritev2(2) (as preadv2).
+pub fn sys_pwritev2(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.u(5) & !0x1f != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let off = if a.u(3) as i64 == -1 {
+        None
+    } else {
+        vector_offset(a)?
+    };
+    let r = vectored_at(t, a, true, off);
+    super::sys_socket::maybe_sigpipe(t, 0, &r);
+    r
 }
 
 /// Implements readv(2).
@@ -194,6 +258,33 @@ pub fn sys_ftruncate(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     // SAFETY: ftruncate on an fd we own.
     if unsafe { libc::ftruncate(f.host().as_raw_fd(), len) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(0)
+}
+
+/// Implements fadvise64(2): the advice goes to the host file (ESPIPE for a pipe or socket).
+pub fn sys_fadvise64(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    // SAFETY: posix_fadvise on an fd we own; it returns the error instead of setting errno.
+    let r = unsafe {
+        libc::posix_fadvise(f.host().as_raw_fd(), a.u(1) as i64, a.u(2) as i64, a.int(3))
+    };
+    if r != 0 {
+        return Err(Errno(r));
+    }
+    Ok(0)
+}
+
+/// Implements sync_file_range(2) on the host file.
+pub fn sys_sync_file_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    let (off, n, flags) = (a.u(1) as i64, a.u(2) as i64, a.u(3) as u32);
+    if off < 0 || n < 0 || flags & !7 != 0 {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: sync_file_range on an fd we own with checked arguments.
+    if unsafe { libc::sync_file_range(f.host().as_raw_fd(), off, n, flags) } != 0 {
         return Err(Errno::last());
     }
     Ok(0)

@@ -141,3 +141,78 @@ pub fn sys_clock_nanosleep(t: &mut Task, a: &SyscallArgs) -> SysResult {
         sleep_for(t, d, a.gva(3))
     }
 }
+
+const ITIMER_REAL: i32 = 0;
+
+/// A `struct timeval` (16 bytes) as a duration; EINVAL for a negative or out-of-range field.
+fn get_timeval(t: &Task, at: Gva) -> Result<Duration, Errno> {
+    let mut b = [0u8; 16];
+    t.copy_in(at, &mut b)?;
+    let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
+    let usec = i64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8]));
+    if sec < 0 || !(0..1_000_000).contains(&usec) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(Duration::new(sec as u64, usec as u32 * 1000))
+}
+
+/// `struct itimerval` {interval, value} from two durations.
+fn itimerval(interval: Duration, value: Duration) -> [u8; 32] {
+    let mut o = [0u8; 32];
+    // A running timer never reads as zero (that would mean disarmed): round up to 1 µs.
+    let us = |d: Duration| (d.as_secs() as i64, i64::from(d.subsec_micros()));
+    let (vs, mut vu) = us(value);
+    if vs == 0 && vu == 0 && !value.is_zero() {
+        vu = 1;
+    }
+    let (is, iu) = us(interval);
+    o[0..8].copy_from_slice(&is.to_le_bytes());
+    o[8..16].copy_from_slice(&iu.to_le_bytes());
+    o[16..24].copy_from_slice(&vs.to_le_bytes());
+    o[24..32].copy_from_slice(&vu.to_le_bytes());
+    o
+}
+
+/// Implements getitimer(2) for ITIMER_REAL (the CPU-time timers are EINVAL).
+pub fn sys_getitimer(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.int(0) != ITIMER_REAL {
+        return Err(Errno::EINVAL);
+    }
+    let (left, interval) = t.group.real_timer.get();
+    t.copy_out(a.gva(1), &itimerval(interval, left))?;
+    Ok(0)
+}
+
+/// Implements setitimer(2) for ITIMER_REAL: SIGALRM to the process at expiry, then every
+/// interval (see `task::itimer`). The CPU-time timers are EINVAL.
+pub fn sys_setitimer(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.int(0) != ITIMER_REAL {
+        return Err(Errno::EINVAL);
+    }
+    let (interval, value) = if a.u(1) == 0 {
+        (Duration::ZERO, Duration::ZERO)
+    } else {
+        (get_timeval(t, a.gva(1))?, get_timeval(t, Gva(a.u(1) + 16))?)
+    };
+    let group = t.group.clone();
+    let (old_left, old_interval) = group.real_timer.set(&group, value, interval);
+    if a.u(2) != 0 {
+        t.copy_out(a.gva(2), &itimerval(old_interval, old_left))?;
+    }
+    Ok(0)
+}
+
+/// Implements alarm(2): the seconds left of the previous alarm (rounded, at least 1 if any).
+pub fn sys_alarm(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let group = t.group.clone();
+    let secs = a.u(0) as u32;
+    let (left, _) =
+        group
+            .real_timer
+            .set(&group, Duration::from_secs(u64::from(secs)), Duration::ZERO);
+    let mut r = left.as_secs();
+    if left.subsec_micros() >= 500_000 || (r == 0 && !left.is_zero()) {
+        r += 1;
+    }
+    Ok(r)
+}

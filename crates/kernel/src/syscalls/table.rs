@@ -8,8 +8,8 @@ use abi::Errno;
 
 use super::{
     sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_inotify,
-    sys_mm, sys_pipe, sys_poll, sys_process, sys_rw, sys_session, sys_shm, sys_signal, sys_socket,
-    sys_stat, sys_time, sys_xattr, SysResult, SyscallArgs,
+    sys_mm, sys_pipe, sys_poll, sys_process, sys_rw, sys_session, sys_shm, sys_signal,
+    sys_signalfd, sys_socket, sys_stat, sys_time, sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -148,6 +148,17 @@ table! {
     30 shmat => sys_shm::sys_shmat, Full;
     67 shmdt => sys_shm::sys_shmdt, Full;
     31 shmctl => sys_shm::sys_shmctl, Partial("IPC_STAT, SHM_STAT, IPC_SET, IPC_RMID, SHM_LOCK/UNLOCK; no IPC_INFO/SHM_INFO");
+    282 signalfd => sys_signalfd::sys_signalfd, Full;
+    289 signalfd4 => sys_signalfd::sys_signalfd4, Full;
+    295 preadv => sys_rw::sys_preadv, Full;
+    296 pwritev => sys_rw::sys_pwritev, Full;
+    327 preadv2 => sys_rw::sys_preadv2, Partial("flags are hints and ignored");
+    328 pwritev2 => sys_rw::sys_pwritev2, Partial("flags are hints and ignored (RWF_APPEND too)");
+    36 getitimer => sys_time::sys_getitimer, Partial("ITIMER_REAL; the CPU-time timers are EINVAL");
+    38 setitimer => sys_time::sys_setitimer, Partial("ITIMER_REAL; the CPU-time timers are EINVAL");
+    37 alarm => sys_time::sys_alarm, Full;
+    221 fadvise64 => sys_rw::sys_fadvise64, Full;
+    277 sync_file_range => sys_rw::sys_sync_file_range, Full;
     247 waitid => sys_fork::sys_waitid, Partial("exited children only (the sandbox has no job control); resource usage is zero");
     434 pidfd_open => sys_fork::sys_pidfd_open, Full;
     424 pidfd_send_signal => sys_fork::sys_pidfd_send_signal, Partial("no siginfo argument (EINVAL)");

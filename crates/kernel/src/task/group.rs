@@ -45,6 +45,10 @@ pub struct ThreadGroup {
     /// The process's address space, memory and descriptors, for the hibernator (which
     /// deflates every process of a sandbox from one thread); `None` once the last thread left.
     resources: Mutex<Option<ProcessResources>>,
+    /// The process's signalfds, told of every signal queued to it.
+    signalfds: Mutex<Vec<std::sync::Weak<super::signalfd::SignalFd>>>,
+    /// ITIMER_REAL (setitimer, alarm).
+    pub real_timer: Arc<super::itimer::RealTimer>,
 }
 
 /// What of a process is reached from outside its own threads: its address space, guest
@@ -90,7 +94,24 @@ impl ThreadGroup {
             stop: Mutex::new(StopState::default()),
             stop_cv: Condvar::new(),
             resources: Mutex::new(None),
+            signalfds: Mutex::new(Vec::new()),
+            real_timer: Arc::default(),
         })
+    }
+
+    /// Registers a signalfd of the process.
+    pub fn add_signalfd(&self, s: &Arc<super::signalfd::SignalFd>) {
+        let mut v = self.signalfds.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(s));
+    }
+
+    /// Tells the process's signalfds that `sig` was queued.
+    pub fn notify_signalfds(&self, sig: i32) {
+        let v = self.signalfds.lock().unwrap_or_else(|e| e.into_inner());
+        for s in v.iter().filter_map(std::sync::Weak::upgrade) {
+            s.notify(sig);
+        }
     }
 
     /// Records the process's address space, memory and descriptors (at its start, and again
@@ -135,6 +156,7 @@ impl ThreadGroup {
             Some(m) => {
                 if sig != 0 {
                     m.control.send_signal(sig);
+                    self.notify_signalfds(sig);
                 }
                 true
             }
@@ -147,6 +169,7 @@ impl ThreadGroup {
         if let Some(m) = self.lock_members().first() {
             m.control.send_signal(sig);
         }
+        self.notify_signalfds(sig);
     }
 
     /// Registers a thread; returns its page-table log position. A thread created while the

@@ -3,9 +3,11 @@
 
 mod control;
 mod group;
+pub mod itimer;
 mod process;
 pub mod rlimit;
 pub mod signal;
+pub mod signalfd;
 pub mod spawn;
 
 pub use control::{IdleHook, ParkHook, TaskControl};

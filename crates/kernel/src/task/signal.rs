@@ -571,7 +571,12 @@ impl Task {
             self.exit = Some(ExitStatus::Signaled(libc::SIGKILL));
             return true;
         }
-        self.signals.queue(info)
+        let sig = info.signo();
+        let queued = self.signals.queue(info);
+        if queued {
+            self.group.notify_signalfds(sig);
+        }
+        queued
     }
 
     /// Queues a signal raised by the task itself that it cannot block or ignore (a fault):
