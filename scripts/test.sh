@@ -16,8 +16,10 @@ cd "$(dirname "$0")/.."
 # (scripts/build-rootfs.sh, cached in $HOME/.cache/torpor/rootfs);
 # openjdk-17-jdk-headless: javac, for the Java hello-world those tests run;
 # fonts-dejavu-core: the font `torpor bench paper` draws its plots with;
-# bc: scripts/stress.sh's figures.
-base="busybox-static gcc libc6-dev curl debootstrap openjdk-17-jdk-headless fonts-dejavu-core bc"
+# bc: scripts/stress.sh's figures;
+# postgresql-client (psql), redis-tools (redis-cli, redis-benchmark): the real clients of the
+# server tests (crates/torpor/tests/servers.rs; curl serves nginx's).
+base="busybox-static gcc libc6-dev curl debootstrap openjdk-17-jdk-headless fonts-dejavu-core bc postgresql-client redis-tools"
 # podman (with its network stack: netavark, aardvark-dns, iptables) and containerd (ctr, the
 # runc shim): the OCI runtime tests drive torpor through them (crates/torpor/tests/podman.rs,
 # containerd.rs; the containerd test starts its own daemon).

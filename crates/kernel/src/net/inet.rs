@@ -204,12 +204,40 @@ pub fn bind_as_guest(
     guest: SocketAddr,
 ) -> Result<(), Errno> {
     let target = net.bind_target(guest);
-    let host = fit_family(target, family).ok_or(Errno::EADDRNOTAVAIL)?;
-    if host.port() != 0 {
-        // A published port: let a restarted server rebind while old connections linger.
-        host::set_int_opt(f.host(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-    }
-    host::bind(f.host(), &encode_sockaddr(&host))?;
+    let published = target.port() != 0;
+    let bound = match fit_family(target, family) {
+        Some(host) => {
+            if published {
+                // A published port: let a restarted server rebind while old connections
+                // linger.
+                host::set_int_opt(f.host(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+            }
+            host::bind(f.host(), &encode_sockaddr(&host)).map(|()| host)
+        }
+        None => Err(Errno::EADDRNOTAVAIL),
+    };
+    let host = match bound {
+        Ok(h) => h,
+        // The published host address is taken by the server's socket of the other family
+        // (Redis and PostgreSQL bind 0.0.0.0 and [::] with IPV6_V6ONLY), or does not fit this
+        // one: natively both binds succeed, so this socket gets a loopback port of its own
+        // family, reachable from inside the sandbox.
+        Err(e)
+            if published
+                && matches!(e, Errno::EADDRNOTAVAIL | Errno::EINVAL | Errno::EADDRINUSE)
+                && net.is_bound(guest.port()) =>
+        {
+            let lo = fit_family(wildcard(family), family)
+                .map(|w| SocketAddr::new(guest_loopback_of(w), 0))
+                .ok_or(e)?;
+            host::bind(f.host(), &encode_sockaddr(&lo))?;
+            let mut local = guest;
+            local.set_port(guest.port());
+            set_guest_local(f, local);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     let actual = host::name(f.host(), false)
         .ok()
         .and_then(|r| parse_sockaddr(r.as_bytes()))
@@ -228,6 +256,15 @@ pub fn bind_as_guest(
             Some(Arc::new(PortLease::new(net.clone(), guest_port, actual)));
     }
     Ok(())
+}
+
+/// The loopback address of `a`'s family.
+fn guest_loopback_of(a: SocketAddr) -> IpAddr {
+    if a.is_ipv4() {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        IpAddr::V6(Ipv6Addr::LOCALHOST)
+    }
 }
 
 /// Whether the host socket has a local port yet.

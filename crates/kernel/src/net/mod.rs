@@ -122,6 +122,14 @@ impl NetPolicy {
         SocketAddr::new(lo, 0)
     }
 
+    /// Whether some socket of the sandbox is bound to guest port `guest_port`.
+    pub fn is_bound(&self, guest_port: u16) -> bool {
+        self.bound
+            .lock()
+            .map(|b| b.contains_key(&guest_port))
+            .unwrap_or(false)
+    }
+
     /// Records that guest port `guest_port` is served by host address `host`.
     pub fn record_bind(&self, guest_port: u16, host: SocketAddr) {
         if let Ok(mut b) = self.bound.lock() {
