@@ -171,6 +171,62 @@ int main(void) {
     char exe[256] = {0};
     readlink("/proc/self/exe", exe, sizeof exe - 1);
     printf("exe ends with /sessions: %d\n", strlen(exe) >= 9 && !strcmp(exe + strlen(exe) - 9, "/sessions"));
+    /* /proc of another process of the sandbox: the parent reads its child's files. */
+    pipe(fds);
+    pid_t named = fork();
+    if (named == 0) {
+        prctl(PR_SET_NAME, "proc-child");
+        close(fds[0]);
+        write(fds[1], "n", 1);
+        for (;;)
+            pause();
+    }
+    close(fds[1]);
+    char ready;
+    read(fds[0], &ready, 1);
+    close(fds[0]);
+    char path[64], text[4096];
+    snprintf(path, sizeof path, "/proc/%d/comm", named);
+    FILE *pf = fopen(path, "r");
+    text[0] = 0;
+    if (pf) {
+        fgets(text, sizeof text, pf);
+        fclose(pf);
+    }
+    printf("/proc/child/comm: %s", text[0] ? text : "(none)\n");
+    snprintf(path, sizeof path, "/proc/%d/status", named);
+    pf = fopen(path, "r");
+    int saw_ppid = 0, saw_name = 0;
+    if (pf) {
+        while (fgets(text, sizeof text, pf)) {
+            int v;
+            if (sscanf(text, "PPid: %d", &v) == 1)
+                saw_ppid = v == getpid();
+            if (!strncmp(text, "Name:\tproc-child", 16))
+                saw_name = 1;
+        }
+        fclose(pf);
+    }
+    printf("/proc/child/status: ppid=%d name=%d\n", saw_ppid, saw_name);
+    snprintf(path, sizeof path, "/proc/%d/cmdline", named);
+    pf = fopen(path, "r");
+    size_t got = pf ? fread(text, 1, sizeof text, pf) : 0;
+    if (pf)
+        fclose(pf);
+    printf("/proc/child/cmdline ends with sessions: %d\n", got >= 9 && !memcmp(text + strlen(text) - 9, "/sessions", 9));
+    snprintf(path, sizeof path, "/proc/%d/exe", named);
+    char cexe[256] = {0};
+    readlink(path, cexe, sizeof cexe - 1);
+    printf("/proc/child/exe ends with /sessions: %d\n", strlen(cexe) >= 9 && !strcmp(cexe + strlen(cexe) - 9, "/sessions"));
+    kill(named, SIGKILL);
+    waitpid(named, &st, 0);
+    snprintf(path, sizeof path, "/proc/%d/status", named);
+    errno = 0;
+    pf = fopen(path, "r");
+    printf("/proc of a reaped child: %s\n", pf ? "exists" : strerrorname_np(errno));
+    if (pf)
+        fclose(pf);
+
     kill(0, 0);
     printf("done\n");
     return 0;

@@ -331,7 +331,7 @@ impl ProcessImage {
             mem: self.mem.clone(),
             fds: fds.clone(),
         });
-        Task {
+        let task = Task {
             group,
             pte_gen,
             thread_exit_only: false,
@@ -355,7 +355,9 @@ impl ProcessImage {
             cmdline: self.cmdline,
             creds: p.creds,
             slot: p.slot,
-        }
+        };
+        task.publish_identity();
+        task
     }
 }
 

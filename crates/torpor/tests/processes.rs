@@ -90,6 +90,34 @@ fn sessions_and_groups_match_native() {
     assert!(got.stdout_str().ends_with("done\n"));
 }
 
+/// execve from a non-main thread of a process whose other threads sleep, wait on a
+/// condition variable and spin (`tests/guest/exec_threads.c`): they end, the new program
+/// runs alone with the same pid, as natively.
+#[test]
+fn execve_from_a_thread_ends_the_others() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = shell_root();
+    let prog = r.guest_program("exec_threads");
+    let nat = testutil::native(
+        &r.host_path("bin/exec_threads"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    assert_eq!(nat.code(), 0, "native run: {nat:?}");
+    let got = torpor()
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_same("exec_threads", &nat, &got);
+    assert!(got
+        .stdout_str()
+        .contains("after exec: same pid=1 tid is pid=1 threads=1"));
+}
+
 /// Runs `sh -c SCRIPT` with busybox natively (applets found through PATH in the root's bin)
 /// and in torpor, and compares.
 #[track_caller]

@@ -20,7 +20,9 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use abi::Errno;
 use mm::{Prot, VmaKind};
 
-use crate::task::Task;
+use std::sync::{Arc, Mutex};
+
+use crate::task::{ProcIdentity, Task, ThreadGroup};
 
 /// The part after `/proc/self/`, `/proc/thread-self/` or `/proc/PID/` when PID is `pid` (the
 /// caller's process), e.g. `maps` or `fd/3`.
@@ -32,41 +34,125 @@ pub fn self_relative(path: &[u8], pid: i32) -> Option<&str> {
     me.then_some(what)
 }
 
-/// Whether `path` is one of the generated files of process `pid`.
-fn normalise(path: &[u8], pid: i32) -> Option<&'static str> {
-    if let Some(what) = self_relative(path, pid) {
-        return Some(match what {
+/// What /proc shows of one process: the caller's own (from its task) or another of the
+/// sandbox's (from what its first thread published, and its address space).
+struct View {
+    pid: i32,
+    tid: i32,
+    identity: ProcIdentity,
+    umask: u32,
+    sigblk: u64,
+    threads: usize,
+    mm: Option<Arc<Mutex<mm::MemoryManager>>>,
+}
+
+impl View {
+    fn own(t: &Task) -> View {
+        View {
+            pid: t.pid,
+            tid: t.tid,
+            identity: ProcIdentity {
+                exe: t.exe.clone(),
+                cmdline: t.cmdline.clone(),
+                comm: t.comm,
+                uid: t.creds.uid,
+                gid: t.creds.gid,
+            },
+            umask: t.umask,
+            sigblk: t.signals.mask,
+            threads: t.group.live(),
+            mm: Some(t.mm.clone()),
+        }
+    }
+
+    fn other(pid: i32, g: &Arc<ThreadGroup>) -> View {
+        View {
+            pid,
+            tid: pid,
+            identity: g.identity(),
+            umask: 0o022,
+            sigblk: 0,
+            threads: g.live(),
+            mm: g.resources().map(|r| r.mm),
+        }
+    }
+
+    fn stats(&self) -> mm::MmStats {
+        self.mm
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).stats())
+            .unwrap_or_default()
+    }
+
+    fn comm(&self) -> String {
+        let c = &self.identity.comm;
+        String::from_utf8_lossy(c.split(|&b| b == 0).next().unwrap_or(b"")).into_owned()
+    }
+}
+
+/// The process a `/proc/PID/…` path names (`self`, `thread-self`, or a live pid of the
+/// sandbox) and the part after it.
+pub fn process_relative<'a>(path: &'a [u8], t: &Task) -> Option<(i32, &'a str)> {
+    let p = std::str::from_utf8(path).ok()?.trim_end_matches('/');
+    let rest = p.strip_prefix("/proc/")?;
+    let (who, what) = rest.split_once('/')?;
+    if who == "self" || who == "thread-self" {
+        return Some((t.pid, what));
+    }
+    let pid = who.parse::<i32>().ok().filter(|&p| p > 0)?;
+    (pid == t.pid || t.group.procs.group_of(pid).is_some()).then_some((pid, what))
+}
+
+/// Which generated file `path` is, and of which process (`None` for the machine's files).
+fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
+    if let Some((pid, what)) = process_relative(path, t) {
+        let which = match what {
             "maps" => "maps",
             "status" => "status",
             "stat" => "stat",
             "cmdline" => "cmdline",
+            "comm" => "comm",
             _ => return None,
-        });
+        };
+        return Some((Some(pid), which));
     }
     let p = std::str::from_utf8(path).ok()?;
     let p = p.trim_end_matches('/');
-    Some(match p {
-        "/proc/meminfo" => "meminfo",
-        "/proc/cpuinfo" => "cpuinfo",
-        "/sys/devices/system/cpu/online" | "/sys/devices/system/cpu/possible" => "online",
-        _ => return None,
-    })
+    Some((
+        None,
+        match p {
+            "/proc/meminfo" => "meminfo",
+            "/proc/cpuinfo" => "cpuinfo",
+            "/sys/devices/system/cpu/online" | "/sys/devices/system/cpu/possible" => "online",
+            _ => return None,
+        },
+    ))
 }
 
 /// Opens a generated file, if `path` names one.
 ///
 /// # Errors
-/// The host's errno if the memory file cannot be made.
+/// The host's errno if the memory file cannot be made; ESRCH-like ENOENT for a process that
+/// exited meanwhile.
 pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
-    let which = normalise(path, t.pid)?;
-    let content = match which {
-        "maps" => maps(t),
-        "cmdline" => t.cmdline.to_vec(),
-        "status" => status(t),
-        "stat" => stat(t),
-        "meminfo" => meminfo(t),
-        "cpuinfo" => std::fs::read("/proc/cpuinfo").unwrap_or_default(),
-        "online" => {
+    let (pid, which) = normalise(path, t)?;
+    let view = match pid {
+        Some(p) if p == t.pid => Some(View::own(t)),
+        Some(p) => match t.group.procs.group_of(p) {
+            Some(g) => Some(View::other(p, &g)),
+            None => return Some(Err(Errno::ENOENT)),
+        },
+        None => None,
+    };
+    let content = match (which, &view) {
+        ("maps", Some(v)) => maps(v),
+        ("cmdline", Some(v)) => v.identity.cmdline.to_vec(),
+        ("comm", Some(v)) => format!("{}\n", v.comm()).into_bytes(),
+        ("status", Some(v)) => status(v, t),
+        ("stat", Some(v)) => stat(v, t),
+        ("meminfo", _) => meminfo(t),
+        ("cpuinfo", _) => std::fs::read("/proc/cpuinfo").unwrap_or_default(),
+        ("online", _) => {
             std::fs::read("/sys/devices/system/cpu/online").unwrap_or_else(|_| b"0\n".to_vec())
         }
         _ => return None,
@@ -89,8 +175,11 @@ fn memfd_with(content: &[u8]) -> Result<OwnedFd, Errno> {
     Ok(OwnedFd::from(f))
 }
 
-fn maps(t: &Task) -> Vec<u8> {
-    let mm = t.mm();
+fn maps(v: &View) -> Vec<u8> {
+    let Some(mm) = &v.mm else {
+        return Vec::new();
+    };
+    let mm = mm.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = String::new();
     for v in mm.vmas() {
         let (offset, file, share) = match &v.kind {
@@ -121,41 +210,41 @@ fn maps(t: &Task) -> Vec<u8> {
     out.into_bytes()
 }
 
-fn comm(t: &Task) -> String {
-    String::from_utf8_lossy(t.comm.split(|&c| c == 0).next().unwrap_or(b"")).into_owned()
-}
-
-fn status(t: &Task) -> Vec<u8> {
-    let stats = t.mm().stats();
+fn status(v: &View, t: &Task) -> Vec<u8> {
+    let stats = v.stats();
     let rss_kb = stats.mapped_pages as u64 * 4;
-    let (uid, gid) = (t.creds.uid, t.creds.gid);
+    let (uid, gid) = (v.identity.uid, v.identity.gid);
+    let member = t.group.procs.membership(v.pid);
     format!(
         "Name:\t{}\nUmask:\t{:04o}\nState:\tR (running)\nTgid:\t{pid}\nNgid:\t0\nPid:\t{tid}\nPPid:\t{ppid}\n\
          TracerPid:\t0\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{gid}\t{gid}\t{gid}\t{gid}\nFDSize:\t64\n\
-         VmRSS:\t{rss_kb} kB\nThreads:\t{threads}\nSigBlk:\t{:016x}\nCpus_allowed_list:\t0\n",
-        comm(t),
-        t.umask,
-        t.signals.mask,
-        pid = t.pid,
-        tid = t.tid,
-        ppid = t.group.procs.parent_of(t.pid),
-        threads = t.group.live(),
+         NSpgid:\t{pgid}\nNSsid:\t{sid}\nVmRSS:\t{rss_kb} kB\nThreads:\t{threads}\nSigBlk:\t{:016x}\n\
+         Cpus_allowed_list:\t0\n",
+        v.comm(),
+        v.umask,
+        v.sigblk,
+        pid = v.pid,
+        tid = v.tid,
+        ppid = t.group.procs.parent_of(v.pid),
+        pgid = member.map_or(v.pid, |m| m.pgid),
+        sid = member.map_or(v.pid, |m| m.sid),
+        threads = v.threads,
     )
     .into_bytes()
 }
 
-fn stat(t: &Task) -> Vec<u8> {
-    let stats = t.mm().stats();
+fn stat(v: &View, t: &Task) -> Vec<u8> {
+    let stats = v.stats();
     let mut fields = vec!["0".to_string(); 52];
-    fields[0] = t.pid.to_string();
-    fields[1] = format!("({})", comm(t));
+    fields[0] = v.pid.to_string();
+    fields[1] = format!("({})", v.comm());
     fields[2] = "R".into();
-    fields[3] = t.group.procs.parent_of(t.pid).to_string(); // ppid
-    let member = t.group.procs.membership(t.pid);
-    fields[4] = member.map_or(t.pid, |m| m.pgid).to_string(); // pgrp
-    fields[5] = member.map_or(t.pid, |m| m.sid).to_string(); // session
+    fields[3] = t.group.procs.parent_of(v.pid).to_string(); // ppid
+    let member = t.group.procs.membership(v.pid);
+    fields[4] = member.map_or(v.pid, |m| m.pgid).to_string(); // pgrp
+    fields[5] = member.map_or(v.pid, |m| m.sid).to_string(); // session
     fields[7] = "-1".into(); // tpgid
-    fields[19] = t.group.live().to_string(); // num_threads
+    fields[19] = v.threads.to_string(); // num_threads
     fields[22] = (stats.mapped_pages as u64 * 4096).to_string(); // vsize (approx.)
     fields[23] = stats.mapped_pages.to_string(); // rss
     let mut s = fields.join(" ");
@@ -180,17 +269,9 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(normalise(b"/proc/self/maps", 1), Some("maps"));
-        assert_eq!(normalise(b"/proc/1/status", 1), Some("status"));
-        assert_eq!(normalise(b"/proc/7/cmdline", 7), Some("cmdline"));
-        assert_eq!(normalise(b"/proc/thread-self/stat/", 3), Some("stat"));
-        assert_eq!(normalise(b"/proc/meminfo", 1), Some("meminfo"));
-        assert_eq!(normalise(b"/proc/2/maps", 1), None);
-        assert_eq!(normalise(b"/proc/self/environ", 1), None);
         assert_eq!(self_relative(b"/proc/self/fd/3", 1), Some("fd/3"));
         assert_eq!(self_relative(b"/proc/9/fd/3", 1), None);
         assert_eq!(self_relative(b"/proc/selfish/fd", 1), None);
-        assert_eq!(normalise(b"/etc/passwd", 1), None);
     }
 
     #[test]

@@ -47,6 +47,7 @@ fn change_uid(t: &mut Task, ids: &[u32]) -> SysResult {
         let mut c = (*t.creds).clone();
         c.uid = new;
         t.creds = Arc::new(c);
+        t.publish_identity();
     }
     Ok(0)
 }
@@ -61,6 +62,7 @@ fn change_gid(t: &mut Task, ids: &[u32]) -> SysResult {
         let mut c: Credentials = (*t.creds).clone();
         c.gid = new;
         t.creds = Arc::new(c);
+        t.publish_identity();
     }
     Ok(0)
 }

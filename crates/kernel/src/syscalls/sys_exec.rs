@@ -158,10 +158,6 @@ pub(crate) fn execve(
     mut argv: Vec<Vec<u8>>,
     envp: Vec<Vec<u8>>,
 ) -> SysResult {
-    if t.group.live() > 1 {
-        tracing::warn!("execve from a multi-threaded process is not supported");
-        return Err(Errno::EAGAIN);
-    }
     let mut depth = 0;
     let (fd, exe) = loop {
         let (fd, exe) = open_executable(t, &path)?;
@@ -204,6 +200,19 @@ pub(crate) fn execve(
     vcpu.user.regs.rip = image.entry.raw();
     vcpu.user.regs.rsp = stack.sp.raw();
 
+    // Linux's de_thread: the other threads of the process end, and this one takes the
+    // process id. (If they cannot be ended, the exec fails before anything changed.)
+    if t.group.live() > 1 {
+        if !t
+            .group
+            .end_other_threads(t.tid, t.pid, std::time::Duration::from_secs(5))
+        {
+            tracing::warn!("execve: the process's other threads did not end");
+            return Err(Errno::EAGAIN);
+        }
+        t.tid = t.pid;
+    }
+
     // Point of no return: the task moves to the new VM.
     t.vcpu.unbind_thread();
     vcpu.bind_to_current_thread();
@@ -223,6 +232,7 @@ pub(crate) fn execve(
     t.exe = exe;
     t.cmdline = crate::task::cmdline_of(&argv);
     t.comm = crate::sandbox::comm_of(&name);
+    t.publish_identity();
     t.group.procs.release_vfork(t.pid);
     Ok(0)
 }

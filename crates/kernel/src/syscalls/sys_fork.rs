@@ -146,6 +146,7 @@ pub(super) fn fork(
             0
         },
     });
+    child.publish_identity();
     procs.add(pid, t.pid, group.clone(), exit_signal);
     if let Err(e) = child.spawn(format!("proc-{pid}")) {
         tracing::warn!("fork: cannot start a host thread: {e}");
@@ -203,8 +204,9 @@ pub fn sys_wait4(t: &mut Task, a: &SyscallArgs) -> SysResult {
     };
     let control = t.control.clone();
     let group = t.group.clone();
+    let tid = t.tid;
     let interrupted =
-        || control.park_requested() || control.signal_pending() || group.exit_status().is_some();
+        || control.park_requested() || control.signal_pending() || group.must_leave(tid);
     let reaped = t
         .group
         .procs
@@ -268,8 +270,9 @@ pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let control = t.control.clone();
     let group = t.group.clone();
+    let tid = t.tid;
     let interrupted =
-        || control.park_requested() || control.signal_pending() || group.exit_status().is_some();
+        || control.park_requested() || control.signal_pending() || group.must_leave(tid);
     let reaped = t.group.procs.wait_child_as(
         t.pid,
         which,

@@ -425,6 +425,7 @@ pub fn sys_prctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             let n = s.len().min(15);
             name[..n].copy_from_slice(&s[..n]);
             t.comm = name;
+            t.publish_identity();
             Ok(0)
         }
         libc::PR_GET_NAME => {

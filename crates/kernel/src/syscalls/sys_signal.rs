@@ -132,11 +132,13 @@ pub(super) fn wait_for_signal(
 ) -> Result<(), Errno> {
     let control = t.control.clone();
     let group = t.group.clone();
+    let tid = t.tid;
     loop {
         t.absorb_external_signal();
         // The process is ending (exit_group from another thread, or the sandbox's init
-        // ended): leave, so that the task loop sees it.
-        let exiting = t.exit.is_some() || group.exit_status().is_some();
+        // ended), or another thread's execve ends this one: leave, so that the task loop
+        // sees it.
+        let exiting = t.exit.is_some() || group.must_leave(tid);
         if waited != 0 && t.signals.pending_set() & waited != 0 && !exiting {
             return Ok(());
         }
@@ -147,11 +149,7 @@ pub(super) fn wait_for_signal(
             return Ok(());
         }
         wait_for_kick(
-            || {
-                control.signal_pending()
-                    || control.park_requested()
-                    || group.exit_status().is_some()
-            },
+            || control.signal_pending() || control.park_requested() || group.must_leave(tid),
             deadline,
         );
     }

@@ -206,6 +206,14 @@ fn readlink_at(t: &mut Task, dirfd: i32, path: &[u8], buf: Gva, len: u64) -> Sys
             return Ok(n as u64);
         }
     }
+    // Another process of the sandbox: its executable (its descriptors are its own).
+    if let Some((pid, "exe")) = crate::fs::procfs::process_relative(path, t) {
+        let g = t.group.procs.group_of(pid).ok_or(Errno::ENOENT)?;
+        let target = g.identity().exe;
+        let n = target.len().min(len as usize);
+        t.copy_out(buf, &target[..n])?;
+        return Ok(n as u64);
+    }
     // readlinkat(2): "If pathname is an empty string, the call operates on the symbolic link
     // referred to by dirfd"; anything else there is ENOENT.
     let flags = if path.is_empty() {

@@ -142,7 +142,7 @@ table! {
     56 clone => sys_process::sys_clone, Partial("threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND) and processes (a fork copies the parent's memory eagerly into a new VM); CLONE_FILES, CLONE_FS, CLONE_SIGHAND between processes and CLONE_VM without CLONE_VFORK are EINVAL");
     57 fork => sys_fork::sys_fork, Partial("the child gets an eager copy of the parent's memory (no copy-on-write)");
     58 vfork => sys_fork::sys_vfork, Partial("the child runs on a copy of the parent's memory: its writes are not seen by the parent");
-    59 execve => sys_exec::sys_execve, Partial("only from a single-threaded process (EAGAIN otherwise); no set-user-ID");
+    59 execve => sys_exec::sys_execve, Partial("no set-user-ID; from a multi-threaded process the other threads end first (EAGAIN if they do not within 5 s)");
     61 wait4 => sys_fork::sys_wait4, Partial("stopped and continued children are never reported; resource usage is zero");
     29 shmget => sys_shm::sys_shmget, Full;
     30 shmat => sys_shm::sys_shmat, Full;

@@ -49,6 +49,26 @@ pub struct ThreadGroup {
     signalfds: Mutex<Vec<std::sync::Weak<super::signalfd::SignalFd>>>,
     /// ITIMER_REAL (setitimer, alarm).
     pub real_timer: Arc<super::itimer::RealTimer>,
+    /// What other processes see of this one in /proc.
+    identity: Mutex<ProcIdentity>,
+    /// The thread running an execve that ends every other thread (Linux's `de_thread`).
+    execing: Mutex<Option<i32>>,
+}
+
+/// What /proc shows of a process to the sandbox's other processes (its own threads read their
+/// task): program, arguments, name and ids, published by the process's first thread.
+#[derive(Clone, Default)]
+pub struct ProcIdentity {
+    /// Guest path of the executable.
+    pub exe: Vec<u8>,
+    /// Arguments, each NUL-terminated.
+    pub cmdline: Arc<[u8]>,
+    /// Name (PR_SET_NAME), NUL-padded.
+    pub comm: [u8; 16],
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
 }
 
 /// What of a process is reached from outside its own threads: its address space, guest
@@ -96,7 +116,69 @@ impl ThreadGroup {
             resources: Mutex::new(None),
             signalfds: Mutex::new(Vec::new()),
             real_timer: Arc::default(),
+            identity: Mutex::new(ProcIdentity::default()),
+            execing: Mutex::new(None),
         })
+    }
+
+    /// Whether thread `tid` must leave: the process is exiting, or another thread's execve
+    /// ends it.
+    pub fn must_leave(&self, tid: i32) -> bool {
+        self.exit_status().is_some() || self.execing_thread().is_some_and(|e| e != tid)
+    }
+
+    /// The thread whose execve is ending the others, if any: every other thread leaves at its
+    /// next exit from the guest.
+    pub fn execing_thread(&self) -> Option<i32> {
+        *self.execing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// execve from a thread of a multi-threaded process: every other thread is asked to leave
+    /// (kicked out of the guest and of blocking calls), and this returns once `me` is the
+    /// only one, which then takes the process id as its thread id. False (and nothing
+    /// changed for `me`) if the others did not leave within `timeout` or the group is exiting.
+    pub fn end_other_threads(&self, me: i32, pid: i32, timeout: Duration) -> bool {
+        *self.execing.lock().unwrap_or_else(|e| e.into_inner()) = Some(me);
+        let start = std::time::Instant::now();
+        let done = loop {
+            let others: Vec<Arc<TaskControl>> = self
+                .lock_members()
+                .iter()
+                .filter(|m| m.tid != me)
+                .map(|m| m.control.clone())
+                .collect();
+            if others.is_empty() {
+                break true;
+            }
+            if start.elapsed() >= timeout || self.exit_status().is_some() {
+                break false;
+            }
+            for c in &others {
+                c.kick();
+            }
+            self.futexes.wake_all();
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        *self.execing.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        if done {
+            if let Some(m) = self.lock_members().iter_mut().find(|m| m.tid == me) {
+                m.tid = pid;
+            }
+        }
+        done
+    }
+
+    /// Publishes what /proc shows of the process.
+    pub fn set_identity(&self, id: ProcIdentity) {
+        *self.identity.lock().unwrap_or_else(|e| e.into_inner()) = id;
+    }
+
+    /// What /proc shows of the process.
+    pub fn identity(&self) -> ProcIdentity {
+        self.identity
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Registers a signalfd of the process.

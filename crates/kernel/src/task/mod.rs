@@ -11,7 +11,7 @@ pub mod signalfd;
 pub mod spawn;
 
 pub use control::{IdleHook, ParkHook, TaskControl};
-pub use group::{FutexTable, ProcessResources, ThreadGroup, WaitResult};
+pub use group::{FutexTable, ProcIdentity, ProcessResources, ThreadGroup, WaitResult};
 pub use process::{ProcessTable, TaskSlot, WaitFor};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};
 
@@ -110,9 +110,13 @@ pub enum TaskError {
 }
 
 /// Syscalls by which a server waits for its next request: the task is idle ("hot") while in
-/// one of them. (poll, accept, epoll_wait, pselect6, ppoll, epoll_pwait, accept4, epoll_pwait2.)
+/// one of them. (poll, select, accept, recvfrom, recvmsg, epoll_wait, pselect6, ppoll,
+/// epoll_pwait, accept4, epoll_pwait2.)
 fn waits_for_input(nr: u64) -> bool {
-    matches!(nr, 7 | 43 | 232 | 270 | 271 | 281 | 288 | 441)
+    matches!(
+        nr,
+        7 | 23 | 43 | 45 | 47 | 232 | 270 | 271 | 281 | 288 | 441
+    )
 }
 
 /// The user and group ids a sandbox's processes see (getuid, getgroups, /proc/PID/status,
@@ -166,6 +170,21 @@ pub struct ChildParts {
 }
 
 impl Task {
+    /// Publishes the process's program, arguments, name and ids for /proc of the sandbox's
+    /// other processes (the first thread speaks for the process).
+    pub fn publish_identity(&self) {
+        if self.tid != self.pid {
+            return;
+        }
+        self.group.set_identity(ProcIdentity {
+            exe: self.exe.clone(),
+            cmdline: self.cmdline.clone(),
+            comm: self.comm,
+            uid: self.creds.uid,
+            gid: self.creds.gid,
+        });
+    }
+
     /// A new task made by this one (clone, fork): `parts`, and the rest (root, working
     /// directory, umask, network policy, executable, name) from this task. It joins its group.
     pub fn child(&self, parts: ChildParts) -> Task {
@@ -282,6 +301,13 @@ impl Task {
                 return Ok(status);
             }
             if let Some(status) = self.group.exit_status() {
+                self.exit = Some(status);
+                return Ok(status);
+            }
+            if self.group.execing_thread().is_some_and(|e| e != self.tid) {
+                // Another thread's execve replaces the program: this thread ends quietly.
+                self.thread_exit_only = true;
+                let status = ExitStatus::Exited(0);
                 self.exit = Some(status);
                 return Ok(status);
             }
