@@ -142,6 +142,17 @@ pub struct Hibernator {
     first_pid: Option<i32>,
     /// Each process's memory as the hibernator keeps it between deflates, by pid.
     processes: std::collections::BTreeMap<i32, ProcessMemory>,
+    /// The sandbox's anonymous shared memory written out by the last deflate, restored in
+    /// full at the next wake.
+    shared_swap: Option<SharedSwap>,
+}
+
+/// Shared memory (MAP_SHARED anonymous, System V) deflated: its pages in a swap file
+/// (`shm.N`, pages numbered by guest-physical address from the shared-window base), the
+/// windows' memory punched out of their memfds.
+struct SharedSwap {
+    reader: SwapReader,
+    windows: Vec<Arc<platform::SharedWindow>>,
 }
 
 /// One process's memory between deflates: its page-state map, swap and REAP files, uffd
@@ -293,6 +304,7 @@ pub fn new(
         first_mem: Some(mem),
         first_pid: None,
         processes: std::collections::BTreeMap::new(),
+        shared_swap: None,
     };
     Ok((hib, HibernateHandle { shared, control }))
 }
@@ -511,6 +523,12 @@ impl Hibernator {
     /// (if this wake uses it), and start recording (if this wake records).
     fn inflate(&mut self, woke: Instant) {
         let error_file = self.dir.join("error");
+        if let Some(sw) = self.shared_swap.take() {
+            if let Err(e) = restore_shared(&sw) {
+                pager::fatal(&error_file, &format!("shared memory swap unreadable: {e}"));
+            }
+            let _ = sw.reader.remove();
+        }
         let mut bytes = 0;
         let mut prefetched = false;
         for pm in self.processes.values_mut() {
@@ -596,6 +614,10 @@ impl Hibernator {
             total.reap_bytes += r.reap_bytes;
             figures.push(ProcessDeflate { pid, report: r });
         }
+        let shared_bytes = self
+            .deflate_shared(&task.group.procs.shm)
+            .map_err(|e| format!("shared memory: {e}"))?;
+        total.swap_bytes += shared_bytes;
         total.took_us = start.elapsed().as_micros() as u64;
         self.shared
             .metrics
@@ -610,6 +632,113 @@ impl Hibernator {
         }
         tracing::info!(?total, "deflated");
         Ok(total)
+    }
+
+    /// Writes the resident non-zero pages of the sandbox's anonymous shared memory to
+    /// `shm.N`, then punches them out of their memfds (every VM mapping them sees the hole
+    /// until the wake restores it; no thread runs meanwhile). Returns the bytes written.
+    fn deflate_shared(&mut self, space: &mm::SharedSpace) -> Result<u64, String> {
+        let windows = space.anonymous_windows();
+        if windows.is_empty() {
+            return Ok(0);
+        }
+        let generation = self
+            .processes
+            .values()
+            .map(|p| p.generation)
+            .max()
+            .unwrap_or(0);
+        let path = self.dir.join(format!("shm.{generation}"));
+        let _ = crate::swapfile::remove(&path);
+        let base = platform::SHARED_GPA_BASE.raw();
+        let span = (platform::SHARED_GPA_END.raw() - base) / PAGE_SIZE;
+        let mut writer = SwapWriter::create(&path, span).map_err(|e| e.to_string())?;
+        let mut idx: Vec<u64> = Vec::with_capacity(BATCH_PAGES);
+        let mut data = vec![0u8; BATCH_PAGES * PAGE_SIZE as usize];
+        let mut sink = Vec::new();
+        let written = (|| -> Result<(), String> {
+            for w in &windows {
+                let pages = (w.size() / PAGE_SIZE) as usize;
+                let mut resident = vec![0u8; pages];
+                // SAFETY: the range is exactly the window's host mapping; one byte a page.
+                let r = unsafe {
+                    libc::mincore(
+                        w.host_base().cast(),
+                        w.size() as usize,
+                        resident.as_mut_ptr(),
+                    )
+                };
+                if r != 0 {
+                    return Err(format!("mincore: {}", std::io::Error::last_os_error()));
+                }
+                for (i, r) in resident.iter().enumerate() {
+                    if r & 1 == 0 {
+                        continue;
+                    }
+                    let gpa = w.gpa().raw() + i as u64 * PAGE_SIZE;
+                    let src = w
+                        .ptr(Gpa(gpa), PAGE_SIZE)
+                        .ok_or("a window page out of range")?;
+                    let at = idx.len() * PAGE_SIZE as usize;
+                    // SAFETY: `src` covers one page of the window's mapping; no vCPU runs.
+                    let page = unsafe { std::slice::from_raw_parts(src, PAGE_SIZE as usize) };
+                    if page.iter().all(|&b| b == 0) {
+                        continue;
+                    }
+                    data[at..at + PAGE_SIZE as usize].copy_from_slice(page);
+                    idx.push((gpa - base) / PAGE_SIZE);
+                    if idx.len() == BATCH_PAGES {
+                        write_batch(
+                            |p| writer.write_batch(p),
+                            &mut idx,
+                            &data,
+                            |s| PageState::Swapped { slot: s },
+                            &mut sink,
+                        )?;
+                    }
+                }
+            }
+            write_batch(
+                |p| writer.write_batch(p),
+                &mut idx,
+                &data,
+                |s| PageState::Swapped { slot: s },
+                &mut sink,
+            )?;
+            Ok(())
+        })();
+        let bytes = u64::from(writer.pages_written()) * PAGE_SIZE;
+        let finished =
+            written.and_then(|()| writer.finish().map(|_| ()).map_err(|e| e.to_string()));
+        let reader = finished.and_then(|()| SwapReader::open(&path).map_err(|e| e.to_string()));
+        let reader = match reader {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = crate::swapfile::remove(&path);
+                return Err(e);
+            }
+        };
+        // Nothing is lost past this point: drop the memory.
+        for w in &windows {
+            let (file, offset) = w.file();
+            // SAFETY: fallocate on the memfd the window maps, over the window's own range.
+            let r = unsafe {
+                libc::fallocate(
+                    std::os::fd::AsRawFd::as_raw_fd(&**file),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    offset as libc::off_t,
+                    w.size() as libc::off_t,
+                )
+            };
+            if r != 0 {
+                tracing::warn!(
+                    "punching shared memory: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        self.shared_swap = Some(SharedSwap { reader, windows });
+        Ok(bytes)
     }
 
     /// Writes one process's memory out and drops it.
@@ -1021,6 +1150,26 @@ impl Hibernator {
             }
         }
     }
+}
+
+/// Puts the deflated shared memory back (every page read and verified) before anything runs.
+fn restore_shared(sw: &SharedSwap) -> Result<(), String> {
+    let base = platform::SHARED_GPA_BASE.raw();
+    let mut buf = [0u8; PAGE_SIZE as usize];
+    for e in sw.reader.index().entries() {
+        let gpa = Gpa(base + e.page.0 * PAGE_SIZE);
+        let dst = sw
+            .windows
+            .iter()
+            .find_map(|w| w.ptr(gpa, PAGE_SIZE))
+            .ok_or_else(|| format!("no window holds {gpa}"))?;
+        sw.reader
+            .read_page(e.page, &mut buf)
+            .map_err(|e| e.to_string())?;
+        // SAFETY: `dst` covers one page of a window's writable mapping; no vCPU runs yet.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, PAGE_SIZE as usize) };
+    }
+    Ok(())
 }
 
 /// One process's part of a wake: prefetches its REAP file and returns the bytes read, or

@@ -30,6 +30,8 @@ pub const WINDOW_SIZE: u64 = 2 << 20;
 pub struct SharedSpace {
     next_gpa: Mutex<u64>,
     files: Mutex<HashMap<(u64, u64), Weak<SharedObject>>>,
+    /// The anonymous objects (their memory is the sandbox's own: hibernation swaps it).
+    anonymous: Mutex<Vec<Weak<SharedObject>>>,
 }
 
 impl std::fmt::Debug for SharedSpace {
@@ -57,6 +59,16 @@ impl SharedSpace {
         Ok(Gpa(at))
     }
 
+    /// The windows of every live anonymous object (memory only the sandbox holds, which a
+    /// deflate writes out; file objects' pages are the files').
+    pub fn anonymous_windows(&self) -> Vec<Arc<SharedWindow>> {
+        let anon = self.anonymous.lock().unwrap_or_else(|e| e.into_inner());
+        anon.iter()
+            .filter_map(Weak::upgrade)
+            .flat_map(|o| o.windows())
+            .collect()
+    }
+
     /// A new anonymous object of `len` bytes (rounded up to pages), zero-filled: what
     /// `mmap(MAP_SHARED | MAP_ANONYMOUS)` and `shmget` create.
     ///
@@ -80,14 +92,18 @@ impl SharedSpace {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(Arc::new(SharedObject {
+        let obj = Arc::new(SharedObject {
             space: self.clone(),
             file: Arc::new(fd),
             name: name.to_string(),
             writable: true,
             fixed_len: Some(len),
             windows: Mutex::new(HashMap::new()),
-        }))
+        });
+        let mut anon = self.anonymous.lock().unwrap_or_else(|e| e.into_inner());
+        anon.retain(|w| w.strong_count() > 0);
+        anon.push(Arc::downgrade(&obj));
+        Ok(obj)
     }
 
     /// The object of host file `file` (one per inode in the sandbox), for a `MAP_SHARED`
@@ -180,6 +196,16 @@ impl SharedObject {
     /// Whether the object is a file (not anonymous memory).
     pub fn is_file(&self) -> bool {
         self.fixed_len.is_none()
+    }
+
+    /// The windows made so far.
+    pub fn windows(&self) -> Vec<Arc<SharedWindow>> {
+        self.windows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// The window holding byte `offset` of the object (made on first use) and the

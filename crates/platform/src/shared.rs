@@ -34,8 +34,10 @@ pub struct SharedWindow {
     size: u64,
     writable: bool,
     base: NonNull<u8>,
-    /// Keeps the file open as long as the mapping (for the log and for fstat).
-    _file: Arc<OwnedFd>,
+    /// Offset in the file of the window's first byte.
+    offset: u64,
+    /// The mapped file (kept open as long as the mapping).
+    file: Arc<OwnedFd>,
 }
 
 // SAFETY: the mapping is only reached through raw copies on checked ranges (see
@@ -96,7 +98,8 @@ impl SharedWindow {
             size,
             writable,
             base,
-            _file: file,
+            offset,
+            file,
         }))
     }
 
@@ -108,6 +111,16 @@ impl SharedWindow {
     /// Size in bytes.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// The mapped file and the offset of the window's first byte in it.
+    pub fn file(&self) -> (&Arc<OwnedFd>, u64) {
+        (&self.file, self.offset)
+    }
+
+    /// Whether `gpa..gpa+len` lies inside the window; its host pointer if so.
+    pub fn ptr(&self, gpa: Gpa, len: u64) -> Option<*mut u8> {
+        self.host_ptr(gpa, len)
     }
 
     /// Whether the host mapping may be written.
