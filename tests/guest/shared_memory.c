@@ -15,7 +15,9 @@
 #include <string.h>
 #include <sys/ipc.h>
 #include <sys/mman.h>
+#include <sys/sem.h>
 #include <sys/shm.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -192,6 +194,61 @@ int main(void) {
     printf("shmget(existing key, IPC_EXCL): %s\n", shmget(0x7470, 4096, IPC_CREAT | IPC_EXCL | 0600) < 0 ? strerrorname_np(errno) : "ok");
     printf("shmget(existing key): %d\n", shmget(0x7470, 4096, 0) == key_id);
     shmctl(key_id, IPC_RMID, NULL);
+
+    /* 7. System V semaphores between processes. */
+    union semun {
+        int val;
+        struct semid_ds *buf;
+        unsigned short *array;
+    } arg;
+    int sem = semget(IPC_PRIVATE, 2, IPC_CREAT | 0600);
+    printf("semget: %s\n", sem >= 0 ? "ok" : strerrorname_np(errno));
+    struct semid_ds sds;
+    arg.buf = &sds;
+    semctl(sem, 0, IPC_STAT, arg);
+    printf("nsems: %lu\n", (unsigned long)sds.sem_nsems);
+    arg.val = 0;
+    semctl(sem, 0, SETVAL, arg);
+    struct sembuf take = {0, -1, 0}, give = {0, 1, 0}, nowait = {1, -1, IPC_NOWAIT};
+    errno = 0;
+    printf("IPC_NOWAIT on 0: %s\n", semop(sem, &nowait, 1) < 0 ? strerrorname_np(errno) : "ok");
+    struct timespec ts = {0, 20000000};
+    errno = 0;
+    printf("semtimedop timeout: %s\n", semtimedop(sem, &take, 1, &ts) < 0 ? strerrorname_np(errno) : "ok");
+    c = fork();
+    if (c == 0) {
+        /* Blocks until the parent gives. */
+        if (semop(sem, &take, 1) != 0)
+            _exit(1);
+        struct sembuf undo = {1, 5, SEM_UNDO};
+        semop(sem, &undo, 1);
+        _exit(semctl(sem, 1, GETVAL) == 5 ? 0 : 2);
+    }
+    usleep(20000);
+    semop(sem, &give, 1);
+    wait_child(c);
+    printf("after the child: sem0=%d sem1=%d (SEM_UNDO)\n", semctl(sem, 0, GETVAL), semctl(sem, 1, GETVAL));
+    unsigned short all[2] = {3, 4};
+    arg.array = all;
+    semctl(sem, 0, SETALL, arg);
+    unsigned short got[2] = {0, 0};
+    arg.array = got;
+    semctl(sem, 0, GETALL, arg);
+    printf("GETALL: %u %u\n", got[0], got[1]);
+    struct sembuf both[2] = {{0, -3, 0}, {1, -5, IPC_NOWAIT}};
+    errno = 0;
+    printf("atomic failure: %s sem0=%d\n", semop(sem, both, 2) < 0 ? strerrorname_np(errno) : "ok", semctl(sem, 0, GETVAL));
+    c = fork();
+    if (c == 0) {
+        struct sembuf wait0 = {0, -10, 0};
+        int r = semop(sem, &wait0, 1);
+        _exit(r < 0 && errno == EIDRM ? 0 : 3);
+    }
+    usleep(20000);
+    printf("IPC_RMID: %d\n", semctl(sem, 0, IPC_RMID));
+    wait_child(c);
+    errno = 0;
+    printf("semop after removal: %s\n", semop(sem, &give, 1) < 0 ? strerrorname_np(errno) : "ok");
     printf("done\n");
     return 0;
 }

@@ -49,6 +49,7 @@ errnos!(
     EMLINK,
     EPIPE,
     ERANGE,
+    EIDRM,
     ENAMETOOLONG,
     ENOSYS,
     ENOTEMPTY,

@@ -1,5 +1,6 @@
-//! System V IPC of a sandbox: shared memory segments (`shmget`, `shmat`, `shmctl`), private
-//! to the sandbox like Linux's IPC namespace.
+//! System V IPC of a sandbox: shared memory segments (`shmget`, `shmat`, `shmctl`) and
+//! semaphore sets (`semget`, `semop`, `semctl`), private to the sandbox like Linux's IPC
+//! namespace.
 //!
 //! A segment's memory is an anonymous [`SharedObject`] of the sandbox's shared space, so
 //! attaching it in any process maps the same pages ([`mm::shared`]). Its attach count is the
@@ -243,5 +244,347 @@ mod tests {
         t.remove(a).unwrap();
         assert_eq!(t.segment(a).unwrap_err(), Errno::EINVAL);
         drop(held);
+    }
+}
+
+/// Most semaphores in one set (Linux's SEMMSL).
+pub const SEMMSL: usize = 32000;
+/// Largest semaphore value (Linux's SEMVMX).
+pub const SEMVMX: i32 = 32767;
+/// Most operations in one semop (Linux's SEMOPM).
+pub const SEMOPM: usize = 500;
+/// Most sets in one sandbox.
+pub const SEMMNI: usize = 32000;
+
+/// One semaphore of a set.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sem {
+    /// Its value.
+    pub value: i32,
+    /// The pid of the last operation on it.
+    pub pid: i32,
+}
+
+/// One System V semaphore set.
+#[derive(Debug, Clone)]
+pub struct SemSet {
+    /// Its key (`IPC_PRIVATE` for an anonymous one).
+    pub key: i32,
+    /// Owner's user id.
+    pub uid: u32,
+    /// Owner's group id.
+    pub gid: u32,
+    /// Creator's user id.
+    pub cuid: u32,
+    /// Creator's group id.
+    pub cgid: u32,
+    /// Permission bits (low 9).
+    pub mode: u16,
+    /// Last semop time.
+    pub otime: i64,
+    /// Last change time.
+    pub ctime: i64,
+    /// The semaphores.
+    pub sems: Vec<Sem>,
+}
+
+impl SemSet {
+    /// `struct semid64_ds` as IPC_STAT writes it (104 bytes, x86-64 layout).
+    pub fn to_semid_ds(&self, id_seq: u16) -> [u8; 104] {
+        let mut b = [0u8; 104];
+        b[0..4].copy_from_slice(&self.key.to_le_bytes());
+        b[4..8].copy_from_slice(&self.uid.to_le_bytes());
+        b[8..12].copy_from_slice(&self.gid.to_le_bytes());
+        b[12..16].copy_from_slice(&self.cuid.to_le_bytes());
+        b[16..20].copy_from_slice(&self.cgid.to_le_bytes());
+        b[20..22].copy_from_slice(&self.mode.to_le_bytes());
+        b[24..26].copy_from_slice(&id_seq.to_le_bytes());
+        b[48..56].copy_from_slice(&self.otime.to_le_bytes());
+        b[64..72].copy_from_slice(&self.ctime.to_le_bytes());
+        b[80..88].copy_from_slice(&(self.sems.len() as u64).to_le_bytes());
+        b
+    }
+}
+
+/// One operation of semop(2) (`struct sembuf`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SemOp {
+    /// Which semaphore.
+    pub num: u16,
+    /// Add (> 0), wait for zero (0), or wait and take (< 0).
+    pub op: i16,
+    /// IPC_NOWAIT, SEM_UNDO.
+    pub flags: i16,
+}
+
+/// `IPC_NOWAIT` in a sembuf's flags.
+pub const IPC_NOWAIT: i16 = 0o4000;
+/// `SEM_UNDO` in a sembuf's flags.
+pub const SEM_UNDO: i16 = 0x1000;
+
+/// Why a semop did not complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SemWait {
+    /// It would block: the caller waits (or returns EAGAIN with IPC_NOWAIT).
+    Block,
+    /// An errno for the application.
+    Fail(Errno),
+}
+
+/// The semaphore sets of one sandbox, by id, and the undo adjustments of each process.
+#[derive(Debug, Default)]
+pub struct SemTable {
+    inner: Mutex<SemInner>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SemInner {
+    next_id: i32,
+    sets: HashMap<i32, SemSet>,
+    /// SEM_UNDO adjustments: (pid, set, semaphore) → amount to add back at the pid's exit.
+    undo: HashMap<(i32, i32, u16), i32>,
+}
+
+impl SemTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SemInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// semget(2): as [`ShmTable::get`], for `nsems` semaphores (0 only to look one up).
+    pub fn get(
+        &self,
+        key: i32,
+        nsems: i32,
+        create: bool,
+        exclusive: bool,
+        make: impl FnOnce() -> SemSet,
+    ) -> Result<i32, Errno> {
+        if !(0..=SEMMSL as i32).contains(&nsems) {
+            return Err(Errno::EINVAL);
+        }
+        let mut t = self.lock();
+        if key != IPC_PRIVATE {
+            if let Some((&id, set)) = t.sets.iter().find(|(_, s)| s.key == key) {
+                if create && exclusive {
+                    return Err(Errno::EEXIST);
+                }
+                if nsems as usize > set.sems.len() {
+                    return Err(Errno::EINVAL);
+                }
+                return Ok(id);
+            }
+            if !create {
+                return Err(Errno::ENOENT);
+            }
+        }
+        if nsems == 0 {
+            return Err(Errno::EINVAL);
+        }
+        if t.sets.len() >= SEMMNI {
+            return Err(Errno::ENOSPC);
+        }
+        let mut set = make();
+        set.sems = vec![Sem::default(); nsems as usize];
+        t.next_id += 1;
+        let id = t.next_id;
+        t.sets.insert(id, set);
+        Ok(id)
+    }
+
+    /// Reads or changes set `id` under the table's lock (EINVAL if there is none); waiters
+    /// are woken afterwards, since values may have changed.
+    pub fn with<R>(&self, id: i32, f: impl FnOnce(&mut SemSet) -> R) -> Result<R, Errno> {
+        let r = self.lock().sets.get_mut(&id).map(f).ok_or(Errno::EINVAL);
+        self.changed.notify_all();
+        r
+    }
+
+    /// Removes set `id` (IPC_RMID): its waiters fail with EIDRM.
+    pub fn remove(&self, id: i32) -> Result<(), Errno> {
+        let mut t = self.lock();
+        t.sets.remove(&id).ok_or(Errno::EINVAL)?;
+        t.undo.retain(|(_, set, _), _| *set != id);
+        drop(t);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// Tries `ops` on set `id` atomically, for process `pid`: all applied, or none.
+    fn try_ops(t: &mut SemInner, id: i32, ops: &[SemOp], pid: i32) -> Result<(), SemWait> {
+        let set = t.sets.get_mut(&id).ok_or(SemWait::Fail(Errno::EIDRM))?;
+        if ops.iter().any(|o| usize::from(o.num) >= set.sems.len()) {
+            return Err(SemWait::Fail(Errno::EFBIG));
+        }
+        let mut values: Vec<i32> = set.sems.iter().map(|s| s.value).collect();
+        for o in ops {
+            let v = &mut values[usize::from(o.num)];
+            match o.op {
+                0 if *v != 0 => return Err(SemWait::Block),
+                0 => {}
+                op if op > 0 => {
+                    let n = *v + i32::from(op);
+                    if n > SEMVMX {
+                        return Err(SemWait::Fail(Errno::ERANGE));
+                    }
+                    *v = n;
+                }
+                op => {
+                    let n = *v + i32::from(op);
+                    if n < 0 {
+                        return Err(SemWait::Block);
+                    }
+                    *v = n;
+                }
+            }
+        }
+        for o in ops {
+            set.sems[usize::from(o.num)].pid = pid;
+        }
+        for (s, v) in set.sems.iter_mut().zip(values) {
+            s.value = v;
+        }
+        set.otime = now();
+        for o in ops.iter().filter(|o| o.flags & SEM_UNDO != 0 && o.op != 0) {
+            *t.undo.entry((pid, id, o.num)).or_insert(0) -= i32::from(o.op);
+        }
+        Ok(())
+    }
+
+    /// semop(2) for process `pid`: applies `ops` atomically, waiting while they would block
+    /// (unless IPC_NOWAIT: EAGAIN) until `deadline` (EAGAIN) or `interrupted` (EINTR).
+    ///
+    /// # Errors
+    /// EINVAL for a missing set, EIDRM if it is removed while waiting, EFBIG for a semaphore
+    /// number out of range, ERANGE past SEMVMX, EAGAIN, EINTR.
+    pub fn semop(
+        &self,
+        id: i32,
+        ops: &[SemOp],
+        pid: i32,
+        deadline: Option<std::time::Instant>,
+        interrupted: impl Fn() -> bool,
+    ) -> Result<(), Errno> {
+        let mut t = self.lock();
+        if !t.sets.contains_key(&id) {
+            return Err(Errno::EINVAL);
+        }
+        loop {
+            match Self::try_ops(&mut t, id, ops, pid) {
+                Ok(()) => {
+                    drop(t);
+                    self.changed.notify_all();
+                    return Ok(());
+                }
+                Err(SemWait::Fail(e)) => return Err(e),
+                Err(SemWait::Block) => {}
+            }
+            if ops.iter().any(|o| o.flags & IPC_NOWAIT != 0) {
+                return Err(Errno::EAGAIN);
+            }
+            if interrupted() {
+                return Err(Errno::EINTR);
+            }
+            let now = std::time::Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(Errno::EAGAIN);
+            }
+            let slice = deadline.map_or(std::time::Duration::from_millis(10), |d| {
+                (d - now).min(std::time::Duration::from_millis(10))
+            });
+            t = self
+                .changed
+                .wait_timeout(t, slice)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Applies process `pid`'s SEM_UNDO adjustments (it exited).
+    pub fn process_exited(&self, pid: i32) {
+        let mut t = self.lock();
+        let adj: Vec<((i32, i32, u16), i32)> = t
+            .undo
+            .iter()
+            .filter(|((p, _, _), _)| *p == pid)
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        if adj.is_empty() {
+            return;
+        }
+        for ((_, id, num), v) in adj {
+            t.undo.remove(&(pid, id, num));
+            if let Some(s) = t
+                .sets
+                .get_mut(&id)
+                .and_then(|s| s.sems.get_mut(usize::from(num)))
+            {
+                s.value = (s.value + v).clamp(0, SEMVMX);
+                s.pid = pid;
+            }
+        }
+        drop(t);
+        self.changed.notify_all();
+    }
+
+    /// Forgets the undo adjustments of semaphore `num` of set `id` (SETVAL, SETALL).
+    pub fn clear_undo(&self, id: i32, num: Option<u16>) {
+        self.lock()
+            .undo
+            .retain(|(_, set, n), _| !(*set == id && num.is_none_or(|k| k == *n)));
+    }
+}
+
+#[cfg(test)]
+mod sem_tests {
+    use super::*;
+
+    fn set() -> SemSet {
+        SemSet {
+            key: 0,
+            uid: 0,
+            gid: 0,
+            cuid: 0,
+            cgid: 0,
+            mode: 0o600,
+            otime: 0,
+            ctime: 0,
+            sems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn operations_are_atomic_and_undone() {
+        let t = SemTable::default();
+        let id = t.get(IPC_PRIVATE, 2, true, false, set).unwrap();
+        let op = |num, op, flags| SemOp { num, op, flags };
+        // Taking from 0 would block: with IPC_NOWAIT, EAGAIN and nothing changed.
+        let r = t.semop(id, &[op(0, 1, 0), op(1, -1, IPC_NOWAIT)], 7, None, || false);
+        assert_eq!(r, Err(Errno::EAGAIN));
+        assert_eq!(t.with(id, |s| s.sems[0].value).unwrap(), 0);
+        t.semop(id, &[op(0, 2, SEM_UNDO), op(1, 1, 0)], 7, None, || false)
+            .unwrap();
+        t.semop(id, &[op(0, -1, 0)], 8, None, || false).unwrap();
+        assert_eq!(
+            t.with(id, |s| (s.sems[0].value, s.sems[1].value)).unwrap(),
+            (1, 1)
+        );
+        // Process 7 exits: its +2 is taken back (clamped at 0).
+        t.process_exited(7);
+        assert_eq!(t.with(id, |s| s.sems[0].value).unwrap(), 0);
+        assert_eq!(
+            t.semop(id, &[op(5, 1, 0)], 7, None, || false),
+            Err(Errno::EFBIG)
+        );
+        // A blocked wait ends with EINTR when interrupted.
+        assert_eq!(
+            t.semop(id, &[op(0, -1, 0)], 7, None, || true),
+            Err(Errno::EINTR)
+        );
+        t.remove(id).unwrap();
+        assert_eq!(
+            t.semop(id, &[op(0, 1, 0)], 7, None, || false),
+            Err(Errno::EINVAL)
+        );
     }
 }

@@ -18,6 +18,7 @@ mod sys_pipe;
 mod sys_poll;
 mod sys_process;
 mod sys_rw;
+mod sys_sem;
 mod sys_session;
 mod sys_shm;
 mod sys_signal;

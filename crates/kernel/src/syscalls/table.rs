@@ -8,7 +8,7 @@ use abi::Errno;
 
 use super::{
     sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_inotify,
-    sys_mm, sys_pipe, sys_poll, sys_process, sys_rw, sys_session, sys_shm, sys_signal,
+    sys_mm, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem, sys_session, sys_shm, sys_signal,
     sys_signalfd, sys_socket, sys_stat, sys_time, sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
@@ -144,6 +144,10 @@ table! {
     58 vfork => sys_fork::sys_vfork, Partial("the child runs on a copy of the parent's memory: its writes are not seen by the parent");
     59 execve => sys_exec::sys_execve, Partial("no set-user-ID; from a multi-threaded process the other threads end first (EAGAIN if they do not within 5 s)");
     61 wait4 => sys_fork::sys_wait4, Partial("stopped and continued children are never reported; resource usage is zero");
+    64 semget => sys_sem::sys_semget, Full;
+    65 semop => sys_sem::sys_semop, Full;
+    220 semtimedop => sys_sem::sys_semtimedop, Full;
+    66 semctl => sys_sem::sys_semctl, Partial("GETNCNT and GETZCNT report 0; no IPC_INFO/SEM_INFO");
     29 shmget => sys_shm::sys_shmget, Full;
     30 shmat => sys_shm::sys_shmat, Full;
     67 shmdt => sys_shm::sys_shmdt, Full;

@@ -67,6 +67,8 @@ pub struct ProcessTable {
     pub shared_futexes: super::FutexTable,
     /// The sandbox's System V shared memory segments.
     pub sysv_shm: Arc<crate::ipc::ShmTable>,
+    /// The sandbox's System V semaphore sets.
+    pub sysv_sem: Arc<crate::ipc::SemTable>,
 }
 
 /// How often a blocked wait4 or vfork checks whether it was interrupted.
@@ -106,6 +108,7 @@ impl Default for ProcessTable {
             shm: mm::SharedSpace::new(),
             shared_futexes: super::FutexTable::default(),
             sysv_shm: Arc::default(),
+            sysv_sem: Arc::default(),
         }
     }
 }
@@ -179,6 +182,8 @@ impl ProcessTable {
     /// Records that `pid` has exited (its last thread left). Its children go to the first
     /// process. Returns the parent's thread group and the signal to send it, if any.
     pub fn exited(&self, pid: i32, status: ExitStatus) -> Option<(Arc<ThreadGroup>, i32)> {
+        // Its SEM_UNDO adjustments are applied first (Linux's exit_sem).
+        self.sysv_sem.process_exited(pid);
         let mut p = self.lock();
         for e in p.values_mut() {
             if e.ppid == pid {
