@@ -198,3 +198,44 @@ fn java_http_server_answers_100_requests() {
         "hello from java",
     );
 }
+
+/// `/usr/bin/java` is a chain of symlinks (through /etc/alternatives): the JVM finds
+/// `libjli.so` beside the file `/proc/self/exe` names, so that must be the resolved file.
+#[test]
+fn java_through_its_symlinks_prints_its_version() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let Some(root) = testutil::debian_rootfs("java") else {
+        return;
+    };
+    let out = torpor()
+        .run(&root, "/usr/bin/java")
+        .args(["-version"])
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_eq!(out.code(), 0, "java -version: {}", out.stderr_str());
+    assert!(
+        out.stderr_str().contains("openjdk version \"17"),
+        "{}",
+        out.stderr_str()
+    );
+}
+
+/// `mkdir -p` of an absolute path starts with mkdir("/"), which must be EEXIST.
+#[test]
+fn mkdir_p_of_an_absolute_path() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let Some(root) = testutil::debian_rootfs("java") else {
+        return;
+    };
+    let out = torpor()
+        .run(&root, "/bin/sh")
+        .args(["-c", "mkdir -p /srv/a/b/c && test -d /srv/a/b/c && echo made"])
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_eq!(out.code(), 0, "mkdir -p: {}", out.stderr_str());
+    assert_eq!(out.stdout_str(), "made\n");
+}
