@@ -38,6 +38,9 @@ declare -A PACKAGES=(
     # PostgreSQL 15, Redis); their clients (curl, psql, redis-benchmark) run
     # on the host.
     [servers]="nginx-light postgresql-15 redis-server"
+    # CPython's own regression tests (scripts/cpython-tests.sh runs them
+    # natively in a chroot and in torpor: docs/results/cpython-tests.md).
+    [cpython-tests]="python3 libpython3.11-testsuite"
 )
 # Packages needed only while building (installed, used by a build step, then
 # purged with whatever they pulled in).

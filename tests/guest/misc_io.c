@@ -1,15 +1,177 @@
-/* misc_io: pipes, the standard character devices, sysinfo and CPU affinity; prints facts that
- * are the same natively and in a sandbox. */
+/* misc_io: pipes, the standard character devices, sysinfo and CPU affinity, splice/tee/
+ * copy_file_range, nice values and scheduling policies, times(), epoll_wait with more than 1024
+ * ready descriptors; prints facts that are the same natively and in a sandbox. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdint.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <sys/timerfd.h>
+#include <sys/times.h>
 #include <unistd.h>
+
+/* "ok" or the errno's name of a call that returned r. */
+static const char *res(long r) {
+    static char b[32];
+    if (r >= 0) {
+        snprintf(b, sizeof b, "%ld", r);
+        return b;
+    }
+    switch (errno) {
+    case EINVAL: return "EINVAL";
+    case EBADF: return "EBADF";
+    case ESRCH: return "ESRCH";
+    case EPERM: return "EPERM";
+    case EACCES: return "EACCES";
+    case ESPIPE: return "ESPIPE";
+    case EXDEV: return "EXDEV";
+    default: snprintf(b, sizeof b, "errno %d", errno); return b;
+    }
+}
+
+/* splice, tee and copy_file_range between a file and pipes, with and without offsets. */
+static void splicing(void) {
+    char name[] = "misc_io.splice.XXXXXX";
+    int f = mkstemp(name);
+    if (f < 0) { perror("mkstemp"); return; }
+    unlink(name);
+    write(f, "0123456789abcdef", 16);
+    int p[2], q[2];
+    pipe(p);
+    pipe(q);
+    loff_t off = 4;
+    printf("splice file@4 -> pipe: %s", res(splice(f, &off, p[1], NULL, 6, 0)));
+    printf(", offset now %lld, file offset %lld\n", (long long)off, (long long)lseek(f, 0, SEEK_CUR));
+    printf("tee pipe -> pipe: %s\n", res(tee(p[0], q[1], 100, 0)));
+    char b[32] = {0};
+    ssize_t n = read(p[0], b, sizeof b - 1);
+    printf("  first pipe: %zd %s\n", n, b);
+    memset(b, 0, sizeof b);
+    n = read(q[0], b, sizeof b - 1);
+    printf("  second pipe: %zd %s\n", n, b);
+    write(p[1], "XYZ", 3);
+    off = 14;
+    printf("splice pipe -> file@14: %s", res(splice(p[0], NULL, f, &off, 3, 0)));
+    memset(b, 0, sizeof b);
+    pread(f, b, sizeof b - 1, 0);
+    printf(", offset now %lld, file %s\n", (long long)off, b);
+    printf("splice file -> file: %s\n", res(splice(f, NULL, f, NULL, 3, 0)));
+    printf("splice bad fd: %s\n", res(splice(-1, NULL, p[1], NULL, 3, 0)));
+    printf("splice offset on a pipe: %s\n", res(splice(p[0], &off, f, NULL, 3, 0)));
+    printf("tee file -> pipe: %s\n", res(tee(f, p[1], 3, 0)));
+
+    char name2[] = "misc_io.cfr.XXXXXX";
+    int g = mkstemp(name2);
+    if (g < 0) { perror("mkstemp"); return; }
+    unlink(name2);
+    loff_t in = 10, outo = 2;
+    printf("copy_file_range @10 -> @2: %s", res(copy_file_range(f, &in, g, &outo, 5, 0)));
+    memset(b, 0, sizeof b);
+    pread(g, b, sizeof b - 1, 0);
+    printf(", offsets %lld %lld, file offsets %lld %lld, copy %zu bytes \"%s\"\n", (long long)in,
+           (long long)outo, (long long)lseek(f, 0, SEEK_CUR), (long long)lseek(g, 0, SEEK_CUR),
+           strlen(b + 2) + 2, b + 2);
+    lseek(f, 0, SEEK_SET);
+    printf("copy_file_range no offsets: %s", res(copy_file_range(f, NULL, g, NULL, 4, 0)));
+    printf(", file offsets %lld %lld\n", (long long)lseek(f, 0, SEEK_CUR), (long long)lseek(g, 0, SEEK_CUR));
+    printf("copy_file_range flags 1: %s\n", res(copy_file_range(f, NULL, g, NULL, 4, 1)));
+    printf("copy_file_range from a pipe: %s\n", res(copy_file_range(p[0], NULL, g, NULL, 4, 0)));
+    printf("copy_file_range bad fd: %s\n", res(copy_file_range(f, NULL, 99, NULL, 4, 0)));
+    close(f);
+    close(g);
+    close(p[0]); close(p[1]); close(q[0]); close(q[1]);
+}
+
+/* getpriority/setpriority, the scheduling policy calls, sched_setaffinity and times(). */
+static void scheduling(void) {
+    errno = 0;
+    int base = getpriority(PRIO_PROCESS, 0);
+    printf("getpriority: %d errno %d\n", base, errno);
+    printf("setpriority +1: %s", res(setpriority(PRIO_PROCESS, 0, base + 1)));
+    int a = getpriority(PRIO_PROCESS, 0);
+    printf(", now %d (self by pid: %d)\n", a, getpriority(PRIO_PROCESS, getpid()));
+    printf("setpriority back: %s", res(setpriority(PRIO_PROCESS, 0, base)));
+    printf(", now %d\n", getpriority(PRIO_PROCESS, 0));
+    printf("setpriority 100 (clamped): %s", res(setpriority(PRIO_PROCESS, 0, 100)));
+    printf(", now %d\n", getpriority(PRIO_PROCESS, 0));
+    setpriority(PRIO_PROCESS, 0, base);
+    printf("getpriority which 7: %s\n", res(getpriority(7, 0)));
+    printf("getpriority no such pid: %s\n", res(getpriority(PRIO_PROCESS, 999999)));
+    printf("sched_getscheduler: %s", res(sched_getscheduler(0)));
+    printf(", -1: %s", res(sched_getscheduler(-1)));
+    printf(", no such pid: %s\n", res(sched_getscheduler(999999)));
+    struct sched_param sp = {.sched_priority = 42};
+    printf("sched_getparam: %s", res(sched_getparam(0, &sp)));
+    printf(" prio %d", sp.sched_priority);
+    printf(", NULL: %s\n", res(sched_getparam(0, NULL)));
+    printf("priority max/min: RR %d %d, FIFO %d %d, OTHER %d %d, -23 %s",
+           sched_get_priority_max(SCHED_RR), sched_get_priority_min(SCHED_RR),
+           sched_get_priority_max(SCHED_FIFO), sched_get_priority_min(SCHED_FIFO),
+           sched_get_priority_max(SCHED_OTHER), sched_get_priority_min(SCHED_OTHER),
+           res(sched_get_priority_max(-23)));
+    printf(" %s\n", res(sched_get_priority_min(-23)));
+    sp.sched_priority = 0;
+    printf("sched_setscheduler OTHER 0: %s", res(sched_setscheduler(0, SCHED_OTHER, &sp)));
+    sp.sched_priority = 5;
+    printf(", OTHER 5: %s", res(sched_setscheduler(0, SCHED_OTHER, &sp)));
+    sp.sched_priority = 0;
+    printf(", RR 0: %s", res(sched_setscheduler(0, SCHED_RR, &sp)));
+    printf(", policy 77: %s\n", res(sched_setscheduler(0, 77, &sp)));
+    printf("sched_setparam 0: %s\n", res(sched_setparam(0, &sp)));
+    struct timespec ts;
+    printf("sched_rr_get_interval: %s", res(sched_rr_get_interval(0, &ts)));
+    printf(", below a second %d\n", ts.tv_sec == 0);
+    cpu_set_t all, one, now;
+    sched_getaffinity(0, sizeof all, &all);
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    printf("sched_setaffinity cpu 0: %s", res(sched_setaffinity(0, sizeof one, &one)));
+    sched_getaffinity(0, sizeof now, &now);
+    printf(", now %d cpu(s), cpu 0 %d\n", CPU_COUNT(&now), CPU_ISSET(0, &now) != 0);
+    CPU_ZERO(&one);
+    printf("sched_setaffinity empty: %s\n", res(sched_setaffinity(0, sizeof one, &one)));
+    printf("sched_setaffinity back: %s", res(sched_setaffinity(0, sizeof all, &all)));
+    sched_getaffinity(0, sizeof now, &now);
+    printf(", same as before %d\n", CPU_EQUAL(&now, &all));
+    printf("sched_getaffinity -1: %s\n", res(sched_getaffinity(-1, sizeof now, &now)));
+    struct tms t;
+    clock_t c = times(&t);
+    printf("times: positive %d, fields >= 0 %d\n", c > 0,
+           t.tms_utime >= 0 && t.tms_stime >= 0 && t.tms_cutime >= 0 && t.tms_cstime >= 0);
+}
+
+/* epoll_wait reports every ready descriptor up to maxevents, more than 1024 included. */
+static void many_ready(void) {
+    enum { N = 1500 };
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    struct rlimit more = {rl.rlim_max < 4096 ? rl.rlim_max : 4096, rl.rlim_max};
+    setrlimit(RLIMIT_NOFILE, &more);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    int fds[N], made = 0;
+    for (; made < N; made++) {
+        fds[made] = eventfd(0, EFD_CLOEXEC);
+        if (fds[made] < 0) break;
+        struct epoll_event ev = {.events = EPOLLOUT, .data.u32 = made};
+        epoll_ctl(ep, EPOLL_CTL_ADD, fds[made], &ev);
+    }
+    struct epoll_event *evs = calloc(N + 100, sizeof *evs);
+    int n = epoll_wait(ep, evs, N + 100, 1000);
+    printf("epoll_wait with %d ready: %d\n", made, n);
+    n = epoll_wait(ep, evs, 1100, 1000);
+    printf("epoll_wait maxevents 1100: %d\n", n);
+    free(evs);
+    for (int i = 0; i < made; i++) close(fds[i]);
+    close(ep);
+    setrlimit(RLIMIT_NOFILE, &rl);
+}
 
 int main(void) {
     int p[2];
@@ -36,18 +198,26 @@ int main(void) {
     printf("/dev/urandom: read %zd\n", read(fd, z, 16));
     close(fd);
     struct sysinfo si;
-    printf("sysinfo: %d, ram > 0: %d\n", sysinfo(&si), si.totalram * si.mem_unit > 0);
+    int r = sysinfo(&si);
+    printf("sysinfo: %d, ram > 0: %d\n", r, si.totalram * si.mem_unit > 0);
     cpu_set_t set;
-    printf("affinity: %d, cpus > 0: %d\n", sched_getaffinity(0, sizeof set, &set), CPU_COUNT(&set) > 0);
+    r = sched_getaffinity(0, sizeof set, &set);
+    printf("affinity: %d, cpus > 0: %d\n", r, CPU_COUNT(&set) > 0);
     int e = eventfd(3, EFD_CLOEXEC | EFD_NONBLOCK);
     uint64_t v = 4;
     write(e, &v, 8);
     v = 0;
-    printf("eventfd: read %zd value %llu, again %zd\n", read(e, &v, 8), (unsigned long long)v, read(e, &v, 8));
+    n = read(e, &v, 8);
+    printf("eventfd: read %zd value %llu", n, (unsigned long long)v);
+    printf(", again %zd\n", read(e, &v, 8));
     int tf = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
     struct itimerspec its = {.it_value = {.tv_nsec = 20 * 1000 * 1000}};
     printf("timerfd: settime %d\n", timerfd_settime(tf, 0, &its, 0));
     uint64_t expirations = 0;
-    printf("timerfd: read %zd expirations %llu\n", read(tf, &expirations, 8), (unsigned long long)expirations);
+    n = read(tf, &expirations, 8);
+    printf("timerfd: read %zd expirations %llu\n", n, (unsigned long long)expirations);
+    splicing();
+    scheduling();
+    many_ready();
     return 0;
 }

@@ -1,7 +1,11 @@
-//! uname, getrandom, getrlimit, prlimit64.
+//! uname, getrandom, getrlimit, prlimit64, nice values and scheduling (getpriority,
+//! setpriority, sched_*).
+
+use std::cell::{Cell, RefCell};
 
 use abi::structs::UTS_FIELD;
 use abi::Errno;
+use platform::Gva;
 
 use crate::task::rlimit::Limit;
 
@@ -156,19 +160,17 @@ pub fn sys_sched_getaffinity(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if len == 0 || len % 8 != 0 {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid buffer of the size given.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
-    {
-        return Err(Errno::last());
-    }
-    // SAFETY: cpu_set_t is plain data.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            (&set as *const libc::cpu_set_t).cast::<u8>(),
-            std::mem::size_of::<libc::cpu_set_t>(),
-        )
+    let own = sched_target(t, a.int(0)).map_err(|e| {
+        if e == Errno::EINVAL {
+            Errno::ESRCH
+        } else {
+            e
+        }
+    })?;
+    let set = if own { AFFINITY.with(|m| m.borrow().clone()) } else { None };
+    let bytes = match set {
+        Some(b) => b,
+        None => host_affinity()?,
     };
     let n = len.min(bytes.len());
     t.copy_out(a.gva(2), &bytes[..n])?;
@@ -185,6 +187,234 @@ pub fn sys_getcpu(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     if a.u(1) != 0 {
         t.write_u32(a.gva(1), 0)?;
+    }
+    Ok(0)
+}
+
+// --- scheduling: nice values, policies, affinity ---------------------------------------------
+//
+// The guest's nice value and CPU affinity are the calling thread's own (as on Linux, where
+// both are per thread), kept with the host thread that runs the task; they never reach the
+// host scheduler (a guest cannot raise its host priority). Only SCHED_OTHER exists.
+
+
+thread_local! {
+    /// The task's nice value (-20..=19).
+    static NICE: Cell<i32> = const { Cell::new(0) };
+    /// The task's affinity mask as set by sched_setaffinity (None: every host CPU).
+    static AFFINITY: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+}
+
+const PRIO_PROCESS: i32 = 0;
+const PRIO_PGRP: i32 = 1;
+const PRIO_USER: i32 = 2;
+
+/// Whether `pid` (a process or thread id of the sandbox, 0 for the caller) names the caller's
+/// own thread; ESRCH when it names nothing.
+fn sched_target(t: &Task, pid: i32) -> Result<bool, Errno> {
+    if pid < 0 {
+        return Err(Errno::EINVAL);
+    }
+    if pid == 0 || pid == t.tid {
+        return Ok(true);
+    }
+    if pid == t.pid || t.group.procs.group_of(pid).is_some() {
+        return Ok(false);
+    }
+    Err(Errno::ESRCH)
+}
+
+/// The target of getpriority/setpriority: Ok(true) for the caller itself.
+fn prio_target(t: &Task, which: i32, who: i32) -> Result<bool, Errno> {
+    match which {
+        PRIO_PROCESS => sched_target(t, who).map_err(|e| {
+            if e == Errno::EINVAL {
+                Errno::ESRCH
+            } else {
+                e
+            }
+        }),
+        PRIO_PGRP | PRIO_USER => {
+            if who < 0 {
+                return Err(Errno::ESRCH);
+            }
+            // The caller's own group or user (0 names it): the caller is the one member
+            // torpor tracks a nice value for.
+            Ok(who == 0
+                || (which == PRIO_USER && who as u32 == t.creds.uid)
+                || (which == PRIO_PGRP && who == t.pid))
+        }
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// Implements getpriority(2): 20 - nice, as the raw syscall returns it.
+pub fn sys_getpriority(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let own = prio_target(t, a.int(0), a.int(1))?;
+    let nice = if own { NICE.with(|n| n.get()) } else { 0 };
+    Ok((20 - nice) as u64)
+}
+
+/// Implements setpriority(2) for the calling thread (values clamped to -20..=19; lowering
+/// it needs root, EACCES otherwise); for another task of the sandbox it is accepted and not
+/// recorded.
+pub fn sys_setpriority(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let own = prio_target(t, a.int(0), a.int(1))?;
+    let nice = a.int(2).clamp(-20, 19);
+    if !own {
+        return Ok(0);
+    }
+    if nice < NICE.with(|n| n.get()) && t.creds.uid != 0 {
+        return Err(Errno::EACCES);
+    }
+    NICE.with(|n| n.set(nice));
+    Ok(0)
+}
+
+const SCHED_OTHER: i32 = 0;
+const SCHED_FIFO: i32 = 1;
+const SCHED_RR: i32 = 2;
+const SCHED_BATCH: i32 = 3;
+const SCHED_IDLE: i32 = 5;
+const SCHED_DEADLINE: i32 = 6;
+const SCHED_RESET_ON_FORK: i32 = 0x4000_0000;
+
+/// Implements sched_get_priority_max(2).
+pub fn sys_sched_get_priority_max(_t: &mut Task, a: &SyscallArgs) -> SysResult {
+    match a.int(0) {
+        SCHED_FIFO | SCHED_RR => Ok(99),
+        SCHED_OTHER | SCHED_BATCH | SCHED_IDLE | SCHED_DEADLINE => Ok(0),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// Implements sched_get_priority_min(2).
+pub fn sys_sched_get_priority_min(_t: &mut Task, a: &SyscallArgs) -> SysResult {
+    match a.int(0) {
+        SCHED_FIFO | SCHED_RR => Ok(1),
+        SCHED_OTHER | SCHED_BATCH | SCHED_IDLE | SCHED_DEADLINE => Ok(0),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// Implements sched_getscheduler(2): every task is SCHED_OTHER.
+pub fn sys_sched_getscheduler(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    sched_target(t, a.int(0))?;
+    Ok(SCHED_OTHER as u64)
+}
+
+/// Implements sched_getparam(2): priority 0 (SCHED_OTHER).
+pub fn sys_sched_getparam(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.u(1) == 0 {
+        return Err(Errno::EINVAL);
+    }
+    sched_target(t, a.int(0))?;
+    t.write_u32(a.gva(1), 0)?;
+    Ok(0)
+}
+
+/// Checks a policy and its `struct sched_param` for SCHED_OTHER, the one policy torpor has:
+/// the real-time ones are EPERM (as for a process without CAP_SYS_NICE), a wrong priority for
+/// the policy EINVAL, as on Linux.
+fn check_sched_param(t: &Task, policy: i32, param: Gva) -> Result<(), Errno> {
+    if param.raw() == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let mut b = [0u8; 4];
+    t.copy_in(param, &mut b)?;
+    let prio = i32::from_le_bytes(b);
+    match policy & !SCHED_RESET_ON_FORK {
+        SCHED_OTHER | SCHED_BATCH | SCHED_IDLE if prio != 0 => Err(Errno::EINVAL),
+        SCHED_OTHER => Ok(()),
+        SCHED_BATCH | SCHED_IDLE => Err(Errno::EPERM),
+        SCHED_FIFO | SCHED_RR if !(1..=99).contains(&prio) => Err(Errno::EINVAL),
+        SCHED_FIFO | SCHED_RR => Err(Errno::EPERM),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// Implements sched_setscheduler(2): SCHED_OTHER only (see [`check_sched_param`]).
+pub fn sys_sched_setscheduler(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.int(0) < 0 || a.int(1) < 0 {
+        return Err(Errno::EINVAL);
+    }
+    check_sched_param(t, a.int(1), a.gva(2))?;
+    sched_target(t, a.int(0))?;
+    Ok(0)
+}
+
+/// Implements sched_setparam(2) (the policy stays SCHED_OTHER).
+pub fn sys_sched_setparam(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.int(0) < 0 {
+        return Err(Errno::EINVAL);
+    }
+    check_sched_param(t, SCHED_OTHER, a.gva(1))?;
+    sched_target(t, a.int(0))?;
+    Ok(0)
+}
+
+/// Implements sched_rr_get_interval(2): the host's answer for its own thread (SCHED_OTHER's
+/// time slice).
+pub fn sys_sched_rr_get_interval(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    sched_target(t, a.int(0))?;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid output buffer.
+    if unsafe { libc::sched_rr_get_interval(0, &mut ts) } != 0 {
+        return Err(Errno::last());
+    }
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&(ts.tv_sec as i64).to_le_bytes());
+    b[8..].copy_from_slice(&(ts.tv_nsec as i64).to_le_bytes());
+    t.copy_out(a.gva(1), &b)?;
+    Ok(0)
+}
+
+/// The host's affinity mask, as bytes of a cpu_set_t.
+fn host_affinity() -> Result<Vec<u8>, Errno> {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid buffer of the size given.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
+        return Err(Errno::last());
+    }
+    // SAFETY: cpu_set_t is plain data.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(
+            (&set as *const libc::cpu_set_t).cast::<u8>(),
+            std::mem::size_of::<libc::cpu_set_t>(),
+        )
+    };
+    Ok(bytes.to_vec())
+}
+
+/// Implements sched_setaffinity(2) for the calling thread: the mask must name at least one
+/// host CPU (EINVAL otherwise); it is what sched_getaffinity reports from then on. Another
+/// task's mask is accepted and not recorded.
+pub fn sys_sched_setaffinity(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let own = sched_target(t, a.int(0)).map_err(|e| {
+        if e == Errno::EINVAL {
+            Errno::ESRCH
+        } else {
+            e
+        }
+    })?;
+    let host = host_affinity()?;
+    let len = (a.u(1) as usize).min(host.len());
+    let mut mask = vec![0u8; len];
+    t.copy_in(a.gva(2), &mut mask)?;
+    let mut eff = vec![0u8; host.len()];
+    for (i, b) in mask.iter().enumerate() {
+        eff[i] = b & host[i];
+    }
+    if eff.iter().all(|&b| b == 0) {
+        return Err(Errno::EINVAL);
+    }
+    if own {
+        AFFINITY.with(|m| *m.borrow_mut() = Some(eff));
     }
     Ok(0)
 }

@@ -30,7 +30,10 @@ use crate::task::Task;
 const POLLFD_SIZE: usize = 8;
 /// `sizeof(struct epoll_event)` on x86-64 (packed).
 const EPOLL_EVENT_SIZE: usize = 12;
-/// Most events fetched from the host per epoll_wait(2).
+/// Most events fetched from the host per epoll_wait(2), unless the caller has more descriptors
+/// open (a host epoll reports each ready file once per call, so it never has more events to
+/// report than the sandbox has open files: a process with N descriptors gets up to N, as on
+/// Linux).
 const MAX_EPOLL_EVENTS: usize = 1024;
 /// Linux's EP_MAX_EVENTS.
 const EP_MAX_EVENTS: i32 = i32::MAX / EPOLL_EVENT_SIZE as i32;
@@ -398,12 +401,13 @@ fn encode_epoll_events(evs: &[libc::epoll_event]) -> Vec<u8> {
     out
 }
 
-/// Checks epoll_wait's maxevents; returns how many events to fetch from the host.
-fn epoll_batch(maxevents: i32) -> Result<usize, Errno> {
+/// Checks epoll_wait's maxevents; returns how many events to fetch from the host: at most
+/// `open` (the caller's open descriptors) or [`MAX_EPOLL_EVENTS`], whichever is larger.
+fn epoll_batch(maxevents: i32, open: usize) -> Result<usize, Errno> {
     if maxevents <= 0 || maxevents > EP_MAX_EVENTS {
         return Err(Errno::EINVAL);
     }
-    Ok((maxevents as usize).min(MAX_EPOLL_EVENTS))
+    Ok((maxevents as usize).min(MAX_EPOLL_EVENTS.max(open)))
 }
 
 fn epoll_file(t: &Task, epfd: i32) -> Result<Arc<OpenFile>, Errno> {
@@ -427,7 +431,9 @@ fn create_epoll(t: &mut Task, cloexec: bool) -> SysResult {
 }
 
 fn do_epoll_wait(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let batch = epoll_batch(a.int(2))?;
+    // Counting the open descriptors walks the table: only when the cap matters.
+    let open = if a.int(2) as usize > MAX_EPOLL_EVENTS { t.fds.len() } else { 0 };
+    let batch = epoll_batch(a.int(2), open)?;
     let f = epoll_file(t, a.int(0))?;
     let events = a.gva(1);
     // Fault the buffer in now so events taken from the host are not lost to EFAULT later.
@@ -638,10 +644,11 @@ mod tests {
         let e = decode_epoll_event(&b);
         assert_eq!(encode_epoll_events(&[e, e]), [b, b].concat());
         assert_eq!(std::mem::size_of::<libc::epoll_event>(), EPOLL_EVENT_SIZE);
-        assert_eq!(epoll_batch(0), Err(Errno::EINVAL));
-        assert_eq!(epoll_batch(-1), Err(Errno::EINVAL));
-        assert_eq!(epoll_batch(EP_MAX_EVENTS + 1), Err(Errno::EINVAL));
-        assert_eq!(epoll_batch(EP_MAX_EVENTS), Ok(MAX_EPOLL_EVENTS));
-        assert_eq!(epoll_batch(3), Ok(3));
+        assert_eq!(epoll_batch(0, 3), Err(Errno::EINVAL));
+        assert_eq!(epoll_batch(-1, 3), Err(Errno::EINVAL));
+        assert_eq!(epoll_batch(EP_MAX_EVENTS + 1, 3), Err(Errno::EINVAL));
+        assert_eq!(epoll_batch(EP_MAX_EVENTS, 3), Ok(MAX_EPOLL_EVENTS));
+        assert_eq!(epoll_batch(EP_MAX_EVENTS, 5000), Ok(5000));
+        assert_eq!(epoll_batch(3, 5000), Ok(3));
     }
 }

@@ -301,3 +301,102 @@ pub fn sys_fsync(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     Ok(0)
 }
+
+/// Reads the optional `loff_t *` argument of copy_file_range and splice: None for NULL.
+fn get_off(t: &Task, p: Gva) -> Result<Option<i64>, Errno> {
+    if p.raw() == 0 {
+        return Ok(None);
+    }
+    Ok(Some(t.read_u64(p)? as i64))
+}
+
+/// Writes an offset back to its `loff_t *` argument, if there was one.
+fn put_off(t: &Task, p: Gva, off: Option<i64>) -> Result<(), Errno> {
+    match off {
+        Some(o) => t.write_u64(p, o as u64),
+        None => Ok(()),
+    }
+}
+
+fn off_ptr(o: &mut Option<i64>) -> *mut i64 {
+    match o {
+        Some(v) => v,
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// Implements copy_file_range(2) between the two host files (the host checks the kinds, the
+/// offsets, the flags and the overlap, and answers as Linux).
+pub fn sys_copy_file_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let inp = t.fds.get(a.int(0))?;
+    let out = t.fds.get(a.int(2))?;
+    let (pin, pout) = (a.gva(1), a.gva(3));
+    let mut off_in = get_off(t, pin)?;
+    let mut off_out = get_off(t, pout)?;
+    let len = a.len(4)?.min(MAX_RW) as usize;
+    // SAFETY: both fds are ours; the offset pointers are null or point at locals.
+    let n = unsafe {
+        libc::copy_file_range(
+            inp.host().as_raw_fd(),
+            off_ptr(&mut off_in),
+            out.host().as_raw_fd(),
+            off_ptr(&mut off_out),
+            len,
+            a.u(5) as libc::c_uint,
+        )
+    };
+    if n < 0 {
+        return Err(Errno::last());
+    }
+    put_off(t, pin, off_in)?;
+    put_off(t, pout, off_out)?;
+    Ok(n as u64)
+}
+
+/// Implements splice(2) between the two host files (one of them a pipe, as on Linux: the
+/// host checks it).
+pub fn sys_splice(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let inp = check_rw(t, a.int(0))?;
+    let out = check_rw(t, a.int(2))?;
+    let (pin, pout) = (a.gva(1), a.gva(3));
+    let mut off_in = get_off(t, pin)?;
+    let mut off_out = get_off(t, pout)?;
+    let len = a.len(4)?.min(MAX_RW) as usize;
+    // SAFETY: both fds are ours; the offset pointers are null or point at locals.
+    let n = unsafe {
+        libc::splice(
+            inp.host().as_raw_fd(),
+            off_ptr(&mut off_in),
+            out.host().as_raw_fd(),
+            off_ptr(&mut off_out),
+            len,
+            a.u(5) as libc::c_uint,
+        )
+    };
+    if n < 0 {
+        return Err(Errno::last());
+    }
+    put_off(t, pin, off_in)?;
+    put_off(t, pout, off_out)?;
+    Ok(n as u64)
+}
+
+/// Implements tee(2) between two host pipes.
+pub fn sys_tee(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let inp = check_rw(t, a.int(0))?;
+    let out = check_rw(t, a.int(1))?;
+    let len = a.len(2)?.min(MAX_RW) as usize;
+    // SAFETY: both fds are ours.
+    let n = unsafe {
+        libc::tee(
+            inp.host().as_raw_fd(),
+            out.host().as_raw_fd(),
+            len,
+            a.u(3) as libc::c_uint,
+        )
+    };
+    if n < 0 {
+        return Err(Errno::last());
+    }
+    Ok(n as u64)
+}

@@ -216,3 +216,27 @@ pub fn sys_alarm(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     Ok(r)
 }
+
+/// Implements times(2): the calling thread's own user and system time (the host's figures for
+/// the host thread that runs it; the process's other threads and its children are not
+/// counted), in clock ticks; returns the host's tick count.
+pub fn sys_times(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    // SAFETY: a zeroed rusage is a valid output buffer.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid output buffer.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: sysconf takes no pointers.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as i64;
+    let ticks = |tv: libc::timeval| tv.tv_sec * hz + tv.tv_usec * hz / 1_000_000;
+    if a.u(0) != 0 {
+        let mut b = [0u8; 32];
+        b[..8].copy_from_slice(&ticks(ru.ru_utime).to_le_bytes());
+        b[8..16].copy_from_slice(&ticks(ru.ru_stime).to_le_bytes());
+        t.copy_out(a.gva(0), &b)?;
+    }
+    // SAFETY: times(2) accepts a null buffer on Linux.
+    let now = unsafe { libc::times(std::ptr::null_mut()) };
+    Ok(now as u64)
+}
