@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -421,6 +422,30 @@ static void usr1_wait_handler(int sig) {
     say("wait: got SIGUSR1\n");
 }
 
+/* kill(getpid()) from a thread that blocks the signal, while the main thread waits for it in
+ * sigwait: the signal is the process's, and the main thread takes it. */
+static void *kill_process(void *arg) {
+    (void)arg;
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    kill(getpid(), SIGUSR2);
+    return NULL;
+}
+
+static void test_process_signal_to_sigwait(void) {
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &set, &old);
+    pthread_t th;
+    pthread_create(&th, NULL, kill_process, NULL);
+    int got = 0;
+    int r = sigwait(&set, &got);
+    pthread_join(th, NULL);
+    say("sigwait in main, kill from a thread: %d sig %d\n", r, got);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
     if (strcmp(mode, "badstack") == 0) {
@@ -493,6 +518,7 @@ int main(int argc, char **argv) {
     test_bad_sigreturn();
     test_resethand();
     test_ignore();
+    test_process_signal_to_sigwait();
     install(SIGABRT, abrt_handler, 0);
     say("aborting\n");
     abort();

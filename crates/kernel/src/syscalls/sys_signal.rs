@@ -287,9 +287,18 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(0)
 }
 
-/// The caller's own process receives `sig` from kill(2).
+/// The caller's own process receives `sig` from kill(2). The signal is the process's: a
+/// thread that blocks it leaves it to the main thread when there are others (as Linux lets any
+/// thread that does not block it, or waits for it in sigwait, take it), so that a thread's
+/// `kill(getpid(), sig)` reaches a main thread waiting in sigwait.
 fn self_signal(t: &mut Task, sig: i32) -> SysResult {
     if sig == 0 {
+        return Ok(0);
+    }
+    let blocked = sig != libc::SIGKILL
+        && sig != libc::SIGSTOP
+        && t.signals.mask & (1u64 << (sig - 1)) != 0;
+    if blocked && t.tid != t.pid && t.group.live() > 1 && t.group.signal_thread(t.pid, sig) {
         return Ok(0);
     }
     send_self(t, SigInfo::user(sig, signal::SI_USER, t.pid, t.creds.uid))
