@@ -169,6 +169,10 @@ fn start(
     {
         tracing::warn!("{e}");
     }
+    // Everything the sandbox needs is open or mapped: the holder confines itself before the
+    // application can run (docs/SECURITY.md).
+    crate::confine::confine(crate::confine::Mode::from_env()?).context("confining the runtime")?;
+    crate::confine::test_hook();
     crate::ready::report(ready.take(), Ok(()));
     if !wait_for_start(&daemon) {
         // Killed or deleted before it started: the program never ran.

@@ -1,6 +1,7 @@
 //! The `torpor` command.
 
 mod cli;
+mod confine;
 mod console;
 mod control;
 mod cowroot;

@@ -1,0 +1,160 @@
+//! The holder confines itself once its sandbox is set up (root, mounts, network namespace,
+//! state directory, the program loaded), before the application's first instruction runs:
+//!
+//! 1. `no_new_privs`: nothing it could still execute gains privileges (and nothing can be
+//!    executed: see 3);
+//! 2. capabilities: all dropped from the bounding set and the permitted, effective and
+//!    inheritable sets except those the syscall handlers still need on behalf of the
+//!    application ([`KEPT_CAPS`]: file ownership and access checks inside the root,
+//!    publishing low ports, and userfaultfd's kernel-mode faults);
+//! 3. a seccomp-BPF allowlist of the host calls the runtime makes ([`seccomp`]), on every
+//!    thread (TSYNC): anything else kills the process.
+//!
+//! `TORPOR_SECCOMP=log` logs what would be killed instead (to find a call a new code path
+//! makes: the host kernel's audit log shows each with its number); `TORPOR_SECCOMP=off` skips
+//! the filter (debugging only). See docs/SECURITY.md.
+
+pub mod seccomp;
+
+use anyhow::{bail, Context, Result};
+
+/// Capabilities the holder keeps (when it has them: as root). Everything else is dropped.
+pub const KEPT_CAPS: &[u32] = &[
+    0,  // CAP_CHOWN: files the application creates belong to its ids
+    1,  // CAP_DAC_OVERRIDE: files of the root owned by other users
+    2,  // CAP_DAC_READ_SEARCH
+    3,  // CAP_FOWNER: chmod, utimes of such files
+    4,  // CAP_FSETID
+    10, // CAP_NET_BIND_SERVICE: a published port below 1024
+    19, // CAP_SYS_PTRACE: userfaultfd with kernel-mode faults (vm.unprivileged_userfaultfd=0)
+];
+
+/// Highest capability number to drop from the bounding set (the kernel ignores unknown ones
+/// with EINVAL, which ends the loop).
+const CAP_LAST: u32 = 63;
+
+/// How the filter acts (`TORPOR_SECCOMP`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Kill the process on a call outside the allowlist (the default).
+    Kill,
+    /// Log such calls and let them through.
+    Log,
+    /// No filter.
+    Off,
+}
+
+impl Mode {
+    /// From `TORPOR_SECCOMP` (kill, log, off; default kill).
+    pub fn from_env() -> Result<Mode> {
+        match std::env::var("TORPOR_SECCOMP").as_deref() {
+            Err(_) | Ok("") | Ok("kill") | Ok("on") => Ok(Mode::Kill),
+            Ok("log") => Ok(Mode::Log),
+            Ok("off") => Ok(Mode::Off),
+            Ok(other) => bail!("TORPOR_SECCOMP={other:?}: expected kill, log or off"),
+        }
+    }
+}
+
+/// Confines the calling process (every thread) as the module says.
+///
+/// # Errors
+/// When a step fails: the sandbox must not run unconfined by accident.
+pub fn confine(mode: Mode) -> Result<()> {
+    // SAFETY: prctl with constant arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("PR_SET_NO_NEW_PRIVS");
+    }
+    drop_capabilities()?;
+    if mode == Mode::Off {
+        tracing::warn!("TORPOR_SECCOMP=off: the runtime runs without its seccomp filter");
+        return Ok(());
+    }
+    let bpf = seccomp::filter(mode == Mode::Log).map_err(anyhow::Error::msg)?;
+    seccompiler::apply_filter_all_threads(&bpf).context("installing the seccomp filter")?;
+    Ok(())
+}
+
+/// Drops every capability but [`KEPT_CAPS`] from the bounding set and the process's sets.
+fn drop_capabilities() -> Result<()> {
+    for cap in 0..=CAP_LAST {
+        if KEPT_CAPS.contains(&cap) {
+            continue;
+        }
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                // Past the last capability the kernel knows.
+                Some(libc::EINVAL) => break,
+                // Without CAP_SETPCAP (not root) the bounding set stays; the process has no
+                // capabilities to use anyway.
+                Some(libc::EPERM) => break,
+                _ => return Err(e).context("PR_CAPBSET_DROP"),
+            }
+        }
+    }
+    let mask = KEPT_CAPS.iter().fold(0u64, |m, &c| m | (1u64 << c));
+    let mut header = CapHeader {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: capget with a valid header and two data structs (version 3).
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("capget");
+    }
+    for (i, d) in data.iter_mut().enumerate() {
+        let keep = (mask >> (32 * i)) as u32;
+        d.effective &= keep;
+        d.permitted &= keep;
+        d.inheritable = 0;
+    }
+    // SAFETY: capset with the header and data just read and narrowed.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("capset");
+    }
+    // Ambient capabilities go too.
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    Ok(())
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Test-only: with `TORPOR_TEST_FORBIDDEN_CALL=execve`, the confined holder tries to run
+/// `/bin/sh`, as a compromised syscall handler would; the filter must kill it
+/// (`crates/torpor/tests/confinement.rs`).
+pub fn test_hook() {
+    if std::env::var("TORPOR_TEST_FORBIDDEN_CALL").as_deref() == Ok("execve") {
+        let sh = c"/bin/sh";
+        let argv = [sh.as_ptr(), std::ptr::null()];
+        let envp = [std::ptr::null()];
+        // SAFETY: NUL-terminated path and NULL-terminated argument and environment arrays.
+        unsafe { libc::execve(sh.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+        eprintln!(
+            "torpor: the forbidden execve returned: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}

@@ -1,0 +1,307 @@
+//! The runtime's seccomp-BPF allowlist: the host system calls the holder process makes once
+//! its sandbox is set up (every thread role: vCPU threads running syscall handlers and the
+//! hibernator, the control thread, the userfaultfd threads, timer threads). Anything else kills
+//! the process (`SECCOMP_RET_KILL_PROCESS`, logged by the host kernel's audit as type 1326 with
+//! the call's number).
+//!
+//! What is not here, on purpose: `execve`/`execveat` (a compromised handler cannot start a
+//! program), `ptrace`, `process_vm_readv`/`process_vm_writev`, `mount`, `umount2`,
+//! `pivot_root`, `chroot`, `setns`, `unshare` with new namespaces, the `set*id` family,
+//! module loading, `kexec`, `reboot`, `bpf`, `perf_event_open`, `keyctl`/`add_key`,
+//! `open_by_handle_at`, `swapon`, `acct`, `quotactl`, `personality`. `socket` is limited to the
+//! families the application may use (IPv4, IPv6, Unix) and netlink's `sock_diag` (used to find
+//! a Unix socket's peer); `unshare` to `CLONE_FS` (a handler thread's own umask); `umount2`
+//! to `MNT_DETACH` (the copy-on-write root, in the holder's private mount namespace).
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// Calls allowed with any arguments.
+const ALLOWED: &[libc::c_long] = &[
+    // Memory.
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mprotect,
+    libc::SYS_mremap,
+    libc::SYS_madvise,
+    libc::SYS_mincore,
+    libc::SYS_brk,
+    libc::SYS_memfd_create,
+    libc::SYS_msync,
+    libc::SYS_mlock,
+    libc::SYS_munlock,
+    libc::SYS_membarrier,
+    // Threads, futexes, signals, time.
+    libc::SYS_clone,
+    libc::SYS_clone3,
+    libc::SYS_futex,
+    libc::SYS_set_robust_list,
+    libc::SYS_get_robust_list,
+    libc::SYS_rseq,
+    libc::SYS_set_tid_address,
+    libc::SYS_sched_yield,
+    libc::SYS_sched_getaffinity,
+    libc::SYS_sched_setaffinity,
+    libc::SYS_getcpu,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+    libc::SYS_rt_sigaction,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_rt_sigqueueinfo,
+    libc::SYS_rt_tgsigqueueinfo,
+    libc::SYS_sigaltstack,
+    libc::SYS_tgkill,
+    libc::SYS_tkill,
+    libc::SYS_kill,
+    libc::SYS_getpid,
+    libc::SYS_gettid,
+    libc::SYS_getppid,
+    libc::SYS_getuid,
+    libc::SYS_geteuid,
+    libc::SYS_getgid,
+    libc::SYS_getegid,
+    libc::SYS_getgroups,
+    libc::SYS_getresuid,
+    libc::SYS_getresgid,
+    libc::SYS_getpgrp,
+    libc::SYS_getpgid,
+    libc::SYS_getsid,
+    libc::SYS_getrlimit,
+    libc::SYS_prlimit64,
+    libc::SYS_getrusage,
+    libc::SYS_times,
+    libc::SYS_sysinfo,
+    libc::SYS_uname,
+    libc::SYS_getrandom,
+    libc::SYS_clock_gettime,
+    libc::SYS_clock_getres,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_gettimeofday,
+    libc::SYS_time,
+    libc::SYS_nanosleep,
+    libc::SYS_timerfd_create,
+    libc::SYS_timerfd_settime,
+    libc::SYS_timerfd_gettime,
+    libc::SYS_restart_syscall,
+    libc::SYS_prctl,
+    libc::SYS_arch_prctl,
+    libc::SYS_capget,
+    libc::SYS_umask,
+    libc::SYS_getpriority,
+    libc::SYS_sched_getparam,
+    libc::SYS_sched_getscheduler,
+    libc::SYS_sched_get_priority_max,
+    libc::SYS_sched_get_priority_min,
+    libc::SYS_sched_rr_get_interval,
+    libc::SYS_wait4,
+    libc::SYS_waitid,
+    // Files, inside the root (the kernel confines the paths) and the state directory.
+    libc::SYS_openat,
+    libc::SYS_openat2,
+    libc::SYS_open,
+    libc::SYS_creat,
+    libc::SYS_close,
+    libc::SYS_close_range,
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_readv,
+    libc::SYS_writev,
+    libc::SYS_pread64,
+    libc::SYS_pwrite64,
+    libc::SYS_preadv,
+    libc::SYS_pwritev,
+    libc::SYS_preadv2,
+    libc::SYS_pwritev2,
+    libc::SYS_lseek,
+    libc::SYS_sendfile,
+    libc::SYS_splice,
+    libc::SYS_tee,
+    libc::SYS_copy_file_range,
+    libc::SYS_fstat,
+    libc::SYS_stat,
+    libc::SYS_lstat,
+    libc::SYS_newfstatat,
+    libc::SYS_statx,
+    libc::SYS_statfs,
+    libc::SYS_fstatfs,
+    libc::SYS_access,
+    libc::SYS_faccessat,
+    libc::SYS_faccessat2,
+    libc::SYS_readlink,
+    libc::SYS_readlinkat,
+    libc::SYS_getdents64,
+    libc::SYS_getcwd,
+    libc::SYS_chdir,
+    libc::SYS_fchdir,
+    libc::SYS_mkdir,
+    libc::SYS_mkdirat,
+    libc::SYS_rmdir,
+    libc::SYS_unlink,
+    libc::SYS_unlinkat,
+    libc::SYS_rename,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+    libc::SYS_link,
+    libc::SYS_linkat,
+    libc::SYS_symlink,
+    libc::SYS_symlinkat,
+    libc::SYS_mknodat,
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    libc::SYS_fchmodat2,
+    libc::SYS_chown,
+    libc::SYS_fchown,
+    libc::SYS_lchown,
+    libc::SYS_fchownat,
+    libc::SYS_utimensat,
+    libc::SYS_futimesat,
+    libc::SYS_utimes,
+    libc::SYS_truncate,
+    libc::SYS_ftruncate,
+    libc::SYS_fallocate,
+    libc::SYS_fadvise64,
+    libc::SYS_readahead,
+    libc::SYS_fsync,
+    libc::SYS_fdatasync,
+    libc::SYS_sync,
+    libc::SYS_syncfs,
+    libc::SYS_sync_file_range,
+    libc::SYS_flock,
+    libc::SYS_fcntl,
+    libc::SYS_dup,
+    libc::SYS_dup2,
+    libc::SYS_dup3,
+    libc::SYS_pipe,
+    libc::SYS_pipe2,
+    libc::SYS_ioctl,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_getxattr,
+    libc::SYS_lgetxattr,
+    libc::SYS_fgetxattr,
+    libc::SYS_listxattr,
+    libc::SYS_llistxattr,
+    libc::SYS_flistxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    libc::SYS_inotify_init1,
+    libc::SYS_inotify_add_watch,
+    libc::SYS_inotify_rm_watch,
+    // Waiting.
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_select,
+    libc::SYS_pselect6,
+    libc::SYS_epoll_create1,
+    libc::SYS_epoll_ctl,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_pwait2,
+    libc::SYS_eventfd2,
+    libc::SYS_signalfd4,
+    // Sockets (their creation is filtered below).
+    libc::SYS_socketpair,
+    libc::SYS_bind,
+    libc::SYS_listen,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_connect,
+    libc::SYS_shutdown,
+    libc::SYS_sendto,
+    libc::SYS_recvfrom,
+    libc::SYS_sendmsg,
+    libc::SYS_recvmsg,
+    libc::SYS_sendmmsg,
+    libc::SYS_recvmmsg,
+    libc::SYS_getsockname,
+    libc::SYS_getpeername,
+    libc::SYS_setsockopt,
+    libc::SYS_getsockopt,
+    // Hibernation: userfaultfd (ioctls above).
+    libc::SYS_userfaultfd,
+    // pidfds of the runtime's own children are not used, but glibc's posix_spawn may be.
+    libc::SYS_pidfd_open,
+];
+
+/// The address families `socket(2)` may create.
+const SOCKET_FAMILIES: &[libc::c_int] = &[libc::AF_INET, libc::AF_INET6, libc::AF_UNIX];
+
+/// The filter: [`ALLOWED`], `socket` of [`SOCKET_FAMILIES`] and netlink `sock_diag`,
+/// `unshare(CLONE_FS)`; everything else kills the process, or only logs it with `log_only`
+/// (to find what a new code path calls).
+///
+/// # Errors
+/// A message if the filter cannot be built (a bug).
+pub fn filter(log_only: bool) -> Result<BpfProgram, String> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for &nr in ALLOWED {
+        rules.insert(nr, Vec::new());
+    }
+    let eq = |arg: u8, v: u64| {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, v)
+            .map_err(|e| e.to_string())
+    };
+    let mut socket = Vec::new();
+    for &family in SOCKET_FAMILIES {
+        socket.push(SeccompRule::new(vec![eq(0, family as u64)?]).map_err(|e| e.to_string())?);
+    }
+    socket.push(
+        SeccompRule::new(vec![
+            eq(0, libc::AF_NETLINK as u64)?,
+            eq(2, libc::NETLINK_SOCK_DIAG as u64)?,
+        ])
+        .map_err(|e| e.to_string())?,
+    );
+    rules.insert(libc::SYS_socket, socket);
+    // The holder's own private mount namespace: the copy-on-write root is detached at the end.
+    rules.insert(
+        libc::SYS_umount2,
+        vec![SeccompRule::new(vec![eq(1, libc::MNT_DETACH as u64)?]).map_err(|e| e.to_string())?],
+    );
+    rules.insert(
+        libc::SYS_unshare,
+        vec![SeccompRule::new(vec![eq(0, libc::CLONE_FS as u64)?]).map_err(|e| e.to_string())?],
+    );
+    let mismatch = if log_only {
+        SeccompAction::Log
+    } else {
+        SeccompAction::KillProcess
+    };
+    let f = SeccompFilter::new(rules, mismatch, SeccompAction::Allow, TargetArch::x86_64)
+        .map_err(|e| e.to_string())?;
+    f.try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filter_builds_and_leaves_out_the_dangerous_calls() {
+        assert!(filter(false).is_ok());
+        for nr in [
+            libc::SYS_execve,
+            libc::SYS_execveat,
+            libc::SYS_ptrace,
+            libc::SYS_mount,
+            libc::SYS_umount2,
+            libc::SYS_setns,
+            libc::SYS_setuid,
+            libc::SYS_init_module,
+            libc::SYS_bpf,
+            libc::SYS_process_vm_writev,
+        ] {
+            assert!(!ALLOWED.contains(&nr), "{nr} must not be allowed");
+        }
+    }
+}
