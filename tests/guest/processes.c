@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -150,6 +151,45 @@ static void exec_checks(void) {
     char **volatile wild = (char **)8;
     execve("bin/processes", wild, environ);
     printf("execve with a wild argv: %s\n", strerror(errno));
+
+    /* execveat: relative to a directory fd, and fexecve (AT_EMPTY_PATH) of an open file. */
+    int dir = open("bin", O_RDONLY | O_DIRECTORY);
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        char *av[] = {"processes", "child", "5", "by execveat", NULL};
+        char *ev[] = {"FROM_PARENT=dirfd", NULL};
+        syscall(SYS_execveat, dir, "processes", av, ev, 0);
+        _exit(126);
+    }
+    waitpid(pid, &st, 0);
+    show_status("execveat child", st);
+    fd = open("bin/processes", O_RDONLY);
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        char *av[] = {"processes", "child", "6", "by fexecve", NULL};
+        char *ev[] = {"FROM_PARENT=fd", NULL};
+        fexecve(fd, av, ev);
+        _exit(126);
+    }
+    waitpid(pid, &st, 0);
+    show_status("fexecve child", st);
+    close(fd);
+    errno = 0;
+    syscall(SYS_execveat, dir, "", argv, environ, 0);
+    printf("execveat of an empty path: %s\n", strerror(errno));
+    syscall(SYS_execveat, dir, "", argv, environ, 0x1000);
+    printf("execveat of a directory fd: %s\n", strerror(errno));
+    syscall(SYS_execveat, dir, "processes", argv, environ, 0x4);
+    printf("execveat with a bad flag: %s\n", strerror(errno));
+    symlink("processes", "tmp/link-to-processes");
+    int tdir = open("tmp", O_RDONLY | O_DIRECTORY);
+    syscall(SYS_execveat, tdir, "link-to-processes", argv, environ, AT_SYMLINK_NOFOLLOW);
+    printf("execveat of a symlink with AT_SYMLINK_NOFOLLOW: %s\n", strerror(errno));
+    unlink("tmp/link-to-processes");
+    close(tdir);
+    close(dir);
 }
 
 /* posix_spawn (glibc: clone with CLONE_VM | CLONE_VFORK) and a #! script. */

@@ -63,6 +63,10 @@ fn fork_exec_wait_match_native() {
         .output();
     assert_same("processes", &nat, &got);
     assert!(got.stdout_str().ends_with("done\n"));
+    // execveat (ENOSYS before) ran the program by a directory fd and by an open file.
+    for line in ["[by execveat] env FROM_PARENT=dirfd", "[by fexecve] env FROM_PARENT=fd"] {
+        assert!(got.stdout_str().contains(line), "no {line:?} in:\n{}", got.stdout_str());
+    }
 }
 
 /// Process groups, sessions, waitid, pidfds, PR_SET_PDEATHSIG and daemonising

@@ -36,6 +36,49 @@ pub fn sys_execve(t: &mut Task, a: &SyscallArgs) -> SysResult {
     execve(t, path, argv, envp)
 }
 
+/// Implements execveat(2): the program is `path` relative to `dirfd` (AT_FDCWD: the working
+/// directory), or with AT_EMPTY_PATH and an empty path the file open on `dirfd` (glibc's
+/// fexecve), found again by the guest path it was opened by. With AT_SYMLINK_NOFOLLOW a
+/// symlink as the last component is ELOOP.
+pub fn sys_execveat(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    const AT_EMPTY_PATH: i32 = 0x1000;
+    const AT_SYMLINK_NOFOLLOW: i32 = 0x100;
+    let (dirfd, flags) = (a.int(0), a.int(4));
+    if flags & !(AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let rel = t.copy_in_str(a.gva(1), libc::PATH_MAX as usize)?;
+    let path = if rel.is_empty() {
+        if flags & AT_EMPTY_PATH == 0 {
+            return Err(Errno::ENOENT);
+        }
+        let f = t.fds.get(dirfd)?;
+        match (&f.kind, &f.path) {
+            (crate::fd::FileKind::Directory, _) => return Err(Errno::EACCES),
+            (crate::fd::FileKind::Regular, Some(p)) => p.clone(),
+            _ => return Err(Errno::EACCES),
+        }
+    } else {
+        super::sys_file::resolve(t, dirfd, &rel)?
+    };
+    if flags & AT_SYMLINK_NOFOLLOW != 0 && !rel.is_empty() {
+        let fd = t.root.open_at(&path, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        // SAFETY: fstat on an fd we own into a zeroed stat buffer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(Errno::last());
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(Errno::ELOOP);
+        }
+    }
+    let mut budget = MAX_ARG_BYTES;
+    let argv = read_strings(t, a.gva(2), &mut budget)?;
+    let envp = read_strings(t, a.gva(3), &mut budget)?;
+    execve(t, path, argv, envp)
+}
+
 /// Reads a NULL-terminated array of string pointers (a NULL array is empty).
 fn read_strings(t: &Task, at: Gva, budget: &mut usize) -> Result<Vec<Vec<u8>>, Errno> {
     let mut out = Vec::new();
