@@ -171,7 +171,13 @@ fn start(
     }
     // Everything the sandbox needs is open or mapped: the holder confines itself before the
     // application can run (docs/SECURITY.md).
-    crate::confine::confine(crate::confine::Mode::from_env()?).context("confining the runtime")?;
+    let keep: &[u32] = if cow.is_some() {
+        &[crate::confine::CAP_SYS_ADMIN]
+    } else {
+        &[]
+    };
+    crate::confine::confine(crate::confine::Mode::from_env()?, keep)
+        .context("confining the runtime")?;
     crate::confine::test_hook();
     crate::ready::report(ready.take(), Ok(()));
     if !wait_for_start(&daemon) {

@@ -36,10 +36,18 @@ fn the_holder_runs_under_seccomp_without_spare_capabilities() {
     assert_eq!(status_field(&status, "Seccomp"), "2", "filter mode");
     assert_eq!(status_field(&status, "NoNewPrivs"), "1");
     // Running as root: only CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER, FSETID,
-    // NET_BIND_SERVICE and SYS_PTRACE remain, in every set; none is inheritable.
+    // NET_BIND_SERVICE and SYS_PTRACE remain, and SYS_ADMIN for the final unmount of the
+    // friendly form's copy-on-write root; none is inheritable.
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
-        let kept = (1u64 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 10) | (1 << 19);
+        let kept = (1u64 << 0)
+            | (1 << 1)
+            | (1 << 2)
+            | (1 << 3)
+            | (1 << 4)
+            | (1 << 10)
+            | (1 << 19)
+            | (1 << 21);
         for set in ["CapEff", "CapPrm", "CapBnd"] {
             let v = u64::from_str_radix(&status_field(&status, set), 16).expect("hex");
             assert_eq!(v, kept, "{set} = {v:#x}");

@@ -56,16 +56,21 @@ impl Mode {
     }
 }
 
-/// Confines the calling process (every thread) as the module says.
+/// CAP_SYS_ADMIN, kept by a holder that must unmount its copy-on-write root at the end.
+pub const CAP_SYS_ADMIN: u32 = 21;
+
+/// Confines the calling process (every thread) as the module says; `also_keep` are kept
+/// beside [`KEPT_CAPS`] (CAP_SYS_ADMIN for the friendly form's final `umount2` of its
+/// copy-on-write root: the filter allows only `umount2(MNT_DETACH)` of all that it grants).
 ///
 /// # Errors
 /// When a step fails: the sandbox must not run unconfined by accident.
-pub fn confine(mode: Mode) -> Result<()> {
+pub fn confine(mode: Mode, also_keep: &[u32]) -> Result<()> {
     // SAFETY: prctl with constant arguments.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(std::io::Error::last_os_error()).context("PR_SET_NO_NEW_PRIVS");
     }
-    drop_capabilities()?;
+    drop_capabilities(also_keep)?;
     if mode == Mode::Off {
         tracing::warn!("TORPOR_SECCOMP=off: the runtime runs without its seccomp filter");
         return Ok(());
@@ -75,10 +80,12 @@ pub fn confine(mode: Mode) -> Result<()> {
     Ok(())
 }
 
-/// Drops every capability but [`KEPT_CAPS`] from the bounding set and the process's sets.
-fn drop_capabilities() -> Result<()> {
+/// Drops every capability but [`KEPT_CAPS`] and `also_keep` from the bounding set and the
+/// process's sets.
+fn drop_capabilities(also_keep: &[u32]) -> Result<()> {
+    let kept = |c: u32| KEPT_CAPS.contains(&c) || also_keep.contains(&c);
     for cap in 0..=CAP_LAST {
-        if KEPT_CAPS.contains(&cap) {
+        if kept(cap) {
             continue;
         }
         // SAFETY: prctl with integer arguments.
@@ -94,7 +101,10 @@ fn drop_capabilities() -> Result<()> {
             }
         }
     }
-    let mask = KEPT_CAPS.iter().fold(0u64, |m, &c| m | (1u64 << c));
+    let mask = KEPT_CAPS
+        .iter()
+        .chain(also_keep)
+        .fold(0u64, |m, &c| m | (1u64 << c));
     let mut header = CapHeader {
         version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
         pid: 0,
