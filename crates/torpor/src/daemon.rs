@@ -176,7 +176,7 @@ fn start(
     } else {
         &[]
     };
-    crate::confine::confine(crate::confine::Mode::from_env()?, keep)
+    crate::confine::confine(crate::confine::Mode::from_env()?, keep, &[&cfg.rootfs, &dir])
         .context("confining the runtime")?;
     crate::confine::test_hook();
     crate::ready::report(ready.take(), Ok(()));

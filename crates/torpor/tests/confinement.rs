@@ -1,7 +1,8 @@
 //! The runtime confines itself once its sandbox is set up (`crates/torpor/src/confine/`):
 //! the holder's own `/proc/PID/status` shows a seccomp filter, `no_new_privs` and only the
 //! capabilities the handlers need; a forbidden call made by the confined holder (a test-only
-//! hook tries `execve("/bin/sh")`, as a compromised handler would) kills it, and nothing runs.
+//! hook tries `execve("/bin/sh")`, as a compromised handler would) kills it, and nothing runs;
+//! the confined holder cannot open host files outside its root and state directory (Landlock).
 //!
 //! Each test needs /dev/kvm: without it it prints "skipped" and passes, unless
 //! TORPOR_REQUIRE_KVM=1.
@@ -99,4 +100,26 @@ fn a_forbidden_call_kills_the_runtime() {
         .host_env("TORPOR_LOG", "off")
         .output();
     assert_eq!(ok.code(), 0, "{}", ok.stderr_str());
+}
+
+#[test]
+fn the_holder_cannot_open_host_files() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("hello");
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &prog)
+        .host_env("TORPOR_TEST_FORBIDDEN_CALL", "open")
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_eq!(out.code(), 0, "{}", out.stderr_str());
+    // Landlock (present on the development machines' kernels) denies it.
+    assert!(
+        out.stderr_str()
+            .contains("the host's /etc/passwd: Permission denied"),
+        "{}",
+        out.stderr_str()
+    );
 }

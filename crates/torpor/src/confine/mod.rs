@@ -7,13 +7,16 @@
 //!    inheritable sets except those the syscall handlers still need on behalf of the
 //!    application ([`KEPT_CAPS`]: file ownership and access checks inside the root,
 //!    publishing low ports, and userfaultfd's kernel-mode faults);
-//! 3. a seccomp-BPF allowlist of the host calls the runtime makes ([`seccomp`]), on every
+//! 3. a filesystem view narrowed with Landlock ([`landlock`]): the sandbox's root, its
+//!    state directory, `/dev/kvm` and a few host files;
+//! 4. a seccomp-BPF allowlist of the host calls the runtime makes ([`seccomp`]), on every
 //!    thread (TSYNC): anything else kills the process.
 //!
 //! `TORPOR_SECCOMP=log` logs what would be killed instead (to find a call a new code path
 //! makes: the host kernel's audit log shows each with its number); `TORPOR_SECCOMP=off` skips
 //! the filter (debugging only). See docs/SECURITY.md.
 
+pub mod landlock;
 pub mod seccomp;
 
 use anyhow::{bail, Context, Result};
@@ -59,16 +62,21 @@ impl Mode {
 /// CAP_SYS_ADMIN, kept by a holder that must unmount its copy-on-write root at the end.
 pub const CAP_SYS_ADMIN: u32 = 21;
 
-/// Confines the calling process (every thread) as the module says; `also_keep` are kept
+/// Confines the calling process (every thread) as the module says: its files are those
+/// beneath `trees` (the sandbox's root and state directory) and a few host paths
+/// ([`landlock`]); `also_keep` are kept
 /// beside [`KEPT_CAPS`] (CAP_SYS_ADMIN for the friendly form's final `umount2` of its
 /// copy-on-write root: the filter allows only `umount2(MNT_DETACH)` of all that it grants).
 ///
 /// # Errors
 /// When a step fails: the sandbox must not run unconfined by accident.
-pub fn confine(mode: Mode, also_keep: &[u32]) -> Result<()> {
+pub fn confine(mode: Mode, also_keep: &[u32], trees: &[&std::path::Path]) -> Result<()> {
     // SAFETY: prctl with constant arguments.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(std::io::Error::last_os_error()).context("PR_SET_NO_NEW_PRIVS");
+    }
+    if mode != Mode::Off {
+        landlock::restrict(trees)?;
     }
     drop_capabilities(also_keep)?;
     if mode == Mode::Off {
@@ -152,10 +160,20 @@ struct CapData {
     inheritable: u32,
 }
 
-/// Test-only: with `TORPOR_TEST_FORBIDDEN_CALL=execve`, the confined holder tries to run
-/// `/bin/sh`, as a compromised syscall handler would; the filter must kill it
-/// (`crates/torpor/tests/confinement.rs`).
+/// Test-only (`crates/torpor/tests/confinement.rs`): with `TORPOR_TEST_FORBIDDEN_CALL=execve`
+/// the confined holder tries to run `/bin/sh`, as a compromised syscall handler would, and the
+/// filter must kill it; with `TORPOR_TEST_FORBIDDEN_CALL=open` it tries to read the host's
+/// `/etc/passwd`, says what happened on stderr, and goes on.
 pub fn test_hook() {
+    if std::env::var("TORPOR_TEST_FORBIDDEN_CALL").as_deref() == Ok("open") {
+        match std::fs::read("/etc/passwd") {
+            Ok(b) => eprintln!(
+                "torpor: test hook: read the host's /etc/passwd ({} bytes)",
+                b.len()
+            ),
+            Err(e) => eprintln!("torpor: test hook: the host's /etc/passwd: {e}"),
+        }
+    }
     if std::env::var("TORPOR_TEST_FORBIDDEN_CALL").as_deref() == Ok("execve") {
         let sh = c"/bin/sh";
         let argv = [sh.as_ptr(), std::ptr::null()];

@@ -1,0 +1,207 @@
+//! The holder's filesystem view, narrowed with Landlock: once confined, it can open files only
+//! beneath the sandbox's root (with its volumes), its state directory, `/dev/kvm` (a fork or
+//! execve opens a new VM), the harmless character devices the kernel may hand the
+//! application, and read `/proc` and the CPU topology in `/sys`. Everything else on the host
+//! is EACCES, whatever the holder's uid and capabilities.
+//!
+//! Landlock is an unprivileged LSM (Linux 5.13 and later); without it (an older kernel, or one
+//! built without it) the holder runs on with the other layers and says so in its log.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+const SYS_LANDLOCK_CREATE_RULESET: libc::c_long = 444;
+const SYS_LANDLOCK_ADD_RULE: libc::c_long = 445;
+const SYS_LANDLOCK_RESTRICT_SELF: libc::c_long = 446;
+const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+
+// Filesystem rights (include/uapi/linux/landlock.h).
+const EXECUTE: u64 = 1 << 0;
+const WRITE_FILE: u64 = 1 << 1;
+const READ_FILE: u64 = 1 << 2;
+const READ_DIR: u64 = 1 << 3;
+const REMOVE_DIR: u64 = 1 << 4;
+const REMOVE_FILE: u64 = 1 << 5;
+const MAKE_CHAR: u64 = 1 << 6;
+const MAKE_DIR: u64 = 1 << 7;
+const MAKE_REG: u64 = 1 << 8;
+const MAKE_SOCK: u64 = 1 << 9;
+const MAKE_FIFO: u64 = 1 << 10;
+const MAKE_BLOCK: u64 = 1 << 11;
+const MAKE_SYM: u64 = 1 << 12;
+/// ABI 2.
+const REFER: u64 = 1 << 13;
+/// ABI 3.
+const TRUNCATE: u64 = 1 << 14;
+/// ABI 5.
+const IOCTL_DEV: u64 = 1 << 15;
+
+/// The rights a Landlock ABI version knows.
+fn known_rights(abi: i64) -> u64 {
+    let mut r = EXECUTE
+        | WRITE_FILE
+        | READ_FILE
+        | READ_DIR
+        | REMOVE_DIR
+        | REMOVE_FILE
+        | MAKE_CHAR
+        | MAKE_DIR
+        | MAKE_REG
+        | MAKE_SOCK
+        | MAKE_FIFO
+        | MAKE_BLOCK
+        | MAKE_SYM;
+    if abi >= 2 {
+        r |= REFER;
+    }
+    if abi >= 3 {
+        r |= TRUNCATE;
+    }
+    if abi >= 5 {
+        r |= IOCTL_DEV;
+    }
+    r
+}
+
+#[repr(C)]
+struct RulesetAttr {
+    handled_access_fs: u64,
+}
+
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// Everything but executing and making device nodes.
+const FULL: u64 = WRITE_FILE
+    | READ_FILE
+    | READ_DIR
+    | REMOVE_DIR
+    | REMOVE_FILE
+    | MAKE_DIR
+    | MAKE_REG
+    | MAKE_SOCK
+    | MAKE_FIFO
+    | MAKE_SYM
+    | REFER
+    | TRUNCATE;
+const READ: u64 = READ_FILE | READ_DIR;
+const DEVICE: u64 = READ_FILE | WRITE_FILE | IOCTL_DEV;
+
+/// Restricts the calling process's filesystem access to `trees` (full access beneath each)
+/// and the fixed host paths above. Returns false when the kernel has no Landlock.
+///
+/// # Errors
+/// When Landlock is there but the ruleset cannot be built or enforced.
+pub fn restrict(trees: &[&Path]) -> Result<bool> {
+    // SAFETY: the version query takes no pointer.
+    let abi = unsafe {
+        libc::syscall(
+            SYS_LANDLOCK_CREATE_RULESET,
+            std::ptr::null::<RulesetAttr>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if abi < 1 {
+        tracing::warn!("Landlock is not available: the runtime keeps the host's filesystem view");
+        return Ok(false);
+    }
+    let known = known_rights(abi);
+    let attr = RulesetAttr {
+        handled_access_fs: known,
+    };
+    // SAFETY: a valid attribute struct and its size.
+    let fd = unsafe {
+        libc::syscall(
+            SYS_LANDLOCK_CREATE_RULESET,
+            &attr as *const RulesetAttr,
+            std::mem::size_of::<RulesetAttr>(),
+            0u32,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error()).context("landlock_create_ruleset");
+    }
+    // SAFETY: a fresh fd owned by nobody else.
+    let ruleset = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    for t in trees {
+        allow(&ruleset, t, FULL & known)?;
+    }
+    allow(&ruleset, Path::new("/dev/kvm"), DEVICE & known)?;
+    for dev in [
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+    ] {
+        allow(&ruleset, Path::new(dev), (READ_FILE | WRITE_FILE) & known)?;
+    }
+    allow(&ruleset, Path::new("/proc"), READ & known)?;
+    allow(&ruleset, Path::new("/sys/devices/system/cpu"), READ & known)?;
+    // SAFETY: the ruleset fd is valid; no flags.
+    if unsafe { libc::syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset.as_raw_fd(), 0u32) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("landlock_restrict_self");
+    }
+    Ok(true)
+}
+
+/// Adds "`rights` beneath `path`" to the ruleset; a path that does not exist is skipped.
+fn allow(ruleset: &OwnedFd, path: &Path, rights: u64) -> Result<()> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes())
+        .with_context(|| format!("{}: NUL in path", path.display()))?;
+    // SAFETY: a NUL-terminated path; O_PATH opens nothing's contents.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Ok(());
+    }
+    // SAFETY: a fresh fd owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // A file (not a directory) takes only file rights.
+    let is_dir = std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false);
+    let rights = if is_dir {
+        rights
+    } else {
+        rights & (READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV | EXECUTE)
+    };
+    let attr = PathBeneathAttr {
+        allowed_access: rights,
+        parent_fd: fd.as_raw_fd(),
+    };
+    // SAFETY: valid ruleset fd and attribute struct of the rule type.
+    let r = unsafe {
+        libc::syscall(
+            SYS_LANDLOCK_ADD_RULE,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("landlock_add_rule {}", path.display()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rights_follow_the_abi() {
+        assert_eq!(known_rights(1) & REFER, 0);
+        assert_ne!(known_rights(2) & REFER, 0);
+        assert_ne!(known_rights(5) & IOCTL_DEV, 0);
+        assert_eq!(FULL & EXECUTE, 0);
+        assert_eq!(FULL & (MAKE_CHAR | MAKE_BLOCK), 0);
+    }
+}
