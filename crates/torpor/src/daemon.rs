@@ -176,7 +176,13 @@ fn start(
     } else {
         &[]
     };
-    crate::confine::confine(crate::confine::Mode::from_env()?, keep, &[&cfg.rootfs, &dir])
+    // The engine's --log file stays writable (an error after this point still reaches it).
+    let log = crate::cli::global().log.clone();
+    let mut trees: Vec<&std::path::Path> = vec![&cfg.rootfs, &dir];
+    if let Some(l) = &log {
+        trees.push(l);
+    }
+    crate::confine::confine(crate::confine::Mode::from_env()?, keep, &trees)
         .context("confining the runtime")?;
     crate::confine::test_hook();
     crate::ready::report(ready.take(), Ok(()));
