@@ -9,7 +9,9 @@
 #include <stdint.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/sysinfo.h>
@@ -32,6 +34,8 @@ static const char *res(long r) {
     case EACCES: return "EACCES";
     case ESPIPE: return "ESPIPE";
     case EXDEV: return "EXDEV";
+    case ENOMEM: return "ENOMEM";
+    case ENOTDIR: return "ENOTDIR";
     default: snprintf(b, sizeof b, "errno %d", errno); return b;
     }
 }
@@ -147,6 +151,51 @@ static void scheduling(void) {
            t.tms_utime >= 0 && t.tms_stime >= 0 && t.tms_cutime >= 0 && t.tms_cstime >= 0);
 }
 
+/* msync, clock_settime of a clock that cannot be set, CPU-time clocks, getrusage, F_NOTIFY. */
+static void clocks_and_sync(void) {
+    char name[] = "misc_io.msync.XXXXXX";
+    int f = mkstemp(name);
+    if (f < 0) { perror("mkstemp"); return; }
+    unlink(name);
+    ftruncate(f, 8192);
+    char *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+    memcpy(m + 4096, "synced", 6);
+    printf("msync MS_SYNC: %s", res(msync(m, 8192, MS_SYNC)));
+    char b[8] = {0};
+    pread(f, b, 6, 4096);
+    printf(", file has %s\n", b);
+    printf("msync MS_ASYNC: %s, MS_INVALIDATE: %s", res(msync(m, 4096, MS_ASYNC)), res(msync(m, 4096, MS_INVALIDATE)));
+    printf(", unaligned: %s", res(msync(m + 1, 10, MS_SYNC)));
+    printf(", both: %s", res(msync(m, 10, MS_SYNC | MS_ASYNC)));
+    printf(", flag 8: %s\n", res(msync(m, 10, 8)));
+    munmap(m, 8192);
+    printf("msync unmapped: %s, length 0: %s\n", res(msync(m, 4096, MS_SYNC)), res(msync(m, 0, MS_SYNC)));
+    close(f);
+
+    struct timespec ts = {0, 0};
+    printf("clock_settime MONOTONIC: %s, bad clock: %s\n", res(clock_settime(CLOCK_MONOTONIC, &ts)),
+           res(clock_settime(77, &ts)));
+    clockid_t c;
+    int r = pthread_getcpuclockid(pthread_self(), &c);
+    int g = clock_gettime(c, &ts);
+    printf("thread cpu clock: %d, gettime %s, positive %d\n", r, res(g), ts.tv_sec > 0 || ts.tv_nsec > 0);
+    r = clock_getcpuclockid(0, &c);
+    g = clock_gettime(c, &ts);
+    printf("process cpu clock: %d, gettime %s, getres %s\n", r, res(g), res(clock_getres(c, &ts)));
+    printf("clock_gettime of an invalid cpu clock: %s\n", res(clock_gettime((-1 & ~7) | 3, &ts)));
+    struct rusage ru;
+    printf("getrusage self: %s", res(getrusage(RUSAGE_SELF, &ru)));
+    printf(", thread: %s", res(getrusage(RUSAGE_THREAD, &ru)));
+    printf(", children: %s", res(getrusage(RUSAGE_CHILDREN, &ru)));
+    printf(", who 5: %s\n", res(getrusage(5, &ru)));
+    int d = open("/", O_RDONLY | O_DIRECTORY);
+    printf("F_NOTIFY on a directory: %s", res(fcntl(d, F_NOTIFY, DN_CREATE)));
+    close(d);
+    d = open("/dev/null", O_RDONLY);
+    printf(", on a file: %s\n", res(fcntl(d, F_NOTIFY, DN_CREATE)));
+    close(d);
+}
+
 /* epoll_wait reports every ready descriptor up to maxevents, more than 1024 included. */
 static void many_ready(void) {
     enum { N = 1500 };
@@ -219,5 +268,6 @@ int main(void) {
     splicing();
     scheduling();
     many_ready();
+    clocks_and_sync();
     return 0;
 }

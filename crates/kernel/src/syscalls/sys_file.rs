@@ -279,6 +279,15 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         // Signal-driven I/O is not delivered (see FIOASYNC in ioctl): an owner is accepted
         // and none is reported.
         libc::F_SETOWN | F_SETSIG => Ok(0),
+        F_NOTIFY => {
+            // Directory change notification signals the owner (the runtime's host process
+            // here, where SIGIO would end it): accepted on a directory, no signal is sent,
+            // as for F_SETSIG.
+            if !matches!(f.kind, FileKind::Directory) {
+                return Err(Errno::ENOTDIR);
+            }
+            Ok(0)
+        }
         libc::F_GETOWN | F_GETSIG => Ok(0),
         libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ => {
             // SAFETY: a pipe-size query or change on an fd we own, with an integer argument.
@@ -294,6 +303,8 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// fcntl's F_SETSIG and F_GETSIG.
 const F_SETSIG: i32 = 10;
+/// fcntl's F_NOTIFY (dnotify).
+const F_NOTIFY: i32 = 1026;
 const F_GETSIG: i32 = 11;
 
 /// Size of `struct flock` on x86-64: l_type (i16), l_whence (i16), 4 bytes of padding,

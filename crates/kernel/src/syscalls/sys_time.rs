@@ -55,18 +55,36 @@ fn get_timespec(t: &Task, at: Gva) -> Result<Duration, Errno> {
     Ok(Duration::new(sec as u64, nsec as u32))
 }
 
+/// The host clock for guest clock `id`: the static clocks as they are, and the dynamic CPU
+/// clocks of the caller's own thread or process (clock_getcpuclockid, pthread_getcpuclockid:
+/// `~pid << 3 | per-thread 4 | which`) as the host's clocks of the thread that runs it and of
+/// the runtime's process. Other tasks' CPU clocks are EINVAL.
+fn guest_clock(t: &Task, id: i32) -> Result<i32, Errno> {
+    if id >= 0 {
+        return if valid_clock(id) { Ok(id) } else { Err(Errno::EINVAL) };
+    }
+    let pid = !(id >> 3);
+    let per_thread = id & 4 != 0;
+    if id & 3 == 3 {
+        return Err(Errno::EINVAL);
+    }
+    match (per_thread, pid) {
+        (true, p) if p == 0 || p == t.tid => Ok(libc::CLOCK_THREAD_CPUTIME_ID),
+        (false, p) if p == 0 || p == t.pid => Ok(libc::CLOCK_PROCESS_CPUTIME_ID),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
 /// Implements clock_gettime(2).
 pub fn sys_clock_gettime(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let ts = now(a.int(0))?;
+    let ts = now(guest_clock(t, a.int(0))?)?;
     put_timespec(t, a.gva(1), ts.tv_sec, ts.tv_nsec)?;
     Ok(0)
 }
 
 /// Implements clock_getres(2).
 pub fn sys_clock_getres(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    if !valid_clock(a.int(0)) {
-        return Err(Errno::EINVAL);
-    }
+    guest_clock(t, a.int(0))?;
     if a.u(1) != 0 {
         put_timespec(t, a.gva(1), 0, 1)?;
     }
@@ -239,4 +257,74 @@ pub fn sys_times(t: &mut Task, a: &SyscallArgs) -> SysResult {
     // SAFETY: times(2) accepts a null buffer on Linux.
     let now = unsafe { libc::times(std::ptr::null_mut()) };
     Ok(now as u64)
+}
+
+/// Implements clock_settime(2): the sandbox may not set the host's clock, so CLOCK_REALTIME
+/// is EPERM (as for a process without CAP_SYS_TIME); the clocks that cannot be set are EINVAL.
+pub fn sys_clock_settime(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let id = guest_clock(t, a.int(0))?;
+    get_timespec(t, a.gva(1))?;
+    if id == libc::CLOCK_REALTIME {
+        return Err(Errno::EPERM);
+    }
+    Err(Errno::EINVAL)
+}
+
+/// Implements settimeofday(2): EPERM (see clock_settime); a bad time is EINVAL first.
+pub fn sys_settimeofday(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.u(0) != 0 {
+        let mut b = [0u8; 16];
+        t.copy_in(a.gva(0), &mut b)?;
+        let usec = i64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
+        if !(0..1_000_000).contains(&usec) {
+            return Err(Errno::EINVAL);
+        }
+    }
+    Err(Errno::EPERM)
+}
+
+/// Implements getrusage(2): RUSAGE_SELF and RUSAGE_THREAD are the host's figures for the host
+/// thread that runs the caller (the process's other threads are not counted); RUSAGE_CHILDREN
+/// is zero (torpor does not keep the resource usage of waited-for children, as wait4 reports).
+pub fn sys_getrusage(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    const RUSAGE_CHILDREN: i32 = -1;
+    let who = a.int(0);
+    let mut out = [0u8; 144];
+    match who {
+        libc::RUSAGE_SELF | libc::RUSAGE_THREAD => {
+            // SAFETY: a zeroed rusage is a valid output buffer.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: valid output buffer.
+            if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+                return Err(Errno::last());
+            }
+            let fields: [i64; 18] = [
+                ru.ru_utime.tv_sec,
+                ru.ru_utime.tv_usec,
+                ru.ru_stime.tv_sec,
+                ru.ru_stime.tv_usec,
+                ru.ru_maxrss,
+                ru.ru_ixrss,
+                ru.ru_idrss,
+                ru.ru_isrss,
+                ru.ru_minflt,
+                ru.ru_majflt,
+                ru.ru_nswap,
+                ru.ru_inblock,
+                ru.ru_oublock,
+                ru.ru_msgsnd,
+                ru.ru_msgrcv,
+                ru.ru_nsignals,
+                ru.ru_nvcsw,
+                ru.ru_nivcsw,
+            ];
+            for (i, v) in fields.iter().enumerate() {
+                out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        RUSAGE_CHILDREN => {}
+        _ => return Err(Errno::EINVAL),
+    }
+    t.copy_out(a.gva(1), &out)?;
+    Ok(0)
 }

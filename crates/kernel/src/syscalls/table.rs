@@ -75,6 +75,7 @@ table! {
     24 sched_yield => sys_process::sys_sched_yield, Full;
     25 mremap => sys_mm::sys_mremap, Full;
     28 madvise => sys_mm::sys_madvise, Full;
+    26 msync => sys_mm::sys_msync, Partial("shared file mappings are the host page cache: MS_SYNC writes back the root's whole filesystem");
     32 dup => sys_file::sys_dup, Full;
     33 dup2 => sys_file::sys_dup2, Full;
     35 nanosleep => sys_time::sys_nanosleep, Full;
@@ -169,7 +170,7 @@ table! {
     424 pidfd_send_signal => sys_fork::sys_pidfd_send_signal, Partial("no siginfo argument (EINVAL)");
     217 getdents64 => sys_fs::sys_getdents64, Full;
     218 set_tid_address => sys_process::sys_set_tid_address, Full;
-    228 clock_gettime => sys_time::sys_clock_gettime, Full;
+    228 clock_gettime => sys_time::sys_clock_gettime, Partial("CPU-time clocks of the caller's own thread and process only (the process clock counts the whole sandbox's host process)");
     229 clock_getres => sys_time::sys_clock_getres, Full;
     230 clock_nanosleep => sys_time::sys_clock_nanosleep, Full;
     231 exit_group => sys_process::sys_exit_group, Full;
@@ -220,6 +221,9 @@ table! {
     147 sched_get_priority_min => sys_info::sys_sched_get_priority_min, Full;
     148 sched_rr_get_interval => sys_info::sys_sched_rr_get_interval, Full;
     203 sched_setaffinity => sys_info::sys_sched_setaffinity, Partial("the calling thread's mask is recorded and reported, the host scheduler is not told; other tasks' masks are accepted and not recorded");
+    227 clock_settime => sys_time::sys_clock_settime, Partial("EPERM for CLOCK_REALTIME (the sandbox may not set the host's clock), EINVAL for the others");
+    164 settimeofday => sys_time::sys_settimeofday, Partial("EPERM (the sandbox may not set the host's clock)");
+    98 getrusage => sys_time::sys_getrusage, Partial("RUSAGE_SELF counts the calling thread only; RUSAGE_CHILDREN is zero");
     100 times => sys_time::sys_times, Partial("the calling thread's user and system time; the process's other threads and its children are not counted");
     332 statx => sys_stat::sys_statx, Full;
     334 rseq => sys_process::sys_rseq, Partial("ENOSYS on purpose: the C libraries fall back");
