@@ -182,7 +182,10 @@ fn start(
     if let Some(l) = &log {
         trees.push(l);
     }
-    crate::confine::confine(crate::confine::Mode::from_env()?, keep, &trees)
+    // Landlock forbids the friendly form's final umount2 of its copy-on-write root: it is
+    // applied to OCI holders only (docs/SECURITY.md).
+    let landlock = cow.is_none().then_some(&trees[..]);
+    crate::confine::confine(crate::confine::Mode::from_env()?, keep, landlock)
         .context("confining the runtime")?;
     crate::confine::test_hook();
     crate::ready::report(ready.take(), Ok(()));

@@ -169,7 +169,7 @@ pub fn run_config(cfg: &SandboxConfig) -> Result<u8> {
         );
     }
     let sandbox = Sandbox::build(cfg)?;
-    crate::confine::confine(crate::confine::Mode::from_env()?, &[], &[&cfg.rootfs])
+    crate::confine::confine(crate::confine::Mode::from_env()?, &[], Some(&[&cfg.rootfs]))
         .context("confining the runtime")?;
     let status = run_timed(sandbox).context("sandbox stopped")?;
     Ok(status.code() as u8)

@@ -8,7 +8,9 @@
 //!    application ([`KEPT_CAPS`]: file ownership and access checks inside the root,
 //!    publishing low ports, and userfaultfd's kernel-mode faults);
 //! 3. a filesystem view narrowed with Landlock ([`landlock`]): the sandbox's root, its
-//!    state directory, `/dev/kvm` and a few host files;
+//!    state directory, `/dev/kvm` and a few host files (OCI holders and `torpor demo`: the
+//!    friendly form's holder must unmount its copy-on-write root at the end, which Landlock
+//!    forbids);
 //! 4. a seccomp-BPF allowlist of the host calls the runtime makes ([`seccomp`]), on every
 //!    thread (TSYNC): anything else kills the process.
 //!
@@ -62,20 +64,21 @@ impl Mode {
 /// CAP_SYS_ADMIN, kept by a holder that must unmount its copy-on-write root at the end.
 pub const CAP_SYS_ADMIN: u32 = 21;
 
-/// Confines the calling process (every thread) as the module says: its files are those
-/// beneath `trees` (the sandbox's root and state directory) and a few host paths
-/// ([`landlock`]); `also_keep` are kept
+/// Confines the calling process (every thread) as the module says: with `trees`, its files
+/// are those beneath them (the sandbox's root and state directory) and a few host paths
+/// ([`landlock`]; None for the friendly form, whose holder must `umount2` its copy-on-write
+/// root at the end, which Landlock forbids); `also_keep` are kept
 /// beside [`KEPT_CAPS`] (CAP_SYS_ADMIN for the friendly form's final `umount2` of its
 /// copy-on-write root: the filter allows only `umount2(MNT_DETACH)` of all that it grants).
 ///
 /// # Errors
 /// When a step fails: the sandbox must not run unconfined by accident.
-pub fn confine(mode: Mode, also_keep: &[u32], trees: &[&std::path::Path]) -> Result<()> {
+pub fn confine(mode: Mode, also_keep: &[u32], trees: Option<&[&std::path::Path]>) -> Result<()> {
     // SAFETY: prctl with constant arguments.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(std::io::Error::last_os_error()).context("PR_SET_NO_NEW_PRIVS");
     }
-    if mode != Mode::Off {
+    if let (Some(trees), true) = (trees, mode != Mode::Off) {
         landlock::restrict(trees)?;
     }
     drop_capabilities(also_keep)?;
