@@ -130,6 +130,8 @@ impl Sandbox {
         if let Some(n) = cfg.pids_limit {
             procs.set_task_limit(n);
         }
+        // The memory limit bounds the sandbox, all its processes together.
+        procs.memory.set_limit(cfg.memory / platform::PAGE_SIZE);
         let slot = procs
             .reserve_task()
             .map_err(|_| SandboxError::Memory("no room for the first task".into()))?;
@@ -315,7 +317,8 @@ pub(crate) struct NewProcess<'a> {
 impl ProcessImage {
     /// The process's first task: a thread group of its own, registered in `p.procs` without
     /// a parent, with `p`'s descriptors, limits and ids.
-    pub(crate) fn into_task(self, p: NewProcess<'_>) -> Task {
+    pub(crate) fn into_task(mut self, p: NewProcess<'_>) -> Task {
+        self.mm.allocator_mut().set_budget(p.procs.memory.clone());
         let fds = FdTable::new();
         install_stdio(&fds, p.stdio);
         fds.set_limit(p.rlimits.nofile());

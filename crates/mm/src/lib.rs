@@ -38,7 +38,7 @@ pub mod shared;
 mod usercopy;
 pub mod vma;
 
-pub use alloc::{AllocError, PageAllocator, CHUNK_PAGES, CHUNK_SIZE};
+pub use alloc::{AllocError, MemoryBudget, PageAllocator, CHUNK_PAGES, CHUNK_SIZE};
 pub use fault::{Access, FaultError, FAULT_AROUND};
 pub use manager::{
     CleanFilePage, MemoryManager, MmError, MmStats, MmapRequest, DEFAULT_MMAP_BASE, MREMAP_FIXED,

@@ -271,6 +271,10 @@ impl MemoryManager {
     /// page-table failure.
     pub fn fork_into(&self, mem: Arc<GuestMemory>) -> Result<MemoryManager, MmError> {
         let mut child = MemoryManager::new(mem)?;
+        if let Some(b) = self.alloc.budget() {
+            // The child's pages count against the same sandbox budget.
+            child.alloc.set_budget(b.clone());
+        }
         child.mmap_base = self.mmap_base;
         child.brk_base = self.brk_base;
         child.brk = self.brk;

@@ -415,8 +415,18 @@ impl Task {
                     }
                     Err(FaultError::Io(_)) => fault(libc::SIGBUS, signal::BUS_ADRERR, addr),
                     Err(FaultError::OutOfMemory) => {
-                        tracing::warn!(addr = %info.cr2, "out of guest memory: killing the process");
-                        kernel(libc::SIGKILL)
+                        match self.group.procs.out_of_memory(self.pid) {
+                            process::OomAction::KillSelf => {
+                                tracing::warn!(addr = %info.cr2, "out of guest memory: killing the process");
+                                kernel(libc::SIGKILL)
+                            }
+                            process::OomAction::Retry => {
+                                // Another process is dying to free memory: the faulting
+                                // instruction runs again shortly.
+                                std::thread::sleep(std::time::Duration::from_millis(2));
+                                return Ok(());
+                            }
+                        }
                     }
                     Err(e) => return Err(TaskError::Mm(e.to_string())),
                 }

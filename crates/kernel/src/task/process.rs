@@ -69,6 +69,20 @@ pub struct ProcessTable {
     pub sysv_shm: Arc<crate::ipc::ShmTable>,
     /// The sandbox's System V semaphore sets.
     pub sysv_sem: Arc<crate::ipc::SemTable>,
+    /// The pages every process's allocator holds together, bounded by the sandbox's memory
+    /// limit; when a fault finds it exhausted, [`ProcessTable::out_of_memory`] picks a victim.
+    pub memory: Arc<mm::MemoryBudget>,
+    /// The process the OOM killer last chose, and when, while it dies.
+    oom_victim: Mutex<Option<(Arc<ThreadGroup>, std::time::Instant)>>,
+}
+
+/// What a task whose fault found the sandbox's memory exhausted does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OomAction {
+    /// It is the victim: it dies with SIGKILL.
+    KillSelf,
+    /// Another process is dying to free memory: retry the fault shortly.
+    Retry,
 }
 
 /// How often a blocked wait4 or vfork checks whether it was interrupted.
@@ -109,6 +123,8 @@ impl Default for ProcessTable {
             shared_futexes: super::FutexTable::default(),
             sysv_shm: Arc::default(),
             sysv_sem: Arc::default(),
+            memory: mm::MemoryBudget::new(u64::MAX),
+            oom_victim: Mutex::new(None),
         }
     }
 }
@@ -337,6 +353,51 @@ impl ProcessTable {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    /// The sandbox's OOM killer, for process `me` whose fault found the memory budget
+    /// exhausted: as Linux's, it kills the process holding the most pages (one at a time: while
+    /// a victim is dying, other faults wait and retry), which may be `me`.
+    pub fn out_of_memory(&self, me: i32) -> OomAction {
+        {
+            let v = self.oom_victim.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((g, when)) = v.as_ref() {
+                if g.live() > 0 && when.elapsed() < Duration::from_secs(5) {
+                    return if g.pid == me {
+                        OomAction::KillSelf
+                    } else {
+                        OomAction::Retry
+                    };
+                }
+            }
+        }
+        // Measure without the table's lock (each address space has its own).
+        let mut largest: Option<(usize, i32, Arc<ThreadGroup>)> = None;
+        for (pid, g) in self.live_groups() {
+            let Some(r) = g.resources() else { continue };
+            let pages = {
+                let mm = r.mm.lock().unwrap_or_else(|e| e.into_inner());
+                mm.allocator().total_pages() - mm.allocator().free_pages()
+            };
+            if largest.as_ref().is_none_or(|(p, _, _)| pages > *p) {
+                largest = Some((pages, pid, g));
+            }
+        }
+        let Some((pages, pid, g)) = largest else {
+            return OomAction::KillSelf;
+        };
+        tracing::warn!(
+            victim = pid,
+            pages,
+            "out of sandbox memory: killing the largest process"
+        );
+        *self.oom_victim.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((g.clone(), std::time::Instant::now()));
+        if pid == me {
+            return OomAction::KillSelf;
+        }
+        g.exit_group(ExitStatus::Signaled(libc::SIGKILL));
+        OomAction::Retry
     }
 
     /// The process group and session of a live process.

@@ -29,6 +29,9 @@
 //! touches them.
 
 mod bitmap;
+mod budget;
+
+pub use budget::MemoryBudget;
 
 use platform::layout;
 use platform::{Gpa, PAGE_SHIFT, PAGE_SIZE};
@@ -55,7 +58,7 @@ pub enum AllocError {
 }
 
 /// The page allocator over `[RESERVED_END, mem.size())`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PageAllocator {
     base: Gpa,
     npages: usize,
@@ -73,6 +76,17 @@ pub struct PageAllocator {
     /// References per page; 0 for free pages.
     refcount: Vec<u16>,
     free_count: usize,
+    /// The sandbox's budget this allocator's pages count against, if any.
+    budget: Option<std::sync::Arc<MemoryBudget>>,
+}
+
+impl Drop for PageAllocator {
+    fn drop(&mut self) {
+        // The process is gone: its pages go back to the sandbox's budget.
+        if let Some(b) = &self.budget {
+            b.give((self.npages - self.free_count) as u64);
+        }
+    }
 }
 
 impl PageAllocator {
@@ -107,6 +121,7 @@ impl PageAllocator {
             zero,
             refcount: vec![0; npages],
             free_count: npages,
+            budget: None,
         }
     }
 
@@ -155,13 +170,38 @@ impl PageAllocator {
         self.partial.set(c, free > 0 && free < self.chunk_len(c));
     }
 
+    /// Counts this allocator's pages (those held now, and every later one) against `budget`.
+    pub fn set_budget(&mut self, budget: std::sync::Arc<MemoryBudget>) {
+        if let Some(old) = self.budget.take() {
+            old.give((self.npages - self.free_count) as u64);
+        }
+        budget.force_take((self.npages - self.free_count) as u64);
+        self.budget = Some(budget);
+    }
+
+    /// The budget it counts against.
+    pub fn budget(&self) -> Option<&std::sync::Arc<MemoryBudget>> {
+        self.budget.as_ref()
+    }
+
     /// Allocates one page with a reference count of 1. Returns it and whether it is known to
     /// read as zero (then the caller need not clear it), or `None` when memory is exhausted.
     pub fn alloc(&mut self) -> Option<(Gpa, bool)> {
-        let c = self
+        if let Some(b) = &self.budget {
+            if !b.take() {
+                return None;
+            }
+        }
+        let found = self
             .partial
             .first_set(0, self.nchunks)
-            .or_else(|| self.has_free.first_set(0, self.nchunks))?;
+            .or_else(|| self.has_free.first_set(0, self.nchunks));
+        let Some(c) = found else {
+            if let Some(b) = &self.budget {
+                b.give(1);
+            }
+            return None;
+        };
         let (lo, hi) = (c * CHUNK_PAGES, c * CHUNK_PAGES + self.chunk_len(c));
         // Prefer a free page the host already backs; then any free page.
         let idx = self
@@ -216,6 +256,9 @@ impl PageAllocator {
         match self.refcount[idx] {
             0 => Err(AllocError::NotAllocated(gpa)),
             1 => {
+                if let Some(b) = &self.budget {
+                    b.give(1);
+                }
                 self.refcount[idx] = 0;
                 self.free.set(idx, true);
                 let c = idx / CHUNK_PAGES;

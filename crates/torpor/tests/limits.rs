@@ -1,0 +1,63 @@
+//! The memory limit bounds a whole sandbox, all its processes together (each is its own VM
+//! with its own allocator, counted against one budget): four processes that each hold
+//! 200 MiB in a 512 MiB sandbox cannot all live; the largest are killed with SIGKILL one at a
+//! time, as Linux's OOM killer does in a memory cgroup, the others finish, and a sandbox
+//! beside it is not touched (`tests/guest/memory_hog.c`).
+//!
+//! Each test needs /dev/kvm: without it it prints "skipped" and passes, unless
+//! TORPOR_REQUIRE_KVM=1.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use testutil::{Detached, Rootfs, Torpor};
+
+#[test]
+fn sandbox_memory_is_bounded_across_its_processes() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let hog = r.guest_program("memory_hog");
+    let server = r.guest_program("http_server");
+    // A neighbour that must not notice.
+    let port = testutil::free_port();
+    let publish = format!("{port}:8080");
+    let neighbour = Detached::start(
+        &PathBuf::from(env!("CARGO_BIN_EXE_torpor")),
+        &["-p", &publish],
+        r.path(),
+        &server,
+        &["8080"],
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(Detached::wait_until(Duration::from_secs(10), || {
+        testutil::http_get(addr, "/", Duration::from_secs(2)).is_ok()
+    }));
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &hog)
+        .option("--memory", "512M")
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_eq!(out.code(), 0, "{}", out.stderr_str());
+    let line = out.stdout_str();
+    let field = |name: &str| -> u32 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+    };
+    assert!(field("killed") >= 2, "at most two fit: {line}");
+    assert!(field("finished") >= 1, "the survivors finish: {line}");
+    assert_eq!(field("other"), 0, "{line}");
+    // With room for all of them, none is killed.
+    let roomy = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &hog)
+        .option("--memory", "1G")
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_eq!(roomy.stdout_str(), "killed=0 finished=4 other=0\n");
+    let resp = testutil::http_get(addr, "/", Duration::from_secs(5)).expect("neighbour answers");
+    assert!(!resp.body_str().is_empty());
+    drop(neighbour);
+}
