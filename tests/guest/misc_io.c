@@ -1,6 +1,12 @@
 /* misc_io: pipes, the standard character devices, sysinfo and CPU affinity, splice/tee/
  * copy_file_range, nice values and scheduling policies, times(), epoll_wait with more than 1024
- * ready descriptors; prints facts that are the same natively and in a sandbox. */
+ * ready descriptors, msync, clocks, getrusage; prints facts that are the same natively and in a
+ * sandbox.
+ *
+ *   misc_io        all of that
+ *   misc_io pty    pseudo-terminals: openpty (posix_openpt, TIOCGPTN, TIOCSPTLCK, TIOCGPTPEER),
+ *                  terminal ioctls on both ends, data both ways, EIO on the master once the
+ *                  slave is closed, forkpty (login_tty: setsid, TIOCSCTTY) */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <sched.h>
@@ -10,6 +16,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <pthread.h>
+#include <pty.h>
+#include <termios.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/eventfd.h>
@@ -36,6 +46,8 @@ static const char *res(long r) {
     case EXDEV: return "EXDEV";
     case ENOMEM: return "ENOMEM";
     case ENOTDIR: return "ENOTDIR";
+    case ENOTTY: return "ENOTTY";
+    case EIO: return "EIO";
     default: snprintf(b, sizeof b, "errno %d", errno); return b;
     }
 }
@@ -222,7 +234,68 @@ static void many_ready(void) {
     setrlimit(RLIMIT_NOFILE, &rl);
 }
 
-int main(void) {
+static void pty_checks(void) {
+    int m, s;
+    printf("openpty: %s", res(openpty(&m, &s, NULL, NULL, NULL)));
+    printf(", isatty %d %d", isatty(m), isatty(s));
+    unsigned n = 12345;
+    printf(", TIOCGPTN %s", res(ioctl(m, TIOCGPTN, &n)));
+    printf(", on the slave %s\n", res(ioctl(s, TIOCGPTN, &n)));
+    struct termios tio;
+    printf("tcgetattr slave %s", res(tcgetattr(s, &tio)));
+    cfmakeraw(&tio);
+    printf(", tcsetattr raw %s", res(tcsetattr(s, TCSANOW, &tio)));
+    struct winsize ws = {.ws_row = 24, .ws_col = 80}, got = {0};
+    printf(", TIOCSWINSZ %s", res(ioctl(m, TIOCSWINSZ, &ws)));
+    int w = ioctl(s, TIOCGWINSZ, &got);
+    printf(", TIOCGWINSZ %s %dx%d\n", res(w), got.ws_col, got.ws_row);
+    char b[32] = {0};
+    write(s, "to master", 9);
+    ssize_t r = read(m, b, sizeof b - 1);
+    printf("slave -> master: %zd %s", r, b);
+    memset(b, 0, sizeof b);
+    write(m, "to slave", 8);
+    r = read(s, b, sizeof b - 1);
+    printf(", master -> slave: %zd %s\n", r, b);
+    int peer = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    printf("TIOCGPTPEER: %s, cloexec %d, isatty %d", peer >= 0 ? "ok" : res(peer),
+           (fcntl(peer, F_GETFD) & FD_CLOEXEC) != 0, isatty(peer));
+    printf(", on the slave %s", res(ioctl(s, TIOCGPTPEER, O_RDWR)));
+    int fd = open("/dev/null", O_RDONLY);
+    printf(", on /dev/null %s\n", res(ioctl(fd, TIOCGPTPEER, O_RDWR)));
+    close(fd);
+    close(peer);
+    close(s);
+    r = read(m, b, sizeof b);
+    printf("master read after the slave closed: %s\n", res(r));
+    close(m);
+    fflush(stdout);
+    pid_t pid = forkpty(&m, NULL, NULL, NULL);
+    if (pid == 0) {
+        printf("child: tty %d, session leader %d\n", isatty(1), getsid(0) == getpid());
+        fflush(stdout);
+        _exit(7);
+    }
+    printf("forkpty: %s\n", pid > 0 ? "ok" : res(pid));
+    char out[256] = {0};
+    size_t got_n = 0;
+    for (;;) {
+        r = read(m, out + got_n, sizeof out - 1 - got_n);
+        if (r <= 0) break;
+        got_n += r;
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    printf("forkpty child said: %s", out);
+    printf("forkpty child exit %d\n", WEXITSTATUS(st));
+    close(m);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "pty") == 0) {
+        pty_checks();
+        return 0;
+    }
     int p[2];
     if (pipe2(p, O_CLOEXEC) == 0) {
         write(p[1], "through a pipe", 14);

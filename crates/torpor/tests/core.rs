@@ -580,6 +580,38 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
     }
 }
 
+/// Pseudo-terminals (`misc_io pty`): openpty through the host's `/dev/ptmx` and TIOCGPTPEER,
+/// terminal ioctls on both ends, EIO on the master once the slave is gone, forkpty.
+#[test]
+#[ignore = "needs /dev/ptmx and /dev/pts (READ_FILE | WRITE_FILE | IOCTL_DEV) in the holder's Landlock rules (crates/torpor/src/confine/landlock.rs)"]
+fn pseudo_terminals_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("misc_io");
+    let native = testutil::native(
+        &testutil::guest_program("misc_io"),
+        &["pty"],
+        r.path(),
+        &[],
+        None,
+    );
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &prog)
+        .args(&["pty"])
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), native.stdout_str());
+    assert!(
+        out.stdout_str()
+            .contains("forkpty child said: child: tty 1, session leader 1"),
+        "{}",
+        out.stdout_str()
+    );
+}
+
 #[test]
 fn pthreads_match_native() {
     if !testutil::require_kvm() {

@@ -57,6 +57,9 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     // open(2) and openat(2) ignore bits they do not know (only openat2 refuses them).
     let flags = flags & OPEN_FLAGS;
     let guest = resolve(t, dirfd, path)?;
+    if guest == b"/dev/ptmx" || guest == b"/dev/pts/ptmx" {
+        return open_ptmx(t, flags);
+    }
     if let Some(r) = crate::fs::procfs::open(t, &guest) {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EACCES);
@@ -151,6 +154,29 @@ fn host_device(guest: &[u8], flags: i32) -> Option<std::os::fd::OwnedFd> {
     };
     // SAFETY: a fresh fd owned by nobody else.
     (fd >= 0).then(|| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// Opens a new pseudo-terminal master: the host's `/dev/ptmx` (a pty of the host's devpts
+/// whose only handles are the guest's descriptors: its slave is reached with TIOCGPTPEER, as
+/// glibc's openpty does first; no `/dev/pts/N` name leads to it inside the root). Never the
+/// runtime's controlling terminal (O_NOCTTY always).
+fn open_ptmx(t: &mut Task, flags: i32) -> SysResult {
+    let fd = open_host_pty(
+        c"/dev/ptmx",
+        (flags & (libc::O_ACCMODE | libc::O_NONBLOCK)) | libc::O_NOCTTY,
+    )?;
+    let file = Arc::new(OpenFile::new(fd, FileKind::Regular, Some(b"/dev/ptmx".to_vec())));
+    Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
+}
+
+fn open_host_pty(path: &std::ffi::CStr, flags: i32) -> Result<std::os::fd::OwnedFd, Errno> {
+    // SAFETY: a valid path; the flags are an access mode, O_NONBLOCK and O_NOCTTY.
+    let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: a fresh fd owned by nobody else.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 /// Implements open(2).
@@ -401,6 +427,19 @@ const FIONBIO: u64 = 0x5421;
 const FIONCLEX: u64 = 0x5450;
 const FIOCLEX: u64 = 0x5451;
 const FIOASYNC: u64 = 0x5452;
+const TIOCSCTTY: u64 = 0x540e;
+const TIOCNOTTY: u64 = 0x5422;
+const TIOCGPTN: u64 = 0x8004_5430;
+const TIOCSPTLCK: u64 = 0x4004_5431;
+const TIOCGPTPEER: u64 = 0x5441;
+
+/// Whether `f` is a terminal the guest may drive: one of the runtime's stdio streams that is a
+/// tty, or a pseudo-terminal the guest opened (its `/dev/ptmx` master or that master's slave:
+/// the only host ttys a guest descriptor can lead to).
+fn is_guest_tty(f: &OpenFile) -> bool {
+    // SAFETY: isatty on an fd we own.
+    matches!(f.kind, FileKind::Stdio | FileKind::Regular) && unsafe { libc::isatty(f.host().as_raw_fd()) } == 1
+}
 
 /// Implements ioctl(2) for the requests the C libraries make on ordinary files, terminals
 /// and sockets.
@@ -414,8 +453,7 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             // every process of the sandbox is in its terminal's foreground group. (The host's
             // foreground group means nothing inside; a shell that saw it would stop itself
             // with SIGTTIN.)
-            // SAFETY: isatty on an fd we own.
-            if !matches!(f.kind, FileKind::Stdio) || unsafe { libc::isatty(host) } != 1 {
+            if !is_guest_tty(&f) {
                 return Err(Errno::ENOTTY);
             }
             if req == TIOCGPGRP {
@@ -427,10 +465,9 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             Ok(0)
         }
         TCGETS | TIOCGWINSZ => {
-            // Only a real terminal (a stdio stream the runtime was given) answers; anything
-            // else is ENOTTY, as Linux says for a non-tty.
-            // SAFETY: isatty on an fd we own.
-            if !matches!(f.kind, FileKind::Stdio) || unsafe { libc::isatty(host) } != 1 {
+            // Only a real terminal (a stdio stream the runtime was given, a pty the guest
+            // opened) answers; anything else is ENOTTY, as Linux says for a non-tty.
+            if !is_guest_tty(&f) {
                 return Err(Errno::ENOTTY);
             }
             let size = if req == TCGETS {
@@ -448,8 +485,7 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             Ok(0)
         }
         TCSETS | TCSETSW | TCSETSF | TIOCSWINSZ => {
-            // SAFETY: isatty on an fd we own.
-            if !matches!(f.kind, FileKind::Stdio) || unsafe { libc::isatty(host) } != 1 {
+            if !is_guest_tty(&f) {
                 return Err(Errno::ENOTTY);
             }
             let size = if req == TIOCSWINSZ {
@@ -503,7 +539,73 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             t.copy_in(arg, &mut b)?;
             Ok(0)
         }
+        TIOCSCTTY | TIOCNOTTY => {
+            // The sandbox's processes share the runtime's host process, which must never
+            // take a controlling terminal: a guest pty becomes the caller's controlling
+            // terminal in name only (login_tty, forkpty), as sessions have no terminal here.
+            if !is_guest_tty(&f) {
+                return Err(Errno::ENOTTY);
+            }
+            Ok(0)
+        }
+        TIOCGPTN | TIOCSPTLCK | TIOCGPTPEER => {
+            // Only a guest's own pty master (Stdio streams stay the runtime's).
+            if !matches!(f.kind, FileKind::Regular) || !is_guest_tty(&f) {
+                return Err(Errno::ENOTTY);
+            }
+            pty_master_ioctl(t, &f, req, arg)
+        }
         _ => Err(Errno::ENOTTY),
+    }
+}
+
+/// TIOCGPTN, TIOCSPTLCK and TIOCGPTPEER on a pty master the guest opened (the host answers
+/// ENOTTY for anything else, a slave included).
+fn pty_master_ioctl(t: &mut Task, f: &OpenFile, req: u64, arg: platform::Gva) -> SysResult {
+    let host = f.host().as_raw_fd();
+    match req {
+        TIOCGPTN => {
+            let mut n: libc::c_uint = 0;
+            // SAFETY: TIOCGPTN writes one unsigned int.
+            if unsafe { libc::ioctl(host, TIOCGPTN as _, &mut n) } < 0 {
+                return Err(Errno::last());
+            }
+            t.write_u32(arg, n)?;
+            Ok(0)
+        }
+        TIOCSPTLCK => {
+            let mut b = [0u8; 4];
+            t.copy_in(arg, &mut b)?;
+            let v: libc::c_int = i32::from_le_bytes(b);
+            // SAFETY: TIOCSPTLCK reads one int.
+            if unsafe { libc::ioctl(host, TIOCSPTLCK as _, &v) } < 0 {
+                return Err(Errno::last());
+            }
+            Ok(0)
+        }
+        _ => {
+            // TIOCGPTPEER: the argument is open flags (by value), which Linux passes to the
+            // open as they are: the access mode, O_NONBLOCK and O_CLOEXEC count here (the
+            // host's open always has O_NOCTTY: the runtime never takes a terminal).
+            let flags = arg.raw() as i32;
+            let host_flags = (flags & (libc::O_ACCMODE | libc::O_NONBLOCK)) | libc::O_NOCTTY | libc::O_CLOEXEC;
+            // SAFETY: TIOCGPTPEER takes its flags by value and returns a new fd.
+            let fd = unsafe { libc::ioctl(host, TIOCGPTPEER as _, host_flags as libc::c_ulong) };
+            if fd < 0 {
+                return Err(Errno::last());
+            }
+            // SAFETY: a fresh fd owned by nobody else.
+            let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            let mut n: libc::c_uint = 0;
+            // SAFETY: TIOCGPTN writes one unsigned int.
+            let name = if unsafe { libc::ioctl(host, TIOCGPTN as _, &mut n) } == 0 {
+                format!("/dev/pts/{n}").into_bytes()
+            } else {
+                b"/dev/pts/?".to_vec()
+            };
+            let file = Arc::new(OpenFile::new(owned, FileKind::Regular, Some(name)));
+            Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
+        }
     }
 }
 
