@@ -145,6 +145,8 @@ pub struct Hibernator {
     /// The sandbox's anonymous shared memory written out by the last deflate, restored in
     /// full at the next wake.
     shared_swap: Option<SharedSwap>,
+    /// The most bytes the swap and REAP files may hold (`--swap-quota`).
+    swap_quota: Option<u64>,
 }
 
 /// Shared memory (MAP_SHARED anonymous, System V) deflated: its pages in a swap file
@@ -305,6 +307,7 @@ pub fn new(
         first_pid: None,
         processes: std::collections::BTreeMap::new(),
         shared_swap: None,
+        swap_quota: None,
     };
     Ok((hib, HibernateHandle { shared, control }))
 }
@@ -340,7 +343,12 @@ impl HibernateHandle {
             mb.reply = None;
         }
         let shared = self.shared.clone();
-        let taken = move || shared.lock_mailbox().parked;
+        // Parked, or already answered (a deflate refused at once may unpark before a poll
+        // sees it parked).
+        let taken = move || {
+            let mb = shared.lock_mailbox();
+            mb.parked || mb.reply.is_some()
+        };
         if !self.control.request_park(taken, timeout) {
             self.control.clear_park();
             let mut mb = self.shared.lock_mailbox();
@@ -483,6 +491,29 @@ impl ParkHook for Hibernator {
 }
 
 impl Hibernator {
+    /// Bounds the bytes the sandbox's swap and REAP files may hold.
+    pub fn set_swap_quota(&mut self, quota: Option<u64>) {
+        self.swap_quota = quota;
+    }
+
+    /// The most bytes a deflate of `live` could write: every page the processes' allocators
+    /// hold (zero pages and clean file pages are not written, so this bounds from above) and
+    /// every resident page of anonymous shared memory.
+    fn deflate_bound(
+        live: &[(i32, kernel::task::ProcessResources)],
+        space: &mm::SharedSpace,
+    ) -> u64 {
+        let mut pages = 0u64;
+        for (_, r) in live {
+            let mm = r.mm.lock().unwrap_or_else(|e| e.into_inner());
+            pages += (mm.allocator().total_pages() - mm.allocator().free_pages()) as u64;
+        }
+        for w in space.anonymous_windows() {
+            pages += w.size() / PAGE_SIZE;
+        }
+        pages * PAGE_SIZE
+    }
+
     /// Parks every thread of the sandbox but the caller's: the other threads of its process,
     /// then every other process, again until no new process appeared meanwhile (a fork in
     /// flight). The groups stopped are pushed on `stopped` for the caller to resume, also
@@ -564,6 +595,15 @@ impl Hibernator {
                 fds: task.fds.clone(),
             },
         ));
+        if let Some(quota) = self.swap_quota {
+            let bound = Self::deflate_bound(&live, &task.group.procs.shm);
+            if bound > quota {
+                return Err(format!(
+                    "the swap quota ({quota} bytes) could be exceeded: the sandbox holds \
+                     {bound} bytes of memory to write"
+                ));
+            }
+        }
         // Processes gone since the last deflate: their files go too.
         let gone: Vec<i32> = self
             .processes

@@ -320,6 +320,11 @@ pub struct RunArgs {
     /// set recorded on the first wake), auto (reap, re-recording when many faults miss the set).
     #[arg(long, default_value = "auto", value_parser = parse_wake_mode)]
     pub wake_mode: hibernate::engine::WakeMode,
+    /// The most bytes the sandbox's swap and REAP files may hold (e.g. 256M, 2G): a hibernate
+    /// that could need more fails with a clear error and the sandbox stays hot. Default: no
+    /// limit but the disk's.
+    #[arg(long, value_parser = parse_bytes)]
+    pub swap_quota: Option<u64>,
     /// Run in the background: print the sandbox ID once the program runs, and return.
     #[arg(long, short = 'd')]
     pub detach: bool,
@@ -338,8 +343,8 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-/// Parses `512M`, `1G`, `4096K` or a byte count, rounded up to 4 MiB.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+/// Parses a byte count with an optional K, M or G suffix (powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, mult) = match s.chars().last() {
         Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
@@ -350,9 +355,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let n: u64 = num
         .parse()
         .map_err(|_| format!("bad size {s:?}: expected e.g. 512M or 1G"))?;
-    let bytes = n
-        .checked_mul(mult)
-        .ok_or_else(|| format!("size {s:?} is too large"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// Parses `512M`, `1G`, `4096K` or a byte count, rounded up to 4 MiB.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let bytes = parse_bytes(s)?;
     let granule = platform::memory::MEMORY_GRANULE;
     let rounded = bytes.div_ceil(granule).saturating_mul(granule);
     if rounded < 16 << 20 {

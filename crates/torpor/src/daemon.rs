@@ -75,11 +75,12 @@ pub fn serve(
     cfg: &SandboxConfig,
     id: &str,
     mode: WakeMode,
+    swap_quota: Option<u64>,
     ready: Option<OwnedFd>,
     holding: Holding,
 ) -> Result<u8> {
     let mut ready = ready;
-    let result = start(cfg, id, mode, &holding, &mut ready);
+    let result = start(cfg, id, (mode, swap_quota), &holding, &mut ready);
     match result {
         Err(e) => {
             crate::ready::report(ready, Err(&e));
@@ -95,7 +96,7 @@ pub fn serve(
 fn start(
     cfg: &SandboxConfig,
     id: &str,
-    mode: WakeMode,
+    (mode, swap_quota): (WakeMode, Option<u64>),
     holding: &Holding,
     ready: &mut Option<OwnedFd>,
 ) -> Result<u8> {
@@ -125,8 +126,9 @@ fn start(
     let cfg = &cfg;
     let mut sandbox = Sandbox::build(cfg)?;
     let control = sandbox.control();
-    let (hook, hib) = engine::new(sandbox.memory(), control.clone(), dir.clone(), mode)
+    let (mut hook, hib) = engine::new(sandbox.memory(), control.clone(), dir.clone(), mode)
         .context("setting up hibernation")?;
+    hook.set_swap_quota(swap_quota);
     sandbox.set_park_hook(Box::new(hook));
     let sock = dir.join("control.sock");
     let listener = {

@@ -79,6 +79,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         &cfg,
         &id,
         args.wake_mode,
+        args.swap_quota,
         crate::ready::from_fd(args.ready_fd),
         holding,
     )

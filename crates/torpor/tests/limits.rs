@@ -61,3 +61,57 @@ fn sandbox_memory_is_bounded_across_its_processes() {
     assert!(!resp.body_str().is_empty());
     drop(neighbour);
 }
+
+/// A hibernate whose swap could exceed `--swap-quota` fails with a clear error and leaves
+/// the sandbox hot (serving, nothing written); a quota with room lets it hibernate.
+#[test]
+fn swap_quota_keeps_the_sandbox_hot() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let server = r.guest_program("http_server");
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_torpor"));
+    let port = testutil::free_port();
+    let publish = format!("{port}:8080");
+    let sb = Detached::start(
+        &bin,
+        &["-p", &publish, "--swap-quota", "64K"],
+        r.path(),
+        &server,
+        &["8080"],
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(Detached::wait_until(Duration::from_secs(10), || {
+        testutil::http_get(addr, "/", Duration::from_secs(2)).is_ok()
+    }));
+    let o = sb.verb("hibernate", &[]);
+    assert_ne!(o.code(), 0, "the quota must refuse it");
+    assert!(o.stderr_str().contains("swap quota"), "{}", o.stderr_str());
+    let state = sb.stat("state");
+    assert!(state == "hot" || state == "running", "{state}");
+    let swap_files = std::fs::read_dir(sb.dir())
+        .expect("state dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("swap"))
+        .count();
+    assert_eq!(swap_files, 0, "nothing written");
+    assert!(testutil::http_get(addr, "/", Duration::from_secs(5)).is_ok());
+
+    let port2 = testutil::free_port();
+    let publish2 = format!("{port2}:8080");
+    let roomy = Detached::start(
+        &bin,
+        &["-p", &publish2, "--swap-quota", "1G"],
+        r.path(),
+        &server,
+        &["8080"],
+    );
+    let addr2 = std::net::SocketAddr::from(([127, 0, 0, 1], port2));
+    assert!(Detached::wait_until(Duration::from_secs(10), || {
+        testutil::http_get(addr2, "/", Duration::from_secs(2)).is_ok()
+    }));
+    roomy.ok("hibernate", &[]);
+    assert_eq!(roomy.stat("state"), "hibernated");
+    assert!(testutil::http_get(addr2, "/", Duration::from_secs(5)).is_ok());
+}

@@ -165,6 +165,7 @@ pub fn holder(
         &cfg,
         id,
         b.wake_mode,
+        None,
         ready,
         crate::daemon::Holding::Oci {
             bundle: b.dir,
