@@ -446,6 +446,50 @@ static void test_process_signal_to_sigwait(void) {
     sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
+/* A blocking write to a full pipe returns early only for a signal: another thread's munmap
+ * (which makes the runtime kick every thread) does not cut it short; SIGALRM then does, with
+ * the partial count. */
+static int pipe_r;
+static volatile int alarm_hits;
+static void alarm_handler(int sig) { (void)sig; alarm_hits++; }
+
+static void *read_one_then_munmap(void *arg) {
+    (void)arg;
+    char c;
+    read(pipe_r, &c, 1);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    for (int i = 0; i < 5; i++) {
+        void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        *(volatile char *)p = 1;
+        munmap(p, 4096);
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void test_partial_pipe_write(void) {
+    int p[2];
+    pipe(p);
+    pipe_r = p[0];
+    struct sigaction sa = {0};
+    sa.sa_handler = alarm_handler;
+    sigaction(SIGALRM, &sa, NULL);
+    size_t len = 4 * 1024 * 1024 + 1;
+    char *buf = calloc(1, len);
+    pthread_t th;
+    pthread_create(&th, NULL, read_one_then_munmap, NULL);
+    alarm(2);
+    ssize_t n = write(p[1], buf, len);
+    alarm(0);
+    pthread_join(th, NULL);
+    say("blocking pipe write interrupted by SIGALRM: %zd bytes, handler ran %d\n", n, alarm_hits);
+    free(buf);
+    close(p[0]);
+    close(p[1]);
+    signal(SIGALRM, SIG_DFL);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "all";
     if (strcmp(mode, "badstack") == 0) {
@@ -519,6 +563,7 @@ int main(int argc, char **argv) {
     test_resethand();
     test_ignore();
     test_process_signal_to_sigwait();
+    test_partial_pipe_write();
     install(SIGABRT, abrt_handler, 0);
     say("aborting\n");
     abort();

@@ -48,7 +48,60 @@ pub fn write_from_user(
     let f = check_rw(t, fd)?;
     let len = len.min(MAX_RW);
     let runs = t.user_ranges(buf, len, false)?;
-    fd::write_from_guest(&t.mem, f.host(), &runs, offset)
+    let mut done = fd::write_from_guest(&t.mem, f.host(), &runs, offset)?;
+    // Linux's blocking write to a pipe, socket or terminal returns early only for a signal:
+    // the host's returns early for the runtime's own kicks too (another thread's munmap, a
+    // park), so the rest is written unless the task has a signal or a park waiting.
+    if done == 0 || done >= len || !blocking_stream(&f) {
+        return Ok(done);
+    }
+    while done < len && !interrupted(t) {
+        let rest = skip_runs(&runs, done);
+        match fd::write_from_guest(&t.mem, f.host(), &rest, offset.map(|o| o + done as i64)) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e == Errno::EINTR || e == Errno::EAGAIN => continue,
+            // An error after some bytes went: the count, as Linux returns it.
+            Err(_) => break,
+        }
+    }
+    Ok(done)
+}
+
+/// Whether `f` is a pipe, socket or character device open in blocking mode.
+fn blocking_stream(f: &crate::fd::OpenFile) -> bool {
+    let host = f.host().as_raw_fd();
+    // SAFETY: F_GETFL on an fd we own.
+    let fl = unsafe { libc::fcntl(host, libc::F_GETFL) };
+    if fl < 0 || fl & libc::O_NONBLOCK != 0 {
+        return false;
+    }
+    // SAFETY: fstat on an fd we own into a zeroed stat buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(host, &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR)
+}
+
+/// Whether the task has a signal to take or a park request: a blocking call returns then.
+fn interrupted(t: &Task) -> bool {
+    t.control.signal_pending() || t.control.park_requested() || t.signals.has_deliverable()
+}
+
+/// `runs` without their first `skip` bytes.
+fn skip_runs(runs: &[(platform::Gpa, u64)], mut skip: u64) -> Vec<(platform::Gpa, u64)> {
+    let mut out = Vec::with_capacity(runs.len());
+    for &(gpa, len) in runs {
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        out.push((platform::Gpa(gpa.0 + skip), len - skip));
+        skip = 0;
+    }
+    out
 }
 
 /// Implements read(2).
