@@ -291,6 +291,33 @@ static void pty_checks(void) {
     close(m);
 }
 
+/* memfd_create: an anonymous file that reads, writes, truncates and maps. */
+static void memfd(void) {
+    int fd = memfd_create("misc", MFD_CLOEXEC);
+    char link[64], want[64], b[16] = {0};
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, want, sizeof want - 1);
+    want[n > 0 ? n : 0] = 0;
+    printf("memfd_create: %s, cloexec %d, link %s", fd >= 0 ? "ok" : res(fd),
+           (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0, want);
+    n = write(fd, "in a memfd", 10);
+    printf(", write %zd, offset %lld", n, (long long)lseek(fd, 0, SEEK_CUR));
+    printf(", ftruncate %d", ftruncate(fd, 8192));
+    char *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    memcpy(b, m, 10);
+    m[4096] = 'z';
+    char z = 0;
+    pread(fd, &z, 1, 4096);
+    printf(", mapped %s, store seen by pread %c\n", b, z);
+    munmap(m, 8192);
+    close(fd);
+    char longname[300];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    printf("memfd_create long name: %s, flags 0x100: %s\n", res(memfd_create(longname, 0)),
+           res(memfd_create("x", 0x100)));
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "pty") == 0) {
         pty_checks();
@@ -342,5 +369,6 @@ int main(int argc, char **argv) {
     scheduling();
     many_ready();
     clocks_and_sync();
+    memfd();
     return 0;
 }

@@ -623,3 +623,46 @@ pub fn sys_flock(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     Ok(0)
 }
+
+/// Implements memfd_create(2): an anonymous file, unlinked from the start (`O_TMPFILE`) in the
+/// root's `/dev/shm`, else its `/tmp`, so that its pages count where the sandbox's other files
+/// do (a host memfd would be host memory outside the sandbox's limit). It reads, writes,
+/// truncates and maps like Linux's; `/proc/self/fd` names it `/memfd:NAME (deleted)`. File
+/// seals are not supported (F_ADD_SEALS is EINVAL), nor MFD_HUGETLB (EINVAL).
+pub fn sys_memfd_create(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    const MFD_CLOEXEC: u32 = 1;
+    const MFD_ALLOW_SEALING: u32 = 2;
+    const MFD_NOEXEC_SEAL: u32 = 8;
+    const MFD_EXEC: u32 = 0x10;
+    /// Linux's MFD_NAME_MAX_LEN (NAME_MAX minus "memfd:").
+    const NAME_MAX_LEN: usize = 249;
+    let flags = a.u(1) as u32;
+    if flags & !(MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL | MFD_EXEC) != 0
+        || (flags & MFD_NOEXEC_SEAL != 0 && flags & MFD_EXEC != 0)
+    {
+        return Err(Errno::EINVAL);
+    }
+    let name = t.copy_in_str(a.gva(0), NAME_MAX_LEN + 1).map_err(|e| {
+        if e == Errno::ENAMETOOLONG {
+            Errno::EINVAL
+        } else {
+            e
+        }
+    })?;
+    let mut fd = Err(Errno::ENOENT);
+    for dir in [&b"/dev/shm"[..], b"/tmp"] {
+        fd = t.root.open_at(dir, libc::O_TMPFILE | libc::O_RDWR, 0o600);
+        if fd.is_ok() {
+            break;
+        }
+    }
+    let fd = fd.map_err(|e| {
+        tracing::warn!("memfd_create: no O_TMPFILE in the root's /dev/shm or /tmp: {e}");
+        Errno::ENOMEM
+    })?;
+    let mut path = b"/memfd:".to_vec();
+    path.extend_from_slice(&name);
+    path.extend_from_slice(b" (deleted)");
+    let file = Arc::new(OpenFile::new(fd, FileKind::Regular, Some(path)));
+    Ok(t.fds.insert(file, flags & MFD_CLOEXEC != 0)? as u64)
+}

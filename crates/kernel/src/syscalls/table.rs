@@ -263,6 +263,7 @@ table! {
     261 futimesat => sys_attr::sys_futimesat, Full;
     280 utimensat => sys_attr::sys_utimensat, Full;
     285 fallocate => sys_file::sys_fallocate, Full;
+    319 memfd_create => sys_file::sys_memfd_create, Partial("an unlinked file (O_TMPFILE) in the root's /dev/shm or /tmp, counted with the sandbox's files; no file seals, no MFD_HUGETLB");
     162 sync => sys_file::sys_sync, Partial("flushes the filesystem holding the root");
     306 syncfs => sys_file::sys_syncfs, Full;
     436 close_range => sys_file::sys_close_range, Partial("CLOSE_RANGE_UNSHARE leaves the table shared with the process's threads");
