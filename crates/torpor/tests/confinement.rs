@@ -137,3 +137,36 @@ fn an_oci_holder_cannot_open_host_files() {
         "{stderr}"
     );
 }
+
+/// Host objects handed to the application (the host's /dev/null, the runtime's stdio, an
+/// eventfd's shared anonymous inode) keep their metadata: chmod, chown, utimes and xattrs on
+/// them are EPERM, and the host's /dev/null is unchanged afterwards.
+#[test]
+fn host_objects_keep_their_metadata() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("host_objects");
+    let before = std::fs::metadata("/dev/null").expect("/dev/null");
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_eq!(out.code(), 0, "{}", out.stderr_str());
+    let text = out.stdout_str();
+    for line in text.lines().skip(1).take(8) {
+        // Through /proc/self/fd the path is not found in a root without /proc: no change
+        // either way.
+        let refused = line.ends_with(": EPERM")
+            || (line.starts_with("chmod /proc/self/fd") && line.ends_with(": ENOENT"));
+        assert!(refused, "{line}\n{text}");
+    }
+    assert!(text.contains("/dev/null mode still 0666: 1"), "{text}");
+    let after = std::fs::metadata("/dev/null").expect("/dev/null");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (before.mode(), before.uid(), before.gid()),
+        (after.mode(), after.uid(), after.gid())
+    );
+}

@@ -20,6 +20,29 @@ use crate::task::Task;
 const AT_SYMLINK_NOFOLLOW: i32 = 0x100;
 const AT_EMPTY_PATH: i32 = 0x1000;
 
+/// Whether the application may change the metadata (mode, owner, times, extended attributes)
+/// of the host object behind `fd`: regular files, directories, symlinks, FIFOs and sockets
+/// only. Device nodes (the host's `/dev/null` handed to a root without `/dev`, a terminal
+/// passed as stdio) and anonymous inodes (eventfds, epoll, memfd-less `anon_inode`s, one
+/// inode shared by the whole host) are EPERM: changing them would change the host's.
+pub(super) fn may_change_metadata(fd: libc::c_int) -> Result<(), Errno> {
+    let st = stat_fd(fd)?;
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG | libc::S_IFDIR | libc::S_IFLNK | libc::S_IFIFO | libc::S_IFSOCK => Ok(()),
+        _ => Err(Errno::EPERM),
+    }
+}
+
+/// [`may_change_metadata`] for a descriptor of the table: also EPERM for the runtime's own
+/// stdio streams passed through (a host file, pipe or terminal the sandbox was given to
+/// write, not to own).
+pub(super) fn may_change_file(f: &crate::fd::OpenFile) -> Result<(), Errno> {
+    if matches!(f.kind, crate::fd::FileKind::Stdio) {
+        return Err(Errno::EPERM);
+    }
+    may_change_metadata(f.host().as_raw_fd())
+}
+
 fn host(r: libc::c_int) -> SysResult {
     if r != 0 {
         return Err(Errno::last());
@@ -37,6 +60,7 @@ fn chmod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, flags: i32) -> SysRe
         t.copy_in_path(path)?
     };
     let fd = open_path(t, dirfd, &p, flags)?;
+    may_change_metadata(fd.as_raw_fd())?;
     if flags & AT_SYMLINK_NOFOLLOW != 0 {
         // fchmodat2(2): a symlink's mode cannot be changed.
         let st = stat_fd(fd.as_raw_fd())?;
@@ -67,6 +91,7 @@ pub fn sys_fchmodat2(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Implements fchmod(2).
 pub fn sys_fchmod(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
+    may_change_file(&f)?;
     // SAFETY: fchmod on an fd we own.
     host(unsafe { libc::fchmod(f.host().as_raw_fd(), a.u(1) as u32 & 0o7777) })
 }
@@ -81,6 +106,7 @@ fn chown_at(t: &mut Task, dirfd: i32, path: Gva, uid: u32, gid: u32, flags: i32)
         t.copy_in_path(path)?
     };
     let fd = open_path(t, dirfd, &p, flags)?;
+    may_change_metadata(fd.as_raw_fd())?;
     // SAFETY: an O_PATH fd we own, the empty path with AT_EMPTY_PATH (acts on the fd's inode,
     // a symlink itself when it was opened without following).
     host(unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, AT_EMPTY_PATH) })
@@ -118,6 +144,7 @@ pub fn sys_fchownat(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Implements fchown(2).
 pub fn sys_fchown(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
+    may_change_file(&f)?;
     // SAFETY: fchown on an fd we own.
     host(unsafe { libc::fchown(f.host().as_raw_fd(), a.u(1) as u32, a.u(2) as u32) })
 }
@@ -170,6 +197,7 @@ fn utimens(
             return Err(Errno::EINVAL);
         }
         let f = t.fds.get(dirfd)?;
+        may_change_file(&f)?;
         // The raw call: the C library's wrapper refuses a null path.
         // SAFETY: an fd we own, a null path and two timespecs (or null).
         let r = unsafe {
@@ -189,6 +217,7 @@ fn utimens(
         t.copy_in_path(path)?
     };
     let fd = open_path(t, dirfd, &p, flags)?;
+    may_change_metadata(fd.as_raw_fd())?;
     // SAFETY: an O_PATH fd we own, the empty path with AT_EMPTY_PATH, two timespecs or null.
     host(unsafe {
         libc::utimensat(

@@ -84,6 +84,15 @@ fn ret(r: isize) -> SysResult {
     Ok(r as u64)
 }
 
+/// EPERM unless the application may change the target's metadata (see
+/// [`super::sys_attr::may_change_metadata`]).
+fn may_change(host: &Host) -> Result<(), Errno> {
+    match host {
+        Host::Path { _fd, .. } => super::sys_attr::may_change_metadata(_fd.as_raw_fd()),
+        Host::Fd(f) => super::sys_attr::may_change_file(f),
+    }
+}
+
 fn set(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
     let (size, flags) = (a.u(3) as usize, a.int(4));
     if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
@@ -99,6 +108,7 @@ fn set(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
     if privileged(&name) {
         return Err(Errno::EPERM);
     }
+    may_change(&host)?;
     let (v, n) = (value.as_ptr().cast(), value.len());
     let r = match &host {
         // SAFETY: NUL-terminated path and name, a value buffer of `n` bytes.
@@ -154,6 +164,7 @@ fn remove(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
     if privileged(&name) {
         return Err(Errno::EPERM);
     }
+    may_change(&host)?;
     let r = match &host {
         // SAFETY: NUL-terminated path and name.
         Host::Path { proc, .. } => unsafe { libc::removexattr(proc.as_ptr(), name.as_ptr()) },
