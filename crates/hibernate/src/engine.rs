@@ -1029,6 +1029,41 @@ impl Hibernator {
             })?)
         };
 
+        // The userfaultfd registration comes before anything is dropped (without it, a
+        // dropped page would read as zero); a failure here leaves the process as it was.
+        if pm.uffd.is_none() {
+            let made = (|| -> Result<Arc<Uffd>, String> {
+                // Blocking reads, close-on-exec, kernel-mode faults too (the runtime's own
+                // copies into guest memory fault like the guest's touches).
+                let uffd = Uffd::new().map_err(|e| format!("userfaultfd: {e}"))?;
+                let start = layout::RESERVED_END.raw();
+                // SAFETY: in bounds: guest memory is larger than the reserved chunk.
+                let host = unsafe { mem.host_base().add(start as usize) };
+                uffd.register(host.cast(), (mem.size() - start) as usize)
+                    .map_err(|e| format!("UFFDIO_REGISTER: {e}"))?;
+                let uffd = Arc::new(uffd);
+                pager::spawn(
+                    uffd.clone(),
+                    &mem,
+                    pm.pager.clone(),
+                    self.shared.metrics.clone(),
+                    self.dir.join("error"),
+                )
+                .map_err(|e| format!("starting the uffd thread: {e}"))?;
+                Ok(uffd)
+            })();
+            match made {
+                Ok(u) => pm.uffd = Some(u),
+                Err(e) => {
+                    let _ = reader.remove();
+                    if let Some(r) = &reap_reader {
+                        let _ = r.remove();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+
         // 2. Nothing can fail past this point that would lose data: drop pages.
         let runs: Vec<(Gpa, u64)> = mm.allocator().free_page_runs().collect();
         for (gpa, n) in runs {
@@ -1062,28 +1097,6 @@ impl Hibernator {
         pm.record_next = record_next;
         drop(pager);
         drop(mm);
-
-        // 3. Register guest memory (above the platform's chunk) with userfaultfd, once.
-        if pm.uffd.is_none() {
-            // Blocking reads, close-on-exec, kernel-mode faults too (the runtime's own copies
-            // into guest memory fault like the guest's touches).
-            let uffd = Uffd::new().map_err(|e| format!("userfaultfd: {e}"))?;
-            let start = layout::RESERVED_END.raw();
-            // SAFETY: in bounds: guest memory is larger than the reserved chunk.
-            let host = unsafe { mem.host_base().add(start as usize) };
-            uffd.register(host.cast(), (mem.size() - start) as usize)
-                .map_err(|e| format!("UFFDIO_REGISTER: {e}"))?;
-            let uffd = Arc::new(uffd);
-            pager::spawn(
-                uffd.clone(),
-                &mem,
-                pm.pager.clone(),
-                self.shared.metrics.clone(),
-                self.dir.join("error"),
-            )
-            .map_err(|e| format!("starting the uffd thread: {e}"))?;
-            pm.uffd = Some(uffd);
-        }
 
         report.took_us = start.elapsed().as_micros() as u64;
         Ok(report)

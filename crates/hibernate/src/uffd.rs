@@ -15,6 +15,7 @@
 use std::ffi::c_void;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 
 use linux_raw_sys::general::{
     __NR_userfaultfd, uffd_msg, uffdio_api, uffdio_copy, uffdio_range, uffdio_register,
@@ -55,9 +56,15 @@ impl Uffd {
     /// The errno of `userfaultfd(2)` (`EPERM` when not permitted) or of `UFFDIO_API`.
     pub fn new() -> io::Result<Self> {
         // SAFETY: userfaultfd(2) takes one flags argument and touches no memory of this process.
-        let fd = unsafe { libc::syscall(libc::c_long::from(__NR_userfaultfd), libc::O_CLOEXEC) };
+        let mut fd = unsafe { libc::syscall(libc::c_long::from(__NR_userfaultfd), libc::O_CLOEXEC) };
         if fd < 0 {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EPERM) {
+                return Err(e);
+            }
+            // Without CAP_SYS_PTRACE (a user who is not root): Linux 6.1's /dev/userfaultfd
+            // gives the same descriptor to whoever may open it.
+            fd = libc::c_long::from(Self::from_device().map_err(|_| e)?);
         }
         // SAFETY: `fd` is a descriptor just returned by the kernel, owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
@@ -70,6 +77,23 @@ impl Uffd {
         // SAFETY: UFFDIO_API reads and writes a `uffdio_api`, which `api` is.
         unsafe { uffd.ioctl(UFFDIO_API, &mut api) }?;
         Ok(uffd)
+    }
+
+    /// A userfaultfd from `/dev/userfaultfd` (`USERFAULTFD_IOC_NEW`), as a raw descriptor.
+    fn from_device() -> io::Result<RawFd> {
+        let dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open("/dev/userfaultfd")?;
+        /// `_IO(0xAA, 0x00)`.
+        const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xAA00;
+        // SAFETY: the ioctl takes the new descriptor's flags by value.
+        let fd = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW, libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(fd)
     }
 
     /// Registers `len` bytes at `start` (page-aligned, an existing private anonymous or shared

@@ -22,6 +22,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // As every Unix tool: a verb whose output pipe closes (`torpor stats ID | head`) ends
+    // quietly instead of panicking on EPIPE. The holder (`run`) ignores SIGPIPE itself.
+    // SAFETY: setting a signal disposition to SIG_DFL has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = cli::Cli::parse();
     cli::set_global(&cli.global);
     if let Some(root) = &cli.global.root {

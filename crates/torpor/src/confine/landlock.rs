@@ -1,6 +1,6 @@
 //! The holder's filesystem view, narrowed with Landlock: once confined, it can open files only
 //! beneath the sandbox's root (with its volumes), its state directory, `/dev/kvm` (a fork or
-//! execve opens a new VM), the harmless character devices the kernel may hand the
+//! execve opens a new VM), `/dev/userfaultfd` (hibernation without CAP_SYS_PTRACE), the harmless character devices the kernel may hand the
 //! application, and read `/proc` and the CPU topology in `/sys`. Everything else on the host
 //! is EACCES, whatever the holder's uid and capabilities.
 //!
@@ -135,6 +135,7 @@ pub fn restrict(trees: &[&Path]) -> Result<bool> {
         allow(&ruleset, t, FULL & known)?;
     }
     allow(&ruleset, Path::new("/dev/kvm"), DEVICE & known)?;
+    allow(&ruleset, Path::new("/dev/userfaultfd"), DEVICE & known)?;
     for dev in [
         "/dev/null",
         "/dev/zero",
