@@ -281,6 +281,36 @@ impl Vcpu {
         self.index
     }
 
+    /// Whether this vCPU belongs to the VM over `mem`.
+    pub fn is_over(&self, mem: &Arc<GuestMemory>) -> bool {
+        Arc::ptr_eq(&self.mem, mem)
+    }
+
+    /// Makes a vCPU whose thread ended ready for a new thread of the same process (KVM
+    /// cannot destroy a vCPU, so indexes would run out): page tables at `cr3`, no event in
+    /// flight, no immediate exit, fresh user state (the caller sets registers and FPU).
+    ///
+    /// # Errors
+    /// [`VcpuError::Kvm`] if KVM refuses to clear the events.
+    pub fn reset_for_new_thread(&mut self, cr3: Gpa) -> Result<(), VcpuError> {
+        self.fd
+            .set_vcpu_events(&kvm_bindings::kvm_vcpu_events::default())
+            .map_err(|source| VcpuError::Kvm {
+                op: "SET_VCPU_EVENTS",
+                source,
+            })?;
+        self.set_immediate_exit(false);
+        self.kernel_sregs.cr3 = cr3.raw();
+        self.user = UserContext {
+            regs: Regs {
+                rflags: RFLAGS_RESERVED,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Ok(())
+    }
+
     /// Number of exits taken so far.
     pub fn exits(&self) -> u64 {
         self.exits

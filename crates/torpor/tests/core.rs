@@ -578,7 +578,11 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
         // memfd_create was ENOSYS.
         "memfd_create: ok, cloexec 1, link /memfd:misc (deleted), write 10, offset 10",
     ] {
-        assert!(out.stdout_str().contains(line), "no {line:?} in:\n{}", out.stdout_str());
+        assert!(
+            out.stdout_str().contains(line),
+            "no {line:?} in:\n{}",
+            out.stdout_str()
+        );
     }
 }
 
@@ -613,6 +617,31 @@ fn pseudo_terminals_match_native() {
         "{}",
         out.stdout_str()
     );
+}
+
+/// 2,000 threads over a process's life (8 at a time), more than a VM's 255 vCPUs: ended
+/// threads' vCPUs are reused, each new thread starting with its creator's FPU state
+/// (`tests/guest/many_threads.c`, compared with a native run).
+#[test]
+fn thousands_of_threads_over_a_process_life() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let bin = testutil::build_static_c(
+        "many_threads",
+        &testutil::guest_source("many_threads"),
+        &["-pthread"],
+    );
+    r.binary("/bin/many_threads", &bin);
+    let native = testutil::native(&bin, &[] as &[&str], r.path(), &[], None);
+    native.assert_code(0);
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), "/bin/many_threads")
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), native.stdout_str());
 }
 
 #[test]

@@ -339,16 +339,25 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EPERM);
     }
     let slot = t.group.procs.reserve_task()?;
-    let index = t.group.alloc_vcpu_index();
-    if index >= platform::layout::MAX_VCPUS {
-        return Err(Errno::EAGAIN);
-    }
     let tid = t.group.alloc_tid();
     let cr3 = t.mm().cr3();
-    let mut vcpu = t.group.vm().create_vcpu(index, cr3).map_err(|e| {
-        tracing::warn!("clone: {e}");
-        Errno::EAGAIN
-    })?;
+    // A vCPU whose thread ended, else a new one (at most MAX_VCPUS live threads).
+    let group = t.group.clone();
+    let mut vcpu = t
+        .group
+        .vm()
+        .vcpu_for_thread(|| group.alloc_vcpu_index(), cr3)
+        .map_err(|e| {
+            tracing::warn!("clone: {e}");
+            Errno::EAGAIN
+        })?;
+    // The new thread starts with its creator's FPU state, as on Linux.
+    if let Ok(fpu) = t.vcpu.get_xsave() {
+        if let Err(e) = vcpu.set_xsave(&fpu) {
+            tracing::warn!("clone: {e}");
+            return Err(Errno::EAGAIN);
+        }
+    }
     start_like_parent(
         &mut vcpu,
         t,

@@ -227,6 +227,9 @@ impl Task {
                 if let Err(e) = self.run() {
                     tracing::error!("task {} of process {}: {e}", self.tid, self.pid);
                 }
+                // The vCPU goes to the next thread of the process (KVM cannot destroy it).
+                let vm = self.group.vm();
+                vm.recycle_vcpu(self.vcpu);
             })
             .map(|_| ())
     }
