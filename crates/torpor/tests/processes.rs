@@ -64,8 +64,15 @@ fn fork_exec_wait_match_native() {
     assert_same("processes", &nat, &got);
     assert!(got.stdout_str().ends_with("done\n"));
     // execveat (ENOSYS before) ran the program by a directory fd and by an open file.
-    for line in ["[by execveat] env FROM_PARENT=dirfd", "[by fexecve] env FROM_PARENT=fd"] {
-        assert!(got.stdout_str().contains(line), "no {line:?} in:\n{}", got.stdout_str());
+    for line in [
+        "[by execveat] env FROM_PARENT=dirfd",
+        "[by fexecve] env FROM_PARENT=fd",
+    ] {
+        assert!(
+            got.stdout_str().contains(line),
+            "no {line:?} in:\n{}",
+            got.stdout_str()
+        );
     }
 }
 
@@ -120,6 +127,31 @@ fn execve_from_a_thread_ends_the_others() {
     assert!(got
         .stdout_str()
         .contains("after exec: same pid=1 tid is pid=1 threads=1"));
+}
+
+/// setuid/setgroups in a process with threads (glibc's SIGSETXID to every thread) and
+/// pthread_cancel (SIGCANCEL) work: a signal one thread sends another carries SI_TKILL and the
+/// sender's pid, which glibc's handlers check (`tests/guest/setxid_threads.c`).
+#[test]
+fn id_changes_and_cancellation_with_threads() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = shell_root();
+    let prog = r.guest_program("setxid_threads");
+    let nat = testutil::native(
+        &r.host_path("bin/setxid_threads"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    assert_eq!(nat.code(), 0, "native run: {nat:?}");
+    let got = torpor()
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_same("setxid_threads", &nat, &got);
 }
 
 /// Runs `sh -c SCRIPT` with busybox natively (applets found through PATH in the root's bin)

@@ -295,10 +295,14 @@ fn self_signal(t: &mut Task, sig: i32) -> SysResult {
     if sig == 0 {
         return Ok(0);
     }
-    let blocked = sig != libc::SIGKILL
-        && sig != libc::SIGSTOP
-        && t.signals.mask & (1u64 << (sig - 1)) != 0;
-    if blocked && t.tid != t.pid && t.group.live() > 1 && t.group.signal_thread(t.pid, sig) {
+    let blocked =
+        sig != libc::SIGKILL && sig != libc::SIGSTOP && t.signals.mask & (1u64 << (sig - 1)) != 0;
+    let info = SigInfo::user(sig, signal::SI_USER, t.pid, t.creds.uid);
+    if blocked
+        && t.tid != t.pid
+        && t.group.live() > 1
+        && t.group.signal_thread_info(t.pid, sig, Some(info))
+    {
         return Ok(0);
     }
     send_self(t, SigInfo::user(sig, signal::SI_USER, t.pid, t.creds.uid))
@@ -329,7 +333,11 @@ fn signal_other_thread(t: &Task, tgid: Option<i32>, tid: i32, sig: i32) -> SysRe
             .chain(t.group.procs.live_groups().into_iter().map(|(_, g)| g))
             .collect(),
     };
-    if groups.iter().any(|g| g.signal_thread(tid, sig)) {
+    let info = SigInfo::user(sig, signal::SI_TKILL, t.pid, t.creds.uid);
+    if groups
+        .iter()
+        .any(|g| g.signal_thread_info(tid, sig, Some(info.clone())))
+    {
         Ok(0)
     } else {
         Err(Errno::ESRCH)

@@ -29,6 +29,9 @@ pub struct TaskControl {
     /// External signals not yet taken, one bit per signal (like Linux's standard signals,
     /// a second one of a kind before the first is taken merges with it).
     pending_signals: AtomicU64,
+    /// The siginfo of external signals that carry one (tgkill from another thread: SI_TKILL
+    /// and the sender's pid, which glibc's SIGSETXID and SIGCANCEL handlers check).
+    infos: Mutex<Vec<super::SigInfo>>,
     kicker: Mutex<VcpuKicker>,
     idle_hook: Mutex<Option<IdleHook>>,
 }
@@ -44,6 +47,7 @@ impl TaskControl {
             idle: AtomicBool::new(false),
             busy_periods: AtomicU64::new(0),
             pending_signals: AtomicU64::new(0),
+            infos: Mutex::new(Vec::new()),
             kicker: Mutex::new(kicker),
             idle_hook: Mutex::new(None),
         }
@@ -127,6 +131,29 @@ impl TaskControl {
         self.pending_signals
             .fetch_or(1u64 << (sig - 1), Ordering::SeqCst);
         self.kick();
+    }
+
+    /// [`send_signal`](Self::send_signal) with the siginfo the task must see.
+    pub fn send_siginfo(&self, info: super::SigInfo) {
+        let sig = info.signo();
+        if !(1..=64).contains(&sig) {
+            return;
+        }
+        self.infos
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(info);
+        self.send_signal(sig);
+    }
+
+    /// The siginfo sent with external signal `sig`, if one was (the first; the others of the
+    /// same signal are dropped, as a standard signal is pending once).
+    pub fn take_info(&self, sig: i32) -> Option<super::SigInfo> {
+        let mut infos = self.infos.lock().unwrap_or_else(|e| e.into_inner());
+        let first = infos.iter().position(|i| i.signo() == sig)?;
+        let info = infos.remove(first);
+        infos.retain(|i| i.signo() != sig);
+        Some(info)
     }
 
     /// Takes one pending external signal (the lowest-numbered), if any.

@@ -234,10 +234,19 @@ impl ThreadGroup {
     /// Sends thread `tid` of the group a signal (tgkill from another thread); false if no
     /// such thread lives.
     pub fn signal_thread(&self, tid: i32, sig: i32) -> bool {
+        self.signal_thread_info(tid, sig, None)
+    }
+
+    /// [`signal_thread`](Self::signal_thread) with the siginfo the thread must see (tgkill:
+    /// SI_TKILL and the sender's pid and uid).
+    pub fn signal_thread_info(&self, tid: i32, sig: i32, info: Option<super::SigInfo>) -> bool {
         match self.lock_members().iter().find(|m| m.tid == tid) {
             Some(m) => {
                 if sig != 0 {
-                    m.control.send_signal(sig);
+                    match info {
+                        Some(i) => m.control.send_siginfo(i),
+                        None => m.control.send_signal(sig),
+                    }
                     self.notify_signalfds(sig);
                 }
                 true

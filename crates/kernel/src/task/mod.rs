@@ -501,7 +501,11 @@ impl Task {
                 "external signal with the default action (terminates unless blocked)"
             );
         }
-        self.queue_signal(SigInfo::user(sig, signal::SI_USER, 0, 0));
+        let info = self
+            .control
+            .take_info(sig)
+            .unwrap_or_else(|| SigInfo::user(sig, signal::SI_USER, 0, 0));
+        self.queue_signal(info);
     }
 
     /// Raises a signal the task cannot block or ignore (kernel-sent, si_code SI_KERNEL): its
