@@ -136,6 +136,9 @@ pub fn restrict(trees: &[&Path]) -> Result<bool> {
     }
     allow(&ruleset, Path::new("/dev/kvm"), DEVICE & known)?;
     allow(&ruleset, Path::new("/dev/userfaultfd"), DEVICE & known)?;
+    // New pseudo-terminals for the application (openpty: /dev/ptmx, then its /dev/pts peer).
+    allow(&ruleset, Path::new("/dev/ptmx"), DEVICE & known)?;
+    allow(&ruleset, Path::new("/dev/pts"), (DEVICE | READ_DIR) & known)?;
     for dev in [
         "/dev/null",
         "/dev/zero",
