@@ -402,3 +402,68 @@ fn program_file_changed_while_hibernated_stops_the_sandbox() {
         o.stderr_str()
     );
 }
+
+/// A burst of 500 concurrent connections at a hibernated sandbox whose server asked for a
+/// backlog of 128: every one is answered (the host socket holds them all while the sandbox
+/// wakes), none dropped and retried by the client's SYN timer.
+#[test]
+fn a_burst_at_a_hibernated_sandbox_is_answered_in_full() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = testutil::Rootfs::new();
+    let prog = r.guest_program("http_server");
+    let port = testutil::free_port();
+    let publish = format!("{port}:8080");
+    let sb = Detached::start(
+        &std::path::PathBuf::from(env!("CARGO_BIN_EXE_torpor")),
+        &["-p", &publish],
+        r.path(),
+        &prog,
+        &["8080"],
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(Detached::wait_until(Duration::from_secs(10), || {
+        testutil::http_get(addr, "/", Duration::from_secs(2)).is_ok()
+    }));
+    sb.ok("hibernate", &[]);
+    let overflows_before = listen_overflows();
+    let started = std::time::Instant::now();
+    let clients: Vec<_> = (0..500)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let t0 = std::time::Instant::now();
+                let ok = testutil::http_get(addr, "/", Duration::from_secs(60)).is_ok();
+                (ok, t0.elapsed())
+            })
+        })
+        .collect();
+    let results: Vec<(bool, Duration)> = clients
+        .into_iter()
+        .map(|c| c.join().expect("client thread"))
+        .collect();
+    let answered = results.iter().filter(|(ok, _)| *ok).count();
+    let slowest = results.iter().map(|(_, d)| *d).max().unwrap_or_default();
+    println!(
+        "burst of 500: {answered} answered, slowest {slowest:?}, all within {:?}",
+        started.elapsed()
+    );
+    assert_eq!(answered, 500, "every connection answered");
+    // No connection was dropped at the door (the host's TcpExtListenOverflows counter).
+    assert_eq!(listen_overflows() - overflows_before, 0, "listen overflows");
+}
+
+/// The host's `TcpExt: ListenOverflows` counter (`/proc/net/netstat`).
+fn listen_overflows() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
+    let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "ListenOverflows")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}

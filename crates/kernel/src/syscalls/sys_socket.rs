@@ -828,15 +828,22 @@ pub fn sys_bind(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(0)
 }
 
+/// The host backlog of every listening socket: connections that arrive while the sandbox is
+/// hibernated, waking or busy wait in the host's queue instead of being dropped (clients would
+/// retry after 1, 3, 7… s). The host's `net.core.somaxconn` caps it (4096 by default).
+const HOST_BACKLOG: i32 = 4096;
+
 /// Implements listen(2). An unbound Internet stream socket is first bound through the policy
 /// (Linux would bind the wildcard address and an ephemeral port); an unbound Unix socket is
-/// EINVAL, from the host.
+/// EINVAL, from the host. The application's backlog is advisory, as on Linux: the host
+/// socket gets [`HOST_BACKLOG`] whatever it asks, so a burst at a hibernated sandbox is not
+/// dropped at the door (a larger queue than asked is what Linux itself may give).
 pub fn sys_listen(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (f, st) = socket_file(t, a.int(0))?;
     if st.kind == libc::SOCK_STREAM && st.family != libc::AF_UNIX {
         inet::ensure_bound(&t.net, &f, &st)?;
     }
-    host::listen(f.host(), a.int(1))?;
+    host::listen(f.host(), a.int(1).max(HOST_BACKLOG))?;
     if let Some(ino) = unix_ino(&st) {
         t.net.unix.note_listen(ino, ucred(t));
     }
