@@ -7,7 +7,8 @@
 //! - PostgreSQL 15: `initdb` and `postgres` as the `postgres` user (`--user`), a postmaster
 //!   and its background processes sharing 128 MiB of shared memory and semaphores, `psql`
 //!   from the host inserting rows and reading them back after each wake;
-//! - Redis: `redis-server`, `redis-cli` and `redis-benchmark` from the host.
+//! - Redis: `redis-server`, `redis-cli` and `redis-benchmark` from the host, and a
+//!   connection kept open across every hibernate whose next command wakes the sandbox.
 //!
 //! Each test needs /dev/kvm, the Debian root and the clients (curl, psql from
 //! postgresql-client, redis-cli and redis-benchmark from redis-tools; `scripts/test.sh`
@@ -122,7 +123,12 @@ fn nginx_master_and_workers_hibernate_and_wake() {
     );
     wait_for("nginx", &sb, || {
         Command::new("curl")
-            .args(["-sf", "--max-time", "2", &format!("http://127.0.0.1:{port}/hello")])
+            .args([
+                "-sf",
+                "--max-time",
+                "2",
+                &format!("http://127.0.0.1:{port}/hello"),
+            ])
             .output()
             .is_ok_and(|o| o.status.success())
     });
@@ -147,22 +153,20 @@ fn nginx_master_and_workers_hibernate_and_wake() {
 fn psql(port: u16, sql: &str) -> String {
     client(
         "psql",
-        Command::new("psql")
-            .env("PGCONNECT_TIMEOUT", "30")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-U",
-                "postgres",
-                "-X",
-                "-tA",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-c",
-                sql,
-            ]),
+        Command::new("psql").env("PGCONNECT_TIMEOUT", "30").args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-X",
+            "-tA",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ]),
     )
     .trim()
     .to_string()
@@ -202,11 +206,15 @@ fn postgresql_rows_survive_hibernation() {
         "create table t(i int primary key, s text); \
          insert into t select g, md5(g::text) from generate_series(1, 20000) g;",
     );
-    let digest = "select count(*) || ' ' || sum(i) || ' ' || md5(string_agg(s, ',' order by i)) from t";
+    let digest =
+        "select count(*) || ' ' || sum(i) || ' ' || md5(string_agg(s, ',' order by i)) from t";
     let mut expected = psql(port, digest);
     let mut rows = 20000u64;
     let mut sum: u64 = (1..=20000u64).sum();
-    assert!(expected.starts_with(&format!("{rows} {sum} ")), "{expected}");
+    assert!(
+        expected.starts_with(&format!("{rows} {sum} ")),
+        "{expected}"
+    );
     for cycle in 0..CYCLES {
         // A postmaster, a checkpointer, a background writer, a WAL writer, an autovacuum
         // launcher and a logical replication launcher.
@@ -257,9 +265,31 @@ fn redis_answers_redis_benchmark_across_hibernations() {
             .output()
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "PONG")
     });
-    let value: String = (0..4096).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let value: String = (0..4096)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
     assert_eq!(redis_cli(port, &["set", "big", &value]), "OK");
+    // A connection opened before the hibernates stays open across them: its next command
+    // wakes the sandbox and its answer arrives on it (inline commands, RESP replies).
+    let mut kept = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    kept.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    let mut ask = |cmd: &str| -> String {
+        use std::io::{Read, Write};
+        kept.write_all(format!("{cmd}\r\n").as_bytes())
+            .expect("send");
+        let mut buf = [0u8; 256];
+        let n = kept.read(&mut buf).expect("answer on the kept connection");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert_eq!(ask("PING"), "+PONG\r\n");
     for cycle in 0..CYCLES {
+        hibernate(&sb, 1);
+        assert_eq!(
+            ask(&format!("ECHO kept{cycle}")),
+            format!("${}\r\nkept{cycle}\r\n", 4 + cycle.to_string().len()),
+            "cycle {cycle}: the kept connection"
+        );
         hibernate(&sb, 1);
         assert_eq!(redis_cli(port, &["get", "big"]), value, "cycle {cycle}");
         assert_eq!(
@@ -288,5 +318,5 @@ fn redis_answers_redis_benchmark_across_hibernations() {
         }
     }
     assert_eq!(redis_cli(port, &["get", "counter"]), CYCLES.to_string());
-    assert_eq!(sb.stat_u64("wakes"), CYCLES as u64);
+    assert_eq!(sb.stat_u64("wakes"), 2 * CYCLES as u64);
 }
