@@ -97,6 +97,9 @@ static int serve(int c) {
         int quit = strcmp(path, "/quit") == 0;
         if (quit)
             keep = 0;
+        /* A request that takes a while (in flight when a hibernate is asked for). */
+        if (strcmp(path, "/slow") == 0)
+            usleep(800 * 1000);
 
         served++;
         char body[1200], resp[1600];

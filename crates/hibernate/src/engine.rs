@@ -364,6 +364,31 @@ impl HibernateHandle {
         }
     }
 
+    /// [`hibernate`](Self::hibernate) once the sandbox is idle: while it is serving a request
+    /// (running), waits up to `idle_timeout` for it to finish, so that an answer in flight is
+    /// not frozen with no request left to wake it; then refuses with a clear error.
+    ///
+    /// # Errors
+    /// [`HibernateError::State`] if it stays busy; as [`Self::hibernate`].
+    pub fn hibernate_when_idle(
+        &self,
+        idle_timeout: Duration,
+        park_timeout: Duration,
+    ) -> Result<DeflateReport, HibernateError> {
+        let deadline = Instant::now() + idle_timeout;
+        while matches!(self.state(), State::Running | State::HibernateRunning) {
+            if Instant::now() >= deadline {
+                return Err(HibernateError::State(format!(
+                    "the sandbox has been serving requests for {} s: not hibernated (ask \
+                     again when it is idle)",
+                    idle_timeout.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.hibernate(park_timeout)
+    }
+
     /// Pauses the sandbox (OCI `pause`): a hibernate that requests do not end. Connections
     /// that arrive meanwhile wait in the host's queues and are served after [`Self::resume`].
     ///

@@ -457,11 +457,16 @@ fn hibernate(d: &Daemon) -> Response {
     if d.exit.lock().map(|e| e.is_some()).unwrap_or(false) {
         return Response::error("the sandbox has stopped");
     }
-    match d.hib.hibernate(PARK_TIMEOUT) {
+    // Requests in flight finish first (10 s at most): their answers must not freeze with
+    // nothing left to wake the sandbox.
+    match d.hib.hibernate_when_idle(IDLE_TIMEOUT, PARK_TIMEOUT) {
         Ok(r) => Response::data(serde_json::to_value(r).unwrap_or_default()),
         Err(e) => Response::error(e),
     }
 }
+
+/// How long a hibernate waits for the requests in flight.
+const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn stats(d: &Daemon) -> serde_json::Value {
     let pid = std::process::id();

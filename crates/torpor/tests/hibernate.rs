@@ -467,3 +467,46 @@ fn listen_overflows() -> u64 {
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0)
 }
+
+/// A hibernate asked for while a request is being served waits for its answer (which would
+/// otherwise freeze with nothing left to wake the sandbox), then hibernates; the next request
+/// wakes it as usual.
+#[test]
+fn a_hibernate_waits_for_the_request_in_flight() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = testutil::Rootfs::new();
+    let prog = r.guest_program("http_server");
+    let port = testutil::free_port();
+    let publish = format!("{port}:8080");
+    let sb = Detached::start(
+        &std::path::PathBuf::from(env!("CARGO_BIN_EXE_torpor")),
+        &["-p", &publish],
+        r.path(),
+        &prog,
+        &["8080"],
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(Detached::wait_until(Duration::from_secs(10), || {
+        testutil::http_get(addr, "/", Duration::from_secs(2)).is_ok()
+    }));
+    // /slow takes 0.8 s to answer.
+    let slow =
+        std::thread::spawn(move || testutil::http_get(addr, "/slow", Duration::from_secs(30)));
+    assert!(Detached::wait_until(Duration::from_secs(5), || sb
+        .stat("state")
+        == "running"));
+    sb.ok("hibernate", &[]);
+    let answer = slow
+        .join()
+        .expect("client")
+        .expect("the in-flight request is answered");
+    assert!(
+        answer.body_str().contains("path /slow"),
+        "{}",
+        answer.body_str()
+    );
+    assert_eq!(sb.stat("state"), "hibernated");
+    assert!(testutil::http_get(addr, "/", Duration::from_secs(10)).is_ok());
+}
