@@ -21,6 +21,8 @@
 #include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <sys/epoll.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -48,6 +50,8 @@ static const char *res(long r) {
     case ENOTDIR: return "ENOTDIR";
     case ENOTTY: return "ENOTTY";
     case EIO: return "EIO";
+    case ENOPROTOOPT: return "ENOPROTOOPT";
+    case EPROTONOSUPPORT: return "EPROTONOSUPPORT";
     default: snprintf(b, sizeof b, "errno %d", errno); return b;
     }
 }
@@ -318,6 +322,51 @@ static void memfd(void) {
            res(memfd_create("x", 0x100)));
 }
 
+/* UDP-Lite sockets and RFC 3542's IPv6 ancillary data (the hop limit of received datagrams). */
+static void inet_extras(void) {
+    int s = socket(AF_INET, SOCK_DGRAM, IPPROTO_UDPLITE);
+    int cov = 8, got = 0, proto = 0;
+    socklen_t l = sizeof got;
+    printf("udplite socket: %s", s >= 0 ? "ok" : res(s));
+    printf(", send coverage %s", res(setsockopt(s, IPPROTO_UDPLITE, 10, &cov, sizeof cov)));
+    getsockopt(s, IPPROTO_UDPLITE, 10, &got, &l);
+    l = sizeof proto;
+    getsockopt(s, SOL_SOCKET, SO_PROTOCOL, &proto, &l);
+    printf(" -> %d, protocol %d", got, proto);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    bind(s, (struct sockaddr *)&a, sizeof a);
+    getsockname(s, (struct sockaddr *)&a, &al);
+    int c = socket(AF_INET, SOCK_DGRAM, IPPROTO_UDPLITE);
+    sendto(c, "lite", 4, 0, (struct sockaddr *)&a, sizeof a);
+    char b[16] = {0};
+    ssize_t n = recv(s, b, sizeof b - 1, 0);
+    printf(", datagram %zd %s\n", n, b);
+    close(s);
+    close(c);
+
+    int u = socket(AF_INET6, SOCK_DGRAM, 0), on = 1;
+    printf("IPV6_RECVHOPLIMIT: %s", res(setsockopt(u, IPPROTO_IPV6, IPV6_RECVHOPLIMIT, &on, sizeof on)));
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    al = sizeof a6;
+    bind(u, (struct sockaddr *)&a6, sizeof a6);
+    getsockname(u, (struct sockaddr *)&a6, &al);
+    int v = socket(AF_INET6, SOCK_DGRAM, 0);
+    sendto(v, "six", 3, 0, (struct sockaddr *)&a6, sizeof a6);
+    char ctl[64];
+    struct iovec io = {b, sizeof b - 1};
+    struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+    memset(b, 0, sizeof b);
+    n = recvmsg(u, &m, 0);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    int hops = -1;
+    if (cm && cm->cmsg_level == IPPROTO_IPV6 && cm->cmsg_type == IPV6_HOPLIMIT)
+        memcpy(&hops, CMSG_DATA(cm), sizeof hops);
+    printf(", recvmsg %zd %s, hop limit cmsg %d\n", n, b, hops);
+    close(u);
+    close(v);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "pty") == 0) {
         pty_checks();
@@ -370,5 +419,6 @@ int main(int argc, char **argv) {
     many_ready();
     clocks_and_sync();
     memfd();
+    inet_extras();
     return 0;
 }

@@ -114,6 +114,8 @@ fn parse_socket_args(domain: i32, ty: i32, protocol: i32) -> Result<SocketSpec, 
     match (kind, protocol) {
         (libc::SOCK_STREAM, 0 | libc::IPPROTO_TCP) => Ok(spec(kind, libc::IPPROTO_TCP)),
         (libc::SOCK_DGRAM, 0 | libc::IPPROTO_UDP) => Ok(spec(kind, libc::IPPROTO_UDP)),
+        // UDP-Lite: datagrams with partial checksums, ports as UDP's.
+        (libc::SOCK_DGRAM, libc::IPPROTO_UDPLITE) => Ok(spec(kind, libc::IPPROTO_UDPLITE)),
         (libc::SOCK_STREAM | libc::SOCK_DGRAM, _) => Err(Errno::EPROTONOSUPPORT),
         (libc::SOCK_RAW, _) => Err(Errno::EPERM),
         _ => Err(Errno(libc::ESOCKTNOSUPPORT)),
@@ -130,6 +132,10 @@ fn parse_accept_flags(flags: i32) -> Result<(bool, bool), Errno> {
         flags & libc::SOCK_CLOEXEC != 0,
     ))
 }
+
+/// UDP-Lite's socket options (linux/udp.h).
+const UDPLITE_SEND_CSCOV: i32 = 10;
+const UDPLITE_RECV_CSCOV: i32 = 11;
 
 /// Whether (level, optname) is passed through to the host, for setting or getting.
 fn sockopt_allowed(level: i32, name: i32, set: bool) -> bool {
@@ -169,11 +175,24 @@ fn sockopt_allowed(level: i32, name: i32, set: bool) -> bool {
                 | libc::TCP_MAXSEG
                 | libc::TCP_USER_TIMEOUT
         ),
-        libc::IPPROTO_IPV6 => matches!(
+        libc::IPPROTO_IPV6 => match name {
+            libc::IPV6_V6ONLY
+            | libc::IPV6_UNICAST_HOPS
+            | libc::IPV6_TCLASS
+            // RFC 3542's ancillary data: ask for the hop limit, traffic class or packet
+            // info of received datagrams.
+            | libc::IPV6_RECVHOPLIMIT
+            | libc::IPV6_RECVTCLASS
+            | libc::IPV6_RECVPKTINFO => true,
+            libc::IPV6_HOPLIMIT => !set,
+            _ => false,
+        },
+        libc::IPPROTO_IP => matches!(
             name,
-            libc::IPV6_V6ONLY | libc::IPV6_UNICAST_HOPS | libc::IPV6_TCLASS
+            libc::IP_TOS | libc::IP_TTL | libc::IP_RECVTOS | libc::IP_RECVTTL
         ),
-        libc::IPPROTO_IP => matches!(name, libc::IP_TOS | libc::IP_TTL),
+        // UDP-Lite's checksum coverage.
+        libc::IPPROTO_UDPLITE => matches!(name, UDPLITE_SEND_CSCOV | UDPLITE_RECV_CSCOV),
         _ => false,
     }
 }
