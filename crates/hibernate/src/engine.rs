@@ -365,8 +365,11 @@ impl HibernateHandle {
     }
 
     /// [`hibernate`](Self::hibernate) once the sandbox is idle: while it is serving a request
-    /// (running), waits up to `idle_timeout` for it to finish, so that an answer in flight is
-    /// not frozen with no request left to wake it; then refuses with a clear error.
+    /// (running, its first task out of the call that waits for input), waits up to
+    /// `idle_timeout` for it to finish, so that an answer in flight is not frozen with no
+    /// request left to wake it; then refuses with a clear error. Only the first task is
+    /// watched: the caller uses this for a sandbox of one task (a server with threads serves
+    /// on others, and its first thread may never wait for input: the JVM's joins).
     ///
     /// # Errors
     /// [`HibernateError::State`] if it stays busy; as [`Self::hibernate`].

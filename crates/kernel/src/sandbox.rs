@@ -187,6 +187,13 @@ impl Sandbox {
         self.task.control.clone()
     }
 
+    /// How many tasks (threads of every process) the sandbox holds now, as a function the
+    /// holder can call later from any thread.
+    pub fn live_tasks(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let procs = self.task.group.procs.clone();
+        move || procs.live_tasks()
+    }
+
     /// Sets what the first task runs when parked.
     pub fn set_park_hook(&mut self, hook: Box<dyn crate::task::ParkHook>) {
         self.task.park_hook = Some(hook);

@@ -64,6 +64,8 @@ struct Daemon {
     mode: WakeMode,
     control: Arc<TaskControl>,
     hib: HibernateHandle,
+    /// How many tasks the sandbox holds now.
+    live_tasks: Box<dyn Fn() -> usize + Send + Sync>,
     exit: Mutex<Option<ExitStatus>>,
     deleted: Mutex<bool>,
     deleted_cv: Condvar,
@@ -151,6 +153,7 @@ fn start(
             .unwrap_or(0),
         control,
         hib,
+        live_tasks: Box::new(sandbox.live_tasks()),
         exit: Mutex::new(None),
         deleted: Mutex::new(false),
         deleted_cv: Condvar::new(),
@@ -457,9 +460,16 @@ fn hibernate(d: &Daemon) -> Response {
     if d.exit.lock().map(|e| e.is_some()).unwrap_or(false) {
         return Response::error("the sandbox has stopped");
     }
-    // Requests in flight finish first (10 s at most): their answers must not freeze with
-    // nothing left to wake the sandbox.
-    match d.hib.hibernate_when_idle(IDLE_TIMEOUT, PARK_TIMEOUT) {
+    // A single-task sandbox's request in flight finishes first (10 s at most): its answer
+    // must not freeze with nothing left to wake the sandbox. (With threads, the first task
+    // says nothing of the requests the others serve.)
+    let single = (d.live_tasks)() <= 1;
+    let r = if single {
+        d.hib.hibernate_when_idle(IDLE_TIMEOUT, PARK_TIMEOUT)
+    } else {
+        d.hib.hibernate(PARK_TIMEOUT)
+    };
+    match r {
         Ok(r) => Response::data(serde_json::to_value(r).unwrap_or_default()),
         Err(e) => Response::error(e),
     }
