@@ -66,7 +66,7 @@ declare -A LIMIT=(
     [test_subprocess]=600
 )
 declare -A TORPOR_LIMIT=(
-    [test_asyncio]=300
+    [test_asyncio]=900
     [test_multiprocessing_fork]=300
     [test_concurrent_futures]=300
     [test_socket]=420
@@ -79,12 +79,8 @@ declare -A EXCLUDE=(
 )
 # Tests left out of the torpor run because they hang there (each listed with
 # its reason in docs/results/cpython-tests.md); regrtest's --ignore patterns.
-# setgroups/setresuid/setresgid from a multi-threaded process (regrtest's
-# --timeout watchdog is a thread): glibc's SIGSETXID handler ignores the
-# signal, whose si_code is not SI_TKILL in torpor, and the caller waits for it
-# forever.
+# (Empty since setuid/setgroups from a multi-threaded process work: 440bb23.)
 declare -A TORPOR_EXCLUDE=(
-    [test_posix]="test_initgroups test_setgroups test_setresuid test_setresgid"
 )
 
 mode=both
@@ -146,7 +142,7 @@ run_torpor() { # MODULE LIMIT
     local ign=() p
     for p in ${EXCLUDE[$m]:-} ${TORPOR_EXCLUDE[$m]:-}; do ign+=(--ignore "$p"); done
     TORPOR_LOG=${TORPOR_LOG:-warn} timeout -k 30 "$limit" "$TORPOR" --log "$OUT/torpor/$m.torpor-log" \
-        run --memory 2G --volume "$OUT/hosts:/etc/hosts:ro" "${envs[@]}" "$root" -- /usr/bin/python3 -m test -v \
+        run --memory 8G --volume "$OUT/hosts:/etc/hosts:ro" "${envs[@]}" "$root" -- /usr/bin/python3 -m test -v \
         --timeout $((limit - 20)) ${ign[@]+"${ign[@]}"} "$m" \
         >"$OUT/torpor/$m.log" 2>&1 </dev/null || echo "exit status $?" >>"$OUT/torpor/$m.log"
 }
@@ -180,7 +176,7 @@ def parse(path):
     if not os.path.exists(path):
         return None
     text = open(path, errors="replace").read()
-    r = {"run": None, "failed": 0, "skipped": 0, "fails": set(), "verdict": "", "note": ""}
+    r = {"run": None, "failed": 0, "skipped": 0, "fails": set(), "skips": {}, "verdict": "", "note": ""}
     ran = re.findall(r"^Ran (\d+) tests? in", text, re.M)
     summary = re.findall(r"^(OK|FAILED)(?: \((.*)\))?$", text, re.M)
     verdict = re.findall(r"^Tests result: (.*)$", text, re.M)
@@ -212,6 +208,8 @@ def parse(path):
         m = RESULT.match(line)
         if m and m.group(3).startswith(("FAIL", "ERROR")):
             r["fails"].add(m.group(2))
+        elif m and m.group(3).startswith("skipped"):
+            r["skips"][m.group(2)] = m.group(3).removeprefix("skipped ").strip("'\"")
     sk = re.search(r"^(test_\S+) skipped -- (.*)$", text, re.M)
     if sk and not r["run"]:
         r["note"] = "module skipped: " + sk.group(2)
@@ -229,7 +227,7 @@ def cell(r):
         s += f" ({r['note']})"
     return s
 
-rows, extra = [], []
+rows, extra, skips = [], [], []
 tot = {"native": [0, 0, 0], "torpor": [0, 0, 0]}
 counts = {"same": 0, "pass": 0, "differs": 0}
 for m in modules:
@@ -240,6 +238,10 @@ for m in modules:
     for k, r in (("native", n), ("torpor", t)):
         if r:
             tot[k][0] += r["run"] or 0; tot[k][1] += r["failed"]; tot[k][2] += r["skipped"]
+    if n is not None and t is not None:
+        for tid in sorted(set(t["skips"]) - set(n["skips"])):
+            ran_natively = tid not in n["fails"]
+            skips.append((m, tid, t["skips"][tid], ran_natively))
     if n is None or t is None:
         status = "incomplete"
     else:
@@ -277,6 +279,16 @@ if extra:
     g.append("")
     for m, only in extra:
         g.append(f"- {m}: " + (", ".join(f"`{x.removeprefix('test.')}`" for x in only) if only else "(none by name: see the status)"))
+    g.append("")
+if skips:
+    g.append("Tests skipped in torpor that ran natively, by module and the reason the test gives:")
+    g.append("")
+    groups = {}
+    for m, tid, why, _ in skips:
+        groups.setdefault((m, why), []).append(tid.removeprefix("test.").removeprefix(m + "."))
+    for (m, why), ids in groups.items():
+        names = ", ".join(f"`{x}`" for x in ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        g.append(f"- {m} ({len(ids)}): {why} ({names})")
     g.append("")
 gen = "\n".join(g)
 
