@@ -366,8 +366,8 @@ pub fn sys_sched_rr_get_interval(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::last());
     }
     let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&(ts.tv_sec as i64).to_le_bytes());
-    b[8..].copy_from_slice(&(ts.tv_nsec as i64).to_le_bytes());
+    b[..8].copy_from_slice(&ts.tv_sec.to_le_bytes());
+    b[8..].copy_from_slice(&ts.tv_nsec.to_le_bytes());
     t.copy_out(a.gva(1), &b)?;
     Ok(0)
 }
