@@ -6,7 +6,7 @@
 #
 #   scripts/cpython-tests.sh [--native-only|--torpor-only|--report-only] [MODULE...]
 #
-# Without MODULEs it runs the whole list below (about an hour on 2 cores);
+# Without MODULEs it runs the whole list below (about half an hour on 2 cores);
 # with MODULEs only those, keeping the earlier results of the others. Each
 # run's output is kept in $OUT/{native,torpor}/MODULE.log (OUT defaults to
 # target/cpython-tests), torpor's own log in $OUT/torpor/MODULE.torpor-log.
