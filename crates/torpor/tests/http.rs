@@ -162,3 +162,27 @@ fn unpublished_port_is_not_reachable_from_the_host() {
     }
     drop(server);
 }
+
+/// Binding a guest port twice is EADDRINUSE, as on Linux (`tests/guest/dup_bind.c` against a
+/// native run); UDP beside TCP, a rebind after close and SO_REUSEPORT are allowed.
+#[test]
+fn a_second_bind_of_a_port_is_eaddrinuse() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("dup_bind");
+    let nat = testutil::native(
+        &r.host_path("bin/dup_bind"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    let got = torpor()
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_eq!(got.stdout_str(), nat.stdout_str(), "{}", got.stderr_str());
+    assert!(got.stdout_str().contains("second: EADDRINUSE"));
+}

@@ -76,6 +76,9 @@ pub struct NetPolicy {
     namespaced: bool,
     /// Guest port → host address actually bound.
     bound: Mutex<HashMap<u16, SocketAddr>>,
+    /// Guest ports held, by (port, IPv6, socket type): how many sockets hold each (a second
+    /// bind is EADDRINUSE, as on Linux, unless it asks for SO_REUSEPORT).
+    claims: Mutex<HashMap<(u16, bool, i32), u32>>,
     /// The sandbox's Unix socket names (abstract ones tagged on the host) and credentials.
     pub unix: unix::UnixNamespace,
 }
@@ -88,6 +91,7 @@ impl NetPolicy {
             allow_outbound,
             namespaced: false,
             bound: Mutex::new(HashMap::new()),
+            claims: Mutex::new(HashMap::new()),
             unix: unix::UnixNamespace::new(),
         }
     }
@@ -100,6 +104,7 @@ impl NetPolicy {
             allow_outbound: true,
             namespaced: true,
             bound: Mutex::new(HashMap::new()),
+            claims: Mutex::new(HashMap::new()),
             unix: unix::UnixNamespace::new(),
         }
     }
@@ -174,6 +179,37 @@ impl NetPolicy {
 }
 
 impl NetPolicy {
+    /// Whether the sandbox has a network namespace of its own (addresses pass through).
+    pub fn is_namespaced(&self) -> bool {
+        self.namespaced
+    }
+
+    /// Claims guest port `port` for a socket of this family and type; EADDRINUSE when another
+    /// socket holds it and `reuse` (SO_REUSEPORT) is not asked.
+    ///
+    /// # Errors
+    /// EADDRINUSE.
+    pub fn claim(&self, port: u16, v6: bool, kind: i32, reuse: bool) -> Result<(), abi::Errno> {
+        let mut c = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let n = c.entry((port, v6, kind)).or_insert(0);
+        if *n > 0 && !reuse {
+            return Err(abi::Errno::EADDRINUSE);
+        }
+        *n += 1;
+        Ok(())
+    }
+
+    /// Gives back a claim of [`claim`](Self::claim).
+    pub fn unclaim(&self, port: u16, v6: bool, kind: i32) {
+        let mut c = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = c.get_mut(&(port, v6, kind)) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                c.remove(&(port, v6, kind));
+            }
+        }
+    }
+
     /// Forgets that `guest_port` is served by `host` (its socket closed); a later bind of the
     /// port recorded another host address is left alone.
     pub fn release(&self, guest_port: u16, host: SocketAddr) {
@@ -192,6 +228,8 @@ pub struct PortLease {
     net: std::sync::Arc<NetPolicy>,
     guest_port: u16,
     host: SocketAddr,
+    /// The claim it holds (IPv6, socket type), if any.
+    claim: Option<(bool, i32)>,
 }
 
 impl PortLease {
@@ -201,13 +239,23 @@ impl PortLease {
             net,
             guest_port,
             host,
+            claim: None,
         }
+    }
+
+    /// The lease also holds the claim [`NetPolicy::claim`] gave (IPv6, socket type).
+    pub fn with_claim(mut self, v6: bool, kind: i32) -> PortLease {
+        self.claim = Some((v6, kind));
+        self
     }
 }
 
 impl Drop for PortLease {
     fn drop(&mut self) {
         self.net.release(self.guest_port, self.host);
+        if let Some((v6, kind)) = self.claim {
+            self.net.unclaim(self.guest_port, v6, kind);
+        }
     }
 }
 
