@@ -702,10 +702,19 @@ impl Hibernator {
         Ok(total)
     }
 
-    /// Writes the resident non-zero pages of the sandbox's anonymous shared memory to
-    /// `shm.N`, then punches them out of their memfds (every VM mapping them sees the hole
+    /// Drops the runtime's mappings of shared file pages; writes the resident non-zero pages
+    /// of the sandbox's anonymous shared memory to `shm.N`, then punches them out of their
+    /// memfds (every VM mapping them sees the hole
     /// until the wake restores it; no thread runs meanwhile). Returns the bytes written.
     fn deflate_shared(&mut self, space: &mm::SharedSpace) -> Result<u64, String> {
+        // Shared file mappings: their pages are the file's (page cache), written back by the
+        // host; the runtime's mapping of them is dropped, and a touch after the wake maps
+        // them again from the page cache or the disk.
+        for w in space.file_windows() {
+            // SAFETY: the window's own mapping; dropping a shared file mapping's pages keeps
+            // their data in the file (dirty ones are written back by the host).
+            unsafe { libc::madvise(w.host_base().cast(), w.size() as usize, libc::MADV_DONTNEED) };
+        }
         let windows = space.anonymous_windows();
         if windows.is_empty() {
             return Ok(0);

@@ -69,6 +69,17 @@ impl SharedSpace {
             .collect()
     }
 
+    /// The windows of every live file object (their pages are the files': a deflate can drop
+    /// them from the runtime's mappings, and they come back from the page cache or the disk).
+    pub fn file_windows(&self) -> Vec<Arc<SharedWindow>> {
+        let files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        files
+            .values()
+            .filter_map(Weak::upgrade)
+            .flat_map(|o| o.windows())
+            .collect()
+    }
+
     /// A new anonymous object of `len` bytes (rounded up to pages), zero-filled: what
     /// `mmap(MAP_SHARED | MAP_ANONYMOUS)` and `shmget` create.
     ///
