@@ -528,12 +528,23 @@ static void rights(void) {
     }
     close(sv[1]);
     int fds[4] = {fd, p[0], dir, pair[1]};
-    result("sendmsg 4 fds", send_fds(sv[0], fds, 4));
+    /* The parent's lines are printed once the child, which prints too, has ended: the
+     * output's order must not depend on scheduling. */
     int two[2] = {fd, fd};
-    result("sendmsg 2 fds", send_fds(sv[0], two, 2));
-    result("sendmsg 1 fd", send_fds(sv[0], two, 1));
+    int sent[3], err[3];
+    sent[0] = send_fds(sv[0], fds, 4);
+    err[0] = errno;
+    sent[1] = send_fds(sv[0], two, 2);
+    err[1] = errno;
+    sent[2] = send_fds(sv[0], two, 1);
+    err[2] = errno;
     int status;
     waitpid(child, &status, 0);
+    const char *what[3] = {"sendmsg 4 fds", "sendmsg 2 fds", "sendmsg 1 fd"};
+    for (int i = 0; i < 3; i++) {
+        errno = err[i];
+        result(what[i], sent[i]);
+    }
     printf("child status %d\n", WEXITSTATUS(status));
     char buf[16];
     ssize_t r = recv(pair[0], buf, sizeof buf, MSG_DONTWAIT);
