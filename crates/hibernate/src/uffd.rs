@@ -56,7 +56,8 @@ impl Uffd {
     /// The errno of `userfaultfd(2)` (`EPERM` when not permitted) or of `UFFDIO_API`.
     pub fn new() -> io::Result<Self> {
         // SAFETY: userfaultfd(2) takes one flags argument and touches no memory of this process.
-        let mut fd = unsafe { libc::syscall(libc::c_long::from(__NR_userfaultfd), libc::O_CLOEXEC) };
+        let mut fd =
+            unsafe { libc::syscall(libc::c_long::from(__NR_userfaultfd), libc::O_CLOEXEC) };
         if fd < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EPERM) {

@@ -233,7 +233,10 @@ fn mkdir_p_of_an_absolute_path() {
     };
     let out = torpor()
         .run(&root, "/bin/sh")
-        .args(["-c", "mkdir -p /srv/a/b/c && test -d /srv/a/b/c && echo made"])
+        .args([
+            "-c",
+            "mkdir -p /srv/a/b/c && test -d /srv/a/b/c && echo made",
+        ])
         .host_env("TORPOR_LOG", "off")
         .output();
     assert_eq!(out.code(), 0, "mkdir -p: {}", out.stderr_str());

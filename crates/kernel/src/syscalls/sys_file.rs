@@ -165,7 +165,11 @@ fn open_ptmx(t: &mut Task, flags: i32) -> SysResult {
         c"/dev/ptmx",
         (flags & (libc::O_ACCMODE | libc::O_NONBLOCK)) | libc::O_NOCTTY,
     )?;
-    let file = Arc::new(OpenFile::new(fd, FileKind::Regular, Some(b"/dev/ptmx".to_vec())));
+    let file = Arc::new(OpenFile::new(
+        fd,
+        FileKind::Regular,
+        Some(b"/dev/ptmx".to_vec()),
+    ));
     Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
 }
 
@@ -438,7 +442,8 @@ const TIOCGPTPEER: u64 = 0x5441;
 /// the only host ttys a guest descriptor can lead to).
 fn is_guest_tty(f: &OpenFile) -> bool {
     // SAFETY: isatty on an fd we own.
-    matches!(f.kind, FileKind::Stdio | FileKind::Regular) && unsafe { libc::isatty(f.host().as_raw_fd()) } == 1
+    matches!(f.kind, FileKind::Stdio | FileKind::Regular)
+        && unsafe { libc::isatty(f.host().as_raw_fd()) } == 1
 }
 
 /// Implements ioctl(2) for the requests the C libraries make on ordinary files, terminals
@@ -588,14 +593,16 @@ fn pty_master_ioctl(t: &mut Task, f: &OpenFile, req: u64, arg: platform::Gva) ->
             // open as they are: the access mode, O_NONBLOCK and O_CLOEXEC count here (the
             // host's open always has O_NOCTTY: the runtime never takes a terminal).
             let flags = arg.raw() as i32;
-            let host_flags = (flags & (libc::O_ACCMODE | libc::O_NONBLOCK)) | libc::O_NOCTTY | libc::O_CLOEXEC;
+            let host_flags =
+                (flags & (libc::O_ACCMODE | libc::O_NONBLOCK)) | libc::O_NOCTTY | libc::O_CLOEXEC;
             // SAFETY: TIOCGPTPEER takes its flags by value and returns a new fd.
             let fd = unsafe { libc::ioctl(host, TIOCGPTPEER as _, host_flags as libc::c_ulong) };
             if fd < 0 {
                 return Err(Errno::last());
             }
             // SAFETY: a fresh fd owned by nobody else.
-            let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            let owned =
+                unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
             let mut n: libc::c_uint = 0;
             // SAFETY: TIOCGPTN writes one unsigned int.
             let name = if unsafe { libc::ioctl(host, TIOCGPTN as _, &mut n) } == 0 {

@@ -160,14 +160,13 @@ pub fn sys_sched_getaffinity(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if len == 0 || len % 8 != 0 {
         return Err(Errno::EINVAL);
     }
-    let own = sched_target(t, a.int(0)).map_err(|e| {
-        if e == Errno::EINVAL {
-            Errno::ESRCH
-        } else {
-            e
-        }
-    })?;
-    let set = if own { AFFINITY.with(|m| m.borrow().clone()) } else { None };
+    let own =
+        sched_target(t, a.int(0)).map_err(|e| if e == Errno::EINVAL { Errno::ESRCH } else { e })?;
+    let set = if own {
+        AFFINITY.with(|m| m.borrow().clone())
+    } else {
+        None
+    };
     let bytes = match set {
         Some(b) => b,
         None => host_affinity()?,
@@ -196,7 +195,6 @@ pub fn sys_getcpu(t: &mut Task, a: &SyscallArgs) -> SysResult {
 // The guest's nice value and CPU affinity are the calling thread's own (as on Linux, where
 // both are per thread), kept with the host thread that runs the task; they never reach the
 // host scheduler (a guest cannot raise its host priority). Only SCHED_OTHER exists.
-
 
 thread_local! {
     /// The task's nice value (-20..=19).
@@ -227,13 +225,9 @@ fn sched_target(t: &Task, pid: i32) -> Result<bool, Errno> {
 /// The target of getpriority/setpriority: Ok(true) for the caller itself.
 fn prio_target(t: &Task, which: i32, who: i32) -> Result<bool, Errno> {
     match which {
-        PRIO_PROCESS => sched_target(t, who).map_err(|e| {
-            if e == Errno::EINVAL {
-                Errno::ESRCH
-            } else {
-                e
-            }
-        }),
+        PRIO_PROCESS => {
+            sched_target(t, who).map_err(|e| if e == Errno::EINVAL { Errno::ESRCH } else { e })
+        }
         PRIO_PGRP | PRIO_USER => {
             if who < 0 {
                 return Err(Errno::ESRCH);
@@ -395,13 +389,8 @@ fn host_affinity() -> Result<Vec<u8>, Errno> {
 /// host CPU (EINVAL otherwise); it is what sched_getaffinity reports from then on. Another
 /// task's mask is accepted and not recorded.
 pub fn sys_sched_setaffinity(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let own = sched_target(t, a.int(0)).map_err(|e| {
-        if e == Errno::EINVAL {
-            Errno::ESRCH
-        } else {
-            e
-        }
-    })?;
+    let own =
+        sched_target(t, a.int(0)).map_err(|e| if e == Errno::EINVAL { Errno::ESRCH } else { e })?;
     let host = host_affinity()?;
     let len = (a.u(1) as usize).min(host.len());
     let mut mask = vec![0u8; len];

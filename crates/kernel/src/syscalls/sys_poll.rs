@@ -432,7 +432,11 @@ fn create_epoll(t: &mut Task, cloexec: bool) -> SysResult {
 
 fn do_epoll_wait(t: &mut Task, a: &SyscallArgs) -> SysResult {
     // Counting the open descriptors walks the table: only when the cap matters.
-    let open = if a.int(2) as usize > MAX_EPOLL_EVENTS { t.fds.len() } else { 0 };
+    let open = if a.int(2) as usize > MAX_EPOLL_EVENTS {
+        t.fds.len()
+    } else {
+        0
+    };
     let batch = epoll_batch(a.int(2), open)?;
     let f = epoll_file(t, a.int(0))?;
     let events = a.gva(1);

@@ -82,7 +82,10 @@ fn blocking_stream(f: &crate::fd::OpenFile) -> bool {
     if unsafe { libc::fstat(host, &mut st) } != 0 {
         return false;
     }
-    matches!(st.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR)
+    matches!(
+        st.st_mode & libc::S_IFMT,
+        libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR
+    )
 }
 
 /// Whether the task has a signal to take or a park request: a blocking call returns then.

@@ -61,7 +61,11 @@ fn get_timespec(t: &Task, at: Gva) -> Result<Duration, Errno> {
 /// the runtime's process. Other tasks' CPU clocks are EINVAL.
 fn guest_clock(t: &Task, id: i32) -> Result<i32, Errno> {
     if id >= 0 {
-        return if valid_clock(id) { Ok(id) } else { Err(Errno::EINVAL) };
+        return if valid_clock(id) {
+            Ok(id)
+        } else {
+            Err(Errno::EINVAL)
+        };
     }
     let pid = !(id >> 3);
     let per_thread = id & 4 != 0;
