@@ -20,23 +20,93 @@ pub const SHMMAX: u64 = 1 << 36;
 /// Most segments in one sandbox.
 pub const SHMMNI: usize = 4096;
 
-/// One shared memory segment.
-#[derive(Debug, Clone)]
-pub struct Segment {
+/// Who owns a System V object and who may use it (`struct ipc64_perm`), shared by segments
+/// and semaphore sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpcPerm {
     /// Its key (`IPC_PRIVATE` for an anonymous one).
     pub key: i32,
-    /// Size asked for at creation.
-    pub size: u64,
-    /// Owner, creator and permission bits.
+    /// Owner's user id.
     pub uid: u32,
-    /// Owner's group.
+    /// Owner's group id.
     pub gid: u32,
-    /// Creator.
+    /// Creator's user id.
     pub cuid: u32,
-    /// Creator's group.
+    /// Creator's group id.
     pub cgid: u32,
     /// Permission bits (low 9).
     pub mode: u16,
+}
+
+impl IpcPerm {
+    /// An object with `key`, created and owned by `uid`/`gid`, with the low 9 bits of `flags`.
+    pub fn new(key: i32, uid: u32, gid: u32, flags: i32) -> IpcPerm {
+        IpcPerm {
+            key,
+            uid,
+            gid,
+            cuid: uid,
+            cgid: gid,
+            mode: (flags & 0o777) as u16,
+        }
+    }
+
+    /// Whether `uid`/`gid` may read (and, with `write`, alter) it, as Linux checks for a
+    /// process without CAP_IPC_OWNER (uid 0 may).
+    pub fn allows(&self, uid: u32, gid: u32, write: bool) -> bool {
+        if uid == 0 {
+            return true;
+        }
+        let bits = if uid == self.uid || uid == self.cuid {
+            self.mode >> 6
+        } else if gid == self.gid || gid == self.cgid {
+            self.mode >> 3
+        } else {
+            self.mode
+        };
+        bits & 4 != 0 && (!write || bits & 2 != 0)
+    }
+
+    /// Whether `uid` may change or remove it (IPC_SET, IPC_RMID): its owner, creator or root.
+    pub fn owned_by(&self, uid: u32) -> bool {
+        uid == 0 || uid == self.uid || uid == self.cuid
+    }
+
+    /// IPC_SET: the owner and permission bits of the `struct ipc64_perm` at the start of `ds`
+    /// (at least 22 bytes), if `me` owns it (EPERM otherwise).
+    ///
+    /// # Errors
+    /// EPERM.
+    pub fn set_from(&mut self, me: u32, ds: &[u8]) -> Result<(), Errno> {
+        if !self.owned_by(me) || ds.len() < 22 {
+            return Err(Errno::EPERM);
+        }
+        let field = |at: usize| u32::from_le_bytes([ds[at], ds[at + 1], ds[at + 2], ds[at + 3]]);
+        self.uid = field(4);
+        self.gid = field(8);
+        self.mode = (self.mode & !0o777) | (u16::from_le_bytes([ds[20], ds[21]]) & 0o777);
+        Ok(())
+    }
+
+    /// Writes it as `struct ipc64_perm` at the start of `b` (48 bytes), with sequence `seq`.
+    fn write_to(&self, b: &mut [u8], seq: u16) {
+        b[0..4].copy_from_slice(&self.key.to_le_bytes());
+        b[4..8].copy_from_slice(&self.uid.to_le_bytes());
+        b[8..12].copy_from_slice(&self.gid.to_le_bytes());
+        b[12..16].copy_from_slice(&self.cuid.to_le_bytes());
+        b[16..20].copy_from_slice(&self.cgid.to_le_bytes());
+        b[20..22].copy_from_slice(&self.mode.to_le_bytes());
+        b[24..26].copy_from_slice(&seq.to_le_bytes());
+    }
+}
+
+/// One shared memory segment.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    /// Key, owner, creator and permission bits.
+    pub perm: IpcPerm,
+    /// Size asked for at creation.
+    pub size: u64,
     /// Creator's pid and last shmat/shmdt pid.
     pub cpid: i32,
     /// Last shmat/shmdt pid.
@@ -61,13 +131,7 @@ impl Segment {
     /// `struct shmid64_ds` as IPC_STAT writes it (112 bytes, x86-64 layout).
     fn to_shmid_ds(&self, id_seq: u16) -> [u8; 112] {
         let mut b = [0u8; 112];
-        b[0..4].copy_from_slice(&self.key.to_le_bytes());
-        b[4..8].copy_from_slice(&self.uid.to_le_bytes());
-        b[8..12].copy_from_slice(&self.gid.to_le_bytes());
-        b[12..16].copy_from_slice(&self.cuid.to_le_bytes());
-        b[16..20].copy_from_slice(&self.cgid.to_le_bytes());
-        b[20..22].copy_from_slice(&self.mode.to_le_bytes());
-        b[24..26].copy_from_slice(&id_seq.to_le_bytes());
+        self.perm.write_to(&mut b, id_seq);
         b[48..56].copy_from_slice(&self.size.to_le_bytes());
         b[56..64].copy_from_slice(&self.atime.to_le_bytes());
         b[64..72].copy_from_slice(&self.dtime.to_le_bytes());
@@ -117,7 +181,7 @@ impl ShmTable {
     ) -> Result<i32, Errno> {
         let mut t = self.lock();
         if key != IPC_PRIVATE {
-            if let Some((&id, seg)) = t.segments.iter().find(|(_, s)| s.key == key) {
+            if let Some((&id, seg)) = t.segments.iter().find(|(_, s)| s.perm.key == key) {
                 if create && exclusive {
                     return Err(Errno::EEXIST);
                 }
@@ -194,13 +258,8 @@ mod tests {
 
     fn seg(space: &Arc<mm::SharedSpace>, key: i32, size: u64) -> Result<Segment, Errno> {
         Ok(Segment {
-            key,
+            perm: IpcPerm::new(key, 0, 0, 0o600),
             size,
-            uid: 0,
-            gid: 0,
-            cuid: 0,
-            cgid: 0,
-            mode: 0o600,
             cpid: 1,
             lpid: 0,
             atime: 0,
@@ -268,18 +327,8 @@ pub struct Sem {
 /// One System V semaphore set.
 #[derive(Debug, Clone)]
 pub struct SemSet {
-    /// Its key (`IPC_PRIVATE` for an anonymous one).
-    pub key: i32,
-    /// Owner's user id.
-    pub uid: u32,
-    /// Owner's group id.
-    pub gid: u32,
-    /// Creator's user id.
-    pub cuid: u32,
-    /// Creator's group id.
-    pub cgid: u32,
-    /// Permission bits (low 9).
-    pub mode: u16,
+    /// Key, owner, creator and permission bits.
+    pub perm: IpcPerm,
     /// Last semop time.
     pub otime: i64,
     /// Last change time.
@@ -292,13 +341,7 @@ impl SemSet {
     /// `struct semid64_ds` as IPC_STAT writes it (104 bytes, x86-64 layout).
     pub fn to_semid_ds(&self, id_seq: u16) -> [u8; 104] {
         let mut b = [0u8; 104];
-        b[0..4].copy_from_slice(&self.key.to_le_bytes());
-        b[4..8].copy_from_slice(&self.uid.to_le_bytes());
-        b[8..12].copy_from_slice(&self.gid.to_le_bytes());
-        b[12..16].copy_from_slice(&self.cuid.to_le_bytes());
-        b[16..20].copy_from_slice(&self.cgid.to_le_bytes());
-        b[20..22].copy_from_slice(&self.mode.to_le_bytes());
-        b[24..26].copy_from_slice(&id_seq.to_le_bytes());
+        self.perm.write_to(&mut b, id_seq);
         b[48..56].copy_from_slice(&self.otime.to_le_bytes());
         b[64..72].copy_from_slice(&self.ctime.to_le_bytes());
         b[80..88].copy_from_slice(&(self.sems.len() as u64).to_le_bytes());
@@ -365,7 +408,7 @@ impl SemTable {
         }
         let mut t = self.lock();
         if key != IPC_PRIVATE {
-            if let Some((&id, set)) = t.sets.iter().find(|(_, s)| s.key == key) {
+            if let Some((&id, set)) = t.sets.iter().find(|(_, s)| s.perm.key == key) {
                 if create && exclusive {
                     return Err(Errno::EEXIST);
                 }
@@ -541,12 +584,7 @@ mod sem_tests {
 
     fn set() -> SemSet {
         SemSet {
-            key: 0,
-            uid: 0,
-            gid: 0,
-            cuid: 0,
-            cgid: 0,
-            mode: 0o600,
+            perm: IpcPerm::new(0, 0, 0, 0o600),
             otime: 0,
             ctime: 0,
             sems: Vec::new(),

@@ -412,20 +412,7 @@ fn a_burst_at_a_hibernated_sandbox_is_answered_in_full() {
         return;
     }
     let r = testutil::Rootfs::new();
-    let prog = r.guest_program("http_server");
-    let port = testutil::free_port();
-    let publish = format!("{port}:8080");
-    let sb = Detached::start(
-        &std::path::PathBuf::from(env!("CARGO_BIN_EXE_torpor")),
-        &["-p", &publish],
-        r.path(),
-        &prog,
-        &["8080"],
-    );
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    assert!(Detached::wait_until(Duration::from_secs(10), || {
-        testutil::http_get(addr, "/", Duration::from_secs(2)).is_ok()
-    }));
+    let (sb, addr) = http_server_sandbox(&r);
     sb.ok("hibernate", &[]);
     let overflows_before = listen_overflows();
     let started = std::time::Instant::now();
@@ -453,6 +440,26 @@ fn a_burst_at_a_hibernated_sandbox_is_answered_in_full() {
     assert_eq!(listen_overflows() - overflows_before, 0, "listen overflows");
 }
 
+/// `tests/guest/http_server.c` in a detached sandbox of `r`, published on a free port, once it
+/// answers; and its address.
+fn http_server_sandbox(r: &Rootfs) -> (Detached, SocketAddr) {
+    let prog = r.guest_program("http_server");
+    let port = free_port();
+    let publish = format!("{port}:8080");
+    let sb = Detached::start(
+        &std::path::PathBuf::from(env!("CARGO_BIN_EXE_torpor")),
+        &["-p", &publish],
+        r.path(),
+        &prog,
+        &["8080"],
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(Detached::wait_until(Duration::from_secs(10), || {
+        http_get(addr, "/", Duration::from_secs(2)).is_ok()
+    }));
+    (sb, addr)
+}
+
 /// The host's `TcpExt: ListenOverflows` counter (`/proc/net/netstat`).
 fn listen_overflows() -> u64 {
     let text = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
@@ -477,20 +484,7 @@ fn a_hibernate_waits_for_the_request_in_flight() {
         return;
     }
     let r = testutil::Rootfs::new();
-    let prog = r.guest_program("http_server");
-    let port = testutil::free_port();
-    let publish = format!("{port}:8080");
-    let sb = Detached::start(
-        &std::path::PathBuf::from(env!("CARGO_BIN_EXE_torpor")),
-        &["-p", &publish],
-        r.path(),
-        &prog,
-        &["8080"],
-    );
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    assert!(Detached::wait_until(Duration::from_secs(10), || {
-        testutil::http_get(addr, "/", Duration::from_secs(2)).is_ok()
-    }));
+    let (sb, addr) = http_server_sandbox(&r);
     // /slow takes 0.8 s to answer.
     let slow =
         std::thread::spawn(move || testutil::http_get(addr, "/slow", Duration::from_secs(30)));

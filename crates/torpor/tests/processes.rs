@@ -42,15 +42,14 @@ fn assert_same(what: &str, nat: &Output, got: &Output) {
     );
 }
 
-#[test]
-fn fork_exec_wait_match_native() {
-    if !testutil::require_kvm() {
-        return;
-    }
+/// Runs `tests/guest/NAME.c` natively and in torpor in the shell root, checks that both end
+/// alike with the same output, and returns torpor's run.
+#[track_caller]
+fn guest_same_as_native(name: &str) -> Output {
     let r = shell_root();
-    let prog = r.guest_program("processes");
+    let prog = r.guest_program(name);
     let nat = testutil::native(
-        &r.host_path("bin/processes"),
+        &r.host_path(&format!("bin/{name}")),
         &[] as &[&str],
         r.path(),
         &[],
@@ -61,7 +60,16 @@ fn fork_exec_wait_match_native() {
         .run(r.path(), &prog)
         .host_env("TORPOR_LOG", "off")
         .output();
-    assert_same("processes", &nat, &got);
+    assert_same(name, &nat, &got);
+    got
+}
+
+#[test]
+fn fork_exec_wait_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let got = guest_same_as_native("processes");
     assert!(got.stdout_str().ends_with("done\n"));
     // execveat (ENOSYS before) ran the program by a directory fd and by an open file.
     for line in [
@@ -83,21 +91,7 @@ fn sessions_and_groups_match_native() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = shell_root();
-    let prog = r.guest_program("sessions");
-    let nat = testutil::native(
-        &r.host_path("bin/sessions"),
-        &[] as &[&str],
-        r.path(),
-        &[],
-        None,
-    );
-    assert_eq!(nat.code(), 0, "native run: {nat:?}");
-    let got = torpor()
-        .run(r.path(), &prog)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    assert_same("sessions", &nat, &got);
+    let got = guest_same_as_native("sessions");
     assert!(got.stdout_str().ends_with("done\n"));
 }
 
@@ -109,21 +103,7 @@ fn execve_from_a_thread_ends_the_others() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = shell_root();
-    let prog = r.guest_program("exec_threads");
-    let nat = testutil::native(
-        &r.host_path("bin/exec_threads"),
-        &[] as &[&str],
-        r.path(),
-        &[],
-        None,
-    );
-    assert_eq!(nat.code(), 0, "native run: {nat:?}");
-    let got = torpor()
-        .run(r.path(), &prog)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    assert_same("exec_threads", &nat, &got);
+    let got = guest_same_as_native("exec_threads");
     assert!(got
         .stdout_str()
         .contains("after exec: same pid=1 tid is pid=1 threads=1"));
@@ -137,21 +117,7 @@ fn id_changes_and_cancellation_with_threads() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = shell_root();
-    let prog = r.guest_program("setxid_threads");
-    let nat = testutil::native(
-        &r.host_path("bin/setxid_threads"),
-        &[] as &[&str],
-        r.path(),
-        &[],
-        None,
-    );
-    assert_eq!(nat.code(), 0, "native run: {nat:?}");
-    let got = torpor()
-        .run(r.path(), &prog)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    assert_same("setxid_threads", &nat, &got);
+    guest_same_as_native("setxid_threads");
 }
 
 /// Runs `sh -c SCRIPT` with busybox natively (applets found through PATH in the root's bin)

@@ -212,30 +212,28 @@ pub fn sys_pwritev(t: &mut Task, a: &SyscallArgs) -> SysResult {
     vectored_at(t, a, true, off)
 }
 
-/// Implements preadv2(2): offset -1 means the file position; flags are hints (RWF_HIPRI,
-/// RWF_NOWAIT…) honoured as none, unknown ones EOPNOTSUPP.
-pub fn sys_preadv2(t: &mut Task, a: &SyscallArgs) -> SysResult {
+/// The offset of preadv2/pwritev2: -1 is the file position (None). Their flags are hints
+/// (RWF_HIPRI, RWF_NOWAIT…) honoured as none; unknown ones are EOPNOTSUPP.
+fn vector2_offset(a: &SyscallArgs) -> Result<Option<i64>, Errno> {
     if a.u(5) & !0x1f != 0 {
         return Err(Errno::EOPNOTSUPP);
     }
-    let off = if a.u(3) as i64 == -1 {
-        None
+    if a.u(3) as i64 == -1 {
+        Ok(None)
     } else {
-        vector_offset(a)?
-    };
+        vector_offset(a)
+    }
+}
+
+/// Implements preadv2(2) (see [`vector2_offset`]).
+pub fn sys_preadv2(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let off = vector2_offset(a)?;
     vectored_at(t, a, false, off)
 }
 
 /// Implements pwritev2(2) (as preadv2).
 pub fn sys_pwritev2(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    if a.u(5) & !0x1f != 0 {
-        return Err(Errno::EOPNOTSUPP);
-    }
-    let off = if a.u(3) as i64 == -1 {
-        None
-    } else {
-        vector_offset(a)?
-    };
+    let off = vector2_offset(a)?;
     let r = vectored_at(t, a, true, off);
     super::sys_socket::maybe_sigpipe(t, 0, &r);
     r
@@ -381,18 +379,26 @@ fn off_ptr(o: &mut Option<i64>) -> *mut i64 {
     }
 }
 
-/// Implements copy_file_range(2) between the two host files (the host checks the kinds, the
-/// offsets, the flags and the overlap, and answers as Linux).
-pub fn sys_copy_file_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let inp = t.fds.get(a.int(0))?;
-    let out = t.fds.get(a.int(2))?;
+/// A host call moving `len` bytes between two descriptors at optional offsets (splice,
+/// copy_file_range), whose signature both share.
+type TransferFn = unsafe extern "C" fn(i32, *mut i64, i32, *mut i64, usize, libc::c_uint) -> isize;
+
+/// splice(2) and copy_file_range(2): the guest's offset words (null: the file position) are
+/// read, handed to `call` on the two host files, and written back.
+fn transfer(
+    t: &mut Task,
+    a: &SyscallArgs,
+    inp: &crate::fd::OpenFile,
+    out: &crate::fd::OpenFile,
+    call: TransferFn,
+) -> SysResult {
     let (pin, pout) = (a.gva(1), a.gva(3));
     let mut off_in = get_off(t, pin)?;
     let mut off_out = get_off(t, pout)?;
     let len = a.len(4)?.min(MAX_RW) as usize;
     // SAFETY: both fds are ours; the offset pointers are null or point at locals.
     let n = unsafe {
-        libc::copy_file_range(
+        call(
             inp.host().as_raw_fd(),
             off_ptr(&mut off_in),
             out.host().as_raw_fd(),
@@ -409,32 +415,20 @@ pub fn sys_copy_file_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(n as u64)
 }
 
+/// Implements copy_file_range(2) between the two host files (the host checks the kinds, the
+/// offsets, the flags and the overlap, and answers as Linux).
+pub fn sys_copy_file_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let inp = t.fds.get(a.int(0))?;
+    let out = t.fds.get(a.int(2))?;
+    transfer(t, a, &inp, &out, libc::copy_file_range)
+}
+
 /// Implements splice(2) between the two host files (one of them a pipe, as on Linux: the
 /// host checks it).
 pub fn sys_splice(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let inp = check_rw(t, a.int(0))?;
     let out = check_rw(t, a.int(2))?;
-    let (pin, pout) = (a.gva(1), a.gva(3));
-    let mut off_in = get_off(t, pin)?;
-    let mut off_out = get_off(t, pout)?;
-    let len = a.len(4)?.min(MAX_RW) as usize;
-    // SAFETY: both fds are ours; the offset pointers are null or point at locals.
-    let n = unsafe {
-        libc::splice(
-            inp.host().as_raw_fd(),
-            off_ptr(&mut off_in),
-            out.host().as_raw_fd(),
-            off_ptr(&mut off_out),
-            len,
-            a.u(5) as libc::c_uint,
-        )
-    };
-    if n < 0 {
-        return Err(Errno::last());
-    }
-    put_off(t, pin, off_in)?;
-    put_off(t, pout, off_out)?;
-    Ok(n as u64)
+    transfer(t, a, &inp, &out, libc::splice)
 }
 
 /// Implements tee(2) between two host pipes.

@@ -34,12 +34,7 @@ pub fn sys_semget(t: &mut Task, a: &SyscallArgs) -> SysResult {
         key == ipc::IPC_PRIVATE || flags & IPC_CREAT != 0,
         flags & IPC_EXCL != 0,
         || SemSet {
-            key,
-            uid,
-            gid,
-            cuid: uid,
-            cgid: gid,
-            mode: (flags & 0o777) as u16,
+            perm: ipc::IpcPerm::new(key, uid, gid, flags),
             otime: 0,
             ctime: ipc::now(),
             sems: Vec::new(),
@@ -48,20 +43,9 @@ pub fn sys_semget(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(id as u64)
 }
 
-/// Whether the caller may read (and, if `write`, alter) the set, as Linux checks for a
-/// process without CAP_IPC_OWNER.
+/// Whether the caller may read (and, if `write`, alter) the set.
 fn permitted(t: &Task, s: &SemSet, write: bool) -> bool {
-    if t.creds.uid == 0 {
-        return true;
-    }
-    let bits = if t.creds.uid == s.uid || t.creds.uid == s.cuid {
-        s.mode >> 6
-    } else if t.creds.gid == s.gid || t.creds.gid == s.cgid {
-        s.mode >> 3
-    } else {
-        s.mode
-    };
-    bits & 4 != 0 && (!write || bits & 2 != 0)
+    s.perm.allows(t.creds.uid, t.creds.gid, write)
 }
 
 /// Implements semop(2).
@@ -149,25 +133,17 @@ pub fn sys_semctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         IPC_SET => {
             let mut ds = [0u8; 104];
             t.copy_in(platform::Gva(arg), &mut ds)?;
-            let field =
-                |at: usize| u32::from_le_bytes([ds[at], ds[at + 1], ds[at + 2], ds[at + 3]]);
-            let (uid, gid, mode) = (field(4), field(8), u16::from_le_bytes([ds[20], ds[21]]));
             let me = t.creds.uid;
             table.with(id, |s| {
-                if me != 0 && me != s.uid && me != s.cuid {
-                    return Err(Errno::EPERM);
-                }
-                s.uid = uid;
-                s.gid = gid;
-                s.mode = (s.mode & !0o777) | (mode & 0o777);
+                s.perm.set_from(me, &ds)?;
                 s.ctime = ipc::now();
-                Ok(())
+                Ok::<(), Errno>(())
             })??;
             Ok(0)
         }
         IPC_RMID => {
             let me = t.creds.uid;
-            let owner = table.with(id, |s| me == 0 || me == s.uid || me == s.cuid)?;
+            let owner = table.with(id, |s| s.perm.owned_by(me))?;
             if !owner {
                 return Err(Errno::EPERM);
             }

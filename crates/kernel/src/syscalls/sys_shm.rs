@@ -41,13 +41,8 @@ pub fn sys_shmget(t: &mut Task, a: &SyscallArgs) -> SysResult {
                 .anonymous(size, "sysv")
                 .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::ENOMEM)))?;
             Ok(Segment {
-                key,
+                perm: ipc::IpcPerm::new(key, uid, gid, flags),
                 size,
-                uid,
-                gid,
-                cuid: uid,
-                cgid: gid,
-                mode: (flags & 0o777) as u16,
                 cpid: pid,
                 lpid: 0,
                 atime: 0,
@@ -81,18 +76,8 @@ pub fn sys_shmat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if flags & SHM_EXEC != 0 {
         prot = prot | Prot::EXEC;
     }
-    // Permission bits, as Linux checks them for a process without CAP_IPC_OWNER.
-    if t.creds.uid != 0 {
-        let bits = if t.creds.uid == seg.uid || t.creds.uid == seg.cuid {
-            seg.mode >> 6
-        } else if t.creds.gid == seg.gid || t.creds.gid == seg.cgid {
-            seg.mode >> 3
-        } else {
-            seg.mode
-        };
-        if bits & 4 == 0 || (!readonly && bits & 2 == 0) {
-            return Err(Errno::EACCES);
-        }
+    if !seg.perm.allows(t.creds.uid, t.creds.gid, !readonly) {
+        return Err(Errno::EACCES);
     }
     let request = MmapRequest {
         addr: Gva(addr),
@@ -181,25 +166,17 @@ pub fn sys_shmctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         IPC_SET => {
             let mut ds = [0u8; 112];
             t.copy_in(buf, &mut ds)?;
-            let field =
-                |at: usize| u32::from_le_bytes([ds[at], ds[at + 1], ds[at + 2], ds[at + 3]]);
-            let (uid, gid, mode) = (field(4), field(8), u16::from_le_bytes([ds[20], ds[21]]));
             let me = t.creds.uid;
             table.update(id, |s| {
-                if me != 0 && me != s.uid && me != s.cuid {
-                    return Err(Errno::EPERM);
-                }
-                s.uid = uid;
-                s.gid = gid;
-                s.mode = (s.mode & !0o777) | (mode & 0o777);
+                s.perm.set_from(me, &ds)?;
                 s.ctime = ipc::now();
-                Ok(())
+                Ok::<(), Errno>(())
             })??;
             Ok(0)
         }
         IPC_RMID => {
             let seg = table.segment(id)?;
-            if t.creds.uid != 0 && t.creds.uid != seg.uid && t.creds.uid != seg.cuid {
+            if !seg.perm.owned_by(t.creds.uid) {
                 return Err(Errno::EPERM);
             }
             table.remove(id)?;
