@@ -43,6 +43,8 @@ pub struct SocketState {
     pub guest_local: Option<std::net::SocketAddr>,
     /// The policy's record of that binding, released when the socket is gone.
     pub lease: Option<std::sync::Arc<crate::net::PortLease>>,
+    /// Its claim on its guest port (a second bind is EADDRINUSE), given back with it.
+    pub claim: Option<std::sync::Arc<crate::net::PortClaim>>,
     /// An AF_UNIX socket's entry in the sandbox's Unix socket registry (its guest name and
     /// credentials), released when the last descriptor of this open file is gone.
     pub unix: Option<std::sync::Arc<crate::net::unix::UnixRef>>,

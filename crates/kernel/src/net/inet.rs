@@ -209,39 +209,18 @@ pub fn bind_as_guest(
         FileKind::Socket(m) => m.lock().unwrap_or_else(|e| e.into_inner()).kind,
         _ => 0,
     };
-    let v6 = family == libc::AF_INET6;
-    let claimed = guest.port() != 0 && !net.is_namespaced();
-    if claimed {
+    let claim = if guest.port() != 0 && !net.is_namespaced() {
         let reuse = host::int_opt(f.host(), libc::SOL_SOCKET, libc::SO_REUSEPORT).unwrap_or(0) != 0;
-        net.claim(guest.port(), v6, kind, reuse)?;
+        Some(net.claim(guest.port(), family == libc::AF_INET6, kind, reuse)?)
+    } else {
+        None
+    };
+    // A failed bind drops the claim.
+    bind_claimed(net, f, family, guest)?;
+    if let (Some(c), FileKind::Socket(m)) = (claim, &f.kind) {
+        m.lock().unwrap_or_else(|e| e.into_inner()).claim = Some(Arc::new(c));
     }
-    let r = bind_claimed(net, f, family, guest);
-    if r.is_err() && claimed {
-        net.unclaim(guest.port(), v6, kind);
-    }
-    if r.is_ok() && claimed {
-        if let FileKind::Socket(m) = &f.kind {
-            let mut st = m.lock().unwrap_or_else(|e| e.into_inner());
-            match st.lease.take() {
-                Some(lease) => {
-                    // The lease bind_claimed made: it gives the claim back with the binding.
-                    let lease = Arc::try_unwrap(lease)
-                        .map(|l| Arc::new(l.with_claim(v6, kind)))
-                        .unwrap_or_else(|l| l);
-                    st.lease = Some(lease);
-                }
-                None => {
-                    // The second family's loopback bind of a published port records no
-                    // binding: its lease holds the claim only.
-                    st.lease = Some(Arc::new(
-                        PortLease::new(net.clone(), 0, SocketAddr::from(([0, 0, 0, 0], 0)))
-                            .with_claim(v6, kind),
-                    ))
-                }
-            }
-        }
-    }
-    r
+    Ok(())
 }
 
 /// [`bind_as_guest`] once the guest port is claimed.

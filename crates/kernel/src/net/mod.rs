@@ -184,30 +184,29 @@ impl NetPolicy {
         self.namespaced
     }
 
-    /// Claims guest port `port` for a socket of this family and type; EADDRINUSE when another
-    /// socket holds it and `reuse` (SO_REUSEPORT) is not asked.
+    /// Claims guest port `port` for a socket of this family (`v6`) and type; EADDRINUSE when
+    /// another socket holds it and `reuse` (SO_REUSEPORT) is not asked. The claim is given
+    /// back when the returned [`PortClaim`] goes.
     ///
     /// # Errors
     /// EADDRINUSE.
-    pub fn claim(&self, port: u16, v6: bool, kind: i32, reuse: bool) -> Result<(), abi::Errno> {
+    pub fn claim(
+        self: &std::sync::Arc<Self>,
+        port: u16,
+        v6: bool,
+        kind: i32,
+        reuse: bool,
+    ) -> Result<PortClaim, abi::Errno> {
         let mut c = self.claims.lock().unwrap_or_else(|e| e.into_inner());
         let n = c.entry((port, v6, kind)).or_insert(0);
         if *n > 0 && !reuse {
             return Err(abi::Errno::EADDRINUSE);
         }
         *n += 1;
-        Ok(())
-    }
-
-    /// Gives back a claim of [`claim`](Self::claim).
-    pub fn unclaim(&self, port: u16, v6: bool, kind: i32) {
-        let mut c = self.claims.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = c.get_mut(&(port, v6, kind)) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                c.remove(&(port, v6, kind));
-            }
-        }
+        Ok(PortClaim {
+            net: self.clone(),
+            key: (port, v6, kind),
+        })
     }
 
     /// Forgets that `guest_port` is served by `host` (its socket closed); a later bind of the
@@ -228,8 +227,6 @@ pub struct PortLease {
     net: std::sync::Arc<NetPolicy>,
     guest_port: u16,
     host: SocketAddr,
-    /// The claim it holds (IPv6, socket type), if any.
-    claim: Option<(bool, i32)>,
 }
 
 impl PortLease {
@@ -239,22 +236,32 @@ impl PortLease {
             net,
             guest_port,
             host,
-            claim: None,
         }
-    }
-
-    /// The lease also holds the claim [`NetPolicy::claim`] gave (IPv6, socket type).
-    pub fn with_claim(mut self, v6: bool, kind: i32) -> PortLease {
-        self.claim = Some((v6, kind));
-        self
     }
 }
 
 impl Drop for PortLease {
     fn drop(&mut self) {
         self.net.release(self.guest_port, self.host);
-        if let Some((v6, kind)) = self.claim {
-            self.net.unclaim(self.guest_port, v6, kind);
+    }
+}
+
+/// One socket's claim on a guest port (see [`NetPolicy::claim`]), given back when it goes.
+#[derive(Debug)]
+pub struct PortClaim {
+    net: std::sync::Arc<NetPolicy>,
+    /// (port, IPv6, socket type).
+    key: (u16, bool, i32),
+}
+
+impl Drop for PortClaim {
+    fn drop(&mut self) {
+        let mut c = self.net.claims.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = c.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                c.remove(&self.key);
+            }
         }
     }
 }
