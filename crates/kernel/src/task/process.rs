@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use abi::Errno;
 
-use super::{ExitStatus, ThreadGroup};
+use super::{ExitStatus, ProcessResources, ThreadGroup};
 
 /// Which children wait4(2) waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +73,16 @@ pub struct ProcessTable {
     /// limit; when a fault finds it exhausted, [`ProcessTable::out_of_memory`] picks a victim.
     pub memory: Arc<mm::MemoryBudget>,
     /// The process the OOM killer last chose, and when, while it dies.
-    oom_victim: Mutex<Option<(Arc<ThreadGroup>, std::time::Instant)>>,
+    /// Its address space is held weakly: the victim is dying until its pages are given back
+    /// (its last thread gone and its address space dropped), not merely until it leaves.
+    oom_victim: Mutex<Option<OomVictim>>,
+}
+
+/// The process the OOM killer chose.
+struct OomVictim {
+    pid: i32,
+    mm: std::sync::Weak<Mutex<mm::MemoryManager>>,
+    when: std::time::Instant,
 }
 
 /// What a task whose fault found the sandbox's memory exhausted does.
@@ -361,9 +370,10 @@ impl ProcessTable {
     pub fn out_of_memory(&self, me: i32) -> OomAction {
         {
             let v = self.oom_victim.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((g, when)) = v.as_ref() {
-                if g.live() > 0 && when.elapsed() < Duration::from_secs(5) {
-                    return if g.pid == me {
+            if let Some(victim) = v.as_ref() {
+                let dying = victim.mm.strong_count() > 0;
+                if dying && victim.when.elapsed() < Duration::from_secs(5) {
+                    return if victim.pid == me {
                         OomAction::KillSelf
                     } else {
                         OomAction::Retry
@@ -372,18 +382,18 @@ impl ProcessTable {
             }
         }
         // Measure without the table's lock (each address space has its own).
-        let mut largest: Option<(usize, i32, Arc<ThreadGroup>)> = None;
+        let mut largest: Option<(usize, i32, Arc<ThreadGroup>, ProcessResources)> = None;
         for (pid, g) in self.live_groups() {
             let Some(r) = g.resources() else { continue };
             let pages = {
                 let mm = r.mm.lock().unwrap_or_else(|e| e.into_inner());
                 mm.allocator().total_pages() - mm.allocator().free_pages()
             };
-            if largest.as_ref().is_none_or(|(p, _, _)| pages > *p) {
-                largest = Some((pages, pid, g));
+            if largest.as_ref().is_none_or(|(p, ..)| pages > *p) {
+                largest = Some((pages, pid, g, r));
             }
         }
-        let Some((pages, pid, g)) = largest else {
+        let Some((pages, pid, g, r)) = largest else {
             return OomAction::KillSelf;
         };
         tracing::warn!(
@@ -391,8 +401,12 @@ impl ProcessTable {
             pages,
             "out of sandbox memory: killing the largest process"
         );
-        *self.oom_victim.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((g.clone(), std::time::Instant::now()));
+        *self.oom_victim.lock().unwrap_or_else(|e| e.into_inner()) = Some(OomVictim {
+            pid,
+            mm: Arc::downgrade(&r.mm),
+            when: std::time::Instant::now(),
+        });
+        drop(r);
         if pid == me {
             return OomAction::KillSelf;
         }
