@@ -35,6 +35,7 @@ use crate::pagestate::{PageIdx, PageState, PageStateMap};
 use crate::reap::{ReapReader, ReapWriter, WorkingSetRecorder, DEFAULT_RECORD_LIMIT};
 use crate::state::{State, StateMachine};
 use crate::swapfile::{SwapReader, SwapWriter};
+use crate::trigger;
 use crate::uffd::Uffd;
 
 /// Pages per swap-file write (2 MiB).
@@ -1174,7 +1175,11 @@ impl Hibernator {
         for table in &tables {
             for (_, f) in table.iter() {
                 let shared_file = sockets.iter().any(|s| Arc::ptr_eq(s, &f));
-                if !paused && matches!(f.kind, FileKind::Socket(_)) && !shared_file {
+                if !paused
+                    && matches!(f.kind, FileKind::Socket(_))
+                    && !shared_file
+                    && !trigger::sandbox_internal(f.host().as_raw_fd())
+                {
                     sockets.push(f);
                 }
             }
@@ -1218,7 +1223,8 @@ impl Hibernator {
                     let fd = sockets
                         .get(ev.u64 as usize)
                         .map_or(-1, |f| f.host().as_raw_fd());
-                    if brings_work(fd) {
+                    if trigger::brings_work(fd) {
+                        tracing::debug!(fd, "woken by a request");
                         reason = Some(WakeReason::Request);
                     } else {
                         // A peer's close (or an error) the application has not seen yet:
@@ -1309,40 +1315,6 @@ fn inflate_process(pm: &mut ProcessMemory, error_file: &std::path::Path) -> Opti
     state.reap_wake = true;
     pm.reap_wake = true;
     Some(bytes)
-}
-
-/// Whether a readable socket brings a request: a listening socket (a connection waits) or a
-/// connected one with bytes to read; not a connection whose peer closed with nothing left.
-fn brings_work(fd: i32) -> bool {
-    if fd < 0 {
-        return false;
-    }
-    let mut listening: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: valid fd and output buffer of `len` bytes.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ACCEPTCONN,
-            (&mut listening as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if r == 0 && listening != 0 {
-        return true;
-    }
-    let mut b = [0u8; 1];
-    // SAFETY: valid fd and a one-byte buffer; MSG_PEEK leaves the byte for the application.
-    let n = unsafe {
-        libc::recv(
-            fd,
-            b.as_mut_ptr().cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    n > 0
 }
 
 /// Writes the batch `idx` (guest pages; their bytes packed in `data`) with `write`, records

@@ -37,6 +37,7 @@ pub mod reap;
 pub mod sandbox_dir;
 pub mod state;
 pub mod swapfile;
+pub mod trigger;
 pub mod uffd;
 
 #[cfg(test)]
