@@ -383,9 +383,9 @@ impl HibernateHandle {
         while matches!(self.state(), State::Running | State::HibernateRunning) {
             if Instant::now() >= deadline {
                 return Err(HibernateError::State(format!(
-                    "the sandbox has been serving requests for {} s: not hibernated (ask \
+                    "the sandbox has been serving a request for {:?}: not hibernated (ask \
                      again when it is idle)",
-                    idle_timeout.as_secs()
+                    idle_timeout
                 )));
             }
             std::thread::sleep(Duration::from_millis(5));

@@ -81,6 +81,11 @@ pub enum Command {
     Demo,
     /// Deflate a sandbox: free pages to the host, the rest to its swap file, no CPU.
     Hibernate {
+        /// How long to wait for a request in flight to be answered before refusing (e.g.
+        /// 500ms, 10s, 1m). Applies to a sandbox of one task; one with more threads or
+        /// processes is parked at once, its requests in flight finishing after the wake.
+        #[arg(long, default_value = "10s", value_parser = parse_wait)]
+        wait: std::time::Duration,
         /// Sandbox ID.
         id: String,
     },
@@ -396,6 +401,16 @@ fn parse_volume(s: &str) -> Result<crate::oci::mounts::MountSpec, String> {
         readonly,
         recursive: true,
     })
+}
+
+/// Parses a duration such as `500ms`, `10s` or `1m` (at most 10 minutes).
+fn parse_wait(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("bad duration {s:?} ({e}): expected e.g. 500ms, 10s or 1m"))?;
+    if d > std::time::Duration::from_secs(600) {
+        return Err(format!("duration {s:?} is too long: at most 10m"));
+    }
+    Ok(d)
 }
 
 fn parse_wake_mode(s: &str) -> Result<hibernate::engine::WakeMode, String> {

@@ -31,8 +31,12 @@ pub enum Request {
     State,
     /// Metrics.
     Stats,
-    /// Deflate now.
-    Hibernate,
+    /// Deflate, once the request in flight is answered.
+    Hibernate {
+        /// How long to wait for it (milliseconds; the daemon's default when absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
     /// Inflate now.
     Wake,
     /// Send a signal.
@@ -281,7 +285,9 @@ mod tests {
             r#"{"op":"kill","signal":9}"#
         );
         let r: Request = serde_json::from_str(r#"{"op":"hibernate"}"#).unwrap();
-        assert!(matches!(r, Request::Hibernate));
+        assert!(matches!(r, Request::Hibernate { wait_ms: None }));
+        let r: Request = serde_json::from_str(r#"{"op":"hibernate","wait_ms":250}"#).unwrap();
+        assert!(matches!(r, Request::Hibernate { wait_ms: Some(250) }));
         assert!(serde_json::from_str::<Request>(r#"{"op":"rm -rf"}"#).is_err());
     }
 }

@@ -377,7 +377,10 @@ fn handle(d: &Daemon, req: Request) -> Response {
             }))
         }
         Request::Stats => Response::data(stats(d)),
-        Request::Hibernate => hibernate(d),
+        Request::Hibernate { wait_ms } => hibernate(
+            d,
+            wait_ms.map_or(IDLE_TIMEOUT, std::time::Duration::from_millis),
+        ),
         Request::Wake => match d.hib.wake() {
             Ok(()) => Response::ok(),
             Err(e) => Response::error(e),
@@ -428,7 +431,7 @@ fn handle(d: &Daemon, req: Request) -> Response {
             Response::ok()
         }
         Request::Kill { signal } => match signal {
-            libc::SIGSTOP => hibernate(d),
+            libc::SIGSTOP => hibernate(d, IDLE_TIMEOUT),
             libc::SIGCONT => match d.hib.wake() {
                 Ok(()) => Response::ok(),
                 Err(e) => Response::error(e),
@@ -456,16 +459,16 @@ fn handle(d: &Daemon, req: Request) -> Response {
     }
 }
 
-fn hibernate(d: &Daemon) -> Response {
+fn hibernate(d: &Daemon, idle_timeout: std::time::Duration) -> Response {
     if d.exit.lock().map(|e| e.is_some()).unwrap_or(false) {
         return Response::error("the sandbox has stopped");
     }
-    // A single-task sandbox's request in flight finishes first (10 s at most): its answer
+    // A single-task sandbox's request in flight finishes first (`idle_timeout` at most): its answer
     // must not freeze with nothing left to wake the sandbox. (With threads, the first task
     // says nothing of the requests the others serve.)
     let single = (d.live_tasks)() <= 1;
     let r = if single {
-        d.hib.hibernate_when_idle(IDLE_TIMEOUT, PARK_TIMEOUT)
+        d.hib.hibernate_when_idle(idle_timeout, PARK_TIMEOUT)
     } else {
         d.hib.hibernate(PARK_TIMEOUT)
     };
@@ -475,7 +478,7 @@ fn hibernate(d: &Daemon) -> Response {
     }
 }
 
-/// How long a hibernate waits for the requests in flight.
+/// How long a hibernate waits for the requests in flight, unless told (`hibernate --wait`).
 const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn stats(d: &Daemon) -> serde_json::Value {

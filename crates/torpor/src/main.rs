@@ -53,7 +53,7 @@ fn main() -> ExitCode {
             print!("{}", kernel::syscalls::table::markdown());
             Ok(0)
         }
-        cli::Command::Hibernate { id } => verbs::hibernate(&id),
+        cli::Command::Hibernate { id, wait } => verbs::hibernate(&id, wait),
         cli::Command::Wake { id } => verbs::wake(&id),
         cli::Command::Kill { id, signal, all: _ } => verbs::kill(&id, &signal),
         cli::Command::State { id } => verbs::state(&id),

@@ -34,9 +34,12 @@ fn print(v: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
-/// `torpor hibernate ID`.
-pub fn hibernate(id: &str) -> Result<u8> {
-    let v = call(&dir(id)?, &Request::Hibernate, TIMEOUT)?;
+/// `torpor hibernate [--wait D] ID`.
+pub fn hibernate(id: &str, wait: Duration) -> Result<u8> {
+    let req = Request::Hibernate {
+        wait_ms: Some(wait.as_millis() as u64),
+    };
+    let v = call(&dir(id)?, &req, TIMEOUT + wait)?;
     print(&v)?;
     Ok(0)
 }

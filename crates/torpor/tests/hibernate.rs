@@ -504,3 +504,102 @@ fn a_hibernate_waits_for_the_request_in_flight() {
     assert_eq!(sb.stat("state"), "hibernated");
     assert!(testutil::http_get(addr, "/", Duration::from_secs(10)).is_ok());
 }
+
+/// With `--wait`, a hibernate gives up on a request that takes longer, with a clear refusal,
+/// and the sandbox goes on serving as if nothing was asked: the request is answered and a
+/// later hibernate succeeds.
+#[test]
+fn a_hibernate_refuses_once_its_wait_for_the_request_in_flight_ends() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = testutil::Rootfs::new();
+    let (sb, addr) = http_server_sandbox(&r);
+    // /slow takes 0.8 s to answer; the hibernate waits 100 ms.
+    let slow =
+        std::thread::spawn(move || testutil::http_get(addr, "/slow", Duration::from_secs(30)));
+    assert!(Detached::wait_until(Duration::from_secs(5), || sb
+        .stat("state")
+        == "running"));
+    let o = sb.verb("hibernate", &["--wait", "100ms"]);
+    assert_ne!(o.code(), 0, "refused: {}", o.stdout_str());
+    assert!(
+        o.stderr_str().contains("not hibernated"),
+        "a clear refusal: {}",
+        o.stderr_str()
+    );
+    let answer = slow
+        .join()
+        .expect("client")
+        .expect("the request in flight is answered");
+    assert!(answer.body_str().contains("path /slow"));
+    assert!(Detached::wait_until(Duration::from_secs(5), || sb
+        .stat("state")
+        == "hot"));
+    sb.ok("hibernate", &[]);
+    assert_eq!(sb.stat("state"), "hibernated");
+    assert!(testutil::http_get(addr, "/", Duration::from_secs(10)).is_ok());
+    // A bad duration is the CLI's error, before the sandbox is asked.
+    let o = sb.verb("hibernate", &["--wait", "soon"]);
+    assert_ne!(o.code(), 0);
+    assert!(
+        o.stderr_str().contains("bad duration"),
+        "{}",
+        o.stderr_str()
+    );
+}
+
+/// A request that arrives while the sandbox deflates (256 MiB to write) waits in the host's
+/// queue and is answered after the deflate, by the wake it triggers, with intact memory.
+#[test]
+fn a_request_arriving_during_a_deflate_is_answered_after_it() {
+    let Some(app) = testutil::require_kvm().then(|| start(256, "512M")) else {
+        return;
+    };
+    let mut overlapped = 0;
+    for round in 0..3 {
+        let id_dir = app.sb.state_base().to_path_buf();
+        let id = app.sb.dir();
+        let id = id.file_name().expect("id").to_string_lossy().into_owned();
+        let t0 = std::time::Instant::now();
+        let deflate = std::thread::spawn(move || {
+            let o = std::process::Command::new(BIN)
+                .env("TORPOR_STATE_DIR", id_dir)
+                .args(["hibernate", &id])
+                .output()
+                .expect("torpor hibernate");
+            (o, t0.elapsed())
+        });
+        // The deflate is under way once the hibernate has parked the sandbox.
+        std::thread::sleep(Duration::from_millis(60));
+        let sent = t0.elapsed();
+        let answer = app.verify();
+        let (o, deflated) = deflate.join().expect("hibernate thread");
+        assert!(
+            o.status.success(),
+            "round {round}: hibernate: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(
+            answer,
+            format!("ok {}\n", app.mib * WORDS_PER_MIB),
+            "round {round}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_slice(&o.stdout).expect("hibernate prints its report");
+        let took = report["took_us"].as_u64().unwrap_or(0);
+        // Answered by a wake after the deflate (not served before it: then the sandbox
+        // would still be hibernated now).
+        let state = app.state();
+        println!(
+            "round {round}: request sent at {sent:?}, hibernate returned at {deflated:?} \
+             (deflate {took} us), now {state}"
+        );
+        if state != "hibernated" {
+            overlapped += 1;
+        }
+        app.expect_ok();
+    }
+    assert!(overlapped > 0, "no request arrived during a deflate");
+    assert!(app.sb.stat_u64("wakes") >= 3);
+}
