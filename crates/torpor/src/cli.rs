@@ -249,6 +249,10 @@ pub enum BenchCommand {
     /// The paper's evaluation (latency: Figure 6; memory: Figure 7) on this machine: CSV files,
     /// docs/results/paper.md and PNG plots. Needs root (it builds Debian roots with debootstrap).
     Paper(crate::paper::PaperArgs),
+    /// Bursts of 10, 100 and 1,000 concurrent connections at a hot and at a hibernated
+    /// sandbox (Python, Node.js, Go hello-worlds) beside the same program run natively, and
+    /// 100 sandboxes woken at once: burst.md, CSV files and a plot. Needs root.
+    Burst(crate::burst::BurstArgs),
 }
 
 /// Arguments of `create` (OCI).

@@ -1,5 +1,6 @@
 //! The `torpor` command.
 
+mod burst;
 mod cli;
 mod confine;
 mod console;
@@ -106,6 +107,9 @@ fn main() -> ExitCode {
         cli::Command::Bench {
             which: cli::BenchCommand::Paper(args),
         } => paper::run(args),
+        cli::Command::Bench {
+            which: cli::BenchCommand::Burst(args),
+        } => burst::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

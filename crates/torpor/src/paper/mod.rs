@@ -128,20 +128,7 @@ pub fn run(args: PaperArgs) -> anyhow::Result<u8> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("create output directory {}", args.out.display()))?;
     let started = Instant::now();
-    let mut info = RunInfo {
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        quick: args.quick,
-        reps: plan.reps,
-        instances: plan.instances,
-        started: command_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
-        host: host_description(),
-        version: format!(
-            "torpor {} ({})",
-            env!("CARGO_PKG_VERSION"),
-            command_line("git", &["rev-parse", "--short", "HEAD"])
-        ),
-        ..RunInfo::default()
-    };
+    let mut info = run_info(plan.reps, plan.instances, args.quick);
     let evict = !args.warm_cache;
     info.notes.push(if evict {
         "Before every measured wake, the sandbox's swap and REAP files and every file of its \
@@ -476,6 +463,25 @@ fn print_summary(results: &[WorkloadResult]) {
             f(Metric::PssHibernated),
             f(Metric::PssWoken)
         );
+    }
+}
+
+/// What a benchmark's report says of its run: the command line, the start time, the host
+/// and torpor's version (the notes and the duration are the benchmark's to fill in).
+pub fn run_info(reps: usize, instances: usize, quick: bool) -> RunInfo {
+    RunInfo {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        quick,
+        reps,
+        instances,
+        started: command_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+        host: host_description(),
+        version: format!(
+            "torpor {} ({})",
+            env!("CARGO_PKG_VERSION"),
+            command_line("git", &["rev-parse", "--short", "HEAD"])
+        ),
+        ..RunInfo::default()
     }
 }
 

@@ -78,7 +78,7 @@ pub fn all() -> Vec<Workload> {
             name: "node",
             label: "Node.js hello",
             root: "node",
-            argv: argv(&["/usr/bin/node", "/app/paper/hello.js"]),
+            argv: argv(&["/usr/bin/node", "/app/paper/hello.js", "8080"]),
             env: vec![],
             files: vec![("/app/paper/hello.js", NODE_HELLO.as_bytes())],
             path: "/",
