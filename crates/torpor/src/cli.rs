@@ -334,6 +334,10 @@ pub struct RunArgs {
     /// limit but the disk's.
     #[arg(long, value_parser = parse_bytes)]
     pub swap_quota: Option<u64>,
+    /// Hibernate by itself after this long idle (no request, almost no CPU), e.g. 30s, 5m;
+    /// the next connection wakes it. Default: only when told (`torpor hibernate`).
+    #[arg(long, value_parser = crate::keepalive::parse_after)]
+    pub hibernate_after: Option<std::time::Duration>,
     /// Run in the background: print the sandbox ID once the program runs, and return.
     #[arg(long, short = 'd')]
     pub detach: bool,

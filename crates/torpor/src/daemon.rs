@@ -47,6 +47,17 @@ pub enum Holding {
     },
 }
 
+/// How a sandbox hibernates: its wake mode, the bound on its swap files, its keep-alive.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    /// How pages come back at a wake.
+    pub wake_mode: WakeMode,
+    /// The most bytes its swap and REAP files may hold.
+    pub swap_quota: Option<u64>,
+    /// Hibernate by itself after this long idle (`crate::keepalive`).
+    pub hibernate_after: Option<std::time::Duration>,
+}
+
 /// What the control thread knows of its sandbox.
 struct Daemon {
     id: String,
@@ -62,6 +73,7 @@ struct Daemon {
     spawner: Mutex<Option<Spawner>>,
     created: u64,
     mode: WakeMode,
+    hibernate_after: Option<std::time::Duration>,
     control: Arc<TaskControl>,
     hib: HibernateHandle,
     /// How many tasks the sandbox holds now.
@@ -76,13 +88,12 @@ struct Daemon {
 pub fn serve(
     cfg: &SandboxConfig,
     id: &str,
-    mode: WakeMode,
-    swap_quota: Option<u64>,
+    policy: &Policy,
     ready: Option<OwnedFd>,
     holding: Holding,
 ) -> Result<u8> {
     let mut ready = ready;
-    let result = start(cfg, id, (mode, swap_quota), &holding, &mut ready);
+    let result = start(cfg, id, policy, &holding, &mut ready);
     match result {
         Err(e) => {
             crate::ready::report(ready, Err(&e));
@@ -98,7 +109,7 @@ pub fn serve(
 fn start(
     cfg: &SandboxConfig,
     id: &str,
-    (mode, swap_quota): (WakeMode, Option<u64>),
+    policy: &Policy,
     holding: &Holding,
     ready: &mut Option<OwnedFd>,
 ) -> Result<u8> {
@@ -128,9 +139,10 @@ fn start(
     let cfg = &cfg;
     let mut sandbox = Sandbox::build(cfg)?;
     let control = sandbox.control();
+    let mode = policy.wake_mode;
     let (mut hook, hib) = engine::new(sandbox.memory(), control.clone(), dir.clone(), mode)
         .context("setting up hibernation")?;
-    hook.set_swap_quota(swap_quota);
+    hook.set_swap_quota(policy.swap_quota);
     sandbox.set_park_hook(Box::new(hook));
     let sock = dir.join("control.sock");
     let listener = {
@@ -147,6 +159,7 @@ fn start(
         started_cv: Condvar::new(),
         spawner: Mutex::new(Some(sandbox.spawner())),
         mode,
+        hibernate_after: policy.hibernate_after,
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -199,6 +212,12 @@ fn start(
         let status = (*daemon.exit.lock().unwrap_or_else(|e| e.into_inner()))
             .unwrap_or(ExitStatus::Signaled(libc::SIGKILL));
         return Ok(finish_oci(&daemon, status));
+    }
+    if let Some(after) = daemon.hibernate_after {
+        let d = daemon.clone();
+        std::thread::Builder::new()
+            .name("keepalive".into())
+            .spawn(move || keep_alive(&d, after))?;
     }
     let status = crate::run::run_timed(sandbox);
     {
@@ -458,6 +477,34 @@ fn handle(d: &Daemon, req: Request) -> Response {
         }
     }
 }
+
+/// The keep-alive policy's watcher: hibernates the sandbox once it has been idle for `after`.
+fn keep_alive(d: &Daemon, after: std::time::Duration) {
+    let pid = std::process::id();
+    crate::keepalive::watch(
+        after,
+        || crate::keepalive::Sample {
+            state: d.hib.state(),
+            busy_periods: d.control.busy_periods(),
+            cpu_us: procfs::cpu_time_us_except(pid, &["control", "keepalive"]).unwrap_or(0),
+        },
+        || {
+            let r = hibernate(d, KEEPALIVE_WAIT);
+            if r.ok {
+                Ok(())
+            } else {
+                Err(r.error.unwrap_or_default())
+            }
+        },
+        || {
+            d.exit.lock().map_or(true, |e| e.is_some())
+                || *d.deleted.lock().unwrap_or_else(|e| e.into_inner())
+        },
+    );
+}
+
+/// How long the keep-alive policy's hibernate waits for a request that began meanwhile.
+const KEEPALIVE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn hibernate(d: &Daemon, idle_timeout: std::time::Duration) -> Response {
     if d.exit.lock().map(|e| e.is_some()).unwrap_or(false) {

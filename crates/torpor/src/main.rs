@@ -8,6 +8,7 @@ mod control;
 mod cowroot;
 mod daemon;
 mod demo;
+mod keepalive;
 mod logging;
 mod oci;
 mod paper;

@@ -29,9 +29,64 @@ pub fn cpu_time_us(pid: u32) -> Option<u64> {
     Some(ticks * 1_000_000 / hz)
 }
 
+/// CPU time (µs) of the process `pid` less that of its threads named in `except`: what the
+/// sandbox itself used (threads that ended included), without the holder's own housekeeping
+/// (its control thread answering `torpor stats`, say). The process's time comes from
+/// `/proc/PID/stat` (clock ticks), each excluded thread's from its `schedstat` (ns).
+pub fn cpu_time_us_except(pid: u32, except: &[&str]) -> Option<u64> {
+    let total = cpu_time_us(pid)?;
+    let mut excluded_ns = 0u64;
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let dir = entry.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !except.contains(&comm.trim_end()) {
+            continue;
+        }
+        excluded_ns += std::fs::read_to_string(dir.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(total.saturating_sub(excluded_ns / 1000))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_time_leaves_out_the_named_threads() {
+        let pid = std::process::id();
+        let spin = |name: &str| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(|| {
+                    let t = std::time::Instant::now();
+                    let mut x = 0u64;
+                    while t.elapsed() < std::time::Duration::from_millis(100) {
+                        x = std::hint::black_box(x.wrapping_add(1));
+                    }
+                    // Stay alive while measured.
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                })
+                .expect("thread")
+        };
+        let all0 = cpu_time_us(pid).expect("readable");
+        let h = spin("housekeeper");
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let all = cpu_time_us(pid).expect("readable");
+        let except = cpu_time_us_except(pid, &["housekeeper"]).expect("readable");
+        h.join().expect("join");
+        assert!(
+            all >= all0 + 50_000,
+            "the spinner used CPU: {all0} -> {all}"
+        );
+        assert!(except + 50_000 <= all, "left out: {except} of {all}");
+        assert_eq!(cpu_time_us_except(u32::MAX, &[]), None);
+    }
 
     #[test]
     fn rollup() {

@@ -78,8 +78,11 @@ pub fn run(args: RunArgs) -> Result<u8> {
     crate::daemon::serve(
         &cfg,
         &id,
-        args.wake_mode,
-        args.swap_quota,
+        &crate::daemon::Policy {
+            wake_mode: args.wake_mode,
+            swap_quota: args.swap_quota,
+            hibernate_after: args.hibernate_after,
+        },
         crate::ready::from_fd(args.ready_fd),
         holding,
     )

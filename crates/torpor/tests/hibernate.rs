@@ -603,3 +603,64 @@ fn a_request_arriving_during_a_deflate_is_answered_after_it() {
     assert!(overlapped > 0, "no request arrived during a deflate");
     assert!(app.sb.stat_u64("wakes") >= 3);
 }
+
+/// `--hibernate-after`: an idle sandbox hibernates by itself, the next request wakes it, and
+/// once idle again it hibernates again; one kept busy by requests does not.
+#[test]
+fn an_idle_sandbox_hibernates_by_itself_and_a_busy_one_does_not() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = testutil::Rootfs::new();
+    let prog = r.guest_program("http_server");
+    let port = free_port();
+    let publish = format!("{port}:8080");
+    let sb = Detached::start(
+        BIN.as_ref(),
+        &["-p", &publish, "--hibernate-after", "1s"],
+        r.path(),
+        &prog,
+        &["8080"],
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(Detached::wait_until(Duration::from_secs(10), || {
+        http_get(addr, "/", Duration::from_secs(2)).is_ok()
+    }));
+    // Busy: a request every 200 ms for 3 s keeps it awake.
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_secs(3) {
+        assert!(http_get(addr, "/", Duration::from_secs(10)).is_ok());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_ne!(sb.stat("state"), "hibernated", "hibernated while busy");
+    assert_eq!(sb.stat_u64("wakes"), 0);
+    // Idle: hibernated within a few seconds.
+    assert!(
+        Detached::wait_until(Duration::from_secs(15), || sb.stat("state") == "hibernated"),
+        "not hibernated after 15 s idle: {}",
+        sb.stat("state")
+    );
+    for round in 1..=2u64 {
+        let answer = http_get(addr, "/", Duration::from_secs(10)).expect("woken by a request");
+        assert!(answer.body_str().contains("hello from http_server"));
+        assert_eq!(sb.stat_u64("wakes"), round);
+        assert!(
+            Detached::wait_until(Duration::from_secs(15), || sb.stat("state") == "hibernated"),
+            "round {round}: not hibernated again"
+        );
+    }
+    // A bad duration is refused before anything starts.
+    let o = testutil::run_command(
+        {
+            let mut c = std::process::Command::new(BIN);
+            c.args(["run", "--hibernate-after", "5ms"])
+                .arg(r.path())
+                .args(["--", &prog]);
+            c
+        },
+        None,
+        Duration::from_secs(30),
+    );
+    assert_ne!(o.code(), 0);
+    assert!(o.stderr_str().contains("too short"), "{}", o.stderr_str());
+}

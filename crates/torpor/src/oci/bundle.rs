@@ -23,7 +23,8 @@
 //!   the kernel's own; other types are named in a warning.
 //! - `linux.resources.pids.limit`: the most tasks (threads of every process) the sandbox may
 //!   hold; fork and clone fail with `EAGAIN` beyond.
-//! - `annotations`: `dev.torpor.wake-mode` (`fault`, `reap`, `auto`).
+//! - `annotations`: `dev.torpor.wake-mode` (`fault`, `reap`, `auto`) and
+//!   `dev.torpor.hibernate-after` (a duration such as `30s`: the keep-alive policy).
 //! - Everything the application kernel makes moot (capabilities, seccomp, AppArmor, SELinux,
 //!   devices, sysctl, the standard /proc, /sys, /dev mounts, which torpor's kernel provides
 //!   itself) is logged at debug level. Fields torpor cannot honour yet are named in a warning:
@@ -40,6 +41,8 @@ use super::mounts::MountSpec;
 
 /// The annotation that chooses the wake mode.
 pub const WAKE_MODE_ANNOTATION: &str = "dev.torpor.wake-mode";
+/// The annotation of the keep-alive policy (as `torpor run --hibernate-after`).
+pub const HIBERNATE_AFTER_ANNOTATION: &str = "dev.torpor.hibernate-after";
 
 /// Default memory when the bundle sets no limit.
 const DEFAULT_MEMORY: u64 = 512 << 20;
@@ -86,6 +89,8 @@ pub struct Bundle {
     pub sandbox: SandboxConfig,
     /// How it wakes from a hibernate.
     pub wake_mode: WakeMode,
+    /// Hibernate by itself after this long idle.
+    pub hibernate_after: Option<std::time::Duration>,
     /// `root.readonly`.
     pub readonly_root: bool,
     /// Bind and tmpfs mounts to make on the root.
@@ -284,6 +289,13 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
             .map_err(|e| field(format!("annotation {WAKE_MODE_ANNOTATION}: {e}")))?,
         None => WakeMode::Auto,
     };
+    let hibernate_after = annotations
+        .get(HIBERNATE_AFTER_ANNOTATION)
+        .map(|v| {
+            crate::keepalive::parse_after(v)
+                .map_err(|e| field(format!("annotation {HIBERNATE_AFTER_ANNOTATION}: {e}")))
+        })
+        .transpose()?;
 
     let mut env = env;
     if !env.iter().any(|e| e.starts_with("PATH=")) {
@@ -308,6 +320,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
             pids_limit,
         },
         wake_mode,
+        hibernate_after,
         readonly_root,
         mounts,
         terminal: process.terminal().unwrap_or(false),
@@ -445,13 +458,17 @@ mod tests {
 
     #[test]
     fn limits_namespaces_and_annotations() {
-        let extra = r#","linux":{"resources":{"memory":{"limit":268435456},"pids":{"limit":100}},"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}]},"annotations":{"dev.torpor.wake-mode":"fault"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/data","type":"bind","source":"/srv/data"}]"#;
+        let extra = r#","linux":{"resources":{"memory":{"limit":268435456},"pids":{"limit":100}},"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}]},"annotations":{"dev.torpor.wake-mode":"fault","dev.torpor.hibernate-after":"30s"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/data","type":"bind","source":"/srv/data"}]"#;
         let b = bundle(&config(r#"["/bin/busybox","true"]"#, extra));
         let got = Bundle::load(&b.0).unwrap();
         assert_eq!(got.sandbox.memory, 256 << 20);
         assert_eq!(got.sandbox.pids_limit, Some(100));
         assert_eq!(got.netns_path, Some(PathBuf::from("/run/netns/x")));
         assert_eq!(got.wake_mode, WakeMode::Fault);
+        assert_eq!(
+            got.hibernate_after,
+            Some(std::time::Duration::from_secs(30))
+        );
         assert!(got.warnings.is_empty(), "{:?}", got.warnings);
         assert_eq!(got.mounts.len(), 1);
         assert_eq!(got.mounts[0].destination(), "/data");
@@ -495,6 +512,13 @@ mod tests {
         ));
         let e = Bundle::load(&b.0).unwrap_err();
         assert!(e.to_string().contains("wake-mode"), "{e}");
+
+        let b = bundle(&config(
+            r#"["sh"]"#,
+            r#","annotations":{"dev.torpor.hibernate-after":"1ms"}"#,
+        ));
+        let e = Bundle::load(&b.0).unwrap_err();
+        assert!(e.to_string().contains("hibernate-after"), "{e}");
     }
 
     #[test]

@@ -164,8 +164,11 @@ pub fn holder(
     crate::daemon::serve(
         &cfg,
         id,
-        b.wake_mode,
-        None,
+        &crate::daemon::Policy {
+            wake_mode: b.wake_mode,
+            swap_quota: None,
+            hibernate_after: b.hibernate_after,
+        },
         ready,
         crate::daemon::Holding::Oci {
             bundle: b.dir,
