@@ -27,7 +27,7 @@ use std::path::PathBuf;
 pub use debian::{build_java_hello, debian_rootfs};
 pub use detached::{json_field, Detached};
 pub use guest::{build_c, build_static_c, elf_is_static, guest_program, guest_source};
-pub use net::{free_port, http_get, HttpResponse};
+pub use net::{free_port, http_get, read_response, HttpResponse};
 pub use rootfs::{host_busybox, Rootfs};
 pub use run::{native, run_command, Output, RunBuilder, Running, Torpor, DEFAULT_TIMEOUT};
 pub use tempdir::{unique_token, TempDir};

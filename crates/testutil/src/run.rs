@@ -129,9 +129,18 @@ impl Running {
             Stdio::null()
         });
         let started = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        // A program just written can be briefly "busy" (ETXTBSY): another test thread forked
+        // while its write descriptor was open, and the child holds it until its own exec.
+        let mut tries = 0;
+        let mut child = loop {
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                r => break r.unwrap_or_else(|e| panic!("cannot start {what}: {e}")),
+            }
+        };
         let (stdout, stderr): (Sink, Sink) = Default::default();
         let mut readers = vec![
             drain(child.stdout.take().expect("piped stdout"), stdout.clone()),

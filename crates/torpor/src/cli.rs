@@ -111,12 +111,17 @@ pub enum Command {
         /// Sandbox ID.
         id: String,
     },
-    /// Print a sandbox's metrics as one JSON object.
+    /// Print a sandbox's metrics as one JSON object (with --prometheus, every sandbox's, or
+    /// the one named, in the Prometheus text format).
     Stats {
-        /// Sandbox ID.
-        id: String,
+        /// The Prometheus text exposition format, for a scraper (e.g. through node_exporter's
+        /// textfile collector).
+        #[arg(long)]
+        prometheus: bool,
+        /// Sandbox ID (optional with --prometheus: all of them).
+        id: Option<String>,
     },
-    /// List sandboxes.
+    /// List sandboxes: state, idle time, memory, swap and wakes.
     List,
     /// Remove a stopped sandbox (with --force, stop it first) and everything it owned.
     Delete {

@@ -538,6 +538,9 @@ fn stats(d: &Daemon) -> serde_json::Value {
     let mut v = json!({
         "id": d.id,
         "state": state_name(d),
+        // torpor's own state, also for an OCI container whose `state` is the runtime spec's
+        // (running while hibernated).
+        "hibernate_state": d.hib.state().as_str(),
         "pid": pid,
         "pss_bytes": pss,
         "rss_bytes": rss,

@@ -11,6 +11,7 @@ mod demo;
 mod keepalive;
 mod logging;
 mod oci;
+mod overview;
 mod paper;
 mod procfs;
 mod ready;
@@ -59,7 +60,7 @@ fn main() -> ExitCode {
         cli::Command::Wake { id } => verbs::wake(&id),
         cli::Command::Kill { id, signal, all: _ } => verbs::kill(&id, &signal),
         cli::Command::State { id } => verbs::state(&id),
-        cli::Command::Stats { id } => verbs::stats(&id),
+        cli::Command::Stats { id, prometheus } => verbs::stats(id.as_deref(), prometheus),
         cli::Command::List => verbs::list(),
         cli::Command::Delete { id, force } => verbs::delete(&id, force),
         cli::Command::Create(a) => oci::create(&oci::CreateOptions {

@@ -96,38 +96,56 @@ pub fn state(id: &str) -> Result<u8> {
     Ok(0)
 }
 
-/// `torpor stats ID`.
-pub fn stats(id: &str) -> Result<u8> {
-    let v = call(&dir(id)?, &Request::Stats, TIMEOUT)?;
-    println!("{}", serde_json::to_string(&v)?);
+/// `torpor stats ID`, or `torpor stats --prometheus [ID]`.
+pub fn stats(id: Option<&str>, prometheus: bool) -> Result<u8> {
+    if !prometheus {
+        let id = id.context("a sandbox ID is needed (or --prometheus for all of them)")?;
+        let v = call(&dir(id)?, &Request::Stats, TIMEOUT)?;
+        println!("{}", serde_json::to_string(&v)?);
+        return Ok(0);
+    }
+    let ids = match id {
+        Some(id) => vec![id.to_string()],
+        None => statedir::list_ids(),
+    };
+    let mut answered = Vec::new();
+    for id in ids {
+        let d = statedir::dir_of(&id)?;
+        match call(&d, &Request::Stats, Duration::from_secs(5)) {
+            Ok(v) => answered.push((id, v)),
+            // One sandbox gone or stuck does not hide the others from the scraper.
+            Err(e) if prometheus && id_is_listed(&id) => tracing::warn!("{id}: {e:#}"),
+            Err(e) => return Err(e),
+        }
+    }
+    print!("{}", crate::overview::prometheus(&answered));
     Ok(0)
+}
+
+fn id_is_listed(id: &str) -> bool {
+    statedir::list_ids().iter().any(|i| i == id)
 }
 
 /// `torpor list`.
 pub fn list() -> Result<u8> {
     statedir::cleanup_orphans(&statedir::base_dir());
-    println!("{:<24} {:<18} {:>8}", "ID", "STATE", "PID");
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let mut rows = Vec::new();
     for id in statedir::list_ids() {
         let Ok(d) = statedir::dir_of(&id) else {
             continue;
         };
-        match call(&d, &Request::State, Duration::from_secs(5)) {
-            Ok(v) => println!(
-                "{:<24} {:<18} {:>8}",
-                id,
-                v["status"].as_str().unwrap_or("?"),
-                v["pid"].as_u64().map(|p| p.to_string()).unwrap_or_default()
-            ),
-            Err(_) => println!(
-                "{:<24} {:<18} {:>8}",
-                id,
-                "unreachable",
-                statedir::read_pid(&d)
-                    .map(|p| p.to_string())
-                    .unwrap_or_default()
-            ),
-        }
+        let row = match call(&d, &Request::Stats, Duration::from_secs(5)) {
+            Ok(v) => crate::overview::Row::from_stats(&id, &v, now_us),
+            Err(_) => {
+                crate::overview::Row::unreachable(&id, statedir::read_pid(&d).map(|p| p as u64))
+            }
+        };
+        rows.push(row);
     }
+    print!("{}", crate::overview::table(&rows));
     Ok(0)
 }
 

@@ -664,3 +664,89 @@ fn an_idle_sandbox_hibernates_by_itself_and_a_busy_one_does_not() {
     assert_ne!(o.code(), 0);
     assert!(o.stderr_str().contains("too short"), "{}", o.stderr_str());
 }
+
+/// A keep-alive client that sent a request before a hibernate gets its next answers on the
+/// same connection after it: its bytes wake the sandbox, twice over.
+#[test]
+fn a_keep_alive_connection_outlives_hibernates() {
+    use std::io::Write;
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = testutil::Rootfs::new();
+    let (sb, addr) = http_server_sandbox(&r);
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    for i in 0..3 {
+        write!(s, "GET /keep/{i} HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+        let resp = testutil::read_response(&mut s).expect("keep-alive response");
+        assert!(
+            resp.body_str().contains(&format!("path /keep/{i}")),
+            "{resp:?}"
+        );
+        assert_eq!(resp.header("connection"), Some("keep-alive"));
+        sb.ok("hibernate", &[]);
+        assert_eq!(sb.stat("state"), "hibernated", "round {i}");
+    }
+    write!(s, "GET /keep/last HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+    let resp = testutil::read_response(&mut s).expect("an answer after the last hibernate");
+    assert!(resp.body_str().contains("path /keep/last"), "{resp:?}");
+    assert_eq!(sb.stat_u64("wakes"), 3);
+}
+
+/// `torpor list` shows each sandbox's state, idle time, memory and wakes; `torpor stats
+/// --prometheus` the same figures in the Prometheus text format.
+#[test]
+fn list_and_prometheus_show_a_hibernated_sandbox() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = testutil::Rootfs::new();
+    let (sb, addr) = http_server_sandbox(&r);
+    sb.ok("hibernate", &[]);
+    assert!(http_get(addr, "/", Duration::from_secs(10)).is_ok());
+    sb.ok("hibernate", &[]);
+    let torpor = |args: &[&str]| {
+        let mut c = std::process::Command::new(BIN);
+        c.env("TORPOR_STATE_DIR", sb.state_base()).args(args);
+        testutil::run_command(c, None, Duration::from_secs(60))
+    };
+    let id = sb
+        .dir()
+        .file_name()
+        .expect("id")
+        .to_string_lossy()
+        .into_owned();
+    let list = torpor(&["list"]);
+    assert_eq!(list.code(), 0, "{}", list.stderr_str());
+    let text = list.stdout_str();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("{id} listed: {text}"));
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(cols[1], "hibernated", "{text}");
+    assert_eq!(cols.last().copied(), Some("1"), "one wake: {text}");
+    let prom = torpor(&["stats", "--prometheus"]);
+    assert_eq!(prom.code(), 0, "{}", prom.stderr_str());
+    let p = prom.stdout_str();
+    assert!(
+        p.contains(&format!(
+            "torpor_state{{id=\"{id}\",state=\"hibernated\"}} 1"
+        )),
+        "{p}"
+    );
+    assert!(
+        p.contains(&format!("torpor_wakes_total{{id=\"{id}\"}} 1\n")),
+        "{p}"
+    );
+    assert!(p.contains("# TYPE torpor_pss_bytes gauge"), "{p}");
+    let no_id = torpor(&["stats"]);
+    assert_ne!(no_id.code(), 0);
+    assert!(
+        no_id.stderr_str().contains("--prometheus"),
+        "{}",
+        no_id.stderr_str()
+    );
+}
