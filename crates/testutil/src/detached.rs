@@ -13,7 +13,7 @@ pub struct Detached {
     bin: PathBuf,
     /// Its ID.
     pub id: String,
-    state_dir: TempDir,
+    state_dir: std::sync::Arc<TempDir>,
 }
 
 impl Detached {
@@ -40,6 +40,50 @@ impl Detached {
     pub fn start_in(
         bin: &Path,
         state_dir: TempDir,
+        options: &[&str],
+        rootfs: &Path,
+        program: &str,
+        args: &[&str],
+    ) -> Result<Detached, Output> {
+        Self::start_shared(
+            bin,
+            std::sync::Arc::new(state_dir),
+            options,
+            rootfs,
+            program,
+            args,
+        )
+    }
+
+    /// Starts another sandbox in this one's state directory (sandboxes that share a state
+    /// root, such as the keep-alive registry); the directory goes with the last of them.
+    pub fn start_beside(
+        &self,
+        options: &[&str],
+        rootfs: &Path,
+        program: &str,
+        args: &[&str],
+    ) -> Detached {
+        Self::start_shared(
+            &self.bin,
+            self.state_dir.clone(),
+            options,
+            rootfs,
+            program,
+            args,
+        )
+        .unwrap_or_else(|o| {
+            panic!(
+                "torpor run -d failed: status {}\n{}",
+                o.code(),
+                o.stderr_str()
+            )
+        })
+    }
+
+    fn start_shared(
+        bin: &Path,
+        state_dir: std::sync::Arc<TempDir>,
         options: &[&str],
         rootfs: &Path,
         program: &str,

@@ -343,6 +343,10 @@ pub struct RunArgs {
     /// the next connection wakes it. Default: only when told (`torpor hibernate`).
     #[arg(long, value_parser = crate::keepalive::parse_after)]
     pub hibernate_after: Option<std::time::Duration>,
+    /// Under memory pressure, hibernate early: while the host's MemAvailable is below SIZE
+    /// (e.g. 2G), idle sandboxes that set this hibernate, longest idle first.
+    #[arg(long, value_parser = parse_bytes)]
+    pub memory_floor: Option<u64>,
     /// Run in the background: print the sandbox ID once the program runs, and return.
     #[arg(long, short = 'd')]
     pub detach: bool,

@@ -56,6 +56,8 @@ pub struct Policy {
     pub swap_quota: Option<u64>,
     /// Hibernate by itself after this long idle (`crate::keepalive`).
     pub hibernate_after: Option<std::time::Duration>,
+    /// Hibernate early, longest idle first, while the host's MemAvailable is below this.
+    pub memory_floor: Option<u64>,
 }
 
 /// What the control thread knows of its sandbox.
@@ -73,7 +75,7 @@ struct Daemon {
     spawner: Mutex<Option<Spawner>>,
     created: u64,
     mode: WakeMode,
-    hibernate_after: Option<std::time::Duration>,
+    keepalive: crate::keepalive::Policy,
     control: Arc<TaskControl>,
     hib: HibernateHandle,
     /// How many tasks the sandbox holds now.
@@ -159,7 +161,10 @@ fn start(
         started_cv: Condvar::new(),
         spawner: Mutex::new(Some(sandbox.spawner())),
         mode,
-        hibernate_after: policy.hibernate_after,
+        keepalive: crate::keepalive::Policy {
+            after: policy.hibernate_after,
+            memory_floor: policy.memory_floor,
+        },
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -196,7 +201,19 @@ fn start(
     };
     // The engine's --log file stays writable (an error after this point still reaches it).
     let log = crate::cli::global().log.clone();
+    // The keep-alive registry is shared by the sandboxes of this state root.
+    let registry = if policy.memory_floor.is_some() {
+        let r = crate::keepalive::Registry::open(statedir::base_dir().join(".keepalive"), id)
+            .context("opening the keep-alive registry")?;
+        Some(r)
+    } else {
+        None
+    };
+    let registry_dir = statedir::base_dir().join(".keepalive");
     let mut trees: Vec<&std::path::Path> = vec![&cfg.rootfs, &dir];
+    if registry.is_some() {
+        trees.push(&registry_dir);
+    }
     if let Some(l) = &log {
         trees.push(l);
     }
@@ -213,11 +230,11 @@ fn start(
             .unwrap_or(ExitStatus::Signaled(libc::SIGKILL));
         return Ok(finish_oci(&daemon, status));
     }
-    if let Some(after) = daemon.hibernate_after {
+    if daemon.keepalive.after.is_some() || daemon.keepalive.memory_floor.is_some() {
         let d = daemon.clone();
         std::thread::Builder::new()
             .name("keepalive".into())
-            .spawn(move || keep_alive(&d, after))?;
+            .spawn(move || keep_alive(&d, registry.as_ref()))?;
     }
     let status = crate::run::run_timed(sandbox);
     {
@@ -478,11 +495,13 @@ fn handle(d: &Daemon, req: Request) -> Response {
     }
 }
 
-/// The keep-alive policy's watcher: hibernates the sandbox once it has been idle for `after`.
-fn keep_alive(d: &Daemon, after: std::time::Duration) {
+/// The keep-alive policy's watcher: hibernates the sandbox once it has been idle long enough,
+/// or early under memory pressure.
+fn keep_alive(d: &Daemon, registry: Option<&crate::keepalive::Registry>) {
     let pid = std::process::id();
     crate::keepalive::watch(
-        after,
+        &d.keepalive,
+        registry,
         || crate::keepalive::Sample {
             state: d.hib.state(),
             busy_periods: d.control.busy_periods(),

@@ -10,6 +10,16 @@
 //! thread (a platform polling `torpor stats` does not keep it awake). The watcher samples
 //! these every [`tick`]; a hibernate that
 //! fails (a request came in meanwhile, a thread did not park) only starts a new idle period.
+//!
+//! **Memory pressure** (`--memory-floor SIZE`, annotation `dev.torpor.memory-floor`): while
+//! the host's `MemAvailable` is below the floor, idle sandboxes hibernate early, longest idle
+//! first, until it is not. There is no agent: each sandbox's watcher publishes the start of
+//! its idle period in a registry shared by the sandboxes of a state root ([`Registry`]: a
+//! directory with one small file per idle sandbox, written by rename, read by everyone), and
+//! under pressure the watcher whose sandbox has been idle longest (among those still alive)
+//! hibernates it; the next one goes a tick later if the pressure stays. A sandbox that dies
+//! leaves a file whose holder is gone, which the others skip, so no process's death stops
+//! the policy.
 
 use std::time::{Duration, Instant};
 
@@ -80,6 +90,119 @@ impl IdleClock {
     pub fn restart(&mut self) {
         self.idle = None;
     }
+
+    /// How long the sandbox has been idle at `now` with at most [`IDLE_CPU_SHARE`] of a CPU,
+    /// given the sample `s` taken then (after [`Self::tick`]); `None` when it is not idle.
+    pub fn idle_for(&self, now: Instant, s: Sample) -> Option<Duration> {
+        let (since, first) = self.idle?;
+        let elapsed = now.saturating_duration_since(since);
+        let cpu_us = s.cpu_us.saturating_sub(first.cpu_us) as f64;
+        (cpu_us <= IDLE_CPU_SHARE * elapsed.as_micros().max(1) as f64 + PRESSURE_CPU_SLACK_US)
+            .then_some(elapsed)
+    }
+}
+
+/// CPU time an idle period may hold whatever its length: one clock tick of the process's
+/// accounting, so that a short period is not judged on a single tick.
+const PRESSURE_CPU_SLACK_US: f64 = 10_000.0;
+
+/// How long a sandbox must have been idle before memory pressure hibernates it (a sandbox
+/// between two requests is not idle).
+pub const PRESSURE_MIN_IDLE: Duration = Duration::from_secs(1);
+
+/// The host's `MemAvailable` in bytes (`/proc/meminfo`).
+pub fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_available(&text)
+}
+
+fn parse_mem_available(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+}
+
+/// The keep-alive registry of a state root: `DIR/ID` holds `IDLE_SINCE_US PID` while sandbox
+/// `ID` is idle and not hibernated.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    dir: std::path::PathBuf,
+    id: String,
+}
+
+/// An idle sandbox in the registry.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Entry {
+    since_us: u64,
+    id: String,
+}
+
+impl Registry {
+    /// The registry in `dir` (created if needed), as sandbox `id` sees it.
+    ///
+    /// # Errors
+    /// If the directory cannot be created.
+    pub fn open(dir: std::path::PathBuf, id: &str) -> std::io::Result<Registry> {
+        std::fs::create_dir_all(&dir)?;
+        Ok(Registry {
+            dir,
+            id: id.to_string(),
+        })
+    }
+
+    /// Says that this sandbox has been idle since `since_us` (µs since the epoch).
+    pub fn publish(&self, since_us: u64) {
+        let tmp = self.dir.join(format!(".{}.tmp", self.id));
+        let text = format!("{since_us} {}\n", std::process::id());
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, self.dir.join(&self.id));
+        }
+    }
+
+    /// Says that this sandbox is no longer idle (busy, hibernated or gone).
+    pub fn withdraw(&self) {
+        let _ = std::fs::remove_file(self.dir.join(&self.id));
+    }
+
+    /// The idle sandboxes whose holders are alive, longest idle first.
+    fn entries(&self) -> Vec<Entry> {
+        let mut v: Vec<Entry> = std::fs::read_dir(&self.dir)
+            .map(|r| {
+                r.flatten()
+                    .filter_map(|e| {
+                        let id = e.file_name().into_string().ok()?;
+                        if id.starts_with('.') {
+                            return None;
+                        }
+                        let text = std::fs::read_to_string(e.path()).ok()?;
+                        let mut f = text.split_whitespace();
+                        let since_us = f.next()?.parse().ok()?;
+                        let pid: u32 = f.next()?.parse().ok()?;
+                        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+                        alive.then_some(Entry { since_us, id })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// Whether this sandbox is the longest idle of the registry (ties go to the smaller ID).
+    pub fn is_longest_idle(&self) -> bool {
+        self.entries().first().is_some_and(|e| e.id == self.id)
+    }
+}
+
+/// What the watcher enforces.
+#[derive(Clone, Debug, Default)]
+pub struct Policy {
+    /// Hibernate after this long idle.
+    pub after: Option<Duration>,
+    /// Hibernate idle sandboxes early, longest idle first, while `MemAvailable` is below
+    /// this (bytes).
+    pub memory_floor: Option<u64>,
 }
 
 /// How often the watcher samples for a policy of `after`: often enough to act within about a
@@ -104,25 +227,69 @@ pub fn parse_after(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Runs the policy until `stopped()`: samples with `sample`, and calls `hibernate` once the
-/// sandbox has been idle for `after`.
+/// Runs `policy` until `stopped()`: samples with `sample`, publishes idle periods in
+/// `registry`, and calls `hibernate` once the sandbox has been idle for `policy.after`, or
+/// under memory pressure when it is the longest idle.
 pub fn watch(
-    after: Duration,
+    policy: &Policy,
+    registry: Option<&Registry>,
     sample: impl Fn() -> Sample,
     hibernate: impl Fn() -> Result<(), String>,
     stopped: impl Fn() -> bool,
 ) {
+    // Without a delay of its own, only pressure hibernates: a clock that never expires.
+    let after = policy.after.unwrap_or(Duration::MAX);
     let mut clock = IdleClock::new(after);
-    let every = tick(after);
+    let every = policy.after.map_or(Duration::from_millis(250), tick);
+    let wall_us = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+    };
+    let mut published: Option<Instant> = None;
     while !stopped() {
         std::thread::sleep(every);
-        if clock.tick(Instant::now(), sample()) && !stopped() {
-            match hibernate() {
-                Ok(()) => tracing::info!("idle for {after:?}: hibernated"),
-                Err(e) => tracing::info!("idle for {after:?}, but not hibernated: {e}"),
+        let now = Instant::now();
+        let s = sample();
+        let due = clock.tick(now, s);
+        let idle = clock.idle_for(now, s);
+        if let Some(reg) = registry {
+            match (idle, clock.idle.map(|(since, _)| since)) {
+                (Some(d), Some(since)) if published != Some(since) => {
+                    reg.publish(wall_us().saturating_sub(d.as_micros() as u64));
+                    published = Some(since);
+                }
+                (None, _) if published.is_some() => {
+                    reg.withdraw();
+                    published = None;
+                }
+                _ => {}
             }
+        }
+        let pressed = policy.memory_floor.is_some_and(|floor| {
+            idle.is_some_and(|d| d >= PRESSURE_MIN_IDLE)
+                && mem_available().is_some_and(|m| m < floor)
+                && registry.is_none_or(Registry::is_longest_idle)
+        });
+        if (due || pressed) && !stopped() {
+            let why = if due {
+                format!("idle for {after:?}")
+            } else {
+                "memory pressure (the longest idle)".to_string()
+            };
+            match hibernate() {
+                Ok(()) => tracing::info!("{why}: hibernated"),
+                Err(e) => tracing::info!("{why}, but not hibernated: {e}"),
+            }
+            if let Some(reg) = registry {
+                reg.withdraw();
+            }
+            published = None;
             clock.restart();
         }
+    }
+    if let Some(reg) = registry {
+        reg.withdraw();
     }
 }
 
@@ -178,6 +345,55 @@ mod tests {
         for i in 0..10 {
             assert!(!c.tick(ms(i * 100), s(State::Hibernated, 1, 0)));
         }
+    }
+
+    #[test]
+    fn idle_time_for_pressure() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut c = IdleClock::new(Duration::MAX);
+        let a = s(State::Hot, 1, 0);
+        assert!(!c.tick(ms(0), a));
+        assert_eq!(c.idle_for(ms(0), a), Some(Duration::ZERO));
+        let b = s(State::Hot, 1, 5_000);
+        assert!(!c.tick(ms(1500), b));
+        assert_eq!(c.idle_for(ms(1500), b), Some(Duration::from_millis(1500)));
+        // Half a CPU: not idle.
+        let busy = s(State::Hot, 1, 1_000_000);
+        assert!(!c.tick(ms(2000), busy));
+        assert_eq!(c.idle_for(ms(2000), busy), None);
+        let run = s(State::Running, 1, 1_000_000);
+        c.tick(ms(2100), run);
+        assert_eq!(c.idle_for(ms(2100), run), None);
+    }
+
+    #[test]
+    fn meminfo() {
+        let t = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   2048 kB\n";
+        assert_eq!(parse_mem_available(t), Some(2048 * 1024));
+        assert_eq!(parse_mem_available("MemTotal: 1 kB\n"), None);
+        assert!(mem_available().is_some_and(|m| m > 0));
+    }
+
+    #[test]
+    fn the_registry_names_the_longest_idle_living_sandbox() {
+        let dir = std::env::temp_dir().join(format!("torpor-keepalive-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = Registry::open(dir.clone(), "a").expect("registry");
+        let b = Registry::open(dir.clone(), "b").expect("registry");
+        assert!(!a.is_longest_idle(), "nobody idle");
+        b.publish(100);
+        a.publish(200);
+        assert!(b.is_longest_idle() && !a.is_longest_idle());
+        // A dead holder's entry is skipped.
+        std::fs::write(dir.join("dead"), format!("1 {}\n", u32::MAX)).expect("write");
+        std::fs::write(dir.join("junk"), "not numbers").expect("write");
+        assert!(b.is_longest_idle());
+        b.withdraw();
+        assert!(a.is_longest_idle());
+        a.withdraw();
+        assert!(!a.is_longest_idle());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
             wake_mode: args.wake_mode,
             swap_quota: args.swap_quota,
             hibernate_after: args.hibernate_after,
+            memory_floor: args.memory_floor,
         },
         crate::ready::from_fd(args.ready_fd),
         holding,

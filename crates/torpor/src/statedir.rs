@@ -148,6 +148,10 @@ pub fn cleanup_orphans(base: &Path) {
     };
     for e in entries.flatten() {
         let p = e.path();
+        // Hidden directories are the runtime's own (the keep-alive registry), not sandboxes.
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
         // A stopped OCI container's state stays until `delete`.
         if p.is_dir() && !owner_alive(&p) && !crate::oci::state::is_oci(&p) {
             tracing::info!("removing orphaned sandbox state {}", p.display());
@@ -163,6 +167,7 @@ pub fn list_ids() -> Vec<String> {
             r.flatten()
                 .filter(|e| e.path().is_dir())
                 .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|name| !name.starts_with('.'))
                 .collect()
         })
         .unwrap_or_default();

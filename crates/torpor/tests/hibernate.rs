@@ -750,3 +750,81 @@ fn list_and_prometheus_show_a_hibernated_sandbox() {
         no_id.stderr_str()
     );
 }
+
+/// Memory pressure (`--memory-floor` above what the host has available): idle sandboxes
+/// hibernate early, longest idle first, through the registry they share, and one kept busy
+/// does not.
+#[test]
+fn under_memory_pressure_idle_sandboxes_hibernate_longest_idle_first() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = testutil::Rootfs::new();
+    let prog = r.guest_program("http_server");
+    let mut sandboxes: Vec<(Detached, SocketAddr)> = Vec::new();
+    for i in 0..4 {
+        let port = free_port();
+        let publish = format!("{port}:8080");
+        let opts = ["-p", publish.as_str(), "--memory-floor", "100000G"];
+        let sb = match sandboxes.first() {
+            None => Detached::start(BIN.as_ref(), &opts, r.path(), &prog, &["8080"]),
+            Some((first, _)) => first.start_beside(&opts, r.path(), &prog, &["8080"]),
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        assert!(
+            Detached::wait_until(Duration::from_secs(10), || http_get(
+                addr,
+                "/",
+                Duration::from_secs(2)
+            )
+            .is_ok()),
+            "sandbox {i} answers"
+        );
+        sandboxes.push((sb, addr));
+    }
+    // Every sandbox is kept busy, then left idle in the order 2, 0, 1, 600 ms apart; 3 stays
+    // busy throughout.
+    let t0 = std::time::Instant::now();
+    let quiet_at = [600u64, 1200, 0, u64::MAX];
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pingers: Vec<_> = sandboxes
+        .iter()
+        .zip(quiet_at)
+        .map(|((_, addr), quiet)| {
+            let (addr, stop) = (*addr, stop.clone());
+            std::thread::spawn(move || {
+                let mut failures = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst)
+                    && t0.elapsed() < Duration::from_millis(quiet)
+                {
+                    if http_get(addr, "/", Duration::from_secs(10)).is_err() {
+                        failures += 1;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                failures
+            })
+        })
+        .collect();
+    let hibernated = |i: usize| sandboxes[i].0.stat("state") == "hibernated";
+    let all_three = Detached::wait_until(Duration::from_secs(30), || {
+        hibernated(0) && hibernated(1) && hibernated(2)
+    });
+    let busy_state = sandboxes[3].0.stat("state");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for p in pingers {
+        assert_eq!(p.join().expect("pinger"), 0, "every request answered");
+    }
+    assert!(all_three, "the idle sandboxes hibernated under pressure");
+    assert_ne!(busy_state, "hibernated", "the busy sandbox stayed awake");
+    let since = |i: usize| sandboxes[i].0.stat_u64("state_since_unix_us");
+    let (s2, s0, s1) = (since(2), since(0), since(1));
+    assert!(
+        s2 < s0 && s0 < s1,
+        "longest idle first: hibernated at {s2} (2), {s0} (0), {s1} (1)"
+    );
+    for (sb, addr) in &sandboxes[..3] {
+        assert!(http_get(*addr, "/", Duration::from_secs(10)).is_ok());
+        assert!(sb.stat_u64("wakes") >= 1);
+    }
+}

@@ -24,7 +24,8 @@
 //! - `linux.resources.pids.limit`: the most tasks (threads of every process) the sandbox may
 //!   hold; fork and clone fail with `EAGAIN` beyond.
 //! - `annotations`: `dev.torpor.wake-mode` (`fault`, `reap`, `auto`) and
-//!   `dev.torpor.hibernate-after` (a duration such as `30s`: the keep-alive policy).
+//!   `dev.torpor.hibernate-after` (a duration such as `30s`: the keep-alive policy) and
+//!   `dev.torpor.memory-floor` (a size such as `2G`: hibernate early under memory pressure).
 //! - Everything the application kernel makes moot (capabilities, seccomp, AppArmor, SELinux,
 //!   devices, sysctl, the standard /proc, /sys, /dev mounts, which torpor's kernel provides
 //!   itself) is logged at debug level. Fields torpor cannot honour yet are named in a warning:
@@ -43,6 +44,8 @@ use super::mounts::MountSpec;
 pub const WAKE_MODE_ANNOTATION: &str = "dev.torpor.wake-mode";
 /// The annotation of the keep-alive policy (as `torpor run --hibernate-after`).
 pub const HIBERNATE_AFTER_ANNOTATION: &str = "dev.torpor.hibernate-after";
+/// The annotation of the memory-pressure floor (as `torpor run --memory-floor`).
+pub const MEMORY_FLOOR_ANNOTATION: &str = "dev.torpor.memory-floor";
 
 /// Default memory when the bundle sets no limit.
 const DEFAULT_MEMORY: u64 = 512 << 20;
@@ -91,6 +94,8 @@ pub struct Bundle {
     pub wake_mode: WakeMode,
     /// Hibernate by itself after this long idle.
     pub hibernate_after: Option<std::time::Duration>,
+    /// Hibernate early while the host's MemAvailable is below this.
+    pub memory_floor: Option<u64>,
     /// `root.readonly`.
     pub readonly_root: bool,
     /// Bind and tmpfs mounts to make on the root.
@@ -296,6 +301,13 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
                 .map_err(|e| field(format!("annotation {HIBERNATE_AFTER_ANNOTATION}: {e}")))
         })
         .transpose()?;
+    let memory_floor = annotations
+        .get(MEMORY_FLOOR_ANNOTATION)
+        .map(|v| {
+            crate::cli::parse_bytes(v)
+                .map_err(|e| field(format!("annotation {MEMORY_FLOOR_ANNOTATION}: {e}")))
+        })
+        .transpose()?;
 
     let mut env = env;
     if !env.iter().any(|e| e.starts_with("PATH=")) {
@@ -321,6 +333,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         },
         wake_mode,
         hibernate_after,
+        memory_floor,
         readonly_root,
         mounts,
         terminal: process.terminal().unwrap_or(false),
@@ -458,7 +471,7 @@ mod tests {
 
     #[test]
     fn limits_namespaces_and_annotations() {
-        let extra = r#","linux":{"resources":{"memory":{"limit":268435456},"pids":{"limit":100}},"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}]},"annotations":{"dev.torpor.wake-mode":"fault","dev.torpor.hibernate-after":"30s"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/data","type":"bind","source":"/srv/data"}]"#;
+        let extra = r#","linux":{"resources":{"memory":{"limit":268435456},"pids":{"limit":100}},"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}]},"annotations":{"dev.torpor.wake-mode":"fault","dev.torpor.hibernate-after":"30s","dev.torpor.memory-floor":"2G"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/data","type":"bind","source":"/srv/data"}]"#;
         let b = bundle(&config(r#"["/bin/busybox","true"]"#, extra));
         let got = Bundle::load(&b.0).unwrap();
         assert_eq!(got.sandbox.memory, 256 << 20);
@@ -469,6 +482,7 @@ mod tests {
             got.hibernate_after,
             Some(std::time::Duration::from_secs(30))
         );
+        assert_eq!(got.memory_floor, Some(2 << 30));
         assert!(got.warnings.is_empty(), "{:?}", got.warnings);
         assert_eq!(got.mounts.len(), 1);
         assert_eq!(got.mounts[0].destination(), "/data");

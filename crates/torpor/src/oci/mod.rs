@@ -168,6 +168,7 @@ pub fn holder(
             wake_mode: b.wake_mode,
             swap_quota: None,
             hibernate_after: b.hibernate_after,
+            memory_floor: b.memory_floor,
         },
         ready,
         crate::daemon::Holding::Oci {
@@ -252,6 +253,38 @@ pub fn state_json(id: &str) -> Result<serde_json::Value> {
         }
     }
     Ok(state::status_json(&d, id, "stopped", None))
+}
+
+/// `kill [--all] ID SIGNAL` of a container, as runc answers it: a stopped container (its
+/// program ended, its state kept until `delete`) takes `--all` as done (runc signals the
+/// processes left in its cgroup: none), and refuses a plain kill with runc's "container not
+/// running", the text containerd's runc shim takes as "already gone"; an unknown ID "does not
+/// exist".
+pub fn kill(id: &str, signal: i32, all: bool) -> Result<u8> {
+    kill_in(&container_dir(id)?, id, signal, all)
+}
+
+/// [`kill`] of the container whose state directory is `d`.
+fn kill_in(d: &Path, id: &str, signal: i32, all: bool) -> Result<u8> {
+    if statedir::owner_alive(d) && !d.join("exit").exists() {
+        match call(d, &Request::Kill { signal }, TIMEOUT) {
+            Ok(_) => return Ok(0),
+            // The program ended while we asked (its holder answers "has stopped", or has
+            // already closed its control socket): as stopped below.
+            Err(_) if is_stopped(d) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if all {
+        return Ok(0);
+    }
+    bail!("cannot signal container {id:?}: container not running (it has stopped)")
+}
+
+/// Whether the container in `dir` has stopped: its holder has ended, or has recorded the
+/// program's exit status and is ending.
+fn is_stopped(dir: &Path) -> bool {
+    dir.join("exit").exists() || !statedir::owner_alive(dir)
 }
 
 /// `pause ID` / `resume ID`.
@@ -473,4 +506,25 @@ fn detach_waiter(pid_file: Option<&Path>) -> Result<OwnedFd> {
         msg
     });
     std::process::exit(i32::from(EXIT_OCI_ERROR));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kill_of_a_stopped_container_answers_as_runc() {
+        let d = std::env::temp_dir().join(format!("torpor-oci-kill-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        state::Record::new("c1", Path::new("/b"), Path::new("/b/rootfs"))
+            .save(&d)
+            .unwrap();
+        std::fs::write(d.join("exit"), "0\n").unwrap();
+        // containerd's runc shim sends `kill --all ID 9` after the program's exit.
+        assert_eq!(kill_in(&d, "c1", libc::SIGKILL, true).unwrap(), 0);
+        // A plain kill fails with the text the shim takes as "already gone".
+        let e = kill_in(&d, "c1", libc::SIGTERM, false).unwrap_err();
+        assert!(e.to_string().contains("container not running"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }
