@@ -58,7 +58,7 @@ fn main() -> ExitCode {
         }
         cli::Command::Hibernate { id, wait } => verbs::hibernate(&id, wait),
         cli::Command::Wake { id } => verbs::wake(&id),
-        cli::Command::Kill { id, signal, all: _ } => verbs::kill(&id, &signal),
+        cli::Command::Kill { id, signal, all } => verbs::kill(&id, &signal, all),
         cli::Command::State { id } => verbs::state(&id),
         cli::Command::Stats { id, prometheus } => verbs::stats(id.as_deref(), prometheus),
         cli::Command::List => verbs::list(),

@@ -78,9 +78,13 @@ pub fn parse_signal(s: &str) -> Result<i32> {
     Ok(n)
 }
 
-/// `torpor kill ID SIGNAL`: SIGSTOP hibernates, SIGCONT wakes, others go to the application.
-pub fn kill(id: &str, signal: &str) -> Result<u8> {
+/// `torpor kill [--all] ID SIGNAL`: SIGSTOP hibernates, SIGCONT wakes, others go to the
+/// application. A container of the OCI form follows runc ([`crate::oci::kill`]).
+pub fn kill(id: &str, signal: &str, all: bool) -> Result<u8> {
     let signal = parse_signal(signal)?;
+    if crate::oci::state::is_oci(&statedir::dir_of(id)?) {
+        return crate::oci::kill(id, signal, all);
+    }
     call(&dir(id)?, &Request::Kill { signal }, TIMEOUT)?;
     Ok(0)
 }
