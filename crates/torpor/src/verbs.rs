@@ -164,6 +164,7 @@ pub fn delete(id: &str, force: bool) -> Result<u8> {
         bail!("sandbox {id:?} does not exist");
     }
     let pid = statedir::read_pid(&d);
+    let cgroup = crate::oci::state::Record::load(&d).and_then(|r| r.cgroups_path);
     if statedir::owner_alive(&d) {
         let st = call(&d, &Request::State, Duration::from_secs(10))
             .context("asking the sandbox its state")?;
@@ -192,6 +193,12 @@ pub fn delete(id: &str, force: bool) -> Result<u8> {
         std::thread::sleep(Duration::from_millis(10));
     }
     let _ = std::fs::remove_dir_all(&d);
+    // An OCI container's cgroup (its holder has left it by now).
+    if let Some(path) = cgroup {
+        for w in crate::oci::cgroup::remove(&path) {
+            tracing::warn!("{w}");
+        }
+    }
     Ok(0)
 }
 

@@ -2,7 +2,8 @@
 //! running torpor through its runc shim: `ctr run --runtime io.containerd.runc.v2
 //! --runc-binary PATH-TO-TORPOR`. A busybox command's output and status; an HTTP server
 //! started detached, paused (a request waits), resumed, signalled and deleted, with `ctr task
-//! ls` showing each state. The image is made offline: `podman save` of an image imported from
+//! ls` showing each state, the holder in the container's cgroup (removed at delete), and
+//! `kill --all` of the stopped task succeeding as runc's. The image is made offline: `podman save` of an image imported from
 //! a root filesystem tarball, then `ctr images import`.
 //!
 //! Needs /dev/kvm, containerd and podman: without them the tests print "skipped" and pass,
@@ -143,6 +144,16 @@ impl Containerd {
         v
     }
 
+    fn task_pid(&self, id: &str) -> u32 {
+        let o = self.ctr(&["task", "ls"]);
+        o.stdout_str()
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(id))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no pid for task {id}: {}", o.stdout_str()))
+    }
+
     fn task_status(&self, id: &str) -> String {
         let o = self.ctr(&["task", "ls"]);
         o.stdout_str()
@@ -216,6 +227,17 @@ fn ctr_pauses_resumes_signals_and_deletes_a_server() {
     });
     assert!(up, "server not up: {}", c.log());
     assert_eq!(c.task_status("web"), "RUNNING");
+    // The holder is in the container's cgroup (containerd's default cgroupsPath
+    // /NAMESPACE/ID), where the shim reads its memory from.
+    let pid = c.task_pid("web");
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let memory_cg = cgroup_dir("memory", "/default/web");
+    if memory_cg.is_some() {
+        assert!(
+            cgroups.lines().any(|l| l.ends_with(":/default/web")),
+            "holder {pid} not in /default/web: {cgroups}"
+        );
+    }
 
     let o = c.ctr(&["task", "pause", "web"]);
     assert_eq!(o.code(), 0, "{}", o.stderr_str());
@@ -234,9 +256,29 @@ fn ctr_pauses_resumes_signals_and_deletes_a_server() {
     assert!(Detached::wait_until(Duration::from_secs(30), || c
         .task_status("web")
         == "STOPPED"));
+    // runc's answer to `kill --all` of a stopped container: done (the CRI sends it after
+    // every exit); a plain kill says "not running".
+    let o = c.ctr(&["task", "kill", "--all", "-s", "SIGKILL", "web"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
     let o = c.ctr(&["task", "delete", "web"]);
     assert_eq!(o.code(), 0, "{}", o.stderr_str());
     let o = c.ctr(&["container", "delete", "web"]);
     assert_eq!(o.code(), 0, "{}", o.stderr_str());
     assert_eq!(c.task_status("web"), "");
+    if let Some(d) = memory_cg {
+        assert!(!d.exists(), "{} left after delete", d.display());
+    }
+}
+
+/// The directory of cgroup `path` in the v1 hierarchy of `controller`, when this host has
+/// one (or the v2 tree's on a unified host).
+fn cgroup_dir(controller: &str, path: &str) -> Option<std::path::PathBuf> {
+    let base = std::path::Path::new("/sys/fs/cgroup");
+    let root = if base.join("cgroup.controllers").exists() {
+        base.to_path_buf()
+    } else {
+        base.join(controller)
+    };
+    root.is_dir()
+        .then(|| root.join(path.trim_start_matches('/')))
 }

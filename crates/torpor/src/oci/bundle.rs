@@ -21,6 +21,8 @@
 //! - `mounts`: bind mounts of host paths (read-only with `ro`) and tmpfs mounts are made on
 //!   the root, confined to it (see [`super::mounts`]); /proc, /sys, /dev and its children are
 //!   the kernel's own; other types are named in a warning.
+//! - `linux.cgroupsPath` and `linux.resources` memory and CPU: the cgroup the holder joins
+//!   before it builds the VM, with those limits (see [`super::cgroup`]); removed at `delete`.
 //! - `linux.resources.pids.limit`: the most tasks (threads of every process) the sandbox may
 //!   hold; fork and clone fail with `EAGAIN` beyond.
 //! - `annotations`: `dev.torpor.wake-mode` (`fault`, `reap`, `auto`) and
@@ -96,6 +98,8 @@ pub struct Bundle {
     pub hibernate_after: Option<std::time::Duration>,
     /// Hibernate early while the host's MemAvailable is below this.
     pub memory_floor: Option<u64>,
+    /// The cgroup to join (`linux.cgroupsPath`) and its limits.
+    pub cgroup: Option<super::cgroup::CgroupSpec>,
     /// `root.readonly`.
     pub readonly_root: bool,
     /// Bind and tmpfs mounts to make on the root.
@@ -232,9 +236,6 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
                     pids_limit = Some(p.limit() as usize);
                 }
             }
-            if res.cpu().is_some() {
-                tracing::debug!("linux.resources.cpu: left to the engine's cgroup");
-            }
         }
         for ns in linux.namespaces().iter().flatten() {
             match ns.typ() {
@@ -309,6 +310,8 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         })
         .transpose()?;
 
+    let cgroup = super::cgroup::CgroupSpec::from_spec(spec).map_err(|e| field(e.to_string()))?;
+
     let mut env = env;
     if !env.iter().any(|e| e.starts_with("PATH=")) {
         env.insert(0, crate::run::DEFAULT_PATH.to_string());
@@ -334,6 +337,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         wake_mode,
         hibernate_after,
         memory_floor,
+        cgroup,
         readonly_root,
         mounts,
         terminal: process.terminal().unwrap_or(false),

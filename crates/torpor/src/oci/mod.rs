@@ -17,6 +17,7 @@
 //! form follow the runtime spec.
 
 pub mod bundle;
+pub mod cgroup;
 pub mod mounts;
 pub mod state;
 
@@ -68,7 +69,18 @@ fn create_holder(opts: &CreateOptions, start_now: bool) -> Result<(u32, PathBuf)
     if b.terminal && opts.console_socket.is_none() {
         bail!("config.json: process.terminal is set but no --console-socket was given");
     }
-    let pid = spawn_holder(opts, start_now)?;
+    let pid = match spawn_holder(opts, start_now) {
+        Ok(pid) => pid,
+        Err(e) => {
+            // The holder may have made its cgroup before it failed.
+            if let Some(c) = &b.cgroup {
+                for w in cgroup::remove(&c.path) {
+                    tracing::warn!("{w}");
+                }
+            }
+            return Err(e);
+        }
+    };
     if let Some(p) = &opts.pid_file {
         write_pid_file(p, pid)?;
     }
@@ -134,6 +146,12 @@ pub fn holder(
         let b = Bundle::load(bundle_dir)?;
         for w in &b.warnings {
             tracing::warn!("{w}");
+        }
+        // Before anything is built, so that every page of the sandbox is charged there.
+        if let Some(c) = &b.cgroup {
+            for w in cgroup::join(c)? {
+                tracing::warn!("{w}");
+            }
         }
         if let Some(p) = &b.netns_path {
             join_netns(p)?;
@@ -333,7 +351,7 @@ pub fn features() -> Result<u8> {
         "linux": {
             "namespaces": ["network", "pid", "ipc", "uts", "mount"],
             "capabilities": [],
-            "cgroup": {"v1": false, "v2": false, "systemd": false, "systemdUser": false},
+            "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
             "seccomp": {"enabled": false},
             "apparmor": {"enabled": false},
             "selinux": {"enabled": false}

@@ -29,26 +29,37 @@ pub struct Record {
     /// The bundle's annotations.
     #[serde(default)]
     pub annotations: HashMap<String, String>,
+    /// The container's cgroup (`linux.cgroupsPath`, normalised), removed by `delete`.
+    #[serde(default)]
+    pub cgroups_path: Option<String>,
 }
 
 impl Record {
     /// A record for a container created now; the annotations come from the bundle's
     /// config.json.
     pub fn new(id: &str, bundle: &Path, rootfs: &Path) -> Record {
-        let annotations = std::fs::read_to_string(bundle.join("config.json"))
+        let config = std::fs::read_to_string(bundle.join("config.json"))
             .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+        let annotations = config
+            .as_ref()
             .and_then(|v| {
                 serde_json::from_value::<HashMap<String, String>>(v.get("annotations")?.clone())
                     .ok()
             })
             .unwrap_or_default();
+        let cgroups_path = config
+            .as_ref()
+            .and_then(|v| v.get("linux")?.get("cgroupsPath")?.as_str())
+            .filter(|p| !p.is_empty())
+            .and_then(|p| super::cgroup::normalise(p).ok());
         Record {
             id: id.to_string(),
             bundle: bundle.to_path_buf(),
             rootfs: rootfs.to_path_buf(),
             created: rfc3339_now(),
             annotations,
+            cgroups_path,
         }
     }
 
