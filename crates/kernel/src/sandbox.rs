@@ -46,6 +46,9 @@ pub struct SandboxConfig {
     /// Most tasks (threads of every process) the sandbox may hold; fork and clone fail with
     /// `EAGAIN` beyond (`None`: [`crate::task::process::DEFAULT_TASK_LIMIT`]).
     pub pids_limit: Option<usize>,
+    /// The node name uname(2) reports (`torpor` for `torpor run`; an OCI bundle's
+    /// `hostname`, the pod's name under Kubernetes).
+    pub hostname: String,
 }
 
 /// Errors building or running a sandbox.
@@ -132,6 +135,7 @@ impl Sandbox {
         }
         // The memory limit bounds the sandbox, all its processes together.
         procs.memory.set_limit(cfg.memory / platform::PAGE_SIZE);
+        procs.set_nodename(&cfg.hostname);
         let slot = procs
             .reserve_task()
             .map_err(|_| SandboxError::Memory("no room for the first task".into()))?;

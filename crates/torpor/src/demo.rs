@@ -29,6 +29,7 @@ pub fn demo() -> Result<u8> {
         creds: None,
         rlimits: None,
         pids_limit: None,
+        hostname: crate::run::DEFAULT_HOSTNAME.into(),
     };
     let r = crate::run::run_config(&cfg);
     let _ = std::fs::remove_dir_all(&dir);

@@ -10,6 +10,9 @@ use crate::cli::RunArgs;
 /// Exit status for errors of the runtime itself (as docker and runc use 125).
 pub const EXIT_RUNTIME_ERROR: u8 = 125;
 
+/// The node name of a sandbox started by `torpor run` (an OCI bundle names its own).
+pub const DEFAULT_HOSTNAME: &str = "torpor";
+
 pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Runs the sandbox described by `args` and returns the application's exit status.
@@ -62,6 +65,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         creds: user.map(|u| u.creds),
         rlimits: None,
         pids_limit: Some(args.pids_limit as usize),
+        hostname: DEFAULT_HOSTNAME.into(),
     };
     if !cfg.rootfs.is_dir() {
         anyhow::bail!(

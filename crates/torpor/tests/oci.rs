@@ -218,11 +218,20 @@ fn oci_run_passes_the_exit_status_through() {
     if !testutil::require_kvm() {
         return;
     }
-    let b = TestBundle::new(&["/bin/busybox", "sh", "-c", "echo out; exit 7"], "");
+    // uname's node name is config.json's hostname ("t").
+    let b = TestBundle::new(
+        &[
+            "/bin/busybox",
+            "sh",
+            "-c",
+            "echo out; busybox hostname; exit 7",
+        ],
+        "",
+    );
     let oci = Oci::new();
     let o = oci.cmd(&["run", "--bundle", b.path().to_str().unwrap(), "r1"]);
     assert_eq!(o.code(), 7, "{}", o.stderr_str());
-    assert_eq!(o.stdout_str(), "out\n");
+    assert_eq!(o.stdout_str(), "out\nt\n");
     assert!(oci.leftovers().is_empty(), "{:?}", oci.leftovers());
 }
 

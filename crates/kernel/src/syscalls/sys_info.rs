@@ -26,7 +26,7 @@ pub fn sys_uname(t: &mut Task, a: &SyscallArgs) -> SysResult {
     };
     let fields: [Vec<u8>; 6] = [
         b"Linux".to_vec(),
-        b"torpor".to_vec(),
+        t.group.procs.nodename(),
         field(&host.release),
         field(&host.version),
         b"x86_64".to_vec(),

@@ -76,6 +76,8 @@ pub struct ProcessTable {
     /// Its address space is held weakly: the victim is dying until its pages are given back
     /// (its last thread gone and its address space dropped), not merely until it leaves.
     oom_victim: Mutex<Option<OomVictim>>,
+    /// The sandbox's node name (uname), shared by all its processes as one UTS namespace.
+    nodename: Mutex<Vec<u8>>,
 }
 
 /// The process the OOM killer chose.
@@ -134,6 +136,7 @@ impl Default for ProcessTable {
             sysv_sem: Arc::default(),
             memory: mm::MemoryBudget::new(u64::MAX),
             oom_victim: Mutex::new(None),
+            nodename: Mutex::new(b"torpor".to_vec()),
         }
     }
 }
@@ -151,6 +154,22 @@ impl ProcessTable {
     /// Sets the most tasks the sandbox may hold (`--pids-limit`, `linux.resources.pids`).
     pub fn set_task_limit(&self, n: usize) {
         self.tasks.limit.store(n.max(1), Ordering::SeqCst);
+    }
+
+    /// Sets the node name uname reports (at most 64 bytes are kept, as Linux's
+    /// `__NEW_UTS_LEN`).
+    pub fn set_nodename(&self, name: &str) {
+        let mut b = name.as_bytes().to_vec();
+        b.truncate(64);
+        *self.nodename.lock().unwrap_or_else(|e| e.into_inner()) = b;
+    }
+
+    /// The node name uname reports.
+    pub fn nodename(&self) -> Vec<u8> {
+        self.nodename
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Live tasks.

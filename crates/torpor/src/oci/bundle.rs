@@ -25,6 +25,8 @@
 //!   before it builds the VM, with those limits (see [`super::cgroup`]); removed at `delete`.
 //! - `linux.resources.pids.limit`: the most tasks (threads of every process) the sandbox may
 //!   hold; fork and clone fail with `EAGAIN` beyond.
+//! - `hostname` (or, for a pod's container, the engine's `/etc/hostname` file): the node
+//!   name uname reports (`torpor` when neither is there).
 //! - `annotations`: `dev.torpor.wake-mode` (`fault`, `reap`, `auto`) and
 //!   `dev.torpor.hibernate-after` (a duration such as `30s`: the keep-alive policy) and
 //!   `dev.torpor.memory-floor` (a size such as `2G`: hibernate early under memory pressure).
@@ -285,9 +287,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         }
     }
 
-    if let Some(h) = spec.hostname() {
-        tracing::debug!("hostname {h:?}: the sandbox's node name stays \"torpor\"");
-    }
+    let hostname = hostname_of(spec);
     let annotations: HashMap<String, String> = spec.annotations().clone().unwrap_or_default();
     let wake_mode = match annotations.get(WAKE_MODE_ANNOTATION) {
         Some(v) => v
@@ -333,6 +333,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
             creds: Some(creds),
             rlimits: Some(rlimits),
             pids_limit,
+            hostname,
         },
         wake_mode,
         hibernate_after,
@@ -345,6 +346,36 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         new_netns,
         warnings,
     })
+}
+
+/// The sandbox's node name: `hostname`, else (a container of a pod, which joins the pod's
+/// UTS namespace by path and has no `hostname` of its own) the first line of the file the
+/// engine bind-mounts on `/etc/hostname`, else `torpor`. At most 64 bytes, as Linux's.
+fn hostname_of(spec: &Spec) -> String {
+    let valid = |h: &str| !h.is_empty() && h.len() <= 64 && !h.contains(['\0', '/', '\n']);
+    if let Some(h) = spec.hostname().as_deref().filter(|h| valid(h)) {
+        return h.to_string();
+    }
+    let from_file = spec
+        .mounts()
+        .iter()
+        .flatten()
+        .find(|m| m.destination() == Path::new("/etc/hostname"))
+        .and_then(|m| m.source().as_ref())
+        .and_then(|src| {
+            use std::io::Read;
+            let mut buf = Vec::new();
+            // A short read: the file is the engine's, but its size is not ours to trust.
+            std::fs::File::open(src)
+                .ok()?
+                .take(256)
+                .read_to_end(&mut buf)
+                .ok()?;
+            let text = String::from_utf8(buf).ok()?;
+            Some(text.lines().next()?.trim().to_string())
+        })
+        .filter(|h| valid(h));
+    from_file.unwrap_or_else(|| crate::run::DEFAULT_HOSTNAME.to_string())
 }
 
 /// The guest path of the program `arg0`: itself when it holds a `/` (relative to `cwd`), else
@@ -470,7 +501,25 @@ mod tests {
         assert_eq!(got.sandbox.memory, DEFAULT_MEMORY);
         assert!(!got.readonly_root && !got.terminal);
         assert_eq!(got.wake_mode, WakeMode::Auto);
+        assert_eq!(got.sandbox.hostname, "torpor");
         assert!(got.warnings.is_empty(), "{:?}", got.warnings);
+    }
+
+    #[test]
+    fn hostname_from_the_spec_or_the_engines_file() {
+        let b = bundle(&config(r#"["sh"]"#, r#","hostname":"web""#));
+        assert_eq!(Bundle::load(&b.0).unwrap().sandbox.hostname, "web");
+        // A pod's container: no hostname, /etc/hostname bind-mounted from the pod's file.
+        let b = bundle("{}");
+        std::fs::write(b.0.join("hostname"), "pod-1\n").unwrap();
+        let extra = format!(
+            r#","mounts":[{{"destination":"/etc/hostname","type":"bind","source":"{}","options":["rbind","rw"]}}]"#,
+            b.0.join("hostname").display()
+        );
+        std::fs::write(b.0.join("config.json"), config(r#"["sh"]"#, &extra)).unwrap();
+        std::fs::create_dir_all(b.0.join("rootfs/etc")).unwrap();
+        std::fs::write(b.0.join("rootfs/etc/hostname"), "").unwrap();
+        assert_eq!(Bundle::load(&b.0).unwrap().sandbox.hostname, "pod-1");
     }
 
     #[test]
