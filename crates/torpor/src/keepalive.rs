@@ -2,8 +2,9 @@
 //! sandbox idle for `D` hibernates by itself, and the next connection wakes it as usual.
 //!
 //! *Idle* means: not hibernated, not serving a request (the state is `hot` or `woken`, not
-//! `running` or `hibernate-running`), no request begun (the task control's count of busy
-//! periods did not move) and almost no CPU used by the holder (below [`IDLE_CPU_SHARE`] of the
+//! `running` or `hibernate-running`), no request begun (the task control's count of inputs
+//! its waiting calls returned did not move: a server's periodic timeouts, such as Python's
+//! `serve_forever` waking every half second, do not count) and almost no CPU used by the holder (below [`IDLE_CPU_SHARE`] of the
 //! time: a runtime's housekeeping threads, a Go scheduler's ticks), over the whole period. The
 //! CPU test covers what the state alone misses: a server whose requests run on other threads
 //! than the one the state follows; only the sandbox's threads count, not the holder's control
@@ -36,8 +37,9 @@ pub const MIN_AFTER: Duration = Duration::from_millis(100);
 pub struct Sample {
     /// The sandbox's state.
     pub state: State,
-    /// Requests begun so far (the task control's busy periods).
-    pub busy_periods: u64,
+    /// Inputs the sandbox's waiting calls returned so far (connections, bytes, ready
+    /// descriptors; not the timeouts of a periodic wake-up).
+    pub inputs: u64,
     /// The holder's CPU time so far (µs).
     pub cpu_us: u64,
 }
@@ -64,7 +66,7 @@ impl IdleClock {
         let idle_state = matches!(s.state, State::Hot | State::Woken);
         let (since, first) = match self.idle {
             Some((since, first))
-                if idle_state && first.state == s.state && first.busy_periods == s.busy_periods =>
+                if idle_state && first.state == s.state && first.inputs == s.inputs =>
             {
                 (since, first)
             }
@@ -300,7 +302,7 @@ mod tests {
     fn s(state: State, busy: u64, cpu_us: u64) -> Sample {
         Sample {
             state,
-            busy_periods: busy,
+            inputs: busy,
             cpu_us,
         }
     }

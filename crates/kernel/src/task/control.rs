@@ -26,6 +26,9 @@ pub struct TaskControl {
     idle: AtomicBool,
     /// Number of times the task went from idle to busy (requests served, roughly).
     busy_periods: AtomicU64,
+    /// Number of times a call that waits for input returned some (a connection, bytes, ready
+    /// descriptors): requests, not the timeouts of a server's periodic wake-ups.
+    inputs: AtomicU64,
     /// External signals not yet taken, one bit per signal (like Linux's standard signals,
     /// a second one of a kind before the first is taken merges with it).
     pending_signals: AtomicU64,
@@ -46,6 +49,7 @@ impl TaskControl {
             park: AtomicBool::new(false),
             idle: AtomicBool::new(false),
             busy_periods: AtomicU64::new(0),
+            inputs: AtomicU64::new(0),
             pending_signals: AtomicU64::new(0),
             infos: Mutex::new(Vec::new()),
             kicker: Mutex::new(kicker),
@@ -118,6 +122,16 @@ impl TaskControl {
     /// Number of idle-to-busy transitions so far.
     pub fn busy_periods(&self) -> u64 {
         self.busy_periods.load(Ordering::Relaxed)
+    }
+
+    /// Records that a call waiting for input returned some.
+    pub fn note_input(&self) {
+        self.inputs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Number of inputs the task's waiting calls returned so far (see [`Self::note_input`]).
+    pub fn inputs(&self) -> u64 {
+        self.inputs.load(Ordering::Relaxed)
     }
 
     /// Sends the task a signal from outside its process (`torpor kill`, another process's

@@ -119,6 +119,16 @@ fn waits_for_input(nr: u64) -> bool {
     )
 }
 
+/// Whether a call of [`waits_for_input`] returned input: a connection (accept), bytes or an
+/// end of stream (recvfrom, recvmsg), ready descriptors (poll, select, epoll); not a timeout
+/// (0 ready) nor an error.
+fn brought_input(nr: u64, ret: &Result<u64, Errno>) -> bool {
+    match ret {
+        Ok(n) => *n > 0 || matches!(nr, 43 | 288 | 45 | 47),
+        Err(_) => false,
+    }
+}
+
 /// The user and group ids a sandbox's processes see (getuid, getgroups, /proc/PID/status,
 /// AT_UID…): the OCI `process.user`, or the runtime's own. Files are still opened with the
 /// runtime's host credentials, inside the sandbox's root.
@@ -332,7 +342,8 @@ impl Task {
             match exit {
                 Exit::Syscall => {
                     let args = SyscallArgs::from_regs(&self.vcpu.user.regs);
-                    if waits_for_input(args.nr) {
+                    let waits = waits_for_input(args.nr);
+                    if waits {
                         self.control.set_idle(true);
                     }
                     let ret = loop {
@@ -348,6 +359,9 @@ impl Task {
                         break r;
                     };
                     self.control.set_idle(false);
+                    if waits && brought_input(args.nr, &ret) {
+                        self.control.note_input();
+                    }
                     if ret == Err(Errno::EINTR) {
                         // Restarted or not when the signal is delivered.
                         self.signals.interrupted_syscall = Some(args.nr);

@@ -79,6 +79,20 @@ impl Driver {
     /// # Errors
     /// If `torpor run -d` fails.
     pub fn start(&self, w: &Workload, root: &Path, wake_mode: &str) -> anyhow::Result<Sandbox<'_>> {
+        self.start_with(w, root, wake_mode, &[])
+    }
+
+    /// [`Driver::start`] with more `torpor run` options (`--hibernate-after 2s`…).
+    ///
+    /// # Errors
+    /// If `torpor run -d` fails.
+    pub fn start_with(
+        &self,
+        w: &Workload,
+        root: &Path,
+        wake_mode: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Sandbox<'_>> {
         let port = free_port()?;
         let n = self.next.get();
         self.next.set(n + 1);
@@ -86,7 +100,8 @@ impl Driver {
         let publish = format!("127.0.0.1:{port}:8080");
         let mut c = self.cmd();
         c.args(["run", "-d", "--name", &id, "--memory", w.memory])
-            .args(["-p", &publish, "--wake-mode", wake_mode]);
+            .args(["-p", &publish, "--wake-mode", wake_mode])
+            .args(extra);
         for e in &w.env {
             c.args(["-e", e]);
         }
@@ -189,6 +204,18 @@ impl Sandbox<'_> {
             .get("pss_bytes")
             .and_then(|v| v.as_f64())
             .context("no pss_bytes in torpor stats")
+    }
+
+    /// The holder's pid.
+    ///
+    /// # Errors
+    /// As [`Sandbox::stats`].
+    pub fn pid(&self) -> anyhow::Result<u32> {
+        self.stats()?
+            .get("pid")
+            .and_then(|v| v.as_u64())
+            .map(|p| p as u32)
+            .context("no pid in torpor stats")
     }
 
     /// The sandbox's state name.
