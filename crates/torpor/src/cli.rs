@@ -258,6 +258,10 @@ pub enum BenchCommand {
     /// sandbox (Python, Node.js, Go hello-worlds) beside the same program run natively, and
     /// 100 sandboxes woken at once: burst.md, CSV files and a plot. Needs root.
     Burst(crate::burst::BurstArgs),
+    /// Many sandboxes hibernated by the keep-alive policy (10, 100, 1,000): host memory and
+    /// PSS per sandbox, idle CPU, wake latency under a Zipf request stream, every one
+    /// answering: density.md, density.csv, density.png. Needs root.
+    Density(crate::density::DensityArgs),
 }
 
 /// Arguments of `create` (OCI).

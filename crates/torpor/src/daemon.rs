@@ -504,7 +504,7 @@ fn keep_alive(d: &Daemon, registry: Option<&crate::keepalive::Registry>) {
         registry,
         || crate::keepalive::Sample {
             state: d.hib.state(),
-            busy_periods: d.control.busy_periods(),
+            inputs: d.control.inputs(),
             cpu_us: procfs::cpu_time_us_except(pid, &["control", "keepalive"]).unwrap_or(0),
         },
         || {

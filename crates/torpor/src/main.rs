@@ -8,6 +8,7 @@ mod control;
 mod cowroot;
 mod daemon;
 mod demo;
+mod density;
 mod keepalive;
 mod logging;
 mod oci;
@@ -112,6 +113,9 @@ fn main() -> ExitCode {
         cli::Command::Bench {
             which: cli::BenchCommand::Burst(args),
         } => burst::run(args),
+        cli::Command::Bench {
+            which: cli::BenchCommand::Density(args),
+        } => density::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
