@@ -86,6 +86,21 @@ impl CowRoot {
         self.mounted = false;
         detach(&self.merged)
     }
+
+    /// Leaves the overlay mounted when this value goes: another process of the mount
+    /// namespace (the sandbox's janitor) unmounts it.
+    pub fn disown(mut self) {
+        self.mounted = false;
+    }
+}
+
+/// Unmounts the overlay on `merged` (`umount2(MNT_DETACH)`), as [`CowRoot::unmount`] does,
+/// from a process that does not hold the [`CowRoot`] (the janitor).
+///
+/// # Errors
+/// If `umount2` fails.
+pub fn unmount_path(merged: &Path) -> Result<()> {
+    detach(merged)
 }
 
 impl Drop for CowRoot {

@@ -126,15 +126,16 @@ fn start(
     }
     // The friendly form never writes into ROOTFS: the sandbox's writes go to its own
     // copy-on-write layer in its state directory (the OCI form's root is the container's own).
-    let cow = if oci {
+    // Its janitor, forked now (single-threaded, unconfined), takes the root down and removes
+    // the state directory at the end, which the confined holder may not.
+    let mut cfg = cfg.clone();
+    let janitor = if oci {
         None
     } else {
-        Some(crate::cowroot::prepare(&cfg.rootfs, &dir.join("root"))?)
+        let cow = crate::cowroot::prepare(&cfg.rootfs, &dir.join("root"))?;
+        cfg.rootfs = cow.merged().to_path_buf();
+        Some(crate::janitor::spawn(cow, &dir)?)
     };
-    let mut cfg = cfg.clone();
-    if let Some(c) = &cow {
-        cfg.rootfs = c.merged().to_path_buf();
-    }
     if let Holding::Foreground { volumes } | Holding::Detached { volumes } = holding {
         crate::oci::mounts::apply(&cfg.rootfs, volumes)?;
     }
@@ -194,11 +195,6 @@ fn start(
     }
     // Everything the sandbox needs is open or mapped: the holder confines itself before the
     // application can run (docs/SECURITY.md).
-    let keep: &[u32] = if cow.is_some() {
-        &[crate::confine::CAP_SYS_ADMIN]
-    } else {
-        &[]
-    };
     // The engine's --log file stays writable (an error after this point still reaches it).
     let log = crate::cli::global().log.clone();
     // The keep-alive registry is shared by the sandboxes of this state root.
@@ -217,10 +213,7 @@ fn start(
     if let Some(l) = &log {
         trees.push(l);
     }
-    // Landlock forbids the friendly form's final umount2 of its copy-on-write root: it is
-    // applied to OCI holders only (docs/SECURITY.md).
-    let landlock = cow.is_none().then_some(&trees[..]);
-    crate::confine::confine(crate::confine::Mode::from_env()?, keep, landlock)
+    crate::confine::confine(crate::confine::Mode::from_env()?, &[], Some(&trees[..]))
         .context("confining the runtime")?;
     crate::confine::test_hook();
     crate::ready::report(ready.take(), Ok(()));
@@ -249,8 +242,7 @@ fn start(
     let status = match status {
         Ok(s) => s,
         Err(e) => {
-            drop(cow);
-            let _ = crate::cowroot::remove_all(&dir);
+            drop(janitor);
             return Err(e).context("sandbox stopped");
         }
     };
@@ -268,8 +260,9 @@ fn start(
                 .unwrap_or_else(|e| e.into_inner());
         }
     }
-    drop(cow);
-    let _ = crate::cowroot::remove_all(&dir);
+    if let Some(j) = janitor {
+        j.finish();
+    }
     Ok(status.code() as u8)
 }
 

@@ -9,6 +9,7 @@ mod cowroot;
 mod daemon;
 mod demo;
 mod density;
+mod janitor;
 mod keepalive;
 mod logging;
 mod oci;

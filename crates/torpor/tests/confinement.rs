@@ -8,6 +8,7 @@
 //! TORPOR_REQUIRE_KVM=1.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use testutil::{Detached, Rootfs, Torpor};
 
@@ -37,18 +38,11 @@ fn the_holder_runs_under_seccomp_without_spare_capabilities() {
     assert_eq!(status_field(&status, "Seccomp"), "2", "filter mode");
     assert_eq!(status_field(&status, "NoNewPrivs"), "1");
     // Running as root: only CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER, FSETID,
-    // NET_BIND_SERVICE and SYS_PTRACE remain, and SYS_ADMIN for the final unmount of the
-    // friendly form's copy-on-write root; none is inheritable.
+    // NET_BIND_SERVICE and SYS_PTRACE remain (the friendly form's copy-on-write root is taken
+    // down by its janitor, not by the holder); none is inheritable.
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
-        let kept = (1u64 << 0)
-            | (1 << 1)
-            | (1 << 2)
-            | (1 << 3)
-            | (1 << 4)
-            | (1 << 10)
-            | (1 << 19)
-            | (1 << 21);
+        let kept = (1u64 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 10) | (1 << 19);
         for set in ["CapEff", "CapPrm", "CapBnd"] {
             let v = u64::from_str_radix(&status_field(&status, set), 16).expect("hex");
             assert_eq!(v, kept, "{set} = {v:#x}");
@@ -102,9 +96,65 @@ fn a_forbidden_call_kills_the_runtime() {
     assert_eq!(ok.code(), 0, "{}", ok.stderr_str());
 }
 
-/// An OCI container's holder (the friendly form's keeps the host's view: it must unmount its
-/// copy-on-write root at the end, which Landlock forbids) cannot open host files outside its
-/// root and state directory.
+/// A friendly-form holder cannot open host files outside its root and state directory
+/// (Landlock), and its janitor still takes its copy-on-write root down and removes its state
+/// directory at the end, also when the holder is killed.
+#[test]
+fn a_holder_cannot_open_host_files_and_its_janitor_cleans_up() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("hello");
+    let state = testutil::TempDir::new("torpor-janitor-state");
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &prog)
+        .host_env("TORPOR_TEST_FORBIDDEN_CALL", "open")
+        .host_env("TORPOR_LOG", "off")
+        .host_env(
+            "TORPOR_STATE_DIR",
+            state.path().to_str().expect("utf-8 path"),
+        )
+        .output();
+    assert_eq!(out.code(), 0, "{}", out.stderr_str());
+    assert!(
+        out.stderr_str()
+            .contains("the host's /etc/passwd: Permission denied"),
+        "{}",
+        out.stderr_str()
+    );
+    let left = || {
+        std::fs::read_dir(state.path())
+            .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    assert!(
+        left().is_empty(),
+        "the state directory is removed: {:?}",
+        left()
+    );
+    // A holder killed outright: its janitor sees the end and cleans up all the same.
+    let sb = Detached::start_in(
+        &bin(),
+        testutil::TempDir::new("torpor-janitor-state"),
+        &[],
+        r.path(),
+        &r.guest_program("http_server"),
+        &["8080"],
+    )
+    .unwrap_or_else(|o| panic!("run -d: {}", o.stderr_str()));
+    let dir = sb.dir();
+    assert!(dir.join("root").is_dir());
+    // SAFETY: killing the sandbox's own holder process.
+    unsafe { libc::kill(sb.pid() as i32, libc::SIGKILL) };
+    assert!(
+        Detached::wait_until(Duration::from_secs(10), || !dir.exists()),
+        "{} removed by the janitor",
+        dir.display()
+    );
+}
+
+/// An OCI container's holder cannot open host files outside its root and state directory.
 #[test]
 fn an_oci_holder_cannot_open_host_files() {
     if !testutil::require_kvm() {

@@ -61,15 +61,10 @@ impl Mode {
     }
 }
 
-/// CAP_SYS_ADMIN, kept by a holder that must unmount its copy-on-write root at the end.
-pub const CAP_SYS_ADMIN: u32 = 21;
-
 /// Confines the calling process (every thread) as the module says: with `trees`, its files
 /// are those beneath them (the sandbox's root and state directory) and a few host paths
-/// ([`landlock`]; None for the friendly form, whose holder must `umount2` its copy-on-write
-/// root at the end, which Landlock forbids); `also_keep` are kept
-/// beside [`KEPT_CAPS`] (CAP_SYS_ADMIN for the friendly form's final `umount2` of its
-/// copy-on-write root: the filter allows only `umount2(MNT_DETACH)` of all that it grants).
+/// ([`landlock`]; both forms: the friendly form's copy-on-write root is taken down by its
+/// janitor, `crate::janitor`); `also_keep` are kept beside [`KEPT_CAPS`].
 ///
 /// # Errors
 /// When a step fails: the sandbox must not run unconfined by accident.

@@ -10,8 +10,8 @@
 //! module loading, `kexec`, `reboot`, `bpf`, `perf_event_open`, `keyctl`/`add_key`,
 //! `open_by_handle_at`, `swapon`, `acct`, `quotactl`, `personality`. `socket` is limited to the
 //! families the application may use (IPv4, IPv6, Unix) and netlink's `sock_diag` (used to find
-//! a Unix socket's peer); `unshare` to `CLONE_FS` (a handler thread's own umask); `umount2`
-//! to `MNT_DETACH` (the copy-on-write root, in the holder's private mount namespace).
+//! a Unix socket's peer); `unshare` to `CLONE_FS` (a handler thread's own umask). (The
+//! friendly form's copy-on-write root is taken down by its janitor, `crate::janitor`.)
 
 use std::collections::BTreeMap;
 
@@ -262,11 +262,6 @@ pub fn filter(log_only: bool) -> Result<BpfProgram, String> {
         .map_err(|e| e.to_string())?,
     );
     rules.insert(libc::SYS_socket, socket);
-    // The holder's own private mount namespace: the copy-on-write root is detached at the end.
-    rules.insert(
-        libc::SYS_umount2,
-        vec![SeccompRule::new(vec![eq(1, libc::MNT_DETACH as u64)?]).map_err(|e| e.to_string())?],
-    );
     rules.insert(
         libc::SYS_unshare,
         vec![SeccompRule::new(vec![eq(0, libc::CLONE_FS as u64)?]).map_err(|e| e.to_string())?],
