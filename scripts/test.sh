@@ -18,12 +18,16 @@ cd "$(dirname "$0")/.."
 # fonts-dejavu-core: the font `torpor bench paper` draws its plots with;
 # bc: scripts/stress.sh's figures;
 # postgresql-client (psql), redis-tools (redis-cli, redis-benchmark): the real clients of the
-# server tests (crates/torpor/tests/servers.rs; curl serves nginx's).
-base="busybox-static gcc libc6-dev curl debootstrap openjdk-17-jdk-headless fonts-dejavu-core bc postgresql-client redis-tools"
+# server tests (crates/torpor/tests/servers.rs; curl serves nginx's);
+# protobuf-compiler (protoc): the k8s-cri crate's build script compiles the CRI's protobuf
+# definitions (the CRI client of crates/torpor/tests/cri.rs).
+base="busybox-static gcc libc6-dev curl debootstrap openjdk-17-jdk-headless fonts-dejavu-core bc postgresql-client redis-tools protobuf-compiler"
 # podman (with its network stack: netavark, aardvark-dns, iptables) and containerd (ctr, the
 # runc shim): the OCI runtime tests drive torpor through them (crates/torpor/tests/podman.rs,
-# containerd.rs; the containerd test starts its own daemon).
-engines="podman netavark aardvark-dns iptables containerd"
+# containerd.rs; the containerd test starts its own daemon); runc, containernetworking-plugins
+# (bridge, host-local, loopback in /usr/lib/cni) and iproute2: the Kubernetes CRI test
+# (cri.rs) runs a pod on torpor and on runc through containerd's CRI on a bridge network.
+engines="podman netavark aardvark-dns iptables containerd runc containernetworking-plugins iproute2"
 
 if [ "${TORPOR_SKIP_APT:-0}" != 1 ]; then
     missing=$(for p in $base $engines; do
