@@ -495,6 +495,7 @@ fn keep_alive(d: &Daemon, registry: Option<&crate::keepalive::Registry>) {
     crate::keepalive::watch(
         &d.keepalive,
         registry,
+        || d.hib.state(),
         || crate::keepalive::Sample {
             state: d.hib.state(),
             inputs: d.control.inputs(),
