@@ -46,6 +46,17 @@ pub struct PagerState {
 /// Exit status of the runtime when swapped data is lost or corrupt.
 pub const EXIT_SWAP_CORRUPT: i32 = 70;
 
+/// What a userfaultfd thread runs first to confine itself further (the runtime's per-role
+/// seccomp filter); nothing until set.
+static THREAD_CONFINEMENT: std::sync::OnceLock<fn() -> Result<(), String>> =
+    std::sync::OnceLock::new();
+
+/// Sets what every userfaultfd thread started from now on runs first to confine itself (its
+/// role's seccomp filter). Set once; later calls are ignored.
+pub fn set_thread_confinement(confine: fn() -> Result<(), String>) {
+    let _ = THREAD_CONFINEMENT.set(confine);
+}
+
 /// Starts the handler thread of one process's memory. It holds the memory only weakly: when
 /// the process is gone (its memory unmapped, and with it the registration), the thread ends
 /// at its next check (every second without a fault).
@@ -60,7 +71,14 @@ pub fn spawn(
     let alive = Arc::downgrade(mem);
     std::thread::Builder::new()
         .name("uffd".into())
-        .spawn(move || serve(&uffd, range, &alive, &state, &metrics, &error_file))
+        .spawn(move || {
+            if let Some(confine) = THREAD_CONFINEMENT.get() {
+                if let Err(e) = confine() {
+                    tracing::error!("the userfaultfd thread's seccomp filter: {e}");
+                }
+            }
+            serve(&uffd, range, &alive, &state, &metrics, &error_file)
+        })
 }
 
 /// Waits up to a second for an event on `uffd`; false on a timeout.

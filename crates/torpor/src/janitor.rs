@@ -9,7 +9,9 @@
 //! janitor shares the holder's private mount namespace, keeps the holder's privileges, and runs
 //! none of the code the application can reach: it closes every inherited descriptor but its
 //! end of a pipe, ignores the terminal's signals, and waits for one byte (the holder's
-//! [`Janitor::finish`]) or the end of the pipe (the holder's death, even by SIGKILL).
+//! [`Janitor::finish`]: unmount and remove the directory) or the end of the pipe (the
+//! holder's death, even by SIGKILL: unmount only, the directory stays for `torpor state` to
+//! report the error and for `delete` to remove).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -113,16 +115,21 @@ fn janitor_main(pipe: OwnedFd, merged: &Path, dir: &PathBuf) -> ! {
         }
     }
     let mut b = [0u8; 1];
-    loop {
+    let asked = loop {
         // SAFETY: reading one byte into a local buffer from our pipe.
         let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
         if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;
         }
-        break;
-    }
+        break n == 1;
+    };
     let _ = crate::cowroot::unmount_path(merged);
-    let _ = crate::cowroot::remove_all(dir);
+    // A holder that died without asking (a corrupt swap file, SIGKILL) leaves its directory
+    // for `torpor state` to report (its error file) and for `delete` or the next `list` to
+    // remove, as before there was a janitor.
+    if asked {
+        let _ = crate::cowroot::remove_all(dir);
+    }
     // SAFETY: ending the child without running the parent's exit handlers.
     unsafe { libc::_exit(0) }
 }

@@ -54,14 +54,24 @@ fn the_holder_runs_under_seccomp_without_spare_capabilities() {
     sb.ok("hibernate", &[]);
     sb.ok("wake", &[]);
     assert_eq!(sb.stat("state"), "woken");
-    // Every thread carries the filter (TSYNC), those started later included.
+    // Every thread carries the filter (TSYNC), those started later included; the userfaultfd
+    // thread (started by the first deflate) one more of its own role.
+    let mut pager_seen = false;
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
         let task = task.expect("task").path();
         let st = std::fs::read_to_string(task.join("status")).unwrap_or_default();
-        if !st.is_empty() {
-            assert_eq!(status_field(&st, "Seccomp"), "2", "{}", task.display());
+        if st.is_empty() {
+            continue;
         }
+        assert_eq!(status_field(&st, "Seccomp"), "2", "{}", task.display());
+        let filters: u32 = status_field(&st, "Seccomp_filters")
+            .parse()
+            .expect("a count");
+        let uffd = status_field(&st, "Name") == "uffd";
+        pager_seen |= uffd;
+        assert_eq!(filters, if uffd { 2 } else { 1 }, "{}", task.display());
     }
+    assert!(pager_seen, "a userfaultfd thread runs after a hibernate");
 }
 
 #[test]
@@ -133,7 +143,8 @@ fn a_holder_cannot_open_host_files_and_its_janitor_cleans_up() {
         "the state directory is removed: {:?}",
         left()
     );
-    // A holder killed outright: its janitor sees the end and cleans up all the same.
+    // A holder killed outright: its janitor takes the root down; the directory stays for
+    // `torpor state` (which then removes it, saying the sandbox is gone).
     let sb = Detached::start_in(
         &bin(),
         testutil::TempDir::new("torpor-janitor-state"),
@@ -144,14 +155,25 @@ fn a_holder_cannot_open_host_files_and_its_janitor_cleans_up() {
     )
     .unwrap_or_else(|o| panic!("run -d: {}", o.stderr_str()));
     let dir = sb.dir();
-    assert!(dir.join("root").is_dir());
+    assert!(dir.join("root/merged").is_dir());
+    let pid = sb.pid();
     // SAFETY: killing the sandbox's own holder process.
-    unsafe { libc::kill(sb.pid() as i32, libc::SIGKILL) };
-    assert!(
-        Detached::wait_until(Duration::from_secs(10), || !dir.exists()),
-        "{} removed by the janitor",
-        dir.display()
-    );
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let janitor_done = Detached::wait_until(Duration::from_secs(10), || {
+        // No process of the sandbox is left in its mount namespace: neither the holder nor
+        // its janitor (their namespace, and the overlay with it, is gone).
+        std::fs::read_dir("/proc").map_or(false, |d| {
+            !d.flatten().any(|e| {
+                std::fs::read_link(e.path().join("cwd")).is_ok()
+                    && std::fs::read_to_string(e.path().join("cmdline"))
+                        .is_ok_and(|c| c.contains(&sb.id) && c.starts_with("torpor"))
+            })
+        })
+    });
+    assert!(janitor_done, "the holder and its janitor are gone");
+    let o = sb.verb("state", &[]);
+    assert!(o.stderr_str().contains("is gone"), "{}", o.stderr_str());
+    assert!(!dir.exists(), "state removed it");
 }
 
 /// An OCI container's holder cannot open host files outside its root and state directory.

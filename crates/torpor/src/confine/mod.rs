@@ -83,7 +83,19 @@ pub fn confine(mode: Mode, also_keep: &[u32], trees: Option<&[&std::path::Path]>
     }
     let bpf = seccomp::filter(mode == Mode::Log).map_err(anyhow::Error::msg)?;
     seccompiler::apply_filter_all_threads(&bpf).context("installing the seccomp filter")?;
+    // Per role: the userfaultfd threads (started at the first deflate) add a narrower filter.
+    let _ = PAGER_LOG_ONLY.set(mode == Mode::Log);
+    hibernate::pager::set_thread_confinement(confine_pager_thread);
     Ok(())
+}
+
+/// Whether the pager's filter only logs (`TORPOR_SECCOMP=log`).
+static PAGER_LOG_ONLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Installs the userfaultfd thread's filter on the calling thread (stacked on the process's).
+fn confine_pager_thread() -> std::result::Result<(), String> {
+    let bpf = seccomp::pager_filter(PAGER_LOG_ONLY.get().copied().unwrap_or(false))?;
+    seccompiler::apply_filter(&bpf).map_err(|e| e.to_string())
 }
 
 /// Drops every capability but [`KEPT_CAPS`] and `also_keep` from the bounding set and the

@@ -266,6 +266,110 @@ pub fn filter(log_only: bool) -> Result<BpfProgram, String> {
         libc::SYS_unshare,
         vec![SeccompRule::new(vec![eq(0, libc::CLONE_FS as u64)?]).map_err(|e| e.to_string())?],
     );
+    // A thread adding its role's filter to its own (SECCOMP_SET_MODE_FILTER, no flags): a
+    // filter can only take calls away.
+    rules.insert(
+        libc::SYS_seccomp,
+        vec![SeccompRule::new(vec![
+            eq(0, libc::SECCOMP_SET_MODE_FILTER as u64)?,
+            eq(1, 0)?,
+        ])
+        .map_err(|e| e.to_string())?],
+    );
+    let mismatch = if log_only {
+        SeccompAction::Log
+    } else {
+        SeccompAction::KillProcess
+    };
+    let f = SeccompFilter::new(rules, mismatch, SeccompAction::Allow, TargetArch::x86_64)
+        .map_err(|e| e.to_string())?;
+    f.try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())
+}
+
+/// What the userfaultfd thread (`hibernate::pager`) calls: it reads fault events, reads
+/// pages from the swap, REAP and program files and installs them, and on a corrupt file
+/// writes the sandbox's error file and ends the process. Its filter stacks on the process's:
+/// a compromised pager can do no more than this.
+const PAGER_ALLOWED: &[libc::c_long] = &[
+    libc::SYS_read,
+    libc::SYS_pread64,
+    libc::SYS_preadv,
+    libc::SYS_readahead,
+    libc::SYS_fadvise64,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_write,
+    libc::SYS_writev,
+    libc::SYS_close,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mprotect,
+    libc::SYS_madvise,
+    libc::SYS_mremap,
+    libc::SYS_brk,
+    libc::SYS_futex,
+    libc::SYS_sched_yield,
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_clock_gettime,
+    libc::SYS_getrandom,
+    libc::SYS_getpid,
+    libc::SYS_gettid,
+    libc::SYS_tgkill,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigaction,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_sigaltstack,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+];
+
+/// `ioctl` requests of the userfaultfd thread: UFFDIO_COPY, UFFDIO_ZEROPAGE, UFFDIO_WAKE.
+const PAGER_IOCTLS: [u64; 3] = [0xc028_aa03, 0xc020_aa04, 0x8010_aa02];
+
+/// The userfaultfd thread's own filter (see [`PAGER_ALLOWED`]): also `ioctl` of
+/// [`PAGER_IOCTLS`] and `openat` to create a file for writing (the error file; Landlock
+/// keeps it inside the state directory).
+///
+/// # Errors
+/// A message if the filter cannot be built (a bug).
+pub fn pager_filter(log_only: bool) -> Result<BpfProgram, String> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for &nr in PAGER_ALLOWED {
+        rules.insert(nr, Vec::new());
+    }
+    let cond = |arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, v: u64| {
+        SeccompCondition::new(arg, len, op, v).map_err(|e| e.to_string())
+    };
+    let mut ioctl = Vec::new();
+    for req in PAGER_IOCTLS {
+        ioctl.push(
+            SeccompRule::new(vec![cond(
+                1,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                req,
+            )?])
+            .map_err(|e| e.to_string())?,
+        );
+    }
+    rules.insert(libc::SYS_ioctl, ioctl);
+    // O_WRONLY|O_CREAT|O_TRUNC (and O_CLOEXEC): what std::fs::write asks; no reads, no
+    // directories, no paths of other kinds.
+    let create = (libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC) as u64;
+    let mask =
+        (libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC | libc::O_DIRECTORY | libc::O_PATH) as u64;
+    rules.insert(
+        libc::SYS_openat,
+        vec![SeccompRule::new(vec![cond(
+            2,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(mask),
+            create,
+        )?])
+        .map_err(|e| e.to_string())?],
+    );
     let mismatch = if log_only {
         SeccompAction::Log
     } else {
@@ -280,6 +384,29 @@ pub fn filter(log_only: bool) -> Result<BpfProgram, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pager_filter_builds_and_is_narrower() {
+        assert!(pager_filter(false).is_ok());
+        for nr in [
+            libc::SYS_socket,
+            libc::SYS_connect,
+            libc::SYS_execve,
+            libc::SYS_clone,
+            libc::SYS_clone3,
+            libc::SYS_openat2,
+            libc::SYS_unlinkat,
+            libc::SYS_renameat2,
+        ] {
+            assert!(!PAGER_ALLOWED.contains(&nr), "{nr} is not the pager's");
+        }
+        for nr in PAGER_ALLOWED {
+            assert!(
+                ALLOWED.contains(nr),
+                "{nr}: the process filter allows all the pager's calls"
+            );
+        }
+    }
 
     #[test]
     fn the_filter_builds_and_leaves_out_the_dangerous_calls() {
