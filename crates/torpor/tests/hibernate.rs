@@ -443,16 +443,25 @@ fn a_burst_at_a_hibernated_sandbox_is_answered_in_full() {
 /// `tests/guest/http_server.c` in a detached sandbox of `r`, published on a free port, once it
 /// answers; and its address.
 fn http_server_sandbox(r: &Rootfs) -> (Detached, SocketAddr) {
+    http_server_sandbox_with(r, &[], None)
+}
+
+/// [`http_server_sandbox`] with more `torpor run` options, in the state directory of `beside`
+/// if given.
+fn http_server_sandbox_with(
+    r: &Rootfs,
+    extra: &[&str],
+    beside: Option<&Detached>,
+) -> (Detached, SocketAddr) {
     let prog = r.guest_program("http_server");
     let port = free_port();
     let publish = format!("{port}:8080");
-    let sb = Detached::start(
-        &std::path::PathBuf::from(env!("CARGO_BIN_EXE_torpor")),
-        &["-p", &publish],
-        r.path(),
-        &prog,
-        &["8080"],
-    );
+    let mut opts = vec!["-p", publish.as_str()];
+    opts.extend_from_slice(extra);
+    let sb = match beside {
+        None => Detached::start(BIN.as_ref(), &opts, r.path(), &prog, &["8080"]),
+        Some(first) => first.start_beside(&opts, r.path(), &prog, &["8080"]),
+    };
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     assert!(Detached::wait_until(Duration::from_secs(10), || {
         http_get(addr, "/", Duration::from_secs(2)).is_ok()
@@ -613,19 +622,7 @@ fn an_idle_sandbox_hibernates_by_itself_and_a_busy_one_does_not() {
     }
     let r = testutil::Rootfs::new();
     let prog = r.guest_program("http_server");
-    let port = free_port();
-    let publish = format!("{port}:8080");
-    let sb = Detached::start(
-        BIN.as_ref(),
-        &["-p", &publish, "--hibernate-after", "1s"],
-        r.path(),
-        &prog,
-        &["8080"],
-    );
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    assert!(Detached::wait_until(Duration::from_secs(10), || {
-        http_get(addr, "/", Duration::from_secs(2)).is_ok()
-    }));
+    let (sb, addr) = http_server_sandbox_with(&r, &["--hibernate-after", "1s"], None);
     // Busy: a request every 200 ms for 3 s keeps it awake.
     let t = std::time::Instant::now();
     while t.elapsed() < Duration::from_secs(3) {
@@ -760,27 +757,12 @@ fn under_memory_pressure_idle_sandboxes_hibernate_longest_idle_first() {
         return;
     }
     let r = testutil::Rootfs::new();
-    let prog = r.guest_program("http_server");
+    let floor = ["--memory-floor", "100000G"];
     let mut sandboxes: Vec<(Detached, SocketAddr)> = Vec::new();
-    for i in 0..4 {
-        let port = free_port();
-        let publish = format!("{port}:8080");
-        let opts = ["-p", publish.as_str(), "--memory-floor", "100000G"];
-        let sb = match sandboxes.first() {
-            None => Detached::start(BIN.as_ref(), &opts, r.path(), &prog, &["8080"]),
-            Some((first, _)) => first.start_beside(&opts, r.path(), &prog, &["8080"]),
-        };
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        assert!(
-            Detached::wait_until(Duration::from_secs(10), || http_get(
-                addr,
-                "/",
-                Duration::from_secs(2)
-            )
-            .is_ok()),
-            "sandbox {i} answers"
-        );
-        sandboxes.push((sb, addr));
+    for _ in 0..4 {
+        let beside = sandboxes.first().map(|(sb, _)| sb);
+        let started = http_server_sandbox_with(&r, &floor, beside);
+        sandboxes.push(started);
     }
     // Every sandbox is kept busy, then left idle in the order 2, 0, 1, 600 ms apart; 3 stays
     // busy throughout.

@@ -276,6 +276,12 @@ pub fn filter(log_only: bool) -> Result<BpfProgram, String> {
         ])
         .map_err(|e| e.to_string())?],
     );
+    compile(rules, log_only)
+}
+
+/// The BPF program of `rules`: what they match is allowed, anything else kills the process
+/// (or is only logged, with `log_only`).
+fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, log_only: bool) -> Result<BpfProgram, String> {
     let mismatch = if log_only {
         SeccompAction::Log
     } else {
@@ -370,15 +376,7 @@ pub fn pager_filter(log_only: bool) -> Result<BpfProgram, String> {
         )?])
         .map_err(|e| e.to_string())?],
     );
-    let mismatch = if log_only {
-        SeccompAction::Log
-    } else {
-        SeccompAction::KillProcess
-    };
-    let f = SeccompFilter::new(rules, mismatch, SeccompAction::Allow, TargetArch::x86_64)
-        .map_err(|e| e.to_string())?;
-    f.try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())
+    compile(rules, log_only)
 }
 
 #[cfg(test)]
