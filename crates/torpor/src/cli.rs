@@ -122,7 +122,12 @@ pub enum Command {
         id: Option<String>,
     },
     /// List sandboxes: state, idle time, memory, swap and wakes.
-    List,
+    List {
+        /// Redraw the list every SECONDS until interrupted (like top).
+        #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2",
+              value_parser = clap::value_parser!(u32).range(1..=3600))]
+        watch: Option<u32>,
+    },
     /// Remove a stopped sandbox (with --force, stop it first) and everything it owned.
     Delete {
         /// Stop a running sandbox first.

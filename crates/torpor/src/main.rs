@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         cli::Command::Kill { id, signal, all } => verbs::kill(&id, &signal, all),
         cli::Command::State { id } => verbs::state(&id),
         cli::Command::Stats { id, prometheus } => verbs::stats(id.as_deref(), prometheus),
-        cli::Command::List => verbs::list(),
+        cli::Command::List { watch } => verbs::list(watch),
         cli::Command::Delete { id, force } => verbs::delete(&id, force),
         cli::Command::Create(a) => oci::create(&oci::CreateOptions {
             id: a.id,

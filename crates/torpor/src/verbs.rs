@@ -130,8 +130,24 @@ fn id_is_listed(id: &str) -> bool {
     statedir::list_ids().iter().any(|i| i == id)
 }
 
-/// `torpor list`.
-pub fn list() -> Result<u8> {
+/// `torpor list [--watch [SECONDS]]`.
+pub fn list(watch: Option<u32>) -> Result<u8> {
+    let Some(every) = watch else {
+        return list_once();
+    };
+    loop {
+        // Clear the screen and go home, as top does, then the table and the time.
+        print!("\x1b[H\x1b[2J");
+        list_once()?;
+        println!(
+            "\n(every {every} s; {} sandboxes; Ctrl-C to stop)",
+            statedir::list_ids().len()
+        );
+        std::thread::sleep(Duration::from_secs(u64::from(every)));
+    }
+}
+
+fn list_once() -> Result<u8> {
     statedir::cleanup_orphans(&statedir::base_dir());
     let now_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
