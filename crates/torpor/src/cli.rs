@@ -356,6 +356,10 @@ pub struct RunArgs {
     /// (e.g. 2G), idle sandboxes that set this hibernate, longest idle first.
     #[arg(long, value_parser = parse_bytes)]
     pub memory_floor: Option<u64>,
+    /// Limit the sandbox to this many CPUs (e.g. 0.5, 2): a cgroup of its own with a CFS
+    /// quota (needs root and a cpu controller, v1 or v2).
+    #[arg(long, value_parser = parse_cpus)]
+    pub cpus: Option<f64>,
     /// Run in the background: print the sandbox ID once the program runs, and return.
     #[arg(long, short = 'd')]
     pub detach: bool,
@@ -437,6 +441,18 @@ fn parse_wait(s: &str) -> Result<std::time::Duration, String> {
         return Err(format!("duration {s:?} is too long: at most 10m"));
     }
     Ok(d)
+}
+
+/// Parses `--cpus`: a number of CPUs between 0.01 and 1024.
+fn parse_cpus(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad --cpus {s:?}: expected a number such as 0.5 or 2"))?;
+    if !(0.01..=1024.0).contains(&v) {
+        return Err(format!("--cpus {s:?}: between 0.01 and 1024"));
+    }
+    Ok(v)
 }
 
 fn parse_wake_mode(s: &str) -> Result<hibernate::engine::WakeMode, String> {

@@ -58,6 +58,9 @@ pub struct Policy {
     pub hibernate_after: Option<std::time::Duration>,
     /// Hibernate early, longest idle first, while the host's MemAvailable is below this.
     pub memory_floor: Option<u64>,
+    /// The friendly form's CPU limit (`--cpus`): the holder joins a cgroup of its own,
+    /// `/torpor/ID`, with that quota; its janitor removes it at the end.
+    pub cpus: Option<f64>,
 }
 
 /// What the control thread knows of its sandbox.
@@ -134,7 +137,15 @@ fn start(
     } else {
         let cow = crate::cowroot::prepare(&cfg.rootfs, &dir.join("root"))?;
         cfg.rootfs = cow.merged().to_path_buf();
-        Some(crate::janitor::spawn(cow, &dir)?)
+        // The janitor stays out of the sandbox's cgroup, so that it can remove it.
+        let cgroup = policy.cpus.map(|cpus| cpu_cgroup(id, cpus));
+        let janitor = crate::janitor::spawn(cow, &dir, cgroup.as_ref().map(|c| c.path.clone()))?;
+        if let Some(c) = &cgroup {
+            for w in crate::oci::cgroup::join(c).context("joining the sandbox's cgroup")? {
+                tracing::warn!("{w}");
+            }
+        }
+        Some(janitor)
     };
     if let Holding::Foreground { volumes } | Holding::Detached { volumes } = holding {
         crate::oci::mounts::apply(&cfg.rootfs, volumes)?;
@@ -485,6 +496,17 @@ fn handle(d: &Daemon, req: Request) -> Response {
             d.deleted_cv.notify_all();
             Response::ok()
         }
+    }
+}
+
+/// The cgroup of a friendly-form sandbox limited to `cpus` CPUs (CFS quota over 100 ms).
+fn cpu_cgroup(id: &str, cpus: f64) -> crate::oci::cgroup::CgroupSpec {
+    const PERIOD_US: u64 = 100_000;
+    crate::oci::cgroup::CgroupSpec {
+        path: format!("/torpor/{id}"),
+        cpu_quota: Some((cpus * PERIOD_US as f64).round().max(1000.0) as i64),
+        cpu_period: Some(PERIOD_US),
+        ..Default::default()
     }
 }
 

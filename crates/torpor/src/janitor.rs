@@ -24,44 +24,56 @@ use crate::cowroot::CowRoot;
 /// the holder cleans up as its end does).
 #[derive(Debug)]
 pub struct Janitor {
-    pid: libc::pid_t,
-    pipe: Option<OwnedFd>,
+    /// The holder's end of the request pipe: a byte asks for the clean-up; its closing (the
+    /// holder's exit) says the holder is gone.
+    request: Option<OwnedFd>,
+    /// Where the janitor says it is done with the directory.
+    done: Option<OwnedFd>,
 }
 
-/// Forks the janitor of the sandbox whose copy-on-write root is `cow` and whose state
-/// directory is `dir`; from now on the janitor, not `cow`'s drop, unmounts the root.
-///
-/// # Errors
-/// If the pipe or the fork fails (`cow` is then dropped: unmounted here).
-///
-/// # Preconditions
-/// The process is single-threaded (as after `cowroot::prepare`): the child runs ordinary code.
-pub fn spawn(cow: CowRoot, dir: &Path) -> Result<Janitor> {
-    let merged = cow.merged().to_path_buf();
-    let dir = dir.to_path_buf();
+/// A pipe: (read end, write end), close-on-exec.
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0i32; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(std::io::Error::last_os_error()).context("pipe2 for the janitor");
     }
     // SAFETY: both descriptors are fresh and owned by nobody else.
-    let (read_end, write_end) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Forks the janitor of the sandbox whose copy-on-write root is `cow` and whose state
+/// directory is `dir` (and whose cgroup, if any, is `cgroup`: the janitor removes it once the
+/// holder has left it, at its exit); from now on the janitor, not `cow`'s drop, unmounts the
+/// root.
+///
+/// # Errors
+/// If a pipe or the fork fails (`cow` is then dropped: unmounted here).
+///
+/// # Preconditions
+/// The process is single-threaded (as after `cowroot::prepare`): the child runs ordinary code.
+pub fn spawn(cow: CowRoot, dir: &Path, cgroup: Option<String>) -> Result<Janitor> {
+    let merged = cow.merged().to_path_buf();
+    let dir = dir.to_path_buf();
+    let (request_r, request_w) = pipe()?;
+    let (done_r, done_w) = pipe()?;
     // SAFETY: the process is single-threaded (precondition), so the child may run any code.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(std::io::Error::last_os_error()).context("forking the janitor");
     }
     if pid == 0 {
-        drop(write_end);
-        janitor_main(read_end, &merged, &dir);
+        drop(request_w);
+        drop(done_r);
+        janitor_main(&request_r, &done_w, &merged, &dir, cgroup.as_deref());
     }
-    drop(read_end);
+    drop(request_r);
+    drop(done_w);
     // The janitor unmounts: the holder must not (it will not be allowed to).
     cow.disown();
     Ok(Janitor {
-        pid,
-        pipe: Some(write_end),
+        request: Some(request_w),
+        done: Some(done_r),
     })
 }
 
@@ -75,35 +87,61 @@ impl Janitor {
 
 impl Drop for Janitor {
     fn drop(&mut self) {
-        let Some(pipe) = self.pipe.take() else {
+        let (Some(request), Some(done)) = (self.request.take(), self.done.take()) else {
             return;
         };
         let byte = [1u8];
         // SAFETY: one byte from a local buffer to our pipe.
-        unsafe { libc::write(pipe.as_raw_fd(), byte.as_ptr().cast(), 1) };
-        drop(pipe);
-        let mut status = 0;
+        unsafe { libc::write(request.as_raw_fd(), byte.as_ptr().cast(), 1) };
+        // Its answer, or the end of the pipe if it died.
+        let mut b = [0u8; 1];
         loop {
-            // SAFETY: waiting for our own child.
-            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
-            if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            // SAFETY: reading one byte into a local buffer from our pipe.
+            let n = unsafe { libc::read(done.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+            if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
                 break;
             }
         }
+        // The request pipe closes with this process: then the janitor knows the holder has
+        // left its cgroup.
+        std::mem::forget(request);
+    }
+}
+
+/// Reads one byte from `fd`: true for a byte, false at the end of the pipe (or an error).
+fn read_byte(fd: i32) -> bool {
+    let mut b = [0u8; 1];
+    loop {
+        // SAFETY: reading one byte into a local buffer from our pipe.
+        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return n == 1;
     }
 }
 
 /// The janitor's whole life: wait, clean up, exit.
-fn janitor_main(pipe: OwnedFd, merged: &Path, dir: &PathBuf) -> ! {
-    let fd = pipe.as_raw_fd();
-    // SAFETY: closing inherited descriptors (none of them is used by this process again) and
-    // ignoring the terminal's signals (a Ctrl-C aimed at `torpor run` must not kill the
-    // janitor before it cleans up).
+fn janitor_main(
+    request: &OwnedFd,
+    done: &OwnedFd,
+    merged: &Path,
+    dir: &PathBuf,
+    cgroup: Option<&str>,
+) -> ! {
+    let (rq, dn) = (request.as_raw_fd(), done.as_raw_fd());
+    let (lo, hi) = (rq.min(dn) as u32, rq.max(dn) as u32);
+    // SAFETY: closing inherited descriptors but our two pipes (none of the others is used by
+    // this process again) and ignoring the terminal's signals (a Ctrl-C aimed at `torpor run`
+    // must not kill the janitor before it cleans up).
     unsafe {
-        if fd > 0 {
-            libc::syscall(libc::SYS_close_range, 0u32, (fd - 1) as u32, 0u32);
+        if lo > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, lo - 1, 0u32);
         }
-        libc::syscall(libc::SYS_close_range, (fd + 1) as u32, u32::MAX, 0u32);
+        if hi > lo + 1 {
+            libc::syscall(libc::SYS_close_range, lo + 1, hi - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, hi + 1, u32::MAX, 0u32);
         for sig in [
             libc::SIGINT,
             libc::SIGQUIT,
@@ -114,21 +152,22 @@ fn janitor_main(pipe: OwnedFd, merged: &Path, dir: &PathBuf) -> ! {
             libc::signal(sig, libc::SIG_IGN);
         }
     }
-    let mut b = [0u8; 1];
-    let asked = loop {
-        // SAFETY: reading one byte into a local buffer from our pipe.
-        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
-        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        break n == 1;
-    };
+    let asked = read_byte(rq);
     let _ = crate::cowroot::unmount_path(merged);
     // A holder that died without asking (a corrupt swap file, SIGKILL) leaves its directory
     // for `torpor state` to report (its error file) and for `delete` or the next `list` to
     // remove, as before there was a janitor.
     if asked {
         let _ = crate::cowroot::remove_all(dir);
+        let byte = [1u8];
+        // SAFETY: one byte from a local buffer to our pipe.
+        unsafe { libc::write(dn, byte.as_ptr().cast(), 1) };
+        // Then the holder's exit.
+        while read_byte(rq) {}
+    }
+    // The sandbox's cgroup (`--cpus`) is empty once the holder is gone.
+    if let Some(path) = cgroup {
+        let _ = crate::oci::cgroup::remove(path);
     }
     // SAFETY: ending the child without running the parent's exit handlers.
     unsafe { libc::_exit(0) }

@@ -115,3 +115,63 @@ fn swap_quota_keeps_the_sandbox_hot() {
     assert_eq!(roomy.stat("state"), "hibernated");
     assert!(testutil::http_get(addr2, "/", Duration::from_secs(5)).is_ok());
 }
+
+/// `--cpus`: the holder runs in a cgroup of its own (`/torpor/ID`) with that CFS quota, a
+/// CPU-bound program takes accordingly longer, and the cgroup goes with the sandbox.
+#[test]
+fn a_cpu_limit_throttles_the_sandbox_in_a_cgroup_of_its_own() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_torpor"));
+    let server = r.guest_program("http_server");
+    let sb = Detached::start(&bin, &["--cpus", "0.25"], r.path(), &server, &["8080"]);
+    let cgroups = std::fs::read_to_string(format!("/proc/{}/cgroup", sb.pid())).expect("cgroup");
+    let want = format!("/torpor/{}", sb.id);
+    let cpu_line = cgroups
+        .lines()
+        .find(|l| {
+            l.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == "cpu") || c.is_empty())
+        })
+        .unwrap_or_else(|| panic!("a cpu hierarchy: {cgroups}"));
+    assert!(cpu_line.ends_with(&want), "{cpu_line} is {want}");
+    // cgroup v1's cpu controller, or v2's unified hierarchy.
+    let v1 = PathBuf::from("/sys/fs/cgroup/cpu").join(want.trim_start_matches('/'));
+    let v2 = PathBuf::from("/sys/fs/cgroup").join(want.trim_start_matches('/'));
+    let (dir, quota) = if v1.join("cpu.cfs_quota_us").exists() {
+        let q = std::fs::read_to_string(v1.join("cpu.cfs_quota_us")).expect("quota");
+        (v1, q.trim().to_string())
+    } else {
+        let q = std::fs::read_to_string(v2.join("cpu.max")).expect("cpu.max");
+        (v2, q.split_whitespace().next().unwrap_or("").to_string())
+    };
+    assert_eq!(quota, "25000", "a quarter of 100 ms");
+    sb.ok("delete", &["--force"]);
+    assert!(
+        Detached::wait_until(Duration::from_secs(10), || !dir.exists()),
+        "{} removed with the sandbox",
+        dir.display()
+    );
+    // A CPU-bound program under a tenth of a CPU runs several times longer.
+    let spin = r.guest_program("getpid_loop");
+    let timed = |cpus: Option<&str>| {
+        let t = std::time::Instant::now();
+        let mut run = Torpor::new(env!("CARGO_BIN_EXE_torpor")).run(r.path(), &spin);
+        if let Some(c) = cpus {
+            run = run.option("--cpus", c);
+        }
+        let out = run.args(["10000"]).output();
+        assert_eq!(out.code(), 0, "{}", out.stderr_str());
+        t.elapsed()
+    };
+    let free = timed(None);
+    let limited = timed(Some("0.1"));
+    println!("getpid_loop: {free:?} free, {limited:?} under --cpus 0.1");
+    assert!(
+        limited >= free * 2,
+        "throttled: {limited:?} against {free:?}"
+    );
+}

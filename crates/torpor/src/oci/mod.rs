@@ -187,6 +187,7 @@ pub fn holder(
             swap_quota: None,
             hibernate_after: b.hibernate_after,
             memory_floor: b.memory_floor,
+            cpus: None,
         },
         ready,
         crate::daemon::Holding::Oci {
