@@ -64,6 +64,10 @@ impl Podman {
             .arg(self.dir.path().join("storage"))
             .arg("--runroot")
             .arg(self.dir.path().join("run"))
+            // Its own libpod state too: the default /run/libpod is shared by the tests that
+            // run at once, and one of them failed creating /run/libpod/alive there.
+            .arg("--tmpdir")
+            .arg(self.dir.path().join("tmp"))
             .arg("--events-backend=file")
             .arg("--runtime")
             .arg(BIN)
