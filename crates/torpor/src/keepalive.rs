@@ -17,8 +17,9 @@
 //! first, until it is not. There is no agent: each sandbox's watcher publishes the start of
 //! its idle period in a registry shared by the sandboxes of a state root ([`Registry`]: a
 //! directory with one small file per idle sandbox, written by rename, read by everyone), and
-//! under pressure the watcher whose sandbox has been idle longest (among those still alive)
-//! hibernates it; the next one goes a tick later if the pressure stays. A sandbox that dies
+//! under pressure the watchers whose sandboxes have been idle longest (among those still
+//! alive; one, or more the deeper the pressure: [`pressure_batch`]) hibernate them; the next
+//! ones go a tick later if the pressure stays. A sandbox that dies
 //! leaves a file whose holder is gone, which the others skip, so no process's death stops
 //! the policy.
 
@@ -115,6 +116,20 @@ const PRESSURE_CPU_SLACK_US: f64 = 10_000.0;
 /// between two requests is not idle).
 pub const PRESSURE_MIN_IDLE: Duration = Duration::from_secs(1);
 
+/// How many of the longest idle sandboxes hibernate at once when `MemAvailable` is `deficit`
+/// bytes below the floor: one per [`PRESSURE_STEP`] missing, at least one, at most
+/// [`PRESSURE_MAX_BATCH`] (a deep pressure is relieved in a few ticks, a slight one by the
+/// single longest idle).
+pub fn pressure_batch(deficit: u64) -> usize {
+    (1 + deficit / PRESSURE_STEP).min(PRESSURE_MAX_BATCH as u64) as usize
+}
+
+/// Memory missing below the floor for each sandbox hibernated at once under pressure.
+pub const PRESSURE_STEP: u64 = 64 << 20;
+
+/// The most sandboxes hibernated at once under pressure.
+pub const PRESSURE_MAX_BATCH: usize = 16;
+
 /// The host's `MemAvailable` in bytes (`/proc/meminfo`).
 pub fn mem_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -194,9 +209,10 @@ impl Registry {
         v
     }
 
-    /// Whether this sandbox is the longest idle of the registry (ties go to the smaller ID).
-    pub fn is_longest_idle(&self) -> bool {
-        self.entries().first().is_some_and(|e| e.id == self.id)
+    /// Whether this sandbox is among the `k` longest idle of the registry (ties go to the
+    /// smaller ID).
+    pub fn among_longest_idle(&self, k: usize) -> bool {
+        self.entries().iter().take(k).any(|e| e.id == self.id)
     }
 }
 
@@ -286,8 +302,10 @@ pub fn watch(
         }
         let pressed = policy.memory_floor.is_some_and(|floor| {
             idle.is_some_and(|d| d >= PRESSURE_MIN_IDLE)
-                && mem_available().is_some_and(|m| m < floor)
-                && registry.is_none_or(Registry::is_longest_idle)
+                && mem_available().is_some_and(|m| {
+                    m < floor
+                        && registry.is_none_or(|r| r.among_longest_idle(pressure_batch(floor - m)))
+                })
         });
         if (due || pressed) && !stopped() {
             let why = if due {
@@ -386,6 +404,15 @@ mod tests {
     }
 
     #[test]
+    fn deeper_pressure_hibernates_more_at_once() {
+        assert_eq!(pressure_batch(0), 1);
+        assert_eq!(pressure_batch(10 << 20), 1);
+        assert_eq!(pressure_batch(64 << 20), 2);
+        assert_eq!(pressure_batch(200 << 20), 4);
+        assert_eq!(pressure_batch(u64::MAX), PRESSURE_MAX_BATCH);
+    }
+
+    #[test]
     fn meminfo() {
         let t = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   2048 kB\n";
         assert_eq!(parse_mem_available(t), Some(2048 * 1024));
@@ -399,18 +426,19 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let a = Registry::open(dir.clone(), "a").expect("registry");
         let b = Registry::open(dir.clone(), "b").expect("registry");
-        assert!(!a.is_longest_idle(), "nobody idle");
+        assert!(!a.among_longest_idle(1), "nobody idle");
         b.publish(100);
         a.publish(200);
-        assert!(b.is_longest_idle() && !a.is_longest_idle());
+        assert!(b.among_longest_idle(1) && !a.among_longest_idle(1));
         // A dead holder's entry is skipped.
         std::fs::write(dir.join("dead"), format!("1 {}\n", u32::MAX)).expect("write");
         std::fs::write(dir.join("junk"), "not numbers").expect("write");
-        assert!(b.is_longest_idle());
+        assert!(b.among_longest_idle(1));
+        assert!(a.among_longest_idle(2) && !a.among_longest_idle(1));
         b.withdraw();
-        assert!(a.is_longest_idle());
+        assert!(a.among_longest_idle(1));
         a.withdraw();
-        assert!(!a.is_longest_idle());
+        assert!(!a.among_longest_idle(1));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
