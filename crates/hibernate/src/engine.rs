@@ -1178,7 +1178,7 @@ impl Hibernator {
                 if !paused
                     && matches!(f.kind, FileKind::Socket(_))
                     && !shared_file
-                    && !trigger::sandbox_internal(f.host().as_raw_fd())
+                    && !trigger::sandbox_internal(f.host())
                 {
                     sockets.push(f);
                 }
@@ -1220,10 +1220,11 @@ impl Hibernator {
                         WakeReason::Explicit
                     });
                 } else if reason.is_none() {
-                    let fd = sockets
-                        .get(ev.u64 as usize)
-                        .map_or(-1, |f| f.host().as_raw_fd());
-                    if trigger::brings_work(fd) {
+                    let Some(f) = sockets.get(ev.u64 as usize) else {
+                        continue;
+                    };
+                    let fd = f.host().as_raw_fd();
+                    if trigger::brings_work(f.host()) {
                         tracing::debug!(fd, "woken by a request");
                         reason = Some(WakeReason::Request);
                     } else {

@@ -113,6 +113,34 @@ impl Detached {
         })
     }
 
+    /// `tests/guest/http_server.c` of `root` in a detached sandbox started by `bin` with
+    /// `options`, published on a free port (in the state directory of `beside`, if given),
+    /// once it answers; and its address.
+    pub fn http_server(
+        bin: &Path,
+        root: &crate::Rootfs,
+        options: &[&str],
+        beside: Option<&Detached>,
+    ) -> (Detached, std::net::SocketAddr) {
+        let prog = root.guest_program("http_server");
+        let port = crate::free_port();
+        let publish = format!("{port}:8080");
+        let mut opts = vec!["-p", publish.as_str()];
+        opts.extend_from_slice(options);
+        let sb = match beside {
+            None => Detached::start(bin, &opts, root.path(), &prog, &["8080"]),
+            Some(first) => first.start_beside(&opts, root.path(), &prog, &["8080"]),
+        };
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        assert!(
+            Detached::wait_until(Duration::from_secs(10), || {
+                crate::http_get(addr, "/", Duration::from_secs(2)).is_ok()
+            }),
+            "http_server did not answer on {addr}"
+        );
+        (sb, addr)
+    }
+
     /// The state directory's base (TORPOR_STATE_DIR).
     pub fn state_base(&self) -> &Path {
         self.state_dir.path()

@@ -433,10 +433,15 @@ fn parse_volume(s: &str) -> Result<crate::oci::mounts::MountSpec, String> {
     })
 }
 
-/// Parses a duration such as `500ms`, `10s` or `1m` (at most 10 minutes).
+/// Parses a duration such as `500ms`, `10s` or `1m`; each option checks its own bounds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("bad duration {s:?} ({e}): expected e.g. 500ms, 10s or 1m"))
+}
+
+/// Parses `hibernate --wait`: a duration of at most 10 minutes.
 fn parse_wait(s: &str) -> Result<std::time::Duration, String> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("bad duration {s:?} ({e}): expected e.g. 500ms, 10s or 1m"))?;
+    let d = parse_duration(s)?;
     if d > std::time::Duration::from_secs(600) {
         return Err(format!("duration {s:?} is too long: at most 10m"));
     }

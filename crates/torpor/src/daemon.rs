@@ -209,14 +209,14 @@ fn start(
     // The engine's --log file stays writable (an error after this point still reaches it).
     let log = crate::cli::global().log.clone();
     // The keep-alive registry is shared by the sandboxes of this state root.
+    let registry_dir = statedir::base_dir().join(".keepalive");
     let registry = if policy.memory_floor.is_some() {
-        let r = crate::keepalive::Registry::open(statedir::base_dir().join(".keepalive"), id)
+        let r = crate::keepalive::Registry::open(registry_dir.clone(), id)
             .context("opening the keep-alive registry")?;
         Some(r)
     } else {
         None
     };
-    let registry_dir = statedir::base_dir().join(".keepalive");
     let mut trees: Vec<&std::path::Path> = vec![&cfg.rootfs, &dir];
     if registry.is_some() {
         trees.push(&registry_dir);

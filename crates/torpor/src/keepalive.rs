@@ -237,8 +237,7 @@ pub fn tick(after: Duration) -> Duration {
 /// # Errors
 /// Not a duration, or shorter than [`MIN_AFTER`].
 pub fn parse_after(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("bad duration {s:?} ({e}): expected e.g. 30s, 5m or 500ms"))?;
+    let d = crate::cli::parse_duration(s)?;
     if d < MIN_AFTER {
         return Err(format!(
             "{s:?} is too short to hibernate after: at least {}ms",

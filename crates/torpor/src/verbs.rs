@@ -118,7 +118,7 @@ pub fn stats(id: Option<&str>, prometheus: bool) -> Result<u8> {
         match call(&d, &Request::Stats, Duration::from_secs(5)) {
             Ok(v) => answered.push((id, v)),
             // One sandbox gone or stuck does not hide the others from the scraper.
-            Err(e) if prometheus && id_is_listed(&id) => tracing::warn!("{id}: {e:#}"),
+            Err(e) if id_is_listed(&id) => tracing::warn!("{id}: {e:#}"),
             Err(e) => return Err(e),
         }
     }

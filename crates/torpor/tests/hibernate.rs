@@ -453,20 +453,7 @@ fn http_server_sandbox_with(
     extra: &[&str],
     beside: Option<&Detached>,
 ) -> (Detached, SocketAddr) {
-    let prog = r.guest_program("http_server");
-    let port = free_port();
-    let publish = format!("{port}:8080");
-    let mut opts = vec!["-p", publish.as_str()];
-    opts.extend_from_slice(extra);
-    let sb = match beside {
-        None => Detached::start(BIN.as_ref(), &opts, r.path(), &prog, &["8080"]),
-        Some(first) => first.start_beside(&opts, r.path(), &prog, &["8080"]),
-    };
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    assert!(Detached::wait_until(Duration::from_secs(10), || {
-        http_get(addr, "/", Duration::from_secs(2)).is_ok()
-    }));
-    (sb, addr)
+    Detached::http_server(BIN.as_ref(), r, extra, beside)
 }
 
 /// The host's `TcpExt: ListenOverflows` counter (`/proc/net/netstat`).

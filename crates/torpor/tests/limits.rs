@@ -19,21 +19,9 @@ fn sandbox_memory_is_bounded_across_its_processes() {
     }
     let r = Rootfs::new();
     let hog = r.guest_program("memory_hog");
-    let server = r.guest_program("http_server");
     // A neighbour that must not notice.
-    let port = testutil::free_port();
-    let publish = format!("{port}:8080");
-    let neighbour = Detached::start(
-        &PathBuf::from(env!("CARGO_BIN_EXE_torpor")),
-        &["-p", &publish],
-        r.path(),
-        &server,
-        &["8080"],
-    );
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    assert!(Detached::wait_until(Duration::from_secs(10), || {
-        testutil::http_get(addr, "/", Duration::from_secs(2)).is_ok()
-    }));
+    let (neighbour, addr) =
+        Detached::http_server(&PathBuf::from(env!("CARGO_BIN_EXE_torpor")), &r, &[], None);
     let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
         .run(r.path(), &hog)
         .option("--memory", "512M")
@@ -70,21 +58,8 @@ fn swap_quota_keeps_the_sandbox_hot() {
         return;
     }
     let r = Rootfs::new();
-    let server = r.guest_program("http_server");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_torpor"));
-    let port = testutil::free_port();
-    let publish = format!("{port}:8080");
-    let sb = Detached::start(
-        &bin,
-        &["-p", &publish, "--swap-quota", "64K"],
-        r.path(),
-        &server,
-        &["8080"],
-    );
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    assert!(Detached::wait_until(Duration::from_secs(10), || {
-        testutil::http_get(addr, "/", Duration::from_secs(2)).is_ok()
-    }));
+    let (sb, addr) = Detached::http_server(&bin, &r, &["--swap-quota", "64K"], None);
     let o = sb.verb("hibernate", &[]);
     assert_ne!(o.code(), 0, "the quota must refuse it");
     assert!(o.stderr_str().contains("swap quota"), "{}", o.stderr_str());
@@ -98,19 +73,7 @@ fn swap_quota_keeps_the_sandbox_hot() {
     assert_eq!(swap_files, 0, "nothing written");
     assert!(testutil::http_get(addr, "/", Duration::from_secs(5)).is_ok());
 
-    let port2 = testutil::free_port();
-    let publish2 = format!("{port2}:8080");
-    let roomy = Detached::start(
-        &bin,
-        &["-p", &publish2, "--swap-quota", "1G"],
-        r.path(),
-        &server,
-        &["8080"],
-    );
-    let addr2 = std::net::SocketAddr::from(([127, 0, 0, 1], port2));
-    assert!(Detached::wait_until(Duration::from_secs(10), || {
-        testutil::http_get(addr2, "/", Duration::from_secs(2)).is_ok()
-    }));
+    let (roomy, addr2) = Detached::http_server(&bin, &r, &["--swap-quota", "1G"], None);
     roomy.ok("hibernate", &[]);
     assert_eq!(roomy.stat("state"), "hibernated");
     assert!(testutil::http_get(addr2, "/", Duration::from_secs(5)).is_ok());

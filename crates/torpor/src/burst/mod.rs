@@ -57,8 +57,7 @@ pub struct BurstArgs {
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("bad duration {s:?} ({e}): expected e.g. 60s"))?;
+    let d = crate::cli::parse_duration(s)?;
     if d.is_zero() || d > Duration::from_secs(600) {
         return Err(format!("timeout {s:?}: between 1ms and 10m"));
     }

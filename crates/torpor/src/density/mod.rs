@@ -235,8 +235,10 @@ fn measure(
     phase.host_bytes = mem_before as i64 - mem_after as i64;
     let mut pids = Vec::with_capacity(n);
     for sb in &sandboxes {
-        pids.push(sb.pid()?);
-        phase.pss_bytes += sb.pss()? as u64;
+        let stats = sb.stats()?;
+        let field = |k: &str| stats.get(k).and_then(serde_json::Value::as_u64);
+        pids.push(field("pid").context("no pid in torpor stats")? as u32);
+        phase.pss_bytes += field("pss_bytes").context("no pss_bytes in torpor stats")?;
     }
     let cpu = |pids: &[u32]| -> u64 {
         pids.iter()

@@ -206,18 +206,6 @@ impl Sandbox<'_> {
             .context("no pss_bytes in torpor stats")
     }
 
-    /// The holder's pid.
-    ///
-    /// # Errors
-    /// As [`Sandbox::stats`].
-    pub fn pid(&self) -> anyhow::Result<u32> {
-        self.stats()?
-            .get("pid")
-            .and_then(|v| v.as_u64())
-            .map(|p| p as u32)
-            .context("no pid in torpor stats")
-    }
-
     /// The sandbox's state name.
     ///
     /// # Errors
