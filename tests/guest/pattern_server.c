@@ -3,6 +3,8 @@
  * then serves HTTP/1.0-style requests, one per connection:
  *   GET /verify   checks every word of the pattern: "ok WORDS" or "bad WORD_INDEX"
  *   GET /touch/K  reads K MiB of it (a chosen working set): "touched K SUM"
+ *   GET /dirty/S  rewrites every S-th page with new values (S = 100 dirties 1 %; /verify
+ *                 knows them): "dirtied PAGES"
  *   GET /         "hello"
  *   GET /quit     answers "bye" and exits 0
  * Used by the hibernate tests and benchmarks; runs natively too.
@@ -19,8 +21,12 @@
 static uint64_t *heap;
 static size_t words;
 static uint64_t seed;
+/* How many times each 4 KiB page was rewritten by /dirty (its words carry the count). */
+static unsigned char *generation;
 
-static uint64_t pattern(size_t i) { return (i * 0x9E3779B97F4A7C15ull) ^ seed; }
+static uint64_t pattern(size_t i) {
+    return ((i * 0x9E3779B97F4A7C15ull) ^ seed) + generation[i / 512] * 0x1000193ull;
+}
 
 static void reply(int fd, const char *body) {
     char buf[512];
@@ -44,7 +50,8 @@ int main(int argc, char **argv) {
     seed = argc > 3 ? strtoull(argv[3], 0, 0) : 0x5eed;
     words = mib * (1 << 20) / 8;
     heap = mmap(0, mib << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (heap == MAP_FAILED) { perror("mmap"); return 1; }
+    generation = calloc(words / 512 + 1, 1);
+    if (heap == MAP_FAILED || !generation) { perror("mmap"); return 1; }
     for (size_t i = 0; i < words; i++) heap[i] = pattern(i);
 
     int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -81,6 +88,15 @@ int main(int argc, char **argv) {
             uint64_t sum = 0;
             for (size_t i = 0; i < k * (1 << 20) / 8; i += 512) sum += heap[i];
             snprintf(body, sizeof body, "touched %zu %llu\n", k, (unsigned long long)sum);
+            reply(c, body);
+        } else if (!strncmp(req, "GET /dirty/", 11)) {
+            size_t stride = strtoull(req + 11, 0, 10), pages = 0;
+            if (stride == 0) stride = 1;
+            for (size_t p = 0; p < words / 512; p += stride, pages++) {
+                generation[p]++;
+                for (size_t i = p * 512; i < (p + 1) * 512; i++) heap[i] = pattern(i);
+            }
+            snprintf(body, sizeof body, "dirtied %zu\n", pages);
             reply(c, body);
         } else if (!strncmp(req, "GET /quit", 9)) {
             reply(c, "bye\n");

@@ -31,10 +31,11 @@ use platform::{layout, Gpa, GuestMemory, PAGE_SIZE};
 
 use crate::metrics::HibernateMetrics as Metrics;
 use crate::pager::{self, PagerState};
-use crate::pagestate::{PageIdx, PageState, PageStateMap};
+use crate::pagestate::{PageIdx, PageKind, PageState, PageStateMap};
 use crate::reap::{ReapReader, ReapWriter, WorkingSetRecorder, DEFAULT_RECORD_LIMIT};
 use crate::state::{State, StateMachine};
 use crate::swapfile::{SwapReader, SwapWriter};
+use crate::swapstore::SwapStore;
 use crate::trigger;
 use crate::uffd::Uffd;
 
@@ -66,10 +67,20 @@ pub struct DeflateReport {
     pub zero_pages: u64,
     /// Pages written to the swap file this time.
     pub written_pages: u64,
-    /// Pages carried over from the previous swap file (swapped, never touched since).
+    /// Resident pages brought back from the swap and not written since: they keep their
+    /// slot, nothing is written.
+    pub clean_pages: u64,
+    /// Pages kept in the swap from an earlier deflate (swapped, never touched since): they
+    /// keep their slot, or are copied into the fresh layer of a compaction.
     pub carried_pages: u64,
-    /// Bytes of the new swap file's data.
+    /// Bytes of page data the swap files hold after this deflate (all layers).
     pub swap_bytes: u64,
+    /// Bytes of page data this deflate wrote to the swap (its new layer).
+    pub swap_written_bytes: u64,
+    /// Swap files (layers) after this deflate.
+    pub swap_layers: u64,
+    /// Whether this deflate compacted the swap into one fresh layer.
+    pub compacted: bool,
     /// Bytes of the new REAP file's data (the recorded working set).
     pub reap_bytes: u64,
     /// Duration.
@@ -104,6 +115,8 @@ pub struct Shared {
     stop: std::sync::atomic::AtomicBool,
     /// Hibernated by a pause (OCI `pause`): only an explicit wake ends it, requests wait.
     paused: std::sync::atomic::AtomicBool,
+    /// The next deflate compacts every process's swap (`torpor hibernate --compact`).
+    compact_next: std::sync::atomic::AtomicBool,
     /// The last deflate's figures, per process.
     pub processes: Mutex<Vec<ProcessDeflate>>,
 }
@@ -183,7 +196,7 @@ impl ProcessMemory {
         let page_count = pages.len();
         let pager = Arc::new(RwLock::new(PagerState {
             pages,
-            swap: None,
+            swap: SwapStore::new(),
             reap: None,
             files: Vec::new(),
             recorder: WorkingSetRecorder::new(page_count, DEFAULT_RECORD_LIMIT),
@@ -204,9 +217,7 @@ impl ProcessMemory {
     /// Removes the process's files (it exited, or replaced its memory with execve).
     fn remove_files(&self) {
         let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(old) = pager.swap.take() {
-            let _ = old.remove();
-        }
+        pager.swap.remove_all();
         if let Some(old) = pager.reap.take() {
             let _ = old.remove();
         }
@@ -283,6 +294,7 @@ pub fn new(
         wake_efd,
         stop: std::sync::atomic::AtomicBool::new(false),
         paused: std::sync::atomic::AtomicBool::new(false),
+        compact_next: std::sync::atomic::AtomicBool::new(false),
         processes: Mutex::new(Vec::new()),
     });
     {
@@ -405,6 +417,12 @@ impl HibernateHandle {
             self.shared.paused.store(false, Ordering::SeqCst);
         }
         r
+    }
+
+    /// Makes the next deflate write every live page of each process into one fresh swap file
+    /// (a compaction) instead of a new layer of what changed.
+    pub fn compact_next_deflate(&self) {
+        self.shared.compact_next.store(true, Ordering::SeqCst);
     }
 
     /// Ends a pause (OCI `resume`), or wakes a hibernated sandbox.
@@ -624,6 +642,9 @@ impl Hibernator {
                 fds: task.fds.clone(),
             },
         ));
+        // With the quota in sight, every process compacts its swap: the files then hold no
+        // more than the live pages.
+        let mut compact = self.shared.compact_next.swap(false, Ordering::SeqCst);
         if let Some(quota) = self.swap_quota {
             let bound = Self::deflate_bound(&live, &task.group.procs.shm);
             if bound > quota {
@@ -632,6 +653,18 @@ impl Hibernator {
                      {bound} bytes of memory to write"
                 ));
             }
+            let held: u64 = self
+                .processes
+                .values()
+                .map(|pm| {
+                    pm.pager
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .swap
+                        .bytes()
+                })
+                .sum();
+            compact |= bound.saturating_add(held) > quota;
         }
         // Processes gone since the last deflate: their files go too.
         let gone: Vec<i32> = self
@@ -671,15 +704,19 @@ impl Hibernator {
                     ProcessMemory::new(mem, prefix, self.mode)?
                 }
             };
-            let r = self.deflate_process(&mut pm, &res.mm);
+            let r = self.deflate_process(&mut pm, &res.mm, compact);
             self.processes.insert(pid, pm);
             let r = r.map_err(|e| format!("process {pid}: {e}"))?;
             total.free_pages += r.free_pages;
             total.file_pages += r.file_pages;
             total.zero_pages += r.zero_pages;
             total.written_pages += r.written_pages;
+            total.clean_pages += r.clean_pages;
             total.carried_pages += r.carried_pages;
             total.swap_bytes += r.swap_bytes;
+            total.swap_written_bytes += r.swap_written_bytes;
+            total.swap_layers += r.swap_layers;
+            total.compacted |= r.compacted;
             total.reap_bytes += r.reap_bytes;
             figures.push(ProcessDeflate { pid, report: r });
         }
@@ -687,6 +724,7 @@ impl Hibernator {
             .deflate_shared(&task.group.procs.shm)
             .map_err(|e| format!("shared memory: {e}"))?;
         total.swap_bytes += shared_bytes;
+        total.swap_written_bytes += shared_bytes;
         total.took_us = start.elapsed().as_micros() as u64;
         self.shared
             .metrics
@@ -824,6 +862,7 @@ impl Hibernator {
         &self,
         pm: &mut ProcessMemory,
         mm: &Arc<Mutex<mm::MemoryManager>>,
+        force_compact: bool,
     ) -> Result<DeflateReport, String> {
         let start = Instant::now();
         let mut report = DeflateReport::default();
@@ -889,13 +928,8 @@ impl Hibernator {
             buf: &mut [u8; PAGE_SIZE as usize],
         ) -> Result<bool, String> {
             match pager.pages.get(PageIdx(page)) {
-                Ok(PageState::Swapped { .. }) => {
-                    let old = pager
-                        .swap
-                        .as_ref()
-                        .ok_or("swapped page without a swap file")?;
-                    old.read_page(PageIdx(page), buf)
-                        .map_err(|e| e.to_string())?;
+                Ok(PageState::Swapped { slot }) => {
+                    pager.swap.read_slot(slot, buf).map_err(|e| e.to_string())?;
                     Ok(true)
                 }
                 Ok(PageState::Reap { .. }) => {
@@ -916,8 +950,30 @@ impl Hibernator {
             }
         }
 
-        // 1. Write the new swap file: resident non-zero pages, and pages still in the old file.
+        // 1. Write a new swap layer: resident non-zero pages. Pages still swapped out keep
+        // their slots in the older layers, unless these are mostly dead: then every live page
+        // goes into one fresh layer (a compaction).
         let generation = pm.generation + 1;
+        let counts = pager.pages.counts();
+        let live = counts.get(PageKind::Swapped) + counts.get(PageKind::Cached);
+        let compact = force_compact || pager.swap.needs_compaction(live, total_pages);
+        let base = if compact {
+            0
+        } else {
+            u32::try_from(pager.swap.next_base()).map_err(|_| "swap slots exhausted")?
+        };
+        // Which pages brought back from the swap were written since (the others still match
+        // their slot: see `uffd`).
+        let written = if counts.get(PageKind::Cached) > 0 && !compact {
+            // SAFETY: in bounds: guest memory is larger than the reserved chunk.
+            let from = unsafe { mem.host_base().add((first_page * PAGE_SIZE) as usize) };
+            Some(
+                crate::uffd::written_pages(from.cast(), (total_pages - first_page) as usize)
+                    .map_err(|e| format!("reading /proc/self/pagemap: {e}"))?,
+            )
+        } else {
+            None
+        };
         let path = self.file_path("swap", pm, generation);
         let mut writer = SwapWriter::create(&path, total_pages).map_err(|e| e.to_string())?;
         let mut new_states: Vec<(u64, PageState)> = Vec::new();
@@ -932,7 +988,7 @@ impl Hibernator {
                 |p| writer.write_batch(p),
                 idx,
                 data,
-                |slot| PageState::Swapped { slot },
+                |slot| PageState::Swapped { slot: base + slot },
                 out,
             )
         };
@@ -969,6 +1025,22 @@ impl Hibernator {
             }
             let is_resident = resident[page as usize] & 1 != 0;
             let slot_data = batch_idx.len() * PAGE_SIZE as usize;
+            if let Ok(PageState::Cached { slot }) = pager.pages.get(PageIdx(page)) {
+                let unwritten = written
+                    .as_ref()
+                    .and_then(|w| w.get((page - first_page) as usize))
+                    .is_some_and(|w| !w);
+                if is_resident && unwritten {
+                    new_states.push((page, PageState::Swapped { slot }));
+                    report.clean_pages += 1;
+                    continue;
+                }
+                if !is_resident {
+                    // Dropped since by the guest (MADV_DONTNEED): it reads as zero.
+                    new_states.push((page, PageState::Zero));
+                    continue;
+                }
+            }
             if is_resident {
                 mem.read(gpa, &mut page_buf).map_err(|e| e.to_string())?;
                 if page_buf.iter().all(|&b| b == 0) {
@@ -980,16 +1052,17 @@ impl Hibernator {
                 report.written_pages += 1;
             } else {
                 match pager.pages.get(PageIdx(page)) {
-                    Ok(PageState::Swapped { .. }) => {
-                        let old = pager
+                    Ok(PageState::Swapped { slot }) => {
+                        report.carried_pages += 1;
+                        if !compact {
+                            continue; // it keeps its slot
+                        }
+                        pager
                             .swap
-                            .as_ref()
-                            .ok_or("swapped page without a swap file")?;
-                        old.read_page(PageIdx(page), &mut page_buf)
+                            .read_slot(slot, &mut page_buf)
                             .map_err(|e| e.to_string())?;
                         batch_data[slot_data..slot_data + PAGE_SIZE as usize]
                             .copy_from_slice(&page_buf);
-                        report.carried_pages += 1;
                     }
                     _ => continue, // never touched, or zero: reads as zero either way
                 }
@@ -1000,7 +1073,8 @@ impl Hibernator {
             }
         }
         flush(&mut writer, &mut batch_idx, &batch_data, &mut new_states)?;
-        report.swap_bytes = u64::from(writer.pages_written()) * PAGE_SIZE;
+        report.swap_written_bytes = u64::from(writer.pages_written()) * PAGE_SIZE;
+        report.compacted = compact;
         writer.finish().map_err(|e| e.to_string())?;
         let reader = SwapReader::open(&path).map_err(|e| e.to_string())?;
 
@@ -1073,7 +1147,7 @@ impl Hibernator {
             let made = (|| -> Result<Arc<Uffd>, String> {
                 // Blocking reads, close-on-exec, kernel-mode faults too (the runtime's own
                 // copies into guest memory fault like the guest's touches).
-                let uffd = Uffd::new().map_err(|e| format!("userfaultfd: {e}"))?;
+                let mut uffd = Uffd::new().map_err(|e| format!("userfaultfd: {e}"))?;
                 let start = layout::RESERVED_END.raw();
                 // SAFETY: in bounds: guest memory is larger than the reserved chunk.
                 let host = unsafe { mem.host_base().add(start as usize) };
@@ -1122,9 +1196,30 @@ impl Hibernator {
             .collect();
         dropped.sort_unstable();
         discard_pages(&mem, dropped.into_iter());
-        if let Some(old) = pager.swap.replace(reader) {
-            let _ = old.remove();
+        if compact {
+            pager.swap.remove_all();
         }
+        if reader.slots() == 0 {
+            let _ = reader.remove();
+        } else if let Err(e) = pager.swap.push(reader) {
+            // Unreachable: `needs_compaction` checked the slot space before writing.
+            pager::fatal(&self.dir.join("error"), &format!("swap layer: {e}"));
+        }
+        // Layers no page refers to any more (their pages were written again, freed, or
+        // moved to the REAP file) are removed.
+        let mut referenced = vec![false; pager.swap.next_base() as usize];
+        for (_, st) in pager.pages.iter() {
+            if let PageState::Swapped { slot } | PageState::Cached { slot } = st {
+                if let Some(r) = referenced.get_mut(slot as usize) {
+                    *r = true;
+                }
+            }
+        }
+        pager
+            .swap
+            .retain_referenced(|slot| referenced.get(slot as usize).copied().unwrap_or(false));
+        report.swap_bytes = pager.swap.bytes();
+        report.swap_layers = pager.swap.layers() as u64;
         pager.files = files;
         let old_reap = std::mem::replace(&mut pager.reap, reap_reader);
         if let Some(old) = old_reap {

@@ -9,7 +9,8 @@
 //! | [`state`] | `State` and the checked, timed, logged `StateMachine` |
 //! | [`pagestate`] | `PageIdx`; `PageStateMap`: where each guest page lives (resident, free, zero, swap slot, REAP slot) |
 //! | [`pagefile`] | the on-disk format shared by swap and REAP files: header, 4 KiB slots, crc32c index, trailer |
-//! | [`swapfile`] | `SwapWriter` / `SwapReader`: the per-sandbox swap file |
+//! | [`swapfile`] | `SwapWriter` / `SwapReader`: one swap file |
+//! | [`swapstore`] | `SwapStore`: a process's swap files of successive deflates as layers over one slot space |
 //! | [`reap`] | `WorkingSetRecorder`, `ReapWriter` / `ReapReader`: record and prefetch |
 //! | [`sandbox_dir`] | `SandboxDir`: `BASE/ID` (0700) with its `pid` file; orphan cleanup |
 //! | [`metrics`] | `HibernateMetrics` atomics and their JSON snapshot |
@@ -37,6 +38,7 @@ pub mod reap;
 pub mod sandbox_dir;
 pub mod state;
 pub mod swapfile;
+pub mod swapstore;
 pub mod trigger;
 pub mod uffd;
 
@@ -52,3 +54,4 @@ pub use reap::{ReapError, ReapReader, ReapWriter, RecordOutcome, WorkingSetRecor
 pub use sandbox_dir::{cleanup_orphans, SandboxDir, SandboxDirError};
 pub use state::{IllegalTransition, State, StateMachine, StateSnapshot, Transition};
 pub use swapfile::{SwapError, SwapIndex, SwapReader, SwapWriter};
+pub use swapstore::SwapStore;

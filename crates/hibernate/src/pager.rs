@@ -6,8 +6,10 @@
 //! whether by the guest (through KVM) or by the runtime itself (a syscall's user copy). The
 //! handler looks the page up:
 //!
-//! - `Swapped { slot }`: `pread` the slot, verify its CRC32C, `UFFDIO_COPY`; neighbours of the same
-//!   aligned 16-page window that are swapped in consecutive slots come along in the same read;
+//! - `Swapped { slot }`: `pread` the slot, verify its CRC32C, `UFFDIO_COPY` write-protected
+//!   (the page becomes `Cached { slot }` until written: see [`crate::uffd`]); neighbours of the
+//!   same aligned 16-page window that are swapped in consecutive slots come along in the same
+//!   read;
 //! - anything else (zero, free, or never swapped): `UFFDIO_ZEROPAGE`.
 //!
 //! A page whose checksum fails, or a read error, must never reach the application: the handler
@@ -21,7 +23,7 @@ use platform::{GuestMemory, PAGE_SIZE};
 use crate::metrics::HibernateMetrics as Metrics;
 use crate::pagestate::{PageIdx, PageState, PageStateMap};
 use crate::reap::{ReapReader, WorkingSetRecorder};
-use crate::swapfile::SwapReader;
+use crate::swapstore::SwapStore;
 use crate::uffd::{Event, Uffd};
 
 /// Pages read together around a fault.
@@ -31,8 +33,8 @@ pub const FAULT_AROUND: u64 = 16;
 pub struct PagerState {
     /// State of every guest page.
     pub pages: PageStateMap,
-    /// The current swap file.
-    pub swap: Option<SwapReader>,
+    /// The swap files (layers of successive deflates).
+    pub swap: SwapStore,
     /// The current REAP file.
     pub reap: Option<ReapReader>,
     /// Where the bytes of `File { slot }` pages are, by slot.
@@ -249,8 +251,9 @@ fn serve(
                 r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes])
                     .map_err(|e| e.to_string())
             }),
-            Store::Swap => st.swap.as_ref().map(|r| {
-                r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes])
+            Store::Swap => (!st.swap.is_empty()).then(|| {
+                st.swap
+                    .read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes])
                     .map_err(|e| e.to_string())
             }),
             Store::File => Some((0..count).try_for_each(|k| {
@@ -273,19 +276,30 @@ fn serve(
             ),
         }
         let host = base + first * PAGE_SIZE;
-        // SAFETY: `buf` holds `bytes` verified bytes; the destination is guest memory inside the
-        // registered range (first..first+count are pages of the map, which covers guest memory).
-        match unsafe { uffd.copy(buf.as_ptr().cast(), host as *mut _, bytes) } {
-            Ok(_) => {}
+        // Pages from the swap come in write-protected: while unwritten, their slot still holds
+        // their bytes (`Cached`), and the next deflate keeps it instead of writing them again.
+        let copy = |src: &[u8], dst: u64, len: usize| -> std::io::Result<bool> {
+            // SAFETY: `src` holds `len` verified bytes; `dst` is guest memory inside the
+            // registered range (pages of the map, which covers guest memory).
+            unsafe {
+                if store == Store::Swap {
+                    uffd.copy_write_protected(src.as_ptr().cast(), dst as *mut _, len)
+                        .map(|(_, wp)| wp)
+                } else {
+                    uffd.copy(src.as_ptr().cast(), dst as *mut _, len)
+                        .map(|_| false)
+                }
+            }
+        };
+        let mut protected = false;
+        match copy(&buf[..bytes], host, bytes) {
+            Ok(wp) => protected = wp,
             Err(e) if is_eexist(&e) => {
                 // Some page of the run is present already: fall back to the faulting page only.
                 let off = ((page - first) * PAGE_SIZE) as usize;
                 let h = base + page * PAGE_SIZE;
-                // SAFETY: as above, one page.
-                match unsafe {
-                    uffd.copy(buf[off..].as_ptr().cast(), h as *mut _, PAGE_SIZE as usize)
-                } {
-                    Ok(_) => {}
+                match copy(&buf[off..off + PAGE_SIZE as usize], h, PAGE_SIZE as usize) {
+                    Ok(wp) => protected = wp,
                     Err(e) if is_eexist(&e) => {}
                     Err(e) => fatal(
                         error_file,
@@ -293,6 +307,7 @@ fn serve(
                     ),
                 }
                 count = 1;
+                first_slot += page - first;
                 first = page;
             }
             Err(e) => fatal(
@@ -301,7 +316,13 @@ fn serve(
             ),
         }
         for p in first..first + count {
-            let _ = st.pages.set(PageIdx(p), PageState::Resident);
+            let now = match (protected, store) {
+                (true, Store::Swap) => PageState::Cached {
+                    slot: (first_slot + (p - first)) as u32,
+                },
+                _ => PageState::Resident,
+            };
+            let _ = st.pages.set(PageIdx(p), now);
             st.recorder.record(PageIdx(p));
         }
         metrics.record_fault(count * PAGE_SIZE, residual);

@@ -97,6 +97,13 @@ pub enum PageState {
         /// Entry in the file-page table.
         slot: u32,
     },
+    /// In host memory, brought back from the swap at this slot and installed write-protected:
+    /// while the host's write-protect bit on it is still set, the slot holds its bytes and the
+    /// next deflate need not write it again.
+    Cached {
+        /// Slot in the swap.
+        slot: u32,
+    },
 }
 
 /// The kind of a [`PageState`], without its slot.
@@ -114,12 +121,17 @@ pub enum PageKind {
     Reap,
     /// [`PageState::File`].
     File,
+    /// [`PageState::Cached`].
+    Cached,
 }
 
 impl PageKind {
     /// Whether pages of this kind carry a slot.
     pub const fn has_slot(self) -> bool {
-        matches!(self, PageKind::Swapped | PageKind::Reap | PageKind::File)
+        matches!(
+            self,
+            PageKind::Swapped | PageKind::Reap | PageKind::File | PageKind::Cached
+        )
     }
     const fn tag(self) -> u32 {
         match self {
@@ -131,6 +143,7 @@ impl PageKind {
             PageKind::Swapped => 3,
             PageKind::Reap => 4,
             PageKind::File => 5,
+            PageKind::Cached => 6,
         }
     }
 }
@@ -145,15 +158,17 @@ impl PageState {
             PageState::Swapped { .. } => PageKind::Swapped,
             PageState::Reap { .. } => PageKind::Reap,
             PageState::File { .. } => PageKind::File,
+            PageState::Cached { .. } => PageKind::Cached,
         }
     }
 
-    /// Its slot, for swapped and REAP pages.
+    /// Its slot, for swapped, REAP, file and cached pages.
     pub const fn slot(self) -> Option<u32> {
         match self {
-            PageState::Swapped { slot } | PageState::Reap { slot } | PageState::File { slot } => {
-                Some(slot)
-            }
+            PageState::Swapped { slot }
+            | PageState::Reap { slot }
+            | PageState::File { slot }
+            | PageState::Cached { slot } => Some(slot),
             _ => None,
         }
     }
@@ -174,8 +189,9 @@ impl PageState {
             2 => PageState::Zero,
             3 => PageState::Swapped { slot },
             4 => PageState::Reap { slot },
-            // Only `encode` writes entries, and it writes tags 0..=5.
-            _ => PageState::File { slot },
+            5 => PageState::File { slot },
+            // Only `encode` writes entries, and it writes tags 0..=6.
+            _ => PageState::Cached { slot },
         }
     }
 }
@@ -195,6 +211,8 @@ pub struct PageCounts {
     pub reap: u64,
     /// Clean file pages dropped (read back from their files).
     pub file: u64,
+    /// Resident pages with a clean copy in the swap.
+    pub cached: u64,
 }
 
 impl PageCounts {
@@ -206,6 +224,7 @@ impl PageCounts {
             PageKind::Swapped => &mut self.swapped,
             PageKind::Reap => &mut self.reap,
             PageKind::File => &mut self.file,
+            PageKind::Cached => &mut self.cached,
         }
     }
     /// Pages of `kind`.
@@ -217,6 +236,7 @@ impl PageCounts {
             PageKind::Swapped => self.swapped,
             PageKind::Reap => self.reap,
             PageKind::File => self.file,
+            PageKind::Cached => self.cached,
         }
     }
 }
@@ -502,6 +522,9 @@ mod tests {
             PageState::Swapped { slot: MAX_SLOT },
             PageState::Reap { slot: 7 },
             PageState::Reap { slot: MAX_SLOT },
+            PageState::File { slot: 3 },
+            PageState::Cached { slot: 0 },
+            PageState::Cached { slot: MAX_SLOT },
         ] {
             assert_eq!(PageState::decode(s.encode().unwrap()), s);
         }
@@ -556,7 +579,8 @@ mod tests {
                 zero: 1,
                 swapped: 0,
                 reap: 1,
-                file: 0
+                file: 0,
+                cached: 0
             }
         );
         assert_eq!(c.get(PageKind::Reap), 1);
@@ -566,6 +590,9 @@ mod tests {
         m.set(PageIdx(9), PageState::File { slot: 77 }).unwrap();
         assert_eq!(m.get(PageIdx(9)).unwrap(), PageState::File { slot: 77 });
         assert_eq!(m.counts().file, 1);
+        m.set(PageIdx(9), PageState::Cached { slot: 5 }).unwrap();
+        assert_eq!(m.get(PageIdx(9)).unwrap(), PageState::Cached { slot: 5 });
+        assert_eq!((m.counts().file, m.counts().cached), (0, 1));
         assert_eq!(total, m.len());
     }
 

@@ -3,10 +3,18 @@
 //!
 //! One [`Uffd`] is created (`userfaultfd(2)` with `O_CLOEXEC`, blocking reads, kernel-mode
 //! faults included so that the runtime's own copies into guest memory fault too), handshaken
-//! with `UFFDIO_API` (no optional features), and registers guest memory in `MISSING` mode. The
-//! handler thread reads page-fault events ([`Uffd::read_event`]) and resolves them with
-//! `UFFDIO_COPY` ([`Uffd::copy`]) or `UFFDIO_ZEROPAGE` ([`Uffd::zeropage`]), both of which wake
-//! the faulting threads.
+//! with `UFFDIO_API` asking for asynchronous write protection (`UFFD_FEATURE_WP_ASYNC`, Linux
+//! 6.7; without it, none), and registers guest memory in `MISSING` mode, plus `WP` mode when
+//! the feature is there. The handler thread reads page-fault events ([`Uffd::read_event`]) and
+//! resolves them with `UFFDIO_COPY` ([`Uffd::copy`], [`Uffd::copy_write_protected`]) or
+//! `UFFDIO_ZEROPAGE` ([`Uffd::zeropage`]), both of which wake the faulting threads.
+//!
+//! **Write tracking.** A page installed by [`Uffd::copy_write_protected`] carries the host's
+//! uffd write-protect bit. In asynchronous mode the first write to it (by a vCPU through KVM,
+//! or by the runtime's own copies) costs no event: the kernel clears the bit and lets the
+//! write through. So a page whose bit is still set ([`written_pages`] reads them from
+//! `/proc/self/pagemap`, bit 57) holds exactly what was copied in, and a deflate need not
+//! write it again.
 //!
 //! Errors are `std::io::Error`s carrying the errno: `EEXIST` from `copy` or `zeropage` when the
 //! (first) page is already present, `EAGAIN` from `copy` when only part of the range was copied
@@ -19,7 +27,8 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use linux_raw_sys::general::{
     __NR_userfaultfd, uffd_msg, uffdio_api, uffdio_copy, uffdio_range, uffdio_register,
-    uffdio_zeropage, UFFDIO_REGISTER_MODE_MISSING, UFFD_API, UFFD_EVENT_PAGEFAULT,
+    uffdio_zeropage, UFFDIO_COPY_MODE_WP, UFFDIO_REGISTER_MODE_MISSING, UFFDIO_REGISTER_MODE_WP,
+    UFFD_API, UFFD_EVENT_PAGEFAULT, UFFD_FEATURE_WP_ASYNC,
 };
 use linux_raw_sys::ioctl::{UFFDIO_API, UFFDIO_COPY, UFFDIO_REGISTER, UFFDIO_ZEROPAGE};
 
@@ -27,6 +36,9 @@ use linux_raw_sys::ioctl::{UFFDIO_API, UFFDIO_COPY, UFFDIO_REGISTER, UFFDIO_ZERO
 #[derive(Debug)]
 pub struct Uffd {
     fd: OwnedFd,
+    /// Asynchronous write protection was granted by `UFFDIO_API` and the registration took
+    /// `WP` mode too: copies can be write-protected and writes are tracked.
+    tracks_writes: bool,
 }
 
 /// An event read from a [`Uffd`].
@@ -49,12 +61,29 @@ pub enum Event {
 impl Uffd {
     /// Creates a userfaultfd with `O_CLOEXEC`, blocking reads, and handling kernel-mode faults
     /// too (no `UFFD_USER_MODE_ONLY`: this needs `CAP_SYS_PTRACE`, or
-    /// `vm.unprivileged_userfaultfd = 1`), then does the `UFFDIO_API` handshake with no optional
-    /// features.
+    /// `vm.unprivileged_userfaultfd = 1`), then does the `UFFDIO_API` handshake asking for
+    /// `UFFD_FEATURE_WP_ASYNC` (a kernel without it gets a handshake with no optional
+    /// features, on a second descriptor: the handshake can be done once only).
     ///
     /// # Errors
     /// The errno of `userfaultfd(2)` (`EPERM` when not permitted) or of `UFFDIO_API`.
     pub fn new() -> io::Result<Self> {
+        match Self::with_features(UFFD_FEATURE_WP_ASYNC.into()) {
+            Ok(u) => Ok(u),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::info!("userfaultfd without asynchronous write protection: deflates write every resident page");
+                Self::with_features(0)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether writes to pages installed by [`Uffd::copy_write_protected`] are tracked.
+    pub fn tracks_writes(&self) -> bool {
+        self.tracks_writes
+    }
+
+    fn with_features(features: u64) -> io::Result<Self> {
         // SAFETY: userfaultfd(2) takes one flags argument and touches no memory of this process.
         let mut fd =
             unsafe { libc::syscall(libc::c_long::from(__NR_userfaultfd), libc::O_CLOEXEC) };
@@ -69,14 +98,18 @@ impl Uffd {
         }
         // SAFETY: `fd` is a descriptor just returned by the kernel, owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        let uffd = Uffd { fd };
+        let mut uffd = Uffd {
+            fd,
+            tracks_writes: false,
+        };
         let mut api = uffdio_api {
             api: UFFD_API.into(),
-            features: 0,
+            features,
             ioctls: 0,
         };
         // SAFETY: UFFDIO_API reads and writes a `uffdio_api`, which `api` is.
         unsafe { uffd.ioctl(UFFDIO_API, &mut api) }?;
+        uffd.tracks_writes = api.features & u64::from(UFFD_FEATURE_WP_ASYNC) != 0;
         Ok(uffd)
     }
 
@@ -98,17 +131,35 @@ impl Uffd {
     }
 
     /// Registers `len` bytes at `start` (page-aligned, an existing private anonymous or shared
-    /// mapping) in `MISSING` mode: a touch of a page not present there becomes an event.
+    /// mapping) in `MISSING` mode: a touch of a page not present there becomes an event. With
+    /// write tracking, in `WP` mode too (if the range refuses it, tracking is turned off and
+    /// the range registered in `MISSING` mode alone).
     ///
     /// # Errors
     /// The errno of `UFFDIO_REGISTER` (`EINVAL` for a misaligned or unsupported range).
-    pub fn register(&self, start: *mut c_void, len: usize) -> io::Result<()> {
+    pub fn register(&mut self, start: *mut c_void, len: usize) -> io::Result<()> {
+        if self.tracks_writes {
+            let mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP;
+            match self.register_mode(start, len, mode) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::info!(
+                        "userfaultfd write protection refused ({e}): not tracking writes"
+                    );
+                    self.tracks_writes = false;
+                }
+            }
+        }
+        self.register_mode(start, len, UFFDIO_REGISTER_MODE_MISSING)
+    }
+
+    fn register_mode(&self, start: *mut c_void, len: usize, mode: u32) -> io::Result<()> {
         let mut reg = uffdio_register {
             range: uffdio_range {
                 start: start as u64,
                 len: len as u64,
             },
-            mode: UFFDIO_REGISTER_MODE_MISSING.into(),
+            mode: mode.into(),
             ioctls: 0,
         };
         // SAFETY: UFFDIO_REGISTER reads and writes a `uffdio_register`, which `reg` is; it only
@@ -135,11 +186,49 @@ impl Uffd {
         dst: *mut c_void,
         len: usize,
     ) -> io::Result<usize> {
+        // SAFETY: the caller's contract.
+        unsafe { self.copy_mode(src, dst, len, 0) }
+    }
+
+    /// As [`Uffd::copy`], and the pages are installed write-protected when writes are tracked
+    /// ([`Uffd::tracks_writes`]; otherwise a plain copy): their first write clears the bit
+    /// (see the module doc). Returns the bytes copied and whether they are write-protected.
+    ///
+    /// # Errors
+    /// As [`Uffd::copy`].
+    ///
+    /// # Safety
+    /// As [`Uffd::copy`].
+    pub unsafe fn copy_write_protected(
+        &self,
+        src: *const c_void,
+        dst: *mut c_void,
+        len: usize,
+    ) -> io::Result<(usize, bool)> {
+        let mode = if self.tracks_writes {
+            UFFDIO_COPY_MODE_WP
+        } else {
+            0
+        };
+        // SAFETY: the caller's contract.
+        let n = unsafe { self.copy_mode(src, dst, len, mode) }?;
+        Ok((n, self.tracks_writes))
+    }
+
+    /// # Safety
+    /// As [`Uffd::copy`].
+    unsafe fn copy_mode(
+        &self,
+        src: *const c_void,
+        dst: *mut c_void,
+        len: usize,
+        mode: u32,
+    ) -> io::Result<usize> {
         let mut copy = uffdio_copy {
             dst: dst as u64,
             src: src as u64,
             len: len as u64,
-            mode: 0,
+            mode: mode.into(),
             copy: 0,
         };
         // SAFETY: UFFDIO_COPY reads and writes a `uffdio_copy`, which `copy` is; the memory it
@@ -226,6 +315,34 @@ impl Uffd {
     }
 }
 
+/// Bit 57 of a `/proc/PID/pagemap` entry: the page is uffd write-protected.
+const PAGEMAP_UFFD_WP: u64 = 1 << 57;
+
+/// For each of the `pages` pages of this process's memory from `start` (page-aligned),
+/// whether it has been written since it was installed write-protected: true for a page whose
+/// uffd write-protect bit is clear (written, installed without the bit, or not present), read
+/// from `/proc/self/pagemap` in chunks.
+///
+/// # Errors
+/// Opening or reading `/proc/self/pagemap`.
+pub fn written_pages(start: *const c_void, pages: usize) -> io::Result<Vec<bool>> {
+    use std::os::unix::fs::FileExt;
+    let map = std::fs::File::open("/proc/self/pagemap")?;
+    let first = start as u64 / 4096;
+    let mut out = Vec::with_capacity(pages);
+    let mut buf = vec![0u8; 8 * 32768];
+    while out.len() < pages {
+        let n = (pages - out.len()).min(buf.len() / 8);
+        let bytes = &mut buf[..n * 8];
+        map.read_exact_at(bytes, (first + out.len() as u64) * 8)?;
+        out.extend(bytes.chunks_exact(8).map(|e| {
+            let v = u64::from_le_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]);
+            v & PAGEMAP_UFFD_WP == 0
+        }));
+    }
+    Ok(out)
+}
+
 impl AsFd for Uffd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -283,7 +400,7 @@ mod tests {
 
     #[test]
     fn serves_faults_with_copy_and_zeropage() {
-        let Some(uffd) = uffd_or_skip() else {
+        let Some(mut uffd) = uffd_or_skip() else {
             return;
         };
         let pages = 6;
@@ -419,6 +536,64 @@ mod tests {
             libc::close(pipe[0]);
             libc::close(pipe[1]);
             libc::munmap(base as *mut c_void, pages * PAGE);
+        }
+    }
+
+    #[test]
+    fn write_protected_copies_track_writes() {
+        let Some(mut uffd) = uffd_or_skip() else {
+            return;
+        };
+        let pages = 4;
+        // SAFETY: a fresh private anonymous mapping; nothing else uses the range.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                pages * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        uffd.register(base, pages * PAGE).expect("UFFDIO_REGISTER");
+        assert!(
+            uffd.tracks_writes(),
+            "Linux 6.7 and later track writes asynchronously"
+        );
+        let data = vec![0x42u8; 3 * PAGE];
+        // SAFETY: pages 0..3 are missing pages of the registered range; `data` has 3 pages.
+        let (n, wp) = unsafe { uffd.copy_write_protected(data.as_ptr().cast(), base, 3 * PAGE) }
+            .expect("UFFDIO_COPY");
+        assert_eq!((n, wp), (3 * PAGE, true));
+        let written = |w: &[bool]| w.iter().map(|&b| b as u8).collect::<Vec<_>>();
+        // Page 3 is not present: "written" (nothing to trust).
+        assert_eq!(written(&written_pages(base, pages).unwrap()), [0, 0, 0, 1]);
+        // A read leaves the bit; a store by user code, or by the kernel on the process's
+        // behalf (a read(2) into the page), clears it without any event.
+        // SAFETY: pages 0..3 are present pages of the mapping.
+        unsafe {
+            assert_eq!(std::ptr::read_volatile((base as *const u8).add(PAGE)), 0x42);
+            std::ptr::write_volatile((base as *mut u8).add(8), 1);
+        }
+        let mut pipe = [0; 2];
+        // SAFETY: `pipe` has room for the two descriptors.
+        assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+        // SAFETY: one byte from a static; then a read into page 2 of the mapping.
+        unsafe {
+            assert_eq!(libc::write(pipe[1], b"x".as_ptr().cast(), 1), 1);
+            assert_eq!(
+                libc::read(pipe[0], base.cast::<u8>().add(2 * PAGE).cast(), 1),
+                1
+            );
+        }
+        assert_eq!(written(&written_pages(base, pages).unwrap()), [1, 0, 1, 1]);
+        // SAFETY: the descriptors and mapping are this test's own.
+        unsafe {
+            libc::close(pipe[0]);
+            libc::close(pipe[1]);
+            libc::munmap(base, pages * PAGE);
         }
     }
 }

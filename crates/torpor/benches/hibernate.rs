@@ -6,10 +6,17 @@
 //!
 //! - PSS of the holder process hot (after a request), hibernated, and woken (after the first
 //!   request, and after a request that touches every page);
-//! - deflate time and throughput (bytes written to the swap file / deflate time);
+//! - deflate time and throughput (bytes written to the swap file / deflate time) of a full
+//!   deflate (`hibernate --compact`: every page written afresh);
 //! - first-request latency after a wake (a request touching little, `GET /`), beside the
 //!   same request on the hot sandbox measured in the same run, and their ratio;
 //! - the full-inflation request (`GET /verify`, every page) after a wake, beside hot.
+//!
+//! Then, for 256 MiB, later deflates against the first (`later_deflates`): in each of RUNS
+//! fresh sandboxes, the first deflate, a second one after a request that dirties 1 % of the
+//! pattern (`GET /dirty/100`), the same second deflate with `--compact` (what every deflate
+//! cost before swap layers and write tracking), and a third after a request that reads every
+//! page and dirties 1 % (`GET /verify` then `/dirty/100`: clean pages are recognised).
 //!
 //! Medians with the spread (min-max). Absolute times on the development machines (software
 //! KVM) are far above hardware; ratios are what carry over.
@@ -82,12 +89,12 @@ fn bench(mib: u64, memory: &str) {
         hot_first.push(h1);
         hot_full.push(get_ms(addr, "/verify"));
         hot_pss.push(mb(sb.stat_u64("pss_bytes")));
-        let report = sb.ok("hibernate", &[]);
+        let report = sb.ok("hibernate", &["--compact"]);
         let report: String = report.split_whitespace().collect();
         let took = json_field(&report, "took_us")
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0);
-        let swap = json_field(&report, "swap_bytes")
+        let swap = json_field(&report, "swap_written_bytes")
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0);
         deflate_ms.push(took / 1e3);
@@ -124,7 +131,7 @@ fn bench(mib: u64, memory: &str) {
         .map(|(a, b)| 100.0 * a / b)
         .collect();
     row("woken (GET /) / hot PSS", "%", &r);
-    row("deflate time", "ms", &deflate_ms);
+    row("deflate time (full, --compact)", "ms", &deflate_ms);
     row("swap file written", "MB", &swap_mb);
     row("deflate throughput", "MB/s", &deflate_mbps);
     row("GET / hot", "ms", &hot_first);
@@ -137,10 +144,90 @@ fn bench(mib: u64, memory: &str) {
     println!();
 }
 
+/// A hibernate's report figure.
+fn hibernate(sb: &Detached, extra: &[&str]) -> (f64, f64) {
+    let report: String = sb.ok("hibernate", extra).split_whitespace().collect();
+    let num = |f: &str| {
+        json_field(&report, f)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (num("took_us") / 1e3, num("swap_written_bytes") / 1e6)
+}
+
+fn later_deflates(mib: u64, memory: &str) {
+    let root = Rootfs::new();
+    let prog = root.guest_program("pattern_server");
+    let bin = testutil::torpor_bin();
+    let (mut first, mut second, mut full, mut third) = (vec![], vec![], vec![], vec![]);
+    let (mut first_mb, mut second_mb, mut full_mb, mut third_mb) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..RUNS {
+        let port = free_port();
+        let publish = format!("127.0.0.1:{port}:8080");
+        let sb = Detached::start(
+            &bin,
+            &[
+                "--memory",
+                memory,
+                "--publish",
+                &publish,
+                "--wake-mode",
+                "fault",
+            ],
+            root.path(),
+            &prog,
+            &["8080", &mib.to_string()],
+        );
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        assert!(Detached::wait_until(Duration::from_secs(300), || http_get(
+            addr,
+            "/",
+            Duration::from_secs(5)
+        )
+        .is_ok()));
+        get_ms(addr, "/verify");
+        let (t, mb) = hibernate(&sb, &[]);
+        first.push(t);
+        first_mb.push(mb);
+        get_ms(addr, "/dirty/100");
+        let (t, mb) = hibernate(&sb, &[]);
+        second.push(t);
+        second_mb.push(mb);
+        // The same again, written in full.
+        get_ms(addr, "/dirty/100");
+        let (t, mb) = hibernate(&sb, &["--compact"]);
+        full.push(t);
+        full_mb.push(mb);
+        get_ms(addr, "/verify");
+        get_ms(addr, "/dirty/100");
+        let (t, mb) = hibernate(&sb, &[]);
+        third.push(t);
+        third_mb.push(mb);
+        get_ms(addr, "/verify");
+        sb.ok("delete", &["--force"]);
+    }
+    println!("later deflates, pattern_server with {mib} MiB, {RUNS} sandboxes: median (min - max)");
+    row("first deflate", "ms", &first);
+    row("  written", "MB", &first_mb);
+    row("second deflate, after dirtying 1 %", "ms", &second);
+    row("  written", "MB", &second_mb);
+    row("second deflate written in full (--compact)", "ms", &full);
+    row("  written", "MB", &full_mb);
+    row("deflate after reading all, dirtying 1 %", "ms", &third);
+    row("  written", "MB", &third_mb);
+    let ratio =
+        |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x / y).collect() };
+    row("first / second deflate", "x", &ratio(&first, &second));
+    row("full / second deflate", "x", &ratio(&full, &second));
+    row("first / after reading all", "x", &ratio(&first, &third));
+    println!();
+}
+
 fn main() {
     if !testutil::require_kvm() {
         return;
     }
+    later_deflates(256, "512M");
     bench(4, "64M");
     bench(256, "512M");
 }

@@ -86,6 +86,11 @@ pub enum Command {
         /// processes is parked at once, its requests in flight finishing after the wake.
         #[arg(long, default_value = "10s", value_parser = parse_wait)]
         wait: std::time::Duration,
+        /// Write every live page into one fresh swap file per process, instead of only what
+        /// changed since the last deflate beside the older files (reclaims the disk space of
+        /// rewritten pages; torpor compacts by itself when the files are mostly dead)
+        #[arg(long)]
+        compact: bool,
         /// Sandbox ID.
         id: String,
     },

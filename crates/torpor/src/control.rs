@@ -36,6 +36,9 @@ pub enum Request {
         /// How long to wait for it (milliseconds; the daemon's default when absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// Write every live page into one fresh swap file instead of adding what changed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        compact: bool,
     },
     /// Inflate now.
     Wake,
@@ -285,9 +288,22 @@ mod tests {
             r#"{"op":"kill","signal":9}"#
         );
         let r: Request = serde_json::from_str(r#"{"op":"hibernate"}"#).unwrap();
-        assert!(matches!(r, Request::Hibernate { wait_ms: None }));
-        let r: Request = serde_json::from_str(r#"{"op":"hibernate","wait_ms":250}"#).unwrap();
-        assert!(matches!(r, Request::Hibernate { wait_ms: Some(250) }));
+        assert!(matches!(
+            r,
+            Request::Hibernate {
+                wait_ms: None,
+                compact: false
+            }
+        ));
+        let r: Request =
+            serde_json::from_str(r#"{"op":"hibernate","wait_ms":250,"compact":true}"#).unwrap();
+        assert!(matches!(
+            r,
+            Request::Hibernate {
+                wait_ms: Some(250),
+                compact: true
+            }
+        ));
         assert!(serde_json::from_str::<Request>(r#"{"op":"rm -rf"}"#).is_err());
     }
 }

@@ -417,10 +417,15 @@ fn handle(d: &Daemon, req: Request) -> Response {
             }))
         }
         Request::Stats => Response::data(stats(d)),
-        Request::Hibernate { wait_ms } => hibernate(
-            d,
-            wait_ms.map_or(IDLE_TIMEOUT, std::time::Duration::from_millis),
-        ),
+        Request::Hibernate { wait_ms, compact } => {
+            if compact {
+                d.hib.compact_next_deflate();
+            }
+            hibernate(
+                d,
+                wait_ms.map_or(IDLE_TIMEOUT, std::time::Duration::from_millis),
+            )
+        }
         Request::Wake => match d.hib.wake() {
             Ok(()) => Response::ok(),
             Err(e) => Response::error(e),

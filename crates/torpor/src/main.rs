@@ -58,7 +58,7 @@ fn main() -> ExitCode {
             print!("{}", kernel::syscalls::table::markdown());
             Ok(0)
         }
-        cli::Command::Hibernate { id, wait } => verbs::hibernate(&id, wait),
+        cli::Command::Hibernate { id, wait, compact } => verbs::hibernate(&id, wait, compact),
         cli::Command::Wake { id } => verbs::wake(&id),
         cli::Command::Kill { id, signal, all } => verbs::kill(&id, &signal, all),
         cli::Command::State { id } => verbs::state(&id),

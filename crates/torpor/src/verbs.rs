@@ -34,10 +34,11 @@ fn print(v: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
-/// `torpor hibernate [--wait D] ID`.
-pub fn hibernate(id: &str, wait: Duration) -> Result<u8> {
+/// `torpor hibernate [--wait D] [--compact] ID`.
+pub fn hibernate(id: &str, wait: Duration, compact: bool) -> Result<u8> {
     let req = Request::Hibernate {
         wait_ms: Some(wait.as_millis() as u64),
+        compact,
     };
     let v = call(&dir(id)?, &req, TIMEOUT + wait)?;
     print(&v)?;

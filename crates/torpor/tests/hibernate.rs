@@ -797,3 +797,87 @@ fn under_memory_pressure_idle_sandboxes_hibernate_longest_idle_first() {
         assert!(sb.stat_u64("wakes") >= 1);
     }
 }
+
+/// A field of a `torpor hibernate` report, as a number.
+fn report_u64(report: &str, field: &str) -> u64 {
+    testutil::json_field(&report.split_whitespace().collect::<String>(), field)
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no {field} in {report}"))
+}
+
+/// A later deflate writes only what changed since the last: pages still swapped out keep their
+/// slots (a new swap layer holds the rest), pages read back but not written keep theirs too
+/// (write-protected by userfaultfd), dirtied pages are written again, and after enough layers
+/// the swap is compacted into one; the pattern, with every rewrite, survives throughout.
+#[test]
+fn later_deflates_write_only_what_changed() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let app = start_with(64, "256M", &["--wake-mode", "fault"]);
+    app.expect_ok();
+    let pages = 64 * 256;
+    let first = app.sb.ok("hibernate", &[]);
+    let w1 = report_u64(&first, "written_pages");
+    assert!(w1 >= pages, "the first deflate wrote {w1} pages: {first}");
+
+    // A request that dirties 1 % of the pattern, spread over it.
+    let r = http_get(app.addr, "/dirty/100", Duration::from_secs(60)).unwrap();
+    assert_eq!(r.body_str(), format!("dirtied {}\n", pages.div_ceil(100)));
+    let second = app.sb.ok("hibernate", &[]);
+    let w2 = report_u64(&second, "written_pages");
+    eprintln!("first deflate wrote {w1} pages, the second {w2}: {second}");
+    assert!(
+        w2 * 10 < w1,
+        "the second deflate wrote {w2} pages of {w1}: {second}"
+    );
+    // Kept without writing: pages never touched since (carried), and neighbours the page
+    // faults brought along but the request did not write (clean).
+    assert!(
+        report_u64(&second, "carried_pages") + report_u64(&second, "clean_pages") >= pages * 9 / 10,
+        "{second}"
+    );
+    assert_eq!(report_u64(&second, "swap_layers"), 2, "{second}");
+
+    // Every page read back (/verify), none written: nothing to write again.
+    app.expect_ok();
+    let third = app.sb.ok("hibernate", &[]);
+    let w3 = report_u64(&third, "written_pages");
+    let clean = report_u64(&third, "clean_pages");
+    assert!(
+        w3 * 10 < w1 && clean >= pages * 9 / 10,
+        "after a read of everything: {third}"
+    );
+    app.expect_ok();
+
+    // Rewrites of ever other pages on every wake: dead slots pile up in the older layers
+    // until a compaction folds the live ones into one layer.
+    let mut compacted = false;
+    for (round, stride) in [2, 3, 5, 7, 11, 13, 17, 19].into_iter().enumerate() {
+        let r = http_get(
+            app.addr,
+            &format!("/dirty/{stride}"),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        assert!(r.body_str().starts_with("dirtied"), "{}", r.body_str());
+        let report = app.sb.ok("hibernate", &[]);
+        let layers = report_u64(&report, "swap_layers");
+        assert!(layers <= 8, "round {round}: {report}");
+        compacted |=
+            report.contains("\"compacted\": true") || report.contains("\"compacted\":true");
+        app.expect_ok();
+    }
+    assert!(
+        compacted,
+        "eight rounds of rewrites never compacted the swap"
+    );
+    let files = std::fs::read_dir(app.sb.dir())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("swap"))
+        })
+        .count();
+    assert!((1..=8).contains(&files), "{files} swap files");
+}
