@@ -224,7 +224,8 @@ fn start(
     if let Some(l) = &log {
         trees.push(l);
     }
-    crate::confine::confine(crate::confine::Mode::from_env()?, &[], Some(&trees[..]))
+    let needs = crate::confine::Needs::of(&cfg.publish, cfg.own_netns);
+    crate::confine::confine(crate::confine::Mode::from_env()?, needs, Some(&trees[..]))
         .context("confining the runtime")?;
     crate::confine::test_hook();
     crate::ready::report(ready.take(), Ok(()));

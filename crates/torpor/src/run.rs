@@ -179,8 +179,13 @@ pub fn run_config(cfg: &SandboxConfig) -> Result<u8> {
         );
     }
     let sandbox = Sandbox::build(cfg)?;
-    crate::confine::confine(crate::confine::Mode::from_env()?, &[], Some(&[&cfg.rootfs]))
-        .context("confining the runtime")?;
+    let needs = crate::confine::Needs::of(&cfg.publish, cfg.own_netns);
+    crate::confine::confine(
+        crate::confine::Mode::from_env()?,
+        needs,
+        Some(&[&cfg.rootfs]),
+    )
+    .context("confining the runtime")?;
     let status = run_timed(sandbox).context("sandbox stopped")?;
     Ok(status.code() as u8)
 }

@@ -2,11 +2,14 @@
 //! state directory, the program loaded), before the application's first instruction runs:
 //!
 //! 1. `no_new_privs`: nothing it could still execute gains privileges (and nothing can be
-//!    executed: see 3);
+//!    executed: see 3); run as root, not dumpable (another holder, with the same uid and
+//!    capabilities, cannot read its memory through `/proc`);
 //! 2. capabilities: all dropped from the bounding set and the permitted, effective and
 //!    inheritable sets except those the syscall handlers still need on behalf of the
-//!    application ([`KEPT_CAPS`]: file ownership and access checks inside the root,
-//!    publishing low ports, and userfaultfd's kernel-mode faults);
+//!    application ([`KEPT_CAPS`]: file ownership and access checks inside the root), plus,
+//!    only where this sandbox needs them ([`Needs`]), binding a port below the host's
+//!    unprivileged start and creating a userfaultfd with kernel-mode faults where
+//!    `/dev/userfaultfd` cannot be opened;
 //! 3. a filesystem view narrowed with Landlock ([`landlock`]): the sandbox's root, its
 //!    state directory, `/dev/kvm` and a few host files (OCI holders and `torpor demo`: the
 //!    friendly form's holder must unmount its copy-on-write root at the end, which Landlock
@@ -23,16 +26,72 @@ pub mod seccomp;
 
 use anyhow::{bail, Context, Result};
 
-/// Capabilities the holder keeps (when it has them: as root). Everything else is dropped.
+/// Capabilities the holder always keeps (when it has them: as root). Everything else is
+/// dropped, but what [`Needs`] adds.
 pub const KEPT_CAPS: &[u32] = &[
-    0,  // CAP_CHOWN: files the application creates belong to its ids
-    1,  // CAP_DAC_OVERRIDE: files of the root owned by other users
-    2,  // CAP_DAC_READ_SEARCH
-    3,  // CAP_FOWNER: chmod, utimes of such files
-    4,  // CAP_FSETID
-    10, // CAP_NET_BIND_SERVICE: a published port below 1024
-    19, // CAP_SYS_PTRACE: userfaultfd with kernel-mode faults (vm.unprivileged_userfaultfd=0)
+    0, // CAP_CHOWN: files the application creates belong to its ids
+    1, // CAP_DAC_OVERRIDE: files of the root owned by other users
+    2, // CAP_DAC_READ_SEARCH
+    3, // CAP_FOWNER: chmod, utimes of such files
+    4, // CAP_FSETID
 ];
+
+/// `CAP_NET_BIND_SERVICE`.
+const CAP_NET_BIND_SERVICE: u32 = 10;
+/// `CAP_SYS_PTRACE`.
+const CAP_SYS_PTRACE: u32 = 19;
+
+/// What this sandbox needs beside [`KEPT_CAPS`], decided before confinement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Binding a port below `net.ipv4.ip_unprivileged_port_start`: `CAP_NET_BIND_SERVICE`.
+    pub low_ports: bool,
+    /// A userfaultfd with kernel-mode faults without `/dev/userfaultfd` (before Linux 6.1, or
+    /// the device not accessible) while `vm.unprivileged_userfaultfd` is 0:
+    /// `CAP_SYS_PTRACE`.
+    pub uffd_ptrace: bool,
+}
+
+impl Needs {
+    /// What a sandbox with `publish` (or, `namespaced`, a network namespace of its own where
+    /// the application binds its own ports) needs, from this host's settings.
+    pub fn of(publish: &[kernel::net::Publish], namespaced: bool) -> Needs {
+        let start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .unwrap_or(1024);
+        let low_ports = if namespaced {
+            // The application may bind any port: only a namespace whose engine lowered the
+            // start to 0 (Docker, containerd's CRI) needs nothing.
+            start > 0
+        } else {
+            publish.iter().any(|p| u32::from(p.host.port()) < start)
+        };
+        let unprivileged_uffd = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd")
+            .is_ok_and(|s| s.trim() == "1");
+        let device = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/userfaultfd")
+            .is_ok();
+        Needs {
+            low_ports,
+            uffd_ptrace: !unprivileged_uffd && !device,
+        }
+    }
+
+    /// The capabilities these needs add.
+    fn caps(self) -> Vec<u32> {
+        let mut caps = Vec::new();
+        if self.low_ports {
+            caps.push(CAP_NET_BIND_SERVICE);
+        }
+        if self.uffd_ptrace {
+            caps.push(CAP_SYS_PTRACE);
+        }
+        caps
+    }
+}
 
 /// Highest capability number to drop from the bounding set (the kernel ignores unknown ones
 /// with EINVAL, which ends the loop).
@@ -64,11 +123,11 @@ impl Mode {
 /// Confines the calling process (every thread) as the module says: with `trees`, its files
 /// are those beneath them (the sandbox's root and state directory) and a few host paths
 /// ([`landlock`]; both forms: the friendly form's copy-on-write root is taken down by its
-/// janitor, `crate::janitor`); `also_keep` are kept beside [`KEPT_CAPS`].
+/// janitor, `crate::janitor`); what `needs` asks is kept beside [`KEPT_CAPS`].
 ///
 /// # Errors
 /// When a step fails: the sandbox must not run unconfined by accident.
-pub fn confine(mode: Mode, also_keep: &[u32], trees: Option<&[&std::path::Path]>) -> Result<()> {
+pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> Result<()> {
     // SAFETY: prctl with constant arguments.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(std::io::Error::last_os_error()).context("PR_SET_NO_NEW_PRIVS");
@@ -76,7 +135,19 @@ pub fn confine(mode: Mode, also_keep: &[u32], trees: Option<&[&std::path::Path]>
     if let (Some(trees), true) = (trees, mode != Mode::Off) {
         landlock::restrict(trees)?;
     }
-    drop_capabilities(also_keep)?;
+    tracing::debug!(?needs, "dropping capabilities");
+    drop_capabilities(&needs.caps())?;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // Every root holder keeps the same few capabilities, so without this one holder could
+        // read another's memory (`/proc/PID/mem`: same uid, no capability beyond its own).
+        // Not dumpable, it is reachable only with CAP_SYS_PTRACE, which no holder keeps here.
+        // (A rootless holder stays dumpable: its user reads its `/proc` files for `stats`.)
+        // SAFETY: prctl with constant arguments.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("PR_SET_DUMPABLE");
+        }
+    }
     if mode == Mode::Off {
         tracing::warn!("TORPOR_SECCOMP=off: the runtime runs without its seccomp filter");
         return Ok(());
@@ -194,5 +265,42 @@ pub fn test_hook() {
             "torpor: the forbidden execve returned: {}",
             std::io::Error::last_os_error()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unprivileged_start() -> u16 {
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(1024)
+    }
+
+    #[test]
+    fn a_low_published_port_keeps_net_bind_service() {
+        let start = unprivileged_start();
+        if start == 0 {
+            return; // every port is unprivileged on this host
+        }
+        let low: kernel::net::Publish = format!("127.0.0.1:{}:8080", start - 1).parse().unwrap();
+        let high: kernel::net::Publish = format!("127.0.0.1:{start}:80").parse().unwrap();
+        assert!(Needs::of(&[low], false).low_ports);
+        // The guest port does not matter: the host binds the host port.
+        assert!(!Needs::of(&[high], false).low_ports);
+        assert!(!Needs::of(&[], false).low_ports);
+        // In a namespace of its own the application binds its own ports.
+        assert!(Needs::of(&[], true).low_ports);
+        assert_eq!(
+            Needs {
+                low_ports: true,
+                uffd_ptrace: true
+            }
+            .caps(),
+            [CAP_NET_BIND_SERVICE, CAP_SYS_PTRACE]
+        );
+        assert!(Needs::default().caps().is_empty());
     }
 }
