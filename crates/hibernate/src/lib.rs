@@ -12,6 +12,7 @@
 //! | [`swapfile`] | `SwapWriter` / `SwapReader`: one swap file |
 //! | [`swapstore`] | `SwapStore`: a process's swap files of successive deflates as layers over one slot space |
 //! | [`reap`] | `WorkingSetRecorder`, `ReapWriter` / `ReapReader`: record and prefetch |
+//! | [`snapshot`] | the checkpoint format: enveloped manifest, state and blobs, page files; every check before a restore |
 //! | [`sandbox_dir`] | `SandboxDir`: `BASE/ID` (0700) with its `pid` file; orphan cleanup |
 //! | [`metrics`] | `HibernateMetrics` atomics and their JSON snapshot |
 //! | [`engine`] | deflate and the wait for a wake, run by the parked task; the control side's handle |
@@ -36,6 +37,7 @@ pub mod pager;
 pub mod pagestate;
 pub mod reap;
 pub mod sandbox_dir;
+pub mod snapshot;
 pub mod state;
 pub mod swapfile;
 pub mod swapstore;
