@@ -271,8 +271,11 @@ pub fn received_file(fd: OwnedFd, net: &Arc<NetPolicy>, root: &Root) -> OpenFile
         }
         _ => {
             let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()));
-            if link.is_ok_and(|l| l.as_os_str() == "anon_inode:[eventpoll]") {
-                return OpenFile::new(fd, FileKind::Epoll, None);
+            if let Some(kind) = link
+                .ok()
+                .and_then(|l| FileKind::from_host_link(l.as_os_str()))
+            {
+                return OpenFile::new(fd, kind, None);
             }
             let path = root.guest_path_of(&fd).ok();
             OpenFile::new(fd, FileKind::Regular, path)

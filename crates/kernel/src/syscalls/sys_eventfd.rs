@@ -12,16 +12,14 @@ use super::{SysResult, SyscallArgs};
 use crate::fd::{FileKind, OpenFile};
 use crate::task::Task;
 
-fn install(t: &mut Task, fd: i32, cloexec: bool) -> SysResult {
+fn install(t: &mut Task, fd: i32, kind: FileKind, cloexec: bool) -> SysResult {
     if fd < 0 {
         return Err(Errno::last());
     }
     // SAFETY: a fresh fd owned by nobody else.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    Ok(t.fds.insert(
-        Arc::new(OpenFile::new(owned, FileKind::Regular, None)),
-        cloexec,
-    )? as u64)
+    Ok(t.fds
+        .insert(Arc::new(OpenFile::new(owned, kind, None)), cloexec)? as u64)
 }
 
 /// Implements eventfd2(2).
@@ -32,14 +30,17 @@ pub fn sys_eventfd2(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     // SAFETY: eventfd with checked flags; the host fd is always close-on-exec.
     let fd = unsafe { libc::eventfd(initval, (flags & !libc::EFD_CLOEXEC) | libc::EFD_CLOEXEC) };
-    install(t, fd, flags & libc::EFD_CLOEXEC != 0)
+    let kind = FileKind::EventFd {
+        semaphore: flags & libc::EFD_SEMAPHORE != 0,
+    };
+    install(t, fd, kind, flags & libc::EFD_CLOEXEC != 0)
 }
 
 /// Implements eventfd(2).
 pub fn sys_eventfd(t: &mut Task, a: &SyscallArgs) -> SysResult {
     // SAFETY: plain eventfd, close-on-exec on the host.
     let fd = unsafe { libc::eventfd(a.u(0) as u32, libc::EFD_CLOEXEC) };
-    install(t, fd, false)
+    install(t, fd, FileKind::EventFd { semaphore: false }, false)
 }
 
 /// Implements timerfd_create(2).
@@ -57,7 +58,7 @@ pub fn sys_timerfd_create(t: &mut Task, a: &SyscallArgs) -> SysResult {
     // SAFETY: checked clock and flags.
     let fd =
         unsafe { libc::timerfd_create(clock, (flags & !libc::TFD_CLOEXEC) | libc::TFD_CLOEXEC) };
-    install(t, fd, flags & libc::TFD_CLOEXEC != 0)
+    install(t, fd, FileKind::TimerFd, flags & libc::TFD_CLOEXEC != 0)
 }
 
 /// Implements timerfd_settime(2).

@@ -55,7 +55,7 @@ pub fn sys_execveat(t: &mut Task, a: &SyscallArgs) -> SysResult {
         let f = t.fds.get(dirfd)?;
         match (&f.kind, &f.path) {
             (crate::fd::FileKind::Directory, _) => return Err(Errno::EACCES),
-            (crate::fd::FileKind::Regular, Some(p)) => p.clone(),
+            (crate::fd::FileKind::Regular | crate::fd::FileKind::Memfd, Some(p)) => p.clone(),
             _ => return Err(Errno::EACCES),
         }
     } else {

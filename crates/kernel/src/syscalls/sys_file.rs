@@ -64,7 +64,7 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EACCES);
         }
-        let file = Arc::new(OpenFile::new(r?, FileKind::Regular, Some(guest)));
+        let file = Arc::new(OpenFile::new(r?, FileKind::ProcFile, Some(guest)));
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
     if crate::fs::procfs::self_relative(&guest, t.pid) == Some("exe") {
@@ -82,12 +82,17 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
             0
         }
     };
+    let from_host = std::cell::Cell::new(false);
     let open = |flags: i32| match t
         .root
         .open_at(&guest, flags & !libc::O_CLOEXEC, mode_for(flags))
     {
         Ok(fd) => Ok(fd),
-        Err(e) if e == Errno::ENOENT => host_device(&guest, flags).ok_or(e),
+        Err(e) if e == Errno::ENOENT => {
+            let fd = host_device(&guest, flags).ok_or(e)?;
+            from_host.set(true);
+            Ok(fd)
+        }
         Err(e) => Err(e),
     };
     let fd = if super::sys_fs::must_track_creation(t, flags) {
@@ -123,6 +128,8 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
             FileKind::Directory,
             Some(t.root.guest_path_of(&fd).unwrap_or(guest)),
         )
+    } else if from_host.get() {
+        (FileKind::HostDevice, Some(guest))
     } else {
         (FileKind::Regular, Some(guest))
     };
@@ -167,7 +174,7 @@ fn open_ptmx(t: &mut Task, flags: i32) -> SysResult {
     )?;
     let file = Arc::new(OpenFile::new(
         fd,
-        FileKind::Regular,
+        FileKind::Pty { master: true },
         Some(b"/dev/ptmx".to_vec()),
     ));
     Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
@@ -442,8 +449,10 @@ const TIOCGPTPEER: u64 = 0x5441;
 /// the only host ttys a guest descriptor can lead to).
 fn is_guest_tty(f: &OpenFile) -> bool {
     // SAFETY: isatty on an fd we own.
-    matches!(f.kind, FileKind::Stdio | FileKind::Regular)
-        && unsafe { libc::isatty(f.host().as_raw_fd()) } == 1
+    matches!(
+        f.kind,
+        FileKind::Stdio | FileKind::Pty { .. } | FileKind::Regular
+    ) && unsafe { libc::isatty(f.host().as_raw_fd()) } == 1
 }
 
 /// Implements ioctl(2) for the requests the C libraries make on ordinary files, terminals
@@ -554,8 +563,9 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             Ok(0)
         }
         TIOCGPTN | TIOCSPTLCK | TIOCGPTPEER => {
-            // Only a guest's own pty master (Stdio streams stay the runtime's).
-            if !matches!(f.kind, FileKind::Regular) || !is_guest_tty(&f) {
+            // Only a pty the guest opened, master or slave (the host answers a slave EIO); the
+            // runtime's Stdio streams stay its own.
+            if !matches!(f.kind, FileKind::Pty { .. }) || !is_guest_tty(&f) {
                 return Err(Errno::ENOTTY);
             }
             pty_master_ioctl(t, &f, req, arg)
@@ -610,7 +620,11 @@ fn pty_master_ioctl(t: &mut Task, f: &OpenFile, req: u64, arg: platform::Gva) ->
             } else {
                 b"/dev/pts/?".to_vec()
             };
-            let file = Arc::new(OpenFile::new(owned, FileKind::Regular, Some(name)));
+            let file = Arc::new(OpenFile::new(
+                owned,
+                FileKind::Pty { master: false },
+                Some(name),
+            ));
             Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
         }
     }
@@ -670,6 +684,6 @@ pub fn sys_memfd_create(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut path = b"/memfd:".to_vec();
     path.extend_from_slice(&name);
     path.extend_from_slice(b" (deleted)");
-    let file = Arc::new(OpenFile::new(fd, FileKind::Regular, Some(path)));
+    let file = Arc::new(OpenFile::new(fd, FileKind::Memfd, Some(path)));
     Ok(t.fds.insert(file, flags & MFD_CLOEXEC != 0)? as u64)
 }

@@ -1,6 +1,6 @@
 //! inotify_init, inotify_init1, inotify_add_watch, inotify_rm_watch: host inotify instances.
 //!
-//! An instance is a host inotify fd (a [`FileKind::Regular`] file without a path: reads, poll
+//! An instance is a host inotify fd (a [`FileKind::Inotify`] file without a path: reads, poll
 //! and epoll go to the host as for any file). A watch is placed on a file found inside the
 //! root: it is opened `O_PATH` there (without following with IN_DONT_FOLLOW, as a directory
 //! with IN_ONLYDIR) and the host watches it through its `/proc/self/fd/N` link, which the host
@@ -40,7 +40,7 @@ fn init(t: &mut Task, flags: i32) -> SysResult {
     }
     // SAFETY: a fresh fd owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let file = Arc::new(OpenFile::new(fd, FileKind::Regular, None));
+    let file = Arc::new(OpenFile::new(fd, FileKind::Inotify, None));
     Ok(t.fds.insert(file, flags & libc::IN_CLOEXEC != 0)? as u64)
 }
 

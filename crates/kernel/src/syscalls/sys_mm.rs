@@ -8,7 +8,6 @@ use mm::{MmapRequest, Prot, VmaKind};
 use platform::{Gva, PAGE_SIZE};
 
 use super::{SysResult, SyscallArgs};
-use crate::fd::FileKind;
 use crate::task::Task;
 
 fn mm_err(e: mm::MmError) -> Errno {
@@ -73,7 +72,7 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
     } else {
         let f = t.fds.get(fd)?;
-        if !matches!(f.kind, FileKind::Regular) {
+        if !f.kind.is_mappable() {
             return Err(Errno::ENODEV);
         }
         // Linux: the descriptor must be readable, and writable for a writable shared map.

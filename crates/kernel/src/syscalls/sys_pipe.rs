@@ -30,10 +30,10 @@ fn make_pipe(t: &mut Task, a: &SyscallArgs, flags: i32) -> SysResult {
     let cloexec = flags & libc::O_CLOEXEC != 0;
     let rfd = t
         .fds
-        .insert(Arc::new(OpenFile::new(r, FileKind::Regular, None)), cloexec)?;
+        .insert(Arc::new(OpenFile::new(r, FileKind::Pipe, None)), cloexec)?;
     let wfd = match t
         .fds
-        .insert(Arc::new(OpenFile::new(w, FileKind::Regular, None)), cloexec)
+        .insert(Arc::new(OpenFile::new(w, FileKind::Pipe, None)), cloexec)
     {
         Ok(fd) => fd,
         Err(e) => {
