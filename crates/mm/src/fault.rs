@@ -9,6 +9,11 @@
 //! has not backed yet: mapping them costs a guest-physical page each from the allocator but no
 //! host memory until the application touches them (a recycled, resident frame is zeroed
 //! instead). The first error in the window (out of memory, I/O) just ends fault-around.
+//!
+//! A private file mapping whose pages the page cache backs (`pagecache.rs`) maps them
+//! read-only from the file's window, neighbours included, on a read or exec fault; a write
+//! fault, and fault-around after it, copies into frames of the VM's own as before. A write
+//! to a page mapped from the window copies it then (`cow.rs`).
 
 use std::os::fd::AsFd;
 
@@ -117,21 +122,26 @@ impl MemoryManager {
         let (start, end, kind) = (vma.start, vma.end, vma.kind.clone());
         let flags = pte_flags(vma.prot);
         let page = addr.page_down();
-        if let Some((_, cur)) = self.pt.entry(page) {
+        if let Some((frame, cur)) = self.pt.entry(page) {
             if !access.satisfied_by(cur) {
-                // The entry lags behind the VMA; bring it up to date.
-                self.pt.set_flags(page, flags)?;
+                if access.write && self.mem.is_read_only(frame) {
+                    // A page-cache page of a private file mapping: copy on write.
+                    self.unshare(page, start, &kind, flags)?;
+                } else {
+                    // The entry lags behind the VMA; bring it up to date.
+                    self.pt.set_flags(page, self.leaf_flags(frame, flags))?;
+                }
             }
             return Ok(());
         }
-        self.populate_page(page, start, &kind, flags)?;
+        self.populate_page(page, start, &kind, flags, access.write)?;
         let window = page.0 & !(FAULT_AROUND * PAGE_SIZE - 1);
         for i in 0..FAULT_AROUND {
             let va = Gva(window + i * PAGE_SIZE);
             if va == page || va < start || va >= end || self.pt.entry(va).is_some() {
                 continue;
             }
-            if let Err(e) = self.populate_page(va, start, &kind, flags) {
+            if let Err(e) = self.populate_page(va, start, &kind, flags, access.write) {
                 tracing::debug!("fault-around stopped at {va}: {e}");
                 break;
             }
@@ -139,16 +149,22 @@ impl MemoryManager {
         Ok(())
     }
 
-    /// Allocates, fills and maps the frame for `page` of a VMA starting at `vma_start`.
+    /// Maps `page` of a VMA starting at `vma_start`: a shared object's page, a page-cache
+    /// page of a private file mapping (read-only, unless the fault is a `write`), or a frame
+    /// of the VM's own, allocated and filled.
     fn populate_page(
         &mut self,
         page: Gva,
         vma_start: Gva,
         kind: &VmaKind,
         flags: PteFlags,
+        write: bool,
     ) -> Result<(), FaultError> {
         // Tables first: the data frames of neighbouring pages then come out contiguous.
         self.pt.prepare(&mut self.alloc, page)?;
+        if !write && self.map_cached(page, vma_start, kind, flags)? {
+            return Ok(());
+        }
         if let VmaKind::Shared { object, offset, .. } = kind {
             // The object's own page, in a window this VM attaches on first use.
             let off = offset + (page.0 - vma_start.0);
@@ -170,7 +186,9 @@ impl MemoryManager {
         mapped
     }
 
-    fn fill(
+    /// Fills `frame` with the bytes of `page` of a VMA starting at `vma_start`: the file's
+    /// (zero past its end) or zero.
+    pub(crate) fn fill(
         &self,
         frame: Gpa,
         zero: bool,
@@ -180,7 +198,7 @@ impl MemoryManager {
     ) -> Result<(), FaultError> {
         let internal = |e: platform::MemoryError| FaultError::Internal(e.to_string());
         let mut done = 0;
-        if let VmaKind::File { file, offset } = kind {
+        if let VmaKind::File { file, offset, .. } = kind {
             let off = offset + (page.0 - vma_start.0);
             while done < PAGE_SIZE {
                 let at = Gpa(frame.0 + done);
@@ -322,6 +340,7 @@ mod tests {
                 kind: crate::VmaKind::File {
                     file: file.clone(),
                     offset: 0x1000,
+                    cache: None,
                 },
                 name: None,
             })
@@ -362,6 +381,7 @@ mod tests {
                 kind: crate::VmaKind::File {
                     file: file.clone(),
                     offset: 0,
+                    cache: None,
                 },
                 name: None,
             })
