@@ -339,6 +339,11 @@ pub struct RunArgs {
     /// Let the application connect to hosts other than its own listeners.
     #[arg(long)]
     pub allow_outbound: bool,
+    /// Copy every page of program text and libraries into the sandbox's own memory instead
+    /// of sharing the clean ones through the host's page cache (with every process and
+    /// sandbox mapping the same file, copied on write). `TORPOR_SHARE_FILES=0` does the same.
+    #[arg(long)]
+    pub no_share_files: bool,
     /// How a hibernated sandbox wakes: fault (pages fault back), reap (prefetch the working
     /// set recorded on the first wake), auto (reap, re-recording when many faults miss the set).
     #[arg(long, default_value = "auto", value_parser = parse_wake_mode)]

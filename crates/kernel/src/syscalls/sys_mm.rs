@@ -94,9 +94,13 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
                 may_write,
             }
         } else {
+            // Clean pages from the page cache, copied on write (`mm`'s `pagecache.rs`),
+            // when the file qualifies and sharing is on.
+            let cache = t.group.procs.shm.private_file(&file);
             VmaKind::File {
                 file: Arc::new(file),
                 offset: off,
+                cache,
             }
         }
     };
