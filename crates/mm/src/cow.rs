@@ -107,13 +107,21 @@ impl MemoryManager {
             }
             return Err(e);
         }
-        // The old frame is the window's, not the allocator's: nothing to release.
-        self.pt.unmap(page);
+        // The old frame is the window's, not the allocator's: nothing to release. The
+        // runtime's mapping of it is dropped, so that the holder does not count the page
+        // cache's page beside the copy (any VM still using it faults it back from the
+        // page cache).
+        let old = self.pt.unmap(page);
         if let Err(e) = self.pt.map(&mut self.alloc, page, frame, flags) {
             if let Err(d) = self.alloc.decref(frame) {
                 tracing::error!("releasing frame {frame}: {d}");
             }
             return Err(e.into());
+        }
+        if let Some(old) = old {
+            if let Err(e) = self.mem.discard(old, PAGE_SIZE) {
+                tracing::debug!("dropping the window page {old}: {e}");
+            }
         }
         self.replaced = true;
         self.cow_copies += 1;

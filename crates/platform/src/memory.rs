@@ -337,8 +337,9 @@ impl GuestMemory {
         Ok(())
     }
 
-    /// Returns the host pages behind `gpa..gpa+len` (page-aligned) to the host: they read as
-    /// zero afterwards (MADV_DONTNEED).
+    /// Returns the host pages behind `gpa..gpa+len` (page-aligned) to the host: pages of the
+    /// VM's own memory read as zero afterwards (MADV_DONTNEED); a window's come back from
+    /// its file.
     ///
     /// # Errors
     /// [`MemoryError::OutOfRange`] if the range leaves guest memory or is not page-aligned.
@@ -347,8 +348,9 @@ impl GuestMemory {
             return Err(MemoryError::OutOfRange { gpa, len });
         }
         let p = self.host_ptr(gpa, len)?;
-        // SAFETY: a page-aligned range inside our own private mapping; dropping its contents is
-        // what the caller asks for.
+        // SAFETY: a page-aligned range inside our own private mapping, or a window's shared
+        // one (whose pages stay the file's: only the runtime's mapping of them is dropped);
+        // dropping them is what the caller asks for.
         let r = unsafe { libc::madvise(p.cast(), len as usize, libc::MADV_DONTNEED) };
         if r != 0 {
             tracing::warn!("madvise(DONTNEED) failed: {}", io::Error::last_os_error());

@@ -267,6 +267,11 @@ pub enum BenchCommand {
     /// PSS per sandbox, idle CPU, wake latency under a Zipf request stream, every one
     /// answering: density.md, density.csv, density.png. Needs root.
     Density(crate::density::DensityArgs),
+    /// Clean pages of program text and libraries shared through the host's page cache
+    /// against copied (`--no-share-files`): the PSS of 10 Python sandboxes hot at once
+    /// against 10 times one's, and Node.js hello's first request after a page-fault wake:
+    /// share.md. Needs root.
+    Share(crate::share::ShareArgs),
 }
 
 /// Arguments of `create` (OCI).
