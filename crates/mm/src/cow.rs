@@ -220,7 +220,7 @@ mod tests {
                 kind: VmaKind::File {
                     file: self.file.clone(),
                     offset: 0,
-                    cache: self.space.private_file(&self.file),
+                    cache: self.space.private_file(&self.file, true),
                 },
                 name: None,
             })
@@ -346,7 +346,7 @@ mod tests {
         assert!(m.memory().is_own(frame(&m, a).0));
         // Sharing off: the VMA has no object.
         f.space.set_share_files(false);
-        assert!(f.space.private_file(&f.file).is_none());
+        assert!(f.space.private_file(&f.file, true).is_none());
     }
 
     #[test]
@@ -358,7 +358,10 @@ mod tests {
         assert_eq!(m.read_val::<u32>(a.add(0xffe)).unwrap(), 0);
         assert!(m.memory().is_own(frame(&m, a).0));
         assert!(m.memory().is_own(frame(&m, a.add(0x1000)).0));
-        assert_eq!(&std::fs::read(&f.path).unwrap()[0xffe..0x1002], &[1, 1, 2, 2]);
+        assert_eq!(
+            &std::fs::read(&f.path).unwrap()[0xffe..0x1002],
+            &[1, 1, 2, 2]
+        );
         // The runtime's own writes to a window page are refused, never a fault.
         let (g, _) = frame(&m, a.add(0x2000));
         assert!(m.memory().write(g, b"x").is_err());
@@ -366,7 +369,7 @@ mod tests {
     }
 
     #[test]
-    fn truncated_file_reads_zero_through_the_runtime() {
+    fn truncated_file_never_faults_the_runtime() {
         let f = Fixture::new("trunc");
         let mut m = mm_with_windows(1000);
         let a = f.map(&mut m, Prot::RW);
@@ -377,11 +380,18 @@ mod tests {
             .unwrap()
             .set_len(0x1000)
             .unwrap();
-        // Page 2 is past the new end: the runtime reads zeros (no SIGBUS) and a copy of it
-        // is zero.
+        // Page 2 is past the new end: the runtime reads it as zeros (its window page is
+        // gone: no SIGBUS in the runtime), and copying it fails as a fault past the end of
+        // the file does (SIGBUS for the guest, EFAULT for a user copy).
         assert_eq!(m.read_val::<u8>(a.add(0x2000)).unwrap(), 0);
-        m.copy_out(a.add(0x2000), b"z").unwrap();
-        assert_eq!(m.read_val::<u16>(a.add(0x2000)).unwrap(), u16::from(b'z'));
+        assert!(m.copy_out(a.add(0x2000), b"z").is_err());
         assert_eq!(m.read_val::<u8>(a).unwrap(), 1);
+        // A page never touched before the truncation is a SIGBUS.
+        m.munmap(a.add(0x3000), 0x1000).unwrap();
+        let b = f.map(&mut m, Prot::READ);
+        assert!(matches!(
+            m.handle_fault(b.add(0x3000), Access::READ),
+            Err(FaultError::Io(_))
+        ));
     }
 }

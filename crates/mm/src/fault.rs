@@ -206,6 +206,12 @@ impl MemoryManager {
                     .mem
                     .read_from_fd(file.as_fd(), at, PAGE_SIZE - done, Some(off + done))
                 {
+                    // A page wholly past the end of the file: SIGBUS, as on Linux.
+                    Ok(0) if done == 0 => {
+                        return Err(FaultError::Io(std::io::Error::from_raw_os_error(
+                            libc::EFAULT,
+                        )))
+                    }
                     Ok(0) => break,
                     Ok(n) => done += n as u64,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -213,7 +219,7 @@ impl MemoryManager {
                 }
             }
         }
-        // Bytes past EOF (or the whole anonymous page) read as zero.
+        // Bytes past EOF in the file's last page (or the whole anonymous page) read as zero.
         if !zero && done < PAGE_SIZE {
             self.mem
                 .fill(Gpa(frame.0 + done), 0, PAGE_SIZE - done)
@@ -350,10 +356,15 @@ mod tests {
         m.copy_in(a.add(0x1000), &mut buf).unwrap();
         assert_eq!(&buf, b"ABCD");
         assert_eq!(m.read_val::<u8>(a).unwrap(), 2);
-        // The page holding EOF: 0x800 file bytes, then zeros; the page past EOF is zero.
+        // The page holding EOF: 0x800 file bytes, then zeros; the page past EOF is a SIGBUS
+        // (EFAULT for a user copy), as on Linux.
         assert_eq!(m.read_val::<u8>(a.add(0x27ff)).unwrap(), 4);
         assert_eq!(m.read_val::<u8>(a.add(0x2800)).unwrap(), 0);
-        assert_eq!(m.read_val::<u64>(a.add(0x3ff8)).unwrap(), 0);
+        assert!(m.read_val::<u64>(a.add(0x3ff8)).is_err());
+        assert!(matches!(
+            m.handle_fault(a.add(0x3000), Access::READ),
+            Err(FaultError::Io(_))
+        ));
         // Private: writes after mprotect stay in memory; DONTNEED re-reads the file.
         m.mprotect(a, 0x4000, Prot::RW).unwrap();
         m.copy_out(a, b"zz").unwrap();

@@ -18,16 +18,21 @@
 //! where KVM allows, and the runtime's own writes to such pages are refused by
 //! `GuestMemory`.
 //!
-//! What does not qualify keeps the copying path (`VmaKind::File` without an object): files
-//! that are not regular, unlinked files (`memfd_create`, `O_TMPFILE`), files of `tmpfs`,
-//! `ramfs`, `proc` or `sysfs` (their pages are memory, or generated), and every file when
-//! sharing is off (`torpor run --no-share-files`, `TORPOR_SHARE_FILES=0`).
+//! A file's object is made by its first executable mapping (program text, libraries: the
+//! ELF loader's segments, `mmap` with `PROT_EXEC`) and kept while the sandbox lives; every
+//! private mapping of that file then shares it (a library's read-only and writable data
+//! too). What does not qualify keeps the copying path (`VmaKind::File` without an object):
+//! files never mapped executable (data files an application maps and unmaps: their windows
+//! and descriptors would pile up), files that are not regular, unlinked files
+//! (`memfd_create`, `O_TMPFILE`), files of `tmpfs`, `ramfs`, `proc` or `sysfs` (their pages
+//! are memory, or generated), and every file when sharing is off (`torpor run
+//! --no-share-files`, `TORPOR_SHARE_FILES=0`).
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use crate::shared::{SharedObject, SharedSpace};
 
@@ -55,12 +60,20 @@ impl SharedSpace {
     /// (one per inode in the sandbox), or `None` when the file does not qualify (see the
     /// module's doc), sharing is off, or the file cannot be reopened read-only: the mapping
     /// then copies pages as before.
-    pub fn private_file(self: &Arc<Self>, file: &File) -> Option<Arc<SharedObject>> {
+    ///
+    /// An object is made by an executable mapping (`exec`: program text, a library's code,
+    /// every segment the ELF loader maps) and kept for the sandbox's life, like the windows
+    /// VMs attach (a VM never detaches one); later private mappings of the same file (a
+    /// library's read-only data and writable data segments) share it whatever their rights.
+    /// Other files keep the copying path, so that the windows and descriptors held stay
+    /// bounded by the programs and libraries the sandbox runs, not by the data files it
+    /// maps and unmaps.
+    pub fn private_file(self: &Arc<Self>, file: &File, exec: bool) -> Option<Arc<SharedObject>> {
         if !self.shares_files() {
             return None;
         }
         let meta = file.metadata().ok()?;
-        if !meta.file_type().is_file() || meta.nlink() == 0 || !shareable_fs(file) {
+        if !meta.file_type().is_file() || meta.nlink() == 0 {
             return None;
         }
         let key = (meta.dev(), meta.ino());
@@ -68,10 +81,12 @@ impl SharedSpace {
             .readonly_files
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if let Some(obj) = files.get(&key).and_then(Weak::upgrade) {
-            return Some(obj);
+        if let Some(obj) = files.get(&key) {
+            return Some(obj.clone());
         }
-        files.retain(|_, w| w.strong_count() > 0);
+        if !exec || !shareable_fs(file) {
+            return None;
+        }
         let fd = match read_only_fd(file) {
             Ok(fd) => fd,
             Err(e) => {
@@ -80,7 +95,7 @@ impl SharedSpace {
             }
         };
         let obj = Arc::new(SharedObject::of_file(self.clone(), fd, false));
-        files.insert(key, Arc::downgrade(&obj));
+        files.insert(key, obj.clone());
         Some(obj)
     }
 }
@@ -123,7 +138,10 @@ mod tests {
         // Beside the test binary, not in /tmp: that may be a tmpfs, whose files are not
         // shared.
         let exe = std::env::current_exe().unwrap();
-        let p = exe.parent().unwrap().join(format!("mm-pagecache-{name}-{}", std::process::id()));
+        let p = exe
+            .parent()
+            .unwrap()
+            .join(format!("mm-pagecache-{name}-{}", std::process::id()));
         std::fs::write(&p, data).unwrap();
         p
     }
@@ -138,8 +156,12 @@ mod tests {
             .write(true)
             .open(&p)
             .unwrap();
-        let oa = s.private_file(&a).expect("a regular file qualifies");
-        let ob = s.private_file(&b).unwrap();
+        assert!(
+            s.private_file(&a, false).is_none(),
+            "not mapped executable yet"
+        );
+        let oa = s.private_file(&a, true).expect("a regular file qualifies");
+        let ob = s.private_file(&b, false).unwrap();
         assert!(Arc::ptr_eq(&oa, &ob));
         assert!(!oa.is_writable() && oa.is_file());
         let (w, _) = oa.page(8192).unwrap();
@@ -149,7 +171,7 @@ mod tests {
         let shared = s.file(&b).unwrap();
         assert!(!Arc::ptr_eq(&shared, &oa));
         s.set_share_files(false);
-        assert!(s.private_file(&a).is_none());
+        assert!(s.private_file(&a, true).is_none());
         std::fs::remove_file(&p).unwrap();
     }
 
@@ -159,8 +181,12 @@ mod tests {
         let p = temp("unlinked", b"x");
         let f = File::open(&p).unwrap();
         std::fs::remove_file(&p).unwrap();
-        assert!(s.private_file(&f).is_none(), "unlinked");
-        assert!(s.private_file(&File::open("/dev/zero").unwrap()).is_none());
-        assert!(s.private_file(&File::open("/proc/self/stat").unwrap()).is_none());
+        assert!(s.private_file(&f, true).is_none(), "unlinked");
+        assert!(s
+            .private_file(&File::open("/dev/zero").unwrap(), true)
+            .is_none());
+        assert!(s
+            .private_file(&File::open("/proc/self/stat").unwrap(), true)
+            .is_none());
     }
 }

@@ -33,8 +33,8 @@ pub struct SharedSpace {
     next_gpa: Mutex<u64>,
     files: Mutex<HashMap<(u64, u64), Weak<SharedObject>>>,
     /// Read-only objects of files by inode, behind the clean pages of private file mappings
-    /// (see `pagecache.rs`).
-    pub(crate) readonly_files: Mutex<HashMap<(u64, u64), Weak<SharedObject>>>,
+    /// (see `pagecache.rs`); kept for the sandbox's life, as the windows VMs attach are.
+    pub(crate) readonly_files: Mutex<HashMap<(u64, u64), Arc<SharedObject>>>,
     /// Whether private file mappings share their clean pages through the page cache.
     pub(crate) share_files: std::sync::atomic::AtomicBool,
     /// The anonymous objects (their memory is the sandbox's own: hibernation swaps it).
@@ -100,13 +100,11 @@ impl SharedSpace {
                 .flat_map(|o| o.windows())
                 .collect()
         };
-        let readonly = self.readonly_files.lock().unwrap_or_else(|e| e.into_inner());
-        out.extend(
-            readonly
-                .values()
-                .filter_map(Weak::upgrade)
-                .flat_map(|o| o.windows()),
-        );
+        let readonly = self
+            .readonly_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        out.extend(readonly.values().flat_map(|o| o.windows()));
         out
     }
 

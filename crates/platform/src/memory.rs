@@ -194,8 +194,7 @@ impl GuestMemory {
     }
 
     fn window_ptr(&self, gpa: Gpa, len: u64) -> Option<*mut u8> {
-        self.window_at(gpa)
-            .and_then(|w| w.host_ptr(gpa, len))
+        self.window_at(gpa).and_then(|w| w.host_ptr(gpa, len))
     }
 
     /// The attached window holding `gpa`.

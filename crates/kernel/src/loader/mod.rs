@@ -144,7 +144,7 @@ pub fn load_elf(
     let interp = elf.interpreter.map(str::to_string);
     let is_dyn = elf.header.e_type == goblin::elf::header::ET_DYN;
     let bias = if is_dyn { PIE_BASE } else { 0 };
-    let cache = files.and_then(|s| s.private_file(&file));
+    let cache = files.and_then(|s| s.private_file(&file, true));
     let main = map_object(mm, path, (Arc::new(file), cache), &elf, bias)?;
     let (entry, interp_base) = match interp {
         None => (main.entry, 0),
@@ -193,7 +193,7 @@ pub fn load_elf(
                     path: ip.clone(),
                     why: "interpreter linked above the mmap area".into(),
                 })?;
-            let icache = files.and_then(|s| s.private_file(&ifile));
+            let icache = files.and_then(|s| s.private_file(&ifile, true));
             let m = map_object(mm, &ip, (Arc::new(ifile), icache), &ielf, base)?;
             (m.entry, base)
         }
@@ -402,7 +402,13 @@ mod tests {
         std::fs::write(&file_path, program).unwrap();
         let mem = Arc::new(GuestMemory::new(16 << 20).unwrap());
         let mut mm = MemoryManager::new(mem).unwrap();
-        let r = load_elf(&mut mm, &root, "/prog", File::open(&file_path).unwrap(), None);
+        let r = load_elf(
+            &mut mm,
+            &root,
+            "/prog",
+            File::open(&file_path).unwrap(),
+            None,
+        );
         let _ = std::fs::remove_dir_all(&dir);
         r
     }

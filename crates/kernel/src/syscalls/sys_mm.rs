@@ -95,8 +95,12 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
             }
         } else {
             // Clean pages from the page cache, copied on write (`mm`'s `pagecache.rs`),
-            // when the file qualifies and sharing is on.
-            let cache = t.group.procs.shm.private_file(&file);
+            // when the file qualifies (mapped executable, now or before) and sharing is on.
+            let cache = t
+                .group
+                .procs
+                .shm
+                .private_file(&file, prot.contains(Prot::EXEC));
             VmaKind::File {
                 file: Arc::new(file),
                 offset: off,

@@ -377,6 +377,12 @@ impl Task {
                     };
                 }
                 Exit::Exception(info) => self.handle_exception(info)?,
+                Exit::MemoryFault => {
+                    // A page of a file truncated below its mapping: SIGBUS, as on Linux
+                    // (the faulting address is not known here).
+                    tracing::debug!(rip = self.vcpu.user.regs.rip, "memory fault: SIGBUS");
+                    self.force_signal_info(SigInfo::fault(libc::SIGBUS, signal::BUS_ADRERR, 0));
+                }
                 Exit::Interrupted | Exit::SyscallOnUserStack { .. } => {}
             }
             if let Some(status) = self.exit {

@@ -162,7 +162,10 @@ pub fn run(args: ShareArgs) -> anyhow::Result<u8> {
     }
     res.info.took_s = started.elapsed().as_secs_f64();
     let file = report::write(&args.out, &res)?;
-    say(&format!("torpor bench share: done; wrote {}", file.display()));
+    say(&format!(
+        "torpor bench share: done; wrote {}",
+        file.display()
+    ));
     Ok(u8::from(res.modes.iter().any(|m| !m.errors.is_empty())))
 }
 
