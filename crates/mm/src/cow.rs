@@ -100,6 +100,11 @@ impl MemoryManager {
         kind: &VmaKind,
         flags: PteFlags,
     ) -> Result<(), FaultError> {
+        if !matches!(kind, VmaKind::File { .. }) {
+            // Only a private file mapping's pages are copied; a read-only shared object's
+            // page is never written (its VMA cannot be made writable).
+            return Err(FaultError::AccessDenied);
+        }
         let (frame, zero) = self.alloc.alloc().ok_or(FaultError::OutOfMemory)?;
         if let Err(e) = self.fill(frame, zero, page, vma_start, kind) {
             if let Err(d) = self.alloc.decref(frame) {

@@ -72,8 +72,9 @@ fn files_mapped(pid: u32, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// `Shared_Clean` of the holder's mappings whose line names `name` (KiB), from smaps.
-fn shared_clean_kib(pid: u32, name: &str) -> u64 {
+/// `field` (`Rss`, `Shared_Clean`…) of the holder's mappings whose line names `name` (KiB),
+/// summed, from smaps.
+fn smaps_kib(pid: u32, name: &str, field: &str) -> u64 {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
     let mut inside = false;
     let mut total = 0;
@@ -81,7 +82,7 @@ fn shared_clean_kib(pid: u32, name: &str) -> u64 {
         if l.contains('-') && l.split_whitespace().count() >= 5 && !l.ends_with("kB") {
             inside = l.contains(name);
         } else if inside {
-            if let Some(v) = l.strip_prefix("Shared_Clean:") {
+            if let Some(v) = l.strip_prefix(field).and_then(|r| r.strip_prefix(':')) {
                 total += v
                     .trim()
                     .trim_end_matches("kB")
@@ -165,7 +166,7 @@ fn python_server_shares_its_binary_hot_and_after_wakes() {
         );
     }
     // The two holders share the python binary's page-cache pages.
-    let shared = shared_clean_kib(a.pid(), "/usr/bin/python3");
+    let shared = smaps_kib(a.pid(), "/usr/bin/python3", "Shared_Clean");
     assert!(
         shared > 256,
         "python pages shared between the two sandboxes: {shared} KiB"
@@ -175,6 +176,9 @@ fn python_server_shares_its_binary_hot_and_after_wakes() {
             let hot = sb.stat_u64("pss_bytes");
             hibernate(sb, name);
             let cold = sb.stat_u64("pss_bytes");
+            // The page-cache pages are dropped from the holder, not swapped.
+            let resident = smaps_kib(sb.pid(), "/usr/bin/python3", "Rss");
+            assert_eq!(resident, 0, "{name} cycle {cycle}: python pages resident");
             assert!(
                 cold < hot * 3 / 4,
                 "{name} cycle {cycle}: PSS {hot} hot, {cold} hibernated"
