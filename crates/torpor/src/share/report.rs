@@ -43,7 +43,7 @@ pub fn write(out: &Path, res: &Results) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-fn mode<'a>(res: &'a Results, shared: bool) -> Option<&'a Mode> {
+fn mode(res: &Results, shared: bool) -> Option<&Mode> {
     res.modes.iter().find(|m| m.shared == shared)
 }
 
