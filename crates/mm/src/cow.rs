@@ -1,18 +1,29 @@
-//! Copy-on-write of page-cache pages in private file mappings.
+//! Page-cache pages in private file mappings, and their copy-on-write.
 //!
 //! A private file mapping whose file has a read-only object (`pagecache.rs`) maps its clean
-//! pages straight from the object's window, read-only whatever the VMA's rights: a frame of
-//! a read-only window is never given a writable entry (mprotect, a lagging entry, fork all go
-//! through [`MemoryManager::leaf_flags`]). The first write to such a page, by the guest (a
-//! write fault) or by the kernel on its behalf (a user copy, `read(2)` into it), copies it
-//! into a frame of the VM's own, as Linux's `do_wp_page` does for `MAP_PRIVATE`: the frame
-//! is filled from the file with `pread` (the same page-cache bytes, and a truncated file
-//! reads zero instead of faulting the runtime), and the entry is pointed at it, writable.
-//! From then on the page is the process's own: swapped by a hibernation, copied by fork.
+//! pages straight from the object's window while the mapping is not writable (program text,
+//! read-only data): read-only entries, and a frame of a read-only window is never given a
+//! writable one ([`MemoryManager::leaf_flags`]; fork maps the same pages in the child).
 //!
-//! Replacing a present entry is a restriction for the other threads of the process (their
-//! view may still hold the read-only one): the fault records it, and the task publishes the
-//! change with a kick ([`MemoryManager::take_replaced`]).
+//! A writable private file mapping (a library's data, RELRO before its `mprotect`) gets
+//! copies in frames of the VM's own at the first touch, as without sharing, and
+//! `mprotect` adding `PROT_WRITE` unmaps the page-cache pages of its range (a restriction,
+//! synced with the other threads before the call returns), so that they come back as copies.
+//! Linux instead keeps a writable mapping's pages shared until written and replaces the
+//! entry on the write (`do_wp_page`), after a synchronous TLB shootdown. Here the other
+//! vCPUs of the process drop an old translation only when they apply the page-table log
+//! (after a kick): a thread could read the page-cache page for a while after another wrote
+//! its copy. Redis (jemalloc) crashed that way in `servers.rs` until writable mappings were
+//! excluded; a synchronous shootdown (kick, then wait until every thread in the guest has
+//! applied the log) would allow it.
+//!
+//! The copy itself ([`MemoryManager::unshare`]) remains for what still meets a page-cache
+//! page with a write: the ELF loader zeroing a `.bss` tail ([`MemoryManager::poke`], before
+//! any thread runs) and, defensively, a write fault on such a page. The frame is filled from
+//! the file with `pread` (the same page-cache bytes; a truncated file reads zero instead of
+//! faulting the runtime), mapped writable and dirty, the runtime's mapping of the page-cache
+//! page dropped (so the holder does not count both), and the replaced entry reported
+//! ([`MemoryManager::take_replaced`]) so that the task kicks the other threads.
 //!
 //! When the window cannot be used (no memslot left below the reserve, no guest-physical
 //! space, a page past the end of the file), the page is copied as it would be without
@@ -117,6 +128,10 @@ impl MemoryManager {
         // cache's page beside the copy (any VM still using it faults it back from the
         // page cache).
         let old = self.pt.unmap(page);
+        // Dirty from the start, as Linux's `do_wp_page` makes it: the copy exists because
+        // the page is being written, and a clean page of a read-only file mapping is one the
+        // deflate drops and reads back from the file.
+        let flags = flags | PteFlags::ACCESSED | PteFlags::DIRTY;
         if let Err(e) = self.pt.map(&mut self.alloc, page, frame, flags) {
             if let Err(d) = self.alloc.decref(frame) {
                 tracing::error!("releasing frame {frame}: {d}");
@@ -244,11 +259,11 @@ mod tests {
     }
 
     #[test]
-    fn reads_map_the_page_cache_and_writes_copy() {
-        let f = Fixture::new("rw");
+    fn read_only_mappings_map_the_page_cache_and_writable_ones_copy() {
+        let f = Fixture::new("ro");
         let mut m = mm_with_windows(1000);
         let free0 = m.stats().free_pages;
-        let a = f.map(&mut m, Prot::RW);
+        let a = f.map(&mut m, Prot::READ);
         m.handle_fault(a, Access::READ).unwrap();
         // The four pages (fault-around) come from the window: no frame of the VM's own.
         for p in 0..4 {
@@ -258,66 +273,79 @@ mod tests {
         }
         let tables = m.stats().page_table_pages;
         assert_eq!(m.stats().free_pages, free0 - (tables - 4));
-        assert_eq!(m.read_val::<u8>(a.add(0x1000)).unwrap(), 2);
-        assert!(!m.take_replaced());
-        // The guest writes page 1: a copy of its own, writable, the file unchanged.
-        m.handle_fault(a.add(0x1000), Access::WRITE).unwrap();
-        let (g1, fl1) = frame(&m, a.add(0x1000));
-        assert!(m.memory().is_own(g1) && fl1.contains(PteFlags::WRITABLE));
-        assert!(m.take_replaced(), "a present entry was replaced");
-        assert_eq!(m.read_val::<u8>(a.add(0x1fff)).unwrap(), 2, "copied bytes");
-        m.copy_out(a.add(0x1000), b"mine").unwrap();
-        // The kernel writing on the guest's behalf (read(2) into page 2) copies too.
-        m.copy_out(a.add(0x2000), b"kern").unwrap();
-        assert!(m.memory().is_own(frame(&m, a.add(0x2000)).0));
-        assert_eq!(m.stats().cow_copies, 2);
         assert_eq!(m.stats().cache_maps, 4);
-        let mut b = [0u8; 4];
-        m.copy_in(a.add(0x1000), &mut b).unwrap();
-        assert_eq!(&b, b"mine");
-        assert_eq!(std::fs::read(&f.path).unwrap()[0x1000], 2);
-        // Pages 0 and 3 are still the window's.
-        assert!(m.memory().is_read_only(frame(&m, a).0));
-        // DONTNEED: the copy goes back to the allocator; the page is the file's again.
-        m.madvise(a.add(0x1000), 0x1000, libc::MADV_DONTNEED)
-            .unwrap();
         assert_eq!(m.read_val::<u8>(a.add(0x1000)).unwrap(), 2);
-        assert!(m.memory().is_read_only(frame(&m, a.add(0x1000)).0));
-        // munmap releases exactly the one copy left (page 2).
+        // Writes are refused by the mapping, not by the page: EFAULT for a user copy.
+        assert!(m.copy_out(a, b"x").is_err());
+        // A writable mapping of the same file copies at the first touch, as without sharing.
+        let b = f.map(&mut m, Prot::RW);
+        m.handle_fault(b, Access::READ).unwrap();
+        let (g, fl) = frame(&m, b);
+        assert!(m.memory().is_own(g) && fl.contains(PteFlags::WRITABLE));
+        m.copy_out(b.add(0x1000), b"mine").unwrap();
+        assert_eq!(std::fs::read(&f.path).unwrap()[0x1000], 2);
+        assert_eq!(m.stats().cow_copies, 0);
+        // munmap of the read-only mapping releases nothing of the allocator's.
         let before = m.stats().free_pages;
         m.munmap(a, 0x4000).unwrap();
-        assert_eq!(m.stats().free_pages, before + 1);
+        assert_eq!(m.stats().free_pages, before);
+        assert!(!m.take_replaced());
     }
 
     #[test]
-    fn write_faults_copy_at_once_and_mprotect_keeps_window_pages_read_only() {
+    fn mprotect_writable_drops_window_pages_and_they_come_back_as_copies() {
         let f = Fixture::new("mprotect");
         let mut m = mm_with_windows(1000);
         let a = f.map(&mut m, Prot::READ);
         m.handle_fault(a, Access::READ).unwrap();
-        // RELRO-style: made writable later; the window pages stay read-only entries.
-        m.mprotect(a, 0x4000, Prot::RW).unwrap();
-        for p in 0..4 {
-            let (g, fl) = frame(&m, a.add(p * PAGE_SIZE));
-            assert!(m.memory().is_read_only(g) && !fl.contains(PteFlags::WRITABLE));
-        }
+        // Made writable (RELRO in reverse, TEXTREL): the page-cache pages are unmapped...
+        m.mprotect(a, 0x2000, Prot::RW).unwrap();
+        assert!(m.page_tables().translate(a).is_none());
+        assert!(m.page_tables().translate(a.add(0x1000)).is_none());
+        // ...the rest keeps them, read-only.
+        let (g, fl) = frame(&m, a.add(0x2000));
+        assert!(m.memory().is_read_only(g) && !fl.contains(PteFlags::WRITABLE));
+        // The next touch copies; the writes stay in the copy; the file is unchanged.
+        assert_eq!(m.read_val::<u8>(a.add(0x1000)).unwrap(), 2);
+        assert!(m.memory().is_own(frame(&m, a.add(0x1000)).0));
         m.write_val(a.add(8), &7u64).unwrap();
         assert!(m.memory().is_own(frame(&m, a).0));
         m.mprotect(a, 0x4000, Prot::READ).unwrap();
         assert_eq!(m.read_val::<u64>(a.add(8)).unwrap(), 7);
-        // A first touch that writes maps a copy straight away.
-        let b = f.map(&mut m, Prot::RW);
-        m.handle_fault(b.add(0x2000), Access::WRITE).unwrap();
-        let (g, fl) = frame(&m, b.add(0x2000));
-        assert!(m.memory().is_own(g) && fl.contains(PteFlags::WRITABLE));
+        assert_eq!(std::fs::read(&f.path).unwrap()[8], 1);
+        // DONTNEED: the copy goes back to the allocator, the page is the file's again.
+        let free = m.stats().free_pages;
+        m.madvise(a, 0x1000, libc::MADV_DONTNEED).unwrap();
+        assert_eq!(m.stats().free_pages, free + 1);
+        assert_eq!(m.read_val::<u64>(a.add(8)).unwrap(), 0x0101_0101_0101_0101);
+        assert!(m.memory().is_read_only(frame(&m, a).0));
+    }
+
+    #[test]
+    fn a_write_fault_on_a_window_page_copies_it() {
+        // Not reached through mprotect (which unmaps such pages), but defended: the fault
+        // copies and reports the replaced entry.
+        let f = Fixture::new("wfault");
+        let mut m = mm_with_windows(1000);
+        let a = f.map(&mut m, Prot::READ);
+        m.handle_fault(a, Access::READ).unwrap();
+        m.vmas.protect(a, a.add(0x1000), Prot::RW).unwrap();
+        m.handle_fault(a, Access::WRITE).unwrap();
+        let (g, fl) = frame(&m, a);
+        assert!(m.memory().is_own(g));
+        assert!(fl.contains(PteFlags::WRITABLE | PteFlags::DIRTY));
+        assert!(m.take_replaced() && !m.take_replaced());
+        assert_eq!(m.stats().cow_copies, 1);
+        assert_eq!(m.read_val::<u8>(a.add(0xfff)).unwrap(), 1);
     }
 
     #[test]
     fn fork_shares_window_pages_and_keeps_copies_private() {
         let f = Fixture::new("fork");
         let mut m = mm_with_windows(1000);
-        let a = f.map(&mut m, Prot::RW);
+        let a = f.map(&mut m, Prot::READ);
         m.handle_fault(a, Access::READ).unwrap();
+        m.mprotect(a.add(0x1000), 0x1000, Prot::RW).unwrap();
         m.copy_out(a.add(0x1000), b"parent").unwrap();
         let child_mem = Arc::new(platform::GuestMemory::new(16 * MIB).unwrap());
         child_mem.set_registrar(Box::new(|_, _| Ok(())));
@@ -328,10 +356,13 @@ mod tests {
         let mut b = [0u8; 6];
         c.copy_in(a.add(0x1000), &mut b).unwrap();
         assert_eq!(&b, b"parent");
-        // Each side's write stays its own.
-        c.copy_out(a, b"child").unwrap();
+        // Each side's writes stay its own.
+        c.copy_out(a.add(0x1000), b"child!").unwrap();
+        m.copy_in(a.add(0x1000), &mut b).unwrap();
+        assert_eq!(&b, b"parent");
+        c.mprotect(a, 0x1000, Prot::RW).unwrap();
+        c.copy_out(a, b"c").unwrap();
         assert_eq!(m.read_val::<u8>(a).unwrap(), 1);
-        assert_eq!(c.read_val::<u8>(a).unwrap(), b'c');
         assert!(m.memory().is_read_only(frame(&m, a).0));
     }
 
@@ -377,7 +408,7 @@ mod tests {
     fn truncated_file_never_faults_the_runtime() {
         let f = Fixture::new("trunc");
         let mut m = mm_with_windows(1000);
-        let a = f.map(&mut m, Prot::RW);
+        let a = f.map(&mut m, Prot::READ);
         m.handle_fault(a, Access::READ).unwrap();
         std::fs::OpenOptions::new()
             .write(true)
@@ -389,7 +420,7 @@ mod tests {
         // gone: no SIGBUS in the runtime), and copying it fails as a fault past the end of
         // the file does (SIGBUS for the guest, EFAULT for a user copy).
         assert_eq!(m.read_val::<u8>(a.add(0x2000)).unwrap(), 0);
-        assert!(m.copy_out(a.add(0x2000), b"z").is_err());
+        assert!(m.poke(a.add(0x2000), b"z").is_err());
         assert_eq!(m.read_val::<u8>(a).unwrap(), 1);
         // A page never touched before the truncation is a SIGBUS.
         m.munmap(a.add(0x3000), 0x1000).unwrap();

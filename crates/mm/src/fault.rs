@@ -10,10 +10,9 @@
 //! host memory until the application touches them (a recycled, resident frame is zeroed
 //! instead). The first error in the window (out of memory, I/O) just ends fault-around.
 //!
-//! A private file mapping whose pages the page cache backs (`pagecache.rs`) maps them
-//! read-only from the file's window, neighbours included, on a read or exec fault; a write
-//! fault, and fault-around after it, copies into frames of the VM's own as before. A write
-//! to a page mapped from the window copies it then (`cow.rs`).
+//! A private file mapping whose pages the page cache backs (`pagecache.rs`) and that is not
+//! writable maps them read-only from the file's window, neighbours included; a writable one
+//! copies into frames of the VM's own at the first touch, as before (`cow.rs` says why).
 
 use std::os::fd::AsFd;
 
@@ -162,7 +161,11 @@ impl MemoryManager {
     ) -> Result<(), FaultError> {
         // Tables first: the data frames of neighbouring pages then come out contiguous.
         self.pt.prepare(&mut self.alloc, page)?;
-        if !write && self.map_cached(page, vma_start, kind, flags)? {
+        // Only into a mapping that is not writable (see `cow.rs`).
+        if !write
+            && !flags.contains(PteFlags::WRITABLE)
+            && self.map_cached(page, vma_start, kind, flags)?
+        {
             return Ok(());
         }
         if let VmaKind::Shared { object, offset, .. } = kind {

@@ -575,6 +575,13 @@ impl MemoryManager {
             .map_err(|e| MmError::Internal(e.to_string()))?;
         let flags = pte_flags(prot);
         for (va, frame, _) in self.pt.frames_in(addr, end) {
+            if prot.contains(Prot::WRITE) && self.mem.is_read_only(frame) {
+                // A page-cache page of a private file mapping made writable: unmapped here,
+                // with the other threads synced as for any restriction, and copied at its
+                // next touch (see `cow.rs` for why a present entry is not replaced later).
+                self.pt.unmap(va);
+                continue;
+            }
             self.pt.set_flags(va, self.leaf_flags(frame, flags))?;
         }
         Ok(())

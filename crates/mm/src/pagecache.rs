@@ -4,24 +4,26 @@
 //! Linux maps the clean pages of a `MAP_PRIVATE` file mapping (program text, libraries,
 //! read-only data, and writable data until written) straight from the page cache, shared by
 //! every process mapping the file, and copies a page only on the first write to it. torpor
-//! does the same across the VMs of a sandbox and across sandboxes: a private mapping of a
+//! does the same for mappings that are not writable, across the VMs of a sandbox and across
+//! sandboxes: a private mapping of a
 //! regular file of the root gets the file's read-only [`SharedObject`] (one per inode in the
 //! sandbox), whose [`SharedWindow`](platform::SharedWindow)s are `PROT_READ`, `MAP_SHARED`
 //! host mappings of an `O_RDONLY` descriptor attached to the VM as read-only memslots. Every
 //! holder process mapping the same file maps the same page-cache pages, so N sandboxes of
-//! one image hold one copy of libpython. The guest's page tables map such pages read-only;
-//! the copy-on-write into a frame of the VM's own is `cow.rs`.
+//! one image hold one copy of libpython. The guest's page tables map such pages read-only,
+//! and only while the mapping is not writable: a writable private mapping gets copies at
+//! its first touch (`cow.rs` says why, and how copies are made).
 //!
-//! A write to the file (`write(2)`, a `MAP_SHARED` mapping) shows in the pages not yet
-//! copied, as on Linux: both reach the same page cache. The guest can never write the file:
+//! A write to the file (`write(2)`, a `MAP_SHARED` mapping) shows in the read-only private
+//! mappings, as on Linux: both reach the same page cache. The guest can never write the file:
 //! the host mapping cannot be made writable (read-only descriptor), the memslot is read-only
 //! where KVM allows, and the runtime's own writes to such pages are refused by
 //! `GuestMemory`.
 //!
 //! A file's object is made by its first executable mapping (program text, libraries: the
 //! ELF loader's segments, `mmap` with `PROT_EXEC`) and kept while the sandbox lives; every
-//! private mapping of that file then shares it (a library's read-only and writable data
-//! too). What does not qualify keeps the copying path (`VmaKind::File` without an object):
+//! private mapping of that file then uses it (a library's read-only data too; its writable
+//! data copies at the first touch). What does not qualify keeps the copying path (`VmaKind::File` without an object):
 //! files never mapped executable (data files an application maps and unmaps: their windows
 //! and descriptors would pile up), files that are not regular, unlinked files
 //! (`memfd_create`, `O_TMPFILE`), files of `tmpfs`, `ramfs`, `proc` or `sysfs` (their pages

@@ -345,8 +345,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub allow_outbound: bool,
     /// Copy every page of program text and libraries into the sandbox's own memory instead
-    /// of sharing the clean ones through the host's page cache (with every process and
-    /// sandbox mapping the same file, copied on write). `TORPOR_SHARE_FILES=0` does the same.
+    /// of mapping those of read-only mappings from the host's page cache (shared with every
+    /// process and sandbox mapping the same file). `TORPOR_SHARE_FILES=0` does the same.
     #[arg(long)]
     pub no_share_files: bool,
     /// How a hibernated sandbox wakes: fault (pages fault back), reap (prefetch the working

@@ -49,7 +49,7 @@ fn private_file_mappings_copy_on_write_like_native() {
     let out = got.stdout_str();
     assert!(out.contains("host-file: was L, mapping q, file L"), "{out}");
     assert!(
-        out.contains("file written: page 2 shows Z, page 1 keeps x"),
+        out.contains("file written: read-only mapping C -> ZW, written page keeps x"),
         "{out}"
     );
     assert!(out.contains("child wrote: c c c, file A"), "{out}");

@@ -119,8 +119,8 @@ pub fn run(args: ShareArgs) -> anyhow::Result<u8> {
         modes: Vec::new(),
     };
     res.info.notes.push(format!(
-        "Sharing on: the default (clean pages of private file mappings map the host's page \
-         cache read-only, copied on the first write). Sharing off: `torpor run \
+        "Sharing on: the default (pages of read-only private mappings of program files map \
+         the host's page cache; writable ones copy at the first touch). Sharing off: `torpor run \
          --no-share-files` (every page copied into the sandbox's own memory, as before). \
          Memory: {n} {w} sandboxes started one after the other and all hot at once, one \
          request each, then 2 s to settle; the sum of their holders' PSS \
