@@ -140,6 +140,16 @@ pub fn run(args: ShareArgs) -> anyhow::Result<u8> {
         w = ww.name,
         r = args.reps
     ));
+    res.info.notes.push(
+        "Reading the memory table: with pages copied, the sum is still a little under N \
+         times one, since the holders share the torpor binary and the host's libraries. With \
+         sharing, one sandbox alone is slightly larger than with copies: its holder maps \
+         whole page-cache pages the guest reaches (and those KVM maps ahead of it), where \
+         the copies held only what was faulted in; from the second sandbox on, each pays \
+         only its share. Writable private mappings (a library's data) are copied in both \
+         modes (`mm`'s `cow.rs` says why)."
+            .to_string(),
+    );
     let state_base =
         std::env::var_os("TORPOR_STATE_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
     for shared in [true, false] {
