@@ -93,6 +93,17 @@ int main(int argc, char **argv) {
     close(wfd);
     printf("file written: read-only mapping %c -> %c%c, written page keeps %c\n", ro_before,
            ro[2 * PAGE], ro[PAGE], m[PAGE]);
+    // So does a store through a MAP_SHARED mapping of the file.
+    int sfd = open(path, O_RDWR);
+    if (sfd < 0) die("open for sharing");
+    char *sh = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 3 * PAGE);
+    if (sh == MAP_FAILED) die("mmap shared");
+    char ro3 = ro[3 * PAGE + 5];
+    sh[5] = 'S';
+    printf("shared store: read-only mapping %c -> %c\n", ro3, ro[3 * PAGE + 5]);
+    sh[5] = 'D';
+    munmap(sh, PAGE);
+    close(sfd);
 
     // fork: the child sees the same bytes; copies stay per process.
     m[3 * PAGE] = 'p';

@@ -2,8 +2,9 @@
 //! the host's page cache, shared between processes and sandboxes, and copied on write.
 //!
 //! - `tests/guest/file_cow.c` (a private mapping written, fork, MADV_DONTNEED, read(2) into
-//!   a mapping, RELRO-style mprotect, mremap, a write to the file, truncation) prints the
-//!   same bytes in torpor as natively, and the root's file is never written;
+//!   a mapping, RELRO-style mprotect, mremap, a write to the file by write(2) and through a
+//!   MAP_SHARED mapping, truncation) prints the same bytes in torpor as natively, and the
+//!   root's file is never written;
 //! - the Python HTTP server: its holder maps the python binary from the root (Debian links
 //!   libpython into it), shared with a second sandbox of the same root; it answers hot and
 //!   after page-fault and REAP wakes; with `--no-share-files` the holder maps no file of the
@@ -50,6 +51,10 @@ fn private_file_mappings_copy_on_write_like_native() {
     assert!(out.contains("host-file: was L, mapping q, file L"), "{out}");
     assert!(
         out.contains("file written: read-only mapping C -> ZW, written page keeps x"),
+        "{out}"
+    );
+    assert!(
+        out.contains("shared store: read-only mapping D -> S"),
         "{out}"
     );
     assert!(out.contains("child wrote: c c c, file A"), "{out}");
