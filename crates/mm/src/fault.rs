@@ -149,8 +149,8 @@ impl MemoryManager {
     }
 
     /// Maps `page` of a VMA starting at `vma_start`: a shared object's page, a page-cache
-    /// page of a private file mapping (read-only, unless the fault is a `write`), or a frame
-    /// of the VM's own, allocated and filled.
+    /// page of a private file mapping that is not writable (read-only; not for a `write`
+    /// fault), or a frame of the VM's own, allocated and filled.
     fn populate_page(
         &mut self,
         page: Gva,
