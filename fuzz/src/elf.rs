@@ -70,7 +70,7 @@ pub fn run(data: &[u8]) {
         }
         let mem = Arc::new(GuestMemory::new(MEMORY).expect("guest memory"));
         let mut mm = MemoryManager::new(mem).expect("memory manager");
-        let Ok(image) = loader::load_elf(&mut mm, root, "/fuzz", memfd(program)) else {
+        let Ok(image) = loader::load_elf(&mut mm, root, "/fuzz", memfd(program), None) else {
             return;
         };
         let end = platform::layout::USER_END.raw();

@@ -49,6 +49,10 @@ pub struct SandboxConfig {
     /// The node name uname(2) reports (`torpor` for `torpor run`; an OCI bundle's
     /// `hostname`, the pod's name under Kubernetes).
     pub hostname: String,
+    /// Whether clean pages of private file mappings (program text, libraries) are backed by
+    /// the host's page cache and shared with every process and sandbox mapping the same
+    /// file, instead of copied (`torpor run --no-share-files` turns it off).
+    pub share_files: bool,
 }
 
 /// Errors building or running a sandbox.
@@ -119,8 +123,17 @@ impl Sandbox {
                 .clone()
                 .unwrap_or_else(crate::task::Credentials::of_runtime),
         );
-        let image =
-            ProcessImage::build(&root, &cfg.program, &cfg.args, &cfg.env, cfg.memory, &creds)?;
+        let procs = crate::task::ProcessTable::new();
+        procs.shm.set_share_files(cfg.share_files);
+        let image = ProcessImage::build(
+            &root,
+            &cfg.program,
+            &cfg.args,
+            &cfg.env,
+            cfg.memory,
+            &creds,
+            &procs.shm,
+        )?;
         let stdio: [Option<std::os::fd::OwnedFd>; 3] = std::array::from_fn(|n| {
             // SAFETY: duplicating the runtime's own stdio fd; the copy is owned by the table.
             let d = unsafe { libc::fcntl(n as i32, libc::F_DUPFD_CLOEXEC, 3) };
@@ -129,7 +142,6 @@ impl Sandbox {
                 <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(d)
             })
         });
-        let procs = crate::task::ProcessTable::new();
         if let Some(n) = cfg.pids_limit {
             procs.set_task_limit(n);
         }
@@ -255,6 +267,7 @@ impl ProcessImage {
         env: &[String],
         memory: u64,
         creds: &crate::task::Credentials,
+        files: &Arc<mm::SharedSpace>,
     ) -> Result<ProcessImage, SandboxError> {
         let prog_path = fs::join(b"/", program.as_bytes());
         let prog = match root.open_at(&prog_path, libc::O_RDONLY, 0) {
@@ -279,7 +292,13 @@ impl ProcessImage {
         let vm = Arc::new(Vm::new(mem.clone())?);
         let mut mm =
             MemoryManager::new(mem.clone()).map_err(|e| SandboxError::Memory(e.to_string()))?;
-        let image = loader::load_elf(&mut mm, root, program, std::fs::File::from(prog))?;
+        let image = loader::load_elf(
+            &mut mm,
+            root,
+            program,
+            std::fs::File::from(prog),
+            Some(files),
+        )?;
         mm.set_brk_base(image.brk);
         let argv: Vec<Vec<u8>> = args.iter().map(|s| s.as_bytes().to_vec()).collect();
         let envp: Vec<Vec<u8>> = env.iter().map(|s| s.as_bytes().to_vec()).collect();

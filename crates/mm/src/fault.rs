@@ -9,6 +9,10 @@
 //! has not backed yet: mapping them costs a guest-physical page each from the allocator but no
 //! host memory until the application touches them (a recycled, resident frame is zeroed
 //! instead). The first error in the window (out of memory, I/O) just ends fault-around.
+//!
+//! A private file mapping whose pages the page cache backs (`pagecache.rs`) and that is not
+//! writable maps them read-only from the file's window, neighbours included; a writable one
+//! copies into frames of the VM's own at the first touch, as before (`cow.rs` says why).
 
 use std::os::fd::AsFd;
 
@@ -117,21 +121,26 @@ impl MemoryManager {
         let (start, end, kind) = (vma.start, vma.end, vma.kind.clone());
         let flags = pte_flags(vma.prot);
         let page = addr.page_down();
-        if let Some((_, cur)) = self.pt.entry(page) {
+        if let Some((frame, cur)) = self.pt.entry(page) {
             if !access.satisfied_by(cur) {
-                // The entry lags behind the VMA; bring it up to date.
-                self.pt.set_flags(page, flags)?;
+                if access.write && self.mem.is_read_only(frame) {
+                    // A page-cache page of a private file mapping: copy on write.
+                    self.unshare(page, start, &kind, flags)?;
+                } else {
+                    // The entry lags behind the VMA; bring it up to date.
+                    self.pt.set_flags(page, self.leaf_flags(frame, flags))?;
+                }
             }
             return Ok(());
         }
-        self.populate_page(page, start, &kind, flags)?;
+        self.populate_page(page, start, &kind, flags, access.write)?;
         let window = page.0 & !(FAULT_AROUND * PAGE_SIZE - 1);
         for i in 0..FAULT_AROUND {
             let va = Gva(window + i * PAGE_SIZE);
             if va == page || va < start || va >= end || self.pt.entry(va).is_some() {
                 continue;
             }
-            if let Err(e) = self.populate_page(va, start, &kind, flags) {
+            if let Err(e) = self.populate_page(va, start, &kind, flags, access.write) {
                 tracing::debug!("fault-around stopped at {va}: {e}");
                 break;
             }
@@ -139,16 +148,26 @@ impl MemoryManager {
         Ok(())
     }
 
-    /// Allocates, fills and maps the frame for `page` of a VMA starting at `vma_start`.
+    /// Maps `page` of a VMA starting at `vma_start`: a shared object's page, a page-cache
+    /// page of a private file mapping that is not writable (read-only; not for a `write`
+    /// fault), or a frame of the VM's own, allocated and filled.
     fn populate_page(
         &mut self,
         page: Gva,
         vma_start: Gva,
         kind: &VmaKind,
         flags: PteFlags,
+        write: bool,
     ) -> Result<(), FaultError> {
         // Tables first: the data frames of neighbouring pages then come out contiguous.
         self.pt.prepare(&mut self.alloc, page)?;
+        // Only into a mapping that is not writable (see `cow.rs`).
+        if !write
+            && !flags.contains(PteFlags::WRITABLE)
+            && self.map_cached(page, vma_start, kind, flags)?
+        {
+            return Ok(());
+        }
         if let VmaKind::Shared { object, offset, .. } = kind {
             // The object's own page, in a window this VM attaches on first use.
             let off = offset + (page.0 - vma_start.0);
@@ -170,7 +189,9 @@ impl MemoryManager {
         mapped
     }
 
-    fn fill(
+    /// Fills `frame` with the bytes of `page` of a VMA starting at `vma_start`: the file's
+    /// (zero past its end) or zero.
+    pub(crate) fn fill(
         &self,
         frame: Gpa,
         zero: bool,
@@ -180,7 +201,7 @@ impl MemoryManager {
     ) -> Result<(), FaultError> {
         let internal = |e: platform::MemoryError| FaultError::Internal(e.to_string());
         let mut done = 0;
-        if let VmaKind::File { file, offset } = kind {
+        if let VmaKind::File { file, offset, .. } = kind {
             let off = offset + (page.0 - vma_start.0);
             while done < PAGE_SIZE {
                 let at = Gpa(frame.0 + done);
@@ -188,6 +209,12 @@ impl MemoryManager {
                     .mem
                     .read_from_fd(file.as_fd(), at, PAGE_SIZE - done, Some(off + done))
                 {
+                    // A page wholly past the end of the file: SIGBUS, as on Linux.
+                    Ok(0) if done == 0 => {
+                        return Err(FaultError::Io(std::io::Error::from_raw_os_error(
+                            libc::EFAULT,
+                        )))
+                    }
                     Ok(0) => break,
                     Ok(n) => done += n as u64,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -195,7 +222,7 @@ impl MemoryManager {
                 }
             }
         }
-        // Bytes past EOF (or the whole anonymous page) read as zero.
+        // Bytes past EOF in the file's last page (or the whole anonymous page) read as zero.
         if !zero && done < PAGE_SIZE {
             self.mem
                 .fill(Gpa(frame.0 + done), 0, PAGE_SIZE - done)
@@ -322,6 +349,7 @@ mod tests {
                 kind: crate::VmaKind::File {
                     file: file.clone(),
                     offset: 0x1000,
+                    cache: None,
                 },
                 name: None,
             })
@@ -331,10 +359,15 @@ mod tests {
         m.copy_in(a.add(0x1000), &mut buf).unwrap();
         assert_eq!(&buf, b"ABCD");
         assert_eq!(m.read_val::<u8>(a).unwrap(), 2);
-        // The page holding EOF: 0x800 file bytes, then zeros; the page past EOF is zero.
+        // The page holding EOF: 0x800 file bytes, then zeros; the page past EOF is a SIGBUS
+        // (EFAULT for a user copy), as on Linux.
         assert_eq!(m.read_val::<u8>(a.add(0x27ff)).unwrap(), 4);
         assert_eq!(m.read_val::<u8>(a.add(0x2800)).unwrap(), 0);
-        assert_eq!(m.read_val::<u64>(a.add(0x3ff8)).unwrap(), 0);
+        assert!(m.read_val::<u64>(a.add(0x3ff8)).is_err());
+        assert!(matches!(
+            m.handle_fault(a.add(0x3000), Access::READ),
+            Err(FaultError::Io(_))
+        ));
         // Private: writes after mprotect stay in memory; DONTNEED re-reads the file.
         m.mprotect(a, 0x4000, Prot::RW).unwrap();
         m.copy_out(a, b"zz").unwrap();
@@ -362,6 +395,7 @@ mod tests {
                 kind: crate::VmaKind::File {
                     file: file.clone(),
                     offset: 0,
+                    cache: None,
                 },
                 name: None,
             })

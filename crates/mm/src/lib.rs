@@ -11,6 +11,9 @@
 //! - `manager`: [`MemoryManager`], the address space (Linux's `struct mm_struct`): mmap,
 //!   munmap, mprotect, brk, mremap, madvise;
 //! - `fault`: demand faults with fault-around;
+//! - `pagecache`: which private file mappings are backed by the host's page cache, through
+//!   a read-only shared object of the file;
+//! - `cow`: copy-on-write of those page-cache pages into frames of the VM's own;
 //! - `usercopy`: copies between the kernel and user memory, user buffers as guest-physical
 //!   runs;
 //! - [`shared`]: memory shared between the sandbox's processes (MAP_SHARED objects, System V
@@ -30,8 +33,10 @@
 //! while it is held.
 
 pub mod alloc;
+mod cow;
 mod fault;
 mod manager;
+mod pagecache;
 pub mod pagetable;
 mod pod;
 pub mod shared;
@@ -39,6 +44,7 @@ mod usercopy;
 pub mod vma;
 
 pub use alloc::{AllocError, MemoryBudget, PageAllocator, CHUNK_PAGES, CHUNK_SIZE};
+pub use cow::RESERVED_SLOTS;
 pub use fault::{Access, FaultError, FAULT_AROUND};
 pub use manager::{
     CleanFilePage, MemoryManager, MmError, MmStats, MmapRequest, DEFAULT_MMAP_BASE, MREMAP_FIXED,

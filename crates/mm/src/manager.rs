@@ -121,6 +121,10 @@ pub struct MmStats {
     pub total_pages: usize,
     /// Calls to `handle_fault` (guest faults and faults taken by user copies).
     pub faults: u64,
+    /// Pages of private file mappings mapped from the page cache (read-only windows).
+    pub cache_maps: u64,
+    /// Copies-on-write of such pages into frames of the VM's own.
+    pub cow_copies: u64,
 }
 
 /// A frame holding an unmodified page of a file (see [`MemoryManager::clean_file_pages`]).
@@ -147,6 +151,12 @@ pub struct MemoryManager {
     /// The current program break (unaligned, as the application asked).
     brk: Gva,
     pub(crate) faults: u64,
+    /// Pages mapped from the page cache (see `cow.rs`).
+    pub(crate) cache_maps: u64,
+    /// Copies-on-write of page-cache pages.
+    pub(crate) cow_copies: u64,
+    /// A present entry was replaced since the last [`take_replaced`](Self::take_replaced).
+    pub(crate) replaced: bool,
 }
 
 /// The PTE flags for a page of a VMA with rights `prot`.
@@ -187,6 +197,9 @@ impl MemoryManager {
             brk_base: None,
             brk: Gva(0),
             faults: 0,
+            cache_maps: 0,
+            cow_copies: 0,
+            replaced: false,
         })
     }
 
@@ -259,6 +272,8 @@ impl MemoryManager {
             free_pages: self.alloc.free_pages(),
             total_pages: self.alloc.total_pages(),
             faults: self.faults,
+            cache_maps: self.cache_maps,
+            cow_copies: self.cow_copies,
         }
     }
 
@@ -286,12 +301,38 @@ impl MemoryManager {
             if v.kind.is_shared() {
                 // The same pages: the child's VM attaches the windows at the same addresses.
                 for (va, frame, flags) in self.pt.frames_in(v.start, v.end) {
-                    child.attach_window_of(&self.mem, frame)?;
+                    child.attach_window_of(&self.mem, frame, 0)?;
                     child.pt.map(&mut child.alloc, va, frame, flags)?;
                 }
                 continue;
             }
             for (va, frame, flags) in self.pt.frames_in(v.start, v.end) {
+                if self.mem.is_read_only(frame) {
+                    // A page-cache page of a private file mapping: the child maps the same
+                    // page (copy-on-write stays per process), or copies it without a slot.
+                    if child
+                        .attach_window_of(&self.mem, frame, crate::cow::RESERVED_SLOTS)
+                        .is_ok()
+                    {
+                        child.pt.map(&mut child.alloc, va, frame, flags)?;
+                    } else {
+                        let mut page = vec![0u8; PAGE_SIZE as usize];
+                        self.mem
+                            .read(frame, &mut page)
+                            .map_err(|e| MmError::Internal(format!("fork: {e}")))?;
+                        let (copy, _) = child
+                            .alloc
+                            .alloc()
+                            .ok_or(MmError::NoMemory("fork: child memory exhausted"))?;
+                        child
+                            .mem
+                            .write(copy, &page)
+                            .map_err(|e| MmError::Internal(format!("fork: {e}")))?;
+                        let writable = pte_flags(v.prot);
+                        child.pt.map(&mut child.alloc, va, copy, writable)?;
+                    }
+                    continue;
+                }
                 let (copy, _) = child
                     .alloc
                     .alloc()
@@ -320,8 +361,13 @@ impl MemoryManager {
     }
 
     /// Attaches to this address space's VM the window of `from` (another VM's memory) that
-    /// holds `frame`.
-    fn attach_window_of(&self, from: &GuestMemory, frame: Gpa) -> Result<(), MmError> {
+    /// holds `frame`, keeping `reserve` memslots free.
+    fn attach_window_of(
+        &self,
+        from: &GuestMemory,
+        frame: Gpa,
+        reserve: usize,
+    ) -> Result<(), MmError> {
         let w = from
             .windows()
             .into_iter()
@@ -330,7 +376,7 @@ impl MemoryManager {
                 MmError::Internal(format!("fork: shared frame {frame} has no window"))
             })?;
         self.mem
-            .attach(&w)
+            .attach_keeping(&w, reserve)
             .map_err(|e| MmError::Internal(format!("fork: attaching {w:?}: {e}")))
     }
 
@@ -366,6 +412,10 @@ impl MemoryManager {
             }
             for (va, frame, flags) in self.pt.frames_in(v.start, Gva(v.end.0 - PAGE_SIZE)) {
                 if !flags.contains(PteFlags::PRESENT) || flags.contains(PteFlags::DIRTY) {
+                    continue;
+                }
+                if !self.mem.is_own(frame) {
+                    // A page-cache page: the VM holds no copy to drop.
                     continue;
                 }
                 if self.alloc.refcount(frame).unwrap_or(0) != 1 {
@@ -524,8 +574,15 @@ impl MemoryManager {
             .protect(addr, end, prot)
             .map_err(|e| MmError::Internal(e.to_string()))?;
         let flags = pte_flags(prot);
-        for (va, _, _) in self.pt.frames_in(addr, end) {
-            self.pt.set_flags(va, flags)?;
+        for (va, frame, _) in self.pt.frames_in(addr, end) {
+            if prot.contains(Prot::WRITE) && self.mem.is_read_only(frame) {
+                // A page-cache page of a private file mapping made writable: unmapped here,
+                // with the other threads synced as for any restriction, and copied at its
+                // next touch (see `cow.rs` for why a present entry is not replaced later).
+                self.pt.unmap(va);
+                continue;
+            }
+            self.pt.set_flags(va, self.leaf_flags(frame, flags))?;
         }
         Ok(())
     }
@@ -886,11 +943,13 @@ pub(crate) mod tests {
         f.kind = VmaKind::File {
             file: file.clone(),
             offset: 0x800,
+            cache: None,
         };
         assert_eq!(m.mmap(f.clone()).unwrap_err().errno(), libc::EINVAL);
         f.kind = VmaKind::File {
             file,
             offset: !0xfff,
+            cache: None,
         };
         assert_eq!(m.mmap(f).unwrap_err().errno(), libc::EOVERFLOW);
         assert_eq!(m.stats().vma_count, 1);
@@ -1128,6 +1187,7 @@ pub(crate) mod tests {
             kind: VmaKind::File {
                 file,
                 offset: 0x1000,
+                cache: None,
             },
             name: None,
         };

@@ -12,6 +12,9 @@
 //!
 //! Pages of shared objects are not the page allocator's: unmapping never frees them, fork
 //! maps the same pages in the child, and the deflate of a hibernation leaves them resident.
+//!
+//! The same windows, read-only, back the clean pages of private file mappings (program
+//! text, libraries): `pagecache.rs`.
 
 use std::collections::HashMap;
 use std::io;
@@ -26,12 +29,28 @@ pub const WINDOW_SIZE: u64 = 2 << 20;
 
 /// The shared memory of one sandbox: guest-physical addresses for windows, and the file
 /// objects by inode (so that every `mmap` of one file shares pages).
-#[derive(Default)]
 pub struct SharedSpace {
     next_gpa: Mutex<u64>,
     files: Mutex<HashMap<(u64, u64), Weak<SharedObject>>>,
+    /// Read-only objects of files by inode, behind the clean pages of private file mappings
+    /// (see `pagecache.rs`); kept for the sandbox's life, as the windows VMs attach are.
+    pub(crate) readonly_files: Mutex<HashMap<(u64, u64), Arc<SharedObject>>>,
+    /// Whether private file mappings share their clean pages through the page cache.
+    pub(crate) share_files: std::sync::atomic::AtomicBool,
     /// The anonymous objects (their memory is the sandbox's own: hibernation swaps it).
     anonymous: Mutex<Vec<Weak<SharedObject>>>,
+}
+
+impl Default for SharedSpace {
+    fn default() -> Self {
+        SharedSpace {
+            next_gpa: Mutex::default(),
+            files: Mutex::default(),
+            readonly_files: Mutex::default(),
+            share_files: std::sync::atomic::AtomicBool::new(true),
+            anonymous: Mutex::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for SharedSpace {
@@ -69,15 +88,24 @@ impl SharedSpace {
             .collect()
     }
 
-    /// The windows of every live file object (their pages are the files': a deflate can drop
-    /// them from the runtime's mappings, and they come back from the page cache or the disk).
+    /// The windows of every live file object, `MAP_SHARED` ones and the read-only ones behind
+    /// private file mappings (their pages are the files': a deflate can drop them from the
+    /// runtime's mappings, and they come back from the page cache or the disk).
     pub fn file_windows(&self) -> Vec<Arc<SharedWindow>> {
-        let files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        files
-            .values()
-            .filter_map(Weak::upgrade)
-            .flat_map(|o| o.windows())
-            .collect()
+        let mut out: Vec<Arc<SharedWindow>> = {
+            let files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            files
+                .values()
+                .filter_map(Weak::upgrade)
+                .flat_map(|o| o.windows())
+                .collect()
+        };
+        let readonly = self
+            .readonly_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        out.extend(readonly.values().flat_map(|o| o.windows()));
+        out
     }
 
     /// A new anonymous object of `len` bytes (rounded up to pages), zero-filled: what
@@ -144,16 +172,23 @@ impl SharedSpace {
             Ok(f) => (OwnedFd::from(f), true),
             Err(_) => (OwnedFd::from(file.try_clone()?), false),
         };
-        let obj = Arc::new(SharedObject {
-            space: self.clone(),
+        let obj = Arc::new(SharedObject::of_file(self.clone(), fd, writable));
+        files.insert(key, Arc::downgrade(&obj));
+        Ok(obj)
+    }
+}
+
+impl SharedObject {
+    /// A file object over `fd` (its size is the file's), with windows writable or not.
+    pub(crate) fn of_file(space: Arc<SharedSpace>, fd: OwnedFd, writable: bool) -> SharedObject {
+        SharedObject {
+            space,
             file: Arc::new(fd),
             name: String::new(),
             writable,
             fixed_len: None,
             windows: Mutex::new(HashMap::new()),
-        });
-        files.insert(key, Arc::downgrade(&obj));
-        Ok(obj)
+        }
     }
 }
 

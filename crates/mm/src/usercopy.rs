@@ -24,7 +24,7 @@ impl MemoryManager {
     }
 
     /// The guest-physical address of user byte `va`, faulting its page in for `write` access.
-    fn user_byte(&mut self, va: Gva, write: bool) -> Result<Gpa, MmError> {
+    pub(crate) fn user_byte(&mut self, va: Gva, write: bool) -> Result<Gpa, MmError> {
         let need = |f: PteFlags| {
             f.contains(PteFlags::PRESENT | PteFlags::USER)
                 && (!write || f.contains(PteFlags::WRITABLE))

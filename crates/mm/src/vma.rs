@@ -83,6 +83,10 @@ pub enum VmaKind {
         file: Arc<File>,
         /// File offset of the VMA's start.
         offset: u64,
+        /// The file's read-only object when its clean pages are the page cache's, mapped
+        /// read-only and copied on the first write (`pagecache.rs`, `cow.rs`); `None`: every
+        /// page is a copy in the VM's own memory.
+        cache: Option<Arc<crate::shared::SharedObject>>,
     },
     /// A `MAP_SHARED` mapping (anonymous, a file, System V shared memory): the pages are
     /// the object's, shared with every other mapping of it in the sandbox.
@@ -116,8 +120,13 @@ impl fmt::Debug for VmaKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             VmaKind::Anon => write!(f, "Anon"),
-            VmaKind::File { file, offset } => {
-                write!(f, "File({:p}, {offset:#x})", Arc::as_ptr(file))
+            VmaKind::File {
+                file,
+                offset,
+                cache,
+            } => {
+                let shared = if cache.is_some() { ", page cache" } else { "" };
+                write!(f, "File({:p}, {offset:#x}{shared})", Arc::as_ptr(file))
             }
             VmaKind::Shared { object, offset, .. } => {
                 write!(f, "Shared({:p}, {offset:#x})", Arc::as_ptr(object))
@@ -191,10 +200,12 @@ impl Vma {
                 VmaKind::File {
                     file: a,
                     offset: oa,
+                    ..
                 },
                 VmaKind::File {
                     file: b,
                     offset: ob,
+                    ..
                 },
             ) => Arc::ptr_eq(a, b) && oa.checked_add(self.len()) == Some(*ob),
             (
@@ -553,6 +564,7 @@ mod tests {
             kind: VmaKind::File {
                 file: file.clone(),
                 offset,
+                cache: None,
             },
             name: None,
         };

@@ -5,6 +5,11 @@
 //! ever created: every access is a volatile-free raw copy (`ptr::copy_nonoverlapping`) between a
 //! host buffer and a checked guest range, or a host system call (`pread`, `write`, `madvise`)
 //! handed a checked raw pointer.
+//!
+//! Read-only windows (private file pages shared through the page cache) are never written
+//! by the host (a write is [`MemoryError::ReadOnly`]: their mapping is `PROT_READ`), and are
+//! read through their file with `pread`, so that a page the file lost to a truncation reads
+//! zero instead of raising SIGBUS in the runtime.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -37,6 +42,14 @@ pub enum MemoryError {
         /// Its length.
         len: u64,
     },
+    /// A write fell in a read-only shared window.
+    #[error("guest-physical range {gpa}+{len:#x} is a read-only window")]
+    ReadOnly {
+        /// Start of the access.
+        gpa: Gpa,
+        /// Its length.
+        len: u64,
+    },
 }
 
 /// The VM's guest-physical memory: its own mapping from GPA 0, plus the shared windows
@@ -49,6 +62,8 @@ pub struct GuestMemory {
     windows: std::sync::RwLock<Vec<Arc<SharedWindow>>>,
     /// Registers a window as a memslot of the VM (set by the VM; slot numbers from 1).
     registrar: std::sync::OnceLock<Box<Registrar>>,
+    /// Memslots the VM may have (KVM_CAP_NR_MEMSLOTS; set by the VM, unbounded before).
+    slot_limit: std::sync::atomic::AtomicUsize,
 }
 
 /// How the VM registers a shared window as memslot `slot`.
@@ -102,7 +117,15 @@ impl GuestMemory {
             size,
             windows: std::sync::RwLock::new(Vec::new()),
             registrar: std::sync::OnceLock::new(),
+            slot_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),
         })
+    }
+
+    /// Sets how many memslots the VM may have in all (its own memory's included): KVM's
+    /// `KVM_CAP_NR_MEMSLOTS`.
+    pub fn set_slot_limit(&self, slots: usize) {
+        self.slot_limit
+            .store(slots, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Sets how windows become memslots of the VM (once, by the VM over this memory).
@@ -114,9 +137,18 @@ impl GuestMemory {
     /// Attaching one already attached does nothing.
     ///
     /// # Errors
-    /// `ENODEV` if no VM runs over this memory; the host's errno if KVM refuses the memslot;
-    /// `EEXIST` if another window overlaps it.
+    /// `ENODEV` if no VM runs over this memory; `ENOSPC` when the VM has no memslot left;
+    /// the host's errno if KVM refuses the memslot; `EEXIST` if another window overlaps it.
     pub fn attach(&self, w: &Arc<SharedWindow>) -> io::Result<()> {
+        self.attach_keeping(w, 0)
+    }
+
+    /// As [`attach`](Self::attach), but a window not attached yet is refused with `ENOSPC`
+    /// unless `reserve` memslots stay free after it (for windows that have no fallback).
+    ///
+    /// # Errors
+    /// As [`attach`](Self::attach).
+    pub fn attach_keeping(&self, w: &Arc<SharedWindow>, reserve: usize) -> io::Result<()> {
         let mut ws = self.windows.write().unwrap_or_else(|e| e.into_inner());
         if ws.iter().any(|x| Arc::ptr_eq(x, w)) {
             return Ok(());
@@ -131,6 +163,10 @@ impl GuestMemory {
             .registrar
             .get()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))?;
+        let limit = self.slot_limit.load(std::sync::atomic::Ordering::Relaxed);
+        if (ws.len() + 1).saturating_add(reserve) >= limit {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
         let slot =
             u32::try_from(ws.len() + 1).map_err(|_| io::Error::from_raw_os_error(libc::ENOSPC))?;
         register(slot, w)?;
@@ -158,9 +194,32 @@ impl GuestMemory {
     }
 
     fn window_ptr(&self, gpa: Gpa, len: u64) -> Option<*mut u8> {
+        self.window_at(gpa).and_then(|w| w.host_ptr(gpa, len))
+    }
+
+    /// The attached window holding `gpa`.
+    fn window_at(&self, gpa: Gpa) -> Option<Arc<SharedWindow>> {
         let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
         let i = ws.partition_point(|x| x.gpa() <= gpa);
-        i.checked_sub(1).and_then(|i| ws[i].host_ptr(gpa, len))
+        i.checked_sub(1).map(|i| ws[i].clone())
+    }
+
+    /// Whether `gpa` is a page of an attached window the host may not write (a read-only
+    /// file mapping: private file pages backed by the page cache).
+    pub fn is_read_only(&self, gpa: Gpa) -> bool {
+        !self.is_own(gpa)
+            && self
+                .window_at(gpa)
+                .is_some_and(|w| w.host_ptr(gpa, 1).is_some() && !w.is_writable())
+    }
+
+    /// As [`host_ptr`](Self::host_ptr), for a write: a read-only window's range is refused
+    /// (the host mapping is `PROT_READ`; writing it would fault the runtime).
+    fn host_ptr_mut(&self, gpa: Gpa, len: u64) -> Result<*mut u8, MemoryError> {
+        if self.is_read_only(gpa) {
+            return Err(MemoryError::ReadOnly { gpa, len });
+        }
+        self.host_ptr(gpa, len)
     }
 
     /// Size in bytes.
@@ -198,6 +257,9 @@ impl GuestMemory {
     /// [`MemoryError::OutOfRange`] if the range leaves guest memory.
     pub fn read(&self, gpa: Gpa, buf: &mut [u8]) -> Result<(), MemoryError> {
         let src = self.host_ptr(gpa, buf.len() as u64)?;
+        if self.is_read_only(gpa) {
+            return self.read_window_file(gpa, buf);
+        }
         // SAFETY: `src..src+len` is inside the mapping (checked); `buf` is a distinct host buffer.
         unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
         Ok(())
@@ -206,9 +268,10 @@ impl GuestMemory {
     /// Copies `buf` into guest memory at `gpa`.
     ///
     /// # Errors
-    /// [`MemoryError::OutOfRange`] if the range leaves guest memory.
+    /// [`MemoryError::OutOfRange`] if the range leaves guest memory;
+    /// [`MemoryError::ReadOnly`] if it lies in a read-only window.
     pub fn write(&self, gpa: Gpa, buf: &[u8]) -> Result<(), MemoryError> {
-        let dst = self.host_ptr(gpa, buf.len() as u64)?;
+        let dst = self.host_ptr_mut(gpa, buf.len() as u64)?;
         // SAFETY: `dst..dst+len` is inside the mapping (checked); `buf` is a distinct host buffer.
         unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, buf.len()) };
         Ok(())
@@ -236,7 +299,7 @@ impl GuestMemory {
         if !gpa.0.is_multiple_of(8) {
             return Err(MemoryError::OutOfRange { gpa, len: 8 });
         }
-        let p = self.host_ptr(gpa, 8)?.cast::<u64>();
+        let p = self.host_ptr_mut(gpa, 8)?.cast::<u64>();
         // SAFETY: in bounds and 8-byte aligned; volatile because the guest may read it.
         unsafe { p.write_volatile(value) };
         Ok(())
@@ -247,7 +310,7 @@ impl GuestMemory {
     /// # Errors
     /// [`MemoryError::OutOfRange`] if the range leaves guest memory.
     pub fn fill(&self, gpa: Gpa, byte: u8, len: u64) -> Result<(), MemoryError> {
-        let dst = self.host_ptr(gpa, len)?;
+        let dst = self.host_ptr_mut(gpa, len)?;
         // SAFETY: in bounds (checked).
         unsafe { std::ptr::write_bytes(dst, byte, len as usize) };
         Ok(())
@@ -256,10 +319,15 @@ impl GuestMemory {
     /// Copies `len` bytes inside guest memory from `src` to `dst` (ranges may not overlap).
     ///
     /// # Errors
-    /// [`MemoryError::OutOfRange`] if either range leaves guest memory or they overlap.
+    /// [`MemoryError::OutOfRange`] if either range leaves guest memory or they overlap;
+    /// [`MemoryError::ReadOnly`] if either is in a read-only window (read those with
+    /// [`read`](Self::read)).
     pub fn copy_within(&self, src: Gpa, dst: Gpa, len: u64) -> Result<(), MemoryError> {
         let s = self.host_ptr(src, len)?;
-        let d = self.host_ptr(dst, len)?;
+        let d = self.host_ptr_mut(dst, len)?;
+        if self.is_read_only(src) {
+            return Err(MemoryError::ReadOnly { gpa: src, len });
+        }
         if src.0 < dst.0 + len && dst.0 < src.0 + len {
             return Err(MemoryError::OutOfRange { gpa: dst, len });
         }
@@ -268,8 +336,9 @@ impl GuestMemory {
         Ok(())
     }
 
-    /// Returns the host pages behind `gpa..gpa+len` (page-aligned) to the host: they read as
-    /// zero afterwards (MADV_DONTNEED).
+    /// Returns the host pages behind `gpa..gpa+len` (page-aligned) to the host: pages of the
+    /// VM's own memory read as zero afterwards (MADV_DONTNEED); a window's come back from
+    /// its file.
     ///
     /// # Errors
     /// [`MemoryError::OutOfRange`] if the range leaves guest memory or is not page-aligned.
@@ -278,8 +347,9 @@ impl GuestMemory {
             return Err(MemoryError::OutOfRange { gpa, len });
         }
         let p = self.host_ptr(gpa, len)?;
-        // SAFETY: a page-aligned range inside our own private mapping; dropping its contents is
-        // what the caller asks for.
+        // SAFETY: a page-aligned range inside our own private mapping, or a window's shared
+        // one (whose pages stay the file's: only the runtime's mapping of them is dropped);
+        // dropping them is what the caller asks for.
         let r = unsafe { libc::madvise(p.cast(), len as usize, libc::MADV_DONTNEED) };
         if r != 0 {
             tracing::warn!("madvise(DONTNEED) failed: {}", io::Error::last_os_error());
@@ -300,7 +370,7 @@ impl GuestMemory {
         offset: Option<u64>,
     ) -> io::Result<usize> {
         let p = self
-            .host_ptr(gpa, len)
+            .host_ptr_mut(gpa, len)
             .map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
         // SAFETY: `p..p+len` is inside guest memory (checked); the host kernel writes it.
         let r = unsafe {
@@ -314,6 +384,45 @@ impl GuestMemory {
         } else {
             Ok(r as usize)
         }
+    }
+}
+
+impl GuestMemory {
+    /// Reads `buf` at `gpa` of a read-only window through its file (`pread`), not its
+    /// mapping: a page the file lost to a truncation since it was mapped reads short (zeros
+    /// here) instead of raising SIGBUS in the runtime. The bytes are the page cache's, the
+    /// same the mapping shows.
+    fn read_window_file(&self, gpa: Gpa, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let len = buf.len() as u64;
+        let w = self
+            .window_at(gpa)
+            .ok_or(MemoryError::OutOfRange { gpa, len })?;
+        let (file, base) = w.file();
+        let mut at = base + (gpa.0 - w.gpa().0);
+        let mut done = 0usize;
+        while done < buf.len() {
+            let rest = &mut buf[done..];
+            // SAFETY: `rest` is a host buffer of `rest.len()` writable bytes.
+            let r = unsafe {
+                libc::pread(
+                    file.as_raw_fd(),
+                    rest.as_mut_ptr().cast(),
+                    rest.len(),
+                    at as libc::off_t,
+                )
+            };
+            match r {
+                n if n > 0 => {
+                    done += n as usize;
+                    at += n as u64;
+                }
+                0 => break,
+                _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+                _ => break,
+            }
+        }
+        buf[done..].fill(0);
+        Ok(())
     }
 }
 

@@ -77,6 +77,10 @@ pub enum Exit {
         /// User address of the pushed frame.
         frame: Gva,
     },
+    /// A ring-3 access to guest-physical memory the host could not back (`KVM_RUN` failed
+    /// with `EFAULT`): a page of a shared file window whose file was truncated below it.
+    /// The context's `rip` is the faulting instruction; Linux sends SIGBUS.
+    MemoryFault,
 }
 
 /// Errors running a vCPU. Any of these ends the sandbox: they are host failures or a broken
@@ -389,7 +393,20 @@ impl Vcpu {
         self.load_user_frame()?;
         let mut kicked = false;
         let port = loop {
-            match self.enter()? {
+            let entered = match self.enter() {
+                Err(VcpuError::Kvm { op: "RUN", source }) if source.errno() == libc::EFAULT => {
+                    let synced = self.fd.sync_regs();
+                    if synced.sregs.cs.dpl != 3 {
+                        return Err(VcpuError::Kvm { op: "RUN", source });
+                    }
+                    self.user.regs = synced.regs;
+                    self.user.fs_base = synced.sregs.fs.base;
+                    self.user.gs_base = synced.sregs.gs.base;
+                    return Ok(Exit::MemoryFault);
+                }
+                r => r?,
+            };
+            match entered {
                 Some(port) => break port,
                 None => {
                     if self.event_in_flight()? {

@@ -95,16 +95,20 @@ impl Vm {
             source,
         })?;
         let fd = Arc::new(fd);
+        mem.set_slot_limit(kvm.get_nr_memslots());
         // Shared windows become memslots 1, 2, … of this VM when attached to its memory. The
         // registrar holds the VM fd only weakly: it never keeps a dropped VM alive.
         let weak = Arc::downgrade(&fd);
+        // A read-only window is a read-only memslot where KVM offers them; elsewhere its
+        // host mapping (PROT_READ) is what keeps the guest from writing it.
+        let readonly_slots = kvm.check_extension(Cap::ReadonlyMem);
         mem.set_registrar(Box::new(move |slot, w| {
             let fd = weak
                 .upgrade()
                 .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENODEV))?;
             let region = kvm_userspace_memory_region {
                 slot,
-                flags: if w.is_writable() {
+                flags: if w.is_writable() || !readonly_slots {
                     0
                 } else {
                     kvm_bindings::KVM_MEM_READONLY

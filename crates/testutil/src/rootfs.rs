@@ -113,10 +113,20 @@ impl Rootfs {
     /// Copies the host file `host` to `rel`, mode 0755.
     pub fn binary(&self, rel: &str, host: &Path) -> &Rootfs {
         let p = self.parent_dirs(rel);
-        std::fs::copy(host, &p)
-            .unwrap_or_else(|e| panic!("copy {} to {}: {e}", host.display(), p.display()));
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))
-            .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
+        // A new file renamed over the old one, never a rewrite in place: a sandbox already
+        // running the old one maps its pages from the page cache (shared file pages), and
+        // would see them truncated and rewritten under it, as a Linux process would.
+        let tmp = p.with_file_name(format!(
+            ".{}.new",
+            p.file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        ));
+        std::fs::copy(host, &tmp)
+            .unwrap_or_else(|e| panic!("copy {} to {}: {e}", host.display(), tmp.display()));
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", tmp.display()));
+        std::fs::rename(&tmp, &p)
+            .unwrap_or_else(|e| panic!("rename {} to {}: {e}", tmp.display(), p.display()));
         self
     }
 

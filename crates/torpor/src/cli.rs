@@ -272,6 +272,11 @@ pub enum BenchCommand {
     /// PSS per sandbox, idle CPU, wake latency under a Zipf request stream, every one
     /// answering: density.md, density.csv, density.png. Needs root.
     Density(crate::density::DensityArgs),
+    /// Clean pages of program text and libraries shared through the host's page cache
+    /// against copied (`--no-share-files`): the PSS of 10 Python sandboxes hot at once
+    /// against 10 times one's, and Node.js hello's first request after a page-fault wake:
+    /// share.md. Needs root.
+    Share(crate::share::ShareArgs),
 }
 
 /// Arguments of `create` (OCI).
@@ -344,6 +349,11 @@ pub struct RunArgs {
     /// Let the application connect to hosts other than its own listeners.
     #[arg(long)]
     pub allow_outbound: bool,
+    /// Copy every page of program text and libraries into the sandbox's own memory instead
+    /// of mapping those of read-only mappings from the host's page cache (shared with every
+    /// process and sandbox mapping the same file). `TORPOR_SHARE_FILES=0` does the same.
+    #[arg(long)]
+    pub no_share_files: bool,
     /// How a hibernated sandbox wakes: fault (pages fault back), reap (prefetch the working
     /// set recorded on the first wake), auto (reap, re-recording when many faults miss the set).
     #[arg(long, default_value = "auto", value_parser = parse_wake_mode)]

@@ -18,6 +18,7 @@ mod paper;
 mod procfs;
 mod ready;
 mod run;
+mod share;
 mod statedir;
 mod user;
 mod verbs;
@@ -117,6 +118,9 @@ fn main() -> ExitCode {
         cli::Command::Bench {
             which: cli::BenchCommand::Density(args),
         } => density::run(args),
+        cli::Command::Bench {
+            which: cli::BenchCommand::Share(args),
+        } => share::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

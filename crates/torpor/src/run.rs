@@ -66,6 +66,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         rlimits: None,
         pids_limit: Some(args.pids_limit as usize),
         hostname: DEFAULT_HOSTNAME.into(),
+        share_files: !args.no_share_files && share_files_from_env(),
     };
     if !cfg.rootfs.is_dir() {
         anyhow::bail!(
@@ -96,6 +97,12 @@ pub fn run(args: RunArgs) -> Result<u8> {
 
 /// `run -d`: starts this same command line, without `-d`, as a session leader in the
 /// background with its output in the sandbox directory, and returns once it reports ready.
+/// Whether private file pages are shared through the page cache unless a flag says
+/// otherwise: `TORPOR_SHARE_FILES=0` turns it off.
+pub fn share_files_from_env() -> bool {
+    std::env::var("TORPOR_SHARE_FILES").map_or(true, |v| v.trim() != "0")
+}
+
 fn detach(id: &str) -> Result<u8> {
     use std::os::unix::process::CommandExt;
     let dir = statedir::dir_of(id)?;

@@ -126,7 +126,9 @@ fn parse<'a>(path: &str, bytes: &'a [u8]) -> Result<Elf<'a>, LoadError> {
 }
 
 /// Loads the executable at `path` (opened as `file`) into `mm`; a dynamic one gets its
-/// interpreter (PT_INTERP, e.g. the root's own `ld.so`), opened through `root`.
+/// interpreter (PT_INTERP, e.g. the root's own `ld.so`), opened through `root`. With
+/// `files`, the sandbox's shared space, segments of files that qualify are backed by the
+/// page cache (`mm`'s `pagecache.rs`) instead of copied.
 ///
 /// # Errors
 /// [`LoadError`] for an unreadable, non-ELF or malformed file, or a missing interpreter.
@@ -135,13 +137,15 @@ pub fn load_elf(
     root: &crate::fs::Root,
     path: &str,
     file: File,
+    files: Option<&Arc<mm::SharedSpace>>,
 ) -> Result<LoadedImage, LoadError> {
     let bytes = read_all(path, &file)?;
     let elf = parse(path, &bytes)?;
     let interp = elf.interpreter.map(str::to_string);
     let is_dyn = elf.header.e_type == goblin::elf::header::ET_DYN;
     let bias = if is_dyn { PIE_BASE } else { 0 };
-    let main = map_object(mm, path, Arc::new(file), &elf, bias)?;
+    let cache = files.and_then(|s| s.private_file(&file, true));
+    let main = map_object(mm, path, (Arc::new(file), cache), &elf, bias)?;
     let (entry, interp_base) = match interp {
         None => (main.entry, 0),
         Some(ip) => {
@@ -189,7 +193,8 @@ pub fn load_elf(
                     path: ip.clone(),
                     why: "interpreter linked above the mmap area".into(),
                 })?;
-            let m = map_object(mm, &ip, Arc::new(ifile), &ielf, base)?;
+            let icache = files.and_then(|s| s.private_file(&ifile, true));
+            let m = map_object(mm, &ip, (Arc::new(ifile), icache), &ielf, base)?;
             (m.entry, base)
         }
     };
@@ -215,7 +220,7 @@ fn span(elf: &Elf<'_>) -> Option<(u64, u64)> {
 fn map_object(
     mm: &mut MemoryManager,
     path: &str,
-    file: Arc<File>,
+    (file, cache): (Arc<File>, Option<Arc<mm::SharedObject>>),
     elf: &Elf<'_>,
     bias: u64,
 ) -> Result<Mapped, LoadError> {
@@ -289,6 +294,7 @@ fn map_object(
                 VmaKind::File {
                     file: file.clone(),
                     offset: off_page,
+                    cache: cache.clone(),
                 },
             )?;
             // Bytes of the last file page past p_filesz belong to .bss: zero them. The page is
@@ -335,13 +341,9 @@ fn map_object(
 
 fn write_zeros(mm: &mut MemoryManager, at: Gva, zeros: &[u8]) -> Result<(), mm::MmError> {
     // The segment may be read-only (a read-only segment with a .bss tail is unusual but legal):
-    // write through the kernel's view, which ignores protections.
-    for (gpa, len) in mm.user_ranges(at, zeros.len() as u64, false)? {
-        mm.memory()
-            .write(gpa, &zeros[..len as usize])
-            .map_err(|e| mm::MmError::Internal(e.to_string()))?;
-    }
-    Ok(())
+    // write through the kernel's view, which ignores protections (and copies a page-cache
+    // page first).
+    mm.poke(at, zeros)
 }
 
 #[cfg(test)]
@@ -400,7 +402,13 @@ mod tests {
         std::fs::write(&file_path, program).unwrap();
         let mem = Arc::new(GuestMemory::new(16 << 20).unwrap());
         let mut mm = MemoryManager::new(mem).unwrap();
-        let r = load_elf(&mut mm, &root, "/prog", File::open(&file_path).unwrap());
+        let r = load_elf(
+            &mut mm,
+            &root,
+            "/prog",
+            File::open(&file_path).unwrap(),
+            None,
+        );
         let _ = std::fs::remove_dir_all(&dir);
         r
     }

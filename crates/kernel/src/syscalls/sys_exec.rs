@@ -228,11 +228,17 @@ pub(crate) fn execve(
     let (mem, vm) = super::sys_fork::new_vm(t.mem.size(), "execve")?;
     let mut mm = MemoryManager::new(mem.clone()).map_err(|_| Errno::ENOMEM)?;
     mm.allocator_mut().set_budget(t.group.procs.memory.clone());
-    let image =
-        loader::load_elf(&mut mm, &t.root, &name, std::fs::File::from(fd)).map_err(|e| {
-            tracing::debug!("execve {name}: {e}");
-            load_errno(&e)
-        })?;
+    let image = loader::load_elf(
+        &mut mm,
+        &t.root,
+        &name,
+        std::fs::File::from(fd),
+        Some(&t.group.procs.shm),
+    )
+    .map_err(|e| {
+        tracing::debug!("execve {name}: {e}");
+        load_errno(&e)
+    })?;
     mm.set_brk_base(image.brk);
     let ids = (t.creds.uid, t.creds.gid);
     let stack =

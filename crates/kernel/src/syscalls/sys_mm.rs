@@ -93,9 +93,17 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
                 may_write,
             }
         } else {
+            // Clean pages from the page cache, copied on write (`mm`'s `pagecache.rs`),
+            // when the file qualifies (mapped executable, now or before) and sharing is on.
+            let cache = t
+                .group
+                .procs
+                .shm
+                .private_file(&file, prot.contains(Prot::EXEC));
             VmaKind::File {
                 file: Arc::new(file),
                 offset: off,
+                cache,
             }
         }
     };

@@ -327,8 +327,13 @@ impl Task {
             // Entries this thread added (faults). Calls that remove or restrict mappings have
             // already published theirs and kicked the other threads (`mm_restrict`); new
             // mappings need no kick: a thread with a stale view faults and applies the log.
-            let runs = self.mm().take_pte_sync();
-            let sync = self.group.pte_sync(self.tid, &self.pte_gen, runs, false);
+            // A copy-on-write replaced a present entry: like a restriction, the other
+            // threads must drop the old (read-only, page-cache) translation, so kick them.
+            let (runs, replaced) = {
+                let mut mm = self.mm();
+                (mm.take_pte_sync(), mm.take_replaced())
+            };
+            let sync = self.group.pte_sync(self.tid, &self.pte_gen, runs, replaced);
             if !sync.is_empty() {
                 // The PTE-sync stub reads and writes back each entry: hold the address space
                 // so that no other thread's host-side page-table write lands in between.
@@ -372,6 +377,12 @@ impl Task {
                     };
                 }
                 Exit::Exception(info) => self.handle_exception(info)?,
+                Exit::MemoryFault => {
+                    // A page of a file truncated below its mapping: SIGBUS, as on Linux
+                    // (the faulting address is not known here).
+                    tracing::debug!(rip = self.vcpu.user.regs.rip, "memory fault: SIGBUS");
+                    self.force_signal_info(SigInfo::fault(libc::SIGBUS, signal::BUS_ADRERR, 0));
+                }
                 Exit::Interrupted | Exit::SyscallOnUserStack { .. } => {}
             }
             if let Some(status) = self.exit {

@@ -85,6 +85,7 @@ impl Spawner {
             &req.env,
             self.memory,
             &self.creds,
+            &self.procs.shm,
         )?;
         let pid = self.procs.alloc_id();
         let mut task = image.into_task(NewProcess {

@@ -334,6 +334,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
             rlimits: Some(rlimits),
             pids_limit,
             hostname,
+            share_files: crate::run::share_files_from_env(),
         },
         wake_mode,
         hibernate_after,
