@@ -929,7 +929,10 @@ impl Hibernator {
         ) -> Result<bool, String> {
             match pager.pages.get(PageIdx(page)) {
                 Ok(PageState::Swapped { slot }) => {
-                    pager.swap.read_slot(slot, buf).map_err(|e| e.to_string())?;
+                    pager
+                        .swap
+                        .read_pages_into(PageIdx(page), slot, 1, buf)
+                        .map_err(|e| e.to_string())?;
                     Ok(true)
                 }
                 Ok(PageState::Reap { .. }) => {
@@ -1059,10 +1062,23 @@ impl Hibernator {
                         }
                         pager
                             .swap
-                            .read_slot(slot, &mut page_buf)
+                            .read_pages_into(PageIdx(page), slot, 1, &mut page_buf)
                             .map_err(|e| e.to_string())?;
                         batch_data[slot_data..slot_data + PAGE_SIZE as usize]
                             .copy_from_slice(&page_buf);
+                    }
+                    Ok(PageState::Reap { .. } | PageState::File { .. }) => {
+                        // Still in the REAP file or its mapped file, neither of which this
+                        // deflate keeps for it (the REAP file is rewritten with the new set;
+                        // the file-page table with this deflate's clean pages): its bytes
+                        // move to the swap. (A wake that records instead of prefetching
+                        // leaves untouched REAP pages where they are.)
+                        if !read_old(&pager, page, &mut page_buf)? {
+                            continue;
+                        }
+                        batch_data[slot_data..slot_data + PAGE_SIZE as usize]
+                            .copy_from_slice(&page_buf);
+                        report.carried_pages += 1;
                     }
                     _ => continue, // never touched, or zero: reads as zero either way
                 }

@@ -253,7 +253,12 @@ fn serve(
             }),
             Store::Swap => (!st.swap.is_empty()).then(|| {
                 st.swap
-                    .read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes])
+                    .read_pages_into(
+                        PageIdx(first),
+                        first_slot as u32,
+                        count as u32,
+                        &mut buf[..bytes],
+                    )
                     .map_err(|e| e.to_string())
             }),
             Store::File => Some((0..count).try_for_each(|k| {

@@ -17,7 +17,7 @@
 //! deflate that fails leaves the existing layers as they were.
 
 use crate::pagefile::PAGE_BYTES;
-use crate::pagestate::MAX_SLOT;
+use crate::pagestate::{PageIdx, MAX_SLOT};
 use crate::swapfile::{SwapError, SwapReader};
 
 /// Most layers kept before a deflate compacts them into one.
@@ -155,6 +155,36 @@ impl SwapStore {
         self.read_slots_into(slot, 1, buf)
     }
 
+    /// As [`SwapStore::read_slots_into`] for guest pages `first_page..first_page + count`,
+    /// and each slot's index entry must name its page: a page-state map pointing at another
+    /// page's slot is an error, never that page's bytes.
+    ///
+    /// # Errors
+    /// [`SwapError::BadIndex`] for a slot holding another page; as
+    /// [`SwapStore::read_slots_into`]. `buf` is zeroed on every error.
+    pub fn read_pages_into(
+        &self,
+        first_page: PageIdx,
+        first: u32,
+        count: u32,
+        buf: &mut [u8],
+    ) -> Result<(), SwapError> {
+        for k in 0..count {
+            let slot = first.checked_add(k);
+            let named = slot
+                .and_then(|s| self.locate(s))
+                .and_then(|(l, local)| l.reader.index().entry(local).map(|e| e.page));
+            if named.is_some_and(|p| p != PageIdx(first_page.0 + u64::from(k))) {
+                buf.fill(0);
+                return Err(SwapError::BadIndex {
+                    entry: u64::from(first) + u64::from(k),
+                    reason: "the slot holds another guest page",
+                });
+            }
+        }
+        self.read_slots_into(first, count, buf)
+    }
+
     /// Whether the next deflate should write every live page into one fresh layer instead
     /// of adding one: when `live` (the slots pages still refer to) is less than half of what
     /// the layers hold, when there are [`MAX_LAYERS`] layers already, or when a new layer of
@@ -202,7 +232,6 @@ impl SwapStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pagestate::PageIdx;
     use crate::swapfile::SwapWriter;
 
     fn page(b: u8) -> Vec<u8> {

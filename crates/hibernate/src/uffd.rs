@@ -68,6 +68,11 @@ impl Uffd {
     /// # Errors
     /// The errno of `userfaultfd(2)` (`EPERM` when not permitted) or of `UFFDIO_API`.
     pub fn new() -> io::Result<Self> {
+        // `TORPOR_UFFD_WP=0` turns write tracking off (debugging: every deflate then writes
+        // every resident page).
+        if std::env::var("TORPOR_UFFD_WP").as_deref() == Ok("0") {
+            return Self::with_features(0);
+        }
         match Self::with_features(UFFD_FEATURE_WP_ASYNC.into()) {
             Ok(u) => Ok(u),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -109,7 +114,11 @@ impl Uffd {
         };
         // SAFETY: UFFDIO_API reads and writes a `uffdio_api`, which `api` is.
         unsafe { uffd.ioctl(UFFDIO_API, &mut api) }?;
-        uffd.tracks_writes = api.features & u64::from(UFFD_FEATURE_WP_ASYNC) != 0;
+        // The kernel answers with every feature it has, asked for or not: only one asked for
+        // is on (write protection without WP_ASYNC would stop each writer until an event is
+        // answered, which the pager does not do).
+        let wp_async = u64::from(UFFD_FEATURE_WP_ASYNC);
+        uffd.tracks_writes = features & wp_async != 0 && api.features & wp_async != 0;
         Ok(uffd)
     }
 
@@ -537,6 +546,39 @@ mod tests {
             libc::close(pipe[1]);
             libc::munmap(base as *mut c_void, pages * PAGE);
         }
+    }
+
+    #[test]
+    fn without_asking_for_it_nothing_is_write_protected() {
+        if uffd_or_skip().is_none() {
+            return;
+        }
+        let mut plain = Uffd::with_features(0).expect("userfaultfd");
+        assert!(!plain.tracks_writes());
+        let pages = 2;
+        // SAFETY: a fresh private anonymous mapping; nothing else uses the range.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                pages * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        plain.register(base, pages * PAGE).expect("UFFDIO_REGISTER");
+        let data = vec![1u8; PAGE];
+        // SAFETY: page 0 is a missing page of the registered range; `data` has a page.
+        let (_, wp) = unsafe { plain.copy_write_protected(data.as_ptr().cast(), base, PAGE) }
+            .expect("UFFDIO_COPY");
+        assert!(!wp);
+        // A write goes through at once (a write-protected page would wait for an answer).
+        // SAFETY: page 0 is present.
+        unsafe { std::ptr::write_volatile(base.cast::<u8>(), 2) };
+        // SAFETY: the mapping is this test's own.
+        unsafe { libc::munmap(base, pages * PAGE) };
     }
 
     #[test]

@@ -885,3 +885,39 @@ fn later_deflates_write_only_what_changed() {
         .count();
     assert!((1..=8).contains(&files), "{files} swap files");
 }
+
+/// A wake that records a new working set instead of prefetching the old one leaves the old
+/// set's untouched pages in the old REAP file; the next deflate, which rewrites the REAP file
+/// with the new set, must move those pages to the swap (they once kept their REAP slots and
+/// then read another page's bytes from the new file: Redis crashed in jemalloc).
+#[test]
+fn pages_of_a_replaced_working_set_survive() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let app = start_with(64, "256M", &["--wake-mode", "auto"]);
+    app.expect_ok();
+    let get = |path: &str| {
+        http_get(app.addr, path, Duration::from_secs(60))
+            .map(|r| r.body_str())
+            .unwrap_or_else(|e| format!("error: {e}"))
+    };
+    // 1. Deflate; a wake that records 8 MiB as the working set; deflate into a REAP file.
+    app.sb.ok("hibernate", &[]);
+    assert!(get("/touch/8").starts_with("touched 8"));
+    app.sb.ok("hibernate", &[]);
+    // 2. A prefetching wake, then every page read: far more faults than the set explains,
+    //    so the next wake records afresh.
+    assert_eq!(get("/"), "hello\n");
+    app.expect_ok();
+    app.sb.ok("hibernate", &[]);
+    // 3. The recording wake touches little: the old set's pages stay in the old REAP file.
+    assert_eq!(get("/"), "hello\n");
+    let report = app.sb.ok("hibernate", &[]);
+    // 4. Everything reads back as it was.
+    app.expect_ok();
+    assert!(
+        report_u64(&report, "carried_pages") > 0,
+        "the old set's pages moved to the swap: {report}"
+    );
+}
