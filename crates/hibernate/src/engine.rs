@@ -751,8 +751,14 @@ impl Hibernator {
         // them again from the page cache or the disk.
         for w in space.file_windows() {
             // SAFETY: the window's own mapping; dropping a shared file mapping's pages keeps
-            // their data in the file (dirty ones are written back by the host).
-            unsafe { libc::madvise(w.host_base().cast(), w.size() as usize, libc::MADV_DONTNEED) };
+            // their data in the file (dirty ones are written back by the host). MADV_COLD
+            // first moves its page-cache pages to the inactive list: they stay cached for the
+            // other sandboxes of the image (which reactivate what they use) but no longer
+            // count in this one's working set (a memory cgroup's `usage - inactive_file`).
+            unsafe {
+                libc::madvise(w.host_base().cast(), w.size() as usize, libc::MADV_COLD);
+                libc::madvise(w.host_base().cast(), w.size() as usize, libc::MADV_DONTNEED);
+            }
         }
         let windows = space.anonymous_windows();
         if windows.is_empty() {
