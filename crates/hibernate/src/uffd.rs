@@ -549,15 +549,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn without_asking_for_it_nothing_is_write_protected() {
-        if uffd_or_skip().is_none() {
-            return;
-        }
-        let mut plain = Uffd::with_features(0).expect("userfaultfd");
-        assert!(!plain.tracks_writes());
-        let pages = 2;
-        // SAFETY: a fresh private anonymous mapping; nothing else uses the range.
+    /// A fresh private anonymous mapping of `pages` pages (unmapped by the caller).
+    fn anonymous(pages: usize) -> *mut c_void {
+        // SAFETY: a fresh mapping; nothing else uses the range.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -569,6 +563,18 @@ mod tests {
             )
         };
         assert_ne!(base, libc::MAP_FAILED);
+        base
+    }
+
+    #[test]
+    fn without_asking_for_it_nothing_is_write_protected() {
+        if uffd_or_skip().is_none() {
+            return;
+        }
+        let mut plain = Uffd::with_features(0).expect("userfaultfd");
+        assert!(!plain.tracks_writes());
+        let pages = 2;
+        let base = anonymous(pages);
         plain.register(base, pages * PAGE).expect("UFFDIO_REGISTER");
         let data = vec![1u8; PAGE];
         // SAFETY: page 0 is a missing page of the registered range; `data` has a page.
@@ -590,18 +596,7 @@ mod tests {
         let mut uffd =
             Uffd::with_features(UFFD_FEATURE_WP_ASYNC.into()).expect("userfaultfd with WP_ASYNC");
         let pages = 4;
-        // SAFETY: a fresh private anonymous mapping; nothing else uses the range.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                pages * PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
+        let base = anonymous(pages);
         uffd.register(base, pages * PAGE).expect("UFFDIO_REGISTER");
         assert!(
             uffd.tracks_writes(),

@@ -48,33 +48,36 @@ fn get_ms(addr: SocketAddr, path: &str) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-fn bench(mib: u64, memory: &str) {
-    let root = Rootfs::new();
+/// `pattern_server` holding `mib` MiB in a sandbox of `memory` (page-fault wakes), once it
+/// answers; and its address.
+fn start_pattern(root: &Rootfs, mib: u64, memory: &str) -> (Detached, SocketAddr) {
     let prog = root.guest_program("pattern_server");
     let port = free_port();
     let publish = format!("127.0.0.1:{port}:8080");
-    let bin = testutil::torpor_bin();
+    let opts = [
+        "--memory",
+        memory,
+        "--publish",
+        &publish,
+        "--wake-mode",
+        "fault",
+    ];
     let sb = Detached::start(
-        &bin,
-        &[
-            "--memory",
-            memory,
-            "--publish",
-            &publish,
-            "--wake-mode",
-            "fault",
-        ],
+        &testutil::torpor_bin(),
+        &opts,
         root.path(),
         &prog,
         &["8080", &mib.to_string()],
     );
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    assert!(Detached::wait_until(Duration::from_secs(300), || http_get(
-        addr,
-        "/",
-        Duration::from_secs(5)
-    )
-    .is_ok()));
+    let up = || http_get(addr, "/", Duration::from_secs(5)).is_ok();
+    assert!(Detached::wait_until(Duration::from_secs(300), up));
+    (sb, addr)
+}
+
+fn bench(mib: u64, memory: &str) {
+    let root = Rootfs::new();
+    let (sb, addr) = start_pattern(&root, mib, memory);
     let mb = |b: u64| b as f64 / 1e6;
     let (mut hot_pss, mut hib_pss, mut woken_pss, mut full_pss) = (vec![], vec![], vec![], vec![]);
     let (mut deflate_ms, mut deflate_mbps, mut swap_mb) = (vec![], vec![], vec![]);
@@ -157,34 +160,10 @@ fn hibernate(sb: &Detached, extra: &[&str]) -> (f64, f64) {
 
 fn later_deflates(mib: u64, memory: &str) {
     let root = Rootfs::new();
-    let prog = root.guest_program("pattern_server");
-    let bin = testutil::torpor_bin();
     let (mut first, mut second, mut full, mut third) = (vec![], vec![], vec![], vec![]);
     let (mut first_mb, mut second_mb, mut full_mb, mut third_mb) = (vec![], vec![], vec![], vec![]);
     for _ in 0..RUNS {
-        let port = free_port();
-        let publish = format!("127.0.0.1:{port}:8080");
-        let sb = Detached::start(
-            &bin,
-            &[
-                "--memory",
-                memory,
-                "--publish",
-                &publish,
-                "--wake-mode",
-                "fault",
-            ],
-            root.path(),
-            &prog,
-            &["8080", &mib.to_string()],
-        );
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        assert!(Detached::wait_until(Duration::from_secs(300), || http_get(
-            addr,
-            "/",
-            Duration::from_secs(5)
-        )
-        .is_ok()));
+        let (sb, addr) = start_pattern(&root, mib, memory);
         get_ms(addr, "/verify");
         let (t, mb) = hibernate(&sb, &[]);
         first.push(t);
