@@ -113,14 +113,49 @@ impl SwapStore {
     /// [`SwapError::SlotOutOfRange`] for slots no layer holds, [`SwapError::BufferSize`];
     /// otherwise as [`SwapReader::read_slots_into`]. `buf` is zeroed on every error.
     pub fn read_slots_into(&self, first: u32, count: u32, buf: &mut [u8]) -> Result<(), SwapError> {
-        let r = self.read_unzeroed(first, count, buf);
+        self.read(None, first, count, buf)
+    }
+
+    /// As [`SwapStore::read_slots_into`] for guest pages `first_page..first_page + count`,
+    /// and each slot's index entry must name its page: a page-state map pointing at another
+    /// page's slot is an error, never that page's bytes.
+    ///
+    /// # Errors
+    /// [`SwapError::BadIndex`] for a slot holding another page; as
+    /// [`SwapStore::read_slots_into`]. `buf` is zeroed on every error.
+    pub fn read_pages_into(
+        &self,
+        first_page: PageIdx,
+        first: u32,
+        count: u32,
+        buf: &mut [u8],
+    ) -> Result<(), SwapError> {
+        self.read(Some(first_page), first, count, buf)
+    }
+
+    /// Reads, checking each slot's page against `first_page` onwards when given; zeroes
+    /// `buf` on any error.
+    fn read(
+        &self,
+        first_page: Option<PageIdx>,
+        first: u32,
+        count: u32,
+        buf: &mut [u8],
+    ) -> Result<(), SwapError> {
+        let r = self.read_unzeroed(first_page, first, count, buf);
         if r.is_err() {
             buf.fill(0);
         }
         r
     }
 
-    fn read_unzeroed(&self, first: u32, count: u32, buf: &mut [u8]) -> Result<(), SwapError> {
+    fn read_unzeroed(
+        &self,
+        first_page: Option<PageIdx>,
+        first: u32,
+        count: u32,
+        buf: &mut [u8],
+    ) -> Result<(), SwapError> {
         let expected = count as usize * PAGE_BYTES;
         if buf.len() != expected {
             return Err(SwapError::BufferSize {
@@ -138,6 +173,17 @@ impl SwapStore {
             let slot = first.checked_add(done).ok_or_else(out_of_range)?;
             let (layer, local) = self.locate(slot).ok_or_else(out_of_range)?;
             let n = (count - done).min(layer.reader.slots() - local);
+            if let Some(p) = first_page {
+                for k in 0..n {
+                    let want = PageIdx(p.0 + u64::from(done + k));
+                    if layer.reader.index().entry(local + k).map(|e| e.page) != Some(want) {
+                        return Err(SwapError::BadIndex {
+                            entry: u64::from(slot) + u64::from(k),
+                            reason: "the slot holds another guest page",
+                        });
+                    }
+                }
+            }
             let at = done as usize * PAGE_BYTES;
             layer
                 .reader
@@ -145,44 +191,6 @@ impl SwapStore {
             done += n;
         }
         Ok(())
-    }
-
-    /// Reads one global slot (4 KiB into `buf`), verified.
-    ///
-    /// # Errors
-    /// As [`SwapStore::read_slots_into`].
-    pub fn read_slot(&self, slot: u32, buf: &mut [u8; PAGE_BYTES]) -> Result<(), SwapError> {
-        self.read_slots_into(slot, 1, buf)
-    }
-
-    /// As [`SwapStore::read_slots_into`] for guest pages `first_page..first_page + count`,
-    /// and each slot's index entry must name its page: a page-state map pointing at another
-    /// page's slot is an error, never that page's bytes.
-    ///
-    /// # Errors
-    /// [`SwapError::BadIndex`] for a slot holding another page; as
-    /// [`SwapStore::read_slots_into`]. `buf` is zeroed on every error.
-    pub fn read_pages_into(
-        &self,
-        first_page: PageIdx,
-        first: u32,
-        count: u32,
-        buf: &mut [u8],
-    ) -> Result<(), SwapError> {
-        for k in 0..count {
-            let slot = first.checked_add(k);
-            let named = slot
-                .and_then(|s| self.locate(s))
-                .and_then(|(l, local)| l.reader.index().entry(local).map(|e| e.page));
-            if named.is_some_and(|p| p != PageIdx(first_page.0 + u64::from(k))) {
-                buf.fill(0);
-                return Err(SwapError::BadIndex {
-                    entry: u64::from(first) + u64::from(k),
-                    reason: "the slot holds another guest page",
-                });
-            }
-        }
-        self.read_slots_into(first, count, buf)
     }
 
     /// Whether the next deflate should write every live page into one fresh layer instead
@@ -220,12 +228,6 @@ impl SwapStore {
                 tracing::warn!("removing a swap layer: {e}");
             }
         }
-    }
-
-    /// Takes the layers out (for a compaction: the caller reads from them while writing the
-    /// fresh layer, then removes them).
-    pub fn take(&mut self) -> SwapStore {
-        std::mem::take(self)
     }
 }
 
@@ -266,7 +268,7 @@ mod tests {
         assert_eq!((s.layers(), s.next_base(), s.total_slots()), (2, 5, 5));
 
         let mut one = [0u8; PAGE_BYTES];
-        s.read_slot(3, &mut one).unwrap();
+        s.read_slots_into(3, 1, &mut one).unwrap();
         assert!(one.iter().all(|&b| b == 7));
         // A run across the boundary comes from both files.
         let mut run = vec![0u8; 3 * PAGE_BYTES];
@@ -278,6 +280,26 @@ mod tests {
         assert!(matches!(
             s.read_slots_into(4, 2, &mut bad),
             Err(SwapError::SlotOutOfRange { .. })
+        ));
+        assert!(bad.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_slot_of_another_page_is_an_error() {
+        let dir = crate::testutil::TempDir::new();
+        let mut s = SwapStore::new();
+        s.push(layer(dir.path(), "a", &[(1, 1), (2, 2), (3, 3)]))
+            .unwrap();
+        s.push(layer(dir.path(), "b", &[(7, 7), (8, 8)])).unwrap();
+        let mut two = vec![0u8; 2 * PAGE_BYTES];
+        s.read_pages_into(PageIdx(2), 1, 2, &mut two).unwrap();
+        s.read_pages_into(PageIdx(7), 3, 2, &mut two).unwrap();
+        assert_eq!((two[0], two[PAGE_BYTES]), (7, 8));
+        // Slot 3 holds page 7, not page 4: nothing of it is handed out.
+        let mut bad = vec![0xaau8; 2 * PAGE_BYTES];
+        assert!(matches!(
+            s.read_pages_into(PageIdx(3), 2, 2, &mut bad),
+            Err(SwapError::BadIndex { entry: 3, .. })
         ));
         assert!(bad.iter().all(|&b| b == 0));
     }
@@ -305,10 +327,10 @@ mod tests {
         assert!(dir.path().join("c").exists());
         // The numbering does not move: slot 3 is still layer c's page.
         let mut one = [0u8; PAGE_BYTES];
-        s.read_slot(3, &mut one).unwrap();
+        s.read_slots_into(3, 1, &mut one).unwrap();
         assert_eq!(one[0], 4);
         // Slot 2 (the removed layer) is gone.
-        assert!(s.read_slot(2, &mut one).is_err());
+        assert!(s.read_slots_into(2, 1, &mut one).is_err());
         // The next layer still starts after the last one.
         assert_eq!(s.next_base(), 4);
         s.remove_all();

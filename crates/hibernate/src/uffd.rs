@@ -414,20 +414,9 @@ mod tests {
             return;
         };
         let pages = 6;
-        // SAFETY: a fresh private anonymous mapping; nothing else uses the range. It is never
-        // unmapped on a failure, so a fault thread still running then touches mapped memory.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                pages * PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        let base = base as usize;
+        // Never unmapped on a failure, so a fault thread still running then touches mapped
+        // memory.
+        let base = anonymous(pages) as usize;
         uffd.register(base as *mut c_void, pages * PAGE)
             .expect("UFFDIO_REGISTER");
 

@@ -50,6 +50,20 @@ impl Output {
         String::from_utf8_lossy(&self.stderr).into_owned()
     }
 
+    /// Panics unless this (a run under torpor) printed exactly what `native` (the same
+    /// program run natively) printed on stdout, showing both and this run's stderr;
+    /// `what` names the case.
+    #[track_caller]
+    pub fn assert_same_stdout(&self, native: &Output, what: &str) {
+        assert!(
+            self.stdout == native.stdout,
+            "{what}: stdout differs\n--- native:\n{}\n--- torpor:\n{}\n--- torpor stderr:\n{}",
+            native.stdout_str(),
+            self.stdout_str(),
+            self.stderr_str()
+        );
+    }
+
     /// Panics, showing both streams, unless the status is `code`.
     #[track_caller]
     pub fn assert_code(&self, code: i32) -> &Output {

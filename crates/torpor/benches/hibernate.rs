@@ -92,17 +92,14 @@ fn bench(mib: u64, memory: &str) {
         hot_first.push(h1);
         hot_full.push(get_ms(addr, "/verify"));
         hot_pss.push(mb(sb.stat_u64("pss_bytes")));
-        let report = sb.ok("hibernate", &["--compact"]);
-        let report: String = report.split_whitespace().collect();
-        let took = json_field(&report, "took_us")
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0);
-        let swap = json_field(&report, "swap_written_bytes")
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0);
-        deflate_ms.push(took / 1e3);
-        swap_mb.push(swap / 1e6);
-        deflate_mbps.push(if took > 0.0 { swap / took } else { 0.0 });
+        let (took_ms, written_mb) = hibernate(&sb, &["--compact"]);
+        deflate_ms.push(took_ms);
+        swap_mb.push(written_mb);
+        deflate_mbps.push(if took_ms > 0.0 {
+            written_mb * 1e3 / took_ms
+        } else {
+            0.0
+        });
         hib_pss.push(mb(sb.stat_u64("pss_bytes")));
         let f0 = sb.stat_u64("faults");
         let w1 = get_ms(addr, "/");
@@ -147,7 +144,7 @@ fn bench(mib: u64, memory: &str) {
     println!();
 }
 
-/// A hibernate's report figure.
+/// A hibernate with `extra` options: its deflate time (ms) and the swap it wrote (MB).
 fn hibernate(sb: &Detached, extra: &[&str]) -> (f64, f64) {
     let report: String = sb.ok("hibernate", extra).split_whitespace().collect();
     let num = |f: &str| {

@@ -375,9 +375,7 @@ fn program_file_changed_while_hibernated_stops_the_sandbox() {
     let app = start_with(4, "64M", &["--no-share-files"]);
     let report = app.sb.ok("hibernate", &[]);
     assert!(
-        testutil::json_field(&report.split_whitespace().collect::<String>(), "file_pages")
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|n| n > 0),
+        report_u64(&report, "file_pages") > 0,
         "clean program pages were dropped: {report}"
     );
     let pid = app.sb.pid();

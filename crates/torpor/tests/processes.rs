@@ -27,13 +27,7 @@ fn shell_root() -> Rootfs {
 
 #[track_caller]
 fn assert_same(what: &str, nat: &Output, got: &Output) {
-    assert!(
-        got.stdout == nat.stdout,
-        "{what}: stdout differs\n--- native:\n{}\n--- torpor:\n{}\n--- torpor stderr:\n{}",
-        nat.stdout_str(),
-        got.stdout_str(),
-        got.stderr_str()
-    );
+    got.assert_same_stdout(nat, what);
     assert_eq!(
         got.code(),
         nat.code(),

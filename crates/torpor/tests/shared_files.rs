@@ -39,13 +39,7 @@ fn private_file_mappings_copy_on_write_like_native() {
         .arg("data")
         .host_env("TORPOR_LOG", "off")
         .output();
-    assert!(
-        got.stdout == nat.stdout,
-        "stdout differs\n--- native:\n{}\n--- torpor:\n{}\n--- torpor stderr:\n{}",
-        nat.stdout_str(),
-        got.stdout_str(),
-        got.stderr_str()
-    );
+    got.assert_same_stdout(&nat, "file_cow");
     assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
     let out = got.stdout_str();
     assert!(out.contains("host-file: was L, mapping q, file L"), "{out}");

@@ -29,13 +29,7 @@ fn shared_memory_matches_native() {
         .run(r.path(), &prog)
         .host_env("TORPOR_LOG", "off")
         .output();
-    assert!(
-        got.stdout == nat.stdout,
-        "stdout differs\n--- native:\n{}\n--- torpor:\n{}\n--- torpor stderr:\n{}",
-        nat.stdout_str(),
-        got.stdout_str(),
-        got.stderr_str()
-    );
+    got.assert_same_stdout(&nat, "shared memory");
     assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
     assert!(got.stdout_str().contains("mutex counter: 40000"));
     assert!(got.stdout_str().ends_with("done\n"));

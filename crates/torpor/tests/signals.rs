@@ -33,13 +33,7 @@ fn same_as_native(mode: Option<&str>, expect_code: i32) {
         expect_code,
         "native run of signals {mode:?}: {nat:?}"
     );
-    assert!(
-        got.stdout == nat.stdout,
-        "signals {mode:?}: stdout differs\n--- native:\n{}\n--- torpor:\n{}\n--- torpor stderr:\n{}",
-        nat.stdout_str(),
-        got.stdout_str(),
-        got.stderr_str()
-    );
+    got.assert_same_stdout(&nat, &format!("signals {mode:?}"));
     assert_eq!(
         got.code(),
         nat.code(),

@@ -42,13 +42,7 @@ fn unix_sockets_match_native() {
         .run(r.path(), &prog)
         .host_env("TORPOR_LOG", "off")
         .output();
-    assert!(
-        got.stdout == nat.stdout,
-        "stdout differs\n--- native:\n{}\n--- torpor:\n{}\n--- torpor stderr:\n{}",
-        nat.stdout_str(),
-        got.stdout_str(),
-        got.stderr_str()
-    );
+    got.assert_same_stdout(&nat, "unix sockets");
     assert_eq!(got.code(), 0, "{}", got.stderr_str());
 }
 
