@@ -1,6 +1,8 @@
 /*
- * pattern_server PORT MIB [SEED]: fills MIB MiB of anonymous memory with a known pattern,
- * then serves HTTP/1.0-style requests, one per connection:
+ * pattern_server PORT MIB [SEED [FILE]]: fills MIB MiB of anonymous memory with a known
+ * pattern (with FILE, of a private mapping of FILE, created that long, made read-only once
+ * filled: written pages of a read-only file mapping, like a program's relocated data), then
+ * serves HTTP/1.0-style requests, one per connection:
  *   GET /verify   checks every word of the pattern: "ok WORDS" or "bad WORD_INDEX"
  *   GET /touch/K  reads K MiB of it (a chosen working set): "touched K SUM"
  *   GET /dirty/S  rewrites every S-th page with new values (S = 100 dirties 1 %; /verify
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -21,6 +24,8 @@
 static uint64_t *heap;
 static size_t words;
 static uint64_t seed;
+/* With FILE: the pattern is read-only between requests that rewrite it. */
+static int read_only;
 /* How many times each 4 KiB page was rewritten by /dirty (its words carry the count). */
 static unsigned char *generation;
 
@@ -49,10 +54,19 @@ int main(int argc, char **argv) {
     size_t mib = strtoull(argv[2], 0, 10);
     seed = argc > 3 ? strtoull(argv[3], 0, 0) : 0x5eed;
     words = mib * (1 << 20) / 8;
-    heap = mmap(0, mib << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (argc > 4) {
+        int fd = open(argv[4], O_RDWR | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || ftruncate(fd, mib << 20)) { perror(argv[4]); return 1; }
+        heap = mmap(0, mib << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+        close(fd);
+        read_only = 1;
+    } else {
+        heap = mmap(0, mib << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
     generation = calloc(words / 512 + 1, 1);
     if (heap == MAP_FAILED || !generation) { perror("mmap"); return 1; }
     for (size_t i = 0; i < words; i++) heap[i] = pattern(i);
+    if (read_only && mprotect(heap, mib << 20, PROT_READ)) { perror("mprotect"); return 1; }
 
     int s = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
@@ -92,10 +106,12 @@ int main(int argc, char **argv) {
         } else if (!strncmp(req, "GET /dirty/", 11)) {
             size_t stride = strtoull(req + 11, 0, 10), pages = 0;
             if (stride == 0) stride = 1;
+            if (read_only) mprotect(heap, mib << 20, PROT_READ | PROT_WRITE);
             for (size_t p = 0; p < words / 512; p += stride, pages++) {
                 generation[p]++;
                 for (size_t i = p * 512; i < (p + 1) * 512; i++) heap[i] = pattern(i);
             }
+            if (read_only) mprotect(heap, mib << 20, PROT_READ);
             snprintf(body, sizeof body, "dirtied %zu\n", pages);
             reply(c, body);
         } else if (!strncmp(req, "GET /quit", 9)) {

@@ -876,7 +876,22 @@ impl Hibernator {
         let first_page = layout::RESERVED_END.raw() / PAGE_SIZE;
         let total_pages = mem.size() / PAGE_SIZE;
 
-        // Residency of every guest page (mincore on the host mapping).
+        let mut mm = mm.lock().unwrap_or_else(|e| e.into_inner());
+        // Clean pages of read-only file mappings (program text, read-only data) are not
+        // written: they are dropped, and fault back in from their file.
+        let mut clean: std::collections::HashMap<u64, (Arc<std::fs::File>, u64)> = mm
+            .clean_file_pages()
+            .into_iter()
+            .map(|c| (c.frame.raw() / PAGE_SIZE, (c.file, c.offset)))
+            .collect();
+        let mut files: Vec<pager::FilePage> = Vec::new();
+        let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
+
+        // Residency of every guest page (mincore on the host mapping), read only now: the walk
+        // of the page tables above may have faulted swapped page-table pages back in, and
+        // with the pager's lock held no page can come back until the states are written. (A
+        // snapshot taken before that walk saw those pages absent: a page brought back
+        // write-protected was then taken for one the guest had dropped, and its bytes lost.)
         let mut resident = vec![0u8; total_pages as usize];
         // SAFETY: the range is exactly guest memory's mapping; `resident` has one byte a page.
         let r = unsafe {
@@ -889,16 +904,6 @@ impl Hibernator {
         if r != 0 {
             return Err(format!("mincore: {}", std::io::Error::last_os_error()));
         }
-        let mut mm = mm.lock().unwrap_or_else(|e| e.into_inner());
-        // Clean pages of read-only file mappings (program text, read-only data) are not
-        // written: they are dropped, and fault back in from their file.
-        let mut clean: std::collections::HashMap<u64, (Arc<std::fs::File>, u64)> = mm
-            .clean_file_pages()
-            .into_iter()
-            .map(|c| (c.frame.raw() / PAGE_SIZE, (c.file, c.offset)))
-            .collect();
-        let mut files: Vec<pager::FilePage> = Vec::new();
-        let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
 
         // The REAP working set: a fresh recording replaces the old one.
         let recorded = pager.recorder.is_active();

@@ -4,8 +4,8 @@
 //! One [`Uffd`] is created (`userfaultfd(2)` with `O_CLOEXEC`, blocking reads, kernel-mode
 //! faults included so that the runtime's own copies into guest memory fault too), handshaken
 //! with `UFFDIO_API`, asking for asynchronous write protection (`UFFD_FEATURE_WP_ASYNC`, Linux
-//! 6.7) only when `TORPOR_UFFD_WP=1` (opt-in: see [`Uffd::new`]), and registers guest memory in `MISSING` mode, plus `WP` mode when
-//! the feature is there. The handler thread reads page-fault events ([`Uffd::read_event`]) and
+//! 6.7; `TORPOR_UFFD_WP=0` turns it off), and registers guest memory in `MISSING` mode, plus
+//! `WP` mode when the feature is there. The handler thread reads page-fault events ([`Uffd::read_event`]) and
 //! resolves them with `UFFDIO_COPY` ([`Uffd::copy`], [`Uffd::copy_write_protected`]) or
 //! `UFFDIO_ZEROPAGE` ([`Uffd::zeropage`]), both of which wake the faulting threads.
 //!
@@ -68,10 +68,9 @@ impl Uffd {
     /// # Errors
     /// The errno of `userfaultfd(2)` (`EPERM` when not permitted) or of `UFFDIO_API`.
     pub fn new() -> io::Result<Self> {
-        // Write tracking is opt-in (`TORPOR_UFFD_WP=1`): with it, Node.js died after a few
-        // hibernates of `torpor bench paper` (a write that left the bit set, not understood
-        // yet), so by default every deflate writes every resident page.
-        if std::env::var("TORPOR_UFFD_WP").as_deref() != Ok("1") {
+        // `TORPOR_UFFD_WP=0` turns write tracking off (every deflate then writes every
+        // resident page again): a switch to rule it out when chasing a lost write.
+        if std::env::var("TORPOR_UFFD_WP").as_deref() == Ok("0") {
             return Self::with_features(0);
         }
         match Self::with_features(UFFD_FEATURE_WP_ASYNC.into()) {
