@@ -183,6 +183,9 @@ struct ProcessMemory {
     generation: u64,
     /// The recorded working set REAP prefetches (empty until a wake has been recorded).
     reap_set: Vec<PageIdx>,
+    /// The page-cache pages of the recorded working set (windows' guest-physical pages),
+    /// read ahead with it: see [`crate::filereap`].
+    reap_files: Vec<Gpa>,
     /// Whether the next wake records a fresh working set (instead of prefetching).
     record_next: bool,
     /// Whether the current wake was served by a REAP prefetch.
@@ -209,6 +212,7 @@ impl ProcessMemory {
             uffd: None,
             generation: 0,
             reap_set: Vec::new(),
+            reap_files: Vec::new(),
             record_next: mode != WakeMode::Fault,
             reap_wake: false,
         })
@@ -607,16 +611,19 @@ impl Hibernator {
             }
             let _ = sw.reader.remove();
         }
-        let mut bytes = 0;
+        let (mut bytes, mut file_bytes) = (0, 0);
         let mut prefetched = false;
         for pm in self.processes.values_mut() {
-            if let Some(b) = inflate_process(pm, &error_file) {
+            if let Some((b, f)) = inflate_process(pm, &error_file) {
                 bytes += b;
+                file_bytes += f;
                 prefetched = true;
             }
         }
         if prefetched {
-            self.shared.metrics.record_prefetch(bytes, woke.elapsed());
+            self.shared
+                .metrics
+                .record_prefetch(bytes, file_bytes, woke.elapsed());
         }
     }
 
@@ -884,6 +891,14 @@ impl Hibernator {
             .into_iter()
             .map(|c| (c.frame.raw() / PAGE_SIZE, (c.file, c.offset)))
             .collect();
+        // The page-cache pages touched since the last deflate (the file part of a recorded
+        // working set; the accessed bits are cleared for the next wake). Not with page-fault
+        // wakes, which have no use for it (clearing the bits writes the page tables).
+        let touched_files = if self.mode == WakeMode::Fault {
+            Vec::new()
+        } else {
+            mm.take_touched_window_pages()
+        };
         let mut files: Vec<pager::FilePage> = Vec::new();
         let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
 
@@ -910,9 +925,11 @@ impl Hibernator {
         let fresh = pager.recorder.stop();
         let mut record_next = pm.record_next;
         let mut reap_set = pm.reap_set.clone();
+        let mut reap_files = pm.reap_files.clone();
         if self.mode != WakeMode::Fault {
             if recorded && !fresh.is_empty() {
                 reap_set = fresh;
+                reap_files = touched_files;
                 record_next = false;
             } else if self.mode == WakeMode::Auto && pm.reap_wake {
                 let residual = self.shared.metrics.residual_faults.load(Ordering::Relaxed);
@@ -1254,6 +1271,7 @@ impl Hibernator {
         }
         pm.generation = generation;
         pm.reap_set = reap_set;
+        pm.reap_files = reap_files;
         pm.record_next = record_next;
         drop(pager);
         drop(mm);
@@ -1391,9 +1409,9 @@ fn restore_shared(sw: &SharedSwap) -> Result<(), String> {
     Ok(())
 }
 
-/// One process's part of a wake: prefetches its REAP file and returns the bytes read, or
-/// starts recording its working set (None).
-fn inflate_process(pm: &mut ProcessMemory, error_file: &std::path::Path) -> Option<u64> {
+/// One process's part of a wake: prefetches its REAP file and its set's file pages and
+/// returns the bytes of each, or starts recording its working set (None).
+fn inflate_process(pm: &mut ProcessMemory, error_file: &std::path::Path) -> Option<(u64, u64)> {
     let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
     pager.recorder.clear();
     pm.reap_wake = false;
@@ -1407,6 +1425,10 @@ fn inflate_process(pm: &mut ProcessMemory, error_file: &std::path::Path) -> Opti
     let state = &mut *pager;
     let reader = state.reap.as_ref()?;
     reader.advise_sequential();
+    // The file pages of the set go to the disk first, together; waited for after the
+    // memory's.
+    let file_runs = crate::filereap::runs(&pm.mem, &pm.reap_files);
+    crate::filereap::advise(&file_runs);
     let pages = &mut state.pages;
     let mut bytes = 0u64;
     let r = reader.read_batches(8 << 20, |batch: crate::pagefile::PageBatch<'_>| {
@@ -1435,9 +1457,16 @@ fn inflate_process(pm: &mut ProcessMemory, error_file: &std::path::Path) -> Opti
     if let Err(e) = r {
         pager::fatal(error_file, &format!("REAP file unreadable or corrupt: {e}"));
     }
+    let file_bytes = crate::filereap::populate(&file_runs);
+    tracing::debug!(
+        memory = bytes,
+        files = file_bytes,
+        runs = file_runs.len(),
+        "REAP prefetch"
+    );
     state.reap_wake = true;
     pm.reap_wake = true;
-    Some(bytes)
+    Some((bytes, file_bytes))
 }
 
 /// Writes the batch `idx` (guest pages; their bytes packed in `data`) with `write`, records

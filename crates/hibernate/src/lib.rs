@@ -31,6 +31,7 @@
 //! `HibernateMetrics` is lock-free.
 
 pub mod engine;
+pub mod filereap;
 pub mod metrics;
 pub mod pagefile;
 pub mod pager;

@@ -5,7 +5,7 @@
 //! - cumulative since the sandbox started: `faults`, `fault_bytes`, `deflates`, `wakes`;
 //! - gauges set at each deflate: `swap_bytes`, `reap_bytes` (bytes now held in the files);
 //! - about the last wake, reset by [`HibernateMetrics::begin_wake`]: `prefetched_bytes`,
-//!   `prefetch_us`, `residual_faults` (faults on pages outside the REAP set), and
+//!   `prefetched_file_bytes`, `prefetch_us`, `residual_faults` (faults on pages outside the REAP set), and
 //!   `last_wake_us` (from wake trigger to vCPUs resumed); `last_deflate_us` likewise for the
 //!   last deflate.
 //!
@@ -26,6 +26,8 @@ pub struct HibernateMetrics {
     pub fault_bytes: AtomicU64,
     /// Bytes prefetched from the REAP file on the last wake.
     pub prefetched_bytes: AtomicU64,
+    /// Bytes of the working set's file pages read ahead on the last wake (`filereap`).
+    pub prefetched_file_bytes: AtomicU64,
     /// Bytes in the swap file (set at each deflate).
     pub swap_bytes: AtomicU64,
     /// Bytes in the REAP file (set at each deflate).
@@ -53,6 +55,8 @@ pub struct MetricsSnapshot {
     pub fault_bytes: u64,
     /// See [`HibernateMetrics::prefetched_bytes`].
     pub prefetched_bytes: u64,
+    /// See [`HibernateMetrics::prefetched_file_bytes`].
+    pub prefetched_file_bytes: u64,
     /// See [`HibernateMetrics::swap_bytes`].
     pub swap_bytes: u64,
     /// See [`HibernateMetrics::reap_bytes`].
@@ -101,13 +105,16 @@ impl HibernateMetrics {
     /// Resets the per-wake fields at the start of a wake.
     pub fn begin_wake(&self) {
         self.prefetched_bytes.store(0, Relaxed);
+        self.prefetched_file_bytes.store(0, Relaxed);
         self.prefetch_us.store(0, Relaxed);
         self.residual_faults.store(0, Relaxed);
     }
 
-    /// Records the REAP prefetch of this wake.
-    pub fn record_prefetch(&self, bytes: u64, took: Duration) {
+    /// Records the REAP prefetch of this wake: `bytes` from the REAP files, `file_bytes` of
+    /// file pages read ahead.
+    pub fn record_prefetch(&self, bytes: u64, file_bytes: u64, took: Duration) {
         self.prefetched_bytes.store(bytes, Relaxed);
+        self.prefetched_file_bytes.store(file_bytes, Relaxed);
         self.prefetch_us.store(us(took), Relaxed);
     }
 
@@ -123,6 +130,7 @@ impl HibernateMetrics {
             faults: self.faults.load(Relaxed),
             fault_bytes: self.fault_bytes.load(Relaxed),
             prefetched_bytes: self.prefetched_bytes.load(Relaxed),
+            prefetched_file_bytes: self.prefetched_file_bytes.load(Relaxed),
             swap_bytes: self.swap_bytes.load(Relaxed),
             reap_bytes: self.reap_bytes.load(Relaxed),
             last_deflate_us: self.last_deflate_us.load(Relaxed),
@@ -153,7 +161,7 @@ mod tests {
         let m = HibernateMetrics::new();
         m.record_deflate(Duration::from_micros(1500), 40960, 8192);
         m.begin_wake();
-        m.record_prefetch(8192, Duration::from_micros(300));
+        m.record_prefetch(8192, 4096, Duration::from_micros(300));
         m.record_fault(4096, true);
         m.record_fault(4096, false);
         m.record_wake(Duration::from_millis(2));
@@ -164,6 +172,7 @@ mod tests {
                 faults: 2,
                 fault_bytes: 8192,
                 prefetched_bytes: 8192,
+                prefetched_file_bytes: 4096,
                 swap_bytes: 40960,
                 reap_bytes: 8192,
                 last_deflate_us: 1500,
@@ -178,8 +187,13 @@ mod tests {
         m.begin_wake();
         let s2 = m.snapshot();
         assert_eq!(
-            (s2.prefetched_bytes, s2.prefetch_us, s2.residual_faults),
-            (0, 0, 0)
+            (
+                s2.prefetched_bytes,
+                s2.prefetched_file_bytes,
+                s2.prefetch_us,
+                s2.residual_faults
+            ),
+            (0, 0, 0, 0)
         );
         assert_eq!(
             (s2.faults, s2.swap_bytes, s2.last_wake_us),
@@ -190,6 +204,7 @@ mod tests {
             "faults",
             "fault_bytes",
             "prefetched_bytes",
+            "prefetched_file_bytes",
             "swap_bytes",
             "reap_bytes",
             "last_deflate_us",

@@ -433,6 +433,36 @@ impl MemoryManager {
         out
     }
 
+    /// The page-cache pages (frames in shared windows) that private file mappings touched
+    /// since the last call, by their entries' accessed bits, which this call clears: the file
+    /// part of a working set, to read ahead at a wake (see `hibernate`'s REAP). The caller
+    /// drops the host's mapping of those pages next, so that the hypervisor sets the bits
+    /// again at the next touch.
+    pub fn take_touched_window_pages(&mut self) -> Vec<Gpa> {
+        let mut out = Vec::new();
+        let mut touched = Vec::new();
+        for v in self.vmas.iter() {
+            if !matches!(v.kind, VmaKind::File { cache: Some(_), .. }) {
+                continue;
+            }
+            for (va, frame, flags) in self.pt.frames_in(v.start, Gva(v.end.0 - PAGE_SIZE)) {
+                if flags.contains(PteFlags::PRESENT)
+                    && flags.contains(PteFlags::ACCESSED)
+                    && !self.mem.is_own(frame)
+                {
+                    out.push(frame);
+                    touched.push(va);
+                }
+            }
+        }
+        for va in touched {
+            self.pt.clear_accessed(va);
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Removes VMAs and pages in `[start, end)` (page-aligned, non-empty).
     fn unmap_range(&mut self, start: Gva, end: Gva) -> Result<(), MmError> {
         self.vmas

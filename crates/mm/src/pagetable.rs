@@ -462,6 +462,17 @@ impl PageTables {
         }
     }
 
+    /// Clears the accessed bit of the present entry for `va` without queueing it for the
+    /// shadow MMU: for a page whose host mapping is being dropped (the hypervisor forgets its
+    /// translation then, and sets the bit again in the guest's entry at the next touch).
+    pub fn clear_accessed(&mut self, va: Gva) {
+        if let Ok(Probe::Leaf { slot, entry }) = self.probe(va.page_down()) {
+            if entry & PteFlags::PRESENT.0 != 0 && entry & PteFlags::ACCESSED.0 != 0 {
+                let _ = self.mem.write_u64(slot, entry & !PteFlags::ACCESSED.0);
+            }
+        }
+    }
+
     /// Every user page in `[start, end)` whose entry owns a frame, in address order, skipping
     /// absent tables wholesale (cheap over huge sparse ranges).
     pub fn frames_in(&self, start: Gva, end: Gva) -> Vec<(Gva, Gpa, PteFlags)> {

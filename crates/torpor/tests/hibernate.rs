@@ -129,6 +129,10 @@ fn fifty_cycles(mode: &str) {
             );
             let residual = app.sb.stat_u64("residual_faults");
             assert!(residual < 64, "cycle {cycle}: {residual} residual faults");
+            // And the program's text the set touched, read ahead from the file (its code
+            // is the page cache's, not in the REAP file).
+            let files = app.sb.stat_u64("prefetched_file_bytes");
+            assert!(files >= 4096, "cycle {cycle}: no file page read ahead");
         }
         if mode == "fault" {
             assert_eq!(prefetched, 0);
