@@ -168,9 +168,16 @@ impl SharedSpace {
             .read(true)
             .write(true)
             .open(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        // (A runtime without the file capabilities may not reopen a file of another user: the
+        // descriptor itself then serves, writable if it was opened so.)
         let (fd, writable) = match reopened {
             Ok(f) => (OwnedFd::from(f), true),
-            Err(_) => (OwnedFd::from(file.try_clone()?), false),
+            Err(_) => {
+                // SAFETY: F_GETFL on a valid fd.
+                let fl = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+                let rw = fl >= 0 && fl & libc::O_ACCMODE == libc::O_RDWR;
+                (OwnedFd::from(file.try_clone()?), rw)
+            }
         };
         let obj = Arc::new(SharedObject::of_file(self.clone(), fd, writable));
         files.insert(key, Arc::downgrade(&obj));

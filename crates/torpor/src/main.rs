@@ -1,5 +1,6 @@
 //! The `torpor` command.
 
+mod broker;
 mod burst;
 mod cli;
 mod confine;
@@ -32,6 +33,10 @@ fn main() -> ExitCode {
     // quietly instead of panicking on EPIPE. The holder (`run`) ignores SIGPIPE itself.
     // SAFETY: setting a signal disposition to SIG_DFL has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(broker::SUBCOMMAND) {
+        broker::serve(&args[2..]);
+    }
     let cli = cli::Cli::parse();
     cli::set_global(&cli.global);
     if let Some(root) = &cli.global.root {

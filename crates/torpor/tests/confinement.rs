@@ -1,6 +1,6 @@
 //! The runtime confines itself once its sandbox is set up (`crates/torpor/src/confine/`):
-//! the holder's own `/proc/PID/status` shows a seccomp filter, `no_new_privs` and only the
-//! capabilities the handlers need; a forbidden call made by the confined holder (a test-only
+//! the holder's own `/proc/PID/status` shows a seccomp filter, `no_new_privs` and no
+//! capability (a root holder's file broker keeps the file capabilities); a forbidden call made by the confined holder (a test-only
 //! hook tries `execve("/bin/sh")`, as a compromised handler would) kills it, and nothing runs;
 //! the confined holder cannot open host files outside its root and state directory (Landlock).
 //!
@@ -37,23 +37,43 @@ fn the_holder_runs_under_seccomp_without_spare_capabilities() {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("holder status");
     assert_eq!(status_field(&status, "Seccomp"), "2", "filter mode");
     assert_eq!(status_field(&status, "NoNewPrivs"), "1");
-    // Running as root: only CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER and FSETID remain
-    // (the friendly form's copy-on-write root is taken down by its janitor, not by the
-    // holder; no port is published below 1024; the userfaultfd comes from /dev/userfaultfd,
-    // Linux 6.1, so no CAP_SYS_PTRACE); none is inheritable.
+    // Running as root: no capability at all (the friendly form's copy-on-write root is taken
+    // down by its janitor, not by the holder; no port is published below 1024; the
+    // userfaultfd comes from /dev/userfaultfd, Linux 6.1, so no CAP_SYS_PTRACE). The file
+    // capabilities the handlers need on the application's behalf (CHOWN, DAC_OVERRIDE,
+    // DAC_READ_SEARCH, FOWNER, FSETID) are the file broker's, a child process confined to
+    // the root and to the file calls it makes for the holder.
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         assert!(
             std::path::Path::new("/dev/userfaultfd").exists(),
             "these hosts have /dev/userfaultfd"
         );
+        for set in ["CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"] {
+            assert_eq!(
+                status_field(&status, set),
+                "0000000000000000",
+                "holder {set}"
+            );
+        }
+        let broker = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .expect("the holder's children")
+            .split_whitespace()
+            .find_map(|c| {
+                let cmd = std::fs::read(format!("/proc/{c}/cmdline")).ok()?;
+                cmd.split(|&b| b == 0)
+                    .any(|a| a == b"__broker")
+                    .then(|| c.to_string())
+            })
+            .expect("a root holder has a file broker");
+        let bs = std::fs::read_to_string(format!("/proc/{broker}/status")).expect("broker status");
         let kept = (1u64 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4);
         for set in ["CapEff", "CapPrm", "CapBnd"] {
-            let v = u64::from_str_radix(&status_field(&status, set), 16).expect("hex");
-            assert_eq!(v, kept, "{set} = {v:#x}");
+            let v = u64::from_str_radix(&status_field(&bs, set), 16).expect("hex");
+            assert_eq!(v, kept, "broker {set} = {v:#x}");
         }
-        assert_eq!(status_field(&status, "CapInh"), "0000000000000000");
-        assert_eq!(status_field(&status, "CapAmb"), "0000000000000000");
+        assert_eq!(status_field(&bs, "Seccomp"), "2", "the broker's filter");
+        assert_eq!(status_field(&bs, "NoNewPrivs"), "1");
         // A process holding just those capabilities, as a compromised holder of another
         // sandbox would, cannot read this holder through /proc (it is not dumpable).
         let o = std::process::Command::new("setpriv")

@@ -7,11 +7,12 @@
 //! clean-up, leaving every `..` and symlink to the host kernel's resolver.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use abi::Errno;
 
+pub mod broker;
 pub mod procfs;
 
 /// `struct open_how` for openat2(2).
@@ -73,6 +74,16 @@ impl Root {
         guest_umask();
         let rel: &[u8] = if path.is_empty() { b"." } else { path };
         let c = CString::new(rel).map_err(|_| Errno::EINVAL)?;
+        broker::retry_open(self.open_own(&c, flags, mode), || broker::Op::OpenAt2 {
+            dir: self.dir.as_fd(),
+            path: rel,
+            flags,
+            mode,
+        })
+    }
+
+    /// `openat2` in the root, by the holder itself.
+    fn open_own(&self, c: &CString, flags: i32, mode: u32) -> Result<OwnedFd, Errno> {
         let how = OpenHow {
             flags: (flags | libc::O_CLOEXEC) as u32 as u64,
             mode: u64::from(mode & 0o7777),

@@ -36,7 +36,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use abi::Errno;
@@ -465,8 +465,23 @@ fn bind_in_dir(fd: BorrowedFd<'_>, dir: &OwnedFd, base: &[u8]) -> Result<Vec<u8>
     let mut via = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
     via.extend_from_slice(base);
     if via.len() < SUN_PATH_MAX {
-        host::bind(fd, &sockaddr(&via))?;
-        return Ok(via);
+        let own = host::bind(fd, &sockaddr(&via));
+        if own.is_ok() || !crate::fs::broker::installed() {
+            own?;
+            return Ok(via);
+        }
+        // A directory the confined holder may not write: the broker binds the socket, through
+        // its own `/proc/self/fd` name of `dir`, which the host then reports.
+        crate::fs::broker::retry_with(own, || crate::fs::broker::Op::BindUnix {
+            socket: fd,
+            dir: dir.as_fd(),
+            name: base,
+        })?;
+        let bound = host::name(fd, false)?;
+        // sun_family (2 bytes), then the path, NUL-terminated or not.
+        let path = bound.as_bytes().get(2..).unwrap_or(&[]);
+        let end = path.iter().position(|&b| b == 0).unwrap_or(path.len());
+        return Ok(path[..end].to_vec());
     }
     let dirfd = dir.as_raw_fd();
     std::thread::scope(|s| {

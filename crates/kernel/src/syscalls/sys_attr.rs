@@ -6,7 +6,7 @@
 //! call takes it, else through the descriptor's `/proc/self/fd/N` link, which the host kernel
 //! follows to the very inode found, never through a path outside the root.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use abi::Errno;
 use platform::Gva;
@@ -15,6 +15,7 @@ use super::sys_file::AT_FDCWD;
 use super::sys_stat::{open_path, stat_fd};
 use super::{SysResult, SyscallArgs};
 use crate::fs;
+use crate::fs::broker::{self, Op};
 use crate::task::Task;
 
 const AT_SYMLINK_NOFOLLOW: i32 = 0x100;
@@ -69,8 +70,14 @@ fn chmod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, flags: i32) -> SysRe
         }
     }
     let proc = fs::host_fd_path(&fd);
+    let mode = mode & 0o7777;
     // SAFETY: a NUL-terminated /proc path to one of our own descriptors.
-    host(unsafe { libc::fchmodat(libc::AT_FDCWD, proc.as_ptr(), mode & 0o7777, 0) })
+    let own = host(unsafe { libc::fchmodat(libc::AT_FDCWD, proc.as_ptr(), mode, 0) });
+    broker::retry_with(own.map(|_| ()), || Op::Chmod {
+        file: fd.as_fd(),
+        mode,
+    })?;
+    Ok(0)
 }
 
 /// Implements chmod(2).
@@ -92,8 +99,14 @@ pub fn sys_fchmodat2(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_fchmod(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
     may_change_file(&f)?;
+    let mode = a.u(1) as u32 & 0o7777;
     // SAFETY: fchmod on an fd we own.
-    host(unsafe { libc::fchmod(f.host().as_raw_fd(), a.u(1) as u32 & 0o7777) })
+    let own = host(unsafe { libc::fchmod(f.host().as_raw_fd(), mode) });
+    broker::retry_with(own.map(|_| ()), || Op::Chmod {
+        file: f.host(),
+        mode,
+    })?;
+    Ok(0)
 }
 
 fn chown_at(t: &mut Task, dirfd: i32, path: Gva, uid: u32, gid: u32, flags: i32) -> SysResult {
@@ -109,7 +122,16 @@ fn chown_at(t: &mut Task, dirfd: i32, path: Gva, uid: u32, gid: u32, flags: i32)
     may_change_metadata(fd.as_raw_fd())?;
     // SAFETY: an O_PATH fd we own, the empty path with AT_EMPTY_PATH (acts on the fd's inode,
     // a symlink itself when it was opened without following).
-    host(unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, AT_EMPTY_PATH) })
+    let own =
+        host(unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, AT_EMPTY_PATH) });
+    broker::retry_with(own.map(|_| ()), || Op::FchownAt {
+        dir: fd.as_fd(),
+        name: b"",
+        uid,
+        gid,
+        flags: AT_EMPTY_PATH,
+    })?;
+    Ok(0)
 }
 
 /// Implements chown(2).
@@ -145,8 +167,17 @@ pub fn sys_fchownat(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_fchown(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
     may_change_file(&f)?;
+    let (uid, gid) = (a.u(1) as u32, a.u(2) as u32);
     // SAFETY: fchown on an fd we own.
-    host(unsafe { libc::fchown(f.host().as_raw_fd(), a.u(1) as u32, a.u(2) as u32) })
+    let own = host(unsafe { libc::fchown(f.host().as_raw_fd(), uid, gid) });
+    broker::retry_with(own.map(|_| ()), || Op::FchownAt {
+        dir: f.host(),
+        name: b"",
+        uid,
+        gid,
+        flags: AT_EMPTY_PATH,
+    })?;
+    Ok(0)
 }
 
 /// Reads a guest `struct timespec[2]`, checking each `tv_nsec` (EINVAL unless in range or
@@ -190,6 +221,12 @@ fn utimens(
         return Err(Errno::EINVAL);
     }
     let tp = times.as_ref().map_or(std::ptr::null(), |ts| ts.as_ptr());
+    // What the broker is given for a null `times`: both "now", which Linux treats alike.
+    let now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: libc::UTIME_NOW,
+    };
+    let broker_times = times.unwrap_or([now, now]);
     if path.0 == 0 && dirfd != AT_FDCWD {
         // utimensat(2): "If pathname is NULL, then the call modifies the timestamps of the
         // file referred to by the file descriptor dirfd" (and takes no flags).
@@ -209,7 +246,14 @@ fn utimens(
                 0,
             )
         };
-        return host(r as libc::c_int);
+        let own = host(r as libc::c_int);
+        broker::retry_with(own.map(|_| ()), || Op::UtimensAt {
+            dir: f.host(),
+            name: b"",
+            times: broker_times,
+            flags: AT_EMPTY_PATH,
+        })?;
+        return Ok(0);
     }
     let p = if flags & AT_EMPTY_PATH != 0 {
         t.copy_in_str(path, libc::PATH_MAX as usize)?
@@ -219,14 +263,21 @@ fn utimens(
     let fd = open_path(t, dirfd, &p, flags)?;
     may_change_metadata(fd.as_raw_fd())?;
     // SAFETY: an O_PATH fd we own, the empty path with AT_EMPTY_PATH, two timespecs or null.
-    host(unsafe {
+    let own = host(unsafe {
         libc::utimensat(
             fd.as_raw_fd(),
             c"".as_ptr(),
             tp,
             AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
         )
-    })
+    });
+    broker::retry_with(own.map(|_| ()), || Op::UtimensAt {
+        dir: fd.as_fd(),
+        name: b"",
+        times: broker_times,
+        flags: AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
+    })?;
+    Ok(0)
 }
 
 /// Implements utimensat(2).

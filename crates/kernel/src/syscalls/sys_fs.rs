@@ -15,6 +15,7 @@ use super::sys_file::{resolve, AT_FDCWD};
 use super::{SysResult, SyscallArgs};
 use crate::fd::FileKind;
 use crate::fs;
+use crate::fs::broker::{self, Op};
 use crate::task::Task;
 
 /// Implements getcwd(2).
@@ -84,7 +85,7 @@ pub(super) fn own_created_at(t: &Task, dir: std::os::fd::BorrowedFd<'_>, name: &
         return;
     }
     // SAFETY: valid dirfd and a NUL-terminated name; the link itself is changed, not its target.
-    let r = unsafe {
+    let own = host(unsafe {
         libc::fchownat(
             dir.as_raw_fd(),
             name.as_ptr(),
@@ -92,13 +93,16 @@ pub(super) fn own_created_at(t: &Task, dir: std::os::fd::BorrowedFd<'_>, name: &
             t.creds.gid,
             libc::AT_SYMLINK_NOFOLLOW,
         )
-    };
-    if r != 0 {
-        tracing::debug!(
-            "giving a new file to {}: {}",
-            t.creds.uid,
-            std::io::Error::last_os_error()
-        );
+    });
+    let r = broker::retry_with(own.map(|_| ()), || Op::FchownAt {
+        dir,
+        name: name.to_bytes(),
+        uid: t.creds.uid,
+        gid: t.creds.gid,
+        flags: libc::AT_SYMLINK_NOFOLLOW,
+    });
+    if let Err(e) = r {
+        tracing::debug!("giving a new file to {}: {e}", t.creds.uid);
     }
 }
 
@@ -108,12 +112,16 @@ pub(super) fn own_created(t: &Task, fd: std::os::fd::BorrowedFd<'_>) {
         return;
     }
     // SAFETY: fchown on a valid fd.
-    if unsafe { libc::fchown(fd.as_raw_fd(), t.creds.uid, t.creds.gid) } != 0 {
-        tracing::debug!(
-            "giving a new file to {}: {}",
-            t.creds.uid,
-            std::io::Error::last_os_error()
-        );
+    let own = host(unsafe { libc::fchown(fd.as_raw_fd(), t.creds.uid, t.creds.gid) });
+    let r = broker::retry_with(own.map(|_| ()), || Op::FchownAt {
+        dir: fd,
+        name: b"",
+        uid: t.creds.uid,
+        gid: t.creds.gid,
+        flags: AT_EMPTY_PATH,
+    });
+    if let Err(e) = r {
+        tracing::debug!("giving a new file to {}: {e}", t.creds.uid);
     }
 }
 
@@ -125,8 +133,14 @@ pub(super) fn must_track_creation(t: &Task, flags: i32) -> bool {
 
 fn mkdir_at(t: &mut Task, dirfd: i32, path: &[u8], mode: u32) -> SysResult {
     let p = parent_of(t, dirfd, path)?;
+    let mode = mode & 0o7777 & !t.umask;
     // SAFETY: valid dirfd and a NUL-terminated last component (no '/' but trailing ones).
-    host(unsafe { libc::mkdirat(p.dir.as_raw_fd(), p.name.as_ptr(), mode & 0o7777 & !t.umask) })?;
+    let own = host(unsafe { libc::mkdirat(p.dir.as_raw_fd(), p.name.as_ptr(), mode) });
+    broker::retry_with(own.map(|_| ()), || Op::MkdirAt {
+        dir: p.dir.as_fd(),
+        name: p.name.to_bytes(),
+        mode,
+    })?;
     own_created_at(t, p.dir.as_fd(), &p.name);
     Ok(0)
 }
@@ -153,7 +167,13 @@ fn unlink_at(t: &mut Task, dirfd: i32, path: &[u8], flags: i32) -> SysResult {
         return Err(Errno::EBUSY);
     }
     // SAFETY: valid dirfd and a NUL-terminated last component.
-    host(unsafe { libc::unlinkat(p.dir.as_raw_fd(), p.name.as_ptr(), flags) })
+    let own = host(unsafe { libc::unlinkat(p.dir.as_raw_fd(), p.name.as_ptr(), flags) });
+    broker::retry_with(own.map(|_| ()), || Op::UnlinkAt {
+        dir: p.dir.as_fd(),
+        name: p.name.to_bytes(),
+        flags,
+    })?;
+    Ok(0)
 }
 
 /// Implements rmdir(2).
@@ -188,7 +208,7 @@ fn rename_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: 
     let from = parent_of(t, olddir, &old)?;
     let to = parent_of(t, newdir, &new)?;
     // SAFETY: valid dirfds and NUL-terminated last components; the flags were checked.
-    host(unsafe {
+    let own = host(unsafe {
         libc::renameat2(
             from.dir.as_raw_fd(),
             from.name.as_ptr(),
@@ -196,7 +216,15 @@ fn rename_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: 
             to.name.as_ptr(),
             flags,
         )
-    })
+    });
+    broker::retry_with(own.map(|_| ()), || Op::RenameAt2 {
+        old_dir: from.dir.as_fd(),
+        old: from.name.to_bytes(),
+        new_dir: to.dir.as_fd(),
+        new: to.name.to_bytes(),
+        flags,
+    })?;
+    Ok(0)
 }
 
 /// Implements rename(2).
@@ -278,6 +306,17 @@ fn link_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: i3
         return Ok(0);
     }
     let e = Errno::last();
+    if (e == Errno::ENOENT || e == Errno::EPERM) && broker::installed() {
+        // A confined root holder: the broker kept CAP_DAC_READ_SEARCH.
+        return broker::retry_with(Err(Errno::EPERM), || Op::LinkAt {
+            old_dir: src.as_fd(),
+            old: b"",
+            new_dir: to.dir.as_fd(),
+            new: to.name.to_bytes(),
+            flags: AT_EMPTY_PATH,
+        })
+        .map(|()| 0);
+    }
     if e != Errno::ENOENT && e != Errno::EPERM || rootful() {
         return Err(e);
     }
@@ -319,7 +358,13 @@ fn symlink_at(t: &mut Task, target: Gva, newdir: i32, new: Gva) -> SysResult {
     let new = t.copy_in_path(new)?;
     let to = parent_of(t, newdir, &new)?;
     // SAFETY: NUL-terminated target and name, valid dirfd.
-    host(unsafe { libc::symlinkat(target.as_ptr(), to.dir.as_raw_fd(), to.name.as_ptr()) })?;
+    let own =
+        host(unsafe { libc::symlinkat(target.as_ptr(), to.dir.as_raw_fd(), to.name.as_ptr()) });
+    broker::retry_with(own.map(|_| ()), || Op::SymlinkAt {
+        target: target.to_bytes(),
+        dir: to.dir.as_fd(),
+        name: to.name.to_bytes(),
+    })?;
     own_created_at(t, to.dir.as_fd(), &to.name);
     Ok(0)
 }
@@ -349,7 +394,13 @@ fn mknod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, dev: u64) -> SysResu
     let p = parent_of(t, dirfd, &path)?;
     let mode = kind | (mode & 0o7777 & !t.umask);
     // SAFETY: valid dirfd, NUL-terminated name; only regular files, FIFOs and sockets.
-    host(unsafe { libc::mknodat(p.dir.as_raw_fd(), p.name.as_ptr(), mode, dev) })?;
+    let own = host(unsafe { libc::mknodat(p.dir.as_raw_fd(), p.name.as_ptr(), mode, dev) });
+    broker::retry_with(own.map(|_| ()), || Op::MknodAt {
+        dir: p.dir.as_fd(),
+        name: p.name.to_bytes(),
+        mode,
+        dev,
+    })?;
     own_created_at(t, p.dir.as_fd(), &p.name);
     Ok(0)
 }

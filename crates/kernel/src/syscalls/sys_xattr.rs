@@ -9,7 +9,7 @@
 //! `trusted.overlay.*`, file capabilities live in `security.capability`).
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use abi::Errno;
 use platform::Gva;
@@ -18,6 +18,7 @@ use super::sys_file::AT_FDCWD;
 use super::sys_stat::open_path;
 use super::{SysResult, SyscallArgs};
 use crate::fs;
+use crate::fs::broker::{self, Op};
 use crate::task::Task;
 
 /// XATTR_NAME_MAX.
@@ -77,6 +78,16 @@ fn privileged(name: &CString) -> bool {
     b.starts_with(b"trusted.") || b.starts_with(b"security.")
 }
 
+impl Host {
+    /// The descriptor the broker is handed (it reaches the file through its own `/proc`).
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Host::Path { _fd, .. } => _fd.as_fd(),
+            Host::Fd(f) => f.host(),
+        }
+    }
+}
+
 fn ret(r: isize) -> SysResult {
     if r < 0 {
         return Err(Errno::last());
@@ -118,7 +129,13 @@ fn set(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
         // SAFETY: an fd we own, NUL-terminated name, a value buffer of `n` bytes.
         Host::Fd(f) => unsafe { libc::fsetxattr(f.host().as_raw_fd(), name.as_ptr(), v, n, flags) },
     };
-    ret(r as isize)
+    broker::retry_with(ret(r as isize).map(|_| ()), || Op::SetXattr {
+        file: host.fd(),
+        name: name.to_bytes(),
+        value: &value,
+        flags,
+    })?;
+    Ok(0)
 }
 
 fn get(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
@@ -171,7 +188,11 @@ fn remove(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
         // SAFETY: an fd we own, NUL-terminated name.
         Host::Fd(f) => unsafe { libc::fremovexattr(f.host().as_raw_fd(), name.as_ptr()) },
     };
-    ret(r as isize)
+    broker::retry_with(ret(r as isize).map(|_| ()), || Op::RemoveXattr {
+        file: host.fd(),
+        name: name.to_bytes(),
+    })?;
+    Ok(0)
 }
 
 fn path(a: &SyscallArgs, follow: bool) -> Target {

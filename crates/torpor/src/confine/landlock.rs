@@ -100,6 +100,19 @@ const DEVICE: u64 = READ_FILE | WRITE_FILE | IOCTL_DEV;
 /// # Errors
 /// When Landlock is there but the ruleset cannot be built or enforced.
 pub fn restrict(trees: &[&Path]) -> Result<bool> {
+    restrict_with(trees, true)
+}
+
+/// Restricts the calling process's filesystem access to `trees` alone (the file broker: its
+/// sandbox's root).
+///
+/// # Errors
+/// As [`restrict`].
+pub fn restrict_to_trees(trees: &[&Path]) -> Result<bool> {
+    restrict_with(trees, false)
+}
+
+fn restrict_with(trees: &[&Path], host_files: bool) -> Result<bool> {
     // SAFETY: the version query takes no pointer.
     let abi = unsafe {
         libc::syscall(
@@ -134,11 +147,23 @@ pub fn restrict(trees: &[&Path]) -> Result<bool> {
     for t in trees {
         allow(&ruleset, t, FULL & known)?;
     }
-    allow(&ruleset, Path::new("/dev/kvm"), DEVICE & known)?;
-    allow(&ruleset, Path::new("/dev/userfaultfd"), DEVICE & known)?;
+    if host_files {
+        allow_host_files(&ruleset, known)?;
+    }
+    // SAFETY: the ruleset fd is valid; no flags.
+    if unsafe { libc::syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset.as_raw_fd(), 0u32) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("landlock_restrict_self");
+    }
+    Ok(true)
+}
+
+/// The holder's host files: devices, `/proc`, the CPU list.
+fn allow_host_files(ruleset: &OwnedFd, known: u64) -> Result<()> {
+    allow(ruleset, Path::new("/dev/kvm"), DEVICE & known)?;
+    allow(ruleset, Path::new("/dev/userfaultfd"), DEVICE & known)?;
     // New pseudo-terminals for the application (openpty: /dev/ptmx, then its /dev/pts peer).
-    allow(&ruleset, Path::new("/dev/ptmx"), DEVICE & known)?;
-    allow(&ruleset, Path::new("/dev/pts"), (DEVICE | READ_DIR) & known)?;
+    allow(ruleset, Path::new("/dev/ptmx"), DEVICE & known)?;
+    allow(ruleset, Path::new("/dev/pts"), (DEVICE | READ_DIR) & known)?;
     for dev in [
         "/dev/null",
         "/dev/zero",
@@ -146,15 +171,11 @@ pub fn restrict(trees: &[&Path]) -> Result<bool> {
         "/dev/random",
         "/dev/urandom",
     ] {
-        allow(&ruleset, Path::new(dev), (READ_FILE | WRITE_FILE) & known)?;
+        allow(ruleset, Path::new(dev), (READ_FILE | WRITE_FILE) & known)?;
     }
-    allow(&ruleset, Path::new("/proc"), READ & known)?;
-    allow(&ruleset, Path::new("/sys/devices/system/cpu"), READ & known)?;
-    // SAFETY: the ruleset fd is valid; no flags.
-    if unsafe { libc::syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset.as_raw_fd(), 0u32) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("landlock_restrict_self");
-    }
-    Ok(true)
+    allow(ruleset, Path::new("/proc"), READ & known)?;
+    allow(ruleset, Path::new("/sys/devices/system/cpu"), READ & known)?;
+    Ok(())
 }
 
 /// Adds "`rights` beneath `path`" to the ruleset; a path that does not exist is skipped.

@@ -5,11 +5,13 @@
 //!    executed: see 3); run as root, not dumpable (another holder, with the same uid and
 //!    capabilities, cannot read its memory through `/proc`);
 //! 2. capabilities: all dropped from the bounding set and the permitted, effective and
-//!    inheritable sets except those the syscall handlers still need on behalf of the
-//!    application ([`KEPT_CAPS`]: file ownership and access checks inside the root), plus,
-//!    only where this sandbox needs them ([`Needs`]), binding a port below the host's
-//!    unprivileged start and creating a userfaultfd with kernel-mode faults where
-//!    `/dev/userfaultfd` cannot be opened;
+//!    inheritable sets, but, only where this sandbox needs them ([`Needs`]), binding a port
+//!    below the host's unprivileged start and creating a userfaultfd with kernel-mode faults
+//!    where `/dev/userfaultfd` cannot be opened. The file capabilities the syscall handlers
+//!    need on behalf of the application ([`KEPT_CAPS`]: file ownership and access checks
+//!    inside the root) stay with the file broker of a root holder (`crate::broker`, started
+//!    before: [`confine_broker`] confines it), not with the holder, which keeps them only if
+//!    no broker runs;
 //! 3. a filesystem view narrowed with Landlock ([`landlock`]): the sandbox's root, its
 //!    state directory, `/dev/kvm` and a few host files (OCI holders and `torpor demo`: the
 //!    friendly form's holder must unmount its copy-on-write root at the end, which Landlock
@@ -136,7 +138,12 @@ pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> 
         landlock::restrict(trees)?;
     }
     tracing::debug!(?needs, "dropping capabilities");
-    drop_capabilities(&needs.caps())?;
+    let file_caps = if kernel::fs::broker::installed() {
+        &[][..]
+    } else {
+        KEPT_CAPS
+    };
+    drop_capabilities(file_caps, &needs.caps())?;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         // Every root holder keeps the same few capabilities, so without this one holder could
@@ -169,10 +176,38 @@ fn confine_pager_thread() -> std::result::Result<(), String> {
     seccompiler::apply_filter(&bpf).map_err(|e| e.to_string())
 }
 
-/// Drops every capability but [`KEPT_CAPS`] and `also_keep` from the bounding set and the
+/// Confines the file broker (`crate::broker`) before it serves: `no_new_privs`, Landlock to
+/// the sandbox's root alone, only [`KEPT_CAPS`], not dumpable, and its own seccomp filter
+/// (the file calls it makes for the holder, its socket, memory).
+///
+/// # Errors
+/// When a step fails: the broker must not serve unconfined.
+pub fn confine_broker(root: &std::path::Path) -> Result<()> {
+    // SAFETY: prctl with constant arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("PR_SET_NO_NEW_PRIVS");
+    }
+    let mode = Mode::from_env()?;
+    if mode != Mode::Off {
+        landlock::restrict_to_trees(&[root])?;
+    }
+    drop_capabilities(KEPT_CAPS, &[])?;
+    // SAFETY: prctl with constant arguments.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("PR_SET_DUMPABLE");
+    }
+    if mode == Mode::Off {
+        return Ok(());
+    }
+    let bpf = seccomp::broker_filter(mode == Mode::Log).map_err(anyhow::Error::msg)?;
+    seccompiler::apply_filter(&bpf).context("installing the broker's seccomp filter")?;
+    Ok(())
+}
+
+/// Drops every capability but `file_caps` and `also_keep` from the bounding set and the
 /// process's sets.
-fn drop_capabilities(also_keep: &[u32]) -> Result<()> {
-    let kept = |c: u32| KEPT_CAPS.contains(&c) || also_keep.contains(&c);
+fn drop_capabilities(file_caps: &[u32], also_keep: &[u32]) -> Result<()> {
+    let kept = |c: u32| file_caps.contains(&c) || also_keep.contains(&c);
     for cap in 0..=CAP_LAST {
         if kept(cap) {
             continue;
@@ -190,7 +225,7 @@ fn drop_capabilities(also_keep: &[u32]) -> Result<()> {
             }
         }
     }
-    let mask = KEPT_CAPS
+    let mask = file_caps
         .iter()
         .chain(also_keep)
         .fold(0u64, |m, &c| m | (1u64 << c));

@@ -379,6 +379,58 @@ pub fn pager_filter(log_only: bool) -> Result<BpfProgram, String> {
     compile(rules, log_only)
 }
 
+/// What the file broker (`crate::broker`) calls: it receives requests with descriptors, makes
+/// the file call each names, and answers. Its only filter: a compromised broker can do no
+/// more than this, inside the root Landlock leaves it.
+const BROKER_ALLOWED: &[libc::c_long] = &[
+    libc::SYS_recvmsg,
+    libc::SYS_sendmsg,
+    libc::SYS_close,
+    libc::SYS_openat2,
+    libc::SYS_mkdirat,
+    libc::SYS_mknodat,
+    libc::SYS_unlinkat,
+    // The C library's renameat2 without flags is the older renameat.
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+    libc::SYS_linkat,
+    libc::SYS_symlinkat,
+    libc::SYS_fchownat,
+    libc::SYS_fchmodat,
+    libc::SYS_utimensat,
+    libc::SYS_setxattr,
+    libc::SYS_removexattr,
+    libc::SYS_bind,
+    // Where a descriptor leads (`/proc/self/fd`), and what it is: the checks of metadata calls.
+    libc::SYS_readlink,
+    libc::SYS_readlinkat,
+    libc::SYS_fstat,
+    libc::SYS_newfstatat,
+    libc::SYS_statx,
+    libc::SYS_write,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mremap,
+    libc::SYS_madvise,
+    libc::SYS_brk,
+    libc::SYS_futex,
+    libc::SYS_sigaltstack,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+];
+
+/// The file broker's filter (see [`BROKER_ALLOWED`]).
+///
+/// # Errors
+/// A message if the filter cannot be built (a bug).
+pub fn broker_filter(log_only: bool) -> Result<BpfProgram, String> {
+    let rules: BTreeMap<i64, Vec<SeccompRule>> =
+        BROKER_ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
+    compile(rules, log_only)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,6 +455,23 @@ mod tests {
                 ALLOWED.contains(nr),
                 "{nr}: the process filter allows all the pager's calls"
             );
+        }
+    }
+
+    #[test]
+    fn the_broker_filter_builds_and_opens_no_socket_nor_program() {
+        assert!(broker_filter(false).is_ok());
+        for nr in [
+            libc::SYS_socket,
+            libc::SYS_connect,
+            libc::SYS_execve,
+            libc::SYS_clone,
+            libc::SYS_clone3,
+            libc::SYS_openat,
+            libc::SYS_ioctl,
+            libc::SYS_ptrace,
+        ] {
+            assert!(!BROKER_ALLOWED.contains(&nr), "{nr} is not the broker's");
         }
     }
 

@@ -1,0 +1,212 @@
+//! File calls the holder is not privileged to make: handed to a broker.
+//!
+//! A holder started as root keeps no capability once confined (docs/SECURITY.md). It is still
+//! uid 0, so it owns and reaches most of a root filesystem (files of root, directories others
+//! may search); what it cannot do any more (reach a directory of another user with mode 0700,
+//! give a new file to the application's user, change a file it does not own) fails with
+//! EACCES or EPERM, and is then asked of the *broker*: a small process of the runtime's that
+//! kept the file capabilities (`CAP_CHOWN`, `CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`,
+//! `CAP_FOWNER`, `CAP_FSETID`), confined to the sandbox's root by Landlock and to these calls
+//! by its own seccomp filter (`torpor`'s `broker` module). It makes the same call on the
+//! descriptors the holder passes it, and nothing else.
+//!
+//! Each [`Op`] is one host call with its descriptors; the holder makes its own call
+//! ([`retry_with`], [`retry_open`]) first and asks the broker only on EACCES or EPERM (the
+//! common path costs nothing).
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::OnceLock;
+
+use abi::Errno;
+
+/// One file call, as the host makes it; descriptors are the holder's, passed to the broker.
+#[derive(Debug)]
+pub enum Op<'a> {
+    /// `openat2(dir, path, {flags, mode, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS})`: answers
+    /// with the new descriptor.
+    OpenAt2 {
+        /// Directory the path is resolved in (the root).
+        dir: BorrowedFd<'a>,
+        /// Path, NUL-free.
+        path: &'a [u8],
+        /// Open flags.
+        flags: i32,
+        /// Mode for a created file.
+        mode: u32,
+    },
+    /// `mkdirat(dir, name, mode)`.
+    MkdirAt {
+        /// Parent directory.
+        dir: BorrowedFd<'a>,
+        /// Name.
+        name: &'a [u8],
+        /// Mode.
+        mode: u32,
+    },
+    /// `mknodat(dir, name, mode, dev)`.
+    MknodAt {
+        /// Parent directory.
+        dir: BorrowedFd<'a>,
+        /// Name.
+        name: &'a [u8],
+        /// Mode and type.
+        mode: u32,
+        /// Device number.
+        dev: u64,
+    },
+    /// `unlinkat(dir, name, flags)`.
+    UnlinkAt {
+        /// Parent directory.
+        dir: BorrowedFd<'a>,
+        /// Name.
+        name: &'a [u8],
+        /// `AT_REMOVEDIR` or 0.
+        flags: i32,
+    },
+    /// `renameat2(old_dir, old, new_dir, new, flags)`.
+    RenameAt2 {
+        /// Source directory.
+        old_dir: BorrowedFd<'a>,
+        /// Source name.
+        old: &'a [u8],
+        /// Target directory.
+        new_dir: BorrowedFd<'a>,
+        /// Target name.
+        new: &'a [u8],
+        /// `RENAME_*` flags.
+        flags: u32,
+    },
+    /// `linkat(old_dir, old, new_dir, new, flags)`.
+    LinkAt {
+        /// Source directory (or the file itself, with `AT_EMPTY_PATH`).
+        old_dir: BorrowedFd<'a>,
+        /// Source name.
+        old: &'a [u8],
+        /// Target directory.
+        new_dir: BorrowedFd<'a>,
+        /// Target name.
+        new: &'a [u8],
+        /// `AT_*` flags.
+        flags: i32,
+    },
+    /// `symlinkat(target, dir, name)`.
+    SymlinkAt {
+        /// The link's contents.
+        target: &'a [u8],
+        /// Parent directory.
+        dir: BorrowedFd<'a>,
+        /// Name.
+        name: &'a [u8],
+    },
+    /// `fchownat(dir, name, uid, gid, flags)` (`name` empty with `AT_EMPTY_PATH`: the file).
+    FchownAt {
+        /// Directory, or the file itself.
+        dir: BorrowedFd<'a>,
+        /// Name.
+        name: &'a [u8],
+        /// Owner.
+        uid: u32,
+        /// Group.
+        gid: u32,
+        /// `AT_*` flags.
+        flags: i32,
+    },
+    /// `fchmodat(AT_FDCWD, "/proc/self/fd/<file>", mode, 0)`: works on `O_PATH` descriptors.
+    Chmod {
+        /// The file.
+        file: BorrowedFd<'a>,
+        /// Mode.
+        mode: u32,
+    },
+    /// `utimensat(dir, name, times, flags)` (`name` empty: the file itself).
+    UtimensAt {
+        /// Directory, or the file itself.
+        dir: BorrowedFd<'a>,
+        /// Name.
+        name: &'a [u8],
+        /// Access and modification times (`UTIME_NOW`/`UTIME_OMIT` in `tv_nsec` as usual).
+        times: [libc::timespec; 2],
+        /// `AT_*` flags.
+        flags: i32,
+    },
+    /// `setxattr("/proc/self/fd/<file>", name, value, flags)`.
+    SetXattr {
+        /// The file.
+        file: BorrowedFd<'a>,
+        /// Attribute name.
+        name: &'a [u8],
+        /// Value.
+        value: &'a [u8],
+        /// `XATTR_CREATE`/`XATTR_REPLACE`.
+        flags: i32,
+    },
+    /// `removexattr("/proc/self/fd/<file>", name)`.
+    RemoveXattr {
+        /// The file.
+        file: BorrowedFd<'a>,
+        /// Attribute name.
+        name: &'a [u8],
+    },
+    /// `bind(socket, "/proc/self/fd/<dir>/<name>")`: a Unix socket's name in a directory.
+    BindUnix {
+        /// The socket.
+        socket: BorrowedFd<'a>,
+        /// Parent directory.
+        dir: BorrowedFd<'a>,
+        /// Name.
+        name: &'a [u8],
+    },
+}
+
+/// Makes [`Op`]s with the privileges the holder dropped.
+pub trait Broker: Send + Sync {
+    /// Makes `op`: the descriptor it opened, if any.
+    ///
+    /// # Errors
+    /// The call's errno; EIO if the broker is gone.
+    fn call(&self, op: &Op<'_>) -> Result<Option<OwnedFd>, Errno>;
+}
+
+static BROKER: OnceLock<Box<dyn Broker>> = OnceLock::new();
+
+/// Installs the process's broker (once; a later call is ignored).
+pub fn install(broker: Box<dyn Broker>) {
+    let _ = BROKER.set(broker);
+}
+
+/// Whether a broker is installed.
+pub fn installed() -> bool {
+    BROKER.get().is_some()
+}
+
+/// The result of the holder's own call, or, when that failed for lack of privilege (EACCES,
+/// EPERM) and a broker is installed, the broker's answer to `op()`.
+///
+/// # Errors
+/// The holder's errno, or the broker's.
+pub fn retry_with<'a>(own: Result<(), Errno>, op: impl FnOnce() -> Op<'a>) -> Result<(), Errno> {
+    match own {
+        Err(e) if e == Errno::EACCES || e == Errno::EPERM => match BROKER.get() {
+            Some(b) => b.call(&op()).map(|_| ()),
+            None => Err(e),
+        },
+        r => r,
+    }
+}
+
+/// As [`retry_with`], for a call that opens a descriptor.
+///
+/// # Errors
+/// The holder's errno, or the broker's (EIO if the broker answered without a descriptor).
+pub fn retry_open<'a>(
+    own: Result<OwnedFd, Errno>,
+    op: impl FnOnce() -> Op<'a>,
+) -> Result<OwnedFd, Errno> {
+    match own {
+        Err(e) if e == Errno::EACCES || e == Errno::EPERM => match BROKER.get() {
+            Some(b) => b.call(&op())?.ok_or(Errno::EIO),
+            None => Err(e),
+        },
+        r => r,
+    }
+}

@@ -1,0 +1,145 @@
+//! The file broker of a root holder: a small process that kept the file capabilities the
+//! holder drops, and makes for it the file calls those capabilities are needed for
+//! (`kernel::fs::broker` says which and when).
+//!
+//! ```text
+//! holder (uid 0, no capabilities)                 broker (`torpor __broker`)
+//!   own call fails with EACCES/EPERM                 CAP_CHOWN, CAP_DAC_OVERRIDE,
+//!   Client::call(op) ── SOCK_SEQPACKET ──────────▶   CAP_DAC_READ_SEARCH, CAP_FOWNER,
+//!     request + its descriptors (SCM_RIGHTS)         CAP_FSETID; Landlock: the root only;
+//!   ◀──────────── 0 / -errno (+ opened fd) ───────   seccomp: these calls only
+//! ```
+//!
+//! The holder starts it before confining itself (`torpor __broker FD PARENT ROOT`, the same
+//! executable: nothing is forked from a multi-threaded process but by exec); it ends with its
+//! holder, at its socket's end of file. Calls are serialised on one
+//! socket: they are the uncommon path (a directory of another user, a file given to the
+//! application's user), each a round trip of a few tens of microseconds.
+
+mod server;
+pub mod wire;
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Mutex;
+
+use abi::Errno;
+use anyhow::{Context, Result};
+use kernel::fs::broker::{Broker, Op};
+
+pub use server::main as serve;
+
+/// The subcommand the broker runs as (not a user verb: `main` dispatches it before parsing).
+pub const SUBCOMMAND: &str = "__broker";
+
+/// The holder's end of the broker's socket.
+pub struct Client {
+    sock: Mutex<OwnedFd>,
+}
+
+impl Broker for Client {
+    fn call(&self, op: &Op<'_>) -> Result<Option<OwnedFd>, Errno> {
+        let (req, fds) = wire::encode(op);
+        let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
+        let gone = |what: &str| {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::error!(
+                    "the file broker is gone ({what}): privileged file calls fail with EIO"
+                )
+            });
+            Errno::EIO
+        };
+        // A signal (the kicks of vCPU threads) interrupts either call: the request goes once,
+        // its answer is waited for again.
+        let bytes = req.to_bytes();
+        loop {
+            match wire::send(sock.as_fd(), &bytes, &raw) {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                r => break r.map_err(|e| gone(&e.to_string()))?,
+            }
+        }
+        let mut buf = [0u8; 8];
+        let (n, mut got) = loop {
+            match wire::recv(sock.as_fd(), &mut buf) {
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                r => break r.map_err(|e| gone(&e.to_string()))?,
+            }
+        };
+        if n != 8 {
+            return Err(gone("a short answer"));
+        }
+        let ret = i64::from_le_bytes(buf);
+        if ret < 0 {
+            let e = i32::try_from(-ret).unwrap_or(libc::EIO);
+            return Err(Errno(e));
+        }
+        Ok(got.pop())
+    }
+}
+
+/// Starts the broker of a root holder (nothing for a rootless one, which has no capability
+/// to hand over) whose sandbox root is `root`.
+///
+/// # Errors
+/// As [`start`].
+pub fn start_if_root(root: &Path) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    start(root)
+}
+
+/// Starts the broker of a holder whose sandbox root is `root`, and installs its client for
+/// the kernel's file calls.
+///
+/// # Errors
+/// The socket pair or the process cannot be made.
+pub fn start(root: &Path) -> Result<()> {
+    let mut sv = [0; 2];
+    // SAFETY: socketpair fills two fds.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            sv.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error()).context("broker socket pair");
+    }
+    // SAFETY: fresh fds owned by nobody else.
+    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+    let child_fd = theirs.as_raw_fd();
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg(SUBCOMMAND)
+        .arg(child_fd.to_string())
+        .arg(parent.to_string())
+        .arg(root)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    // SAFETY: between fork and exec only async-signal-safe calls: fcntl to let the broker's
+    // end of the socket survive the exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            if libc::fcntl(child_fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("starting the file broker")?;
+    drop(theirs);
+    // The broker is reaped by whoever reaps the holder's children (it ends with the holder).
+    std::mem::forget(child);
+    kernel::fs::broker::install(Box::new(Client {
+        sock: Mutex::new(ours),
+    }));
+    Ok(())
+}

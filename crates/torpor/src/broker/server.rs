@@ -1,0 +1,405 @@
+//! The broker process: confines itself, then makes each requested call on the descriptors
+//! that came with it.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+
+use super::wire::{self, code, Request};
+
+/// `torpor __broker FD PARENT ROOT`: serves the holder `PARENT` on socket `FD` until it goes.
+/// Never returns.
+pub fn main(args: &[String]) -> ! {
+    let code = match run(args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("torpor: file broker: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+fn run(args: &[String]) -> anyhow::Result<()> {
+    let [fd, parent, root] = args else {
+        anyhow::bail!("usage: torpor __broker FD PARENT ROOT");
+    };
+    let fd: RawFd = fd.parse()?;
+    let parent: i32 = parent.parse()?;
+    // SAFETY: the holder passed this descriptor to us alone; it is ours from here.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Ends with the holder: at the end of file of its socket, which the holder's exit (or
+    // death) closes; and at once if it went before this started. (Not PR_SET_PDEATHSIG: that
+    // follows the thread that started the broker, which need not live as long as its
+    // process.)
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != parent {
+        return Ok(());
+    }
+    // As `/proc/self/fd` links name files: canonical.
+    let root = std::fs::canonicalize(PathBuf::from(root))?;
+    crate::confine::confine_broker(&root)?;
+    let mut buf = vec![0u8; wire::MAX_REQUEST];
+    loop {
+        let (n, fds) = match wire::recv(sock.as_fd(), &mut buf) {
+            Ok((0, _)) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => return Ok(()),
+            Ok(r) => r,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                let _ = wire::send(sock.as_fd(), &(-i64::from(libc::E2BIG)).to_le_bytes(), &[]);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let (ret, opened) = match Request::from_bytes(&buf[..n]) {
+            Some(req) => {
+                match check_request(&req, &fds, &root).and_then(|()| execute(&req, &fds)) {
+                    Ok(opened) => (0i64, opened),
+                    Err(errno) => (-i64::from(errno), None),
+                }
+            }
+            None => (-i64::from(libc::EINVAL), None),
+        };
+        drop(fds);
+        let raw: Vec<RawFd> = opened.iter().map(|f| f.as_raw_fd()).collect();
+        loop {
+            match wire::send(sock.as_fd(), &ret.to_le_bytes(), &raw) {
+                Ok(()) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // The holder is gone (its end closed while we answered): so are we.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNRESET | libc::EPIPE)) => {
+                    return Ok(())
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// Refuses what Landlock does not cover: calls that change a file's metadata (owner, mode,
+/// times, attributes: no Landlock right guards them) must name a file beneath the root (by
+/// its descriptor, or as one plain component of a directory beneath the root, its last
+/// symlink not followed), and not a device, socket or pipe of the host's.
+fn check_request(req: &Request, fds: &[OwnedFd], root: &std::path::Path) -> Result<(), i32> {
+    let metadata_of = |k: usize, name: Option<&[u8]>| -> Result<(), i32> {
+        let fd = fds.get(k).ok_or(libc::EBADF)?;
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map_err(|_| libc::EPERM)?;
+        if !beneath(&link, root) {
+            return Err(libc::EPERM);
+        }
+        match name {
+            Some(n) if !n.is_empty() => plain_component(n),
+            _ => {
+                // The file itself: a file, directory or symlink, never a host device.
+                // SAFETY: a zeroed stat is a valid buffer; fstat on a received descriptor.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: as above.
+                if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+                    return Err(libc::EBADF);
+                }
+                match st.st_mode & libc::S_IFMT {
+                    libc::S_IFREG | libc::S_IFDIR | libc::S_IFLNK => Ok(()),
+                    _ => Err(libc::EPERM),
+                }
+            }
+        }
+    };
+    let nofollow = |flags: u64| -> Result<(), i32> {
+        let f = flags as i32;
+        if f & (libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH) == 0 {
+            return Err(libc::EPERM);
+        }
+        Ok(())
+    };
+    match req.op {
+        code::FCHOWNAT => {
+            nofollow(req.ints[2])?;
+            metadata_of(0, Some(&req.strs[0]))
+        }
+        code::UTIMENSAT => {
+            nofollow(req.ints[4])?;
+            metadata_of(0, Some(&req.strs[0]))
+        }
+        code::CHMOD | code::SETXATTR | code::REMOVEXATTR => metadata_of(0, None),
+        _ => Ok(()),
+    }
+}
+
+/// Whether host path `p` is `root` or beneath it.
+fn beneath(p: &std::path::Path, root: &std::path::Path) -> bool {
+    p.starts_with(root)
+}
+
+/// One path component, not `.` or `..` (trailing slashes allowed).
+fn plain_component(n: &[u8]) -> Result<(), i32> {
+    let trimmed = n.strip_suffix(b"/").unwrap_or(n);
+    let bare = trimmed
+        .iter()
+        .rposition(|&b| b != b'/')
+        .map_or(&b""[..], |i| &trimmed[..=i]);
+    if bare.is_empty() || bare == b"." || bare == b".." || bare.contains(&b'/') {
+        return Err(libc::EPERM);
+    }
+    Ok(())
+}
+
+/// A NUL-free string argument as a C string.
+fn cstr(b: &[u8]) -> Result<CString, i32> {
+    CString::new(b).map_err(|_| libc::EINVAL)
+}
+
+/// `/proc/self/fd/<fd>`, and `/<name>` after it when given.
+fn proc_path(fd: BorrowedFd<'_>, name: Option<&[u8]>) -> Result<CString, i32> {
+    let mut p = format!("/proc/self/fd/{}", fd.as_raw_fd()).into_bytes();
+    if let Some(n) = name {
+        p.push(b'/');
+        p.extend_from_slice(n);
+    }
+    cstr(&p)
+}
+
+fn check(r: libc::c_long) -> Result<(), i32> {
+    if r < 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO));
+    }
+    Ok(())
+}
+
+/// `struct open_how` for openat2(2).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_IN_ROOT: u64 = 0x10;
+
+/// Makes the call `req` names on `fds`: the descriptor it opened, if any, or its errno.
+fn execute(req: &Request, fds: &[OwnedFd]) -> Result<Option<OwnedFd>, i32> {
+    let fd = |k: usize| fds.get(k).map(|f| f.as_fd()).ok_or(libc::EBADF);
+    let int = |k: usize| req.ints[k];
+    let s = |k: usize| req.strs[k].as_slice();
+    // SAFETY: every call below takes descriptors received with the request, NUL-terminated
+    // strings built here and plain integers (the host checks everything else); the one fd
+    // taken into an OwnedFd is fresh from openat2.
+    unsafe {
+        match req.op {
+            code::OPENAT2 => {
+                let path = cstr(s(0))?;
+                let how = OpenHow {
+                    flags: u64::from(int(0) as u32 | libc::O_CLOEXEC as u32),
+                    mode: int(1) & 0o7777,
+                    resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+                };
+                let r = libc::syscall(
+                    libc::SYS_openat2,
+                    fd(0)?.as_raw_fd(),
+                    path.as_ptr(),
+                    &how as *const OpenHow,
+                    std::mem::size_of::<OpenHow>(),
+                );
+                check(r)?;
+                return Ok(Some(OwnedFd::from_raw_fd(r as RawFd)));
+            }
+            code::MKDIRAT => {
+                let name = cstr(s(0))?;
+                check(libc::mkdirat(fd(0)?.as_raw_fd(), name.as_ptr(), int(0) as u32).into())?;
+            }
+            code::MKNODAT => {
+                let name = cstr(s(0))?;
+                let mode = int(0) as u32;
+                // Only what the holder makes: files, FIFOs and sockets, never devices.
+                if !matches!(
+                    mode & libc::S_IFMT,
+                    0 | libc::S_IFREG | libc::S_IFIFO | libc::S_IFSOCK
+                ) {
+                    return Err(libc::EPERM);
+                }
+                check(libc::mknodat(fd(0)?.as_raw_fd(), name.as_ptr(), mode, int(1)).into())?;
+            }
+            code::UNLINKAT => {
+                let name = cstr(s(0))?;
+                check(libc::unlinkat(fd(0)?.as_raw_fd(), name.as_ptr(), int(0) as i32).into())?;
+            }
+            code::RENAMEAT2 => {
+                let (old, new) = (cstr(s(0))?, cstr(s(1))?);
+                check(
+                    libc::renameat2(
+                        fd(0)?.as_raw_fd(),
+                        old.as_ptr(),
+                        fd(1)?.as_raw_fd(),
+                        new.as_ptr(),
+                        int(0) as u32,
+                    )
+                    .into(),
+                )?;
+            }
+            code::LINKAT => {
+                let (old, new) = (cstr(s(0))?, cstr(s(1))?);
+                check(
+                    libc::linkat(
+                        fd(0)?.as_raw_fd(),
+                        old.as_ptr(),
+                        fd(1)?.as_raw_fd(),
+                        new.as_ptr(),
+                        int(0) as i32,
+                    )
+                    .into(),
+                )?;
+            }
+            code::SYMLINKAT => {
+                let (target, name) = (cstr(s(0))?, cstr(s(1))?);
+                check(libc::symlinkat(target.as_ptr(), fd(0)?.as_raw_fd(), name.as_ptr()).into())?;
+            }
+            code::FCHOWNAT => {
+                let name = cstr(s(0))?;
+                check(
+                    libc::fchownat(
+                        fd(0)?.as_raw_fd(),
+                        name.as_ptr(),
+                        int(0) as u32,
+                        int(1) as u32,
+                        int(2) as i32,
+                    )
+                    .into(),
+                )?;
+            }
+            code::CHMOD => {
+                let p = proc_path(fd(0)?, None)?;
+                check(
+                    libc::fchmodat(libc::AT_FDCWD, p.as_ptr(), int(0) as u32 & 0o7777, 0).into(),
+                )?;
+            }
+            code::UTIMENSAT => {
+                let name = cstr(s(0))?;
+                let times = [
+                    libc::timespec {
+                        tv_sec: int(0) as i64,
+                        tv_nsec: int(1) as i64,
+                    },
+                    libc::timespec {
+                        tv_sec: int(2) as i64,
+                        tv_nsec: int(3) as i64,
+                    },
+                ];
+                check(
+                    libc::utimensat(
+                        fd(0)?.as_raw_fd(),
+                        name.as_ptr(),
+                        times.as_ptr(),
+                        int(4) as i32,
+                    )
+                    .into(),
+                )?;
+            }
+            code::SETXATTR => {
+                let p = proc_path(fd(0)?, None)?;
+                let name = cstr(s(0))?;
+                let v = s(1);
+                check(
+                    libc::setxattr(
+                        p.as_ptr(),
+                        name.as_ptr(),
+                        v.as_ptr().cast(),
+                        v.len(),
+                        int(0) as i32,
+                    )
+                    .into(),
+                )?;
+            }
+            code::REMOVEXATTR => {
+                let p = proc_path(fd(0)?, None)?;
+                let name = cstr(s(0))?;
+                check(libc::removexattr(p.as_ptr(), name.as_ptr()).into())?;
+            }
+            code::BIND_UNIX => {
+                let p = proc_path(fd(1)?, Some(s(0)))?;
+                let bytes = p.as_bytes();
+                let mut addr: libc::sockaddr_un = std::mem::zeroed();
+                if bytes.len() >= addr.sun_path.len() {
+                    return Err(libc::ENAMETOOLONG);
+                }
+                addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+                for (d, b) in addr.sun_path.iter_mut().zip(bytes) {
+                    *d = *b as libc::c_char;
+                }
+                let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+                check(
+                    libc::bind(
+                        fd(0)?.as_raw_fd(),
+                        (&addr as *const libc::sockaddr_un).cast(),
+                        len as libc::socklen_t,
+                    )
+                    .into(),
+                )?;
+            }
+            _ => return Err(libc::ENOSYS),
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn metadata_calls_stay_beneath_the_root() {
+        let root = Path::new("/state/b1/root/merged");
+        assert!(beneath(Path::new("/state/b1/root/merged"), root));
+        assert!(beneath(Path::new("/state/b1/root/merged/etc/passwd"), root));
+        assert!(!beneath(Path::new("/state/b1/root/merged2/x"), root));
+        assert!(!beneath(Path::new("/dev/kvm"), root));
+        assert!(!beneath(Path::new("/etc/passwd"), root));
+        for ok in [&b"file"[..], b"dir/", b"a.b", b"..."] {
+            assert_eq!(plain_component(ok), Ok(()), "{ok:?}");
+        }
+        for bad in [&b"."[..], b"..", b"../x", b"a/b", b"", b"/", b"../"] {
+            assert_eq!(plain_component(bad), Err(libc::EPERM), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn metadata_calls_on_host_files_are_refused() {
+        let root = std::env::temp_dir().join(format!("broker-root-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let inside = std::fs::File::create(root.join("f")).unwrap();
+        let outside = std::fs::File::open("/dev/null").unwrap();
+        let chmod = |f: &std::fs::File| {
+            let req = super::super::wire::encode(&kernel::fs::broker::Op::Chmod {
+                file: f.as_fd(),
+                mode: 0o600,
+            })
+            .0;
+            check_request(&req, &[OwnedFd::from(f.try_clone().unwrap())], &root)
+        };
+        assert_eq!(chmod(&inside), Ok(()));
+        assert_eq!(chmod(&outside), Err(libc::EPERM));
+        // A name that follows its symlink, or climbs out: refused.
+        let dir = std::fs::File::open(&root).unwrap();
+        for (name, flags) in [(&b"f"[..], 0), (&b".."[..], libc::AT_SYMLINK_NOFOLLOW)] {
+            let req = super::super::wire::encode(&kernel::fs::broker::Op::FchownAt {
+                dir: dir.as_fd(),
+                name,
+                uid: 1,
+                gid: 1,
+                flags,
+            })
+            .0;
+            let fds = [OwnedFd::from(dir.try_clone().unwrap())];
+            assert_eq!(
+                check_request(&req, &fds, &root),
+                Err(libc::EPERM),
+                "{name:?}"
+            );
+        }
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
