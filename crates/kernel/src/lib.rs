@@ -11,6 +11,7 @@
 //!
 //! No lock is held across `KVM_RUN` or a blocking host call.
 
+pub mod broker;
 pub mod fd;
 pub mod fs;
 pub mod ipc;

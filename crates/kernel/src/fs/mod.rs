@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 use abi::Errno;
 
-pub mod broker;
+use crate::broker;
+
 pub mod procfs;
 
 /// `struct open_how` for openat2(2).

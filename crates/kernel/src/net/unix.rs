@@ -466,13 +466,13 @@ fn bind_in_dir(fd: BorrowedFd<'_>, dir: &OwnedFd, base: &[u8]) -> Result<Vec<u8>
     via.extend_from_slice(base);
     if via.len() < SUN_PATH_MAX {
         let own = host::bind(fd, &sockaddr(&via));
-        if own.is_ok() || !crate::fs::broker::installed() {
+        if own.is_ok() || !crate::broker::installed() {
             own?;
             return Ok(via);
         }
         // A directory the confined holder may not write: the broker binds the socket, through
         // its own `/proc/self/fd` name of `dir`, which the host then reports.
-        crate::fs::broker::retry_with(own, || crate::fs::broker::Op::BindUnix {
+        crate::broker::retry_with(own, || crate::broker::Op::BindUnix {
             socket: fd,
             dir: dir.as_fd(),
             name: base,

@@ -15,7 +15,7 @@ use super::sys_file::{resolve, AT_FDCWD};
 use super::{SysResult, SyscallArgs};
 use crate::fd::FileKind;
 use crate::fs;
-use crate::fs::broker::{self, Op};
+use crate::broker::{self, Op};
 use crate::task::Task;
 
 /// Implements getcwd(2).

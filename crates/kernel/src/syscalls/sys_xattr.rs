@@ -18,7 +18,7 @@ use super::sys_file::AT_FDCWD;
 use super::sys_stat::open_path;
 use super::{SysResult, SyscallArgs};
 use crate::fs;
-use crate::fs::broker::{self, Op};
+use crate::broker::{self, Op};
 use crate::task::Task;
 
 /// XATTR_NAME_MAX.

@@ -1,6 +1,6 @@
 //! The file broker of a root holder: a small process that kept the file capabilities the
 //! holder drops, and makes for it the file calls those capabilities are needed for
-//! (`kernel::fs::broker` says which and when).
+//! (`kernel::broker` says which and when).
 //!
 //! ```text
 //! holder (uid 0, no capabilities)                 broker (`torpor __broker`)
@@ -25,7 +25,7 @@ use std::sync::Mutex;
 
 use abi::Errno;
 use anyhow::{Context, Result};
-use kernel::fs::broker::{Broker, Op};
+use kernel::broker::{Broker, Op};
 
 pub use server::main as serve;
 
@@ -138,7 +138,7 @@ pub fn start(root: &Path) -> Result<()> {
     drop(theirs);
     // The broker is reaped by whoever reaps the holder's children (it ends with the holder).
     std::mem::forget(child);
-    kernel::fs::broker::install(Box::new(Client {
+    kernel::broker::install(Box::new(Client {
         sock: Mutex::new(ours),
     }));
     Ok(())

@@ -373,7 +373,7 @@ mod tests {
         let inside = std::fs::File::create(root.join("f")).unwrap();
         let outside = std::fs::File::open("/dev/null").unwrap();
         let chmod = |f: &std::fs::File| {
-            let req = super::super::wire::encode(&kernel::fs::broker::Op::Chmod {
+            let req = super::super::wire::encode(&kernel::broker::Op::Chmod {
                 file: f.as_fd(),
                 mode: 0o600,
             })
@@ -385,7 +385,7 @@ mod tests {
         // A name that follows its symlink, or climbs out: refused.
         let dir = std::fs::File::open(&root).unwrap();
         for (name, flags) in [(&b"f"[..], 0), (&b".."[..], libc::AT_SYMLINK_NOFOLLOW)] {
-            let req = super::super::wire::encode(&kernel::fs::broker::Op::FchownAt {
+            let req = super::super::wire::encode(&kernel::broker::Op::FchownAt {
                 dir: dir.as_fd(),
                 name,
                 uid: 1,

@@ -11,7 +11,7 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-use kernel::fs::broker::Op;
+use kernel::broker::Op;
 
 /// Largest request (an extended attribute's value is at most 64 KiB, names 255 bytes, paths
 /// 4 KiB).

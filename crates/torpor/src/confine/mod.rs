@@ -138,7 +138,7 @@ pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> 
         landlock::restrict(trees)?;
     }
     tracing::debug!(?needs, "dropping capabilities");
-    let file_caps = if kernel::fs::broker::installed() {
+    let file_caps = if kernel::broker::installed() {
         &[][..]
     } else {
         KEPT_CAPS
