@@ -1,4 +1,4 @@
-//! File calls the holder is not privileged to make: handed to a broker.
+//! File and socket calls the holder is not privileged to make: handed to a broker.
 //!
 //! A holder started as root keeps no capability once confined (docs/SECURITY.md). It is still
 //! uid 0, so it owns and reaches most of a root filesystem (files of root, directories others
@@ -10,11 +10,20 @@
 //! by its own seccomp filter (`torpor`'s `broker` module). It makes the same call on the
 //! descriptors the holder passes it, and nothing else.
 //!
+//! A friendly-form holder with no outbound access also lives in a network namespace of its own
+//! (loopback only: the application's unpublished ports and its own connections stay there);
+//! the broker, left in the host's, makes the sockets of its published ports
+//! ([`Op::BindInet`]) and connects to them when the application does ([`Op::ConnectInet`]),
+//! for those addresses only. [`set_publishes`] turns that on; [`publishes`] tells the socket
+//! layer.
+//!
 //! Each [`Op`] is one host call with its descriptors; the holder makes its own call
 //! ([`retry_with`], [`retry_open`]) first and asks the broker only on EACCES or EPERM (the
 //! common path costs nothing).
 
+use std::net::SocketAddr;
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use abi::Errno;
@@ -147,6 +156,30 @@ pub enum Op<'a> {
         /// Attribute name.
         name: &'a [u8],
     },
+    /// A new Internet socket of the host's network namespace, bound to a published host
+    /// address: answers with it.
+    BindInet {
+        /// `AF_INET` or `AF_INET6`.
+        family: i32,
+        /// `SOCK_STREAM` or `SOCK_DGRAM`.
+        kind: i32,
+        /// The published host address.
+        addr: SocketAddr,
+        /// `IPV6_V6ONLY` (an IPv6 socket only).
+        v6only: bool,
+        /// `SO_REUSEPORT`.
+        reuseport: bool,
+    },
+    /// A new Internet socket of the host's network namespace, connected to a published host
+    /// address (the application's own listener): answers with it.
+    ConnectInet {
+        /// `AF_INET` or `AF_INET6`.
+        family: i32,
+        /// `SOCK_STREAM` or `SOCK_DGRAM`.
+        kind: i32,
+        /// The published host address (its loopback form for a wildcard one).
+        addr: SocketAddr,
+    },
     /// `bind(socket, "/proc/self/fd/<dir>/<name>")`: a Unix socket's name in a directory.
     BindUnix {
         /// The socket.
@@ -168,6 +201,29 @@ pub trait Broker: Send + Sync {
 }
 
 static BROKER: OnceLock<Box<dyn Broker>> = OnceLock::new();
+
+/// Whether the broker makes the published ports' sockets (the holder is in a network
+/// namespace of its own).
+static PUBLISHES: AtomicBool = AtomicBool::new(false);
+
+/// Records that the holder left the host's network namespace: published ports go through the
+/// broker from now on.
+pub fn set_publishes() {
+    PUBLISHES.store(true, Ordering::Relaxed);
+}
+
+/// Whether published ports' sockets are the broker's to make.
+pub fn publishes() -> bool {
+    PUBLISHES.load(Ordering::Relaxed) && installed()
+}
+
+/// Asks the broker for a socket: [`Op::BindInet`] or [`Op::ConnectInet`].
+///
+/// # Errors
+/// The broker's errno; EIO without a broker or without an answering descriptor.
+pub fn socket(op: &Op<'_>) -> Result<OwnedFd, Errno> {
+    BROKER.get().ok_or(Errno::EIO)?.call(op)?.ok_or(Errno::EIO)
+}
 
 /// Installs the process's broker (once; a later call is ignored).
 pub fn install(broker: Box<dyn Broker>) {

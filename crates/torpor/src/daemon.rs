@@ -224,7 +224,7 @@ fn start(
     if let Some(l) = &log {
         trees.push(l);
     }
-    crate::broker::start_if_root(&cfg.rootfs)?;
+    crate::broker::start_if_root(cfg)?;
     let needs = crate::confine::Needs::of(&cfg.publish, cfg.own_netns);
     crate::confine::confine(crate::confine::Mode::from_env()?, needs, Some(&trees[..]))
         .context("confining the runtime")?;

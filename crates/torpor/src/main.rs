@@ -10,6 +10,7 @@ mod cowroot;
 mod daemon;
 mod demo;
 mod density;
+mod fdpass;
 mod janitor;
 mod keepalive;
 mod logging;

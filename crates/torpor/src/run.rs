@@ -186,7 +186,7 @@ pub fn run_config(cfg: &SandboxConfig) -> Result<u8> {
         );
     }
     let sandbox = Sandbox::build(cfg)?;
-    crate::broker::start_if_root(&cfg.rootfs)?;
+    crate::broker::start_if_root(cfg)?;
     let needs = crate::confine::Needs::of(&cfg.publish, cfg.own_netns);
     crate::confine::confine(
         crate::confine::Mode::from_env()?,

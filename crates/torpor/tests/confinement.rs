@@ -74,6 +74,16 @@ fn the_holder_runs_under_seccomp_without_spare_capabilities() {
         }
         assert_eq!(status_field(&bs, "Seccomp"), "2", "the broker's filter");
         assert_eq!(status_field(&bs, "NoNewPrivs"), "1");
+        // No outbound access: the holder is in a network namespace of its own (loopback
+        // only), the broker in the host's, where it makes the published ports' sockets.
+        let netns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).expect("ns/net");
+        let host = netns("self");
+        assert_ne!(
+            netns(&pid.to_string()),
+            host,
+            "the holder's network namespace"
+        );
+        assert_eq!(netns(&broker), host, "the broker's network namespace");
         // A process holding just those capabilities, as a compromised holder of another
         // sandbox would, cannot read this holder through /proc (it is not dumpable).
         let o = std::process::Command::new("setpriv")

@@ -18,14 +18,19 @@ pub mod procfs;
 
 /// `struct open_how` for openat2(2).
 #[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
+pub struct OpenHow {
+    /// Open flags.
+    pub flags: u64,
+    /// Mode of a created file.
+    pub mode: u64,
+    /// `RESOLVE_*` flags.
+    pub resolve: u64,
 }
 
-const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-const RESOLVE_IN_ROOT: u64 = 0x10;
+/// `RESOLVE_NO_MAGICLINKS`.
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+/// `RESOLVE_IN_ROOT`.
+pub const RESOLVE_IN_ROOT: u64 = 0x10;
 
 /// The sandbox's root directory.
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 //! data as host iovecs pointing into guest memory (see `fd::iovecs`), control messages as byte
 //! buffers in the host's `cmsghdr` layout (see `net::cmsg`).
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use abi::Errno;
 
@@ -191,6 +191,42 @@ pub fn name(fd: BorrowedFd<'_>, peer: bool) -> Result<RawSockAddr, Errno> {
     cvt(r)?;
     a.len = (len as usize).min(SOCKADDR_MAX);
     Ok(a)
+}
+
+/// Puts socket `new` in the place of `fd` (`dup3` onto its number: every holder of the
+/// number now has `new`), keeping `fd`'s file status flags (`O_NONBLOCK`) and the options an
+/// application sets before `bind` or `connect` that later calls rely on (`TCP_NODELAY`,
+/// `SO_KEEPALIVE`, `SO_BROADCAST`); `new` is closed.
+///
+/// # Errors
+/// The host's errno.
+pub fn replace(fd: BorrowedFd<'_>, new: OwnedFd) -> Result<(), Errno> {
+    // SAFETY: F_GETFL on an fd we own.
+    let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if fl < 0 {
+        return Err(Errno::last());
+    }
+    let keep: Vec<(i32, i32, i32)> = [
+        (libc::IPPROTO_TCP, libc::TCP_NODELAY),
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE),
+        (libc::SOL_SOCKET, libc::SO_BROADCAST),
+    ]
+    .into_iter()
+    .filter_map(|(level, name)| int_opt(fd, level, name).ok().map(|v| (level, name, v)))
+    .filter(|&(_, _, v)| v != 0)
+    .collect();
+    for (level, name, v) in keep {
+        let _ = set_int_opt(new.as_fd(), level, name, v);
+    }
+    // SAFETY: dup3 of a socket we own onto a number we own: the old socket behind it closes.
+    if unsafe { libc::dup3(new.as_raw_fd(), fd.as_raw_fd(), libc::O_CLOEXEC) } < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: F_SETFL on an fd we own.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl) } < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
 }
 
 /// setsockopt(2).

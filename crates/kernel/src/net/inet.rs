@@ -239,7 +239,11 @@ fn bind_claimed(
                 // linger.
                 host::set_int_opt(f.host(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
             }
-            host::bind(f.host(), &encode_sockaddr(&host)).map(|()| host)
+            if published && crate::broker::publishes() {
+                bind_through_broker(f, family, host)
+            } else {
+                host::bind(f.host(), &encode_sockaddr(&host)).map(|()| host)
+            }
         }
         None => Err(Errno::EADDRNOTAVAIL),
     };
@@ -283,6 +287,45 @@ fn bind_claimed(
             Some(Arc::new(PortLease::new(net.clone(), guest_port, actual)));
     }
     Ok(())
+}
+
+/// A published port's bind when the holder is in a network namespace of its own: the broker
+/// makes the socket, bound in the host's namespace, and it takes the place of `f`'s.
+fn bind_through_broker(f: &OpenFile, family: i32, host: SocketAddr) -> Result<SocketAddr, Errno> {
+    let kind = host::int_opt(f.host(), libc::SOL_SOCKET, libc::SO_TYPE)?;
+    let v6only = family == libc::AF_INET6
+        && host::int_opt(f.host(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap_or(0) != 0;
+    let reuseport = host::int_opt(f.host(), libc::SOL_SOCKET, libc::SO_REUSEPORT).unwrap_or(0) != 0;
+    let new = crate::broker::socket(&crate::broker::Op::BindInet {
+        family,
+        kind,
+        addr: host,
+        v6only,
+        reuseport,
+    })?;
+    host::replace(f.host(), new)?;
+    Ok(host)
+}
+
+/// A connect to the sandbox's own published listener when the holder is in a network
+/// namespace of its own: the broker connects a socket of the host's namespace, which takes
+/// the place of `f`'s. `None` when `target` is not such a listener (the holder connects).
+pub fn connect_through_broker(
+    net: &NetPolicy,
+    f: &OpenFile,
+    st: &SocketState,
+    target: SocketAddr,
+) -> Option<Result<(), Errno>> {
+    if !crate::broker::publishes() || !net.is_published_target(target) {
+        return None;
+    }
+    let r = crate::broker::socket(&crate::broker::Op::ConnectInet {
+        family: st.family,
+        kind: st.kind,
+        addr: target,
+    })
+    .and_then(|new| host::replace(f.host(), new));
+    Some(r)
 }
 
 /// The loopback address of `a`'s family.

@@ -166,6 +166,20 @@ impl NetPolicy {
         self.allow_outbound.then_some(guest)
     }
 
+    /// Whether `target` (a connect's host address) is one of the published host addresses, or
+    /// the loopback address of a published wildcard one: the sandbox's own listener there.
+    pub fn is_published_target(&self, target: SocketAddr) -> bool {
+        let t = inet::canonical(target);
+        self.publish.iter().any(|p| {
+            let h = inet::canonical(p.host);
+            h == t
+                || (h.ip().is_unspecified()
+                    && h.port() == t.port()
+                    && h.is_ipv4() == t.is_ipv4()
+                    && t.ip().is_loopback())
+        })
+    }
+
     /// The guest port that host port `host_port` stands for, if the application bound it.
     pub fn guest_port_of(&self, host: SocketAddr) -> Option<u16> {
         if self.namespaced {

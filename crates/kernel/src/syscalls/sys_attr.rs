@@ -14,8 +14,8 @@ use platform::Gva;
 use super::sys_file::AT_FDCWD;
 use super::sys_stat::{open_path, stat_fd};
 use super::{SysResult, SyscallArgs};
-use crate::fs;
 use crate::broker::{self, Op};
+use crate::fs;
 use crate::task::Task;
 
 const AT_SYMLINK_NOFOLLOW: i32 = 0x100;

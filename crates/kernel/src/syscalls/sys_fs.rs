@@ -13,9 +13,9 @@ use platform::Gva;
 
 use super::sys_file::{resolve, AT_FDCWD};
 use super::{SysResult, SyscallArgs};
+use crate::broker::{self, Op};
 use crate::fd::FileKind;
 use crate::fs;
-use crate::broker::{self, Op};
 use crate::task::Task;
 
 /// Implements getcwd(2).

@@ -425,6 +425,9 @@ pub fn sys_connect(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let guest = inet::decode_guest_sockaddr(&raw, st.family, false)?;
     let host_addr = inet::outbound_target(&t.net, st.family, guest)?;
+    if let Some(r) = inet::connect_through_broker(&t.net, &f, &st, host_addr) {
+        return r.map(|()| 0);
+    }
     if st.kind == libc::SOCK_DGRAM && inet::canonical(host_addr).ip().is_loopback() {
         inet::ensure_bound(&t.net, &f, &st)?;
     }

@@ -17,8 +17,8 @@ use platform::Gva;
 use super::sys_file::AT_FDCWD;
 use super::sys_stat::open_path;
 use super::{SysResult, SyscallArgs};
-use crate::fs;
 use crate::broker::{self, Op};
+use crate::fs;
 use crate::task::Task;
 
 /// XATTR_NAME_MAX.

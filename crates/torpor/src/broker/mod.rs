@@ -57,7 +57,7 @@ impl Broker for Client {
         loop {
             match wire::send(sock.as_fd(), &bytes, &raw) {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                r => break r.map_err(|e| gone(&e.to_string()))?,
+                r => break r.map(|_| ()).map_err(|e| gone(&e.to_string()))?,
             }
         }
         let mut buf = [0u8; 8];
@@ -80,24 +80,71 @@ impl Broker for Client {
 }
 
 /// Starts the broker of a root holder (nothing for a rootless one, which has no capability
-/// to hand over) whose sandbox root is `root`.
+/// to hand over) of the sandbox `cfg`; then, for a friendly-form sandbox without outbound
+/// access, moves the holder into a network namespace of its own (loopback only), leaving its
+/// published ports to the broker. `TORPOR_NETNS=0` keeps the host's network namespace.
 ///
 /// # Errors
-/// As [`start`].
-pub fn start_if_root(root: &Path) -> Result<()> {
+/// As [`start`]; the namespace cannot be made.
+pub fn start_if_root(cfg: &kernel::SandboxConfig) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Ok(());
     }
-    start(root)
+    let own_netns = !cfg.allow_outbound
+        && !cfg.own_netns
+        && std::env::var("TORPOR_NETNS").as_deref() != Ok("0");
+    let published: Vec<std::net::SocketAddr> = if own_netns {
+        cfg.publish.iter().map(|p| p.host).collect()
+    } else {
+        Vec::new()
+    };
+    start(&cfg.rootfs, &published)?;
+    if own_netns {
+        enter_private_netns()?;
+        kernel::broker::set_publishes();
+    }
+    Ok(())
 }
 
-/// Starts the broker of a holder whose sandbox root is `root`, and installs its client for
-/// the kernel's file calls.
+/// `unshare(CLONE_NEWNET)`, then the new namespace's loopback up.
+fn enter_private_netns() -> Result<()> {
+    // SAFETY: unshare with a flag; only this process's network namespace changes.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("unshare(CLONE_NEWNET)");
+    }
+    // SAFETY: a datagram socket for the interface ioctls; closed below.
+    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return Err(std::io::Error::last_os_error()).context("socket for lo");
+    }
+    // SAFETY: a fresh fd owned by nobody else.
+    let s = unsafe { OwnedFd::from_raw_fd(s) };
+    // SAFETY: an all-zero ifreq is valid; the name fits.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, b) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
+        *d = *b as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the ifreq given.
+    unsafe {
+        if libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) != 0 {
+            return Err(std::io::Error::last_os_error()).context("SIOCGIFFLAGS lo");
+        }
+        ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(s.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) != 0 {
+            return Err(std::io::Error::last_os_error()).context("SIOCSIFFLAGS lo");
+        }
+    }
+    Ok(())
+}
+
+/// Starts the broker of a holder whose sandbox root is `root` (and whose published host
+/// addresses are `published`, when the broker makes their sockets), and installs its client
+/// for the kernel's calls.
 ///
 /// # Errors
 /// The socket pair or the process cannot be made.
-pub fn start(root: &Path) -> Result<()> {
+pub fn start(root: &Path, published: &[std::net::SocketAddr]) -> Result<()> {
     let mut sv = [0; 2];
     // SAFETY: socketpair fills two fds.
     let r = unsafe {
@@ -121,6 +168,7 @@ pub fn start(root: &Path) -> Result<()> {
         .arg(child_fd.to_string())
         .arg(parent.to_string())
         .arg(root)
+        .args(published.iter().map(|a| a.to_string()))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null());
     // SAFETY: between fork and exec only async-signal-safe calls: fcntl to let the broker's

@@ -2,13 +2,17 @@
 //! that came with it.
 
 use std::ffi::CString;
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
+use kernel::fs::{OpenHow, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS};
+use kernel::net::inet::canonical;
+
 use super::wire::{self, code, Request};
 
-/// `torpor __broker FD PARENT ROOT`: serves the holder `PARENT` on socket `FD` until it goes.
-/// Never returns.
+/// `torpor __broker FD PARENT ROOT [ADDR...]`: serves the holder `PARENT` on socket `FD` until
+/// it goes, making sockets for the published host addresses `ADDR`. Never returns.
 pub fn main(args: &[String]) -> ! {
     let code = match run(args) {
         Ok(()) => 0,
@@ -21,9 +25,13 @@ pub fn main(args: &[String]) -> ! {
 }
 
 fn run(args: &[String]) -> anyhow::Result<()> {
-    let [fd, parent, root] = args else {
-        anyhow::bail!("usage: torpor __broker FD PARENT ROOT");
+    let [fd, parent, root, published @ ..] = args else {
+        anyhow::bail!("usage: torpor __broker FD PARENT ROOT [ADDR...]");
     };
+    let published: Vec<SocketAddr> = published
+        .iter()
+        .map(|a| a.parse())
+        .collect::<Result<_, _>>()?;
     let fd: RawFd = fd.parse()?;
     let parent: i32 = parent.parse()?;
     // SAFETY: the holder passed this descriptor to us alone; it is ours from here.
@@ -38,7 +46,16 @@ fn run(args: &[String]) -> anyhow::Result<()> {
     }
     // As `/proc/self/fd` links name files: canonical.
     let root = std::fs::canonicalize(PathBuf::from(root))?;
-    crate::confine::confine_broker(&root)?;
+    let publish: Vec<kernel::net::Publish> = published
+        .iter()
+        .map(|&host| kernel::net::Publish {
+            host,
+            guest_port: host.port(),
+        })
+        .collect();
+    let low_ports = crate::confine::Needs::of(&publish, false).low_ports;
+    crate::confine::confine_broker(&root, low_ports)?;
+    let policy = Policy { root, published };
     let mut buf = vec![0u8; wire::MAX_REQUEST];
     loop {
         let (n, fds) = match wire::recv(sock.as_fd(), &mut buf) {
@@ -54,7 +71,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         };
         let (ret, opened) = match Request::from_bytes(&buf[..n]) {
             Some(req) => {
-                match check_request(&req, &fds, &root).and_then(|()| execute(&req, &fds)) {
+                match check_request(&req, &fds, &policy).and_then(|()| execute(&req, &fds)) {
                     Ok(opened) => (0i64, opened),
                     Err(errno) => (-i64::from(errno), None),
                 }
@@ -65,7 +82,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         let raw: Vec<RawFd> = opened.iter().map(|f| f.as_raw_fd()).collect();
         loop {
             match wire::send(sock.as_fd(), &ret.to_le_bytes(), &raw) {
-                Ok(()) => break,
+                Ok(_) => break,
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 // The holder is gone (its end closed while we answered): so are we.
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNRESET | libc::EPIPE)) => {
@@ -81,7 +98,8 @@ fn run(args: &[String]) -> anyhow::Result<()> {
 /// times, attributes: no Landlock right guards them) must name a file beneath the root (by
 /// its descriptor, or as one plain component of a directory beneath the root, its last
 /// symlink not followed), and not a device, socket or pipe of the host's.
-fn check_request(req: &Request, fds: &[OwnedFd], root: &std::path::Path) -> Result<(), i32> {
+fn check_request(req: &Request, fds: &[OwnedFd], policy: &Policy) -> Result<(), i32> {
+    let root = policy.root.as_path();
     let metadata_of = |k: usize, name: Option<&[u8]>| -> Result<(), i32> {
         let fd = fds.get(k).ok_or(libc::EBADF)?;
         let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
@@ -123,8 +141,136 @@ fn check_request(req: &Request, fds: &[OwnedFd], root: &std::path::Path) -> Resu
             metadata_of(0, Some(&req.strs[0]))
         }
         code::CHMOD | code::SETXATTR | code::REMOVEXATTR => metadata_of(0, None),
+        code::BIND_INET | code::CONNECT_INET => {
+            let addr = inet_addr(req)?;
+            // (An IPv6 socket's address of a published IPv4 one is its IPv4-mapped form.)
+            let ok = if req.op == code::BIND_INET {
+                policy
+                    .published
+                    .iter()
+                    .any(|&p| canonical(p) == canonical(addr))
+            } else {
+                policy.reaches(canonical(addr))
+            };
+            if !ok {
+                return Err(libc::EACCES);
+            }
+            Ok(())
+        }
         _ => Ok(()),
     }
+}
+
+/// What the broker may do beside files: the published host addresses it binds and connects.
+struct Policy {
+    root: PathBuf,
+    published: Vec<SocketAddr>,
+}
+
+impl Policy {
+    /// Whether a connect to `addr` reaches the sandbox's own published listener: a published
+    /// address, or the loopback address of a published wildcard one.
+    fn reaches(&self, addr: SocketAddr) -> bool {
+        self.published.iter().map(|&p| canonical(p)).any(|p| {
+            p == addr
+                || (p.ip().is_unspecified()
+                    && p.port() == addr.port()
+                    && p.is_ipv4() == addr.is_ipv4()
+                    && addr.ip().is_loopback())
+        })
+    }
+}
+
+/// The address of a socket request, checked against its family; a stream or datagram type.
+fn inet_addr(req: &Request) -> Result<SocketAddr, i32> {
+    let addr: SocketAddr = std::str::from_utf8(&req.strs[0])
+        .ok()
+        .and_then(|a| a.parse().ok())
+        .ok_or(libc::EINVAL)?;
+    let family = req.ints[0] as i32;
+    let fits =
+        (family == libc::AF_INET && addr.is_ipv4()) || (family == libc::AF_INET6 && addr.is_ipv6());
+    let kind = req.ints[1] as i32;
+    if !fits || !(kind == libc::SOCK_STREAM || kind == libc::SOCK_DGRAM) {
+        return Err(libc::EINVAL);
+    }
+    Ok(addr)
+}
+
+/// A new socket of `family` and `kind`, close-on-exec.
+fn new_socket(family: i32, kind: i32) -> Result<OwnedFd, i32> {
+    // SAFETY: socket(2) with integer arguments.
+    let fd = unsafe { libc::socket(family, kind | libc::SOCK_CLOEXEC, 0) };
+    check(fd.into())?;
+    // SAFETY: a fresh fd owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn set_int(fd: &OwnedFd, level: i32, name: i32, v: i32) -> Result<(), i32> {
+    // SAFETY: an int option of a socket we own.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&v as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    check(r.into())
+}
+
+/// `addr` as the host takes it: a `sockaddr_storage` and its length.
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: an all-zero sockaddr_storage is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let p = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
+            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in.
+            let sin = unsafe { &mut *p };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let p = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
+            // SAFETY: as above, for a sockaddr_in6.
+            let sin6 = unsafe { &mut *p };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// [`code::BIND_INET`] and [`code::CONNECT_INET`]: the new socket.
+fn inet_socket(req: &Request) -> Result<OwnedFd, i32> {
+    let addr = inet_addr(req)?;
+    let (family, kind) = (req.ints[0] as i32, req.ints[1] as i32);
+    let sock = new_socket(family, kind)?;
+    let (ss, len) = sockaddr(addr);
+    let sa = (&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr>();
+    if req.op == code::BIND_INET {
+        // A restarted server rebinds while old connections linger.
+        set_int(&sock, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        if family == libc::AF_INET6 && req.ints[2] != 0 {
+            set_int(&sock, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+        }
+        if req.ints[3] != 0 {
+            set_int(&sock, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+        }
+        // SAFETY: a socket we own and an address of `len` bytes.
+        check(unsafe { libc::bind(sock.as_raw_fd(), sa, len) }.into())?;
+    } else {
+        // SAFETY: as above; a loopback connect to a listener completes at once.
+        check(unsafe { libc::connect(sock.as_raw_fd(), sa, len) }.into())?;
+    }
+    Ok(sock)
 }
 
 /// Whether host path `p` is `root` or beneath it.
@@ -169,17 +315,6 @@ fn check(r: libc::c_long) -> Result<(), i32> {
     Ok(())
 }
 
-/// `struct open_how` for openat2(2).
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
-const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-const RESOLVE_IN_ROOT: u64 = 0x10;
-
 /// Makes the call `req` names on `fds`: the descriptor it opened, if any, or its errno.
 fn execute(req: &Request, fds: &[OwnedFd]) -> Result<Option<OwnedFd>, i32> {
     let fd = |k: usize| fds.get(k).map(|f| f.as_fd()).ok_or(libc::EBADF);
@@ -190,6 +325,7 @@ fn execute(req: &Request, fds: &[OwnedFd]) -> Result<Option<OwnedFd>, i32> {
     // taken into an OwnedFd is fresh from openat2.
     unsafe {
         match req.op {
+            code::BIND_INET | code::CONNECT_INET => return inet_socket(req).map(Some),
             code::OPENAT2 => {
                 let path = cstr(s(0))?;
                 let how = OpenHow {
@@ -371,6 +507,10 @@ mod tests {
         let root = std::env::temp_dir().join(format!("broker-root-{}", std::process::id()));
         std::fs::create_dir_all(&root).unwrap();
         let inside = std::fs::File::create(root.join("f")).unwrap();
+        let policy = Policy {
+            root: root.clone(),
+            published: vec![],
+        };
         let outside = std::fs::File::open("/dev/null").unwrap();
         let chmod = |f: &std::fs::File| {
             let req = super::super::wire::encode(&kernel::broker::Op::Chmod {
@@ -378,7 +518,7 @@ mod tests {
                 mode: 0o600,
             })
             .0;
-            check_request(&req, &[OwnedFd::from(f.try_clone().unwrap())], &root)
+            check_request(&req, &[OwnedFd::from(f.try_clone().unwrap())], &policy)
         };
         assert_eq!(chmod(&inside), Ok(()));
         assert_eq!(chmod(&outside), Err(libc::EPERM));
@@ -395,11 +535,55 @@ mod tests {
             .0;
             let fds = [OwnedFd::from(dir.try_clone().unwrap())];
             assert_eq!(
-                check_request(&req, &fds, &root),
+                check_request(&req, &fds, &policy),
                 Err(libc::EPERM),
                 "{name:?}"
             );
         }
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn sockets_only_for_published_addresses() {
+        let policy = Policy {
+            root: PathBuf::from("/nonexistent"),
+            published: vec![
+                "127.0.0.1:18080".parse().unwrap(),
+                "0.0.0.0:9000".parse().unwrap(),
+            ],
+        };
+        let req = |op: kernel::broker::Op<'_>| super::super::wire::encode(&op).0;
+        let bind = |a: &str| {
+            req(kernel::broker::Op::BindInet {
+                family: libc::AF_INET,
+                kind: libc::SOCK_STREAM,
+                addr: a.parse().unwrap(),
+                v6only: false,
+                reuseport: false,
+            })
+        };
+        let connect = |a: &str| {
+            req(kernel::broker::Op::ConnectInet {
+                family: libc::AF_INET,
+                kind: libc::SOCK_STREAM,
+                addr: a.parse().unwrap(),
+            })
+        };
+        let check = |r: &Request| check_request(r, &[], &policy);
+        assert_eq!(check(&bind("127.0.0.1:18080")), Ok(()));
+        assert_eq!(check(&bind("0.0.0.0:9000")), Ok(()));
+        assert_eq!(check(&bind("127.0.0.1:22")), Err(libc::EACCES));
+        assert_eq!(check(&bind("127.0.0.1:9000")), Err(libc::EACCES));
+        let mut mapped = bind("[::ffff:127.0.0.1]:18080");
+        mapped.ints[0] = libc::AF_INET6 as u64;
+        assert_eq!(check(&mapped), Ok(()), "a dual-stack socket's bind");
+        assert_eq!(check(&connect("127.0.0.1:18080")), Ok(()));
+        assert_eq!(check(&connect("127.0.0.1:9000")), Ok(()));
+        assert_eq!(check(&connect("10.0.0.1:9000")), Err(libc::EACCES));
+        assert_eq!(check(&connect("127.0.0.1:5432")), Err(libc::EACCES));
+        // A family that does not fit the address: refused.
+        let mut v6 = bind("127.0.0.1:18080");
+        v6.ints[0] = libc::AF_INET6 as u64;
+        assert_eq!(check(&v6), Err(libc::EINVAL));
     }
 }

@@ -9,7 +9,7 @@
 //! Integers are little-endian. Which ints, strings and descriptors an op uses is fixed by the
 //! op ([`encode`], and the broker's `execute`).
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::BorrowedFd;
 
 use kernel::broker::Op;
 
@@ -18,8 +18,6 @@ use kernel::broker::Op;
 pub const MAX_REQUEST: usize = HEADER + 3 * 4096 + 65536;
 /// Bytes before the strings.
 const HEADER: usize = 8 + 6 * 8 + 3 * 4 + 4;
-/// Most descriptors a request carries.
-pub const MAX_FDS: usize = 2;
 
 /// Operation codes.
 pub mod code {
@@ -49,6 +47,10 @@ pub mod code {
     pub const REMOVEXATTR: u8 = 12;
     /// `Op::BindUnix`.
     pub const BIND_UNIX: u8 = 13;
+    /// `Op::BindInet`.
+    pub const BIND_INET: u8 = 14;
+    /// `Op::ConnectInet`.
+    pub const CONNECT_INET: u8 = 15;
 }
 
 /// A request, decoded.
@@ -166,6 +168,33 @@ pub fn encode<'a>(op: &Op<'a>) -> (Request, Vec<BorrowedFd<'a>>) {
         ),
         Op::RemoveXattr { file, name } => (r(code::REMOVEXATTR, &[], &[name]), vec![file]),
         Op::BindUnix { socket, dir, name } => (r(code::BIND_UNIX, &[], &[name]), vec![socket, dir]),
+        Op::BindInet {
+            family,
+            kind,
+            addr,
+            v6only,
+            reuseport,
+        } => (
+            r(
+                code::BIND_INET,
+                &[
+                    family as u32 as u64,
+                    kind as u32 as u64,
+                    u64::from(v6only),
+                    u64::from(reuseport),
+                ],
+                &[addr.to_string().as_bytes()],
+            ),
+            vec![],
+        ),
+        Op::ConnectInet { family, kind, addr } => (
+            r(
+                code::CONNECT_INET,
+                &[family as u32 as u64, kind as u32 as u64],
+                &[addr.to_string().as_bytes()],
+            ),
+            vec![],
+        ),
     }
 }
 
@@ -225,94 +254,12 @@ impl Request {
     }
 }
 
-/// Sends `data` and `fds` as one datagram.
-///
-/// # Errors
-/// The errno of `sendmsg`.
-pub fn send(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
-    let iov = [std::io::IoSlice::new(data)];
-    let payload = std::mem::size_of_val(fds) as u32;
-    // SAFETY: CMSG_SPACE has no preconditions.
-    let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    // SAFETY: the msghdr points at live locals for the call; the control message is written
-    // through the CMSG macros inside `cbuf`, which is `space` bytes long.
-    let n = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
-        msg.msg_iovlen = 1;
-        if !fds.is_empty() {
-            msg.msg_control = cbuf.as_mut_ptr().cast();
-            msg.msg_controllen = space as _;
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(payload) as _;
-            std::ptr::copy_nonoverlapping(
-                fds.as_ptr().cast::<u8>(),
-                libc::CMSG_DATA(c),
-                payload as usize,
-            );
-        }
-        libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Receives one datagram into `buf` with up to [`MAX_FDS`] descriptors: its length (0 when
-/// the peer is gone) and the descriptors (close-on-exec).
-///
-/// # Errors
-/// The errno of `recvmsg`; `EMSGSIZE` for a datagram or control data cut short.
-pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
-    // SAFETY: CMSG_SPACE has no preconditions.
-    let space = unsafe { libc::CMSG_SPACE((MAX_FDS * 4) as u32) } as usize;
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut fds = Vec::new();
-    // SAFETY: the msghdr points at live buffers; received descriptors are taken into OwnedFds
-    // right after the call, each exactly once.
-    let (n, flags) = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
-        if n > 0 {
-            let mut c = libc::CMSG_FIRSTHDR(&msg);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                    let len = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                    let data = libc::CMSG_DATA(c).cast::<i32>();
-                    for i in 0..len / 4 {
-                        fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
-                    }
-                }
-                c = libc::CMSG_NXTHDR(&msg, c);
-            }
-        }
-        (n, msg.msg_flags)
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
-        return Err(std::io::Error::from_raw_os_error(libc::EMSGSIZE));
-    }
-    Ok((n as usize, fds))
-}
+pub use crate::fdpass::{recv, send};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsFd;
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
     #[test]
     fn requests_round_trip_and_malformed_ones_are_refused() {
@@ -344,7 +291,7 @@ mod tests {
         ];
         for op in &ops {
             let (req, fds) = encode(op);
-            assert!(!fds.is_empty() && fds.len() <= MAX_FDS);
+            assert!(fds.len() <= crate::fdpass::MAX_FDS);
             let b = req.to_bytes();
             assert_eq!(Request::from_bytes(&b).as_ref(), Some(&req), "{op:?}");
             // Cut short, extended, or with a length past the end: refused.

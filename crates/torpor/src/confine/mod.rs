@@ -137,6 +137,15 @@ pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> 
     if let (Some(trees), true) = (trees, mode != Mode::Off) {
         landlock::restrict(trees)?;
     }
+    // In a network namespace of its own, the holder binds no published port itself.
+    let needs = if kernel::broker::publishes() {
+        Needs {
+            low_ports: false,
+            ..needs
+        }
+    } else {
+        needs
+    };
     tracing::debug!(?needs, "dropping capabilities");
     let file_caps = if kernel::broker::installed() {
         &[][..]
@@ -182,7 +191,7 @@ fn confine_pager_thread() -> std::result::Result<(), String> {
 ///
 /// # Errors
 /// When a step fails: the broker must not serve unconfined.
-pub fn confine_broker(root: &std::path::Path) -> Result<()> {
+pub fn confine_broker(root: &std::path::Path, low_ports: bool) -> Result<()> {
     // SAFETY: prctl with constant arguments.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(std::io::Error::last_os_error()).context("PR_SET_NO_NEW_PRIVS");
@@ -191,7 +200,13 @@ pub fn confine_broker(root: &std::path::Path) -> Result<()> {
     if mode != Mode::Off {
         landlock::restrict_to_trees(&[root])?;
     }
-    drop_capabilities(KEPT_CAPS, &[])?;
+    // Binding a published port below the host's unprivileged start is the broker's now.
+    let bind = if low_ports {
+        &[CAP_NET_BIND_SERVICE][..]
+    } else {
+        &[]
+    };
+    drop_capabilities(KEPT_CAPS, bind)?;
     // SAFETY: prctl with constant arguments.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
         return Err(std::io::Error::last_os_error()).context("PR_SET_DUMPABLE");
