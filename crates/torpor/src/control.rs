@@ -157,10 +157,40 @@ pub fn read_answer(r: &mut BufReader<UnixStream>) -> Result<serde_json::Value> {
     }
 }
 
+// (Self-contained, as `crate::fdpass::send` is not: this file is compiled alone into the
+// fuzz crate's `control` target.)
 fn send_with_fds(s: &UnixStream, data: &[u8], fds: &[std::os::fd::RawFd]) -> std::io::Result<()> {
-    use std::os::fd::AsFd;
-    let n = crate::fdpass::send(s.as_fd(), data, fds)?;
-    if n != data.len() {
+    use std::os::fd::AsRawFd;
+    let iov = [std::io::IoSlice::new(data)];
+    let payload = std::mem::size_of_val(fds) as u32;
+    // SAFETY: CMSG_SPACE has no preconditions.
+    let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    // SAFETY: msghdr fields point at live locals for the call; the control message is written
+    // through the CMSG macros inside `cbuf`, which is `space` bytes long.
+    let n = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = 1;
+        if !fds.is_empty() {
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(payload) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr().cast::<u8>(),
+                libc::CMSG_DATA(c),
+                payload as usize,
+            );
+        }
+        libc::sendmsg(s.as_raw_fd(), &msg, 0)
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if n as usize != data.len() {
         return Err(std::io::Error::other("short send of a control request"));
     }
     Ok(())

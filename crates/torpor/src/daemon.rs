@@ -151,6 +151,9 @@ fn start(
         crate::oci::mounts::apply(&cfg.rootfs, volumes)?;
     }
     let cfg = &cfg;
+    // Still single-threaded: the broker is a plain fork (and the network namespace is left
+    // before the sandbox makes any socket).
+    crate::broker::start_if_root(cfg)?;
     let mut sandbox = Sandbox::build(cfg)?;
     let control = sandbox.control();
     let mode = policy.wake_mode;
@@ -224,7 +227,6 @@ fn start(
     if let Some(l) = &log {
         trees.push(l);
     }
-    crate::broker::start_if_root(cfg)?;
     let needs = crate::confine::Needs::of(&cfg.publish, cfg.own_netns);
     crate::confine::confine(crate::confine::Mode::from_env()?, needs, Some(&trees[..]))
         .context("confining the runtime")?;

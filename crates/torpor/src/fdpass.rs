@@ -1,5 +1,6 @@
 //! Descriptor passing over Unix sockets (`SCM_RIGHTS`): one `sendmsg` or `recvmsg` with the
-//! descriptors beside the bytes. Used by the control socket's requests and the file broker.
+//! descriptors beside the bytes, for the broker. (The control socket's `control.rs` has its
+//! own: it is compiled alone into the fuzz crate.)
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 

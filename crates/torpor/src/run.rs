@@ -185,8 +185,8 @@ pub fn run_config(cfg: &SandboxConfig) -> Result<u8> {
             cfg.rootfs.display()
         );
     }
-    let sandbox = Sandbox::build(cfg)?;
     crate::broker::start_if_root(cfg)?;
+    let sandbox = Sandbox::build(cfg)?;
     let needs = crate::confine::Needs::of(&cfg.publish, cfg.own_netns);
     crate::confine::confine(
         crate::confine::Mode::from_env()?,

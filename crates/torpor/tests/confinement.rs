@@ -59,12 +59,11 @@ fn the_holder_runs_under_seccomp_without_spare_capabilities() {
         let broker = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
             .expect("the holder's children")
             .split_whitespace()
-            .find_map(|c| {
-                let cmd = std::fs::read(format!("/proc/{c}/cmdline")).ok()?;
-                cmd.split(|&b| b == 0)
-                    .any(|a| a == b"__broker")
-                    .then(|| c.to_string())
+            .find(|c| {
+                std::fs::read_to_string(format!("/proc/{c}/comm"))
+                    .is_ok_and(|n| n.trim() == "torpor-broker")
             })
+            .map(str::to_string)
             .expect("a root holder has a file broker");
         let bs = std::fs::read_to_string(format!("/proc/{broker}/status")).expect("broker status");
         let kept = (1u64 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4);

@@ -10,9 +10,11 @@
 //!   ◀──────────── 0 / -errno (+ opened fd) ───────   seccomp: these calls only
 //! ```
 //!
-//! The holder starts it before confining itself (`torpor __broker FD PARENT ROOT`, the same
-//! executable: nothing is forked from a multi-threaded process but by exec); it ends with its
-//! holder, at its socket's end of file. Calls are serialised on one
+//! The holder starts it before confining itself: a plain fork while the holder is still
+//! single-threaded (its memory then stays the holder's, shared copy-on-write: about 0.2 MiB of
+//! its own), else `torpor __broker FD PARENT ROOT [ADDR...]`, an exec of the same executable
+//! (nothing runs after a fork of a multi-threaded process but an exec; about 1.5 MiB). It
+//! ends with its holder, at its socket's end of file. Calls are serialised on one
 //! socket: they are the uncommon path (a directory of another user, a file given to the
 //! application's user), each a round trip of a few tens of microseconds.
 
@@ -28,6 +30,14 @@ use anyhow::{Context, Result};
 use kernel::broker::{Broker, Op};
 
 pub use server::main as serve;
+
+/// Whether this process has one thread (then a fork needs no exec).
+fn single_threaded() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.strip_prefix("Threads:").is_some_and(|n| n.trim() == "1"))
+    })
+}
 
 /// The subcommand the broker runs as (not a user verb: `main` dispatches it before parsing).
 pub const SUBCOMMAND: &str = "__broker";
@@ -163,6 +173,35 @@ pub fn start(root: &Path, published: &[std::net::SocketAddr]) -> Result<()> {
     let child_fd = theirs.as_raw_fd();
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
+    if single_threaded() {
+        // A plain fork: the broker's memory stays the holder's, shared copy-on-write (an
+        // exec'd broker costs about 1.5 MiB of host memory of its own).
+        // SAFETY: the process has one thread, so the child may run any code; it only closes
+        // descriptors, serves, and leaves with _exit.
+        match unsafe { libc::fork() } {
+            -1 => return Err(std::io::Error::last_os_error()).context("forking the broker"),
+            0 => {
+                drop(ours);
+                // Nothing of the holder's but its socket and stderr.
+                // SAFETY: close_range over descriptor numbers; `theirs` and 2 stay.
+                unsafe {
+                    libc::syscall(libc::SYS_close_range, 0u32, 1u32, 0u32);
+                    libc::syscall(libc::SYS_close_range, 3u32, (child_fd - 1) as u32, 0u32);
+                    libc::syscall(libc::SYS_close_range, (child_fd + 1) as u32, u32::MAX, 0u32);
+                }
+                let code = server::forked(theirs, parent, root, published.to_vec());
+                // SAFETY: leaving the child without the holder's exit handlers.
+                unsafe { libc::_exit(code) }
+            }
+            _ => {
+                drop(theirs);
+                kernel::broker::install(Box::new(Client {
+                    sock: Mutex::new(ours),
+                }));
+                return Ok(());
+            }
+        }
+    }
     let mut cmd = std::process::Command::new("/proc/self/exe");
     cmd.arg(SUBCOMMAND)
         .arg(child_fd.to_string())

@@ -14,17 +14,37 @@ use super::wire::{self, code, Request};
 /// `torpor __broker FD PARENT ROOT [ADDR...]`: serves the holder `PARENT` on socket `FD` until
 /// it goes, making sockets for the published host addresses `ADDR`. Never returns.
 pub fn main(args: &[String]) -> ! {
-    let code = match run(args) {
+    let code = exit_code(
+        parse(args)
+            .and_then(|(sock, parent, root, published)| serve(sock, parent, &root, published)),
+    );
+    std::process::exit(code)
+}
+
+/// The broker's life in a child forked from a single-threaded holder (no exec: its memory
+/// stays the holder's, shared copy-on-write): serves on `sock` until the holder goes and
+/// returns the exit status.
+pub fn forked(
+    sock: OwnedFd,
+    parent: i32,
+    root: &std::path::Path,
+    published: Vec<SocketAddr>,
+) -> i32 {
+    exit_code(serve(sock, parent, root, published))
+}
+
+fn exit_code(r: anyhow::Result<()>) -> i32 {
+    match r {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("torpor: file broker: {e:#}");
             1
         }
-    };
-    std::process::exit(code)
+    }
 }
 
-fn run(args: &[String]) -> anyhow::Result<()> {
+/// The arguments of `torpor __broker`.
+fn parse(args: &[String]) -> anyhow::Result<(OwnedFd, i32, PathBuf, Vec<SocketAddr>)> {
     let [fd, parent, root, published @ ..] = args else {
         anyhow::bail!("usage: torpor __broker FD PARENT ROOT [ADDR...]");
     };
@@ -36,6 +56,15 @@ fn run(args: &[String]) -> anyhow::Result<()> {
     let parent: i32 = parent.parse()?;
     // SAFETY: the holder passed this descriptor to us alone; it is ours from here.
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok((sock, parent, PathBuf::from(root), published))
+}
+
+fn serve(
+    sock: OwnedFd,
+    parent: i32,
+    root: &std::path::Path,
+    published: Vec<SocketAddr>,
+) -> anyhow::Result<()> {
     // Ends with the holder: at the end of file of its socket, which the holder's exit (or
     // death) closes; and at once if it went before this started. (Not PR_SET_PDEATHSIG: that
     // follows the thread that started the broker, which need not live as long as its
@@ -44,8 +73,11 @@ fn run(args: &[String]) -> anyhow::Result<()> {
     if unsafe { libc::getppid() } != parent {
         return Ok(());
     }
+    // Named in `ps` and `/proc/PID/comm` (a forked broker has its holder's command line).
+    // SAFETY: prctl with a NUL-terminated name of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"torpor-broker".as_ptr(), 0, 0, 0) };
     // As `/proc/self/fd` links name files: canonical.
-    let root = std::fs::canonicalize(PathBuf::from(root))?;
+    let root = std::fs::canonicalize(root)?;
     let publish: Vec<kernel::net::Publish> = published
         .iter()
         .map(|&host| kernel::net::Publish {
