@@ -187,6 +187,13 @@ fn a_holder_cannot_open_host_files_and_its_janitor_cleans_up() {
         "{}",
         out.stderr_str()
     );
+    // Of /proc, only its own entries: not another process's environment.
+    assert!(
+        out.stderr_str()
+            .contains("/proc/1/environ: Permission denied"),
+        "{}",
+        out.stderr_str()
+    );
     let left = || {
         std::fs::read_dir(state.path())
             .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())

@@ -173,7 +173,19 @@ fn allow_host_files(ruleset: &OwnedFd, known: u64) -> Result<()> {
     ] {
         allow(ruleset, Path::new(dev), (READ_FILE | WRITE_FILE) & known)?;
     }
-    allow(ruleset, Path::new("/proc"), READ & known)?;
+    // Of /proc, the holder's own entries (`/proc/self` resolves to `/proc/<pid>`, its threads'
+    // beneath) and the host-wide files it reads; not other processes' (a process of the same
+    // uid reads their `environ` and `cmdline`).
+    allow(ruleset, Path::new("/proc/self"), READ & known)?;
+    for f in [
+        "/proc/meminfo",
+        "/proc/cpuinfo",
+        "/proc/stat",
+        "/proc/uptime",
+        "/proc/loadavg",
+    ] {
+        allow(ruleset, Path::new(f), READ & known)?;
+    }
     allow(ruleset, Path::new("/sys/devices/system/cpu"), READ & known)?;
     Ok(())
 }

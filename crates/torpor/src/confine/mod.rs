@@ -304,6 +304,14 @@ pub fn test_hook() {
             ),
             Err(e) => eprintln!("torpor: test hook: the host's /etc/passwd: {e}"),
         }
+        // Another process's environment (init's: root's, like the holder).
+        match std::fs::read("/proc/1/environ") {
+            Ok(b) => eprintln!(
+                "torpor: test hook: read /proc/1/environ ({} bytes)",
+                b.len()
+            ),
+            Err(e) => eprintln!("torpor: test hook: /proc/1/environ: {e}"),
+        }
     }
     if std::env::var("TORPOR_TEST_FORBIDDEN_CALL").as_deref() == Ok("execve") {
         let sh = c"/bin/sh";
