@@ -241,13 +241,7 @@ pub fn installed() -> bool {
 /// # Errors
 /// The holder's errno, or the broker's.
 pub fn retry_with<'a>(own: Result<(), Errno>, op: impl FnOnce() -> Op<'a>) -> Result<(), Errno> {
-    match own {
-        Err(e) if e == Errno::EACCES || e == Errno::EPERM => match BROKER.get() {
-            Some(b) => b.call(&op()).map(|_| ()),
-            None => Err(e),
-        },
-        r => r,
-    }
+    retry(own, op, |_| Ok(()))
 }
 
 /// As [`retry_with`], for a call that opens a descriptor.
@@ -258,9 +252,17 @@ pub fn retry_open<'a>(
     own: Result<OwnedFd, Errno>,
     op: impl FnOnce() -> Op<'a>,
 ) -> Result<OwnedFd, Errno> {
+    retry(own, op, |fd| fd.ok_or(Errno::EIO))
+}
+
+fn retry<'a, T>(
+    own: Result<T, Errno>,
+    op: impl FnOnce() -> Op<'a>,
+    answer: impl FnOnce(Option<OwnedFd>) -> Result<T, Errno>,
+) -> Result<T, Errno> {
     match own {
         Err(e) if e == Errno::EACCES || e == Errno::EPERM => match BROKER.get() {
-            Some(b) => b.call(&op())?.ok_or(Errno::EIO),
+            Some(b) => answer(b.call(&op())?),
             None => Err(e),
         },
         r => r,

@@ -4,6 +4,28 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+/// A connected `SOCK_SEQPACKET` pair, close-on-exec.
+///
+/// # Errors
+/// The errno of `socketpair`.
+pub fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut sv = [0; 2];
+    // SAFETY: socketpair fills two fds.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            sv.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh fds owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) })
+}
+
 /// Most descriptors [`recv`] takes from one message.
 pub const MAX_FDS: usize = 2;
 

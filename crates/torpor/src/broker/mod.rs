@@ -155,21 +155,7 @@ fn enter_private_netns() -> Result<()> {
 /// # Errors
 /// The socket pair or the process cannot be made.
 pub fn start(root: &Path, published: &[std::net::SocketAddr]) -> Result<()> {
-    let mut sv = [0; 2];
-    // SAFETY: socketpair fills two fds.
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            sv.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error()).context("broker socket pair");
-    }
-    // SAFETY: fresh fds owned by nobody else.
-    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+    let (ours, theirs) = crate::fdpass::seqpacket_pair().context("broker socket pair")?;
     let child_fd = theirs.as_raw_fd();
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };

@@ -259,7 +259,7 @@ pub use crate::fdpass::{recv, send};
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::{AsFd, AsRawFd};
 
     #[test]
     fn requests_round_trip_and_malformed_ones_are_refused() {
@@ -308,19 +308,7 @@ mod tests {
 
     #[test]
     fn a_datagram_carries_its_descriptors() {
-        let mut sv = [0; 2];
-        // SAFETY: socketpair fills two fds.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                sv.as_mut_ptr(),
-            )
-        };
-        assert_eq!(r, 0);
-        // SAFETY: fresh fds owned by nobody else.
-        let (a, b) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+        let (a, b) = crate::fdpass::seqpacket_pair().unwrap();
         let f = std::fs::File::open("/").unwrap();
         send(a.as_fd(), b"hello", &[f.as_raw_fd(), f.as_raw_fd()]).unwrap();
         let mut buf = [0u8; 64];
