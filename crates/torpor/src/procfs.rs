@@ -17,6 +17,25 @@ fn parse_rollup(text: &str) -> Option<(u64, u64)> {
     Some((field("Pss")?, field("Rss")?))
 }
 
+/// The sum of the PSS of `pid`'s child processes (a holder's janitor and file broker), in
+/// bytes: 0 where none can be read (a non-dumpable broker's figures are readable only to a
+/// caller with `CAP_SYS_PTRACE`, root's `torpor stats`).
+pub fn children_pss(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|child| pss_rss(child).map(|(pss, _)| pss))
+        .sum()
+}
+
 /// User + system CPU time of a process, in microseconds (from /proc/PID/stat).
 pub fn cpu_time_us(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -94,6 +113,14 @@ mod tests {
         assert_eq!(parse_rollup(t), Some((512 * 1024, 1024 * 1024)));
         assert_eq!(parse_rollup("nothing"), None);
         assert!(pss_rss(std::process::id()).is_some());
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(children_pss(std::process::id()) > 0, "a child's PSS");
+        child.kill().unwrap();
+        child.wait().unwrap();
         assert!(cpu_time_us(std::process::id()).is_some());
     }
 }

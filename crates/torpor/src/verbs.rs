@@ -105,7 +105,8 @@ pub fn state(id: &str) -> Result<u8> {
 pub fn stats(id: Option<&str>, prometheus: bool) -> Result<u8> {
     if !prometheus {
         let id = id.context("a sandbox ID is needed (or --prometheus for all of them)")?;
-        let v = call(&dir(id)?, &Request::Stats, TIMEOUT)?;
+        let mut v = call(&dir(id)?, &Request::Stats, TIMEOUT)?;
+        with_helpers(&mut v);
         println!("{}", serde_json::to_string(&v)?);
         return Ok(0);
     }
@@ -125,6 +126,18 @@ pub fn stats(id: Option<&str>, prometheus: bool) -> Result<u8> {
     }
     print!("{}", crate::overview::prometheus(&answered));
     Ok(0)
+}
+
+/// Adds `helpers_pss_bytes` to a sandbox's stats: its holder's child processes (the janitor,
+/// the file broker), which the holder cannot read itself (a root holder's broker is not
+/// dumpable).
+fn with_helpers(v: &mut serde_json::Value) {
+    if let Some(pid) = v.get("pid").and_then(serde_json::Value::as_u64) {
+        let helpers = crate::procfs::children_pss(pid as u32);
+        if let Some(o) = v.as_object_mut() {
+            o.insert("helpers_pss_bytes".into(), helpers.into());
+        }
+    }
 }
 
 fn id_is_listed(id: &str) -> bool {

@@ -83,6 +83,8 @@ fn the_holder_runs_under_seccomp_without_spare_capabilities() {
             "the holder's network namespace"
         );
         assert_eq!(netns(&broker), host, "the broker's network namespace");
+        // `torpor stats` counts the memory of the holder's helpers (janitor, broker) apart.
+        assert!(sb.stat_u64("helpers_pss_bytes") > 0, "the helpers' PSS");
         // A process holding just those capabilities, as a compromised holder of another
         // sandbox would, cannot read this holder through /proc (it is not dumpable).
         let o = std::process::Command::new("setpriv")
