@@ -99,6 +99,36 @@ fn python3_computes() {
     );
 }
 
+/// /proc/self/maps names the files mapped, as Linux does: the libraries the dynamic linker
+/// mapped and the linker itself, by their resolved paths (JVMs, profilers and sanitizers find
+/// them there).
+#[test]
+fn proc_self_maps_names_mapped_files_by_their_resolved_paths() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let Some(root) = python_root() else { return };
+    let code = "import ctypes\n\
+                print('\\n'.join(sorted({l.split()[-1] for l in open('/proc/self/maps') \
+                if l.split()[-1].startswith('/')})))";
+    let out = python3_in_torpor(&root, code);
+    out.assert_code(0);
+    let text = out.stdout_str();
+    let named: Vec<&str> = text.lines().collect();
+    for lib in [
+        "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib/x86_64-linux-gnu/libffi.so.8.1.2",
+    ] {
+        assert!(named.contains(&lib), "{lib} not in {named:?}");
+    }
+    for p in &named {
+        let host = root.join(p.trim_start_matches('/'));
+        let meta = std::fs::symlink_metadata(&host).unwrap_or_else(|e| panic!("{p}: {e}"));
+        assert!(meta.is_file(), "{p} is not a resolved file: {named:?}");
+    }
+}
+
 /// Runs `program args` from the Debian root `name` with guest port 8080 published, and checks
 /// that 100 sequential requests (each a new connection) all get a body containing `want`.
 fn serves_100_requests(name: &str, program: &str, args: &[&str], want: &str) {

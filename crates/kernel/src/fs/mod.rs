@@ -143,7 +143,7 @@ impl Root {
     ///
     /// # Errors
     /// EBADF if the fd's host path cannot be read; ENOENT if it is not under the root.
-    pub fn guest_path_of(&self, fd: &OwnedFd) -> Result<Vec<u8>, Errno> {
+    pub fn guest_path_of(&self, fd: &impl AsRawFd) -> Result<Vec<u8>, Errno> {
         let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
             .map_err(|_| Errno::EBADF)?;
         let rel = link

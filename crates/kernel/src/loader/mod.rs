@@ -145,7 +145,9 @@ pub fn load_elf(
     let is_dyn = elf.header.e_type == goblin::elf::header::ET_DYN;
     let bias = if is_dyn { PIE_BASE } else { 0 };
     let cache = files.and_then(|s| s.private_file(&file, true));
-    let main = map_object(mm, path, (Arc::new(file), cache), &elf, bias)?;
+    // Its mappings are named by the file's resolved path, as Linux's d_path.
+    let shown = shown_path(root, &file, path);
+    let main = map_object(mm, &shown, (Arc::new(file), cache), &elf, bias)?;
     let (entry, interp_base) = match interp {
         None => (main.entry, 0),
         Some(ip) => {
@@ -194,7 +196,8 @@ pub fn load_elf(
                     why: "interpreter linked above the mmap area".into(),
                 })?;
             let icache = files.and_then(|s| s.private_file(&ifile, true));
-            let m = map_object(mm, &ip, (Arc::new(ifile), icache), &ielf, base)?;
+            let ishown = shown_path(root, &ifile, &ip);
+            let m = map_object(mm, &ishown, (Arc::new(ifile), icache), &ielf, base)?;
             (m.entry, base)
         }
     };
@@ -214,6 +217,14 @@ fn span(elf: &Elf<'_>) -> Option<(u64, u64)> {
     let lo = loads.clone().map(|p| p.p_vaddr & !(PAGE_SIZE - 1)).min()?;
     let hi = loads.map(|p| p.p_vaddr.saturating_add(p.p_memsz)).max()?;
     Some((lo, hi.checked_add(PAGE_SIZE - 1)? & !(PAGE_SIZE - 1)))
+}
+
+/// The guest path `/proc/PID/maps` shows for `file`, opened as `path`: its resolved path in
+/// the root (symlinks followed), else `path`.
+fn shown_path(root: &crate::fs::Root, file: &File, path: &str) -> String {
+    root.guest_path_of(file)
+        .map(|p| String::from_utf8_lossy(&p).into_owned())
+        .unwrap_or_else(|_| path.to_string())
 }
 
 /// Maps the PT_LOAD segments of `elf` at `bias`.

@@ -53,6 +53,9 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EINVAL);
     }
     let shared = share != libc::MAP_PRIVATE;
+    // A file mapping shows its file's path in /proc/PID/maps, resolved as Linux's d_path
+    // (symlinks followed: /usr/lib/…/libc.so.6, not the /lib/… the dynamic linker opened).
+    let mut name = None;
     let kind = if flags & libc::MAP_ANONYMOUS != 0 {
         if shared {
             // Shared with the children this process forks: an object of its own.
@@ -75,6 +78,11 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
         if !f.kind.is_mappable() {
             return Err(Errno::ENODEV);
         }
+        name = t
+            .root
+            .guest_path_of(f.owned())
+            .ok()
+            .map(|p| String::from_utf8_lossy(&p).into_owned());
         // Linux: the descriptor must be readable, and writable for a writable shared map.
         let mode = access_mode(&f)?;
         if mode == libc::O_WRONLY {
@@ -115,7 +123,7 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
         fixed: flags & libc::MAP_FIXED != 0,
         fixed_noreplace: flags & libc::MAP_FIXED_NOREPLACE != 0,
         kind,
-        name: None,
+        name,
     };
     // A fixed mapping may replace pages: synced before the address space is unlocked.
     let at = t
