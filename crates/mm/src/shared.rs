@@ -246,6 +246,21 @@ impl SharedObject {
         self.writable
     }
 
+    /// The device and inode of a file object, as `fstat` gives them (`/proc/PID/maps`
+    /// shows them); `None` for anonymous memory or a failed `fstat`.
+    pub fn file_identity(&self) -> Option<(u64, u64)> {
+        if !self.is_file() {
+            return None;
+        }
+        // SAFETY: an all-zero stat is valid; fstat fills it from a valid fd.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid fd and a writable stat.
+        if unsafe { libc::fstat(self.file.as_raw_fd(), &mut st) } != 0 {
+            return None;
+        }
+        Some((st.st_dev, st.st_ino))
+    }
+
     /// Whether the object is a file (not anonymous memory).
     pub fn is_file(&self) -> bool {
         self.fixed_len.is_none()

@@ -127,6 +127,18 @@ fn proc_self_maps_names_mapped_files_by_their_resolved_paths() {
         let meta = std::fs::symlink_metadata(&host).unwrap_or_else(|e| panic!("{p}: {e}"));
         assert!(meta.is_file(), "{p} is not a resolved file: {named:?}");
     }
+    // Its device and inode are those stat(2) gives the application.
+    let code = "import os\n\
+                for l in open('/proc/self/maps'):\n\
+                \x20   f = l.split()\n\
+                \x20   if f[-1].endswith('/libc.so.6'):\n\
+                \x20       st = os.stat(f[-1])\n\
+                \x20       print(f[3] == '%02x:%02x' % (os.major(st.st_dev), os.minor(st.st_dev)), \
+                int(f[4]) == st.st_ino)\n\
+                \x20       break";
+    let out = python3_in_torpor(&root, code);
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), "True True\n", "{out:?}");
 }
 
 /// Runs `program args` from the Debian root `name` with guest port 8080 published, and checks

@@ -182,15 +182,21 @@ fn maps(v: &View) -> Vec<u8> {
     let mm = mm.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = String::new();
     for v in mm.vmas() {
-        let (offset, file, share) = match &v.kind {
-            VmaKind::File { offset, .. } => (*offset, true, 'p'),
-            VmaKind::Shared { offset, object, .. } => (*offset, object.is_file(), 's'),
-            VmaKind::Anon => (0, false, 'p'),
+        // A file's device and inode, as stat(2) reports them to the application.
+        let (offset, identity, share) = match &v.kind {
+            VmaKind::File { offset, file, .. } => {
+                use std::os::unix::fs::MetadataExt;
+                let id = file.metadata().ok().map(|m| (m.dev(), m.ino()));
+                (*offset, id, 'p')
+            }
+            VmaKind::Shared { offset, object, .. } => (*offset, object.file_identity(), 's'),
+            VmaKind::Anon => (0, None, 'p'),
         };
+        let (dev, ino) = identity.unwrap_or((0, 0));
         let perm = |p: Prot, c: char| if v.prot.contains(p) { c } else { '-' };
         let name = v.name.clone().unwrap_or_default();
         let line = format!(
-            "{:08x}-{:08x} {}{}{}{} {:08x} 00:00 {} ",
+            "{:08x}-{:08x} {}{}{}{} {:08x} {:02x}:{:02x} {} ",
             v.start.raw(),
             v.end.raw(),
             perm(Prot::READ, 'r'),
@@ -198,7 +204,9 @@ fn maps(v: &View) -> Vec<u8> {
             perm(Prot::EXEC, 'x'),
             share,
             offset,
-            if file { 1 } else { 0 },
+            libc::major(dev),
+            libc::minor(dev),
+            ino,
         );
         out.push_str(&line);
         if !name.is_empty() {
