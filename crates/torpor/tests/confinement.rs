@@ -305,3 +305,37 @@ fn host_objects_keep_their_metadata() {
         (after.mode(), after.uid(), after.gid())
     );
 }
+
+/// A root holder without capabilities creates files in a directory of another user through
+/// its broker, with the mode the application asked and its own umask, as Linux does for root.
+#[test]
+fn files_made_through_the_broker_keep_the_application_s_mode() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return; // a rootless holder has no broker
+    }
+    let r = Rootfs::new();
+    r.dir("/priv");
+    let priv_dir = r.host_path("/priv");
+    std::os::unix::fs::chown(&priv_dir, Some(1234), Some(1234)).expect("chown");
+    std::fs::set_permissions(
+        &priv_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("chmod");
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), "/bin/busybox")
+        .args([
+            "sh",
+            "-c",
+            "umask 0; touch /priv/f; mkdir /priv/d; umask 027; touch /priv/g; \
+             stat -c '%a %u' /priv/f /priv/d /priv/g",
+        ])
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_eq!(out.code(), 0, "{}", out.stderr_str());
+    assert_eq!(out.stdout_str(), "666 0\n777 0\n640 0\n", "{out:?}");
+}

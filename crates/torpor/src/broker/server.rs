@@ -73,6 +73,10 @@ fn serve(
     if unsafe { libc::getppid() } != parent {
         return Ok(());
     }
+    // Modes arrive with the application's umask applied already (the holder's threads run
+    // with umask 0 for the same reason): none of the runtime's on top.
+    // SAFETY: umask has no preconditions; the broker is single-threaded.
+    unsafe { libc::umask(0) };
     // Named in `ps` and `/proc/PID/comm` (a forked broker has its holder's command line).
     // SAFETY: prctl with a NUL-terminated name of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"torpor-broker".as_ptr(), 0, 0, 0) };
