@@ -222,7 +222,16 @@ pub fn publishes() -> bool {
 /// # Errors
 /// The broker's errno; EIO without a broker or without an answering descriptor.
 pub fn socket(op: &Op<'_>) -> Result<OwnedFd, Errno> {
-    BROKER.get().ok_or(Errno::EIO)?.call(op)?.ok_or(Errno::EIO)
+    call(op)?.ok_or(Errno::EIO)
+}
+
+/// Asks the broker for `op` outright (the holder's own attempt failed in a way only the
+/// broker's privileges answer).
+///
+/// # Errors
+/// The broker's errno; EIO without a broker.
+pub fn call(op: &Op<'_>) -> Result<Option<OwnedFd>, Errno> {
+    BROKER.get().ok_or(Errno::EIO)?.call(op)
 }
 
 /// Installs the process's broker (once; a later call is ignored).
@@ -240,8 +249,8 @@ pub fn installed() -> bool {
 ///
 /// # Errors
 /// The holder's errno, or the broker's.
-pub fn retry_with<'a>(own: Result<(), Errno>, op: impl FnOnce() -> Op<'a>) -> Result<(), Errno> {
-    retry(own, op, |_| Ok(()))
+pub fn retry_with<'a, T>(own: Result<T, Errno>, op: impl FnOnce() -> Op<'a>) -> Result<(), Errno> {
+    retry(own.map(drop), op, |_| Ok(()))
 }
 
 /// As [`retry_with`], for a call that opens a descriptor.

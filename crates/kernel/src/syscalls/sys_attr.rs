@@ -73,7 +73,7 @@ fn chmod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, flags: i32) -> SysRe
     let mode = mode & 0o7777;
     // SAFETY: a NUL-terminated /proc path to one of our own descriptors.
     let own = host(unsafe { libc::fchmodat(libc::AT_FDCWD, proc.as_ptr(), mode, 0) });
-    broker::retry_with(own.map(|_| ()), || Op::Chmod {
+    broker::retry_with(own, || Op::Chmod {
         file: fd.as_fd(),
         mode,
     })?;
@@ -102,7 +102,7 @@ pub fn sys_fchmod(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mode = a.u(1) as u32 & 0o7777;
     // SAFETY: fchmod on an fd we own.
     let own = host(unsafe { libc::fchmod(f.host().as_raw_fd(), mode) });
-    broker::retry_with(own.map(|_| ()), || Op::Chmod {
+    broker::retry_with(own, || Op::Chmod {
         file: f.host(),
         mode,
     })?;
@@ -124,7 +124,7 @@ fn chown_at(t: &mut Task, dirfd: i32, path: Gva, uid: u32, gid: u32, flags: i32)
     // a symlink itself when it was opened without following).
     let own =
         host(unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, AT_EMPTY_PATH) });
-    broker::retry_with(own.map(|_| ()), || Op::FchownAt {
+    broker::retry_with(own, || Op::FchownAt {
         dir: fd.as_fd(),
         name: b"",
         uid,
@@ -170,7 +170,7 @@ pub fn sys_fchown(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (uid, gid) = (a.u(1) as u32, a.u(2) as u32);
     // SAFETY: fchown on an fd we own.
     let own = host(unsafe { libc::fchown(f.host().as_raw_fd(), uid, gid) });
-    broker::retry_with(own.map(|_| ()), || Op::FchownAt {
+    broker::retry_with(own, || Op::FchownAt {
         dir: f.host(),
         name: b"",
         uid,
@@ -247,7 +247,7 @@ fn utimens(
             )
         };
         let own = host(r as libc::c_int);
-        broker::retry_with(own.map(|_| ()), || Op::UtimensAt {
+        broker::retry_with(own, || Op::UtimensAt {
             dir: f.host(),
             name: b"",
             times: broker_times,
@@ -271,7 +271,7 @@ fn utimens(
             AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
         )
     });
-    broker::retry_with(own.map(|_| ()), || Op::UtimensAt {
+    broker::retry_with(own, || Op::UtimensAt {
         dir: fd.as_fd(),
         name: b"",
         times: broker_times,

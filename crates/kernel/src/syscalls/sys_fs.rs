@@ -94,7 +94,7 @@ pub(super) fn own_created_at(t: &Task, dir: std::os::fd::BorrowedFd<'_>, name: &
             libc::AT_SYMLINK_NOFOLLOW,
         )
     });
-    let r = broker::retry_with(own.map(|_| ()), || Op::FchownAt {
+    let r = broker::retry_with(own, || Op::FchownAt {
         dir,
         name: name.to_bytes(),
         uid: t.creds.uid,
@@ -113,7 +113,7 @@ pub(super) fn own_created(t: &Task, fd: std::os::fd::BorrowedFd<'_>) {
     }
     // SAFETY: fchown on a valid fd.
     let own = host(unsafe { libc::fchown(fd.as_raw_fd(), t.creds.uid, t.creds.gid) });
-    let r = broker::retry_with(own.map(|_| ()), || Op::FchownAt {
+    let r = broker::retry_with(own, || Op::FchownAt {
         dir: fd,
         name: b"",
         uid: t.creds.uid,
@@ -136,7 +136,7 @@ fn mkdir_at(t: &mut Task, dirfd: i32, path: &[u8], mode: u32) -> SysResult {
     let mode = mode & 0o7777 & !t.umask;
     // SAFETY: valid dirfd and a NUL-terminated last component (no '/' but trailing ones).
     let own = host(unsafe { libc::mkdirat(p.dir.as_raw_fd(), p.name.as_ptr(), mode) });
-    broker::retry_with(own.map(|_| ()), || Op::MkdirAt {
+    broker::retry_with(own, || Op::MkdirAt {
         dir: p.dir.as_fd(),
         name: p.name.to_bytes(),
         mode,
@@ -168,7 +168,7 @@ fn unlink_at(t: &mut Task, dirfd: i32, path: &[u8], flags: i32) -> SysResult {
     }
     // SAFETY: valid dirfd and a NUL-terminated last component.
     let own = host(unsafe { libc::unlinkat(p.dir.as_raw_fd(), p.name.as_ptr(), flags) });
-    broker::retry_with(own.map(|_| ()), || Op::UnlinkAt {
+    broker::retry_with(own, || Op::UnlinkAt {
         dir: p.dir.as_fd(),
         name: p.name.to_bytes(),
         flags,
@@ -217,7 +217,7 @@ fn rename_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: 
             flags,
         )
     });
-    broker::retry_with(own.map(|_| ()), || Op::RenameAt2 {
+    broker::retry_with(own, || Op::RenameAt2 {
         old_dir: from.dir.as_fd(),
         old: from.name.to_bytes(),
         new_dir: to.dir.as_fd(),
@@ -308,14 +308,14 @@ fn link_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: i3
     let e = Errno::last();
     if (e == Errno::ENOENT || e == Errno::EPERM) && broker::installed() {
         // A confined root holder: the broker kept CAP_DAC_READ_SEARCH.
-        return broker::retry_with(Err(Errno::EPERM), || Op::LinkAt {
+        return broker::call(&Op::LinkAt {
             old_dir: src.as_fd(),
             old: b"",
             new_dir: to.dir.as_fd(),
             new: to.name.to_bytes(),
             flags: AT_EMPTY_PATH,
         })
-        .map(|()| 0);
+        .map(|_| 0);
     }
     if e != Errno::ENOENT && e != Errno::EPERM || rootful() {
         return Err(e);
@@ -360,7 +360,7 @@ fn symlink_at(t: &mut Task, target: Gva, newdir: i32, new: Gva) -> SysResult {
     // SAFETY: NUL-terminated target and name, valid dirfd.
     let own =
         host(unsafe { libc::symlinkat(target.as_ptr(), to.dir.as_raw_fd(), to.name.as_ptr()) });
-    broker::retry_with(own.map(|_| ()), || Op::SymlinkAt {
+    broker::retry_with(own, || Op::SymlinkAt {
         target: target.to_bytes(),
         dir: to.dir.as_fd(),
         name: to.name.to_bytes(),
@@ -395,7 +395,7 @@ fn mknod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, dev: u64) -> SysResu
     let mode = kind | (mode & 0o7777 & !t.umask);
     // SAFETY: valid dirfd, NUL-terminated name; only regular files, FIFOs and sockets.
     let own = host(unsafe { libc::mknodat(p.dir.as_raw_fd(), p.name.as_ptr(), mode, dev) });
-    broker::retry_with(own.map(|_| ()), || Op::MknodAt {
+    broker::retry_with(own, || Op::MknodAt {
         dir: p.dir.as_fd(),
         name: p.name.to_bytes(),
         mode,

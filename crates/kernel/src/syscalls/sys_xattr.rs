@@ -129,7 +129,7 @@ fn set(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
         // SAFETY: an fd we own, NUL-terminated name, a value buffer of `n` bytes.
         Host::Fd(f) => unsafe { libc::fsetxattr(f.host().as_raw_fd(), name.as_ptr(), v, n, flags) },
     };
-    broker::retry_with(ret(r as isize).map(|_| ()), || Op::SetXattr {
+    broker::retry_with(ret(r as isize), || Op::SetXattr {
         file: host.fd(),
         name: name.to_bytes(),
         value: &value,
@@ -188,7 +188,7 @@ fn remove(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
         // SAFETY: an fd we own, NUL-terminated name.
         Host::Fd(f) => unsafe { libc::fremovexattr(f.host().as_raw_fd(), name.as_ptr()) },
     };
-    broker::retry_with(ret(r as isize).map(|_| ()), || Op::RemoveXattr {
+    broker::retry_with(ret(r as isize), || Op::RemoveXattr {
         file: host.fd(),
         name: name.to_bytes(),
     })?;

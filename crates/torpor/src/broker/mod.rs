@@ -21,7 +21,7 @@
 mod server;
 pub mod wire;
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -111,39 +111,8 @@ pub fn start_if_root(cfg: &kernel::SandboxConfig) -> Result<()> {
     };
     start(&cfg.rootfs, &published)?;
     if own_netns {
-        enter_private_netns()?;
+        crate::oci::new_netns()?;
         kernel::broker::set_publishes();
-    }
-    Ok(())
-}
-
-/// `unshare(CLONE_NEWNET)`, then the new namespace's loopback up.
-fn enter_private_netns() -> Result<()> {
-    // SAFETY: unshare with a flag; only this process's network namespace changes.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("unshare(CLONE_NEWNET)");
-    }
-    // SAFETY: a datagram socket for the interface ioctls; closed below.
-    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if s < 0 {
-        return Err(std::io::Error::last_os_error()).context("socket for lo");
-    }
-    // SAFETY: a fresh fd owned by nobody else.
-    let s = unsafe { OwnedFd::from_raw_fd(s) };
-    // SAFETY: an all-zero ifreq is valid; the name fits.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, b) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
-        *d = *b as libc::c_char;
-    }
-    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the ifreq given.
-    unsafe {
-        if libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) != 0 {
-            return Err(std::io::Error::last_os_error()).context("SIOCGIFFLAGS lo");
-        }
-        ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        if libc::ioctl(s.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) != 0 {
-            return Err(std::io::Error::last_os_error()).context("SIOCSIFFLAGS lo");
-        }
     }
     Ok(())
 }

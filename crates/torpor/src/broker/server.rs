@@ -7,7 +7,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
 use kernel::fs::{OpenHow, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS};
-use kernel::net::inet::canonical;
+use kernel::net::inet::{self, canonical};
+use kernel::net::{host, unix};
 
 use super::wire::{self, code, Request};
 
@@ -147,12 +148,7 @@ fn check_request(req: &Request, fds: &[OwnedFd], policy: &Policy) -> Result<(), 
             Some(n) if !n.is_empty() => plain_component(n),
             _ => {
                 // The file itself: a file, directory or symlink, never a host device.
-                // SAFETY: a zeroed stat is a valid buffer; fstat on a received descriptor.
-                let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                // SAFETY: as above.
-                if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-                    return Err(libc::EBADF);
-                }
+                let st = host::fstat(fd.as_fd()).map_err(|_| libc::EBADF)?;
                 match st.st_mode & libc::S_IFMT {
                     libc::S_IFREG | libc::S_IFDIR | libc::S_IFLNK => Ok(()),
                     _ => Err(libc::EPERM),
@@ -233,78 +229,27 @@ fn inet_addr(req: &Request) -> Result<SocketAddr, i32> {
     Ok(addr)
 }
 
-/// A new socket of `family` and `kind`, close-on-exec.
-fn new_socket(family: i32, kind: i32) -> Result<OwnedFd, i32> {
-    // SAFETY: socket(2) with integer arguments.
-    let fd = unsafe { libc::socket(family, kind | libc::SOCK_CLOEXEC, 0) };
-    check(fd.into())?;
-    // SAFETY: a fresh fd owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn set_int(fd: &OwnedFd, level: i32, name: i32, v: i32) -> Result<(), i32> {
-    // SAFETY: an int option of a socket we own.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&v as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    check(r.into())
-}
-
-/// `addr` as the host takes it: a `sockaddr_storage` and its length.
-fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: an all-zero sockaddr_storage is valid.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let p = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
-            // SAFETY: sockaddr_storage is large and aligned enough for a sockaddr_in.
-            let sin = unsafe { &mut *p };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let p = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
-            // SAFETY: as above, for a sockaddr_in6.
-            let sin6 = unsafe { &mut *p };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            sin6.sin6_scope_id = a.scope_id();
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
-}
-
 /// [`code::BIND_INET`] and [`code::CONNECT_INET`]: the new socket.
 fn inet_socket(req: &Request) -> Result<OwnedFd, i32> {
     let addr = inet_addr(req)?;
     let (family, kind) = (req.ints[0] as i32, req.ints[1] as i32);
-    let sock = new_socket(family, kind)?;
-    let (ss, len) = sockaddr(addr);
-    let sa = (&ss as *const libc::sockaddr_storage).cast::<libc::sockaddr>();
+    let errno = |e: abi::Errno| e.0;
+    let sock = host::socket(family, kind, false, 0).map_err(errno)?;
+    let fd = sock.as_fd();
+    let raw = inet::encode_sockaddr(&addr);
     if req.op == code::BIND_INET {
         // A restarted server rebinds while old connections linger.
-        set_int(&sock, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        host::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).map_err(errno)?;
         if family == libc::AF_INET6 && req.ints[2] != 0 {
-            set_int(&sock, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+            host::set_int_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1).map_err(errno)?;
         }
         if req.ints[3] != 0 {
-            set_int(&sock, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+            host::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1).map_err(errno)?;
         }
-        // SAFETY: a socket we own and an address of `len` bytes.
-        check(unsafe { libc::bind(sock.as_raw_fd(), sa, len) }.into())?;
+        host::bind(fd, &raw).map_err(errno)?;
     } else {
-        // SAFETY: as above; a loopback connect to a listener completes at once.
-        check(unsafe { libc::connect(sock.as_raw_fd(), sa, len) }.into())?;
+        // A loopback connect to a listener completes at once.
+        host::connect(fd, &raw).map_err(errno)?;
     }
     Ok(sock)
 }
@@ -492,24 +437,10 @@ fn execute(req: &Request, fds: &[OwnedFd]) -> Result<Option<OwnedFd>, i32> {
             }
             code::BIND_UNIX => {
                 let p = proc_path(fd(1)?, Some(s(0)))?;
-                let bytes = p.as_bytes();
-                let mut addr: libc::sockaddr_un = std::mem::zeroed();
-                if bytes.len() >= addr.sun_path.len() {
+                if p.as_bytes().len() >= unix::SUN_PATH_MAX {
                     return Err(libc::ENAMETOOLONG);
                 }
-                addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-                for (d, b) in addr.sun_path.iter_mut().zip(bytes) {
-                    *d = *b as libc::c_char;
-                }
-                let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
-                check(
-                    libc::bind(
-                        fd(0)?.as_raw_fd(),
-                        (&addr as *const libc::sockaddr_un).cast(),
-                        len as libc::socklen_t,
-                    )
-                    .into(),
-                )?;
+                host::bind(fd(0)?, &unix::sockaddr(p.as_bytes())).map_err(|e| e.0)?;
             }
             _ => return Err(libc::ENOSYS),
         }

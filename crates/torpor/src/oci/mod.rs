@@ -211,8 +211,9 @@ fn join_netns(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Moves this process into a new network namespace with its loopback interface up.
-fn new_netns() -> Result<()> {
+/// Moves this process into a new network namespace with its loopback interface up (an OCI
+/// bundle asking for one; a friendly-form holder without outbound access, `crate::broker`).
+pub(crate) fn new_netns() -> Result<()> {
     // SAFETY: unshare with a valid flag.
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
         return Err(std::io::Error::last_os_error()).context("creating a network namespace");
