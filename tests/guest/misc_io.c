@@ -1,6 +1,6 @@
 /* misc_io: pipes, the standard character devices, sysinfo and CPU affinity, splice/tee/
  * copy_file_range, nice values and scheduling policies, times(), epoll_wait with more than 1024
- * ready descriptors, msync, clocks, getrusage; prints facts that are the same natively and in a
+ * ready descriptors, msync, clocks, getrusage, /proc/self/fd/N opened again; prints facts that are the same natively and in a
  * sandbox.
  *
  *   misc_io        all of that
@@ -27,6 +27,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/sysinfo.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/times.h>
 #include <unistd.h>
@@ -52,6 +53,8 @@ static const char *res(long r) {
     case EIO: return "EIO";
     case ENOPROTOOPT: return "ENOPROTOOPT";
     case EPROTONOSUPPORT: return "EPROTONOSUPPORT";
+    case ENOENT: return "ENOENT";
+    case ENXIO: return "ENXIO";
     default: snprintf(b, sizeof b, "errno %d", errno); return b;
     }
 }
@@ -295,6 +298,40 @@ static void pty_checks(void) {
     close(m);
 }
 
+/* /proc/self/fd/N, /dev/fd/N and /dev/stdout opened again: a new open file description of
+ * the same file (a pipe's write end from its own descriptor, a file with an offset of its
+ * own); sockets cannot be opened so (ENXIO), a closed descriptor is ENOENT. */
+static void reopen_fds(void) {
+    int p[2];
+    if (pipe(p) != 0) { perror("pipe"); return; }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", p[1]);
+    int w = open(path, O_WRONLY);
+    long n = w >= 0 ? write(w, "again", 5) : -1;
+    char b[16] = {0};
+    read(p[0], b, sizeof b - 1);
+    printf("reopen pipe: %s, wrote %ld, read %s\n", w >= 0 ? "ok" : res(w), n, b);
+    int f = open("reopen.tmp", O_RDWR | O_CREAT | O_TRUNC, 0600);
+    write(f, "0123456789", 10);
+    lseek(f, 3, SEEK_SET);
+    snprintf(path, sizeof path, "/dev/fd/%d", f);
+    int g = open(path, O_RDONLY);
+    memset(b, 0, sizeof b);
+    n = g >= 0 ? read(g, b, 4) : -1;
+    printf("reopen file: %s, read %ld %s, first offset %ld\n", g >= 0 ? "ok" : res(g), n, b,
+           (long)lseek(f, 0, SEEK_CUR));
+    unlink("reopen.tmp");
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    snprintf(path, sizeof path, "/proc/self/fd/%d", s);
+    printf("reopen socket: %s\n", res(open(path, O_RDWR)));
+    printf("reopen closed: %s\n", res(open("/proc/self/fd/987", O_RDONLY)));
+    struct stat a, c;
+    printf("stat /dev/stdout is fd 1: %d\n",
+           stat("/dev/stdout", &a) == 0 && fstat(1, &c) == 0 && a.st_ino == c.st_ino &&
+               a.st_dev == c.st_dev);
+    close(p[0]), close(p[1]), close(w), close(f), close(g), close(s);
+}
+
 /* memfd_create: an anonymous file that reads, writes, truncates and maps. */
 static void memfd(void) {
     int fd = memfd_create("misc", MFD_CLOEXEC);
@@ -420,5 +457,6 @@ int main(int argc, char **argv) {
     clocks_and_sync();
     memfd();
     inet_extras();
+    reopen_fds();
     return 0;
 }

@@ -580,6 +580,11 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
         // UDP-Lite was EPROTONOSUPPORT, IPV6_RECVHOPLIMIT ENOPROTOOPT.
         "udplite socket: ok, send coverage 0 -> 8, protocol 136, datagram 4 lite",
         "IPV6_RECVHOPLIMIT: 0, recvmsg 3 six, hop limit cmsg 64",
+        // /proc/self/fd/N, /dev/fd/N and /dev/stdout were no files (ENOENT).
+        "reopen pipe: ok, wrote 5, read again",
+        "reopen file: ok, read 4 0123, first offset 3",
+        "reopen socket: ENXIO",
+        "stat /dev/stdout is fd 1: 1",
     ] {
         assert!(
             out.stdout_str().contains(line),

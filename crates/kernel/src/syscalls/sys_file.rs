@@ -67,6 +67,9 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         let file = Arc::new(OpenFile::new(r?, FileKind::ProcFile, Some(guest)));
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
+    if let Some(fd) = fd_named_by(&guest, t.pid) {
+        return reopen_fd(t, fd, flags);
+    }
     if crate::fs::procfs::self_relative(&guest, t.pid) == Some("exe") {
         let exe = t.exe.clone();
         let fd = t.root.open_at(&exe, libc::O_RDONLY, 0)?;
@@ -135,6 +138,85 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     };
     let file = Arc::new(OpenFile::new(fd, kind, path));
     Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
+}
+
+/// The descriptor a path names in the caller's own table: `/proc/self/fd/N` (and the
+/// caller's `/proc/PID/fd/N`), `/dev/fd/N`, `/dev/stdin`, `/dev/stdout` and `/dev/stderr`
+/// (the names runc and Docker give every container, links to `/proc/self/fd/N`, whether or
+/// not the root has them).
+pub(super) fn fd_named_by(guest: &[u8], pid: i32) -> Option<i32> {
+    let n = match guest {
+        b"/dev/stdin" => return Some(0),
+        b"/dev/stdout" => return Some(1),
+        b"/dev/stderr" => return Some(2),
+        _ => match guest.strip_prefix(b"/dev/fd/") {
+            Some(n) => std::str::from_utf8(n).ok()?,
+            None => crate::fs::procfs::self_relative(guest, pid)?.strip_prefix("fd/")?,
+        },
+    };
+    n.trim_end_matches('/').parse().ok().filter(|&n: &i32| n >= 0)
+}
+
+/// Opens the file behind descriptor `fd` again, as Linux opens `/proc/self/fd/N`: a new open
+/// file description of the same file (a pipe's other end may be asked for), with the new
+/// access mode and flags, checked by the host against the file itself.
+///
+/// # Errors
+/// ENOENT for a descriptor not open; ENXIO for sockets and the runtime's own objects
+/// (eventfd, epoll, signalfd...), which have no file to open again.
+fn reopen_fd(t: &mut Task, fd: i32, flags: i32) -> SysResult {
+    let f = t.fds.get(fd).map_err(|_| Errno::ENOENT)?;
+    let kind = match &f.kind {
+        FileKind::Regular => FileKind::Regular,
+        FileKind::Pipe => FileKind::Pipe,
+        FileKind::Memfd => FileKind::Memfd,
+        FileKind::HostDevice => FileKind::HostDevice,
+        FileKind::Stdio => FileKind::Stdio,
+        FileKind::Directory => FileKind::Directory,
+        FileKind::ProcFile => FileKind::ProcFile,
+        FileKind::Pty { master } => FileKind::Pty { master: *master },
+        _ => return Err(Errno::ENXIO),
+    };
+    let keep = libc::O_ACCMODE
+        | libc::O_NONBLOCK
+        | libc::O_APPEND
+        | libc::O_TRUNC
+        | libc::O_DIRECTORY
+        | libc::O_NOCTTY
+        | libc::O_SYNC
+        | libc::O_DSYNC;
+    let mut flags_now = flags & keep;
+    if matches!(kind, FileKind::Stdio) {
+        // The runtime's own stdio may be a file of the host, outside the root: opened again
+        // only with the access the sandbox was given, and never truncated.
+        let had = host_access_mode(f.host())?;
+        let want = flags & libc::O_ACCMODE;
+        if had != libc::O_RDWR && want != had {
+            return Err(Errno::EACCES);
+        }
+        flags_now &= !libc::O_TRUNC;
+    }
+    let path = crate::fs::host_fd_path(f.owned());
+    // SAFETY: a valid path; the flags are the guest's minus creation and O_CLOEXEC (the
+    // guest's close-on-exec lives in its table; the host fd is always close-on-exec).
+    let raw = unsafe { libc::open(path.as_ptr(), flags_now | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: a fresh fd owned by nobody else.
+    let host = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    let file = Arc::new(OpenFile::new(host, kind, f.path.clone()));
+    Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
+}
+
+/// The access mode (`O_RDONLY`, `O_WRONLY`, `O_RDWR`) host descriptor `fd` was opened with.
+fn host_access_mode(fd: std::os::fd::BorrowedFd<'_>) -> Result<i32, Errno> {
+    // SAFETY: F_GETFL on a valid descriptor.
+    let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if fl < 0 {
+        return Err(Errno::last());
+    }
+    Ok(fl & libc::O_ACCMODE)
 }
 
 /// The harmless character devices every program expects, taken from the host when the root

@@ -29,6 +29,13 @@ pub(super) fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result
         return f.owned().try_clone().map_err(Errno::from);
     }
     let guest = resolve(t, dirfd, path)?;
+    if flags & AT_SYMLINK_NOFOLLOW == 0 {
+        // `/proc/self/fd/N`, `/dev/stdin`...: links to the descriptor's own file.
+        if let Some(fd) = super::sys_file::fd_named_by(&guest, t.pid) {
+            let f = t.fds.get(fd).map_err(|_| Errno::ENOENT)?;
+            return f.owned().try_clone().map_err(Errno::from);
+        }
+    }
     let mut oflags = libc::O_PATH;
     if flags & AT_SYMLINK_NOFOLLOW != 0 {
         oflags |= libc::O_NOFOLLOW;
