@@ -147,7 +147,7 @@ impl Sandbox {
         }
         // The memory limit bounds the sandbox, all its processes together.
         procs.memory.set_limit(cfg.memory / platform::PAGE_SIZE);
-        procs.set_nodename(&cfg.hostname);
+        procs.set_nodename(cfg.hostname.as_bytes());
         let slot = procs
             .reserve_task()
             .map_err(|_| SandboxError::Memory("no room for the first task".into()))?;

@@ -671,3 +671,46 @@ fn pthreads_match_native() {
         assert_eq!(out.stdout_str(), native.stdout_str());
     }
 }
+
+/// sethostname(2) and setdomainname(2) name the whole sandbox (its UTS namespace): a child
+/// started afterwards sees the new name; a user other than root may not (EPERM). Not compared
+/// with a native run, which would rename the host.
+#[test]
+fn sethostname_renames_the_sandbox_for_root_only() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    r.file(
+        "/etc/passwd",
+        "root:x:0:0::/:/bin/sh\nnobody:x:65534:65534::/:/bin/sh\n",
+    )
+    .file("/etc/group", "root:x:0:\nnogroup:x:65534:\n");
+    let out = torpor()
+        .run(r.path(), "/bin/busybox")
+        .args([
+            "sh",
+            "-c",
+            "busybox hostname web2 && busybox hostname && busybox sh -c 'busybox uname -n'",
+        ])
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), "web2\nweb2\n");
+    let out = torpor()
+        .run(r.path(), "/bin/busybox")
+        .option("--user", "nobody")
+        .args([
+            "sh",
+            "-c",
+            "busybox hostname other; echo $?; busybox hostname",
+        ])
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), "1\ntorpor\n", "{out:?}");
+    assert!(
+        out.stderr_str().contains("Operation not permitted"),
+        "{out:?}"
+    );
+}

@@ -154,7 +154,10 @@ pub(super) fn fd_named_by(guest: &[u8], pid: i32) -> Option<i32> {
             None => crate::fs::procfs::self_relative(guest, pid)?.strip_prefix("fd/")?,
         },
     };
-    n.trim_end_matches('/').parse().ok().filter(|&n: &i32| n >= 0)
+    n.trim_end_matches('/')
+        .parse()
+        .ok()
+        .filter(|&n: &i32| n >= 0)
 }
 
 /// Opens the file behind descriptor `fd` again, as Linux opens `/proc/self/fd/N`: a new open

@@ -1,4 +1,4 @@
-//! uname, getrandom, getrlimit, prlimit64, nice values and scheduling (getpriority,
+//! uname, sethostname, setdomainname, getrandom, getrlimit, prlimit64, nice values and scheduling (getpriority,
 //! setpriority, sched_*).
 
 use std::cell::{Cell, RefCell};
@@ -30,7 +30,7 @@ pub fn sys_uname(t: &mut Task, a: &SyscallArgs) -> SysResult {
         field(&host.release),
         field(&host.version),
         b"x86_64".to_vec(),
-        b"(none)".to_vec(),
+        t.group.procs.domainname(),
     ];
     let mut out = vec![0u8; UTS_FIELD * 6];
     for (i, f) in fields.iter().enumerate() {
@@ -38,6 +38,35 @@ pub fn sys_uname(t: &mut Task, a: &SyscallArgs) -> SysResult {
         out[i * UTS_FIELD..i * UTS_FIELD + n].copy_from_slice(&f[..n]);
     }
     t.copy_out(a.gva(0), &out)?;
+    Ok(0)
+}
+
+/// Copies in a new node or domain name for sethostname(2)/setdomainname(2): root's only (the
+/// sandbox is its own UTS namespace, its root holding CAP_SYS_ADMIN there), at most 64 bytes.
+fn uts_name(t: &Task, a: &SyscallArgs) -> Result<Vec<u8>, Errno> {
+    let len = a.u(1);
+    if len > UTS_FIELD as u64 - 1 {
+        return Err(Errno::EINVAL);
+    }
+    if t.creds.uid != 0 {
+        return Err(Errno::EPERM);
+    }
+    let mut name = vec![0u8; len as usize];
+    t.copy_in(a.gva(0), &mut name)?;
+    Ok(name)
+}
+
+/// Implements sethostname(2): the node name of the whole sandbox (all its processes).
+pub fn sys_sethostname(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let name = uts_name(t, a)?;
+    t.group.procs.set_nodename(&name);
+    Ok(0)
+}
+
+/// Implements setdomainname(2).
+pub fn sys_setdomainname(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let name = uts_name(t, a)?;
+    t.group.procs.set_domainname(&name);
     Ok(0)
 }
 

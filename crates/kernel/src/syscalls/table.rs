@@ -210,6 +210,8 @@ table! {
     204 sched_getaffinity => sys_info::sys_sched_getaffinity, Partial("the host CPUs, or the mask the calling thread set; other tasks report the host CPUs");
     302 prlimit64 => sys_info::sys_prlimit64, Partial("the calling process only; RLIMIT_NOFILE bounds the descriptor table, other limits are kept and reported");
     318 getrandom => sys_info::sys_getrandom, Full;
+    170 sethostname => sys_info::sys_sethostname, Full;
+    171 setdomainname => sys_info::sys_setdomainname, Full;
     309 getcpu => sys_info::sys_getcpu, Partial("the vCPU's index as the CPU, node 0");
     140 getpriority => sys_info::sys_getpriority, Partial("the calling thread's nice value; other tasks of the sandbox report 0");
     141 setpriority => sys_info::sys_setpriority, Partial("the calling thread's nice value, seen by the guest only (the host scheduler is not told); for other tasks accepted and not recorded");

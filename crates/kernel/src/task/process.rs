@@ -78,6 +78,8 @@ pub struct ProcessTable {
     oom_victim: Mutex<Option<OomVictim>>,
     /// The sandbox's node name (uname), shared by all its processes as one UTS namespace.
     nodename: Mutex<Vec<u8>>,
+    /// The sandbox's NIS domain name (uname's `domainname`, `(none)` until set).
+    domainname: Mutex<Vec<u8>>,
 }
 
 /// The process the OOM killer chose.
@@ -137,6 +139,7 @@ impl Default for ProcessTable {
             memory: mm::MemoryBudget::new(u64::MAX),
             oom_victim: Mutex::new(None),
             nodename: Mutex::new(b"torpor".to_vec()),
+            domainname: Mutex::new(b"(none)".to_vec()),
         }
     }
 }
@@ -158,8 +161,8 @@ impl ProcessTable {
 
     /// Sets the node name uname reports (at most 64 bytes are kept, as Linux's
     /// `__NEW_UTS_LEN`).
-    pub fn set_nodename(&self, name: &str) {
-        let mut b = name.as_bytes().to_vec();
+    pub fn set_nodename(&self, name: &[u8]) {
+        let mut b = name.to_vec();
         b.truncate(64);
         *self.nodename.lock().unwrap_or_else(|e| e.into_inner()) = b;
     }
@@ -167,6 +170,21 @@ impl ProcessTable {
     /// The node name uname reports.
     pub fn nodename(&self) -> Vec<u8> {
         self.nodename
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Sets the domain name uname reports (setdomainname; at most 64 bytes).
+    pub fn set_domainname(&self, name: &[u8]) {
+        let mut b = name.to_vec();
+        b.truncate(64);
+        *self.domainname.lock().unwrap_or_else(|e| e.into_inner()) = b;
+    }
+
+    /// The domain name uname reports.
+    pub fn domainname(&self) -> Vec<u8> {
+        self.domainname
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
