@@ -160,6 +160,8 @@ impl Sandbox {
             cwd: &cfg.cwd,
             net: Arc::new(if cfg.own_netns {
                 NetPolicy::namespaced()
+            } else if crate::broker::publishes() {
+                NetPolicy::private_loopback(cfg.publish.clone())
             } else {
                 NetPolicy::new(cfg.publish.clone(), cfg.allow_outbound)
             }),

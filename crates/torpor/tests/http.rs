@@ -164,7 +164,10 @@ fn unpublished_port_is_not_reachable_from_the_host() {
 }
 
 /// Binding a guest port twice is EADDRINUSE, as on Linux (`tests/guest/dup_bind.c` against a
-/// native run); UDP beside TCP, a rebind after close and SO_REUSEPORT are allowed.
+/// native run); UDP beside TCP, a rebind after close and SO_REUSEPORT are allowed. In the
+/// holder's own network namespace (a root holder's default) unpublished ports are the
+/// namespace's own: one port on two loopback addresses, and a dual-stack IPv6 listener reached
+/// by an IPv4 client, as natively.
 #[test]
 fn a_second_bind_of_a_port_is_eaddrinuse() {
     if !testutil::require_kvm() {
@@ -185,4 +188,7 @@ fn a_second_bind_of_a_port_is_eaddrinuse() {
         .output();
     assert_eq!(got.stdout_str(), nat.stdout_str(), "{}", got.stderr_str());
     assert!(got.stdout_str().contains("second: EADDRINUSE"));
+    assert!(got
+        .stdout_str()
+        .contains("IPv4 client: ok, accepted from ::ffff:127.0.0.1"));
 }

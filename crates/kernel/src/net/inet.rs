@@ -16,9 +16,14 @@
 //! - A UDP datagram sent to a loopback port nobody in the sandbox bound is dropped (as Linux
 //!   does when nothing listens), but a `connect` to such a port fails with `ECONNREFUSED`
 //!   even for UDP.
-//! - The host enforces port conflicts between host addresses, not guest ports: two guest
-//!   sockets binding the same unpublished guest port both succeed (each gets its own
-//!   ephemeral host port; the later one wins in the policy's table).
+//! - In the host's network namespace (rootless holders, `--allow-outbound`), an unpublished
+//!   guest port lands on an ephemeral loopback port of the host: a second bind of the same
+//!   guest port by a socket of the same family and type is EADDRINUSE through the policy's
+//!   claims, but binds of one port on two loopback addresses conflict where Linux would not,
+//!   and an IPv4 client does not reach a dual-stack IPv6 listener. A root holder without
+//!   `--allow-outbound` is in a network namespace of its own
+//!   ([`NetPolicy::private_loopback`]): there unpublished guest ports are the namespace's own,
+//!   and Linux's rules apply unchanged.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::Arc;
@@ -209,7 +214,7 @@ pub fn bind_as_guest(
         FileKind::Socket(m) => m.lock().unwrap_or_else(|e| e.into_inner()).kind,
         _ => 0,
     };
-    let claim = if guest.port() != 0 && !net.is_namespaced() {
+    let claim = if guest.port() != 0 && !net.port_is_own(guest.port()) {
         let reuse = host::int_opt(f.host(), libc::SOL_SOCKET, libc::SO_REUSEPORT).unwrap_or(0) != 0;
         Some(net.claim(guest.port(), family == libc::AF_INET6, kind, reuse)?)
     } else {
@@ -231,7 +236,9 @@ fn bind_claimed(
     guest: SocketAddr,
 ) -> Result<(), Errno> {
     let target = net.bind_target(guest);
-    let published = target.port() != 0;
+    // A published port (or, for an engine's namespace, any given port) of the host; not a port
+    // of the holder's own private namespace, which is the guest's own.
+    let published = target.port() != 0 && (net.is_namespaced() || !net.port_is_own(guest.port()));
     let bound = match fit_family(target, family) {
         Some(host) => {
             if published {

@@ -74,6 +74,9 @@ pub struct NetPolicy {
     allow_outbound: bool,
     /// Binds and connects pass through unchanged (a network namespace of the sandbox's own).
     namespaced: bool,
+    /// The holder is in a network namespace of its own (loopback only) and published ports
+    /// are the broker's: unpublished guest ports are the namespace's own ports, unchanged.
+    private_loopback: bool,
     /// Guest port → host address actually bound.
     bound: Mutex<HashMap<u16, SocketAddr>>,
     /// Guest ports held, by (port, IPv6, socket type): how many sockets hold each (a second
@@ -90,6 +93,7 @@ impl NetPolicy {
             publish,
             allow_outbound,
             namespaced: false,
+            private_loopback: false,
             bound: Mutex::new(HashMap::new()),
             claims: Mutex::new(HashMap::new()),
             unix: unix::UnixNamespace::new(),
@@ -103,10 +107,29 @@ impl NetPolicy {
             publish: Vec::new(),
             allow_outbound: true,
             namespaced: true,
+            private_loopback: false,
             bound: Mutex::new(HashMap::new()),
             claims: Mutex::new(HashMap::new()),
             unix: unix::UnixNamespace::new(),
         }
+    }
+
+    /// The policy of a holder in a network namespace of its own that holds only a loopback
+    /// interface, whose published ports the broker binds in the host's namespace: every other
+    /// guest port is the namespace's own port, so Linux's own rules apply to them (conflicts,
+    /// `SO_REUSEADDR`, a dual-stack IPv6 listener reached over IPv4).
+    pub fn private_loopback(publish: Vec<Publish>) -> NetPolicy {
+        NetPolicy {
+            private_loopback: true,
+            ..NetPolicy::new(publish, false)
+        }
+    }
+
+    /// Whether a bind to guest port `port` binds that very port of the holder's own network
+    /// namespace (no translation, no claim: the host's rules apply).
+    pub fn port_is_own(&self, port: u16) -> bool {
+        self.namespaced
+            || (self.private_loopback && !self.publish.iter().any(|p| p.guest_port == port))
     }
 
     /// The host address to bind for a guest bind to `guest`.
@@ -119,11 +142,18 @@ impl NetPolicy {
                 return p.host;
             }
         }
-        let lo = if guest.is_ipv4() {
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        } else {
-            IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
-        };
+        let lo = guest_loopback(guest);
+        if self.private_loopback {
+            // The namespace's own port; an address it does not have stands for its loopback
+            // (as every unpublished bind does in the host's namespace).
+            let ip = inet::canonical(guest).ip();
+            let ip = if ip.is_loopback() || ip.is_unspecified() {
+                guest.ip()
+            } else {
+                lo
+            };
+            return SocketAddr::new(ip, guest.port());
+        }
         SocketAddr::new(lo, 0)
     }
 
@@ -148,6 +178,10 @@ impl NetPolicy {
             return Some(guest);
         }
         if guest.ip().is_loopback() || guest.ip().is_unspecified() {
+            if self.port_is_own(guest.port()) {
+                // A port of the holder's own namespace: as the application named it.
+                return Some(guest);
+            }
             let b = self.bound.lock().ok()?;
             if let Some(h) = b.get(&guest.port()) {
                 let ip = if h.ip().is_unspecified() {
@@ -336,6 +370,38 @@ mod tests {
             n.guest_port_of("127.0.0.1:40000".parse().unwrap()),
             Some(81)
         );
+    }
+
+    #[test]
+    fn a_private_loopback_keeps_unpublished_ports() {
+        let n = NetPolicy::private_loopback(vec!["127.0.0.1:18080:80".parse().unwrap()]);
+        // Published: the host address (the broker binds it in the host's namespace).
+        assert_eq!(
+            n.bind_target("[::]:80".parse().unwrap()),
+            "127.0.0.1:18080".parse().unwrap()
+        );
+        assert!(!n.port_is_own(80));
+        // Unpublished: the namespace's own port, wildcard and loopback kept.
+        for a in ["0.0.0.0:81", "[::]:81", "127.0.0.1:81", "[::1]:0"] {
+            let a: SocketAddr = a.parse().unwrap();
+            assert_eq!(n.bind_target(a), a);
+        }
+        assert!(n.port_is_own(81));
+        // An address the namespace lacks stands for its loopback.
+        assert_eq!(
+            n.bind_target("10.1.2.3:82".parse().unwrap()),
+            "127.0.0.1:82".parse().unwrap()
+        );
+        // Connects to its own ports go as named; to a published one through the table.
+        let c: SocketAddr = "127.0.0.1:81".parse().unwrap();
+        assert_eq!(n.connect_target(c), Some(c));
+        n.record_bind(80, "127.0.0.1:18080".parse().unwrap());
+        assert_eq!(
+            n.connect_target("127.0.0.1:80".parse().unwrap()),
+            Some("127.0.0.1:18080".parse().unwrap())
+        );
+        // Nothing leaves the namespace.
+        assert_eq!(n.connect_target("10.0.0.1:80".parse().unwrap()), None);
     }
 
     #[test]

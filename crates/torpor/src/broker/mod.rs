@@ -112,6 +112,11 @@ pub fn start_if_root(cfg: &kernel::SandboxConfig) -> Result<()> {
     start(&cfg.rootfs, &published)?;
     if own_netns {
         crate::oci::new_netns()?;
+        // The application's unpublished ports are this namespace's own: any of them, as in a
+        // container, for a holder that keeps no capability (its published ones are bound by
+        // the broker, which keeps CAP_NET_BIND_SERVICE).
+        std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")
+            .context("opening the private namespace's low ports")?;
         kernel::broker::set_publishes();
     }
     Ok(())
