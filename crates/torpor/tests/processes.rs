@@ -89,6 +89,30 @@ fn sessions_and_groups_match_native() {
     assert!(got.stdout_str().ends_with("done\n"));
 }
 
+/// POSIX record locks between processes (`tests/guest/record_locks.c`): they exclude each
+/// other, F_GETLK names the holder, a close by the holder releases them and a close by
+/// another process does not, fork inherits none, F_SETLKW waits for the holder, as natively.
+/// (Every process of a sandbox is one host process: its host POSIX locks excluded nobody.)
+#[test]
+fn record_locks_exclude_the_sandbox_s_processes_from_each_other() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let got = guest_same_as_native("record_locks");
+    for line in [
+        "child write [5,6): EAGAIN",
+        "child asks [0,20): parent write [0,+10)",
+        "parent asks [10,15): child write [10,+5)",
+        "parent waited for [10,15): ok",
+    ] {
+        assert!(
+            got.stdout_str().contains(line),
+            "no {line:?} in:\n{}",
+            got.stdout_str()
+        );
+    }
+}
+
 /// execve from a non-main thread of a process whose other threads sleep, wait on a
 /// condition variable and spin (`tests/guest/exec_threads.c`): they end, the new program
 /// runs alone with the same pid, as natively.

@@ -8,6 +8,7 @@
 //! host.
 
 mod hostio;
+pub mod locks;
 mod table;
 
 pub use hostio::{iovecs, read_into_guest, write_from_guest};

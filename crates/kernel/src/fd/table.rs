@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use abi::Errno;
 
+use super::locks::{regular_file_key, PosixLocks};
 use super::OpenFile;
 
 /// Most descriptors a process may hold (RLIMIT_NOFILE).
@@ -22,6 +23,9 @@ pub struct FdTable {
     slots: std::sync::Mutex<Vec<Option<Slot>>>,
     /// Descriptors at or above this are refused (RLIMIT_NOFILE, at most [`MAX_FDS`]).
     limit: std::sync::atomic::AtomicUsize,
+    /// The POSIX record locks this table holds (Linux gives them to the `files_struct`):
+    /// released when a descriptor of their file closes, never inherited by a fork.
+    pub locks: PosixLocks,
 }
 
 impl Default for FdTable {
@@ -29,6 +33,7 @@ impl Default for FdTable {
         FdTable {
             slots: std::sync::Mutex::new(Vec::new()),
             limit: std::sync::atomic::AtomicUsize::new(MAX_FDS),
+            locks: PosixLocks::default(),
         }
     }
 }
@@ -115,7 +120,9 @@ impl FdTable {
             slots[idx].replace(Slot { file, cloexec })
         };
         // The replaced file is released outside the lock.
-        drop(old);
+        if let Some(old) = old {
+            self.closed(&old.file);
+        }
         Ok(())
     }
 
@@ -130,7 +137,20 @@ impl FdTable {
             .and_then(|i| slots.get_mut(i))
             .and_then(|s| s.take())
             .ok_or(Errno::EBADF)?;
+        drop(slots);
+        self.closed(&slot.file);
         Ok(slot.file)
+    }
+
+    /// A descriptor of `file` was closed: the table's POSIX locks on its file go, as on Linux
+    /// (whichever descriptor took them).
+    fn closed(&self, file: &OpenFile) {
+        if self.locks.is_empty() {
+            return;
+        }
+        if let Some(key) = regular_file_key(file.host()) {
+            self.locks.forget(key);
+        }
     }
 
     /// The close-on-exec flag of `fd`.
@@ -168,6 +188,7 @@ impl FdTable {
         FdTable {
             slots: std::sync::Mutex::new(self.lock().clone()),
             limit: std::sync::atomic::AtomicUsize::new(self.max()),
+            locks: PosixLocks::default(),
         }
     }
 
@@ -182,6 +203,9 @@ impl FdTable {
                 .collect()
         };
         // The files close here, outside the table's lock.
+        for s in &closed {
+            self.closed(&s.file);
+        }
         drop(closed);
     }
 

@@ -433,11 +433,13 @@ const F_GETSIG: i32 = 11;
 /// l_start (i64), l_len (i64), l_pid (i32), 4 bytes of padding.
 const FLOCK_SIZE: usize = 32;
 
-/// fcntl(2)'s record locks, POSIX (F_GETLK/F_SETLK/F_SETLKW) and open file description
-/// (F_OFD_*), taken on the host file. POSIX locks belong to the host process, which every
-/// process of the sandbox shares: they exclude other host processes, not the sandbox's own
-/// processes from each other. A conflicting lock held outside the sandbox is reported with
-/// pid 0 (its host pid means nothing inside).
+/// fcntl(2)'s record locks. Open file description locks (`F_OFD_*`) are the host's, on the
+/// guest's own open file description. POSIX locks (`F_GETLK`, `F_SETLK`, `F_SETLKW`) on a
+/// regular file belong to the caller's descriptor table ([`crate::fd::locks`]), so that the
+/// sandbox's processes exclude each other as on Linux; on other files they are the host's. A
+/// conflicting lock is reported with the sandbox pid of the process holding it, or 0 when it
+/// is held outside the sandbox (a host pid means nothing inside), or -1 for an open file
+/// description lock, as Linux.
 fn record_lock(t: &Task, f: &OpenFile, cmd: i32, arg: platform::Gva) -> SysResult {
     let mut raw = [0u8; FLOCK_SIZE];
     t.copy_in(arg, &mut raw)?;
@@ -454,14 +456,30 @@ fn record_lock(t: &Task, f: &OpenFile, cmd: i32, arg: platform::Gva) -> SysResul
     fl.l_start = i64_at(8);
     fl.l_len = i64_at(16);
     fl.l_pid = i32::from_le_bytes([raw[24], raw[25], raw[26], raw[27]]);
-    // SAFETY: a lock command on an fd we own with a valid `struct flock`; F_SETLKW may block
-    // (a kick interrupts it with EINTR).
-    let r = unsafe { libc::fcntl(f.host().as_raw_fd(), cmd, &mut fl as *mut libc::flock) };
-    if r < 0 {
-        return Err(Errno::last());
-    }
+    let posix = matches!(cmd, libc::F_GETLK | libc::F_SETLK | libc::F_SETLKW);
+    let per_table = if posix {
+        crate::fd::locks::regular_file_key(f.host())
+    } else {
+        None
+    };
+    let (r, owner) = match per_table {
+        Some(key) => table_lock(t, f, key, cmd, &mut fl)?,
+        None => {
+            // SAFETY: a lock command on an fd we own with a valid `struct flock`; F_SETLKW
+            // may block (a kick interrupts it with EINTR).
+            let r = unsafe { libc::fcntl(f.host().as_raw_fd(), cmd, &mut fl as *mut libc::flock) };
+            if r < 0 {
+                return Err(Errno::last());
+            }
+            (r, None)
+        }
+    };
     if cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK {
-        let pid = if fl.l_pid > 0 { 0 } else { fl.l_pid };
+        let pid = match owner {
+            Some(p) => p,
+            None if fl.l_pid > 0 => 0,
+            None => fl.l_pid,
+        };
         let mut out = raw;
         out[0..2].copy_from_slice(&fl.l_type.to_le_bytes());
         out[2..4].copy_from_slice(&fl.l_whence.to_le_bytes());
@@ -471,6 +489,103 @@ fn record_lock(t: &Task, f: &OpenFile, cmd: i32, arg: platform::Gva) -> SysResul
         t.copy_out(arg, &out)?;
     }
     Ok(r as u64)
+}
+
+/// A POSIX lock request on a regular file, taken as an open file description lock on the
+/// caller's table's private description of it. Returns fcntl's result and, for a conflict
+/// `F_GETLK` reports, the sandbox process holding it.
+fn table_lock(
+    t: &Task,
+    f: &OpenFile,
+    key: crate::fd::locks::FileKey,
+    cmd: i32,
+    fl: &mut libc::flock,
+) -> Result<(i32, Option<i32>), Errno> {
+    use crate::fd::locks::absolute;
+    let host = f.host().as_raw_fd();
+    // SAFETY: lseek and fstat on a valid descriptor.
+    let cur = unsafe { libc::lseek(host, 0, libc::SEEK_CUR) }.max(0);
+    let size = crate::net::host::fstat(f.host())
+        .map(|st| st.st_size)
+        .unwrap_or(0);
+    let span = absolute(fl.l_whence, fl.l_start, fl.l_len, cur, size)?;
+    let kind = fl.l_type;
+    if ![libc::F_RDLCK, libc::F_WRLCK, libc::F_UNLCK].contains(&i32::from(kind)) {
+        return Err(Errno::EINVAL);
+    }
+    let access = host_access_mode(f.host())?;
+    if cmd != libc::F_GETLK {
+        // As Linux: a read lock needs a descriptor open for reading, a write lock one open
+        // for writing.
+        let ok = match i32::from(kind) {
+            libc::F_RDLCK => access != libc::O_WRONLY,
+            libc::F_WRLCK => access != libc::O_RDONLY,
+            _ => true,
+        };
+        if !ok {
+            return Err(Errno::EBADF);
+        }
+    }
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = span.start;
+    fl.l_len = span.len;
+    fl.l_pid = 0;
+    let ofd_cmd = match cmd {
+        libc::F_GETLK => libc::F_OFD_GETLK,
+        libc::F_SETLK => libc::F_OFD_SETLK,
+        _ => libc::F_OFD_SETLKW,
+    };
+    let locks = &t.fds.locks;
+    let mine = if cmd == libc::F_GETLK || i32::from(kind) == libc::F_UNLCK {
+        // Asking, or unlocking, takes no description: without one, nothing of this table's
+        // is held, and the guest's own description stands in for asking.
+        locks.get(key)
+    } else {
+        Some(locks.get_or_open(key, f.host(), access, t.pid)?)
+    };
+    let Some(mine) = mine else {
+        if cmd == libc::F_GETLK {
+            // SAFETY: F_OFD_GETLK on a valid descriptor with a valid `struct flock`.
+            let r = unsafe { libc::fcntl(host, libc::F_OFD_GETLK, fl as *mut libc::flock) };
+            if r < 0 {
+                return Err(Errno::last());
+            }
+            return Ok((r, holder(t, key, fl)));
+        }
+        return Ok((0, None));
+    };
+    // SAFETY: an OFD lock command on the table's private description with a valid `struct
+    // flock`; F_OFD_SETLKW may block (a kick interrupts it with EINTR).
+    let r = unsafe { libc::fcntl(mine.ofd().as_raw_fd(), ofd_cmd, fl as *mut libc::flock) };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    if cmd == libc::F_GETLK {
+        return Ok((r, holder(t, key, fl)));
+    }
+    mine.apply(span, kind);
+    Ok((r, None))
+}
+
+/// The sandbox process whose table holds the conflicting lock `fl` (as F_OFD_GETLK reported
+/// it) on file `key`, if one does.
+fn holder(t: &Task, key: crate::fd::locks::FileKey, fl: &libc::flock) -> Option<i32> {
+    if i32::from(fl.l_type) == libc::F_UNLCK {
+        return None;
+    }
+    let span = crate::fd::locks::Span {
+        start: fl.l_start,
+        len: fl.l_len,
+    };
+    t.group
+        .procs
+        .live_groups()
+        .into_iter()
+        .filter_map(|(_, g)| g.resources())
+        .filter(|r| !Arc::ptr_eq(&r.fds, &t.fds))
+        .filter_map(|r| r.fds.locks.get(key))
+        .find(|l| l.holds(span, fl.l_type))
+        .map(|l| l.pid)
 }
 
 /// Implements fallocate(2) on the host file.

@@ -101,7 +101,7 @@ table! {
     74 fsync => sys_rw::sys_fsync, Full;
     75 fdatasync => sys_rw::sys_fsync, Partial("as fsync");
     77 ftruncate => sys_rw::sys_ftruncate, Full;
-    72 fcntl => sys_file::sys_fcntl, Partial("F_DUPFD, F_GETFD/SETFD, F_GETFL/SETFL, record locks (F_GETLK/SETLK/SETLKW, F_OFD_*: POSIX locks do not exclude the sandbox's processes from each other), F_GET/SETPIPE_SZ; F_SETOWN/F_SETSIG accepted, no SIGIO is sent");
+    72 fcntl => sys_file::sys_fcntl, Partial("F_DUPFD, F_GETFD/SETFD, F_GETFL/SETFL, record locks (F_GETLK/SETLK/SETLKW per descriptor table as on Linux, without deadlock detection; F_OFD_*), F_GET/SETPIPE_SZ; F_SETOWN/F_SETSIG accepted, no SIGIO is sent");
     79 getcwd => sys_fs::sys_getcwd, Full;
     80 chdir => sys_fs::sys_chdir, Full;
     81 fchdir => sys_fs::sys_fchdir, Full;
