@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -468,6 +469,53 @@ static void *read_one_then_munmap(void *arg) {
     return NULL;
 }
 
+/* ITIMER_VIRTUAL and ITIMER_PROF: SIGVTALRM and SIGPROF once the process has used the CPU
+ * time asked for (a busy loop, no system call), again every interval; getitimer shows a
+ * running timer; an unknown timer is EINVAL. */
+static volatile sig_atomic_t cpu_ticks;
+static void cpu_tick(int sig, siginfo_t *si, void *uc) {
+    (void)sig, (void)si, (void)uc;
+    cpu_ticks++;
+}
+
+static int spin_until_ticks(int n) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (volatile unsigned long i = 0; cpu_ticks < n; i++) {
+        if ((i & 0xfffff) == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &b);
+            if (b.tv_sec - a.tv_sec > 20) return 0;
+        }
+    }
+    return 1;
+}
+
+static void test_cpu_timers(void) {
+    int which[2] = {ITIMER_VIRTUAL, ITIMER_PROF};
+    int sigs[2] = {SIGVTALRM, SIGPROF};
+    for (int k = 0; k < 2; k++) {
+        install(sigs[k], cpu_tick, 0);
+        cpu_ticks = 0;
+        struct itimerval it = {.it_interval = {0, 20000}, .it_value = {0, 50000}}, now;
+        int r = setitimer(which[k], &it, NULL);
+        getitimer(which[k], &now);
+        int running = now.it_value.tv_sec == 0 && now.it_value.tv_usec > 0 &&
+                      now.it_value.tv_usec <= 100000 /* Linux rounds up to its tick */ &&
+                      now.it_interval.tv_usec == 20000;
+        int got = spin_until_ticks(3);
+        struct itimerval off = {{0, 0}, {0, 0}};
+        setitimer(which[k], &off, NULL);
+        getitimer(which[k], &now);
+        say("%s: set %d, running %d, three signals %d, disarmed %d\n",
+            k ? "ITIMER_PROF" : "ITIMER_VIRTUAL", r, running, got,
+            now.it_value.tv_sec == 0 && now.it_value.tv_usec == 0);
+        signal(sigs[k], SIG_DFL);
+    }
+    struct itimerval it = {{0, 0}, {1, 0}};
+    int r = setitimer(3, &it, NULL);
+    say("setitimer(3): %d %s\n", r, errno == EINVAL ? "EINVAL" : "?");
+}
+
 static void test_partial_pipe_write(void) {
     int p[2];
     pipe(p);
@@ -564,6 +612,7 @@ int main(int argc, char **argv) {
     test_ignore();
     test_process_signal_to_sigwait();
     test_partial_pipe_write();
+    test_cpu_timers();
     install(SIGABRT, abrt_handler, 0);
     say("aborting\n");
     abort();

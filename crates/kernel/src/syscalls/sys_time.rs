@@ -165,6 +165,8 @@ pub fn sys_clock_nanosleep(t: &mut Task, a: &SyscallArgs) -> SysResult {
 }
 
 const ITIMER_REAL: i32 = 0;
+const ITIMER_VIRTUAL: i32 = 1;
+const ITIMER_PROF: i32 = 2;
 
 /// A `struct timeval` (16 bytes) as a duration; EINVAL for a negative or out-of-range field.
 fn get_timeval(t: &Task, at: Gva) -> Result<Duration, Errno> {
@@ -195,29 +197,45 @@ fn itimerval(interval: Duration, value: Duration) -> [u8; 32] {
     o
 }
 
-/// Implements getitimer(2) for ITIMER_REAL (the CPU-time timers are EINVAL).
+/// Implements getitimer(2).
 pub fn sys_getitimer(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    if a.int(0) != ITIMER_REAL {
-        return Err(Errno::EINVAL);
-    }
-    let (left, interval) = t.group.real_timer.get();
+    let (left, interval) = match a.int(0) {
+        ITIMER_REAL => t.group.real_timer.get(),
+        which => cpu_timer(t, which)?.get(&t.group.cpu),
+    };
     t.copy_out(a.gva(1), &itimerval(interval, left))?;
     Ok(0)
 }
 
-/// Implements setitimer(2) for ITIMER_REAL: SIGALRM to the process at expiry, then every
-/// interval (see `task::itimer`). The CPU-time timers are EINVAL.
-pub fn sys_setitimer(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    if a.int(0) != ITIMER_REAL {
-        return Err(Errno::EINVAL);
+/// The process's `ITIMER_VIRTUAL` or `ITIMER_PROF`; EINVAL for another `which`.
+fn cpu_timer(t: &Task, which: i32) -> Result<std::sync::Arc<crate::task::itimer::CpuTimer>, Errno> {
+    match which {
+        ITIMER_VIRTUAL => Ok(t.group.cpu_timers[0].clone()),
+        ITIMER_PROF => Ok(t.group.cpu_timers[1].clone()),
+        _ => Err(Errno::EINVAL),
     }
+}
+
+/// Implements setitimer(2): ITIMER_REAL (SIGALRM at expiry, then every interval), and the
+/// CPU-time timers ITIMER_VIRTUAL (SIGVTALRM) and ITIMER_PROF (SIGPROF), which count the
+/// process's CPU time (see `task::itimer`).
+pub fn sys_setitimer(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let which = a.int(0);
+    let cpu = if which == ITIMER_REAL {
+        None
+    } else {
+        Some(cpu_timer(t, which)?)
+    };
     let (interval, value) = if a.u(1) == 0 {
         (Duration::ZERO, Duration::ZERO)
     } else {
         (get_timeval(t, a.gva(1))?, get_timeval(t, Gva(a.u(1) + 16))?)
     };
     let group = t.group.clone();
-    let (old_left, old_interval) = group.real_timer.set(&group, value, interval);
+    let (old_left, old_interval) = match cpu {
+        None => group.real_timer.set(&group, value, interval),
+        Some(timer) => timer.set(&group, value, interval),
+    };
     if a.u(2) != 0 {
         t.copy_out(a.gva(2), &itimerval(old_interval, old_left))?;
     }

@@ -160,8 +160,8 @@ table! {
     296 pwritev => sys_rw::sys_pwritev, Full;
     327 preadv2 => sys_rw::sys_preadv2, Partial("flags are hints and ignored");
     328 pwritev2 => sys_rw::sys_pwritev2, Partial("flags are hints and ignored (RWF_APPEND too)");
-    36 getitimer => sys_time::sys_getitimer, Partial("ITIMER_REAL; the CPU-time timers are EINVAL");
-    38 setitimer => sys_time::sys_setitimer, Partial("ITIMER_REAL; the CPU-time timers are EINVAL");
+    36 getitimer => sys_time::sys_getitimer, Partial("ITIMER_VIRTUAL counts the process's whole CPU time, like ITIMER_PROF");
+    38 setitimer => sys_time::sys_setitimer, Partial("ITIMER_VIRTUAL counts the process's whole CPU time, like ITIMER_PROF; CPU timers fire up to about 1 ms late");
     37 alarm => sys_time::sys_alarm, Full;
     221 fadvise64 => sys_rw::sys_fadvise64, Full;
     277 sync_file_range => sys_rw::sys_sync_file_range, Full;

@@ -49,6 +49,10 @@ pub struct ThreadGroup {
     signalfds: Mutex<Vec<std::sync::Weak<super::signalfd::SignalFd>>>,
     /// ITIMER_REAL (setitimer, alarm).
     pub real_timer: Arc<super::itimer::RealTimer>,
+    /// The process's CPU time (its threads' host clocks).
+    pub cpu: super::cputime::ProcessCpu,
+    /// ITIMER_VIRTUAL (SIGVTALRM) and ITIMER_PROF (SIGPROF).
+    pub cpu_timers: [Arc<super::itimer::CpuTimer>; 2],
     /// What other processes see of this one in /proc.
     identity: Mutex<ProcIdentity>,
     /// The thread running an execve that ends every other thread (Linux's `de_thread`).
@@ -116,6 +120,11 @@ impl ThreadGroup {
             resources: Mutex::new(None),
             signalfds: Mutex::new(Vec::new()),
             real_timer: Arc::default(),
+            cpu: super::cputime::ProcessCpu::default(),
+            cpu_timers: [
+                Arc::new(super::itimer::CpuTimer::new(libc::SIGVTALRM)),
+                Arc::new(super::itimer::CpuTimer::new(libc::SIGPROF)),
+            ],
             identity: Mutex::new(ProcIdentity::default()),
             execing: Mutex::new(None),
         })

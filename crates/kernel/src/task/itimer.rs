@@ -1,13 +1,22 @@
-//! The real-time interval timer of a process (setitimer(2) `ITIMER_REAL`, alarm(2)): SIGALRM
-//! to the process when it expires, then every interval.
+//! The interval timers of a process (setitimer(2), alarm(2)): `ITIMER_REAL` ([`RealTimer`]:
+//! SIGALRM when wall time reaches the deadline) and the CPU-time ones, `ITIMER_VIRTUAL` and
+//! `ITIMER_PROF` ([`CpuTimer`]: SIGVTALRM and SIGPROF when the process's CPU time does), each
+//! then again every interval.
 //!
 //! Each arming starts a host thread that sleeps until the deadline (a condition variable, so
-//! that re-arming or disarming wakes it at once) and posts SIGALRM through the thread group;
-//! a thread whose arming was replaced ends.
+//! that re-arming or disarming wakes it at once) and posts the signal through the thread
+//! group; a thread whose arming was replaced ends. A CPU timer's thread sleeps for the CPU
+//! time left divided by the process's running threads (the fastest its clock can reach the
+//! deadline), between 1 ms and 1 s, and looks again.
+//!
+//! Differences from Linux: `ITIMER_VIRTUAL` counts the process's whole CPU time, like
+//! `ITIMER_PROF` (the host's thread clocks do not split the guest's user time from the time
+//! spent handling its system calls), and a CPU timer fires up to about a millisecond late.
 
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use super::cputime::ProcessCpu;
 use super::ThreadGroup;
 
 #[derive(Default)]
@@ -92,6 +101,110 @@ impl RealTimer {
                 Some(g) if g.exit_status().is_none() => g.post_signal(libc::SIGALRM),
                 _ => return,
             }
+            s = self.lock();
+        }
+    }
+}
+
+/// One process's `ITIMER_VIRTUAL` or `ITIMER_PROF`: `sig` when the process's CPU time reaches
+/// the deadline.
+pub struct CpuTimer {
+    sig: i32,
+    /// The deadline is a point of the process's CPU time, not an instant.
+    state: Mutex<CpuState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct CpuState {
+    deadline: Option<Duration>,
+    interval: Duration,
+    generation: u64,
+}
+
+/// The shortest and longest sleeps of a CPU timer's thread between two looks at the clock.
+const CPU_POLL: (Duration, Duration) = (Duration::from_millis(1), Duration::from_secs(1));
+
+impl CpuTimer {
+    /// A disarmed timer that sends `sig`.
+    pub fn new(sig: i32) -> CpuTimer {
+        CpuTimer {
+            sig,
+            state: Mutex::default(),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CpuState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// CPU time left and interval (getitimer), with the process's clock `cpu`.
+    pub fn get(&self, cpu: &ProcessCpu) -> (Duration, Duration) {
+        let s = self.lock();
+        let left = s
+            .deadline
+            .map_or(Duration::ZERO, |d| d.saturating_sub(cpu.total()));
+        (left, s.interval)
+    }
+
+    /// Arms (a zero `value` disarms) and returns the previous (left, interval).
+    pub fn set(
+        self: &Arc<Self>,
+        group: &Arc<ThreadGroup>,
+        value: Duration,
+        interval: Duration,
+    ) -> (Duration, Duration) {
+        let old = self.get(&group.cpu);
+        let now = group.cpu.total();
+        let mut s = self.lock();
+        s.generation += 1;
+        s.interval = interval;
+        s.deadline = (!value.is_zero()).then(|| now + value);
+        let generation = s.generation;
+        let armed = s.deadline.is_some();
+        drop(s);
+        self.cv.notify_all();
+        if armed {
+            let me = self.clone();
+            let group = Arc::downgrade(group);
+            let spawned = std::thread::Builder::new()
+                .name("itimer-cpu".into())
+                .spawn(move || me.run(generation, group));
+            if let Err(e) = spawned {
+                tracing::warn!("setitimer: cannot start the timer thread: {e}");
+            }
+        }
+        old
+    }
+
+    fn run(&self, generation: u64, group: Weak<ThreadGroup>) {
+        let mut s = self.lock();
+        loop {
+            if s.generation != generation {
+                return;
+            }
+            let Some(deadline) = s.deadline else { return };
+            let Some(g) = group.upgrade() else { return };
+            if g.exit_status().is_some() {
+                return;
+            }
+            let now = g.cpu.total();
+            if now < deadline {
+                let threads = g.cpu.threads().max(1) as u32;
+                drop(g);
+                let wait = ((deadline - now) / threads).clamp(CPU_POLL.0, CPU_POLL.1);
+                s = self
+                    .cv
+                    .wait_timeout(s, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            }
+            s.deadline = (!s.interval.is_zero()).then(|| (deadline + s.interval).max(now));
+            drop(s);
+            g.post_signal(self.sig);
+            drop(g);
             s = self.lock();
         }
     }

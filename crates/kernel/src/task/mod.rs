@@ -2,6 +2,7 @@
 //! `struct task_struct`).
 
 mod control;
+pub mod cputime;
 mod group;
 pub mod itimer;
 mod process;
@@ -284,7 +285,9 @@ impl Task {
     /// [`TaskError`] on a host failure.
     pub fn run(&mut self) -> Result<ExitStatus, TaskError> {
         self.vcpu.bind_to_current_thread();
+        self.group.cpu.enter(self.tid);
         let r = self.run_loop();
+        self.group.cpu.leave(self.tid);
         self.vcpu.unbind_thread();
         match &r {
             Ok(status) if !self.thread_exit_only => self.group.exit_group(*status),

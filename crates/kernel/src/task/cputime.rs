@@ -1,0 +1,107 @@
+//! A process's CPU time: the sum of the host CPU clocks of the host threads that run its
+//! threads, plus what its ended threads used. It drives `ITIMER_VIRTUAL` and `ITIMER_PROF`
+//! (see [`super::itimer`]).
+//!
+//! A guest thread runs on one host thread from its first instruction to its exit, and the
+//! handlers of its system calls run on that same thread, so the host clock counts both the
+//! guest's user time and the kernel work done for it, as Linux's process clocks do.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// One process's CPU clock.
+#[derive(Debug, Default)]
+pub struct ProcessCpu {
+    /// The CPU clock of each live thread's host thread, by tid.
+    live: Mutex<HashMap<i32, libc::clockid_t>>,
+    /// CPU time of the threads that ended.
+    ended: Mutex<Duration>,
+}
+
+/// Reads a clock.
+fn read(clock: libc::clockid_t) -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a clock id and a valid output buffer.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+impl ProcessCpu {
+    /// Thread `tid` starts running on the calling host thread.
+    pub fn enter(&self, tid: i32) {
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: the calling thread's own handle and a valid output.
+        if unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0 {
+            self.live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(tid, clock);
+        }
+    }
+
+    /// Thread `tid`, on the calling host thread, ends: its time joins the ended threads'.
+    pub fn leave(&self, tid: i32) {
+        let used = read(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or_default();
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if live.remove(&tid).is_some() {
+            *self.ended.lock().unwrap_or_else(|e| e.into_inner()) += used;
+        }
+    }
+
+    /// The process's CPU time so far.
+    pub fn total(&self) -> Duration {
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let running: Duration = live.values().filter_map(|&c| read(c)).sum();
+        running + *self.ended.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many threads are running (to pace a CPU timer: the clock advances at most that
+    /// many times faster than wall time).
+    pub fn threads(&self) -> usize {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn spin(d: Duration) {
+        let until = std::time::Instant::now() + d;
+        while std::time::Instant::now() < until {
+            std::hint::black_box(0u64);
+        }
+    }
+
+    #[test]
+    fn counts_live_and_ended_threads() {
+        let cpu = Arc::new(ProcessCpu::default());
+        let before = cpu.total();
+        let c = cpu.clone();
+        std::thread::spawn(move || {
+            c.enter(2);
+            spin(Duration::from_millis(30));
+            c.leave(2);
+        })
+        .join()
+        .unwrap();
+        let after_ended = cpu.total();
+        assert!(
+            after_ended - before >= Duration::from_millis(20),
+            "{after_ended:?}"
+        );
+        assert_eq!(cpu.threads(), 0);
+        cpu.enter(1);
+        spin(Duration::from_millis(30));
+        assert!(cpu.total() - after_ended >= Duration::from_millis(20));
+        assert_eq!(cpu.threads(), 1);
+        cpu.leave(1);
+    }
+}
