@@ -196,6 +196,13 @@ fn a_holder_cannot_open_host_files_and_its_janitor_cleans_up() {
         "{}",
         out.stderr_str()
     );
+    // Nor signal a host process (Landlock's signal scope; uid 0 alone would allow it).
+    assert!(
+        out.stderr_str()
+            .contains("signal to the host's init: Operation not permitted"),
+        "{}",
+        out.stderr_str()
+    );
     let left = || {
         std::fs::read_dir(state.path())
             .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
@@ -239,7 +246,8 @@ fn a_holder_cannot_open_host_files_and_its_janitor_cleans_up() {
     assert!(!dir.exists(), "state removed it");
 }
 
-/// An OCI container's holder cannot open host files outside its root and state directory.
+/// An OCI container's holder cannot open host files outside its root and state directory,
+/// signal a host process, or reach a host abstract Unix socket (Landlock's scopes).
 #[test]
 fn an_oci_holder_cannot_open_host_files() {
     if !testutil::require_kvm() {
@@ -254,8 +262,17 @@ fn an_oci_holder_cannot_open_host_files() {
     );
     std::fs::write(bundle.path().join("config.json"), config).expect("config.json");
     let state = testutil::TempDir::new("torpor-oci-state");
+    // A host abstract socket: the holder shares the host's network namespace here.
+    let name = format!("torpor-test-abstract-{}", std::process::id());
+    let listener = {
+        use std::os::linux::net::SocketAddrExt;
+        let a = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+            .expect("abstract name");
+        std::os::unix::net::UnixListener::bind_addr(&a).expect("abstract listener")
+    };
     let out = std::process::Command::new(bin())
         .env("TORPOR_TEST_FORBIDDEN_CALL", "open")
+        .env("TORPOR_TEST_ABSTRACT", &name)
         .env("TORPOR_LOG", "off")
         .arg("--root")
         .arg(state.path())
@@ -271,6 +288,15 @@ fn an_oci_holder_cannot_open_host_files() {
         stderr.contains("the host's /etc/passwd: Permission denied"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("signal to the host's init: Operation not permitted"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the host's abstract socket: Operation not permitted"),
+        "{stderr}"
+    );
+    drop(listener);
 }
 
 /// Host objects handed to the application (the host's /dev/null, the runtime's stdio, an

@@ -4,6 +4,11 @@
 //! application, and read `/proc` and the CPU topology in `/sys`. Everything else on the host
 //! is EACCES, whatever the holder's uid and capabilities.
 //!
+//! Where Landlock scopes the process (ABI 6, Linux 6.12), the holder also cannot signal a
+//! process outside its domain (a holder still uid 0 would otherwise be allowed to signal every
+//! root process of the host) nor connect to an abstract Unix socket made outside it (the
+//! host's, when the holder shares the host's network namespace).
+//!
 //! Landlock is an unprivileged LSM (Linux 5.13 and later); without it (an older kernel, or one
 //! built without it) the holder runs on with the other layers and says so in its log.
 
@@ -40,6 +45,19 @@ const TRUNCATE: u64 = 1 << 14;
 /// ABI 5.
 const IOCTL_DEV: u64 = 1 << 15;
 
+// Scopes (ABI 6).
+const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
+const SCOPE_SIGNAL: u64 = 1 << 1;
+
+/// The scopes a Landlock ABI version knows.
+fn known_scopes(abi: i64) -> u64 {
+    if abi >= 6 {
+        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+    } else {
+        0
+    }
+}
+
 /// The rights a Landlock ABI version knows.
 fn known_rights(abi: i64) -> u64 {
     let mut r = EXECUTE
@@ -67,9 +85,13 @@ fn known_rights(abi: i64) -> u64 {
     r
 }
 
+/// `struct landlock_ruleset_attr` as of ABI 6 (the kernel takes a shorter one from older
+/// callers: its size is passed).
 #[repr(C)]
 struct RulesetAttr {
     handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
 }
 
 #[repr(C, packed)]
@@ -129,13 +151,22 @@ fn restrict_with(trees: &[&Path], host_files: bool) -> Result<bool> {
     let known = known_rights(abi);
     let attr = RulesetAttr {
         handled_access_fs: known,
+        handled_access_net: 0,
+        scoped: known_scopes(abi),
     };
-    // SAFETY: a valid attribute struct and its size.
+    // Before ABI 4 the struct ends after the filesystem rights, before ABI 6 after the
+    // network ones.
+    let size = match abi {
+        ..=3 => std::mem::size_of::<u64>(),
+        4 | 5 => 2 * std::mem::size_of::<u64>(),
+        _ => std::mem::size_of::<RulesetAttr>(),
+    };
+    // SAFETY: a valid attribute struct and a size no larger than it.
     let fd = unsafe {
         libc::syscall(
             SYS_LANDLOCK_CREATE_RULESET,
             &attr as *const RulesetAttr,
-            std::mem::size_of::<RulesetAttr>(),
+            size,
             0u32,
         )
     };
@@ -232,6 +263,12 @@ fn allow(ruleset: &OwnedFd, path: &Path, rights: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scopes_follow_the_abi() {
+        assert_eq!(known_scopes(5), 0);
+        assert_eq!(known_scopes(6), SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL);
+    }
 
     #[test]
     fn rights_follow_the_abi() {

@@ -294,7 +294,8 @@ struct CapData {
 /// Test-only (`crates/torpor/tests/confinement.rs`): with `TORPOR_TEST_FORBIDDEN_CALL=execve`
 /// the confined holder tries to run `/bin/sh`, as a compromised syscall handler would, and the
 /// filter must kill it; with `TORPOR_TEST_FORBIDDEN_CALL=open` it tries to read the host's
-/// `/etc/passwd`, says what happened on stderr, and goes on.
+/// `/etc/passwd` and init's environment, to signal init, and to connect to the host's abstract
+/// socket `TORPOR_TEST_ABSTRACT`, says what happened on stderr, and goes on.
 pub fn test_hook() {
     if std::env::var("TORPOR_TEST_FORBIDDEN_CALL").as_deref() == Ok("open") {
         match std::fs::read("/etc/passwd") {
@@ -311,6 +312,30 @@ pub fn test_hook() {
                 b.len()
             ),
             Err(e) => eprintln!("torpor: test hook: /proc/1/environ: {e}"),
+        }
+        // A signal to a host process (init; signal 0 only asks whether it may be sent).
+        // SAFETY: kill with signal 0 sends nothing.
+        let r = unsafe { libc::kill(1, 0) };
+        eprintln!(
+            "torpor: test hook: signal to the host's init: {}",
+            if r == 0 {
+                "allowed".to_string()
+            } else {
+                std::io::Error::last_os_error().to_string()
+            }
+        );
+        // An abstract Unix socket of the host, named by the test.
+        if let Ok(name) = std::env::var("TORPOR_TEST_ABSTRACT") {
+            use std::os::linux::net::SocketAddrExt;
+            let r = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+                .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a));
+            eprintln!(
+                "torpor: test hook: the host's abstract socket: {}",
+                match r {
+                    Ok(_) => "connected".to_string(),
+                    Err(e) => e.to_string(),
+                }
+            );
         }
     }
     if std::env::var("TORPOR_TEST_FORBIDDEN_CALL").as_deref() == Ok("execve") {
