@@ -192,3 +192,44 @@ fn a_second_bind_of_a_port_is_eaddrinuse() {
         .stdout_str()
         .contains("IPv4 client: ok, accepted from ::ffff:127.0.0.1"));
 }
+
+/// A sandbox sees its own network interfaces and no others (`tests/guest/interfaces.c`):
+/// in the holder's own namespace, netlink routing sockets and interface ioctls show `lo`
+/// alone, with 127.0.0.1 and ::1, and adding an address is EPERM; a holder in the host's
+/// namespace (`TORPOR_NETNS=0`) offers neither (the host's interfaces stay unseen).
+#[test]
+fn the_sandbox_sees_its_own_interfaces_only() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("interfaces");
+    let got = torpor()
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    got.assert_code(0);
+    assert_eq!(
+        got.stdout_str(),
+        "interface 1 lo\nif_nametoindex(lo): 1\naddress lo 127.0.0.1\naddress lo ::1\n\
+         RTM_NEWADDR: Operation not permitted\n",
+        "{}",
+        got.stderr_str()
+    );
+    let host_ns = torpor()
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .host_env("TORPOR_NETNS", "0")
+        .output();
+    host_ns.assert_code(0);
+    assert!(
+        host_ns
+            .stdout_str()
+            .starts_with("if_nameindex: Address family not supported by protocol\n"),
+        "{}",
+        host_ns.stdout_str()
+    );
+    assert!(host_ns
+        .stdout_str()
+        .contains("if_nametoindex(lo): 0 No such device"));
+}

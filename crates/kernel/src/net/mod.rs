@@ -5,6 +5,7 @@
 //! mod.rs    the network policy (this file): which host addresses Internet sockets may use
 //! inet.rs   AF_INET/AF_INET6: address codecs and their translation through the policy
 //! unix.rs   AF_UNIX: names confined to the root or tagged abstract names, credentials
+//! netlink.rs AF_NETLINK routing sockets, in the sandbox's own network namespace only
 //! cmsg.rs   control messages: SCM_RIGHTS (guest fds <-> host fds) and SCM_CREDENTIALS
 //! host.rs   the host socket calls themselves (every `unsafe` of the layer)
 //! ```
@@ -27,6 +28,7 @@
 pub mod cmsg;
 pub mod host;
 pub mod inet;
+pub mod netlink;
 pub mod unix;
 
 use std::collections::HashMap;
@@ -123,6 +125,12 @@ impl NetPolicy {
             private_loopback: true,
             ..NetPolicy::new(publish, false)
         }
+    }
+
+    /// Whether the holder's network namespace is the sandbox's own (an engine's, or the
+    /// friendly form's private one), not the host's.
+    pub fn has_own_namespace(&self) -> bool {
+        self.namespaced || self.private_loopback
     }
 
     /// Whether a bind to guest port `port` binds that very port of the holder's own network

@@ -770,6 +770,9 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             }
             pty_master_ioctl(t, &f, req, arg)
         }
+        req if crate::net::netlink::is_interface_query(req) => {
+            super::sys_socket::interface_ioctl(t, &f, req, arg)
+        }
         _ => Err(Errno::ENOTTY),
     }
 }

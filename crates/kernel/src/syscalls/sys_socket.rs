@@ -14,7 +14,7 @@
 //! its disposition is the default (it ends the process); handlers are not yet delivered.
 //! sendmmsg and recvmmsg are not implemented.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use abi::Errno;
@@ -24,7 +24,7 @@ use super::{SysResult, SyscallArgs};
 use crate::fd::{FileKind, OpenFile, SocketState, MAX_FDS};
 use crate::net::host::{self, family_of, RawSockAddr};
 use crate::net::unix::{self, Ucred, UnixAddr, UnixRef};
-use crate::net::{cmsg, inet};
+use crate::net::{cmsg, inet, netlink};
 use crate::task::Task;
 
 /// Most option bytes copied for set/getsockopt (gVisor's `maxOptLen`).
@@ -104,6 +104,10 @@ fn parse_socket_args(domain: i32, ty: i32, protocol: i32) -> Result<SocketSpec, 
             libc::SOCK_RAW => Ok(spec(libc::SOCK_DGRAM, 0)),
             _ => Err(Errno(libc::ESOCKTNOSUPPORT)),
         };
+    }
+    if domain == libc::AF_NETLINK {
+        netlink::check_socket(kind, protocol)?;
+        return Ok(spec(kind, protocol));
     }
     if domain != libc::AF_INET && domain != libc::AF_INET6 {
         return Err(Errno::EAFNOSUPPORT);
@@ -193,6 +197,7 @@ fn sockopt_allowed(level: i32, name: i32, set: bool) -> bool {
         ),
         // UDP-Lite's checksum coverage.
         libc::IPPROTO_UDPLITE => matches!(name, UDPLITE_SEND_CSCOV | UDPLITE_RECV_CSCOV),
+        libc::SOL_NETLINK => netlink::sockopt_allowed(level, name),
         _ => false,
     }
 }
@@ -363,9 +368,13 @@ pub(super) fn maybe_sigpipe(t: &mut Task, guest_flags: i32, r: &Result<u64, Errn
 // ---------------------------------------------------------------------------------------------
 // Handlers.
 
-/// Implements socket(2): AF_INET, AF_INET6 and AF_UNIX.
+/// Implements socket(2): AF_INET, AF_INET6, AF_UNIX, and AF_NETLINK's routing sockets in the
+/// sandbox's own network namespace.
 pub fn sys_socket(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let spec = parse_socket_args(a.int(0), a.int(1), a.int(2))?;
+    if spec.family == libc::AF_NETLINK && !netlink::allowed(&t.net) {
+        return Err(Errno::EAFNOSUPPORT);
+    }
     let fd = host::socket(spec.family, spec.kind, spec.nonblock, spec.protocol)?;
     let file = socket_open_file(t, fd, spec.family, spec.kind, Some(ucred(t)))?;
     Ok(t.fds.insert(file, spec.cloexec)? as u64)
@@ -422,6 +431,10 @@ pub fn sys_connect(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     if let Some(ino) = unix_ino(&st) {
         return connect_unix(t, &f, &st, ino, &raw);
+    }
+    if st.family == libc::AF_NETLINK {
+        host::connect(f.host(), &netlink::decode(&raw)?)?;
+        return Ok(0);
     }
     let guest = inet::decode_guest_sockaddr(&raw, st.family, false)?;
     let host_addr = inet::outbound_target(&t.net, st.family, guest)?;
@@ -537,6 +550,9 @@ fn send_dest(t: &Task, f: &OpenFile, st: &SocketState, raw: &[u8]) -> Result<Opt
             libc::SOCK_SEQPACKET => Ok(Some(Dest::None)),
             _ => Ok(Some(Dest::Raw(RawSockAddr::from_bytes(raw)))),
         };
+    }
+    if st.family == libc::AF_NETLINK {
+        return Ok(Some(Dest::Raw(netlink::decode(raw)?)));
     }
     // TCP ignores a destination.
     if st.kind != libc::SOCK_DGRAM {
@@ -838,6 +854,10 @@ pub fn sys_bind(t: &mut Task, a: &SyscallArgs) -> SysResult {
         unix::bind(&caller(t), f.host(), ino, &addr)?;
         return Ok(0);
     }
+    if st.family == libc::AF_NETLINK {
+        host::bind(f.host(), &netlink::decode(&raw)?)?;
+        return Ok(0);
+    }
     let guest = inet::decode_guest_sockaddr(&raw, st.family, st.family == libc::AF_INET)?;
     // Linux takes AF_UNSPEC for IPv4 only with INADDR_ANY.
     if family_of(&raw) == libc::AF_UNSPEC && !guest.ip().is_unspecified() {
@@ -923,6 +943,26 @@ pub fn sys_getpeername(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(0)
 }
 
+/// An interface query ioctl (`SIOCGIFINDEX`...) on socket `f`: the host's answer in the
+/// sandbox's own network namespace, ENODEV in the host's (the sandbox sees no interface of the
+/// host).
+pub fn interface_ioctl(t: &Task, f: &OpenFile, req: u64, arg: Gva) -> SysResult {
+    if f.socket_state().is_none() {
+        return Err(Errno::ENOTTY);
+    }
+    let mut ifr = [0u8; netlink::IFREQ_LEN];
+    t.copy_in(arg, &mut ifr)?;
+    if !netlink::allowed(&t.net) {
+        return Err(Errno::ENODEV);
+    }
+    // SAFETY: a read-only interface request on a socket we own, with a whole `struct ifreq`.
+    if unsafe { libc::ioctl(f.host().as_raw_fd(), req as _, ifr.as_mut_ptr()) } < 0 {
+        return Err(Errno::last());
+    }
+    t.copy_out(arg, &ifr)?;
+    Ok(0)
+}
+
 /// Implements setsockopt(2) for a whitelist of options, passed to the host socket.
 /// Anything else is ENOPROTOOPT.
 pub fn sys_setsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
@@ -1005,7 +1045,7 @@ mod tests {
             Err(Errno::EINVAL)
         );
         assert_eq!(
-            parse_socket_args(libc::AF_NETLINK, libc::SOCK_DGRAM, 0),
+            parse_socket_args(libc::AF_PACKET, libc::SOCK_DGRAM, 0),
             Err(Errno::EAFNOSUPPORT)
         );
         assert_eq!(

@@ -65,7 +65,7 @@ table! {
     13 rt_sigaction => sys_signal::sys_rt_sigaction, Partial("SA_RESTORER required, as on Linux x86-64; stop signals terminate (no job control)");
     14 rt_sigprocmask => sys_signal::sys_rt_sigprocmask, Full;
     15 rt_sigreturn => sys_signal::sys_rt_sigreturn, Full;
-    16 ioctl => sys_file::sys_ioctl, Partial("TCGETS, TCSETS*, TIOCGWINSZ, TIOCSWINSZ, TIOCGPGRP/TIOCSPGRP (no job control: the caller is the foreground group), FIONBIO, FIONREAD, FIOCLEX, FIONCLEX; on a pseudo-terminal the guest opened (/dev/ptmx) also TIOCGPTN, TIOCSPTLCK, TIOCGPTPEER, and TIOCSCTTY/TIOCNOTTY accepted without effect");
+    16 ioctl => sys_file::sys_ioctl, Partial("TCGETS, TCSETS*, TIOCGWINSZ, TIOCSWINSZ, TIOCGPGRP/TIOCSPGRP (no job control: the caller is the foreground group), FIONBIO, FIONREAD, FIOCLEX, FIONCLEX; on a pseudo-terminal the guest opened (/dev/ptmx) also TIOCGPTN, TIOCSPTLCK, TIOCGPTPEER, and TIOCSCTTY/TIOCNOTTY accepted without effect; on a socket the interface queries (SIOCGIFINDEX, SIOCGIFNAME, SIOCGIFFLAGS...) in the sandbox's own network namespace");
     17 pread64 => sys_rw::sys_pread64, Full;
     18 pwrite64 => sys_rw::sys_pwrite64, Full;
     19 readv => sys_rw::sys_readv, Full;
@@ -80,7 +80,7 @@ table! {
     33 dup2 => sys_file::sys_dup2, Full;
     35 nanosleep => sys_time::sys_nanosleep, Full;
     39 getpid => sys_process::sys_getpid, Full;
-    41 socket => sys_socket::sys_socket, Partial("AF_INET, AF_INET6 and AF_UNIX (stream, datagram, seqpacket)");
+    41 socket => sys_socket::sys_socket, Partial("AF_INET, AF_INET6 and AF_UNIX (stream, datagram, seqpacket); AF_NETLINK's NETLINK_ROUTE in the sandbox's own network namespace");
     42 connect => sys_socket::sys_connect, Partial("loopback to the sandbox's own ports unless outbound is allowed");
     43 accept => sys_socket::sys_accept, Full;
     44 sendto => sys_socket::sys_sendto, Full;

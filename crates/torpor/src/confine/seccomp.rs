@@ -9,8 +9,8 @@
 //! `pivot_root`, `chroot`, `setns`, `unshare` with new namespaces, the `set*id` family,
 //! module loading, `kexec`, `reboot`, `bpf`, `perf_event_open`, `keyctl`/`add_key`,
 //! `open_by_handle_at`, `swapon`, `acct`, `quotactl`, `personality`. `socket` is limited to the
-//! families the application may use (IPv4, IPv6, Unix) and netlink's `sock_diag` (used to find
-//! a Unix socket's peer); `unshare` to `CLONE_FS` (a handler thread's own umask). (The
+//! families the application may use (IPv4, IPv6, Unix, netlink's routing sockets) and
+//! netlink's `sock_diag` (used to find a Unix socket's peer); `unshare` to `CLONE_FS` (a handler thread's own umask). (The
 //! friendly form's copy-on-write root is taken down by its janitor, `crate::janitor`.)
 
 use std::collections::BTreeMap;
@@ -235,7 +235,8 @@ const ALLOWED: &[libc::c_long] = &[
 /// The address families `socket(2)` may create.
 const SOCKET_FAMILIES: &[libc::c_int] = &[libc::AF_INET, libc::AF_INET6, libc::AF_UNIX];
 
-/// The filter: [`ALLOWED`], `socket` of [`SOCKET_FAMILIES`] and netlink `sock_diag`,
+/// The filter: [`ALLOWED`], `socket` of [`SOCKET_FAMILIES`] and netlink `sock_diag` and
+/// `route`,
 /// `unshare(CLONE_FS)`; everything else kills the process, or only logs it with `log_only`
 /// (to find what a new code path calls).
 ///
@@ -254,13 +255,15 @@ pub fn filter(log_only: bool) -> Result<BpfProgram, String> {
     for &family in SOCKET_FAMILIES {
         socket.push(SeccompRule::new(vec![eq(0, family as u64)?]).map_err(|e| e.to_string())?);
     }
-    socket.push(
-        SeccompRule::new(vec![
-            eq(0, libc::AF_NETLINK as u64)?,
-            eq(2, libc::NETLINK_SOCK_DIAG as u64)?,
-        ])
-        .map_err(|e| e.to_string())?,
-    );
+    for protocol in [libc::NETLINK_SOCK_DIAG, libc::NETLINK_ROUTE] {
+        socket.push(
+            SeccompRule::new(vec![
+                eq(0, libc::AF_NETLINK as u64)?,
+                eq(2, protocol as u64)?,
+            ])
+            .map_err(|e| e.to_string())?,
+        );
+    }
     rules.insert(libc::SYS_socket, socket);
     rules.insert(
         libc::SYS_unshare,
