@@ -413,6 +413,16 @@ fn copy_root_attributes(lower: &Path, upper: &Path) -> Result<()> {
 
 /// Unshares the mount namespace (inside a new user namespace when `CAP_SYS_ADMIN` is missing)
 /// and makes every mount in it private. Returns whether a user namespace was entered.
+/// Whether this process entered a private mount namespace of its own with the host's
+/// privileges (not in a user namespace): mounts it makes stay in it.
+static PRIVATE_MOUNTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether [`enter_private_namespace`] put this process in a private mount namespace of its
+/// own, outside any user namespace.
+pub(crate) fn in_private_mount_namespace() -> bool {
+    PRIVATE_MOUNTS.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 pub(crate) fn enter_private_namespace() -> Result<bool> {
     // SAFETY: unshare takes no pointers; the process is single-threaded (checked by the caller).
     let user_namespace = if unsafe { libc::unshare(libc::CLONE_NEWNS) } == 0 {
@@ -440,6 +450,7 @@ pub(crate) fn enter_private_namespace() -> Result<bool> {
         return Err(io::Error::last_os_error())
             .context("making the mounts of the private namespace private (MS_REC|MS_PRIVATE)");
     }
+    PRIVATE_MOUNTS.store(!user_namespace, std::sync::atomic::Ordering::SeqCst);
     Ok(user_namespace)
 }
 

@@ -196,6 +196,14 @@ fn a_holder_cannot_open_host_files_and_its_janitor_cleans_up() {
         "{}",
         out.stderr_str()
     );
+    // Its device nodes are its own (uid 0 owns the host's and could change their modes), and
+    // no host terminal is in its /dev/pts.
+    assert!(
+        out.stderr_str()
+            .contains("own /dev: true, host terminals seen: 0"),
+        "{}",
+        out.stderr_str()
+    );
     // Nor signal a host process (Landlock's signal scope; uid 0 alone would allow it).
     assert!(
         out.stderr_str()
@@ -290,6 +298,10 @@ fn an_oci_holder_cannot_open_host_files() {
     );
     assert!(
         stderr.contains("signal to the host's init: Operation not permitted"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("own /dev: true, host terminals seen: 0"),
         "{stderr}"
     );
     assert!(

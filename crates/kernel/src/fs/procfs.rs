@@ -152,12 +152,24 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         ("stat", Some(v)) => stat(v, t),
         ("meminfo", _) => meminfo(t),
         ("cpuinfo", _) => std::fs::read("/proc/cpuinfo").unwrap_or_default(),
-        ("online", _) => {
-            std::fs::read("/sys/devices/system/cpu/online").unwrap_or_else(|_| b"0\n".to_vec())
-        }
+        ("online", _) => online_cpus().to_vec(),
         _ => return None,
     };
     Some(memfd_with(&content))
+}
+
+/// The host's `/sys/devices/system/cpu/online`, read once.
+fn online_cpus() -> &'static [u8] {
+    static ONLINE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    ONLINE.get_or_init(|| {
+        std::fs::read("/sys/devices/system/cpu/online").unwrap_or_else(|_| b"0\n".to_vec())
+    })
+}
+
+/// Reads now the host files the generated ones are made from and that a confined holder may
+/// no longer open (`/sys`).
+pub fn prime_host_files() {
+    online_cpus();
 }
 
 fn memfd_with(content: &[u8]) -> Result<OwnedFd, Errno> {

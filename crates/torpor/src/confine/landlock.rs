@@ -1,8 +1,10 @@
 //! The holder's filesystem view, narrowed with Landlock: once confined, it can open files only
 //! beneath the sandbox's root (with its volumes), its state directory, `/dev/kvm` (a fork or
-//! execve opens a new VM), `/dev/userfaultfd` (hibernation without CAP_SYS_PTRACE), the harmless character devices the kernel may hand the
-//! application, and read `/proc` and the CPU topology in `/sys`. Everything else on the host
-//! is EACCES, whatever the holder's uid and capabilities.
+//! execve opens a new VM), `/dev/userfaultfd` (hibernation without CAP_SYS_PTRACE), the
+//! harmless character devices the kernel may hand the application, and read its own `/proc`
+//! entries and a few host-wide ones (the CPU list of `/sys` is read before,
+//! `kernel::fs::procfs::prime_host_files`). Everything else on the host is EACCES, whatever
+//! the holder's uid and capabilities.
 //!
 //! Where Landlock scopes the process (ABI 6, Linux 6.12), the holder also cannot signal a
 //! process outside its domain (a holder still uid 0 would otherwise be allowed to signal every
@@ -188,7 +190,8 @@ fn restrict_with(trees: &[&Path], host_files: bool) -> Result<bool> {
     Ok(true)
 }
 
-/// The holder's host files: devices, `/proc`, the CPU list.
+/// The holder's host files: devices (its own, `crate::confine::devices`, for a root holder),
+/// a few of `/proc`.
 fn allow_host_files(ruleset: &OwnedFd, known: u64) -> Result<()> {
     allow(ruleset, Path::new("/dev/kvm"), DEVICE & known)?;
     allow(ruleset, Path::new("/dev/userfaultfd"), DEVICE & known)?;
@@ -217,7 +220,6 @@ fn allow_host_files(ruleset: &OwnedFd, known: u64) -> Result<()> {
     ] {
         allow(ruleset, Path::new(f), READ & known)?;
     }
-    allow(ruleset, Path::new("/sys/devices/system/cpu"), READ & known)?;
     Ok(())
 }
 

@@ -23,6 +23,7 @@
 //! makes: the host kernel's audit log shows each with its number); `TORPOR_SECCOMP=off` skips
 //! the filter (debugging only). See docs/SECURITY.md.
 
+pub mod devices;
 pub mod landlock;
 pub mod seccomp;
 
@@ -134,6 +135,11 @@ pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> 
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(std::io::Error::last_os_error()).context("PR_SET_NO_NEW_PRIVS");
     }
+    if mode != Mode::Off && devices::make_private_dev()? {
+        tracing::debug!("the holder has a /dev of its own");
+    }
+    // What the kernel reads of the host's /sys, read now: /sys stays closed.
+    kernel::fs::procfs::prime_host_files();
     if let (Some(trees), true) = (trees, mode != Mode::Off) {
         landlock::restrict(trees)?;
     }
@@ -313,6 +319,16 @@ pub fn test_hook() {
             ),
             Err(e) => eprintln!("torpor: test hook: /proc/1/environ: {e}"),
         }
+        // The device nodes it could change the mode of (it owns the host's, as uid 0) are its
+        // own: /dev is the holder's tmpfs, and /dev/pts a devpts of its own (no host terminal).
+        let own_dev = std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| {
+            m.lines()
+                .any(|l| l.contains(" /dev ") && l.contains(" - tmpfs torpor-dev "))
+        });
+        let host_ptys = std::fs::read_dir("/dev/pts")
+            .map(|d| d.flatten().filter(|e| e.file_name() != "ptmx").count())
+            .unwrap_or(0);
+        eprintln!("torpor: test hook: own /dev: {own_dev}, host terminals seen: {host_ptys}");
         // A signal to a host process (init; signal 0 only asks whether it may be sent).
         // SAFETY: kill with signal 0 sends nothing.
         let r = unsafe { libc::kill(1, 0) };

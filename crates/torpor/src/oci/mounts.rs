@@ -91,9 +91,12 @@ impl MountSpec {
 }
 
 /// Makes `mounts` on the root at `rootfs`, in a private mount namespace this (single-threaded)
-/// process enters first.
+/// process enters first. A root holder enters one even without mounts: its confinement
+/// mounts a `/dev` of its own there (`crate::confine::devices`).
 pub fn apply(rootfs: &Path, mounts: &[MountSpec]) -> Result<()> {
-    if mounts.is_empty() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if mounts.is_empty() && !root {
         return Ok(());
     }
     crate::cowroot::enter_private_namespace()?;
