@@ -28,6 +28,9 @@
 #include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/times.h>
 #include <unistd.h>
@@ -332,6 +335,52 @@ static void reopen_fds(void) {
     close(p[0]), close(p[1]), close(w), close(f), close(g), close(s);
 }
 
+/* /proc/self and /proc/PID as directories: listed (with fd/), the link /proc/self, files
+ * opened relative to the directory, and the directory as a pidfd for pidfd_send_signal. */
+static volatile sig_atomic_t usr2_seen;
+static void on_usr2(int sig) {
+    (void)sig;
+    usr2_seen = 1;
+}
+
+static int lists(const char *dir, const char *name) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d))) found |= strcmp(e->d_name, name) == 0;
+    closedir(d);
+    return found;
+}
+
+static void proc_dirs(void) {
+    char self[32] = {0}, want[32];
+    readlink("/proc/self", self, sizeof self - 1);
+    snprintf(want, sizeof want, "%d", getpid());
+    printf("/proc/self is /proc/PID: %d\n", strcmp(self, want) == 0);
+    printf("/proc/self lists status maps fd: %d %d %d\n", lists("/proc/self", "status"),
+           lists("/proc/self", "maps"), lists("/proc/self", "fd"));
+    int keep = open("/dev/null", O_RDONLY);
+    char fdname[16];
+    snprintf(fdname, sizeof fdname, "%d", keep);
+    printf("/proc/self/fd lists an open descriptor: %d\n", lists("/proc/self/fd", fdname));
+    close(keep);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d", getpid());
+    int d = open(path, O_RDONLY | O_DIRECTORY);
+    int st = d >= 0 ? openat(d, "status", O_RDONLY) : -1;
+    char b[6] = {0};
+    if (st >= 0) read(st, b, 5);
+    printf("/proc/PID opened: %s, status through it: %s\n", d >= 0 ? "ok" : res(d), b);
+    signal(SIGUSR2, on_usr2);
+    long r = syscall(SYS_pidfd_send_signal, d, SIGUSR2, NULL, 0);
+    printf("pidfd_send_signal through /proc/PID: %s, delivered %d\n", res(r), usr2_seen);
+    siginfo_t si;
+    r = syscall(SYS_waitid, P_PIDFD, d, &si, WEXITED | WNOHANG, NULL);
+    printf("waitid P_PIDFD on /proc/PID: %s\n", res(r));
+    close(st), close(d);
+}
+
 /* memfd_create: an anonymous file that reads, writes, truncates and maps. */
 static void memfd(void) {
     int fd = memfd_create("misc", MFD_CLOEXEC);
@@ -458,5 +507,6 @@ int main(int argc, char **argv) {
     memfd();
     inet_extras();
     reopen_fds();
+    proc_dirs();
     return 0;
 }

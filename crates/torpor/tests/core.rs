@@ -585,6 +585,10 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
         "reopen file: ok, read 4 0123, first offset 3",
         "reopen socket: ENXIO",
         "stat /dev/stdout is fd 1: 1",
+        // /proc/self and /proc/PID were no directories (ENOENT).
+        "/proc/self lists status maps fd: 1 1 1",
+        "/proc/self/fd lists an open descriptor: 1",
+        "pidfd_send_signal through /proc/PID: 0, delivered 1",
     ] {
         assert!(
             out.stdout_str().contains(line),

@@ -103,6 +103,65 @@ pub fn process_relative<'a>(path: &'a [u8], t: &Task) -> Option<(i32, &'a str)> 
     (pid == t.pid || t.group.procs.group_of(pid).is_some()).then_some((pid, what))
 }
 
+/// The process directory `path` names: `/proc/self`, `/proc/thread-self` or `/proc/PID` of a
+/// live process of the sandbox (`false`), or its `fd` directory (`true`).
+pub fn process_dir(path: &[u8], t: &Task) -> Option<(i32, bool)> {
+    let p = std::str::from_utf8(path).ok()?.trim_end_matches('/');
+    let rest = p.strip_prefix("/proc/")?;
+    let (who, fd_dir) = match rest.split_once('/') {
+        None => (rest, false),
+        Some((who, "fd")) => (who, true),
+        Some(_) => return None,
+    };
+    let pid = match who {
+        "self" | "thread-self" => t.pid,
+        n => n.parse::<i32>().ok().filter(|&p| p > 0)?,
+    };
+    (pid == t.pid || t.group.procs.group_of(pid).is_some()).then_some((pid, fd_dir))
+}
+
+/// The guest path of a process directory, as Linux names it (`/proc/self` is `/proc/PID`).
+pub fn process_dir_path(pid: i32, fd_dir: bool) -> Vec<u8> {
+    if fd_dir {
+        format!("/proc/{pid}/fd").into_bytes()
+    } else {
+        format!("/proc/{pid}").into_bytes()
+    }
+}
+
+/// The entries of a process directory (see [`process_dir`]), `.` and `..` first, with their
+/// `d_type`: the generated files and links of `/proc/PID`, or the open descriptors of the
+/// process in `/proc/PID/fd`. `None` for a process that exited meanwhile.
+pub fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<(Vec<u8>, u8)>> {
+    let mut out = vec![
+        (b".".to_vec(), libc::DT_DIR),
+        (b"..".to_vec(), libc::DT_DIR),
+    ];
+    if !fd_dir {
+        for (name, kind) in [
+            ("cmdline", libc::DT_REG),
+            ("comm", libc::DT_REG),
+            ("exe", libc::DT_LNK),
+            ("fd", libc::DT_DIR),
+            ("maps", libc::DT_REG),
+            ("stat", libc::DT_REG),
+            ("status", libc::DT_REG),
+        ] {
+            out.push((name.as_bytes().to_vec(), kind));
+        }
+        return Some(out);
+    }
+    let fds = if pid == t.pid {
+        t.fds.clone()
+    } else {
+        t.group.procs.group_of(pid)?.resources()?.fds
+    };
+    for (fd, _) in fds.iter() {
+        out.push((fd.to_string().into_bytes(), libc::DT_LNK));
+    }
+    Some(out)
+}
+
 /// Which generated file `path` is, and of which process (`None` for the machine's files).
 fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
     if let Some((pid, what)) = process_relative(path, t) {

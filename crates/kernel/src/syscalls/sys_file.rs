@@ -60,6 +60,15 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     if guest == b"/dev/ptmx" || guest == b"/dev/pts/ptmx" {
         return open_ptmx(t, flags);
     }
+    if let Some((pid, fd_dir)) = crate::fs::procfs::process_dir(&guest, t) {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Err(Errno::EISDIR);
+        }
+        let fd = process_dir_backing(t)?;
+        let path = crate::fs::procfs::process_dir_path(pid, fd_dir);
+        let file = Arc::new(OpenFile::new(fd, FileKind::Directory, Some(path)));
+        return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
+    }
     if let Some(r) = crate::fs::procfs::open(t, &guest) {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EACCES);
@@ -138,6 +147,17 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     };
     let file = Arc::new(OpenFile::new(fd, kind, path));
     Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
+}
+
+/// The host directory behind a generated process directory (`/proc/PID`, `/proc/PID/fd`):
+/// the root's own `/proc` (an empty mount point in an image), else the root. Its entries are
+/// never read (`sys_getdents64` lists the generated ones, its file position counting them);
+/// `*at` calls on it resolve through the guest path.
+pub(super) fn process_dir_backing(t: &Task) -> Result<std::os::fd::OwnedFd, Errno> {
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+    t.root
+        .open_at(b"/proc", flags, 0)
+        .or_else(|_| t.root.open_at(b"/", flags, 0))
 }
 
 /// The descriptor a path names in the caller's own table: `/proc/self/fd/N` (and the

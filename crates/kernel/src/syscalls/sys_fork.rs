@@ -255,7 +255,7 @@ pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
             WaitFor::Group(t.group.procs.membership(t.pid).map_or(t.pid, |m| m.pgid))
         }
         P_PGID if id > 0 => WaitFor::Group(id),
-        P_PIDFD => WaitFor::Pid(pidfd_target(t, id)?),
+        P_PIDFD => WaitFor::Pid(pidfd_target(t, id, false)?),
         _ => return Err(Errno::EINVAL),
     };
     if options & WEXITED == 0 {
@@ -303,10 +303,22 @@ pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(0)
 }
 
-/// The process a pidfd refers to (EBADF for a descriptor that is not one).
-fn pidfd_target(t: &Task, fd: i32) -> Result<i32, Errno> {
-    match t.fds.get(fd)?.kind {
-        crate::fd::FileKind::Pidfd(pid) => Ok(pid),
+/// The process a pidfd refers to (EBADF for a descriptor that is not one). With `proc_dir`,
+/// a `/proc/PID` directory counts, as Linux's pidfd_send_signal takes it (ESRCH once the
+/// process is gone).
+fn pidfd_target(t: &Task, fd: i32, proc_dir: bool) -> Result<i32, Errno> {
+    let f = t.fds.get(fd)?;
+    match (&f.kind, &f.path) {
+        (crate::fd::FileKind::Pidfd(pid), _) => Ok(*pid),
+        (crate::fd::FileKind::Directory, Some(p)) if proc_dir => {
+            match crate::fs::procfs::process_dir(p, t) {
+                Some((pid, false)) => Ok(pid),
+                None if p.starts_with(b"/proc/") && p[6..].iter().all(u8::is_ascii_digit) => {
+                    Err(Errno::ESRCH)
+                }
+                _ => Err(Errno::EBADF),
+            }
+        }
         _ => Err(Errno::EBADF),
     }
 }
@@ -350,7 +362,7 @@ pub fn sys_pidfd_send_signal(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if !(0..=crate::task::NSIG as i32).contains(&sig) {
         return Err(Errno::EINVAL);
     }
-    let pid = pidfd_target(t, fd)?;
+    let pid = pidfd_target(t, fd, true)?;
     if pid == t.pid {
         if sig != 0 {
             t.queue_signal(crate::task::SigInfo::user(

@@ -429,6 +429,14 @@ pub fn sys_getdents64(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::ENOTDIR);
     }
     let len = (a.u(2) as usize).min(1 << 20);
+    if let Some((pid, fd_dir)) = f
+        .path
+        .as_deref()
+        .and_then(|p| crate::fs::procfs::process_dir(p, t))
+    {
+        let entries = crate::fs::procfs::dir_entries(t, pid, fd_dir).ok_or(Errno::ENOENT)?;
+        return generated_dirents(t, &f, &entries, a.gva(1), len);
+    }
     let mut buf = vec![0u8; len];
     // SAFETY: getdents64 writes at most `len` bytes into `buf`.
     let n = unsafe {
@@ -444,4 +452,43 @@ pub fn sys_getdents64(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     t.copy_out(a.gva(1), &buf[..n as usize])?;
     Ok(n as u64)
+}
+
+/// getdents64 of a generated directory: the `struct linux_dirent64` records of `entries` from
+/// the descriptor's position (which counts entries here), as many as `len` bytes hold.
+fn generated_dirents(
+    t: &Task,
+    f: &crate::fd::OpenFile,
+    entries: &[(Vec<u8>, u8)],
+    out: Gva,
+    len: usize,
+) -> SysResult {
+    let host = f.host().as_raw_fd();
+    // SAFETY: lseek on a descriptor we own.
+    let start = unsafe { libc::lseek(host, 0, libc::SEEK_CUR) }.max(0) as usize;
+    let mut buf = Vec::new();
+    let mut next = start;
+    for (i, (name, kind)) in entries.iter().enumerate().skip(start) {
+        // d_ino (8), d_off (8), d_reclen (2), d_type (1), the name and its NUL, 8-aligned.
+        let reclen = (19 + name.len() + 1).next_multiple_of(8);
+        if buf.len() + reclen > len {
+            break;
+        }
+        let rec_at = buf.len();
+        buf.resize(rec_at + reclen, 0);
+        let r = &mut buf[rec_at..];
+        r[0..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+        r[8..16].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+        r[16..18].copy_from_slice(&(reclen as u16).to_le_bytes());
+        r[18] = *kind;
+        r[19..19 + name.len()].copy_from_slice(name);
+        next = i + 1;
+    }
+    if buf.is_empty() && start < entries.len() {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: as above; a directory's position is where the next call starts.
+    unsafe { libc::lseek(host, next as i64, libc::SEEK_SET) };
+    t.copy_out(out, &buf)?;
+    Ok(buf.len() as u64)
 }

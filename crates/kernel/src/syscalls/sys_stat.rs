@@ -29,6 +29,9 @@ pub(super) fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result
         return f.owned().try_clone().map_err(Errno::from);
     }
     let guest = resolve(t, dirfd, path)?;
+    if crate::fs::procfs::process_dir(&guest, t).is_some() {
+        return super::sys_file::process_dir_backing(t);
+    }
     if flags & AT_SYMLINK_NOFOLLOW == 0 {
         // `/proc/self/fd/N`, `/dev/stdin`...: links to the descriptor's own file.
         if let Some(fd) = super::sys_file::fd_named_by(&guest, t.pid) {
@@ -196,6 +199,18 @@ pub fn sys_faccessat2(t: &mut Task, a: &SyscallArgs) -> SysResult {
 fn readlink_at(t: &mut Task, dirfd: i32, path: &[u8], buf: Gva, len: u64) -> SysResult {
     if len == 0 || len > i32::MAX as u64 {
         return Err(Errno::EINVAL);
+    }
+    // `/proc/self` and `/proc/thread-self` are links to the caller's process directory.
+    let trimmed = path.strip_suffix(b"/").unwrap_or(path);
+    let own = match trimmed {
+        b"/proc/self" => Some(t.pid.to_string()),
+        b"/proc/thread-self" => Some(format!("{}/task/{}", t.pid, t.tid)),
+        _ => None,
+    };
+    if let Some(target) = own {
+        let n = target.len().min(len as usize);
+        t.copy_out(buf, &target.as_bytes()[..n])?;
+        return Ok(n as u64);
     }
     if let Some(what) = crate::fs::procfs::self_relative(path, t.pid) {
         let target = if what == "exe" {
