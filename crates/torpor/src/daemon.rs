@@ -6,7 +6,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
@@ -63,6 +63,23 @@ pub struct Policy {
     pub cpus: Option<f64>,
 }
 
+/// Work for the spawner thread.
+type SpawnJob = Box<dyn FnOnce() + Send>;
+
+/// Starts the spawner thread: it runs each job it is sent (an `exec`'s process being built and
+/// started), with the process's seccomp filter only, until the queue's sender goes.
+fn start_spawner() -> std::io::Result<mpsc::Sender<SpawnJob>> {
+    let (tx, rx) = mpsc::channel::<SpawnJob>();
+    std::thread::Builder::new()
+        .name("spawner".into())
+        .spawn(move || {
+            for job in rx {
+                job();
+            }
+        })?;
+    Ok(tx)
+}
+
 /// What the control thread knows of its sandbox.
 struct Daemon {
     id: String,
@@ -76,6 +93,9 @@ struct Daemon {
     started_cv: Condvar,
     /// Starts `exec`'d processes (set once the sandbox is built).
     spawner: Mutex<Option<Spawner>>,
+    /// The spawner thread's queue: an `exec` builds its process there, outside the control
+    /// role, whose filter allows no new VM (`confine::enter_control_role`).
+    spawn_jobs: Mutex<mpsc::Sender<SpawnJob>>,
     created: u64,
     mode: WakeMode,
     keepalive: crate::keepalive::Policy,
@@ -175,6 +195,7 @@ fn start(
         started: Mutex::new(Some(start_now)),
         started_cv: Condvar::new(),
         spawner: Mutex::new(Some(sandbox.spawner())),
+        spawn_jobs: Mutex::new(start_spawner()?),
         mode,
         keepalive: crate::keepalive::Policy {
             after: policy.hibernate_after,
@@ -320,6 +341,13 @@ fn cancel_start(d: &Daemon, status: ExitStatus) -> bool {
 }
 
 fn control_loop(d: &Arc<Daemon>, listener: UnixListener) {
+    // The control role's own filter, once the process is confined; its request threads
+    // inherit it. Without it the control thread does not serve.
+    if let Err(e) = crate::confine::enter_control_role() {
+        tracing::error!("the control thread's seccomp filter: {e}");
+        return;
+    }
+    crate::confine::control_test_hook();
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         let d = d.clone();
@@ -373,7 +401,23 @@ fn exec(d: &Daemon, w: &mut UnixStream, req: SpawnRequest, fds: Vec<OwnedFd>) {
     let stdio = [it.next(), it.next(), it.next()];
     // Bytes arriving for a hibernated sandbox would not wake it for this process: wake first.
     let _ = d.hib.wake();
-    match spawner.spawn(&req, stdio) {
+    // Built by the spawner thread: the control role may not make a VM.
+    let (tx, rx) = mpsc::channel();
+    let job: SpawnJob = Box::new(move || {
+        let _ = tx.send(spawner.spawn(&req, stdio));
+    });
+    let sent = d
+        .spawn_jobs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send(job);
+    let Ok(spawned) = sent
+        .map_err(|_| ())
+        .and_then(|()| rx.recv().map_err(|_| ()))
+    else {
+        return reply(w, &Response::error("exec: the spawner thread is gone"));
+    };
+    match spawned {
         Err(e) => reply(w, &Response::error(format!("exec: {e}"))),
         Ok(p) => {
             reply(w, &Response::data(json!({ "pid": p.pid })));

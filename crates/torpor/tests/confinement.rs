@@ -111,8 +111,10 @@ fn the_holder_runs_under_seccomp_without_spare_capabilities() {
     sb.ok("wake", &[]);
     assert_eq!(sb.stat("state"), "woken");
     // Every thread carries the filter (TSYNC), those started later included; the userfaultfd
-    // thread (started by the first deflate) one more of its own role.
+    // thread (started by the first deflate) one more of its own role, and the control thread
+    // one of its own (its request threads, and what they start, inherit it).
     let mut pager_seen = false;
+    let mut control_seen = false;
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
         let task = task.expect("task").path();
         let st = std::fs::read_to_string(task.join("status")).unwrap_or_default();
@@ -123,11 +125,20 @@ fn the_holder_runs_under_seccomp_without_spare_capabilities() {
         let filters: u32 = status_field(&st, "Seccomp_filters")
             .parse()
             .expect("a count");
-        let uffd = status_field(&st, "Name") == "uffd";
+        let name = status_field(&st, "Name");
+        let uffd = name == "uffd";
+        let control = name == "control";
         pager_seen |= uffd;
-        assert_eq!(filters, if uffd { 2 } else { 1 }, "{}", task.display());
+        control_seen |= control;
+        match (uffd, control) {
+            // The pager's own, and the control role's when a control request started it.
+            (true, _) => assert!((2..=3).contains(&filters), "{}", task.display()),
+            (_, true) => assert_eq!(filters, 2, "{}", task.display()),
+            _ => assert_eq!(filters, 1, "{} ({name})", task.display()),
+        }
     }
     assert!(pager_seen, "a userfaultfd thread runs after a hibernate");
+    assert!(control_seen, "the control thread runs");
 }
 
 #[test]
@@ -160,6 +171,35 @@ fn a_forbidden_call_kills_the_runtime() {
         .host_env("TORPOR_LOG", "off")
         .output();
     assert_eq!(ok.code(), 0, "{}", ok.stderr_str());
+}
+
+/// The control thread's own filter (stacked on the process's) kills the runtime on a call
+/// the handlers may make but the control role never does: a test-only hook makes the control
+/// thread open a socket once in its role.
+#[test]
+fn a_forbidden_call_of_the_control_role_kills_the_runtime() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("http_server");
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &prog)
+        .arg("8080")
+        .host_env("TORPOR_TEST_FORBIDDEN_CALL", "control-socket")
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_eq!(
+        out.code(),
+        128 + libc::SIGSYS,
+        "killed by SIGSYS; stderr {:?}",
+        out.stderr_str()
+    );
+    assert!(
+        !out.stderr_str().contains("forbidden socket returned"),
+        "the socket call returned: {}",
+        out.stderr_str()
+    );
 }
 
 /// A friendly-form holder cannot open host files outside its root and state directory

@@ -172,14 +172,52 @@ pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> 
     }
     if mode == Mode::Off {
         tracing::warn!("TORPOR_SECCOMP=off: the runtime runs without its seccomp filter");
+        mark_confined(Some(mode));
         return Ok(());
     }
     let bpf = seccomp::filter(mode == Mode::Log).map_err(anyhow::Error::msg)?;
     seccompiler::apply_filter_all_threads(&bpf).context("installing the seccomp filter")?;
+    mark_confined(Some(mode));
     // Per role: the userfaultfd threads (started at the first deflate) add a narrower filter.
     let _ = PAGER_LOG_ONLY.set(mode == Mode::Log);
     hibernate::pager::set_thread_confinement(confine_pager_thread);
     Ok(())
+}
+
+/// Once the process is confined: how its filters act (`None` when unconfined), for the roles
+/// that add one later (the control thread waits for it, [`enter_control_role`]).
+static CONFINED: (std::sync::Mutex<Option<Option<Mode>>>, std::sync::Condvar) =
+    (std::sync::Mutex::new(None), std::sync::Condvar::new());
+
+/// Records that the process is confined with `mode` (`None`: it will not be), waking a control
+/// thread waiting in [`enter_control_role`].
+fn mark_confined(mode: Option<Mode>) {
+    let (m, cv) = &CONFINED;
+    *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(mode);
+    cv.notify_all();
+}
+
+/// The control thread's role: it waits until the process filter is in place (a thread's own
+/// filter would make the process's synchronisation fail), then stacks the control filter
+/// (`seccomp::control_filter`) on itself; the request threads it starts inherit it.
+///
+/// # Errors
+/// The filter cannot be installed.
+pub fn enter_control_role() -> std::result::Result<(), String> {
+    let (m, cv) = &CONFINED;
+    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+    while g.is_none() {
+        g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+    }
+    let mode = (*g).flatten();
+    drop(g);
+    match mode {
+        None | Some(Mode::Off) => Ok(()),
+        Some(mode) => {
+            let bpf = seccomp::control_filter(mode == Mode::Log)?;
+            seccompiler::apply_filter(&bpf).map_err(|e| e.to_string())
+        }
+    }
 }
 
 /// Whether the pager's filter only logs (`TORPOR_SECCOMP=log`).
@@ -362,6 +400,21 @@ pub fn test_hook() {
         unsafe { libc::execve(sh.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
         eprintln!(
             "torpor: the forbidden execve returned: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Test-only (`crates/torpor/tests/confinement.rs`): with
+/// `TORPOR_TEST_FORBIDDEN_CALL=control-socket` the control thread, once in its role, makes a
+/// socket, as a compromised control thread would to reach out; its filter must kill the
+/// process (the handlers' filter alone allows sockets).
+pub fn control_test_hook() {
+    if std::env::var("TORPOR_TEST_FORBIDDEN_CALL").as_deref() == Ok("control-socket") {
+        // SAFETY: socket takes no pointers.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+        eprintln!(
+            "torpor: the control thread's forbidden socket returned {fd}: {}",
             std::io::Error::last_os_error()
         );
     }

@@ -451,9 +451,110 @@ pub fn broker_filter(log_only: bool) -> Result<BpfProgram, String> {
     compile(rules, log_only)
 }
 
+/// What the control role never does (the thread that accepts control connections and the
+/// per-request threads it starts: state, stats, hibernate, wake, kill, delete): make a
+/// socket or reach an address, change a file's metadata, make links, device nodes or copies
+/// between descriptors, watch files, or build a VM (an `exec` request hands its process to the
+/// spawner thread, which keeps the process filter). Its filter stacks on the process's: a
+/// compromised control thread (its JSON parsing is its own attack surface) can do no more than
+/// the deflate, the wake and the state directory need.
+const CONTROL_DENIED: &[libc::c_long] = &[
+    libc::SYS_socket,
+    libc::SYS_socketpair,
+    libc::SYS_connect,
+    libc::SYS_bind,
+    libc::SYS_listen,
+    libc::SYS_mknod,
+    libc::SYS_mknodat,
+    libc::SYS_link,
+    libc::SYS_linkat,
+    libc::SYS_symlink,
+    libc::SYS_symlinkat,
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    libc::SYS_fchmodat2,
+    libc::SYS_chown,
+    libc::SYS_fchown,
+    libc::SYS_lchown,
+    libc::SYS_fchownat,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    libc::SYS_splice,
+    libc::SYS_tee,
+    libc::SYS_copy_file_range,
+    libc::SYS_sendfile,
+    libc::SYS_inotify_init1,
+    libc::SYS_inotify_add_watch,
+];
+
+/// `KVM_CREATE_VM` and `KVM_CREATE_VCPU` (`_IO(KVMIO, 0x01)`, `_IO(KVMIO, 0x41)`).
+const KVM_CREATE_IOCTLS: [u64; 2] = [0xae01, 0xae41];
+
+/// The control role's filter (see [`CONTROL_DENIED`]): stacked on the process's, it kills the
+/// process on those calls and lets the rest through to the process filter.
+///
+/// # Errors
+/// A message if the filter cannot be built (a bug).
+pub fn control_filter(log_only: bool) -> Result<BpfProgram, String> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        CONTROL_DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
+    let mut ioctl = Vec::new();
+    for req in KVM_CREATE_IOCTLS {
+        ioctl.push(
+            SeccompRule::new(vec![SeccompCondition::new(
+                1,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                req,
+            )
+            .map_err(|e| e.to_string())?])
+            .map_err(|e| e.to_string())?,
+        );
+    }
+    rules.insert(libc::SYS_ioctl, ioctl);
+    let matched = if log_only {
+        SeccompAction::Log
+    } else {
+        SeccompAction::KillProcess
+    };
+    let f = SeccompFilter::new(rules, SeccompAction::Allow, matched, TargetArch::x86_64)
+        .map_err(|e| e.to_string())?;
+    f.try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_control_filter_builds_and_takes_calls_away() {
+        assert!(control_filter(false).is_ok());
+        // Nothing it takes away is a call the process filter lacks for no reason: each is one
+        // the handlers make.
+        for nr in CONTROL_DENIED {
+            let in_process_filter = ALLOWED.contains(nr) || *nr == libc::SYS_socket;
+            assert!(in_process_filter, "{nr} is the handlers' only");
+        }
+        // What the deflate, the wake and the state directory need stays.
+        for nr in [
+            libc::SYS_openat,
+            libc::SYS_pwrite64,
+            libc::SYS_unlinkat,
+            libc::SYS_renameat2,
+            libc::SYS_userfaultfd,
+            libc::SYS_madvise,
+            libc::SYS_clone3,
+            libc::SYS_accept4,
+        ] {
+            assert!(!CONTROL_DENIED.contains(&nr), "{nr} is the control role's");
+        }
+    }
 
     #[test]
     fn the_pager_filter_builds_and_is_narrower() {
