@@ -464,7 +464,6 @@ const CONTROL_DENIED: &[libc::c_long] = &[
     libc::SYS_connect,
     libc::SYS_bind,
     libc::SYS_listen,
-    libc::SYS_mknod,
     libc::SYS_mknodat,
     libc::SYS_link,
     libc::SYS_linkat,
