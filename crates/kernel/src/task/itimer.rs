@@ -19,25 +19,53 @@ use std::time::{Duration, Instant};
 use super::cputime::ProcessCpu;
 use super::ThreadGroup;
 
-#[derive(Default)]
-struct State {
+/// A timer's arming; `P` is a point of its clock (an instant, or an amount of CPU time).
+struct State<P> {
     /// When it next expires (None: disarmed).
-    deadline: Option<Instant>,
+    deadline: Option<P>,
     /// Re-arming period (zero: one shot).
     interval: Duration,
     /// Bumped at every arming: a timer thread of an older arming ends.
     generation: u64,
 }
 
+impl<P> Default for State<P> {
+    fn default() -> State<P> {
+        State {
+            deadline: None,
+            interval: Duration::ZERO,
+            generation: 0,
+        }
+    }
+}
+
+impl<P> State<P> {
+    /// Arms (or disarms, with no deadline); the arming's generation when armed, for its
+    /// thread.
+    fn arm(&mut self, deadline: Option<P>, interval: Duration) -> Option<u64> {
+        self.generation += 1;
+        self.interval = interval;
+        self.deadline = deadline;
+        self.deadline.is_some().then_some(self.generation)
+    }
+}
+
+/// Starts a timer's thread (`run` waits for the deadline and posts the signal).
+fn start_thread(name: &str, run: impl FnOnce() + Send + 'static) {
+    if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(run) {
+        tracing::warn!("setitimer: cannot start the timer thread: {e}");
+    }
+}
+
 /// One process's ITIMER_REAL.
 #[derive(Default)]
 pub struct RealTimer {
-    state: Mutex<State>,
+    state: Mutex<State<Instant>>,
     cv: Condvar,
 }
 
 impl RealTimer {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<Instant>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -58,23 +86,13 @@ impl RealTimer {
         interval: Duration,
     ) -> (Duration, Duration) {
         let old = self.get();
-        let mut s = self.lock();
-        s.generation += 1;
-        s.interval = interval;
-        s.deadline = (!value.is_zero()).then(|| Instant::now() + value);
-        let generation = s.generation;
-        let armed = s.deadline.is_some();
-        drop(s);
+        let deadline = (!value.is_zero()).then(|| Instant::now() + value);
+        let armed = self.lock().arm(deadline, interval);
         self.cv.notify_all();
-        if armed {
+        if let Some(generation) = armed {
             let me = self.clone();
             let group = Arc::downgrade(group);
-            let spawned = std::thread::Builder::new()
-                .name("itimer".into())
-                .spawn(move || me.run(generation, group));
-            if let Err(e) = spawned {
-                tracing::warn!("setitimer: cannot start the timer thread: {e}");
-            }
+            start_thread("itimer", move || me.run(generation, group));
         }
         old
     }
@@ -111,15 +129,8 @@ impl RealTimer {
 pub struct CpuTimer {
     sig: i32,
     /// The deadline is a point of the process's CPU time, not an instant.
-    state: Mutex<CpuState>,
+    state: Mutex<State<Duration>>,
     cv: Condvar,
-}
-
-#[derive(Default)]
-struct CpuState {
-    deadline: Option<Duration>,
-    interval: Duration,
-    generation: u64,
 }
 
 /// The shortest and longest sleeps of a CPU timer's thread between two looks at the clock.
@@ -135,7 +146,7 @@ impl CpuTimer {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, CpuState> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<Duration>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -156,24 +167,13 @@ impl CpuTimer {
         interval: Duration,
     ) -> (Duration, Duration) {
         let old = self.get(&group.cpu);
-        let now = group.cpu.total();
-        let mut s = self.lock();
-        s.generation += 1;
-        s.interval = interval;
-        s.deadline = (!value.is_zero()).then(|| now + value);
-        let generation = s.generation;
-        let armed = s.deadline.is_some();
-        drop(s);
+        let deadline = (!value.is_zero()).then(|| group.cpu.total() + value);
+        let armed = self.lock().arm(deadline, interval);
         self.cv.notify_all();
-        if armed {
+        if let Some(generation) = armed {
             let me = self.clone();
             let group = Arc::downgrade(group);
-            let spawned = std::thread::Builder::new()
-                .name("itimer-cpu".into())
-                .spawn(move || me.run(generation, group));
-            if let Err(e) = spawned {
-                tracing::warn!("setitimer: cannot start the timer thread: {e}");
-            }
+            start_thread("itimer-cpu", move || me.run(generation, group));
         }
         old
     }

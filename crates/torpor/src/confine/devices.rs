@@ -13,7 +13,7 @@
 //! Only for a root holder in a private mount namespace of its own ([`crate::cowroot`] records
 //! it); a rootless holder owns no host device.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::unix::fs::MetadataExt;
 
 use anyhow::{Context, Result};
@@ -40,6 +40,21 @@ fn check(r: libc::c_int, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Mounts a `fstype` filesystem (no set-uid, no execution) on `target`.
+fn mount(source: &CStr, target: &CStr, fstype: &CStr, data: &CStr) -> Result<()> {
+    // SAFETY: valid NUL-terminated strings.
+    let r = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            data.as_ptr().cast(),
+        )
+    };
+    check(r, &format!("mounting {}", target.to_string_lossy()))
+}
+
 /// Covers `/dev` with the holder's own (see the module). Returns false when it does not apply
 /// (not root, or no private mount namespace).
 ///
@@ -59,20 +74,9 @@ pub fn make_private_dev() -> Result<bool> {
                 .then(|| (*name, m.mode(), m.rdev(), m.uid(), m.gid()))
         })
         .collect();
-    // SAFETY: valid NUL-terminated strings; a tmpfs mount over /dev in this process's private
-    // mount namespace (MS_PRIVATE: nothing propagates to the host's).
-    check(
-        unsafe {
-            libc::mount(
-                c"torpor-dev".as_ptr(),
-                c"/dev".as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NOEXEC,
-                c"mode=0755,size=64k".as_ptr().cast(),
-            )
-        },
-        "mounting the holder's own /dev",
-    )?;
+    // A tmpfs over /dev in this process's private mount namespace (MS_PRIVATE: nothing
+    // propagates to the host's).
+    mount(c"torpor-dev", c"/dev", c"tmpfs", c"mode=0755,size=64k")?;
     for (name, mode, rdev, uid, gid) in nodes {
         let path = c(&format!("/dev/{name}"))?;
         // SAFETY: a valid path; a character device node of the host's own number.
@@ -93,18 +97,12 @@ pub fn make_private_dev() -> Result<bool> {
         )?;
     }
     std::fs::create_dir("/dev/pts").context("mkdir /dev/pts")?;
-    // SAFETY: valid NUL-terminated strings; a new devpts instance, private to this namespace.
-    check(
-        unsafe {
-            libc::mount(
-                c"devpts".as_ptr(),
-                c"/dev/pts".as_ptr(),
-                c"devpts".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NOEXEC,
-                c"newinstance,ptmxmode=0666,mode=0620".as_ptr().cast(),
-            )
-        },
-        "mounting the holder's own /dev/pts",
+    // A new devpts instance, private to this namespace.
+    mount(
+        c"devpts",
+        c"/dev/pts",
+        c"devpts",
+        c"newinstance,ptmxmode=0666,mode=0620",
     )?;
     std::os::unix::fs::symlink("pts/ptmx", "/dev/ptmx").context("/dev/ptmx")?;
     Ok(true)
