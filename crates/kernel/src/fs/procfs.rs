@@ -13,6 +13,10 @@
 //! `/proc/self/…`, `/proc/thread-self/…` and `/proc/PID/…` with the caller's own pid name the
 //! caller's process; `readlink` of `/proc/self/fd/N` and `/proc/self/exe` is answered by the
 //! syscall layer ([`self_relative`] splits such paths).
+//!
+//! `/proc/PID` and `/proc/PID/fd` are directories ([`process_dir`]): listed from
+//! [`dir_entries`] (the files above, or the process's descriptors), backed on the host by an
+//! empty directory whose entries are never read.
 
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
