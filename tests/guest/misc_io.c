@@ -379,6 +379,25 @@ static void proc_dirs(void) {
     r = syscall(SYS_waitid, P_PIDFD, d, &si, WEXITED | WNOHANG, NULL);
     printf("waitid P_PIDFD on /proc/PID: %s\n", res(r));
     close(st), close(d);
+    /* Closing descriptors while listing /proc/self/fd, one small record at a time (CPython's
+     * subprocess does so in a child): none is skipped. */
+    int first = open("/dev/null", O_RDONLY);
+    for (int i = 0; i < 4; i++) open("/dev/null", O_RDONLY);
+    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY);
+    char rec[24];
+    long n;
+    while ((n = syscall(SYS_getdents64, dir, rec, sizeof rec)) > 0) {
+        for (long off = 0; off < n;) {
+            struct dirent64 *e = (struct dirent64 *)(rec + off);
+            int fd = atoi(e->d_name);
+            if (e->d_name[0] != '.' && fd >= first && fd != dir) close(fd);
+            off += e->d_reclen;
+        }
+    }
+    int open_left = 0;
+    for (int fd = first; fd < first + 5; fd++) open_left += fcntl(fd, F_GETFD) != -1;
+    printf("closing while listing /proc/self/fd: getdents %ld, left open %d\n", n, open_left);
+    close(dir);
 }
 
 /* memfd_create: an anonymous file that reads, writes, truncates and maps. */

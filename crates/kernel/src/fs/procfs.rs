@@ -133,16 +133,20 @@ pub fn process_dir_path(pid: i32, fd_dir: bool) -> Vec<u8> {
     }
 }
 
-/// The entries of a process directory (see [`process_dir`]), `.` and `..` first, with their
-/// `d_type`: the generated files and links of `/proc/PID`, or the open descriptors of the
-/// process in `/proc/PID/fd`. `None` for a process that exited meanwhile.
-pub fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<(Vec<u8>, u8)>> {
+/// One entry of a generated directory: its position (increasing, and stable while the
+/// directory changes: a descriptor's is its number plus 2, as Linux's), name and `d_type`.
+pub type DirEntry = (u64, Vec<u8>, u8);
+
+/// The entries of a process directory (see [`process_dir`]), `.` and `..` first: the
+/// generated files and links of `/proc/PID`, or the open descriptors of the process in
+/// `/proc/PID/fd`. `None` for a process that exited meanwhile.
+pub fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<DirEntry>> {
     let mut out = vec![
-        (b".".to_vec(), libc::DT_DIR),
-        (b"..".to_vec(), libc::DT_DIR),
+        (0, b".".to_vec(), libc::DT_DIR),
+        (1, b"..".to_vec(), libc::DT_DIR),
     ];
     if !fd_dir {
-        for (name, kind) in [
+        let files = [
             ("cmdline", libc::DT_REG),
             ("comm", libc::DT_REG),
             ("exe", libc::DT_LNK),
@@ -150,8 +154,9 @@ pub fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<(Vec<u8>, u8)
             ("maps", libc::DT_REG),
             ("stat", libc::DT_REG),
             ("status", libc::DT_REG),
-        ] {
-            out.push((name.as_bytes().to_vec(), kind));
+        ];
+        for (i, (name, kind)) in files.into_iter().enumerate() {
+            out.push((i as u64 + 2, name.as_bytes().to_vec(), kind));
         }
         return Some(out);
     }
@@ -160,8 +165,10 @@ pub fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<(Vec<u8>, u8)
     } else {
         t.group.procs.group_of(pid)?.resources()?.fds
     };
+    // A program that closes descriptors while it lists them (CPython's subprocess) must not
+    // make the listing skip any: positions are descriptor numbers, not indexes.
     for (fd, _) in fds.iter() {
-        out.push((fd.to_string().into_bytes(), libc::DT_LNK));
+        out.push((fd as u64 + 2, fd.to_string().into_bytes(), libc::DT_LNK));
     }
     Some(out)
 }

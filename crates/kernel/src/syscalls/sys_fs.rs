@@ -455,36 +455,39 @@ pub fn sys_getdents64(t: &mut Task, a: &SyscallArgs) -> SysResult {
 }
 
 /// getdents64 of a generated directory: the `struct linux_dirent64` records of `entries` from
-/// the descriptor's position (which counts entries here), as many as `len` bytes hold.
+/// the descriptor's position (an entry's own position, see `procfs::DirEntry`), as many as
+/// `len` bytes hold.
 fn generated_dirents(
     t: &Task,
     f: &crate::fd::OpenFile,
-    entries: &[(Vec<u8>, u8)],
+    entries: &[crate::fs::procfs::DirEntry],
     out: Gva,
     len: usize,
 ) -> SysResult {
     let host = f.host().as_raw_fd();
     // SAFETY: lseek on a descriptor we own.
-    let start = unsafe { libc::lseek(host, 0, libc::SEEK_CUR) }.max(0) as usize;
+    let start = unsafe { libc::lseek(host, 0, libc::SEEK_CUR) }.max(0) as u64;
     let mut buf = Vec::new();
     let mut next = start;
-    for (i, (name, kind)) in entries.iter().enumerate().skip(start) {
+    let mut left = false;
+    for (pos, name, kind) in entries.iter().filter(|e| e.0 >= start) {
         // d_ino (8), d_off (8), d_reclen (2), d_type (1), the name and its NUL, 8-aligned.
         let reclen = (19 + name.len() + 1).next_multiple_of(8);
         if buf.len() + reclen > len {
+            left = true;
             break;
         }
         let rec_at = buf.len();
         buf.resize(rec_at + reclen, 0);
         let r = &mut buf[rec_at..];
-        r[0..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
-        r[8..16].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+        r[0..8].copy_from_slice(&(pos + 1).to_le_bytes());
+        r[8..16].copy_from_slice(&(pos + 1).to_le_bytes());
         r[16..18].copy_from_slice(&(reclen as u16).to_le_bytes());
         r[18] = *kind;
         r[19..19 + name.len()].copy_from_slice(name);
-        next = i + 1;
+        next = pos + 1;
     }
-    if buf.is_empty() && start < entries.len() {
+    if buf.is_empty() && left {
         return Err(Errno::EINVAL);
     }
     // SAFETY: as above; a directory's position is where the next call starts.
