@@ -364,6 +364,10 @@ static void proc_dirs(void) {
     char fdname[16];
     snprintf(fdname, sizeof fdname, "%d", keep);
     printf("/proc/self/fd lists an open descriptor: %d\n", lists("/proc/self/fd", fdname));
+    struct stat ps;
+    int sr = stat("/proc/self/status", &ps);
+    printf("stat /proc/self/status: %s, regular %d, mode %o\n", res(sr), S_ISREG(ps.st_mode),
+           ps.st_mode & 07777);
     close(keep);
     char path[64];
     snprintf(path, sizeof path, "/proc/%d", getpid());

@@ -250,6 +250,11 @@ fn memfd_with(content: &[u8]) -> Result<OwnedFd, Errno> {
     }
     // SAFETY: a fresh fd owned by nobody else.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Read-only for everyone, as /proc's files are (stat shows it).
+    // SAFETY: fchmod on the descriptor just made.
+    if unsafe { libc::fchmod(fd, 0o444) } != 0 {
+        return Err(Errno::last());
+    }
     let mut f = std::fs::File::from(owned);
     f.write_all(content).map_err(Errno::from)?;
     use std::io::Seek;

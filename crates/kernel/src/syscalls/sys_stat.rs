@@ -32,6 +32,10 @@ pub(super) fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result
     if crate::fs::procfs::process_dir(&guest, t).is_some() {
         return super::sys_file::process_dir_backing(t);
     }
+    // A generated file (`/proc/self/status`...): its contents now, in a memory file.
+    if let Some(r) = crate::fs::procfs::open(t, &guest) {
+        return r;
+    }
     if flags & AT_SYMLINK_NOFOLLOW == 0 {
         // `/proc/self/fd/N`, `/dev/stdin`...: links to the descriptor's own file.
         if let Some(fd) = super::sys_file::fd_named_by(&guest, t.pid) {
