@@ -377,6 +377,18 @@ static void proc_dirs(void) {
     if (st >= 0) read(st, b, 5);
     printf("/proc/PID opened: %s, status through it: %s\n", d >= 0 ? "ok" : res(d), b);
     signal(SIGUSR2, on_usr2);
+    signal(SIGTTOU, SIG_IGN);
+    unsigned long long cgt = 0, ign = 0;
+    FILE *sf = fopen("/proc/self/status", "r");
+    char line[256];
+    while (sf && fgets(line, sizeof line, sf)) {
+        sscanf(line, "SigCgt: %llx", &cgt);
+        sscanf(line, "SigIgn: %llx", &ign);
+    }
+    if (sf) fclose(sf);
+    printf("status SigCgt has SIGUSR2: %d, SigIgn has SIGTTOU: %d\n", (int)(cgt >> (SIGUSR2 - 1) & 1),
+           (int)(ign >> (SIGTTOU - 1) & 1));
+    signal(SIGTTOU, SIG_DFL);
     long r = syscall(SYS_pidfd_send_signal, d, SIGUSR2, NULL, 0);
     printf("pidfd_send_signal through /proc/PID: %s, delivered %d\n", res(r), usr2_seen);
     siginfo_t si;

@@ -591,6 +591,7 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
         "pidfd_send_signal through /proc/PID: 0, delivered 1",
         "closing while listing /proc/self/fd: getdents 0, left open 0",
         "stat /proc/self/status: 0, regular 1, mode 444",
+        "status SigCgt has SIGUSR2: 1, SigIgn has SIGTTOU: 1",
     ] {
         assert!(
             out.stdout_str().contains(line),

@@ -46,6 +46,10 @@ struct View {
     identity: ProcIdentity,
     umask: u32,
     sigblk: u64,
+    /// Pending, ignored and caught signals (known for the caller's own process only).
+    sigpnd: u64,
+    sigign: u64,
+    sigcgt: u64,
     threads: usize,
     mm: Option<Arc<Mutex<mm::MemoryManager>>>,
 }
@@ -64,6 +68,9 @@ impl View {
             },
             umask: t.umask,
             sigblk: t.signals.mask,
+            sigpnd: t.signals.pending_mask(),
+            sigign: t.signals.disposition_masks().0,
+            sigcgt: t.signals.disposition_masks().1,
             threads: t.group.live(),
             mm: Some(t.mm.clone()),
         }
@@ -76,6 +83,9 @@ impl View {
             identity: g.identity(),
             umask: 0o022,
             sigblk: 0,
+            sigpnd: 0,
+            sigign: 0,
+            sigcgt: 0,
             threads: g.live(),
             mm: g.resources().map(|r| r.mm),
         }
@@ -313,11 +323,16 @@ fn status(v: &View, t: &Task) -> Vec<u8> {
     format!(
         "Name:\t{}\nUmask:\t{:04o}\nState:\tR (running)\nTgid:\t{pid}\nNgid:\t0\nPid:\t{tid}\nPPid:\t{ppid}\n\
          TracerPid:\t0\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{gid}\t{gid}\t{gid}\t{gid}\nFDSize:\t64\n\
-         NSpgid:\t{pgid}\nNSsid:\t{sid}\nVmRSS:\t{rss_kb} kB\nThreads:\t{threads}\nSigBlk:\t{:016x}\n\
+         NSpgid:\t{pgid}\nNSsid:\t{sid}\nVmRSS:\t{rss_kb} kB\nThreads:\t{threads}\n\
+         SigPnd:\t{:016x}\nShdPnd:\t{:016x}\nSigBlk:\t{:016x}\nSigIgn:\t{:016x}\nSigCgt:\t{:016x}\n\
          Cpus_allowed_list:\t0\n",
         v.comm(),
         v.umask,
+        v.sigpnd,
+        0,
         v.sigblk,
+        v.sigign,
+        v.sigcgt,
         pid = v.pid,
         tid = v.tid,
         ppid = t.group.procs.parent_of(v.pid),

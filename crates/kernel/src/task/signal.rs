@@ -383,6 +383,30 @@ impl SignalState {
         self.lock_actions()[sig as usize - 1]
     }
 
+    /// The signals ignored (`SIG_IGN`) and caught (a handler), as masks (bit = signal - 1),
+    /// for `/proc/PID/status`'s `SigIgn` and `SigCgt`.
+    pub fn disposition_masks(&self) -> (u64, u64) {
+        let actions = self.lock_actions();
+        let (mut ign, mut cgt) = (0u64, 0u64);
+        for (i, a) in actions.iter().enumerate() {
+            match a.handler {
+                SIG_DFL => {}
+                SIG_IGN => ign |= 1 << i,
+                _ => cgt |= 1 << i,
+            }
+        }
+        (ign, cgt)
+    }
+
+    /// The signals pending for this thread, as a mask (bit = signal - 1).
+    pub fn pending_mask(&self) -> u64 {
+        self.pending
+            .iter()
+            .map(|si| si.signo())
+            .filter(|&s| (1..=64).contains(&s))
+            .fold(0, |m, s| m | 1 << (s - 1))
+    }
+
     /// Sets the blocked mask (SIGKILL and SIGSTOP cannot be blocked).
     pub fn set_mask(&mut self, mask: u64) {
         self.mask = mask & !UNBLOCKABLE;
