@@ -58,6 +58,7 @@ static const char *res(long r) {
     case EPROTONOSUPPORT: return "EPROTONOSUPPORT";
     case ENOENT: return "ENOENT";
     case ENXIO: return "ENXIO";
+    case ETXTBSY: return "ETXTBSY";
     default: snprintf(b, sizeof b, "errno %d", errno); return b;
     }
 }
@@ -416,6 +417,20 @@ static void proc_dirs(void) {
     close(dir);
 }
 
+/* The program a process runs cannot be written (ETXTBSY): not opened for writing, not through
+ * /proc/self/fd, not truncated. */
+static void text_busy(void) {
+    printf("open own program for writing: %s\n", res(open("/proc/self/exe", O_WRONLY)));
+    int r = open("/proc/self/exe", O_RDONLY);
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", r);
+    printf("reopen own program for writing: %s\n", res(open(p, O_RDWR)));
+    char exe[4096] = {0};
+    readlink("/proc/self/exe", exe, sizeof exe - 1);
+    printf("truncate own program: %s\n", res(truncate(exe, 0)));
+    close(r);
+}
+
 /* memfd_create: an anonymous file that reads, writes, truncates and maps. */
 static void memfd(void) {
     int fd = memfd_create("misc", MFD_CLOEXEC);
@@ -543,5 +558,6 @@ int main(int argc, char **argv) {
     inet_extras();
     reopen_fds();
     proc_dirs();
+    text_busy();
     return 0;
 }

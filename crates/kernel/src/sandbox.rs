@@ -255,6 +255,8 @@ pub(crate) struct ProcessImage {
     pub(crate) vcpu: platform::Vcpu,
     /// The program's guest path.
     pub(crate) exe: Vec<u8>,
+    /// Its file's (device, inode): not writable while the process runs (ETXTBSY).
+    pub(crate) exe_key: Option<(u64, u64)>,
     /// Its argv, NUL-separated (/proc/PID/cmdline).
     pub(crate) cmdline: Arc<[u8]>,
 }
@@ -289,6 +291,7 @@ impl ProcessImage {
         let exe = root
             .guest_path_of(&prog)
             .unwrap_or_else(|_| prog_path.clone());
+        let exe_key = crate::fd::locks::regular_file_key(std::os::fd::AsFd::as_fd(&prog));
         let mem =
             Arc::new(GuestMemory::new(memory).map_err(|e| SandboxError::Memory(e.to_string()))?);
         let vm = Arc::new(Vm::new(mem.clone())?);
@@ -316,6 +319,7 @@ impl ProcessImage {
             mm,
             vcpu,
             exe,
+            exe_key,
             cmdline: crate::task::cmdline_of(&argv),
         })
     }
@@ -355,6 +359,7 @@ impl ProcessImage {
         install_stdio(&fds, p.stdio);
         fds.set_limit(p.rlimits.nofile());
         let group = crate::task::ThreadGroup::new(self.vm.clone(), p.pid, p.procs.clone());
+        group.set_exe_key(self.exe_key);
         *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = p.rlimits;
         p.procs.add(p.pid, 0, group.clone(), 0);
         let control = Arc::new(crate::task::TaskControl::new(self.vcpu.kicker()));

@@ -366,6 +366,7 @@ pub fn sys_truncate(t: &mut Task, a: &SyscallArgs) -> SysResult {
         libc::S_IFDIR => return Err(Errno::EISDIR),
         _ => return Err(Errno::EINVAL),
     }
+    super::sys_file::refuse_running_program(t, fd.as_fd())?;
     // Reopen the very file for writing (never a FIFO or device: checked above).
     let proc = fs::host_fd_path(&fd);
     // SAFETY: a NUL-terminated /proc path to one of our own descriptors.

@@ -224,6 +224,7 @@ pub(crate) fn execve(
         path = interp;
     };
     let name = String::from_utf8_lossy(&exe).into_owned();
+    let exe_key = crate::fd::locks::regular_file_key(std::os::fd::AsFd::as_fd(&fd));
 
     let (mem, vm) = super::sys_fork::new_vm(t.mem.size(), "execve")?;
     let mut mm = MemoryManager::new(mem.clone()).map_err(|_| Errno::ENOMEM)?;
@@ -280,6 +281,7 @@ pub(crate) fn execve(
     t.signals.reset_for_exec();
     t.clear_child_tid = 0;
     t.exe = exe;
+    t.group.set_exe_key(exe_key);
     t.cmdline = crate::task::cmdline_of(&argv);
     t.comm = crate::sandbox::comm_of(&name);
     t.publish_identity();

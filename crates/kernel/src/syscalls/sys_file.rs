@@ -82,8 +82,19 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     if crate::fs::procfs::self_relative(&guest, t.pid) == Some("exe") {
         let exe = t.exe.clone();
         let fd = t.root.open_at(&exe, libc::O_RDONLY, 0)?;
+        if writes(flags) {
+            // The caller's own program: ETXTBSY.
+            refuse_running_program(t, fd.as_fd())?;
+        }
         let file = Arc::new(OpenFile::new(fd, FileKind::Regular, Some(exe)));
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
+    }
+    if writes(flags) {
+        // The program a process of the sandbox runs cannot be opened for writing (Linux's
+        // deny_write_access): ETXTBSY.
+        if let Ok(existing) = t.root.open_at(&guest, libc::O_PATH, 0) {
+            refuse_running_program(t, existing.as_fd())?;
+        }
     }
     let mode = mode & !t.umask;
     // openat2 wants no mode unless the call may create.
@@ -147,6 +158,22 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     };
     let file = Arc::new(OpenFile::new(fd, kind, path));
     Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
+}
+
+/// Whether open flags may change the file: write access or truncation.
+fn writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+}
+
+/// ETXTBSY when `fd` is the program a live process of the sandbox runs.
+pub(super) fn refuse_running_program(
+    t: &Task,
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> Result<(), Errno> {
+    match crate::fd::locks::regular_file_key(fd) {
+        Some(key) if t.group.procs.is_running_program(key) => Err(Errno(libc::ETXTBSY)),
+        _ => Ok(()),
+    }
 }
 
 /// The host directory behind a generated process directory (`/proc/PID`, `/proc/PID/fd`):
@@ -218,6 +245,9 @@ fn reopen_fd(t: &mut Task, fd: i32, flags: i32) -> SysResult {
             return Err(Errno::EACCES);
         }
         flags_now &= !libc::O_TRUNC;
+    }
+    if writes(flags) {
+        refuse_running_program(t, f.host())?;
     }
     let path = crate::fs::host_fd_path(f.owned());
     // SAFETY: a valid path; the flags are the guest's minus creation and O_CLOEXEC (the

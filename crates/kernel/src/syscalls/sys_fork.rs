@@ -115,6 +115,7 @@ pub(super) fn fork(
             .map_err(|e| Errno(e.errno()))?;
     }
     let group = ThreadGroup::new(vm, pid, procs.clone());
+    group.set_exe_key(t.group.exe_key());
     *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = t
         .group
         .rlimits

@@ -55,6 +55,9 @@ pub struct ThreadGroup {
     pub cpu_timers: [Arc<super::itimer::CpuTimer>; 2],
     /// What other processes see of this one in /proc.
     identity: Mutex<ProcIdentity>,
+    /// The (device, inode) of the program it runs: writing to that file is ETXTBSY, as on
+    /// Linux, while the process lives ([`ProcessTable::is_running_program`]).
+    exe_key: Mutex<Option<(u64, u64)>>,
     /// The thread running an execve that ends every other thread (Linux's `de_thread`).
     execing: Mutex<Option<i32>>,
 }
@@ -126,6 +129,7 @@ impl ThreadGroup {
                 Arc::new(super::itimer::CpuTimer::new(libc::SIGPROF)),
             ],
             identity: Mutex::new(ProcIdentity::default()),
+            exe_key: Mutex::new(None),
             execing: Mutex::new(None),
         })
     }
@@ -262,6 +266,16 @@ impl ThreadGroup {
             }
             None => false,
         }
+    }
+
+    /// Records the program the process runs now (its file's device and inode).
+    pub fn set_exe_key(&self, key: Option<(u64, u64)>) {
+        *self.exe_key.lock().unwrap_or_else(|e| e.into_inner()) = key;
+    }
+
+    /// The program the process runs (its file's device and inode).
+    pub fn exe_key(&self) -> Option<(u64, u64)> {
+        *self.exe_key.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sends the process a signal from another process (the first thread takes it).
