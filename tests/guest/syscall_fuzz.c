@@ -851,6 +851,10 @@ static void fuzz_loop(struct worker *w) {
 }
 
 static void *fuzz_thread(void *arg) {
+    /* glibc's first pthread_create installs its SIGSETXID (33) handler, which dereferences
+     * its setxid command on any SI_TKILL signal 33 of the process's own: a fuzzed tgkill(33)
+     * would crash it, natively too. Ours again (glibc installs it once). */
+    install_handlers();
     unblock_usr1();
     fuzz_loop(arg);
     return NULL;
