@@ -417,3 +417,38 @@ fn files_made_through_the_broker_keep_the_application_s_mode() {
     assert_eq!(out.code(), 0, "{}", out.stderr_str());
     assert_eq!(out.stdout_str(), "666 0\n777 0\n640 0\n", "{out:?}");
 }
+
+/// A call the file broker makes for the holder never blocks it: a blocking open of a FIFO
+/// that only the broker may open (another user's, mode 0600) with no writer returned nothing
+/// and held every later broker call of the sandbox (a hang found by the syscall fuzzer). Now
+/// the broker opens without blocking (`tests/guest/fifo_broker.c`: the other thread's file is
+/// read; the FIFO's read end opens at once, where Linux would wait for a writer).
+#[test]
+fn a_fifo_opened_through_the_broker_does_not_hold_the_sandbox() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return; // no broker without root
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("fifo_broker");
+    r.file("/data/private", "secret");
+    let fifo = r.host_path("data/fifo");
+    let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("path");
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    for p in [fifo.clone(), r.host_path("data/private")] {
+        std::os::unix::fs::chown(&p, Some(1000), Some(1000)).expect("chown");
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .expect("chmod");
+    }
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .timeout(std::time::Duration::from_secs(30))
+        .output();
+    out.assert_code(0);
+    assert!(out.stdout_str().contains("private: secret"), "{out:?}");
+}

@@ -309,8 +309,14 @@ fn execute(req: &Request, fds: &[OwnedFd]) -> Result<Option<OwnedFd>, i32> {
             code::BIND_INET | code::CONNECT_INET => return inet_socket(req).map(Some),
             code::OPENAT2 => {
                 let path = cstr(s(0))?;
+                // Never blocking: the broker serves one call at a time, and a FIFO without a
+                // partner would hold it (and every handler waiting for it) forever. A
+                // blocking open of a FIFO's read end returns at once instead of waiting for
+                // a writer; of its write end, ENXIO while no reader is there. The returned
+                // descriptor is blocking again if the call asked so.
+                let asked = int(0) as u32;
                 let how = OpenHow {
-                    flags: u64::from(int(0) as u32 | libc::O_CLOEXEC as u32),
+                    flags: u64::from(asked | libc::O_CLOEXEC as u32 | libc::O_NONBLOCK as u32),
                     mode: int(1) & 0o7777,
                     resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
                 };
@@ -322,7 +328,16 @@ fn execute(req: &Request, fds: &[OwnedFd]) -> Result<Option<OwnedFd>, i32> {
                     std::mem::size_of::<OpenHow>(),
                 );
                 check(r)?;
-                return Ok(Some(OwnedFd::from_raw_fd(r as RawFd)));
+                let opened = OwnedFd::from_raw_fd(r as RawFd);
+                if asked & libc::O_NONBLOCK as u32 == 0 {
+                    let fl = libc::fcntl(opened.as_raw_fd(), libc::F_GETFL);
+                    check(fl.into())?;
+                    check(
+                        libc::fcntl(opened.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK)
+                            .into(),
+                    )?;
+                }
+                return Ok(Some(opened));
             }
             code::MKDIRAT => {
                 let name = cstr(s(0))?;

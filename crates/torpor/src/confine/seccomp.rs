@@ -390,6 +390,8 @@ const BROKER_ALLOWED: &[libc::c_long] = &[
     libc::SYS_sendmsg,
     libc::SYS_close,
     libc::SYS_openat2,
+    // Making an opened descriptor blocking again.
+    libc::SYS_fcntl,
     libc::SYS_mkdirat,
     libc::SYS_mknodat,
     libc::SYS_unlinkat,
