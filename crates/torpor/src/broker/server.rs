@@ -315,8 +315,14 @@ fn execute(req: &Request, fds: &[OwnedFd]) -> Result<Option<OwnedFd>, i32> {
                 // a writer; of its write end, ENXIO while no reader is there. The returned
                 // descriptor is blocking again if the call asked so.
                 let asked = int(0) as u32;
+                // (An O_PATH descriptor opens nothing: openat2 takes no other flag with it.)
+                let nonblock = if asked & libc::O_PATH as u32 == 0 {
+                    libc::O_NONBLOCK as u32
+                } else {
+                    0
+                };
                 let how = OpenHow {
-                    flags: u64::from(asked | libc::O_CLOEXEC as u32 | libc::O_NONBLOCK as u32),
+                    flags: u64::from(asked | libc::O_CLOEXEC as u32 | nonblock),
                     mode: int(1) & 0o7777,
                     resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
                 };
@@ -329,7 +335,7 @@ fn execute(req: &Request, fds: &[OwnedFd]) -> Result<Option<OwnedFd>, i32> {
                 );
                 check(r)?;
                 let opened = OwnedFd::from_raw_fd(r as RawFd);
-                if asked & libc::O_NONBLOCK as u32 == 0 {
+                if nonblock != 0 && asked & libc::O_NONBLOCK as u32 == 0 {
                     let fl = libc::fcntl(opened.as_raw_fd(), libc::F_GETFL);
                     check(fl.into())?;
                     check(
