@@ -144,6 +144,18 @@ impl Default for ProcessTable {
     }
 }
 
+/// Stores one of the sandbox's UTS names, at most 64 bytes (Linux's `__NEW_UTS_LEN`).
+fn set_uts_name(slot: &Mutex<Vec<u8>>, name: &[u8]) {
+    let mut b = name.to_vec();
+    b.truncate(64);
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = b;
+}
+
+/// One of the sandbox's UTS names.
+fn uts_name(slot: &Mutex<Vec<u8>>) -> Vec<u8> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
 impl ProcessTable {
     /// An empty table; the first process is pid 1.
     pub fn new() -> Arc<ProcessTable> {
@@ -162,32 +174,22 @@ impl ProcessTable {
     /// Sets the node name uname reports (at most 64 bytes are kept, as Linux's
     /// `__NEW_UTS_LEN`).
     pub fn set_nodename(&self, name: &[u8]) {
-        let mut b = name.to_vec();
-        b.truncate(64);
-        *self.nodename.lock().unwrap_or_else(|e| e.into_inner()) = b;
+        set_uts_name(&self.nodename, name);
     }
 
     /// The node name uname reports.
     pub fn nodename(&self) -> Vec<u8> {
-        self.nodename
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        uts_name(&self.nodename)
     }
 
     /// Sets the domain name uname reports (setdomainname; at most 64 bytes).
     pub fn set_domainname(&self, name: &[u8]) {
-        let mut b = name.to_vec();
-        b.truncate(64);
-        *self.domainname.lock().unwrap_or_else(|e| e.into_inner()) = b;
+        set_uts_name(&self.domainname, name);
     }
 
     /// The domain name uname reports.
     pub fn domainname(&self) -> Vec<u8> {
-        self.domainname
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        uts_name(&self.domainname)
     }
 
     /// Live tasks.
