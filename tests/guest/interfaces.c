@@ -8,6 +8,7 @@
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
+#include <sys/ioctl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -38,6 +39,26 @@ int main(void) {
         }
         freeifaddrs(ifa);
     }
+    /* SIOCGIFCONF (ifconfig, Java's NetworkInterface): the length asked first, then the list. */
+    int q = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifconf ifc = {.ifc_len = 0, .ifc_buf = NULL};
+    int r = ioctl(q, SIOCGIFCONF, &ifc);
+    struct ifreq reqs[8];
+    struct ifconf all = {.ifc_len = sizeof reqs, .ifc_req = reqs};
+    int r2 = ioctl(q, SIOCGIFCONF, &all);
+    printf("SIOCGIFCONF: %d length %d, %d entries:", r, ifc.ifc_len, r2 == 0 ? all.ifc_len / (int)sizeof(struct ifreq) : -1);
+    for (int i = 0; r2 == 0 && i < all.ifc_len / (int)sizeof(struct ifreq); i++) printf(" %s", reqs[i].ifr_name);
+    printf("\n");
+    close(q);
+    FILE *dev = fopen("/proc/net/dev", "r");
+    char line[512];
+    int lines = 0, lo_line = 0;
+    while (dev && fgets(line, sizeof line, dev)) {
+        lines++;
+        lo_line |= strstr(line, " lo:") != NULL;
+    }
+    if (dev) fclose(dev);
+    printf("/proc/net/dev: %s, %d interface line(s), lo %d\n", dev ? "ok" : strerror(errno), lines > 2 ? lines - 2 : 0, lo_line);
     /* Adding 10.9.9.9/32 to lo: refused. */
     int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
     if (s < 0) {

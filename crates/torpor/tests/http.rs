@@ -212,6 +212,8 @@ fn the_sandbox_sees_its_own_interfaces_only() {
     assert_eq!(
         got.stdout_str(),
         "interface 1 lo\nif_nametoindex(lo): 1\naddress lo 127.0.0.1\naddress lo ::1\n\
+         SIOCGIFCONF: 0 length 40, 1 entries: lo\n\
+         /proc/net/dev: ok, 1 interface line(s), lo 1\n\
          RTM_NEWADDR: Operation not permitted\n",
         "{}",
         got.stderr_str()
@@ -232,4 +234,10 @@ fn the_sandbox_sees_its_own_interfaces_only() {
     assert!(host_ns
         .stdout_str()
         .contains("if_nametoindex(lo): 0 No such device"));
+    assert!(host_ns
+        .stdout_str()
+        .contains("SIOCGIFCONF: 0 length 0, 0 entries:\n"));
+    assert!(host_ns
+        .stdout_str()
+        .contains("/proc/net/dev: No such file or directory"));
 }

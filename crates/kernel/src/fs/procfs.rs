@@ -9,6 +9,7 @@
 //! | `/proc/self/cmdline` | the arguments the program was started with (NUL-separated) |
 //! | `/proc/meminfo` | the sandbox's memory limit and free memory |
 //! | `/proc/cpuinfo`, `/sys/devices/system/cpu/online` | the host's (what the vCPUs run on) |
+//! | `/proc/net/dev`, `/proc/net/if_inet6` | the sandbox's own network namespace's interfaces |
 //!
 //! `/proc/self/…`, `/proc/thread-self/…` and `/proc/PID/…` with the caller's own pid name the
 //! caller's process; `readlink` of `/proc/self/fd/N` and `/proc/self/exe` is answered by the
@@ -192,6 +193,9 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
             "stat" => "stat",
             "cmdline" => "cmdline",
             "comm" => "comm",
+            // The network namespace's, the same for every process of the sandbox.
+            "net/dev" => return Some((None, "net/dev")),
+            "net/if_inet6" => return Some((None, "net/if_inet6")),
             _ => return None,
         };
         return Some((Some(pid), which));
@@ -203,6 +207,8 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
         match p {
             "/proc/meminfo" => "meminfo",
             "/proc/cpuinfo" => "cpuinfo",
+            "/proc/net/dev" => "net/dev",
+            "/proc/net/if_inet6" => "net/if_inet6",
             "/sys/devices/system/cpu/online" | "/sys/devices/system/cpu/possible" => "online",
             _ => return None,
         },
@@ -233,6 +239,17 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         ("meminfo", _) => meminfo(t),
         ("cpuinfo", _) => std::fs::read("/proc/cpuinfo").unwrap_or_default(),
         ("online", _) => online_cpus().to_vec(),
+        // The interfaces of the holder's network namespace, where it is the sandbox's own
+        // (see `net::netlink`); none of the host's.
+        ("net/dev" | "net/if_inet6", _) => {
+            if !crate::net::netlink::allowed(&t.net) {
+                return Some(Err(Errno::ENOENT));
+            }
+            match std::fs::read(format!("/proc/self/{which}")) {
+                Ok(c) => c,
+                Err(e) => return Some(Err(Errno::from(e))),
+            }
+        }
         _ => return None,
     };
     Some(memfd_with(&content))

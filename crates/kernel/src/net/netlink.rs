@@ -14,8 +14,10 @@
 //! ids are the host kernel's, as the messages' `nlmsg_pid` are.
 //!
 //! The older interface queries, `ioctl`s with a `struct ifreq` on any socket
-//! (`SIOCGIFINDEX`, which `if_nametoindex` uses, `SIOCGIFNAME`, `SIOCGIFFLAGS`...), follow the
-//! same rule ([`is_interface_query`]); in the host's namespace they are ENODEV.
+//! (`SIOCGIFINDEX`, which `if_nametoindex` uses, `SIOCGIFNAME`, `SIOCGIFFLAGS`...), and
+//! `SIOCGIFCONF`'s list, follow the same rule ([`is_interface_query`]); in the host's
+//! namespace they are ENODEV (the list: empty). So do `/proc/net/dev` and
+//! `/proc/net/if_inet6` (`fs::procfs`), which `ifconfig` and Java's `NetworkInterface` read.
 
 use abi::Errno;
 
@@ -74,6 +76,16 @@ pub fn sockopt_allowed(level: i32, name: i32) -> bool {
 
 /// `sizeof(struct ifreq)`.
 pub const IFREQ_LEN: usize = 40;
+
+/// `SIOCGIFCONF`: the list of interfaces with an IPv4 address (`struct ifconf`, whose buffer
+/// is a pointer of the caller's).
+pub const SIOCGIFCONF: u64 = 0x8912;
+
+/// `sizeof(struct ifconf)`: `ifc_len` (int, then 4 bytes of padding) and the buffer pointer.
+pub const IFCONF_LEN: usize = 16;
+
+/// The largest `SIOCGIFCONF` buffer filled (the rest of a larger one is left alone).
+pub const IFCONF_MAX: usize = 64 * 1024;
 
 /// Whether `req` is an ioctl that reads one interface's name, index, flags, addresses, MTU or
 /// hardware address through a `struct ifreq` (and changes nothing).

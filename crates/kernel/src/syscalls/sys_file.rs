@@ -820,6 +820,7 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             }
             pty_master_ioctl(t, &f, req, arg)
         }
+        crate::net::netlink::SIOCGIFCONF => super::sys_socket::interface_list_ioctl(t, &f, arg),
         req if crate::net::netlink::is_interface_query(req) => {
             super::sys_socket::interface_ioctl(t, &f, req, arg)
         }

@@ -963,6 +963,56 @@ pub fn interface_ioctl(t: &Task, f: &OpenFile, req: u64, arg: Gva) -> SysResult 
     Ok(0)
 }
 
+/// `SIOCGIFCONF` on socket `f`: the list of interfaces with an IPv4 address, into the
+/// caller's buffer (at most [`netlink::IFCONF_MAX`] bytes of it), or the length it needs when
+/// the buffer pointer is null. Empty in the host's network namespace.
+pub fn interface_list_ioctl(t: &Task, f: &OpenFile, arg: Gva) -> SysResult {
+    if f.socket_state().is_none() {
+        return Err(Errno::ENOTTY);
+    }
+    let mut ifc = [0u8; netlink::IFCONF_LEN];
+    t.copy_in(arg, &mut ifc)?;
+    let len = i32::from_le_bytes([ifc[0], ifc[1], ifc[2], ifc[3]]);
+    let buf = u64::from_le_bytes(ifc[8..16].try_into().unwrap_or([0; 8]));
+    if len < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let filled: i32 = if !netlink::allowed(&t.net) {
+        0
+    } else {
+        let cap = if buf == 0 {
+            0
+        } else {
+            (len as usize).min(netlink::IFCONF_MAX)
+        };
+        let mut out = vec![0u8; cap];
+        let mut host = [0u8; netlink::IFCONF_LEN];
+        host[0..4].copy_from_slice(&(cap as i32).to_le_bytes());
+        let ptr = if buf == 0 { 0 } else { out.as_mut_ptr() as u64 };
+        host[8..16].copy_from_slice(&ptr.to_le_bytes());
+        // SAFETY: SIOCGIFCONF with a `struct ifconf` whose buffer is `out` (`cap` bytes) or
+        // null (then only the length is written).
+        if unsafe {
+            libc::ioctl(
+                f.host().as_raw_fd(),
+                netlink::SIOCGIFCONF as _,
+                host.as_mut_ptr(),
+            )
+        } < 0
+        {
+            return Err(Errno::last());
+        }
+        let n = i32::from_le_bytes([host[0], host[1], host[2], host[3]]);
+        if buf != 0 {
+            let n = (n.max(0) as usize).min(cap);
+            t.copy_out(Gva(buf), &out[..n])?;
+        }
+        n
+    };
+    t.copy_out(arg, &filled.to_le_bytes())?;
+    Ok(0)
+}
+
 /// Implements setsockopt(2) for a whitelist of options, passed to the host socket.
 /// Anything else is ENOPROTOOPT.
 pub fn sys_setsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
