@@ -20,7 +20,7 @@
 //!   are recorded ([`Ranges`]).
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use abi::Errno;
@@ -195,7 +195,9 @@ impl PosixLocks {
         if let Some(l) = self.get(key) {
             return Ok(l);
         }
-        let ofd = reopen(fd, libc::O_RDWR).or_else(|_| reopen(fd, access))?;
+        let raw = fd.as_raw_fd();
+        let ofd = crate::fs::reopen(&raw, libc::O_RDWR | libc::O_NOCTTY)
+            .or_else(|_| crate::fs::reopen(&raw, access | libc::O_NOCTTY))?;
         let l = Arc::new(FileLocks {
             ofd,
             pid,
@@ -215,18 +217,6 @@ impl PosixLocks {
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
-}
-
-/// Opens the file behind `fd` again (a new open file description) with `access`.
-fn reopen(fd: BorrowedFd<'_>, access: i32) -> Result<OwnedFd, Errno> {
-    let path = crate::fs::host_fd_path(&fd.as_raw_fd());
-    // SAFETY: a valid path and flags.
-    let raw = unsafe { libc::open(path.as_ptr(), access | libc::O_CLOEXEC | libc::O_NOCTTY) };
-    if raw < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: a fresh descriptor owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// The (device, inode) of a host descriptor, if it is a regular file (the only files POSIX

@@ -212,6 +212,23 @@ pub fn host_fd_path(fd: &impl AsRawFd) -> CString {
         .expect("a formatted number holds no NUL")
 }
 
+/// Opens the file behind one of the runtime's own descriptors again, through its
+/// [`host_fd_path`]: a new open file description of the same file, with `flags` (and
+/// `O_CLOEXEC`), checked by the host against the file itself.
+///
+/// # Errors
+/// The host's errno.
+pub fn reopen(fd: &impl AsRawFd, flags: i32) -> Result<OwnedFd, Errno> {
+    let path = host_fd_path(fd);
+    // SAFETY: a NUL-terminated /proc path to one of our own descriptors; plain flags.
+    let raw = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
 /// Joins a guest path to a base directory (a guest path) unless it is absolute.
 pub fn join(base: &[u8], path: &[u8]) -> Vec<u8> {
     if path.first() == Some(&b'/') {

@@ -89,9 +89,10 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         let file = Arc::new(OpenFile::new(fd, FileKind::Regular, Some(exe)));
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
-    if writes(flags) {
+    if flags & libc::O_TRUNC != 0 {
         // The program a process of the sandbox runs cannot be opened for writing (Linux's
-        // deny_write_access): ETXTBSY.
+        // deny_write_access): ETXTBSY, before O_TRUNC empties it. Any other write open is
+        // refused below, from the file's stat.
         if let Ok(existing) = t.root.open_at(&guest, libc::O_PATH, 0) {
             refuse_running_program(t, existing.as_fd())?;
         }
@@ -145,6 +146,9 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(Errno::last());
     }
+    if writes(flags) && st.st_mode & libc::S_IFMT == libc::S_IFREG {
+        refuse_running(t, (st.st_dev, st.st_ino))?;
+    }
     let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
     let (kind, path) = if is_dir {
         (
@@ -171,9 +175,17 @@ pub(super) fn refuse_running_program(
     fd: std::os::fd::BorrowedFd<'_>,
 ) -> Result<(), Errno> {
     match crate::fd::locks::regular_file_key(fd) {
-        Some(key) if t.group.procs.is_running_program(key) => Err(Errno(libc::ETXTBSY)),
-        _ => Ok(()),
+        Some(key) => refuse_running(t, key),
+        None => Ok(()),
     }
+}
+
+/// ETXTBSY when the regular file `key` (device, inode) is the program a live process runs.
+fn refuse_running(t: &Task, key: crate::fd::locks::FileKey) -> Result<(), Errno> {
+    if t.group.procs.is_running_program(key) {
+        return Err(Errno(libc::ETXTBSY));
+    }
+    Ok(())
 }
 
 /// The host directory behind a generated process directory (`/proc/PID`, `/proc/PID/fd`):
@@ -249,15 +261,8 @@ fn reopen_fd(t: &mut Task, fd: i32, flags: i32) -> SysResult {
     if writes(flags) {
         refuse_running_program(t, f.host())?;
     }
-    let path = crate::fs::host_fd_path(f.owned());
-    // SAFETY: a valid path; the flags are the guest's minus creation and O_CLOEXEC (the
-    // guest's close-on-exec lives in its table; the host fd is always close-on-exec).
-    let raw = unsafe { libc::open(path.as_ptr(), flags_now | libc::O_CLOEXEC) };
-    if raw < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: a fresh fd owned by nobody else.
-    let host = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    // The guest's close-on-exec lives in its table; the host fd is always close-on-exec.
+    let host = crate::fs::reopen(f.owned(), flags_now)?;
     let file = Arc::new(OpenFile::new(host, kind, f.path.clone()));
     Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
 }
@@ -553,11 +558,18 @@ fn table_lock(
 ) -> Result<(i32, Option<i32>), Errno> {
     use crate::fd::locks::absolute;
     let host = f.host().as_raw_fd();
-    // SAFETY: lseek and fstat on a valid descriptor.
-    let cur = unsafe { libc::lseek(host, 0, libc::SEEK_CUR) }.max(0);
-    let size = crate::net::host::fstat(f.host())
-        .map(|st| st.st_size)
-        .unwrap_or(0);
+    // The descriptor's offset and the file's size only when the request counts from them.
+    let cur = if i32::from(fl.l_whence) == libc::SEEK_CUR {
+        // SAFETY: lseek on a valid descriptor.
+        unsafe { libc::lseek(host, 0, libc::SEEK_CUR) }.max(0)
+    } else {
+        0
+    };
+    let size = if i32::from(fl.l_whence) == libc::SEEK_END {
+        crate::net::host::fstat(f.host()).map_or(0, |st| st.st_size)
+    } else {
+        0
+    };
     let span = absolute(fl.l_whence, fl.l_start, fl.l_len, cur, size)?;
     let kind = fl.l_type;
     if ![libc::F_RDLCK, libc::F_WRLCK, libc::F_UNLCK].contains(&i32::from(kind)) {

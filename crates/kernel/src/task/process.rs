@@ -316,9 +316,9 @@ impl ProcessTable {
     /// Whether a live process of the sandbox runs the program in file `key` (device,
     /// inode): Linux refuses to open such a file for writing (ETXTBSY).
     pub fn is_running_program(&self, key: (u64, u64)) -> bool {
-        self.live_groups()
-            .iter()
-            .any(|(_, g)| g.exe_key() == Some(key))
+        self.lock()
+            .values()
+            .any(|e| e.status.is_none() && e.group.exe_key() == Some(key))
     }
 
     /// Number of live processes.
