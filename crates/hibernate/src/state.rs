@@ -16,7 +16,7 @@
 //! Legal transitions (the paper's numbers in brackets):
 //!
 //! ```text
-//! creating          -> hot | running | stopped
+//! creating          -> hot | running | hibernated (restored from a checkpoint) | stopped
 //! hot               -> running (2) | hibernated (4, SIGSTOP: deflate) | stopped
 //! running           -> hot (3) | hibernated (deflate while busy) | stopped
 //! hibernated        -> hibernate-running (7, a request) | woken (5, SIGCONT) | stopped
@@ -91,7 +91,7 @@ impl State {
         use State::*;
         matches!(
             (self, to),
-            (Creating, Hot | Running)
+            (Creating, Hot | Running | Hibernated)
                 | (Hot, Running | Hibernated)
                 | (Running, Hot | Hibernated)
                 | (Hibernated, HibernateRunning | Woken)
@@ -317,6 +317,7 @@ mod tests {
     fn table_is_exactly_as_documented() {
         let legal: &[(State, State)] = &[
             (Creating, Hot),
+            (Creating, Hibernated),
             (Creating, Running),
             (Creating, Stopped),
             (Hot, Running),

@@ -15,6 +15,10 @@
 //!
 //! Every layer is a complete, checksummed swap file ([`crate::swapfile`]) written once: a
 //! deflate that fails leaves the existing layers as they were.
+//!
+//! A restored sandbox's first layer is *borrowed*: the checkpoint's memory image
+//! ([`SwapStore::push_borrowed`]). It is read like any layer but its file is never removed:
+//! dropping it only closes it.
 
 use crate::pagefile::PAGE_BYTES;
 use crate::pagestate::{PageIdx, MAX_SLOT};
@@ -28,11 +32,21 @@ pub const MAX_LAYERS: usize = 8;
 struct Layer {
     base: u32,
     reader: SwapReader,
+    /// Another's file (a checkpoint's memory image): never removed.
+    borrowed: bool,
 }
 
 impl Layer {
     fn end(&self) -> u64 {
         u64::from(self.base) + u64::from(self.reader.slots())
+    }
+
+    /// Removes the layer's file, unless it is borrowed.
+    fn remove(&self) -> Result<(), SwapError> {
+        if self.borrowed {
+            return Ok(());
+        }
+        self.reader.remove()
     }
 }
 
@@ -85,6 +99,19 @@ impl SwapStore {
     /// [`SwapError::TooManyPages`] if its slots would pass the page-state map's slot limit
     /// (the caller compacts first: [`SwapStore::needs_compaction`]).
     pub fn push(&mut self, reader: SwapReader) -> Result<(), SwapError> {
+        self.push_layer(reader, false)
+    }
+
+    /// As [`SwapStore::push`] for a file the store must never remove (a checkpoint's memory
+    /// image, which other restores may read too).
+    ///
+    /// # Errors
+    /// As [`SwapStore::push`].
+    pub fn push_borrowed(&mut self, reader: SwapReader) -> Result<(), SwapError> {
+        self.push_layer(reader, true)
+    }
+
+    fn push_layer(&mut self, reader: SwapReader, borrowed: bool) -> Result<(), SwapError> {
         let base = self.next_base();
         let end = base + u64::from(reader.slots());
         if end > u64::from(MAX_SLOT) + 1 {
@@ -94,6 +121,7 @@ impl SwapStore {
             self.layers.push(Layer {
                 base: base as u32,
                 reader,
+                borrowed,
             });
         }
         Ok(())
@@ -211,7 +239,7 @@ impl SwapStore {
         self.layers.retain(|l| {
             let keep = (0..l.reader.slots()).any(|s| referenced(l.base + s));
             if !keep {
-                if let Err(e) = l.reader.remove() {
+                if let Err(e) = l.remove() {
                     tracing::warn!("removing an unused swap layer: {e}");
                 }
             }
@@ -224,7 +252,7 @@ impl SwapStore {
     /// dropped; nothing refers to their slots any more).
     pub fn remove_all(&mut self) {
         for l in self.layers.drain(..) {
-            if let Err(e) = l.reader.remove() {
+            if let Err(e) = l.remove() {
                 tracing::warn!("removing a swap layer: {e}");
             }
         }
@@ -356,5 +384,39 @@ mod tests {
         let mut t = SwapStore::new();
         t.push(layer(dir.path(), "z", &[(1, 1)])).unwrap();
         assert!(t.needs_compaction(1, u64::from(MAX_SLOT) + 1));
+    }
+
+    #[test]
+    fn a_borrowed_layer_is_read_but_never_removed() {
+        let t = crate::testutil::TempDir::new();
+        let image = t.path().join("mem-1.img");
+        let mut w = SwapWriter::create(&image, 16).unwrap();
+        let p = page(7);
+        w.write_batch(&[(PageIdx(3), p.as_slice())]).unwrap();
+        w.finish().unwrap();
+        let own = t.path().join("swap.1");
+        let mut w = SwapWriter::create(&own, 16).unwrap();
+        let q = page(9);
+        w.write_batch(&[(PageIdx(4), q.as_slice())]).unwrap();
+        w.finish().unwrap();
+        let mut store = SwapStore::new();
+        store
+            .push_borrowed(SwapReader::open(&image).unwrap())
+            .unwrap();
+        store.push(SwapReader::open(&own).unwrap()).unwrap();
+        let mut buf = vec![0u8; PAGE_BYTES];
+        store.read_pages_into(PageIdx(3), 0, 1, &mut buf).unwrap();
+        assert_eq!(buf, p);
+        store.read_pages_into(PageIdx(4), 1, 1, &mut buf).unwrap();
+        assert_eq!(buf, q);
+        // Nothing refers to either any more: the own file goes, the image stays.
+        assert_eq!(store.retain_referenced(|_| false), 2);
+        assert!(image.exists());
+        assert!(!own.exists());
+        store
+            .push_borrowed(SwapReader::open(&image).unwrap())
+            .unwrap();
+        store.remove_all();
+        assert!(image.exists());
     }
 }

@@ -167,6 +167,11 @@ impl ShmTable {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// How many segments exist.
+    pub fn segment_count(&self) -> usize {
+        self.lock().segments.len()
+    }
+
     /// shmget(2): the id of the segment with `key`, created (by `make`) when asked and
     /// allowed. Errors as Linux: EINVAL for a size outside 1..=SHMMAX or larger than an
     /// existing segment's, EEXIST with IPC_CREAT|IPC_EXCL on an existing key, ENOENT
@@ -392,6 +397,11 @@ struct SemInner {
 impl SemTable {
     fn lock(&self) -> std::sync::MutexGuard<'_, SemInner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many semaphore sets exist.
+    pub fn set_count(&self) -> usize {
+        self.lock().sets.len()
     }
 
     /// semget(2): as [`ShmTable::get`], for `nsems` semaphores (0 only to look one up).

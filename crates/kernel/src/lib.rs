@@ -12,6 +12,7 @@
 //! No lock is held across `KVM_RUN` or a blocking host call.
 
 pub mod broker;
+pub mod checkpoint;
 pub mod fd;
 pub mod fs;
 pub mod ipc;

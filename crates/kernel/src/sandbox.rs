@@ -86,6 +86,9 @@ pub enum SandboxError {
     /// The VM could not be built.
     #[error(transparent)]
     Vm(#[from] platform::VmError),
+    /// A checkpoint's state cannot be restored.
+    #[error("cannot restore the checkpoint: {0}")]
+    Restore(String),
     /// The sandbox failed while running.
     #[error("sandbox failed: {0}")]
     Run(#[from] crate::task::TaskError),
@@ -101,6 +104,8 @@ pub struct StartTimings {
 /// A built sandbox, ready to run its first task.
 pub struct Sandbox {
     task: Task,
+    /// The first process's other threads, started by [`Sandbox::run`] (a restore).
+    threads: Vec<Task>,
     started: Instant,
     /// Start-up timings.
     pub timings: StartTimings,
@@ -134,14 +139,7 @@ impl Sandbox {
             &creds,
             &procs.shm,
         )?;
-        let stdio: [Option<std::os::fd::OwnedFd>; 3] = std::array::from_fn(|n| {
-            // SAFETY: duplicating the runtime's own stdio fd; the copy is owned by the table.
-            let d = unsafe { libc::fcntl(n as i32, libc::F_DUPFD_CLOEXEC, 3) };
-            // SAFETY: `d` is a fresh fd owned by nobody else.
-            (d >= 0).then(|| unsafe {
-                <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(d)
-            })
-        });
+        let stdio = runtime_stdio();
         if let Some(n) = cfg.pids_limit {
             procs.set_task_limit(n);
         }
@@ -158,13 +156,7 @@ impl Sandbox {
             slot,
             root: Arc::new(root),
             cwd: &cfg.cwd,
-            net: Arc::new(if cfg.own_netns {
-                NetPolicy::namespaced()
-            } else if crate::broker::publishes() {
-                NetPolicy::private_loopback(cfg.publish.clone())
-            } else {
-                NetPolicy::new(cfg.publish.clone(), cfg.allow_outbound)
-            }),
+            net: Arc::new(net_policy(cfg)),
             creds,
             rlimits: cfg.rlimits.clone().unwrap_or_default(),
             stdio,
@@ -175,10 +167,30 @@ impl Sandbox {
         };
         Ok(Sandbox {
             task,
+            threads: Vec::new(),
             started,
             timings,
             _vm: vm,
         })
+    }
+
+    /// A sandbox whose first task is `task` (built by a restore).
+    pub(crate) fn from_task(
+        task: Task,
+        started: Instant,
+        vm: Arc<Vm>,
+        threads: Vec<Task>,
+    ) -> Sandbox {
+        let timings = StartTimings {
+            built_us: started.elapsed().as_micros() as u64,
+        };
+        Sandbox {
+            task,
+            threads,
+            started,
+            timings,
+            _vm: vm,
+        }
     }
 
     /// When `build` began.
@@ -191,6 +203,15 @@ impl Sandbox {
     /// # Errors
     /// [`SandboxError::Run`] on a host failure.
     pub fn run(mut self) -> Result<ExitStatus, SandboxError> {
+        for t in std::mem::take(&mut self.threads) {
+            let tid = t.tid;
+            if let Err(e) = t.spawn(format!("vcpu-{tid}")) {
+                self.task
+                    .group
+                    .exit_group(ExitStatus::Signaled(libc::SIGKILL));
+                return Err(SandboxError::Restore(format!("starting thread {tid}: {e}")));
+            }
+        }
         let status = self.task.run()?;
         // The first thread may end before the others (pthread_exit): the process lives on.
         let group = self.task.group.clone();
@@ -375,6 +396,7 @@ impl ProcessImage {
             group,
             pte_gen,
             thread_exit_only: false,
+            in_syscall: false,
             control,
             park_hook: None,
             tid: p.pid,
@@ -398,6 +420,29 @@ impl ProcessImage {
         };
         task.publish_identity();
         task
+    }
+}
+
+/// Copies of the runtime's standard streams (`None` for one that is closed), for the
+/// sandbox's first process.
+pub fn runtime_stdio() -> [Option<std::os::fd::OwnedFd>; 3] {
+    std::array::from_fn(|n| {
+        // SAFETY: duplicating the runtime's own stdio fd; the copy is owned by the caller.
+        let d = unsafe { libc::fcntl(n as i32, libc::F_DUPFD_CLOEXEC, 3) };
+        // SAFETY: `d` is a fresh fd owned by nobody else.
+        (d >= 0)
+            .then(|| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(d) })
+    })
+}
+
+/// The network policy `cfg` asks for.
+pub(crate) fn net_policy(cfg: &SandboxConfig) -> NetPolicy {
+    if cfg.own_netns {
+        NetPolicy::namespaced()
+    } else if crate::broker::publishes() {
+        NetPolicy::private_loopback(cfg.publish.clone())
+    } else {
+        NetPolicy::new(cfg.publish.clone(), cfg.allow_outbound)
     }
 }
 

@@ -18,7 +18,8 @@
 //!   runs;
 //! - [`shared`]: memory shared between the sandbox's processes (MAP_SHARED objects, System V
 //!   segments), shown to each VM as shared windows;
-//! - `pod`: the [`Pod`] marker for values copied as raw bytes.
+//! - `pod`: the [`Pod`] marker for values copied as raw bytes;
+//! - [`image`]: checkpoint and restore of an address space ([`MmImage`], export, import).
 //!
 //! Lock order: this crate takes no locks. The kernel wraps each `MemoryManager` in one
 //! `Mutex`, shared by the threads of a thread group:
@@ -35,6 +36,7 @@
 pub mod alloc;
 mod cow;
 mod fault;
+pub mod image;
 mod manager;
 mod pagecache;
 pub mod pagetable;
@@ -43,9 +45,12 @@ pub mod shared;
 mod usercopy;
 pub mod vma;
 
-pub use alloc::{AllocError, MemoryBudget, PageAllocator, CHUNK_PAGES, CHUNK_SIZE};
+pub use alloc::{
+    AllocError, AllocImageError, MemoryBudget, PageAllocator, CHUNK_PAGES, CHUNK_SIZE,
+};
 pub use cow::RESERVED_SLOTS;
 pub use fault::{Access, FaultError, FAULT_AROUND};
+pub use image::{FileId, MmImage, VmaImage, VmaKindImage};
 pub use manager::{
     CleanFilePage, MemoryManager, MmError, MmStats, MmapRequest, DEFAULT_MMAP_BASE, MREMAP_FIXED,
     MREMAP_MAYMOVE, STACK_RESERVE,

@@ -49,6 +49,11 @@ pub enum MmError {
     /// No NUL within the allowed string length (`ENAMETOOLONG`).
     #[error("no NUL within {0} bytes")]
     StringTooLong(usize),
+    /// An address space that cannot be checkpointed (shared memory, a file mapping without
+    /// a path), or a checkpoint image that cannot be restored (inconsistent, corrupt, or a
+    /// mapped file that changed since); the reason says which (`EINVAL`).
+    #[error("address-space checkpoint: {0}")]
+    Checkpoint(String),
     /// An internal invariant broke (corrupt page table, bookkeeping mismatch); the kernel
     /// should stop the sandbox. Reported to the guest as `EFAULT` if it must be.
     #[error("memory manager internal error: {0}")]
@@ -67,6 +72,7 @@ impl MmError {
             MmError::OffsetOverflow => libc::EOVERFLOW,
             MmError::StringTooLong(_) => libc::ENAMETOOLONG,
             MmError::AccessDenied => libc::EACCES,
+            MmError::Checkpoint(_) => libc::EINVAL,
             MmError::Internal(_) => libc::EFAULT,
         }
     }
@@ -145,11 +151,11 @@ pub struct MemoryManager {
     pub(crate) alloc: PageAllocator,
     pub(crate) pt: PageTables,
     pub(crate) vmas: VmaSet,
-    mmap_base: Gva,
+    pub(crate) mmap_base: Gva,
     /// Start of the heap (as set by the loader: the end of the data segment).
-    brk_base: Option<Gva>,
+    pub(crate) brk_base: Option<Gva>,
     /// The current program break (unaligned, as the application asked).
-    brk: Gva,
+    pub(crate) brk: Gva,
     pub(crate) faults: u64,
     /// Pages mapped from the page cache (see `cow.rs`).
     pub(crate) cache_maps: u64,
@@ -1368,6 +1374,7 @@ pub(crate) mod tests {
             MmError::OffsetOverflow,
             MmError::StringTooLong(1),
             MmError::Internal(String::new()),
+            MmError::Checkpoint(String::new()),
         ];
         let errnos: Vec<_> = all.iter().map(MmError::errno).collect();
         assert_eq!(
@@ -1380,9 +1387,10 @@ pub(crate) mod tests {
                 libc::EPERM,
                 libc::EOVERFLOW,
                 libc::ENAMETOOLONG,
-                libc::EFAULT
+                libc::EFAULT,
+                libc::EINVAL
             ]
         );
-        assert!(all[7].is_internal() && !all[0].is_internal());
+        assert!(all[7].is_internal() && !all[0].is_internal() && !all[8].is_internal());
     }
 }

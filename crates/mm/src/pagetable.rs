@@ -248,6 +248,27 @@ impl PageTables {
         Ok(pt)
     }
 
+    /// Page tables that already live in `mem` (a restored checkpoint's pages): rooted at
+    /// `root`, with `table_pages` table pages and `mapped` user leaves owning a frame, as
+    /// [`table_pages`](Self::table_pages) and [`mapped_pages`](Self::mapped_pages) reported
+    /// them. Guest memory is neither read nor written (its pages may not be restored yet);
+    /// the caller has checked `root` against the allocator. Nothing awaits the PTE-sync stub:
+    /// a new VM starts from these tables.
+    pub(crate) fn from_parts(
+        mem: Arc<GuestMemory>,
+        root: Gpa,
+        table_pages: usize,
+        mapped: usize,
+    ) -> Self {
+        PageTables {
+            mem,
+            root,
+            dirty: BTreeSet::new(),
+            table_pages,
+            mapped,
+        }
+    }
+
     /// The PML4's guest-physical address, for CR3.
     pub fn root(&self) -> Gpa {
         self.root

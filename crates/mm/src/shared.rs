@@ -266,6 +266,12 @@ impl SharedObject {
         self.fixed_len.is_none()
     }
 
+    /// `fstat` of the object's own descriptor (for a file object: the file's size, times and
+    /// links; the descriptor is a reopening of the mapper's, the same inode).
+    pub(crate) fn metadata(&self) -> io::Result<std::fs::Metadata> {
+        std::fs::File::from(self.file.try_clone()?).metadata()
+    }
+
     /// The windows made so far.
     pub fn windows(&self) -> Vec<Arc<SharedWindow>> {
         self.windows

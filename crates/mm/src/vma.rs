@@ -350,6 +350,24 @@ impl VmaSet {
         Ok(())
     }
 
+    /// Inserts a VMA that overlaps none without merging it with its neighbours, so that a
+    /// restored set has exactly the VMAs it was saved with (two adjacent VMAs of one file
+    /// opened twice were apart, and one reopened file would let them merge).
+    ///
+    /// # Errors
+    /// [`VmaError::BadRange`], [`VmaError::Overlap`]; the set is unchanged.
+    pub(crate) fn insert_unmerged(&mut self, vma: Vma) -> Result<(), VmaError> {
+        check_range(vma.start, vma.end)?;
+        if !self.is_free(vma.start, vma.end) {
+            return Err(VmaError::Overlap {
+                start: vma.start,
+                end: vma.end,
+            });
+        }
+        self.map.insert(vma.start, vma);
+        Ok(())
+    }
+
     /// Splits the VMA containing `at` (if `at` is strictly inside one) into two.
     fn split_at(&mut self, at: Gva) {
         let Some((_, v)) = self.map.range_mut(..at).next_back() else {

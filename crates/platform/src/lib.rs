@@ -24,5 +24,5 @@ pub mod vcpu;
 pub mod vm;
 
 pub use kick::VcpuKicker;
-pub use vcpu::{ExceptionInfo, Exit, PteRun, Regs, UserContext, Vcpu, VcpuError};
+pub use vcpu::{ExceptionInfo, Exit, PteRun, Regs, UserContext, Vcpu, VcpuError, XSAVE_AREA_SIZE};
 pub use vm::{Vm, VmError};

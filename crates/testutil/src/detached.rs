@@ -141,6 +141,30 @@ impl Detached {
         (sb, addr)
     }
 
+    /// `torpor restore -d --name ID OPTIONS DIR` in this sandbox's state directory: the
+    /// restored sandbox, or the failed command's output.
+    pub fn restore_beside(&self, options: &[&str], dir: &Path) -> Result<Detached, Output> {
+        let id = format!("t{}", crate::tempdir::unique_token());
+        let mut cmd = Command::new(&self.bin);
+        cmd.env("TORPOR_STATE_DIR", self.state_dir.path())
+            .arg("restore")
+            .arg("-d")
+            .arg("--name")
+            .arg(&id)
+            .args(options)
+            .arg(dir);
+        let out = run_command(cmd, None, Duration::from_secs(120));
+        if out.code() != 0 {
+            return Err(out);
+        }
+        assert_eq!(out.stdout_str().trim(), id, "restore -d prints the ID");
+        Ok(Detached {
+            bin: self.bin.clone(),
+            id,
+            state_dir: self.state_dir.clone(),
+        })
+    }
+
     /// The state directory's base (TORPOR_STATE_DIR).
     pub fn state_base(&self) -> &Path {
         self.state_dir.path()

@@ -141,6 +141,20 @@ pub enum Command {
         /// Sandbox ID.
         id: String,
     },
+    /// Write a checkpoint of a running sandbox into a new directory DIR (memory, processes,
+    /// descriptors, its files' changes), then stop it unless --leave-running.
+    Checkpoint {
+        /// Keep the sandbox running after the checkpoint (it resumes where it was).
+        #[arg(long)]
+        leave_running: bool,
+        /// Sandbox ID.
+        id: String,
+        /// The checkpoint directory to create.
+        dir: PathBuf,
+    },
+    /// Start a sandbox from a checkpoint DIR: it resumes where it was checkpointed, its
+    /// memory coming back lazily as it is touched.
+    Restore(RestoreArgs),
     /// OCI: create a container from a bundle; its program waits for `start`.
     Create(CreateArgs),
     /// OCI: start the program of a created container.
@@ -391,6 +405,35 @@ pub struct RunArgs {
     /// Program (a path inside ROOTFS) and its arguments; without them, the OCI form.
     #[arg(last = true, num_args = 1..)]
     pub command: Vec<String>,
+}
+
+/// Arguments of `torpor restore`.
+#[derive(clap::Args, Debug)]
+pub struct RestoreArgs {
+    /// The root filesystem the checkpointed sandbox ran on (default: the path it had; its
+    /// files must be unchanged).
+    #[arg(long, value_name = "ROOTFS")]
+    pub rootfs: Option<PathBuf>,
+    /// Publish a guest port on the host: [HOST_IP:]HOST_PORT:GUEST_PORT (default: the
+    /// checkpointed sandbox's).
+    #[arg(long = "publish", short = 'p')]
+    pub publish: Vec<Publish>,
+    /// How the restored sandbox's memory comes back: fault, reap or auto (default: the
+    /// checkpointed sandbox's).
+    #[arg(long, value_parser = parse_wake_mode)]
+    pub wake_mode: Option<hibernate::engine::WakeMode>,
+    /// Run in the background: print the sandbox ID once it is restored, and return.
+    #[arg(long, short = 'd')]
+    pub detach: bool,
+    /// Sandbox ID (default: a random one).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Internal: the write end of a readiness pipe (set by `restore -d` for its child).
+    #[arg(long, hide = true, default_value_t = -1)]
+    pub ready_fd: i32,
+    /// The checkpoint directory (made by `torpor checkpoint`).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
 }
 
 /// Parses a byte count with an optional K, M or G suffix (powers of 1024).

@@ -55,6 +55,10 @@ pub enum Request {
     Pause,
     /// End a pause (OCI `resume`).
     Resume,
+    /// Pause the sandbox and write a checkpoint of it into `checkpoint/` in its state
+    /// directory (`torpor checkpoint` moves it where the user asked); it stays paused until
+    /// `resume`.
+    Checkpoint,
     /// Start another process in the sandbox (OCI `exec`); its standard streams travel with
     /// the request.
     Exec {

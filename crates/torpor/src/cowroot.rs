@@ -158,7 +158,15 @@ fn detach(merged: &Path) -> Result<()> {
 ///
 /// On failure the directories created here are removed again; if the namespace was already
 /// entered, the process stays in it (private, harmless).
+#[cfg(test)]
 pub fn prepare(lower: &Path, layer_dir: &Path) -> Result<CowRoot> {
+    prepare_seeded(lower, layer_dir, None)
+}
+
+/// As [`prepare`], the upper layer starting as a copy of `seed` (a checkpoint's upper layer:
+/// the files the checkpointed sandbox had written, whiteouts and overlay attributes
+/// included), copied by `cp -a` before the mount.
+pub fn prepare_seeded(lower: &Path, layer_dir: &Path, seed: Option<&Path>) -> Result<CowRoot> {
     let lower_canon = std::fs::canonicalize(lower)
         .with_context(|| format!("root filesystem {}", lower.display()))?;
     if !lower_canon.is_dir() {
@@ -222,7 +230,10 @@ pub fn prepare(lower: &Path, layer_dir: &Path) -> Result<CowRoot> {
                 .with_context(|| format!("creating {}", d.display()))?;
             created.push(d);
         }
-        copy_root_attributes(&lower_canon, &upper)?;
+        match seed {
+            Some(seed) => copy_tree(seed, &upper)?,
+            None => copy_root_attributes(&lower_canon, &upper)?,
+        }
         let user_namespace = enter_private_namespace()?;
         let userxattr = !in_initial_user_namespace()?;
         let o = if userxattr { &opts_userxattr } else { &opts };
@@ -245,6 +256,29 @@ pub fn prepare(lower: &Path, layer_dir: &Path) -> Result<CowRoot> {
             Err(e)
         }
     }
+}
+
+/// Copies the contents of directory `from` into the existing directory `to` with `cp -a`
+/// (ownership, modes, times, extended attributes, device nodes and hard links kept).
+pub fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    let mut src = from.as_os_str().to_owned();
+    src.push("/.");
+    let out = std::process::Command::new("cp")
+        .arg("-a")
+        .arg("--")
+        .arg(&src)
+        .arg(to)
+        .output()
+        .context("running cp")?;
+    if !out.status.success() {
+        bail!(
+            "copying {} to {}: {}",
+            from.display(),
+            to.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 /// `p` made absolute with its longest existing ancestor canonicalized (symlinks resolved) and the

@@ -80,6 +80,14 @@ fn start_spawner() -> std::io::Result<mpsc::Sender<SpawnJob>> {
     Ok(tx)
 }
 
+/// Where a holder's sandbox comes from.
+pub enum Origin {
+    /// Built from its configuration: the program starts from its entry point.
+    Build,
+    /// Restored from a checkpoint (`torpor restore`), already opened and checked.
+    Restore(Box<crate::snapshot::Restoring>),
+}
+
 /// What the control thread knows of its sandbox.
 struct Daemon {
     id: String,
@@ -106,6 +114,8 @@ struct Daemon {
     exit: Mutex<Option<ExitStatus>>,
     deleted: Mutex<bool>,
     deleted_cv: Condvar,
+    /// How the sandbox was started, as a checkpoint records it (`crate::snapshot`).
+    record: serde_json::Value,
 }
 
 /// Runs sandbox `cfg` under ID `id`. `ready` (detached runs) receives one line, `ok` or the
@@ -117,8 +127,20 @@ pub fn serve(
     ready: Option<OwnedFd>,
     holding: Holding,
 ) -> Result<u8> {
+    serve_from(cfg, id, policy, ready, holding, Origin::Build)
+}
+
+/// As [`serve`], for a sandbox built or restored as `origin` says.
+pub fn serve_from(
+    cfg: &SandboxConfig,
+    id: &str,
+    policy: &Policy,
+    ready: Option<OwnedFd>,
+    holding: Holding,
+    origin: Origin,
+) -> Result<u8> {
     let mut ready = ready;
-    let result = start(cfg, id, policy, &holding, &mut ready);
+    let result = start(cfg, id, policy, &holding, &mut ready, &origin);
     match result {
         Err(e) => {
             crate::ready::report(ready, Err(&e));
@@ -137,7 +159,10 @@ fn start(
     policy: &Policy,
     holding: &Holding,
     ready: &mut Option<OwnedFd>,
+    origin: &Origin,
 ) -> Result<u8> {
+    let record = serde_json::to_value(crate::snapshot::HolderRecord::of(cfg, policy.wake_mode))
+        .context("recording the sandbox's configuration")?;
     let dir = statedir::create(id)?;
     statedir::write_pid(&dir, std::process::id())?;
     let (oci, bundle, start_now) = match holding {
@@ -155,7 +180,11 @@ fn start(
     let janitor = if oci {
         None
     } else {
-        let cow = crate::cowroot::prepare(&cfg.rootfs, &dir.join("root"))?;
+        let seed = match origin {
+            Origin::Restore(r) => r.upper(),
+            Origin::Build => None,
+        };
+        let cow = crate::cowroot::prepare_seeded(&cfg.rootfs, &dir.join("root"), seed.as_deref())?;
         cfg.rootfs = cow.merged().to_path_buf();
         // The janitor stays out of the sandbox's cgroup, so that it can remove it.
         let cgroup = policy.cpus.map(|cpus| cpu_cgroup(id, cpus));
@@ -174,11 +203,21 @@ fn start(
     // Still single-threaded: the broker is a plain fork (and the network namespace is left
     // before the sandbox makes any socket).
     crate::broker::start_if_root(cfg)?;
-    let mut sandbox = Sandbox::build(cfg)?;
-    let control = sandbox.control();
     let mode = policy.wake_mode;
-    let (mut hook, hib) = engine::new(sandbox.memory(), control.clone(), dir.clone(), mode)
-        .context("setting up hibernation")?;
+    let (mut sandbox, mut hook, hib) = match origin {
+        Origin::Build => {
+            let sandbox = Sandbox::build(cfg)?;
+            let (hook, hib) = engine::new(sandbox.memory(), sandbox.control(), dir.clone(), mode)
+                .context("setting up hibernation")?;
+            (sandbox, hook, hib)
+        }
+        Origin::Restore(r) => {
+            let sandbox = r.sandbox(cfg)?;
+            let (hook, hib) = r.hibernator(&sandbox, dir.clone(), mode)?;
+            (sandbox, hook, hib)
+        }
+    };
+    let control = sandbox.control();
     hook.set_swap_quota(policy.swap_quota);
     sandbox.set_park_hook(Box::new(hook));
     let sock = dir.join("control.sock");
@@ -211,6 +250,7 @@ fn start(
         exit: Mutex::new(None),
         deleted: Mutex::new(false),
         deleted_cv: Condvar::new(),
+        record,
     });
     {
         let d = daemon.clone();
@@ -218,15 +258,18 @@ fn start(
             .name("control".into())
             .spawn(move || control_loop(&d, listener))?;
     }
-    if let Err(e) = daemon
-        .hib
-        .shared()
-        .state
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .transition(State::Running)
-    {
-        tracing::warn!("{e}");
+    // A restored sandbox goes from creating to hibernated as its task first parks.
+    if matches!(origin, Origin::Build) {
+        if let Err(e) = daemon
+            .hib
+            .shared()
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .transition(State::Running)
+        {
+            tracing::warn!("{e}");
+        }
     }
     // Everything the sandbox needs is open or mapped: the holder confines itself before the
     // application can run (docs/SECURITY.md).
@@ -489,6 +532,16 @@ fn handle(d: &Daemon, req: Request) -> Response {
                 }
                 Some(true) => Response::error("the sandbox has already started"),
                 None => Response::error("the sandbox has stopped"),
+            }
+        }
+        Request::Checkpoint => {
+            if !is_started(d) || d.exit.lock().map(|e| e.is_some()).unwrap_or(false) {
+                return Response::error("only a running sandbox can be checkpointed");
+            }
+            let out = d.dir.join(crate::snapshot::HOLDER_OUTPUT);
+            match d.hib.checkpoint(out, d.record.clone(), PARK_TIMEOUT) {
+                Ok(r) => Response::data(serde_json::to_value(r).unwrap_or_default()),
+                Err(e) => Response::error(e),
             }
         }
         Request::Pause => {

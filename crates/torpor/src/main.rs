@@ -21,6 +21,7 @@ mod procfs;
 mod ready;
 mod run;
 mod share;
+mod snapshot;
 mod statedir;
 mod user;
 mod verbs;
@@ -72,6 +73,12 @@ fn main() -> ExitCode {
         cli::Command::Stats { id, prometheus } => verbs::stats(id.as_deref(), prometheus),
         cli::Command::List { watch } => verbs::list(watch),
         cli::Command::Delete { id, force } => verbs::delete(&id, force),
+        cli::Command::Checkpoint {
+            id,
+            dir,
+            leave_running,
+        } => snapshot::checkpoint(&id, &dir, leave_running),
+        cli::Command::Restore(args) => snapshot::restore(args),
         cli::Command::Create(a) => oci::create(&oci::CreateOptions {
             id: a.id,
             bundle: a.bundle,

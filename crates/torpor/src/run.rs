@@ -26,7 +26,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         None => statedir::new_id(),
     };
     if args.detach {
-        return detach(&id);
+        return detach(&id, "run");
     }
     let program = args.command[0].clone();
     let mut env = args.env.clone();
@@ -95,15 +95,16 @@ pub fn run(args: RunArgs) -> Result<u8> {
     )
 }
 
-/// `run -d`: starts this same command line, without `-d`, as a session leader in the
-/// background with its output in the sandbox directory, and returns once it reports ready.
 /// Whether private file pages are shared through the page cache unless a flag says
 /// otherwise: `TORPOR_SHARE_FILES=0` turns it off.
 pub fn share_files_from_env() -> bool {
     std::env::var("TORPOR_SHARE_FILES").map_or(true, |v| v.trim() != "0")
 }
 
-fn detach(id: &str) -> Result<u8> {
+/// `VERB -d` (`run`, `restore`): starts this same command line, without `-d`, as a session
+/// leader in the background with its output in the sandbox directory, and returns once it
+/// reports ready.
+pub fn detach(id: &str, verb: &str) -> Result<u8> {
     use std::os::unix::process::CommandExt;
     let dir = statedir::dir_of(id)?;
     if dir.exists() && statedir::owner_alive(&dir) {
@@ -136,10 +137,10 @@ fn detach(id: &str) -> Result<u8> {
             _ => args.push(a),
         }
     }
-    // Insert the ID and the pipe right after `run`.
+    // Insert the ID and the pipe right after the verb.
     let pos = args
         .iter()
-        .position(|a| a == "run")
+        .position(|a| a == verb)
         .map(|p| p + 1)
         .unwrap_or(0);
     args.insert(pos, format!("--ready-fd={}", ready.child_fd()));

@@ -10,7 +10,7 @@ use crate::statedir;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-fn dir(id: &str) -> Result<std::path::PathBuf> {
+pub(crate) fn dir(id: &str) -> Result<std::path::PathBuf> {
     let d = statedir::dir_of(id)?;
     if !d.is_dir() {
         bail!("sandbox {id:?} does not exist");

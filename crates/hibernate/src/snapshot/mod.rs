@@ -22,7 +22,6 @@
 //! least its own. A minor bump may only add fields with defaults whose absence means the old
 //! behaviour; anything else bumps the major. Nothing is forward-compatible.
 
-pub mod blobs;
 pub mod envelope;
 
 use std::fs::{File, OpenOptions};
@@ -32,8 +31,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use blobs::{BlobRef, BlobWriter, Blobs};
 pub use envelope::Kind;
+pub use kernel::checkpoint::blobs::{BlobError, BlobRef, BlobWriter, Blobs};
 
 use crate::pagefile::{PageFileError, PageFileReader};
 use crate::reap::REAP_MAGIC;

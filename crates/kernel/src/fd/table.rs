@@ -69,6 +69,11 @@ impl FdTable {
             .store(n.min(MAX_FDS), std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// The number of descriptors the process may hold.
+    pub fn limit(&self) -> usize {
+        self.max()
+    }
+
     fn max(&self) -> usize {
         self.limit.load(std::sync::atomic::Ordering::Relaxed)
     }

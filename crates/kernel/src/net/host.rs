@@ -140,7 +140,11 @@ pub fn connect(fd: BorrowedFd<'_>, a: &RawSockAddr) -> Result<(), Errno> {
     cvt(unsafe { libc::connect(fd.as_raw_fd(), a.ptr(), a.socklen()) }).map(|_| ())
 }
 
-/// listen(2).
+/// The backlog every listening host socket gets, whatever the application asks (see
+/// `sys_listen`): connections that arrive while the sandbox is hibernated wait there.
+pub const LISTEN_BACKLOG: i32 = 4096;
+
+/// listen(2) on a host socket.
 ///
 /// # Errors
 /// The host's errno.

@@ -873,7 +873,7 @@ pub fn sys_bind(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// The host backlog of every listening socket: connections that arrive while the sandbox is
 /// hibernated, waking or busy wait in the host's queue instead of being dropped (clients would
 /// retry after 1, 3, 7… s). The host's `net.core.somaxconn` caps it (4096 by default).
-const HOST_BACKLOG: i32 = 4096;
+const HOST_BACKLOG: i32 = host::LISTEN_BACKLOG;
 
 /// Implements listen(2). An unbound Internet stream socket is first bound through the policy
 /// (Linux would bind the wildcard address and an ephemeral port); an unbound Unix socket is

@@ -95,6 +95,10 @@ pub struct ProcessResources {
 struct StopState {
     stopped: bool,
     parked: usize,
+    /// Raised to ask every parked thread for its state (a checkpoint).
+    capture_gen: u64,
+    /// The states the parked threads gave since the last request.
+    captured: Vec<Result<crate::checkpoint::task::Captured, String>>,
 }
 
 #[derive(Default)]
@@ -449,18 +453,65 @@ impl ThreadGroup {
     }
 
     /// Called by a thread asked to park without a park hook of its own: waits while the
-    /// group is stopped.
-    pub fn park_here(&self) {
+    /// group is stopped. While it waits, a checkpoint may ask for its state
+    /// ([`ThreadGroup::capture_others`]): it gives `capture()` (only its own host thread may
+    /// read its vCPU).
+    pub fn park_here(
+        &self,
+        capture: impl Fn() -> Result<crate::checkpoint::task::Captured, String>,
+    ) {
         let mut st = self.lock_stop();
         if !st.stopped {
             return;
         }
         st.parked += 1;
         self.stop_cv.notify_all();
+        let mut seen = st.capture_gen;
         while st.stopped {
+            if st.capture_gen != seen {
+                seen = st.capture_gen;
+                drop(st);
+                let c = capture();
+                st = self.lock_stop();
+                st.captured.push(c);
+                self.stop_cv.notify_all();
+                continue;
+            }
             st = self.stop_cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         st.parked -= 1;
+    }
+
+    /// The states of the `count` threads [`ThreadGroup::stop_others`] holds, each captured on
+    /// its own host thread; `None` if they do not all answer within `timeout`.
+    pub fn capture_others(
+        &self,
+        count: usize,
+        timeout: Duration,
+    ) -> Option<Vec<Result<crate::checkpoint::task::Captured, String>>> {
+        let start = std::time::Instant::now();
+        let mut st = self.lock_stop();
+        if !st.stopped {
+            return (count == 0).then(Vec::new);
+        }
+        st.captured.clear();
+        st.capture_gen += 1;
+        self.stop_cv.notify_all();
+        while st.captured.len() < count {
+            let left = timeout.checked_sub(start.elapsed())?;
+            st = self
+                .stop_cv
+                .wait_timeout(st, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        Some(std::mem::take(&mut st.captured))
+    }
+
+    /// Holds the group's threads from their first park until [`ThreadGroup::resume_others`]
+    /// (a restored process: its threads wait until the wake).
+    pub fn hold_others(&self) {
+        self.lock_stop().stopped = true;
     }
 
     fn lock_stop(&self) -> std::sync::MutexGuard<'_, StopState> {

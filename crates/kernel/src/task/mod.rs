@@ -13,7 +13,7 @@ pub mod spawn;
 
 pub use control::{IdleHook, ParkHook, TaskControl};
 pub use group::{FutexTable, ProcIdentity, ProcessResources, ThreadGroup, WaitResult};
-pub use process::{ProcessTable, TaskSlot, WaitFor};
+pub use process::{Membership, ProcessTable, TaskSlot, WaitFor};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -97,6 +97,10 @@ pub struct Task {
     pub pte_gen: Arc<std::sync::atomic::AtomicU64>,
     /// Set by exit(2) while other threads live: only this thread ends.
     pub thread_exit_only: bool,
+    /// The task is inside a syscall whose blocking host call a park interrupted: the call
+    /// (its number and arguments still in the registers) runs again once the task is
+    /// unparked. A checkpoint saves it; a restored task starts by running the call again.
+    pub in_syscall: bool,
 }
 
 /// Errors that end the sandbox (host failures, never guest mistakes).
@@ -224,6 +228,7 @@ impl Task {
             pte_gen: parts.group.join(parts.tid, control),
             group: parts.group,
             thread_exit_only: false,
+            in_syscall: false,
         }
     }
 
@@ -306,6 +311,19 @@ impl Task {
     }
 
     fn run_loop(&mut self) -> Result<ExitStatus, TaskError> {
+        if self.in_syscall {
+            // Restored inside a call interrupted by the checkpoint's park: once unparked, it
+            // runs again, as it would have in the process that was checkpointed.
+            if self.control.park_requested() {
+                self.park();
+            }
+            self.in_syscall = false;
+            if self.control.signal_pending() {
+                self.complete_syscall(self.vcpu.user.regs.rax, Err(Errno::EINTR));
+            } else {
+                self.handle_syscall();
+            }
+        }
         loop {
             if self.control.park_requested() {
                 self.park();
@@ -348,37 +366,7 @@ impl Task {
                 exit = self.complete_ring0_syscall(frame)?;
             }
             match exit {
-                Exit::Syscall => {
-                    let args = SyscallArgs::from_regs(&self.vcpu.user.regs);
-                    let waits = waits_for_input(args.nr);
-                    if waits {
-                        self.control.set_idle(true);
-                    }
-                    let ret = loop {
-                        let r = syscalls::dispatch(self, &args);
-                        // A blocking host call interrupted by a park request is restarted
-                        // once the task is unparked: the application never sees the EINTR.
-                        if r == Err(Errno::EINTR) && self.control.park_requested() {
-                            self.park();
-                            if !self.control.signal_pending() {
-                                continue;
-                            }
-                        }
-                        break r;
-                    };
-                    self.control.set_idle(false);
-                    if waits && brought_input(args.nr, &ret) {
-                        self.control.note_input();
-                    }
-                    if ret == Err(Errno::EINTR) {
-                        // Restarted or not when the signal is delivered.
-                        self.signals.interrupted_syscall = Some(args.nr);
-                    }
-                    self.vcpu.user.regs.rax = match ret {
-                        Ok(v) => v,
-                        Err(e) => e.as_return(),
-                    };
-                }
+                Exit::Syscall => self.handle_syscall(),
                 Exit::Exception(info) => self.handle_exception(info)?,
                 Exit::MemoryFault => {
                     // A page of a file truncated below its mapping: SIGBUS, as on Linux
@@ -392,6 +380,50 @@ impl Task {
                 return Ok(status);
             }
         }
+    }
+
+    /// Runs the syscall the vCPU exited for and puts its result in `rax`.
+    fn handle_syscall(&mut self) {
+        let args = SyscallArgs::from_regs(&self.vcpu.user.regs);
+        let waits = waits_for_input(args.nr);
+        if waits {
+            self.control.set_idle(true);
+        }
+        let ret = self.dispatch_restarting(&args);
+        self.control.set_idle(false);
+        if waits && brought_input(args.nr, &ret) {
+            self.control.note_input();
+        }
+        self.complete_syscall(args.nr, ret);
+    }
+
+    /// Dispatches a syscall; a blocking host call interrupted by a park request is restarted
+    /// once the task is unparked: the application never sees the EINTR.
+    fn dispatch_restarting(&mut self, args: &SyscallArgs) -> Result<u64, Errno> {
+        loop {
+            let r = syscalls::dispatch(self, args);
+            if r == Err(Errno::EINTR) && self.control.park_requested() {
+                self.in_syscall = true;
+                self.park();
+                self.in_syscall = false;
+                if !self.control.signal_pending() {
+                    continue;
+                }
+            }
+            return r;
+        }
+    }
+
+    /// Puts a syscall's result in `rax` (an EINTR is restarted or not when the signal is
+    /// delivered).
+    fn complete_syscall(&mut self, nr: u64, ret: Result<u64, Errno>) {
+        if ret == Err(Errno::EINTR) {
+            self.signals.interrupted_syscall = Some(nr);
+        }
+        self.vcpu.user.regs.rax = match ret {
+            Ok(v) => v,
+            Err(e) => e.as_return(),
+        };
     }
 
     /// Checks the #UD frame a ring-0 syscall entry pushed on the user stack (see
@@ -420,7 +452,8 @@ impl Task {
             self.park_hook = Some(hook);
         } else {
             // Another thread is hibernating the process: wait until it is done.
-            self.group.park_here();
+            self.group
+                .park_here(|| crate::checkpoint::task::capture(self).map_err(|e| e.to_string()));
         }
         self.control.clear_park();
     }

@@ -469,6 +469,38 @@ impl ProcessTable {
             .map(|e| e.member)
     }
 
+    /// The parent, whether it has exec'd, and the exit signal of a live process (what a
+    /// checkpoint saves of its entry beside [`Self::membership`]).
+    pub fn entry_of(&self, pid: i32) -> Option<(i32, bool, i32)> {
+        self.lock()
+            .get(&pid)
+            .filter(|e| e.status.is_none())
+            .map(|e| (e.ppid, e.execed, e.exit_signal))
+    }
+
+    /// Puts back what a checkpoint saved of process `pid`'s entry (already added).
+    pub fn restore_entry(&self, pid: i32, member: Membership, execed: bool) {
+        if let Some(e) = self.lock().get_mut(&pid) {
+            e.member = member;
+            e.execed = execed;
+        }
+    }
+
+    /// The id the next process or thread gets.
+    pub fn next_id(&self) -> i32 {
+        self.next_id.load(Ordering::Relaxed)
+    }
+
+    /// Sets the id the next process or thread gets (a restore continues the numbering).
+    pub fn set_next_id(&self, id: i32) {
+        self.next_id.store(id.max(2), Ordering::Relaxed);
+    }
+
+    /// The most tasks the sandbox may hold.
+    pub fn task_limit(&self) -> usize {
+        self.tasks.limit.load(Ordering::SeqCst)
+    }
+
     /// setpgid(2) by `caller` on `pid` (the caller or one of its children) to `pgid` (0:
     /// `pid` itself), with Linux's checks: ESRCH for a process that is neither, EACCES for a
     /// child that has exec'd, EPERM for a session leader, a child in another session, or a

@@ -319,6 +319,16 @@ impl Default for SignalState {
 }
 
 impl SignalState {
+    /// The pending signals, in arrival order (a checkpoint saves them).
+    pub fn pending(&self) -> &[SigInfo] {
+        &self.pending
+    }
+
+    /// Replaces the pending signals (a restore).
+    pub fn set_pending(&mut self, pending: Vec<SigInfo>) {
+        self.pending = pending;
+    }
+
     /// The state a new thread starts with (clone with CLONE_THREAD): the mask of its creator,
     /// nothing pending, no alternate stack; the dispositions are the process's, shared.
     pub fn reset_for_new_thread(&mut self) {

@@ -17,6 +17,19 @@ impl Bitmap {
         }
     }
 
+    /// A bitmap of `len` bits from its words (as [`word`](Self::word) gives them), or `None`
+    /// if `words` is not exactly `len.div_ceil(64)` long or a bit past `len` is set.
+    pub(crate) fn from_words(words: Vec<u64>, len: usize) -> Option<Self> {
+        if words.len() != len.div_ceil(64) {
+            return None;
+        }
+        let tail = len % 64;
+        if tail != 0 && words.last().is_some_and(|&w| w >> tail != 0) {
+            return None;
+        }
+        Some(Bitmap { words, len })
+    }
+
     /// Bit `i` (false when out of range).
     pub(crate) fn get(&self, i: usize) -> bool {
         i < self.len && self.words[i / 64] & (1 << (i % 64)) != 0

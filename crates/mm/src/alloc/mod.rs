@@ -27,11 +27,16 @@
 //! its owner returned it to the host (MADV_DONTNEED). [`PageAllocator::alloc`] reports the mark,
 //! so callers skip zeroing such pages and the host never materialises them until the guest
 //! touches them.
+//!
+//! For checkpoints, the state is saved and restored as bytes (`image.rs`:
+//! [`PageAllocator::export_bytes`], [`PageAllocator::import_bytes`]).
 
 mod bitmap;
 mod budget;
+mod image;
 
 pub use budget::MemoryBudget;
+pub use image::AllocImageError;
 
 use platform::layout;
 use platform::{Gpa, PAGE_SHIFT, PAGE_SIZE};

@@ -4,7 +4,16 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::SnapshotError;
+/// A blob reference that does not name the bytes it was made for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BlobError {
+    /// The reference points outside the blob file.
+    #[error("a blob reference points outside the blob file")]
+    OutOfBounds,
+    /// The bytes do not match the reference's checksum.
+    #[error("blob checksum mismatch")]
+    Checksum,
+}
 
 /// Where a blob is in the blob file's payload, and its checksum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,21 +71,17 @@ impl Blobs {
     /// The bytes `r` names, checked against its bounds and checksum.
     ///
     /// # Errors
-    /// [`SnapshotError::Corrupt`] for a reference outside the file or bytes that do not match
-    /// its checksum.
-    pub fn get(&self, r: BlobRef) -> Result<&[u8], SnapshotError> {
-        let corrupt = |what: &str| SnapshotError::Corrupt {
-            file: super::BLOBS.into(),
-            what: what.to_string(),
-        };
+    /// [`BlobError`] for a reference outside the file or bytes that do not match its
+    /// checksum.
+    pub fn get(&self, r: BlobRef) -> Result<&[u8], BlobError> {
         let end = r
             .off
             .checked_add(r.len)
             .filter(|&e| e <= self.bytes.len() as u64)
-            .ok_or_else(|| corrupt("a blob reference points outside the file"))?;
+            .ok_or(BlobError::OutOfBounds)?;
         let data = &self.bytes[r.off as usize..end as usize];
         if crc32c::crc32c(data) != r.crc {
-            return Err(corrupt("blob checksum mismatch"));
+            return Err(BlobError::Checksum);
         }
         Ok(data)
     }
@@ -113,7 +118,7 @@ mod tests {
                 ..a
             },
         ] {
-            assert!(matches!(blobs.get(bad), Err(SnapshotError::Corrupt { .. })));
+            assert!(blobs.get(bad).is_err());
         }
     }
 }

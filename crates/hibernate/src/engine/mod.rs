@@ -39,6 +39,10 @@ use crate::swapstore::SwapStore;
 use crate::trigger;
 use crate::uffd::Uffd;
 
+mod checkpoint;
+
+pub use checkpoint::{restored, CheckpointState};
+
 /// Pages per swap-file write (2 MiB).
 const BATCH_PAGES: usize = 512;
 
@@ -54,6 +58,10 @@ pub enum HibernateError {
     /// Deflate failed; the sandbox stays hot.
     #[error("deflate failed, the sandbox stays hot: {0}")]
     Deflate(String),
+    /// The sandbox was deflated but its checkpoint could not be written (nothing is left of
+    /// it); the sandbox stays hibernated.
+    #[error("{0}")]
+    Checkpoint(String),
 }
 
 /// What a deflate did.
@@ -89,6 +97,10 @@ pub struct DeflateReport {
 
 enum Command {
     Deflate,
+    /// Deflate, then write a checkpoint of the sandbox.
+    Checkpoint(checkpoint::Job),
+    /// The sandbox was just restored from a checkpoint: it is hibernated already.
+    Restored,
 }
 
 enum WakeReason {
@@ -100,7 +112,7 @@ enum WakeReason {
 struct Mailbox {
     parked: bool,
     command: Option<Command>,
-    reply: Option<Result<DeflateReport, String>>,
+    reply: Option<Result<DeflateReport, HibernateError>>,
 }
 
 /// State shared by the control thread's [`HibernateHandle`] and the task's [`Hibernator`].
@@ -218,6 +230,35 @@ impl ProcessMemory {
         })
     }
 
+    /// Registers the process's guest memory (above the reserved chunk) with a userfaultfd
+    /// and starts the thread that serves its faults from the page-state map. Before it, a
+    /// dropped page would read as zero.
+    fn start_pager(
+        mem: &Arc<GuestMemory>,
+        pager: &Arc<RwLock<PagerState>>,
+        metrics: &Arc<Metrics>,
+        error_file: PathBuf,
+    ) -> Result<Arc<Uffd>, String> {
+        // Blocking reads, close-on-exec, kernel-mode faults too (the runtime's own copies
+        // into guest memory fault like the guest's touches).
+        let mut uffd = Uffd::new().map_err(|e| format!("userfaultfd: {e}"))?;
+        let start = layout::RESERVED_END.raw();
+        // SAFETY: in bounds: guest memory is larger than the reserved chunk.
+        let host = unsafe { mem.host_base().add(start as usize) };
+        uffd.register(host.cast(), (mem.size() - start) as usize)
+            .map_err(|e| format!("UFFDIO_REGISTER: {e}"))?;
+        let uffd = Arc::new(uffd);
+        pager::spawn(
+            uffd.clone(),
+            mem,
+            pager.clone(),
+            metrics.clone(),
+            error_file,
+        )
+        .map_err(|e| format!("starting the uffd thread: {e}"))?;
+        Ok(uffd)
+    }
+
     /// Removes the process's files (it exited, or replaced its memory with execve).
     fn remove_files(&self) {
         let mut pager = self.pager.write().unwrap_or_else(|e| e.into_inner());
@@ -239,7 +280,7 @@ pub struct ProcessDeflate {
 }
 
 /// How a hibernated sandbox comes back (`--wake-mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WakeMode {
     /// Every page comes back by page fault.
@@ -342,6 +383,38 @@ impl HibernateHandle {
     /// [`HibernateError::State`] unless hot, running or woken; [`HibernateError::ParkTimeout`];
     /// [`HibernateError::Deflate`] (the sandbox stays as it was).
     pub fn hibernate(&self, timeout: Duration) -> Result<DeflateReport, HibernateError> {
+        self.park_for(Command::Deflate, timeout)
+    }
+
+    /// Pauses the sandbox (as [`Self::pause`]: requests do not wake it) and writes a
+    /// checkpoint of it into `dir` (a new directory: see [`crate::snapshot`]), with `holder`
+    /// (the holder's own record of how the sandbox was started) beside the kernel's state.
+    /// The sandbox stays paused, also when the checkpoint fails (`dir` is then removed),
+    /// until [`Self::resume`]: its files can be copied meanwhile.
+    ///
+    /// # Errors
+    /// As [`Self::hibernate`]; [`HibernateError::Deflate`] naming what could not be saved.
+    pub fn checkpoint(
+        &self,
+        dir: PathBuf,
+        holder: serde_json::Value,
+        timeout: Duration,
+    ) -> Result<DeflateReport, HibernateError> {
+        self.shared.paused.store(true, Ordering::SeqCst);
+        let r = self.park_for(
+            Command::Checkpoint(checkpoint::Job { dir, holder }),
+            timeout,
+        );
+        if matches!(
+            r,
+            Err(HibernateError::State(_) | HibernateError::ParkTimeout(_))
+        ) {
+            self.shared.paused.store(false, Ordering::SeqCst);
+        }
+        r
+    }
+
+    fn park_for(&self, cmd: Command, timeout: Duration) -> Result<DeflateReport, HibernateError> {
         {
             let st = self.shared.lock_state();
             match st.state() {
@@ -356,7 +429,7 @@ impl HibernateHandle {
         }
         {
             let mut mb = self.shared.lock_mailbox();
-            mb.command = Some(Command::Deflate);
+            mb.command = Some(cmd);
             mb.reply = None;
         }
         let shared = self.shared.clone();
@@ -375,7 +448,7 @@ impl HibernateHandle {
         let mut mb = self.shared.lock_mailbox();
         loop {
             if let Some(r) = mb.reply.take() {
-                return r.map_err(HibernateError::Deflate);
+                return r;
             }
             mb = self.shared.cv.wait(mb).unwrap_or_else(|e| e.into_inner());
         }
@@ -492,52 +565,86 @@ impl ParkHook for Hibernator {
             mb.command.take()
         };
         self.shared.cv.notify_all();
-        if let Some(Command::Deflate) = cmd {
-            // Every other thread of the sandbox parks first, in every process (they wait in
-            // the kernel until the wake is done); a thread that does not within the timeout
-            // fails the deflate.
-            let mut stopped = Vec::new();
-            let result = if self.stop_sandbox(task, &mut stopped) {
-                self.deflate(task)
-            } else {
-                Err(format!(
-                    "the application's threads did not stop within {} s",
-                    THREAD_STOP_TIMEOUT.as_secs()
-                ))
-            };
-            // The deflate's buffers were large and are freed now: give the heap memory they
-            // used back to the host, or the hibernated process keeps it resident.
-            // SAFETY: malloc_trim has no preconditions.
-            unsafe { libc::malloc_trim(0) };
-            let ok = result.is_ok();
-            {
-                let mut mb = self.shared.lock_mailbox();
-                mb.reply = Some(result);
-            }
-            self.shared.cv.notify_all();
-            if ok {
-                let reason = self.wait_for_wake(task);
-                let woke = Instant::now();
-                self.shared.metrics.begin_wake();
-                let to = match reason {
-                    WakeReason::Request => State::HibernateRunning,
-                    WakeReason::Explicit => State::Woken,
-                    WakeReason::Stop => State::Stopped,
-                };
-                if let Err(e) = self.shared.lock_state().transition(to) {
+        let (hibernated, stopped) = match cmd {
+            Some(Command::Deflate) => self.deflate_all(task, None),
+            Some(Command::Checkpoint(job)) => self.deflate_all(task, Some(&job)),
+            Some(Command::Restored) => {
+                if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {
                     tracing::warn!("{e}");
                 }
-                if !matches!(reason, WakeReason::Stop) {
-                    self.inflate(woke);
-                }
-                self.shared.metrics.record_wake(woke.elapsed());
+                (true, Vec::new())
             }
-            for g in stopped {
-                g.resume_others();
+            None => (false, Vec::new()),
+        };
+        if hibernated {
+            let reason = self.wait_for_wake(task);
+            let woke = Instant::now();
+            self.shared.metrics.begin_wake();
+            let to = match reason {
+                WakeReason::Request => State::HibernateRunning,
+                WakeReason::Explicit => State::Woken,
+                WakeReason::Stop => State::Stopped,
+            };
+            if let Err(e) = self.shared.lock_state().transition(to) {
+                tracing::warn!("{e}");
             }
-            task.group.resume_others();
+            if !matches!(reason, WakeReason::Stop) {
+                self.inflate(woke);
+            }
+            self.shared.metrics.record_wake(woke.elapsed());
         }
+        for g in stopped {
+            g.resume_others();
+        }
+        task.group.resume_others();
         self.shared.lock_mailbox().parked = false;
+    }
+}
+
+impl Hibernator {
+    /// Parks every other thread of the sandbox and deflates it, then writes the checkpoint
+    /// `job` asks for; answers the control thread. Returns whether the sandbox is hibernated
+    /// (the deflate succeeded: a failed checkpoint leaves it hibernated, nothing lost) and
+    /// the groups to resume.
+    fn deflate_all(
+        &mut self,
+        task: &mut Task,
+        job: Option<&checkpoint::Job>,
+    ) -> (bool, Vec<Arc<kernel::task::ThreadGroup>>) {
+        // Every other thread of the sandbox parks first, in every process (they wait in the
+        // kernel until the wake is done); a thread that does not within the timeout fails
+        // the deflate.
+        let mut stopped = Vec::new();
+        let result = if self.stop_sandbox(task, &mut stopped) {
+            if job.is_some() {
+                // No saved page-table entry may point into a file's window (page-cache pages
+                // of private and shared file mappings): a restored process has none where
+                // they were. Those pages fault back from the file. (Before the deflate,
+                // which saves the page tables.)
+                task.mm().drop_file_window_pages();
+            }
+            self.deflate(task)
+        } else {
+            Err(format!(
+                "the application's threads did not stop within {} s",
+                THREAD_STOP_TIMEOUT.as_secs()
+            ))
+        };
+        let hibernated = result.is_ok();
+        let result = match (result, job) {
+            (Ok(report), Some(job)) => self
+                .write_checkpoint(task, job)
+                .map(|()| report)
+                .map_err(HibernateError::Checkpoint),
+            (r, _) => r.map_err(HibernateError::Deflate),
+        };
+        // The deflate's buffers were large and are freed now: give the heap memory they used
+        // back to the host, or the hibernated process keeps it resident.
+        // SAFETY: malloc_trim has no preconditions.
+        unsafe { libc::malloc_trim(0) };
+        self.shared.lock_mailbox().reply = Some(result);
+        self.shared.cv.notify_all();
+        (hibernated, stopped)
     }
 }
 
@@ -1188,27 +1295,12 @@ impl Hibernator {
         // The userfaultfd registration comes before anything is dropped (without it, a
         // dropped page would read as zero); a failure here leaves the process as it was.
         if pm.uffd.is_none() {
-            let made = (|| -> Result<Arc<Uffd>, String> {
-                // Blocking reads, close-on-exec, kernel-mode faults too (the runtime's own
-                // copies into guest memory fault like the guest's touches).
-                let mut uffd = Uffd::new().map_err(|e| format!("userfaultfd: {e}"))?;
-                let start = layout::RESERVED_END.raw();
-                // SAFETY: in bounds: guest memory is larger than the reserved chunk.
-                let host = unsafe { mem.host_base().add(start as usize) };
-                uffd.register(host.cast(), (mem.size() - start) as usize)
-                    .map_err(|e| format!("UFFDIO_REGISTER: {e}"))?;
-                let uffd = Arc::new(uffd);
-                pager::spawn(
-                    uffd.clone(),
-                    &mem,
-                    pm.pager.clone(),
-                    self.shared.metrics.clone(),
-                    self.dir.join("error"),
-                )
-                .map_err(|e| format!("starting the uffd thread: {e}"))?;
-                Ok(uffd)
-            })();
-            match made {
+            match ProcessMemory::start_pager(
+                &mem,
+                &pm.pager,
+                &self.shared.metrics,
+                self.dir.join("error"),
+            ) {
                 Ok(u) => pm.uffd = Some(u),
                 Err(e) => {
                     let _ = reader.remove();

@@ -1,0 +1,218 @@
+//! Checkpoints, on the hibernator's side: written by the park hook right after a deflate
+//! (every page is then in a swap layer, the REAP file, a mapped file, or known zero, so the
+//! memory image is copied from those files and guest memory is never faulted back), and a
+//! hibernator for a sandbox restored from one, whose pages come back lazily from the image.
+//!
+//! ```text
+//! torpor checkpoint:   park ─▶ deflate ─▶ kernel::checkpoint::export ─▶ DIR/state.json, blobs.bin
+//!                                      ─▶ page states ─▶ DIR/mem-PID.img ─▶ DIR/MANIFEST (last)
+//! torpor restore:      Checkpoint::open (every check) ─▶ kernel::checkpoint::restore
+//!                      ─▶ restored(): mem-PID.img as a borrowed swap layer, every saved page
+//!                         Swapped, uffd registered ─▶ hibernated ─▶ wake (faults, then REAP)
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kernel::checkpoint::state::SandboxState;
+use kernel::task::{Task, TaskControl};
+use platform::{Gpa, GuestMemory, PAGE_SIZE};
+use serde::{Deserialize, Serialize};
+
+use super::{Command, Hibernator, ProcessMemory, WakeMode, BATCH_PAGES};
+use crate::pagestate::{PageIdx, PageState};
+use crate::snapshot::{self, BlobWriter, Checkpoint, CheckpointWriter, Kind, BLOBS, STATE};
+use crate::swapfile::{SwapReader, SwapWriter};
+
+/// A checkpoint the control thread asked for.
+pub(super) struct Job {
+    /// The new directory to write it into.
+    pub(super) dir: PathBuf,
+    /// The holder's record of how the sandbox was started.
+    pub(super) holder: serde_json::Value,
+}
+
+/// What a checkpoint's `state.json` holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointState {
+    /// The holder's record of how the sandbox was started (its root, memory, policies).
+    pub holder: serde_json::Value,
+    /// The kernel's state.
+    pub kernel: SandboxState,
+}
+
+/// The name of process `pid`'s memory image in a checkpoint.
+pub fn memory_image_name(pid: i32) -> String {
+    format!("mem-{pid}.img")
+}
+
+impl Hibernator {
+    /// Writes the checkpoint `job` asks for of the sandbox just deflated (its first task
+    /// `task`, every thread parked). A failure removes what was written.
+    pub(super) fn write_checkpoint(&self, task: &Task, job: &Job) -> Result<(), String> {
+        let r = self.try_write_checkpoint(task, job);
+        if r.is_err() && job.dir.exists() {
+            let _ = std::fs::remove_dir_all(&job.dir);
+        }
+        r
+    }
+
+    fn try_write_checkpoint(&self, task: &Task, job: &Job) -> Result<(), String> {
+        let mut blobs = BlobWriter::new();
+        let kernel = kernel::checkpoint::export(task, &mut blobs).map_err(|e| e.to_string())?;
+        let mut w = CheckpointWriter::create(&job.dir).map_err(|e| e.to_string())?;
+        for p in &kernel.processes {
+            let pm = self
+                .processes
+                .get(&p.pid)
+                .ok_or_else(|| format!("process {}: not deflated", p.pid))?;
+            let name = memory_image_name(p.pid);
+            let path = w.path(&name).map_err(|e| e.to_string())?;
+            write_memory_image(pm, &path).map_err(|e| format!("process {}: {e}", p.pid))?;
+            w.add_page_file(&name, snapshot::FileKind::Memory)
+                .map_err(|e| e.to_string())?;
+        }
+        let state = CheckpointState {
+            holder: job.holder.clone(),
+            kernel,
+        };
+        let json = serde_json::to_vec(&state).map_err(|e| format!("encoding the state: {e}"))?;
+        w.write_envelope(STATE, Kind::State, &json)
+            .map_err(|e| e.to_string())?;
+        w.write_envelope(BLOBS, Kind::Blobs, &blobs.into_payload())
+            .map_err(|e| e.to_string())?;
+        w.finish().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+/// Writes every page of `pm` that holds bytes into a page file at `path`, from where the
+/// deflate left it (no guest page is faulted back): swap and REAP slots are read and checked,
+/// clean file pages read from their file and checked, resident pages (none after a deflate
+/// but the ones it could not drop) read from guest memory. Free and zero pages are left out.
+fn write_memory_image(pm: &ProcessMemory, path: &Path) -> Result<(), String> {
+    let pager = pm.pager.read().unwrap_or_else(|e| e.into_inner());
+    let total = pm.mem.size() / PAGE_SIZE;
+    let mut w = SwapWriter::create(path, total).map_err(|e| e.to_string())?;
+    let mut idx: Vec<PageIdx> = Vec::with_capacity(BATCH_PAGES);
+    let mut data = vec![0u8; BATCH_PAGES * PAGE_SIZE as usize];
+    let flush = |w: &mut SwapWriter, idx: &mut Vec<PageIdx>, data: &[u8]| {
+        let pages: Vec<(PageIdx, &[u8])> = idx
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                (
+                    *p,
+                    &data[i * PAGE_SIZE as usize..(i + 1) * PAGE_SIZE as usize],
+                )
+            })
+            .collect();
+        let r = w.write_batch(&pages).map(|_| ()).map_err(|e| e.to_string());
+        idx.clear();
+        r
+    };
+    for (page, st) in pager.pages.iter() {
+        let at = idx.len() * PAGE_SIZE as usize;
+        let buf: &mut [u8; PAGE_SIZE as usize] = (&mut data[at..at + PAGE_SIZE as usize])
+            .try_into()
+            .map_err(|_| "page buffer".to_string())?;
+        match st {
+            PageState::Free | PageState::Zero => continue,
+            PageState::Swapped { slot } | PageState::Cached { slot } => pager
+                .swap
+                .read_pages_into(page, slot, 1, buf)
+                .map_err(|e| format!("page {}: {e}", page.0))?,
+            PageState::Reap { .. } => pager
+                .reap
+                .as_ref()
+                .ok_or("a REAP page without a REAP file")?
+                .read_page(page, buf)
+                .map_err(|e| format!("page {}: {e}", page.0))?,
+            PageState::File { slot } => pager
+                .files
+                .get(slot as usize)
+                .ok_or("a file page without its file")?
+                .read_into(buf)?,
+            PageState::Resident => {
+                if page.0 * PAGE_SIZE < platform::layout::RESERVED_END.raw() {
+                    continue; // rebuilt by the new VM
+                }
+                pm.mem
+                    .read(Gpa(page.0 * PAGE_SIZE), buf)
+                    .map_err(|e| format!("page {}: {e}", page.0))?;
+                if buf.iter().all(|&b| b == 0) {
+                    continue;
+                }
+            }
+        }
+        idx.push(page);
+        if idx.len() == BATCH_PAGES {
+            flush(&mut w, &mut idx, &data)?;
+        }
+    }
+    flush(&mut w, &mut idx, &data)?;
+    w.finish().map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// The park hook of a sandbox just restored from `checkpoint`: its first process (`pid`,
+/// memory `mem`) is hibernated, every page of its memory image `Swapped` in a borrowed layer
+/// (the image file, never removed), its memory registered with a userfaultfd. The task's
+/// first park (the restore asks for it) finds it hibernated: the next request or an explicit
+/// wake resumes it, and pages come back as touched, checked against the image's checksums.
+/// The first wake records a working set for REAP (unless `mode` is `fault`).
+///
+/// # Errors
+/// The image's own checks ([`SwapReader::open`]), or the host's refusal of userfaultfd.
+pub fn restored(
+    checkpoint: &Checkpoint,
+    pid: i32,
+    mem: Arc<GuestMemory>,
+    control: Arc<TaskControl>,
+    dir: PathBuf,
+    mode: WakeMode,
+) -> Result<(Hibernator, super::HibernateHandle), String> {
+    let (mut hib, handle) =
+        super::new(mem.clone(), control, dir, mode).map_err(|e| e.to_string())?;
+    let name = memory_image_name(pid);
+    let path = checkpoint
+        .path(&name)
+        .ok_or_else(|| format!("the checkpoint has no {name}"))?;
+    let image = SwapReader::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let total = mem.size() / PAGE_SIZE;
+    if image.page_count() != total {
+        return Err(format!(
+            "{name} holds a memory of {} pages, the sandbox has {total}",
+            image.page_count()
+        ));
+    }
+    let mut pm = ProcessMemory::new(mem.clone(), String::new(), mode)?;
+    {
+        let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
+        let first = platform::layout::RESERVED_END.raw() / PAGE_SIZE;
+        for e in image.index().entries() {
+            if e.page.0 < first {
+                return Err(format!(
+                    "{name} holds page {} of the reserved region",
+                    e.page.0
+                ));
+            }
+            pager
+                .pages
+                .set(e.page, PageState::Swapped { slot: e.slot })
+                .map_err(|err| format!("{name}: {err}"))?;
+        }
+        pager.swap.push_borrowed(image).map_err(|e| e.to_string())?;
+    }
+    pm.uffd = Some(ProcessMemory::start_pager(
+        &mem,
+        &pm.pager,
+        &hib.shared.metrics,
+        hib.dir.join("error"),
+    )?);
+    hib.first_mem = None;
+    hib.first_pid = Some(pid);
+    hib.processes.insert(pid, pm);
+    hib.shared.lock_mailbox().command = Some(Command::Restored);
+    Ok((hib, handle))
+}

@@ -1,0 +1,627 @@
+//! Descriptor tables in a checkpoint: each open file saved by what it is (path and offset,
+//! a pipe's buffered bytes, an eventfd's counter), and made again at restore.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use super::blobs::{BlobWriter, Blobs};
+use super::state::{FdState, FilesState, OpenFileState};
+use super::CheckpointError;
+use crate::fd::{FdTable, FileKind, OpenFile};
+use crate::fs::Root;
+use crate::net::host::fstat;
+
+/// Flags a reopen must not repeat: the file exists and keeps its bytes.
+const CREATION_FLAGS: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC;
+
+/// Saves `fds` (process `pid`'s table), bulk bytes into `blobs`.
+///
+/// # Errors
+/// [`CheckpointError::Unsupported`] naming the descriptor and what it is, for an object a
+/// checkpoint cannot save yet; the host's error reading one.
+pub fn export(
+    pid: i32,
+    fds: &FdTable,
+    root: &Root,
+    blobs: &mut BlobWriter,
+) -> Result<FilesState, CheckpointError> {
+    let mut index: HashMap<*const OpenFile, usize> = HashMap::new();
+    let mut open_files: Vec<Option<OpenFileState>> = Vec::new();
+    let mut out = Vec::new();
+    let table: Vec<(i32, Arc<OpenFile>)> = fds.iter().collect();
+    for (fd, file) in &table {
+        let cloexec = fds.cloexec(*fd).unwrap_or(false);
+        let key = Arc::as_ptr(file);
+        let at = match index.get(&key) {
+            Some(&i) => i,
+            None => {
+                open_files.push(None);
+                index.insert(key, open_files.len() - 1);
+                open_files.len() - 1
+            }
+        };
+        out.push(FdState {
+            fd: *fd,
+            cloexec,
+            file: at,
+        });
+    }
+    // Every open file once; epoll instances once the files they watch have their places.
+    let by_host: HashMap<i32, usize> = table
+        .iter()
+        .filter_map(|(_, f)| {
+            index
+                .get(&Arc::as_ptr(f))
+                .map(|&i| (f.host().as_raw_fd(), i))
+        })
+        .collect();
+    for pass_epoll in [false, true] {
+        for (fd, file) in &table {
+            let at = index[&Arc::as_ptr(file)];
+            let is_epoll = matches!(file.kind, FileKind::Epoll);
+            if is_epoll != pass_epoll || open_files[at].is_some() {
+                continue;
+            }
+            let state = if is_epoll {
+                export_epoll(pid, *fd, file, &by_host)?
+            } else {
+                export_file(pid, *fd, file, root, blobs)?
+            };
+            open_files[at] = Some(state);
+        }
+    }
+    Ok(FilesState {
+        limit: fds.limit(),
+        fds: out,
+        open_files: open_files.into_iter().flatten().collect(),
+    })
+}
+
+/// Saves an epoll instance: its interest list from the host's `fdinfo` (`tfd: N events: E
+/// data: D …` per watched descriptor), each watched host descriptor named by its open file.
+fn export_epoll(
+    pid: i32,
+    fd: i32,
+    file: &OpenFile,
+    by_host: &HashMap<i32, usize>,
+) -> Result<OpenFileState, CheckpointError> {
+    let what =
+        |w: String| CheckpointError::Unsupported(format!("process {pid}, descriptor {fd}: {w}"));
+    let host = file.host();
+    let flags = get_fl(host).map_err(|e| CheckpointError::Host(format!("F_GETFL: {e}")))?;
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", host.as_raw_fd()))
+        .map_err(|e| CheckpointError::Host(format!("epoll fdinfo: {e}")))?;
+    let mut targets = Vec::new();
+    for line in info.lines().filter(|l| l.starts_with("tfd:")) {
+        let mut it = line.split_whitespace();
+        let mut field = |name: &str| -> Option<&str> {
+            while let Some(k) = it.next() {
+                if k == name {
+                    return it.next();
+                }
+            }
+            None
+        };
+        let tfd = field("tfd:").and_then(|v| v.parse::<i32>().ok());
+        let events = field("events:").and_then(|v| u32::from_str_radix(v, 16).ok());
+        let data = field("data:").and_then(|v| u64::from_str_radix(v, 16).ok());
+        let (Some(tfd), Some(events), Some(data)) = (tfd, events, data) else {
+            return Err(CheckpointError::Host(format!(
+                "an epoll fdinfo line {line:?}"
+            )));
+        };
+        let file = *by_host.get(&tfd).ok_or_else(|| {
+            what(
+                "an epoll instance watching a descriptor the process no longer holds \
+                  (not supported yet)"
+                    .into(),
+            )
+        })?;
+        targets.push(super::state::EpollTarget { file, events, data });
+    }
+    Ok(OpenFileState::Epoll { flags, targets })
+}
+
+fn export_file(
+    pid: i32,
+    fd: i32,
+    file: &OpenFile,
+    root: &Root,
+    blobs: &mut BlobWriter,
+) -> Result<OpenFileState, CheckpointError> {
+    let host = file.host();
+    let unsupported = |what: &str| {
+        CheckpointError::Unsupported(format!("process {pid}, descriptor {fd}: {what}"))
+    };
+    let io = |what: &str, e: &dyn std::fmt::Display| {
+        CheckpointError::Host(format!("process {pid}, descriptor {fd}: {what}: {e}"))
+    };
+    let flags = get_fl(host).map_err(|e| io("F_GETFL", &e))?;
+    Ok(match &file.kind {
+        FileKind::Stdio => OpenFileState::Stdio {
+            stream: fd.clamp(0, 2),
+        },
+        FileKind::Regular => {
+            let st = fstat(host).map_err(|e| io("fstat", &e))?;
+            if st.st_nlink == 0 {
+                return Err(unsupported("a deleted file (not supported yet)"));
+            }
+            let path = root
+                .guest_path_of(&host.as_raw_fd())
+                .map_err(|_| unsupported("a file outside the root"))?;
+            match st.st_mode & libc::S_IFMT {
+                libc::S_IFREG => {}
+                libc::S_IFCHR => return Ok(OpenFileState::RootDevice { path, flags }),
+                _ => return Err(unsupported("a FIFO or block device (not supported yet)")),
+            }
+            OpenFileState::Regular {
+                path,
+                flags,
+                offset: tell(host).map_err(|e| io("lseek", &e))?,
+                size: st.st_size as u64,
+            }
+        }
+        FileKind::Directory => OpenFileState::Directory {
+            path: root
+                .guest_path_of(&host.as_raw_fd())
+                .map_err(|_| unsupported("a directory outside the root"))?,
+            flags,
+            offset: tell(host).map_err(|e| io("lseek", &e))?,
+        },
+        FileKind::HostDevice => {
+            let link = std::fs::read_link(format!("/proc/self/fd/{}", host.as_raw_fd()))
+                .map_err(|e| io("readlink", &e))?;
+            OpenFileState::HostDevice {
+                path: link.into_os_string().into_encoded_bytes(),
+                flags,
+            }
+        }
+        FileKind::Pipe => {
+            let st = fstat(host).map_err(|e| io("fstat", &e))?;
+            let write_end = flags & libc::O_ACCMODE == libc::O_WRONLY;
+            // SAFETY: F_GETPIPE_SZ on a descriptor we own.
+            let capacity = unsafe { libc::fcntl(host.as_raw_fd(), libc::F_GETPIPE_SZ) };
+            if capacity < 0 {
+                return Err(io("F_GETPIPE_SZ", &std::io::Error::last_os_error()));
+            }
+            let data = peek_pipe(host, capacity).map_err(|e| io("reading the pipe's bytes", &e))?;
+            OpenFileState::Pipe {
+                pipe: st.st_ino,
+                write_end,
+                flags,
+                capacity,
+                data: blobs.add(&data),
+            }
+        }
+        FileKind::EventFd { semaphore } => OpenFileState::EventFd {
+            count: eventfd_count(host).map_err(|e| io("reading the eventfd's counter", &e))?,
+            semaphore: *semaphore,
+            flags,
+        },
+        FileKind::Socket(m) => {
+            let st = m.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            super::sockets::export(file, &st, flags, &unsupported)?
+        }
+        other => {
+            return Err(unsupported(&format!(
+                "{} (not supported yet)",
+                kind_name(other)
+            )))
+        }
+    })
+}
+
+/// What a descriptor is, for an error.
+fn kind_name(kind: &FileKind) -> &'static str {
+    match kind {
+        FileKind::Regular => "a file",
+        FileKind::Pipe => "a pipe",
+        FileKind::EventFd { .. } => "an eventfd",
+        FileKind::TimerFd => "a timerfd",
+        FileKind::Inotify => "an inotify instance",
+        FileKind::Memfd => "a memfd",
+        FileKind::Pty { .. } => "a pseudo-terminal",
+        FileKind::ProcFile => "a /proc file",
+        FileKind::HostDevice => "a host device",
+        FileKind::Directory => "a directory",
+        FileKind::Stdio => "a standard stream",
+        FileKind::Socket(_) => "a socket",
+        FileKind::Epoll => "an epoll instance",
+        FileKind::Pidfd(_) => "a pidfd",
+        FileKind::Signalfd(_) => "a signalfd",
+    }
+}
+
+/// Makes the descriptor table `state` describes. `stdio` are the restoring runtime's streams.
+///
+/// # Errors
+/// [`CheckpointError::Restore`] naming the descriptor, for a file that is gone or changed, or
+/// a malformed state.
+pub fn import(
+    state: &FilesState,
+    root: &Root,
+    net: &Arc<crate::net::NetPolicy>,
+    blobs: &Blobs,
+    stdio: &[Option<OwnedFd>; 3],
+) -> Result<FdTable, CheckpointError> {
+    let bad = |what: String| CheckpointError::Restore(what);
+    // Pipes first: both ends of one pipe come from one pipe2.
+    let mut pipes: HashMap<u64, (OwnedFd, OwnedFd)> = HashMap::new();
+    let mut files: Vec<Option<Arc<OpenFile>>> = vec![None; state.open_files.len()];
+    // Epoll instances last: they watch the others.
+    let is_epoll = |f: &OpenFileState| matches!(f, OpenFileState::Epoll { .. });
+    let order = state
+        .open_files
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !is_epoll(f))
+        .chain(
+            state
+                .open_files
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| is_epoll(f)),
+        );
+    for (i, of) in order {
+        let fail =
+            |what: &str, e: &dyn std::fmt::Display| bad(format!("open file {i}: {what}: {e}"));
+        let file = match of {
+            OpenFileState::Stdio { stream } => {
+                let own = stdio
+                    .get(*stream as usize)
+                    .and_then(|s| s.as_ref())
+                    .ok_or_else(|| bad(format!("open file {i}: no standard stream {stream}")))?;
+                let dup = own.try_clone().map_err(|e| fail("dup", &e))?;
+                OpenFile::new(dup, FileKind::Stdio, None)
+            }
+            OpenFileState::Regular {
+                path,
+                flags,
+                offset,
+                size,
+            } => {
+                let fd = root
+                    .open_at(path, (flags & !CREATION_FLAGS) | libc::O_CLOEXEC, 0)
+                    .map_err(|e| fail(&String::from_utf8_lossy(path), &e))?;
+                let st = fstat(fd.as_fd()).map_err(|e| fail("fstat", &e))?;
+                if st.st_size as u64 != *size && flags & libc::O_ACCMODE == libc::O_RDONLY {
+                    return Err(bad(format!(
+                        "{} changed since the checkpoint ({} bytes, was {size})",
+                        String::from_utf8_lossy(path),
+                        st.st_size
+                    )));
+                }
+                seek(fd.as_fd(), *offset).map_err(|e| fail("lseek", &e))?;
+                OpenFile::new(fd, FileKind::Regular, Some(path.clone()))
+            }
+            OpenFileState::RootDevice { path, flags } => {
+                let fd = root
+                    .open_at(path, (flags & !CREATION_FLAGS) | libc::O_CLOEXEC, 0)
+                    .map_err(|e| fail(&String::from_utf8_lossy(path), &e))?;
+                let st = fstat(fd.as_fd()).map_err(|e| fail("fstat", &e))?;
+                if st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+                    return Err(bad(format!(
+                        "{} is no longer a character device",
+                        String::from_utf8_lossy(path)
+                    )));
+                }
+                OpenFile::new(fd, FileKind::Regular, Some(path.clone()))
+            }
+            OpenFileState::Directory {
+                path,
+                flags,
+                offset,
+            } => {
+                let fd = root
+                    .open_at(
+                        path,
+                        (flags & !CREATION_FLAGS) | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                        0,
+                    )
+                    .map_err(|e| fail(&String::from_utf8_lossy(path), &e))?;
+                seek(fd.as_fd(), *offset).map_err(|e| fail("lseek", &e))?;
+                OpenFile::new(fd, FileKind::Directory, Some(path.clone()))
+            }
+            OpenFileState::HostDevice { path, flags } => {
+                const DEVICES: [&[u8]; 5] = [
+                    b"/dev/null",
+                    b"/dev/zero",
+                    b"/dev/full",
+                    b"/dev/random",
+                    b"/dev/urandom",
+                ];
+                if !DEVICES.contains(&path.as_slice()) {
+                    return Err(bad(format!(
+                        "open file {i}: {} is not a device a sandbox is given",
+                        String::from_utf8_lossy(path)
+                    )));
+                }
+                let c = std::ffi::CString::new(path.clone()).map_err(|e| fail("path", &e))?;
+                let access = flags & libc::O_ACCMODE;
+                // SAFETY: open of a NUL-terminated path; the result is checked.
+                let fd = unsafe { libc::open(c.as_ptr(), access | libc::O_CLOEXEC) };
+                if fd < 0 {
+                    return Err(fail("open", &std::io::Error::last_os_error()));
+                }
+                // SAFETY: a fresh descriptor owned by nobody else.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                set_fl(fd.as_fd(), *flags).map_err(|e| fail("F_SETFL", &e))?;
+                OpenFile::new(fd, FileKind::HostDevice, Some(path.clone()))
+            }
+            OpenFileState::Pipe {
+                pipe,
+                write_end,
+                flags,
+                capacity,
+                data,
+            } => {
+                if !pipes.contains_key(pipe) {
+                    let bytes = blobs.get(*data).map_err(|e| fail("the pipe's bytes", &e))?;
+                    let made = new_pipe(*capacity, bytes).map_err(|e| fail("pipe", &e))?;
+                    pipes.insert(*pipe, made);
+                }
+                let (r, w) = &pipes[pipe];
+                let end = if *write_end { w } else { r };
+                let fd = end.try_clone().map_err(|e| fail("dup", &e))?;
+                set_fl(fd.as_fd(), *flags).map_err(|e| fail("F_SETFL", &e))?;
+                OpenFile::new(fd, FileKind::Pipe, None)
+            }
+            OpenFileState::EventFd {
+                count,
+                semaphore,
+                flags,
+            } => {
+                let efd_flags =
+                    libc::EFD_CLOEXEC | if *semaphore { libc::EFD_SEMAPHORE } else { 0 };
+                // SAFETY: eventfd with valid flags; the result is checked.
+                let fd = unsafe { libc::eventfd(0, efd_flags) };
+                if fd < 0 {
+                    return Err(fail("eventfd", &std::io::Error::last_os_error()));
+                }
+                // SAFETY: a fresh descriptor owned by nobody else.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                if *count > 0 {
+                    if *count == u64::MAX {
+                        return Err(bad(format!("open file {i}: an eventfd counter of 2^64-1")));
+                    }
+                    // SAFETY: writing 8 bytes from a local to our eventfd.
+                    let n = unsafe { libc::write(fd.as_raw_fd(), (count as *const u64).cast(), 8) };
+                    if n != 8 {
+                        return Err(fail("eventfd write", &std::io::Error::last_os_error()));
+                    }
+                }
+                set_fl(fd.as_fd(), *flags).map_err(|e| fail("F_SETFL", &e))?;
+                OpenFile::new(
+                    fd,
+                    FileKind::EventFd {
+                        semaphore: *semaphore,
+                    },
+                    None,
+                )
+            }
+            OpenFileState::InetSocket {
+                family,
+                kind,
+                protocol,
+                flags,
+                local,
+                listening,
+                connected,
+                peer: _,
+                options,
+            } => super::sockets::import(
+                &super::sockets::SocketSpec {
+                    family: *family,
+                    kind: *kind,
+                    protocol: *protocol,
+                    flags: *flags,
+                    local: local.as_deref(),
+                    listening: *listening,
+                    connected: *connected,
+                    options,
+                },
+                net,
+            )
+            .map_err(|e| bad(format!("open file {i}: {e}")))?,
+            OpenFileState::Epoll { flags, targets } => {
+                // SAFETY: epoll_create1 with a valid flag; the result is checked.
+                let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+                if ep < 0 {
+                    return Err(fail("epoll_create1", &std::io::Error::last_os_error()));
+                }
+                // SAFETY: a fresh descriptor owned by nobody else.
+                let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+                for t in targets {
+                    let target = files
+                        .get(t.file)
+                        .and_then(|f| f.as_ref())
+                        .filter(|_| {
+                            !matches!(
+                                state.open_files.get(t.file),
+                                Some(OpenFileState::Epoll { .. })
+                            )
+                        })
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "open file {i}: an epoll target {} that is no file",
+                                t.file
+                            ))
+                        })?;
+                    let mut ev = libc::epoll_event {
+                        events: t.events,
+                        u64: t.data,
+                    };
+                    // SAFETY: `ev` is a live epoll_event the host only reads.
+                    let r = unsafe {
+                        libc::epoll_ctl(
+                            ep.as_raw_fd(),
+                            libc::EPOLL_CTL_ADD,
+                            target.host().as_raw_fd(),
+                            &mut ev,
+                        )
+                    };
+                    if r < 0 {
+                        return Err(fail("epoll_ctl", &std::io::Error::last_os_error()));
+                    }
+                }
+                set_fl(ep.as_fd(), *flags).map_err(|e| fail("F_SETFL", &e))?;
+                OpenFile::new(ep, FileKind::Epoll, None)
+            }
+        };
+        files[i] = Some(Arc::new(file));
+    }
+    // The pipes' ends nobody holds close here (their readers see EOF, writers EPIPE).
+    drop(pipes);
+    let table = FdTable::new();
+    table.set_limit(state.limit);
+    for d in &state.fds {
+        let file = files
+            .get(d.file)
+            .and_then(|f| f.as_ref())
+            .ok_or_else(|| bad(format!("descriptor {} names no open file", d.fd)))?;
+        table
+            .insert_at(d.fd, file.clone(), d.cloexec)
+            .map_err(|e| bad(format!("descriptor {}: {e}", d.fd)))?;
+    }
+    Ok(table)
+}
+
+/// A new pipe of `capacity` bytes holding `bytes`.
+fn new_pipe(capacity: i32, bytes: &[u8]) -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut p = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `p`.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptors owned by nobody else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    // SAFETY: F_SETPIPE_SZ on our pipe; a smaller capacity than asked is refused below.
+    let got = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, capacity.max(4096)) };
+    if got < 0 || (got as usize) < bytes.len() {
+        return Err(std::io::Error::other(format!(
+            "a pipe of {capacity} bytes cannot be made here"
+        )));
+    }
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: writing from a slice we hold; the pipe has room for all of it.
+        let n = unsafe {
+            libc::write(
+                w.as_raw_fd(),
+                bytes[done..].as_ptr().cast(),
+                bytes.len() - done,
+            )
+        };
+        if n <= 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        done += n as usize;
+    }
+    Ok((r, w))
+}
+
+/// The bytes buffered in the pipe `end` belongs to, left in place: duplicated with tee(2)
+/// into a scratch pipe and read from there.
+fn peek_pipe(end: BorrowedFd<'_>, capacity: i32) -> std::io::Result<Vec<u8>> {
+    // A read end of the same pipe, whichever end the descriptor is.
+    let c = std::ffi::CString::new(format!("/proc/self/fd/{}", end.as_raw_fd()))
+        .map_err(std::io::Error::other)?;
+    // SAFETY: open of a NUL-terminated path; the result is checked.
+    let r = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor owned by nobody else.
+    let r = unsafe { OwnedFd::from_raw_fd(r) };
+    let mut p = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `p`.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptors owned by nobody else.
+    let (sr, sw) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    // SAFETY: F_SETPIPE_SZ on our scratch pipe.
+    unsafe { libc::fcntl(sw.as_raw_fd(), libc::F_SETPIPE_SZ, capacity.max(4096)) };
+    // SAFETY: tee between two pipes we hold; it copies without consuming.
+    let n = unsafe {
+        libc::tee(
+            r.as_raw_fd(),
+            sw.as_raw_fd(),
+            capacity.max(4096) as usize,
+            libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EAGAIN) {
+            return Ok(Vec::new()); // empty
+        }
+        return Err(e);
+    }
+    let mut out = vec![0u8; n as usize];
+    let mut done = 0;
+    while done < out.len() {
+        // SAFETY: reading into the part of `out` not yet filled.
+        let got = unsafe {
+            libc::read(
+                sr.as_raw_fd(),
+                out[done..].as_mut_ptr().cast(),
+                out.len() - done,
+            )
+        };
+        if got <= 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        done += got as usize;
+    }
+    Ok(out)
+}
+
+/// An eventfd's counter, from the host's `/proc/self/fdinfo`.
+fn eventfd_count(fd: BorrowedFd<'_>) -> std::io::Result<u64> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("eventfd-count:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .ok_or_else(|| std::io::Error::other("no eventfd-count in fdinfo"))
+}
+
+fn get_fl(fd: BorrowedFd<'_>) -> std::io::Result<i32> {
+    // SAFETY: F_GETFL on a descriptor we hold.
+    let f = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if f < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+fn set_fl(fd: BorrowedFd<'_>, flags: i32) -> std::io::Result<()> {
+    // SAFETY: F_SETFL on a descriptor we hold (the host ignores the access mode).
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn tell(fd: BorrowedFd<'_>) -> std::io::Result<i64> {
+    // SAFETY: lseek on a descriptor we hold.
+    let off = unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_CUR) };
+    if off < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(off)
+}
+
+fn seek(fd: BorrowedFd<'_>, offset: i64) -> std::io::Result<()> {
+    // SAFETY: lseek on a descriptor we hold.
+    if unsafe { libc::lseek(fd.as_raw_fd(), offset, libc::SEEK_SET) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

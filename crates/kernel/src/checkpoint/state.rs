@@ -1,0 +1,256 @@
+//! What a checkpoint records of the kernel's objects: plain data, serialized as JSON into the
+//! checkpoint's `state.json` (bulk bytes go to `blobs.bin`, named by [`BlobRef`]). Every field
+//! is read back from an untrusted file: the restore checks what it uses.
+
+use serde::{Deserialize, Serialize};
+
+use super::blobs::BlobRef;
+
+/// The kernel state of a sandbox: its processes and what they share.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxState {
+    /// The node name uname reports.
+    pub nodename: Vec<u8>,
+    /// The NIS domain name uname reports.
+    pub domainname: Vec<u8>,
+    /// The id the next process or thread gets.
+    pub next_id: i32,
+    /// The most tasks the sandbox may hold.
+    pub task_limit: usize,
+    /// Its processes.
+    pub processes: Vec<ProcessState>,
+}
+
+/// One process: its table entry, program, limits, dispositions, address space, descriptors
+/// and threads.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessState {
+    /// Process id.
+    pub pid: i32,
+    /// Parent (0: none inside the sandbox).
+    pub ppid: i32,
+    /// Process group.
+    pub pgid: i32,
+    /// Session.
+    pub sid: i32,
+    /// Whether it has called execve.
+    pub execed: bool,
+    /// Signal its parent gets when it ends.
+    pub exit_signal: i32,
+    /// Guest path of its program.
+    pub exe: Vec<u8>,
+    /// Its arguments, each NUL-terminated.
+    pub cmdline: Vec<u8>,
+    /// Resource limits, `[cur, max]` by resource number.
+    pub rlimits: Vec<[u64; 2]>,
+    /// Signal dispositions `[handler, flags, restorer, mask]`, by signal number - 1.
+    pub actions: Vec<[u64; 4]>,
+    /// The address space (its pages are in the process's memory image).
+    pub mm: mm::MmImage,
+    /// The page allocator's state ([`mm::MemoryManager::export`]).
+    pub allocator: BlobRef,
+    /// The descriptor table.
+    pub files: FilesState,
+    /// Its threads, the leader first.
+    pub threads: Vec<TaskState>,
+}
+
+/// One thread.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskState {
+    /// Thread id.
+    pub tid: i32,
+    /// User registers.
+    pub regs: RegsState,
+    /// The FPU/SSE/AVX state, a standard XSAVE area.
+    pub xsave: BlobRef,
+    /// Blocked signals.
+    pub sigmask: u64,
+    /// Pending signals, 128-byte `siginfo_t`s one after the other.
+    pub pending: BlobRef,
+    /// Alternate signal stack: `(sp, size, flags)`.
+    pub altstack: (u64, u64, i32),
+    /// The mask rt_sigsuspend restores after a handler.
+    pub saved_mask: Option<u64>,
+    /// The syscall that last returned EINTR (restart decision at delivery).
+    pub interrupted_syscall: Option<u64>,
+    /// Inside a syscall a park interrupted: it runs again after the restore.
+    pub in_syscall: bool,
+    /// Working directory (guest path).
+    pub cwd: Vec<u8>,
+    /// File mode creation mask.
+    pub umask: u32,
+    /// User id the application sees.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+    /// Thread name, NUL-padded.
+    pub comm: Vec<u8>,
+    /// set_tid_address(2) pointer.
+    pub clear_child_tid: u64,
+}
+
+/// The user registers of a thread (KVM's layout, by name).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
+pub struct RegsState {
+    pub rax: u64,
+    pub rbx: u64,
+    pub rcx: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    pub rsp: u64,
+    pub rbp: u64,
+    pub r8: u64,
+    pub r9: u64,
+    pub r10: u64,
+    pub r11: u64,
+    pub r12: u64,
+    pub r13: u64,
+    pub r14: u64,
+    pub r15: u64,
+    pub rip: u64,
+    pub rflags: u64,
+    pub fs_base: u64,
+    pub gs_base: u64,
+}
+
+/// A descriptor table: its descriptors, and the open files they refer to (each once:
+/// descriptors made by dup share one).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesState {
+    /// The most descriptors (RLIMIT_NOFILE).
+    pub limit: usize,
+    /// Descriptors.
+    pub fds: Vec<FdState>,
+    /// Open files, indexed by [`FdState::file`].
+    pub open_files: Vec<OpenFileState>,
+}
+
+/// One descriptor.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FdState {
+    /// Its number.
+    pub fd: i32,
+    /// Close-on-exec.
+    pub cloexec: bool,
+    /// Index of its open file in [`FilesState::open_files`].
+    pub file: usize,
+}
+
+/// An open file description, by what it is.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case", tag = "object")]
+pub enum OpenFileState {
+    /// One of the runtime's standard streams: after a restore, the restoring runtime's.
+    Stdio {
+        /// Which (0, 1 or 2).
+        stream: i32,
+    },
+    /// A regular file, FIFO or device opened from the root.
+    Regular {
+        /// Guest path.
+        path: Vec<u8>,
+        /// Status flags and access mode (`F_GETFL`).
+        flags: i32,
+        /// File offset.
+        offset: i64,
+        /// Size when checkpointed (a file that changed since is refused).
+        size: u64,
+    },
+    /// A directory opened from the root.
+    Directory {
+        /// Guest path.
+        path: Vec<u8>,
+        /// Status flags (`F_GETFL`).
+        flags: i32,
+        /// Position of the next getdents.
+        offset: i64,
+    },
+    /// A character device of the root (its own `/dev/null`…), opened again by path.
+    RootDevice {
+        /// Guest path.
+        path: Vec<u8>,
+        /// Status flags and access mode.
+        flags: i32,
+    },
+    /// A harmless host device (`/dev/null`…) given when the root has no `/dev`.
+    HostDevice {
+        /// Host path.
+        path: Vec<u8>,
+        /// Status flags.
+        flags: i32,
+    },
+    /// One end of a pipe made by pipe(2).
+    Pipe {
+        /// The pipe's identity (host inode): the ends of one pipe share it.
+        pipe: u64,
+        /// The write end (else the read end).
+        write_end: bool,
+        /// Status flags.
+        flags: i32,
+        /// Capacity in bytes.
+        capacity: i32,
+        /// The bytes buffered in the pipe (the same for both ends).
+        data: BlobRef,
+    },
+    /// An Internet socket (TCP or UDP, IPv4 or IPv6).
+    InetSocket {
+        /// AF_INET or AF_INET6.
+        family: i32,
+        /// SOCK_STREAM or SOCK_DGRAM.
+        kind: i32,
+        /// Protocol.
+        protocol: i32,
+        /// Status flags.
+        flags: i32,
+        /// The address the application bound (its view).
+        local: Option<String>,
+        /// Listening.
+        listening: bool,
+        /// A connected stream: it comes back reset.
+        connected: bool,
+        /// Its peer as the application saw it (for the record).
+        peer: Option<String>,
+        /// Options kept: `[level, name, value]`.
+        options: Vec<[i32; 3]>,
+    },
+    /// An epoll instance and its interest list.
+    Epoll {
+        /// Status flags.
+        flags: i32,
+        /// What it watches.
+        targets: Vec<EpollTarget>,
+    },
+    /// An eventfd.
+    EventFd {
+        /// Its counter.
+        count: u64,
+        /// EFD_SEMAPHORE.
+        semaphore: bool,
+        /// Status flags.
+        flags: i32,
+    },
+}
+
+/// One entry of an epoll instance's interest list.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EpollTarget {
+    /// Index of the watched open file in [`FilesState::open_files`].
+    pub file: usize,
+    /// The events asked for, with their flags (EPOLLET, EPOLLONESHOT…; a fired one-shot
+    /// entry has no event bits left).
+    pub events: u32,
+    /// The application's data, given back with each event.
+    pub data: u64,
+}

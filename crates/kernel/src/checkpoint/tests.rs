@@ -1,0 +1,228 @@
+//! Descriptor tables through a checkpoint without KVM: saved, encoded as the checkpoint's
+//! JSON, and made again, each object checked from its new host descriptor.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+
+use super::blobs::{BlobWriter, Blobs};
+use super::files;
+use super::state::FilesState;
+use crate::fd::{FdTable, FileKind, OpenFile, SocketState};
+use crate::fs::Root;
+use crate::net::{host, inet, NetPolicy};
+
+/// A fresh directory under the system's temporary directory, removed on drop.
+struct Dir(std::path::PathBuf);
+
+impl Dir {
+    fn new() -> Dir {
+        let p = std::env::temp_dir().join(format!(
+            "torpor-ckpt-files-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(p.join("sub")).unwrap();
+        Dir(p)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn owned(fd: i32) -> OwnedFd {
+    assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+    // SAFETY: a fresh descriptor owned by nobody else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+fn read_some(fd: i32, n: usize) -> Vec<u8> {
+    let mut b = vec![0u8; n];
+    // SAFETY: reading into a buffer we own.
+    let got = unsafe { libc::read(fd, b.as_mut_ptr().cast(), n) };
+    assert!(got >= 0, "{}", std::io::Error::last_os_error());
+    b.truncate(got as usize);
+    b
+}
+
+fn insert(t: &FdTable, fd: i32, f: OpenFile) -> Arc<OpenFile> {
+    let f = Arc::new(f);
+    t.insert_at(fd, f.clone(), false).unwrap();
+    f
+}
+
+#[test]
+fn a_descriptor_table_comes_back_with_its_objects_and_bytes() {
+    let d = Dir::new();
+    std::fs::write(d.0.join("f"), b"0123456789").unwrap();
+    let root = Root::open(&d.0).unwrap();
+    let net = Arc::new(NetPolicy::new(Vec::new(), false));
+    let t = FdTable::new();
+
+    // A pipe with bytes in it, both ends, the read end twice (dup).
+    let mut p = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors.
+    assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: writing from a literal.
+    assert_eq!(
+        unsafe { libc::write(p[1], b"queued".as_ptr().cast(), 6) },
+        6
+    );
+    let r = insert(&t, 3, OpenFile::new(owned(p[0]), FileKind::Pipe, None));
+    t.insert_at(9, r.clone(), true).unwrap();
+    insert(&t, 4, OpenFile::new(owned(p[1]), FileKind::Pipe, None));
+    // An eventfd (semaphore) holding 5.
+    // SAFETY: eventfd with valid flags.
+    let e = owned(unsafe { libc::eventfd(5, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) });
+    let e = insert(
+        &t,
+        5,
+        OpenFile::new(e, FileKind::EventFd { semaphore: true }, None),
+    );
+    // A file at offset 3, a directory.
+    let f = root
+        .open_at(b"/f", libc::O_RDWR | libc::O_CLOEXEC, 0)
+        .unwrap();
+    // SAFETY: lseek on our descriptor.
+    unsafe { libc::lseek(f.as_raw_fd(), 3, libc::SEEK_SET) };
+    insert(
+        &t,
+        6,
+        OpenFile::new(f, FileKind::Regular, Some(b"/f".to_vec())),
+    );
+    let dir = root
+        .open_at(b"/sub", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .unwrap();
+    insert(
+        &t,
+        7,
+        OpenFile::new(dir, FileKind::Directory, Some(b"/sub".to_vec())),
+    );
+    // A listening TCP socket bound through the policy.
+    let s = host::socket(libc::AF_INET, libc::SOCK_STREAM, false, 0).unwrap();
+    let s = OpenFile::new(
+        s,
+        FileKind::Socket(Mutex::new(SocketState {
+            family: libc::AF_INET,
+            kind: libc::SOCK_STREAM,
+            ..SocketState::default()
+        })),
+        None,
+    );
+    inet::bind_as_guest(&net, &s, libc::AF_INET, "127.0.0.1:0".parse().unwrap()).unwrap();
+    host::listen(s.host(), 8).unwrap();
+    insert(&t, 8, s);
+    // An epoll watching the eventfd (data 77), made after it: its number is below.
+    // SAFETY: epoll_create1 with a valid flag.
+    let ep = owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) });
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: 77,
+    };
+    // SAFETY: a live event the host only reads.
+    let rc = unsafe {
+        libc::epoll_ctl(
+            ep.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            e.host().as_raw_fd(),
+            &mut ev,
+        )
+    };
+    assert_eq!(rc, 0);
+    insert(&t, 2, OpenFile::new(ep, FileKind::Epoll, None));
+
+    let mut blobs = BlobWriter::new();
+    let state = files::export(1, &t, &root, &mut blobs).unwrap();
+    assert_eq!(
+        state.open_files.len(),
+        7,
+        "the dup'ed read end is one open file"
+    );
+    let json = serde_json::to_string(&state).unwrap();
+    let state: FilesState = serde_json::from_str(&json).unwrap();
+    // The checkpoint left the pipe's bytes where they were.
+    assert_eq!(read_some(p[0], 64), b"queued");
+
+    let blobs = Blobs::new(blobs.into_payload());
+    let net2 = Arc::new(NetPolicy::new(Vec::new(), false));
+    let t2 = files::import(&state, &root, &net2, &blobs, &[None, None, None]).unwrap();
+    let fd = |n: i32| t2.get(n).unwrap().host().as_raw_fd();
+    assert!(Arc::ptr_eq(&t2.get(3).unwrap(), &t2.get(9).unwrap()));
+    assert!(t2.cloexec(9).unwrap() && !t2.cloexec(3).unwrap());
+    // SAFETY: writing from a literal into the restored write end.
+    assert_eq!(unsafe { libc::write(fd(4), b"+".as_ptr().cast(), 1) }, 1);
+    assert_eq!(read_some(fd(3), 64), b"queued+");
+    // The epoll set sees the eventfd ready, with the application's data.
+    let mut out = [libc::epoll_event { events: 0, u64: 0 }; 4];
+    // SAFETY: epoll_wait into a local array of 4.
+    let n = unsafe { libc::epoll_wait(fd(2), out.as_mut_ptr(), 4, 0) };
+    assert_eq!(n, 1);
+    assert_eq!({ out[0].u64 }, 77);
+    assert_eq!(
+        read_some(fd(5), 8),
+        1u64.to_ne_bytes(),
+        "a semaphore reads 1"
+    );
+    assert_eq!(read_some(fd(6), 64), b"3456789");
+    assert_eq!(t2.get(7).unwrap().path.as_deref(), Some(&b"/sub"[..]));
+    assert_ne!(
+        host::int_opt(
+            t2.get(8).unwrap().host(),
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN
+        )
+        .unwrap(),
+        0,
+        "the socket listens again"
+    );
+}
+
+#[test]
+fn what_cannot_be_saved_yet_is_named() {
+    let d = Dir::new();
+    let root = Root::open(&d.0).unwrap();
+    let t = FdTable::new();
+    // SAFETY: timerfd_create with valid arguments.
+    let tf = owned(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) });
+    insert(&t, 12, OpenFile::new(tf, FileKind::TimerFd, None));
+    let e = files::export(7, &t, &root, &mut BlobWriter::new()).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("process 7") && msg.contains("descriptor 12") && msg.contains("timerfd"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_malformed_table_is_refused() {
+    let d = Dir::new();
+    let root = Root::open(&d.0).unwrap();
+    let net = Arc::new(NetPolicy::new(Vec::new(), false));
+    let blobs = Blobs::new(Vec::new());
+    for json in [
+        // A descriptor naming no open file.
+        r#"{"limit":64,"fds":[{"fd":3,"cloexec":false,"file":4}],"open_files":[]}"#,
+        // A pipe whose bytes are outside the blob file.
+        r#"{"limit":64,"fds":[],"open_files":[{"object":"pipe","pipe":1,"write_end":false,"flags":0,"capacity":4096,"data":{"off":0,"len":9,"crc":0}}]}"#,
+        // An epoll watching itself.
+        r#"{"limit":64,"fds":[],"open_files":[{"object":"epoll","flags":2,"targets":[{"file":0,"events":1,"data":0}]}]}"#,
+        // A device a sandbox is never given.
+        r#"{"limit":64,"fds":[],"open_files":[{"object":"host_device","path":[47,101,116,99,47,112,97,115,115,119,100],"flags":0}]}"#,
+        // A file outside the root.
+        r#"{"limit":64,"fds":[],"open_files":[{"object":"regular","path":[47,46,46,47,120],"flags":0,"offset":0,"size":0}]}"#,
+    ] {
+        let state: FilesState = serde_json::from_str(json).unwrap();
+        assert!(
+            files::import(&state, &root, &net, &blobs, &[None, None, None]).is_err(),
+            "{json}"
+        );
+    }
+    // Unknown fields are refused by the decoder itself.
+    assert!(
+        serde_json::from_str::<FilesState>(r#"{"limit":1,"fds":[],"open_files":[],"x":1}"#)
+            .is_err()
+    );
+}

@@ -1,0 +1,333 @@
+//! `torpor checkpoint` and `torpor restore` (issue 14; the design is
+//! `docs/design/snapshots.md`).
+//!
+//! A checkpoint is written in two steps, because the confined holder may write only inside
+//! its own state directory:
+//!
+//! 1. the holder pauses the sandbox (requests do not wake it), deflates it and writes the
+//!    checkpoint (`hibernate::engine`: kernel state, blobs, memory images, MANIFEST last)
+//!    into `STATE_DIR/checkpoint/`;
+//! 2. this command copies the sandbox's writes to its root (the overlay's upper layer) into
+//!    it, moves it to DIR (a copy into `DIR.partial` renamed when DIR is on another
+//!    filesystem), and then stops the sandbox, or resumes it with `--leave-running`.
+//!
+//! `torpor restore DIR` checks the whole checkpoint (`hibernate::snapshot::Checkpoint::open`)
+//! before anything starts, then runs a holder as `torpor run` does, whose sandbox is built by
+//! `kernel::checkpoint::restore` over a root whose upper layer starts as the checkpoint's,
+//! hibernated, its memory paged in from the checkpoint's images as it is touched.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use hibernate::engine::{CheckpointState, HibernateHandle, Hibernator, WakeMode};
+use hibernate::snapshot::{Blobs, Checkpoint, Kind, STATE};
+use kernel::{Sandbox, SandboxConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::control::{call, Request};
+
+/// Where the holder writes a checkpoint, in its state directory.
+pub const HOLDER_OUTPUT: &str = "checkpoint";
+
+/// The checkpoint's copy of the sandbox's root's upper layer.
+const UPPER: &str = "upper";
+
+/// How long a checkpoint may take.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What a holder records of how its sandbox was started, so that a restore can start it
+/// again the same way (saved beside the kernel state in `state.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HolderRecord {
+    /// The root filesystem as given (the image, not the holder's overlay).
+    pub rootfs: PathBuf,
+    /// Program and arguments.
+    pub program: String,
+    /// argv.
+    pub args: Vec<String>,
+    /// Environment.
+    pub env: Vec<String>,
+    /// Working directory at start.
+    pub cwd: String,
+    /// Guest memory size.
+    pub memory: u64,
+    /// Published ports, `HOST_IP:HOST_PORT:GUEST_PORT`.
+    pub publish: Vec<String>,
+    /// Outbound connections allowed.
+    pub allow_outbound: bool,
+    /// The node name.
+    pub hostname: String,
+    /// Clean file pages shared through the page cache.
+    pub share_files: bool,
+    /// Most tasks.
+    pub pids_limit: Option<usize>,
+    /// How the sandbox wakes.
+    pub wake_mode: WakeMode,
+}
+
+impl HolderRecord {
+    /// The record of a sandbox started from `cfg`.
+    pub fn of(cfg: &SandboxConfig, wake_mode: WakeMode) -> HolderRecord {
+        HolderRecord {
+            rootfs: cfg.rootfs.clone(),
+            program: cfg.program.clone(),
+            args: cfg.args.clone(),
+            env: cfg.env.clone(),
+            cwd: cfg.cwd.clone(),
+            memory: cfg.memory,
+            publish: cfg
+                .publish
+                .iter()
+                .map(|p| match p.host {
+                    std::net::SocketAddr::V4(a) => {
+                        format!("{}:{}:{}", a.ip(), a.port(), p.guest_port)
+                    }
+                    std::net::SocketAddr::V6(a) => {
+                        format!("[{}]:{}:{}", a.ip(), a.port(), p.guest_port)
+                    }
+                })
+                .collect(),
+            allow_outbound: cfg.allow_outbound,
+            hostname: cfg.hostname.clone(),
+            share_files: cfg.share_files,
+            pids_limit: cfg.pids_limit,
+            wake_mode,
+        }
+    }
+
+    /// The configuration a restore runs with.
+    ///
+    /// # Errors
+    /// A published port that does not parse.
+    pub fn config(&self) -> Result<SandboxConfig> {
+        Ok(SandboxConfig {
+            rootfs: self.rootfs.clone(),
+            program: self.program.clone(),
+            args: self.args.clone(),
+            env: self.env.clone(),
+            cwd: self.cwd.clone(),
+            memory: self.memory,
+            publish: self
+                .publish
+                .iter()
+                .map(|p| {
+                    p.parse()
+                        .map_err(|e| anyhow::anyhow!("published port {p:?}: {e}"))
+                })
+                .collect::<Result<_>>()?,
+            allow_outbound: self.allow_outbound,
+            own_netns: false,
+            creds: None,
+            rlimits: None,
+            pids_limit: self.pids_limit,
+            hostname: self.hostname.clone(),
+            share_files: self.share_files,
+        })
+    }
+}
+
+/// `torpor checkpoint [--leave-running] ID DIR`.
+pub fn checkpoint(id: &str, dir: &Path, leave_running: bool) -> Result<u8> {
+    let sdir = crate::verbs::dir(id)?;
+    if dir.symlink_metadata().is_ok() {
+        bail!(
+            "{} already exists: a checkpoint is written into a new directory",
+            dir.display()
+        );
+    }
+    let out = sdir.join(HOLDER_OUTPUT);
+    if out.symlink_metadata().is_ok() {
+        // Left by a checkpoint that was interrupted.
+        crate::cowroot::remove_all(&out)
+            .with_context(|| format!("removing the old {}", out.display()))?;
+    }
+    let state = call(&sdir, &Request::State, Duration::from_secs(10))?;
+    if state["status"] == "hibernated" {
+        // Parked in its wait for a wake: the checkpoint parks it again, from a wake.
+        call(&sdir, &Request::Wake, Duration::from_secs(10))?;
+    }
+    call(&sdir, &Request::Checkpoint, TIMEOUT).context("writing the checkpoint")?;
+    let result = finish_checkpoint(&sdir, &out, dir);
+    if result.is_err() {
+        let _ = crate::cowroot::remove_all(&out);
+    }
+    // Paused by the checkpoint: resumed, or stopped.
+    if leave_running {
+        call(&sdir, &Request::Resume, Duration::from_secs(10))?;
+    } else if result.is_ok() {
+        crate::verbs::delete(id, true)?;
+    } else {
+        let _ = call(&sdir, &Request::Resume, Duration::from_secs(10));
+    }
+    result?;
+    println!("{}", dir.display());
+    Ok(0)
+}
+
+/// Copies the sandbox's root's upper layer into the holder's checkpoint `out`, then moves it
+/// to `dir`.
+fn finish_checkpoint(sdir: &Path, out: &Path, dir: &Path) -> Result<()> {
+    let upper = sdir.join("root").join("upper");
+    if upper.is_dir() {
+        let to = out.join(UPPER);
+        std::fs::create_dir(&to).with_context(|| format!("creating {}", to.display()))?;
+        crate::cowroot::copy_tree(&upper, &to)?;
+    }
+    match std::fs::rename(out, dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            let mut partial = dir.as_os_str().to_owned();
+            partial.push(".partial");
+            let partial = PathBuf::from(partial);
+            std::fs::create_dir(&partial)
+                .with_context(|| format!("creating {}", partial.display()))?;
+            crate::cowroot::copy_tree(out, &partial)?;
+            std::fs::rename(&partial, dir)
+                .with_context(|| format!("renaming {} to {}", partial.display(), dir.display()))?;
+            crate::cowroot::remove_all(out)?;
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("moving the checkpoint to {}", dir.display())),
+    }
+}
+
+/// A checkpoint opened for a restore: every check passed, its state read.
+pub struct Restoring {
+    dir: PathBuf,
+    checkpoint: Checkpoint,
+    state: CheckpointState,
+    blobs: Blobs,
+}
+
+impl Restoring {
+    /// Opens and checks the checkpoint at `dir` (nothing is started).
+    ///
+    /// # Errors
+    /// The first check that fails, naming the file; a state this build cannot read.
+    pub fn open(dir: &Path) -> Result<Restoring> {
+        let checkpoint = Checkpoint::open(dir)?;
+        let payload = checkpoint.envelope(STATE, Kind::State)?;
+        let state: CheckpointState = serde_json::from_slice(&payload)
+            .with_context(|| format!("corrupt checkpoint file {}", dir.join(STATE).display()))?;
+        let blobs = checkpoint.blobs()?;
+        Ok(Restoring {
+            dir: dir.to_path_buf(),
+            checkpoint,
+            state,
+            blobs,
+        })
+    }
+
+    /// How the checkpointed sandbox was started.
+    ///
+    /// # Errors
+    /// A record this build cannot read.
+    pub fn record(&self) -> Result<HolderRecord> {
+        serde_json::from_value(self.state.holder.clone()).with_context(|| {
+            format!(
+                "corrupt checkpoint file {}: the holder's record",
+                self.dir.join(STATE).display()
+            )
+        })
+    }
+
+    /// The checkpoint's copy of the sandbox's root's upper layer, if it has one.
+    pub fn upper(&self) -> Option<PathBuf> {
+        let p = self.dir.join(UPPER);
+        p.is_dir().then_some(p)
+    }
+
+    /// Builds the sandbox over `cfg` (its root already the new holder's overlay).
+    ///
+    /// # Errors
+    /// A state that cannot be restored, or files that changed since.
+    pub fn sandbox(&self, cfg: &SandboxConfig) -> Result<Sandbox> {
+        Ok(kernel::checkpoint::restore(
+            cfg,
+            &self.state.kernel,
+            &self.blobs,
+            kernel::sandbox::runtime_stdio(),
+        )?)
+    }
+
+    /// The park hook and handle of `sandbox` just restored: hibernated, paging in from the
+    /// checkpoint's memory image.
+    ///
+    /// # Errors
+    /// The image's checks, or userfaultfd refused.
+    pub fn hibernator(
+        &self,
+        sandbox: &Sandbox,
+        dir: PathBuf,
+        mode: WakeMode,
+    ) -> Result<(Hibernator, HibernateHandle)> {
+        let pid = self
+            .state
+            .kernel
+            .processes
+            .first()
+            .map(|p| p.pid)
+            .context("the checkpoint holds no process")?;
+        hibernate::engine::restored(
+            &self.checkpoint,
+            pid,
+            sandbox.memory(),
+            sandbox.control(),
+            dir,
+            mode,
+        )
+        .map_err(|e| anyhow::anyhow!("restoring the memory: {e}"))
+    }
+}
+
+/// `torpor restore [OPTIONS] DIR`.
+pub fn restore(args: crate::cli::RestoreArgs) -> Result<u8> {
+    let id = match &args.name {
+        Some(n) => {
+            crate::statedir::check_id(n)?;
+            n.clone()
+        }
+        None => crate::statedir::new_id(),
+    };
+    // Every check before anything starts (also before a detached holder is).
+    let restoring = Restoring::open(&args.dir)?;
+    if args.detach {
+        return crate::run::detach(&id, "restore");
+    }
+    let record = restoring.record()?;
+    let mut cfg = record.config()?;
+    if let Some(r) = &args.rootfs {
+        cfg.rootfs = r.clone();
+    }
+    if !args.publish.is_empty() {
+        cfg.publish = args.publish.clone();
+    }
+    if !cfg.rootfs.is_dir() {
+        bail!(
+            "root filesystem {} does not exist or is not a directory (give it with --rootfs)",
+            cfg.rootfs.display()
+        );
+    }
+    let volumes = Vec::new();
+    let holding = if args.ready_fd >= 0 {
+        crate::daemon::Holding::Detached { volumes }
+    } else {
+        crate::daemon::Holding::Foreground { volumes }
+    };
+    crate::daemon::serve_from(
+        &cfg,
+        &id,
+        &crate::daemon::Policy {
+            wake_mode: args.wake_mode.unwrap_or(record.wake_mode),
+            swap_quota: None,
+            hibernate_after: None,
+            memory_floor: None,
+            cpus: None,
+        },
+        crate::ready::from_fd(args.ready_fd),
+        holding,
+        crate::daemon::Origin::Restore(Box::new(restoring)),
+    )
+}

@@ -1,0 +1,261 @@
+//! Checkpoint and restore (issue 14, slice S3 of `docs/design/snapshots.md`): a sandbox is
+//! checkpointed, its holder stopped, and a new holder restored from the checkpoint carries on
+//! where it was; a damaged checkpoint starts nothing.
+
+use std::path::Path;
+use std::time::Duration;
+
+use testutil::{Detached, Rootfs, TempDir};
+
+fn bin() -> &'static Path {
+    env!("CARGO_BIN_EXE_torpor").as_ref()
+}
+
+fn log_of(sb: &Detached) -> String {
+    std::fs::read_to_string(sb.dir().join("output.log")).unwrap_or_default()
+}
+
+/// `checkpoint_state ARGS` started detached, once it says it is ready.
+fn ready_sandbox(r: &Rootfs, options: &[&str], args: &[&str]) -> Detached {
+    let prog = r.guest_program("checkpoint_state");
+    let sb = Detached::start(bin(), options, r.path(), &prog, args);
+    assert!(
+        Detached::wait_until(Duration::from_secs(60), || log_of(&sb).contains("ready")),
+        "the program never got ready: {}",
+        log_of(&sb)
+    );
+    sb
+}
+
+/// Whether `torpor state` reports the application's exit status `code`.
+fn exited_with(sb: &Detached, code: i32) -> bool {
+    let o = sb.verb("state", &[]);
+    o.stdout_str().contains(&format!("\"exitStatus\": {code}"))
+}
+
+#[test]
+fn a_restored_sandbox_carries_on_with_its_memory_threads_descriptors_and_sockets() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let port = testutil::free_port();
+    let publish = format!("{port}:8080");
+    let sb = ready_sandbox(&r, &["-p", &publish], &["256", "3", "8080"]);
+    let t = TempDir::new("torpor-ckpt");
+    let dir = t.path().join("ckpt");
+    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
+    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    assert!(dir.join("MANIFEST").is_file());
+    // Without --leave-running the sandbox is gone: its holder exited, its state removed.
+    assert!(
+        Detached::wait_until(Duration::from_secs(30), || !sb.dir().exists()),
+        "the checkpointed sandbox is still there"
+    );
+    // Its process is gone, its memory was never read back: the restore pages it in.
+    let restored = sb
+        .restore_beside(&[], &dir)
+        .unwrap_or_else(|o| panic!("restore: {}", o.stderr_str()));
+    assert_eq!(restored.stat("state"), "hibernated");
+    assert_eq!(restored.stat_u64("faults"), 0);
+    restored.ok("kill", &["SIGUSR1"]);
+    assert!(
+        Detached::wait_until(Duration::from_secs(60), || log_of(&restored)
+            .contains("serving")),
+        "no output after the restore: {}",
+        log_of(&restored)
+    );
+    // The listening socket listens again on the published port.
+    let mut answer = String::new();
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    std::io::Read::read_to_string(&mut c, &mut answer).expect("read");
+    assert_eq!(answer, "restored\n");
+    assert!(
+        Detached::wait_until(Duration::from_secs(30), || exited_with(&restored, 0)),
+        "the restored program did not exit 0: {}\n{}",
+        log_of(&restored),
+        restored.ok("state", &[])
+    );
+    assert_eq!(
+        log_of(&restored),
+        "epoll: 1 ready, data 2\n\
+         pattern: 0 of 33554432 words differ\n\
+         pipe: 17 bytes \"bytes in the pipe\"\n\
+         eventfd: 42\n\
+         file: \"llo world\"\n\
+         SIGUSR2 pending: 1\n\
+         threads: 3 of 3 kept their state\n\
+         pid unchanged: 1\n\
+         all state kept\n\
+         serving\n"
+    );
+    // The memory came back as it was touched.
+    assert!(restored.stat_u64("fault_bytes") >= 256 << 20);
+}
+
+/// A checkpoint of `checkpoint_state 16`, its sandbox stopped.
+fn checkpointed(r: &Rootfs, t: &TempDir) -> (Detached, std::path::PathBuf) {
+    let sb = ready_sandbox(r, &[], &["16"]);
+    let dir = t.path().join("ckpt");
+    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
+    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    (sb, dir)
+}
+
+/// Restoring the damaged copy `damage` makes of the checkpoint fails with a message
+/// holding `expect`, and starts nothing.
+fn refused(sb: &Detached, dir: &Path, name: &str, damage: impl Fn(&Path), expect: &str) {
+    let copy = dir.with_file_name(name);
+    let o = testutil::run_command(
+        {
+            let mut c = std::process::Command::new("cp");
+            c.arg("-a").arg(dir).arg(&copy);
+            c
+        },
+        None,
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.code(), 0, "cp: {}", o.stderr_str());
+    damage(&copy);
+    let e = match sb.restore_beside(&[], &copy) {
+        Ok(restored) => panic!("{name}: restored {} from a damaged checkpoint", restored.id),
+        Err(e) => e,
+    };
+    assert_ne!(e.code(), 0);
+    assert!(
+        e.stderr_str().contains(expect),
+        "{name}: the error does not say {expect:?}: {}",
+        e.stderr_str()
+    );
+    // Nothing started: no sandbox directory but the checkpointed one's (gone) in the root.
+    let left: Vec<_> = std::fs::read_dir(sb.state_base())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{name}: left {left:?}");
+}
+
+#[test]
+fn a_damaged_checkpoint_is_refused_before_anything_starts() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let t = TempDir::new("torpor-ckpt");
+    let (sb, dir) = checkpointed(&r, &t);
+    assert!(Detached::wait_until(Duration::from_secs(30), || !sb
+        .dir()
+        .exists()));
+    let flip = |file: &'static str, at: u64| {
+        move |d: &Path| {
+            use std::os::unix::fs::FileExt;
+            let p = d.join(file);
+            let mut perm = std::fs::metadata(&p).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
+            std::fs::set_permissions(&p, perm).unwrap();
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&p)
+                .unwrap();
+            let mut b = [0u8; 1];
+            f.read_exact_at(&mut b, at).unwrap();
+            b[0] ^= 0x20;
+            f.write_all_at(&b, at).unwrap();
+        }
+    };
+    refused(
+        &sb,
+        &dir,
+        "state-flipped",
+        flip("state.json", 100),
+        "corrupt checkpoint file",
+    );
+    refused(
+        &sb,
+        &dir,
+        "blobs-flipped",
+        flip("blobs.bin", 70),
+        "corrupt checkpoint file",
+    );
+    refused(
+        &sb,
+        &dir,
+        "memory-truncated",
+        |d| {
+            let p = d.join("mem-1.img");
+            let len = std::fs::metadata(&p).unwrap().len();
+            let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+            f.set_len(len - 4096).unwrap();
+        },
+        "mem-1.img",
+    );
+    refused(
+        &sb,
+        &dir,
+        "no-manifest",
+        |d| std::fs::remove_file(d.join("MANIFEST")).unwrap(),
+        "incomplete checkpoint",
+    );
+    refused(
+        &sb,
+        &dir,
+        "state-missing",
+        |d| std::fs::remove_file(d.join("state.json")).unwrap(),
+        "is missing",
+    );
+    // The undamaged checkpoint still restores.
+    let restored = sb
+        .restore_beside(&[], &dir)
+        .unwrap_or_else(|o| panic!("restore: {}", o.stderr_str()));
+    restored.ok("kill", &["SIGUSR1"]);
+    assert!(
+        Detached::wait_until(Duration::from_secs(60), || log_of(&restored)
+            .contains("all state kept")),
+        "{}",
+        log_of(&restored)
+    );
+}
+
+#[test]
+fn leave_running_keeps_the_sandbox_and_a_checkpoint_never_overwrites() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let t = TempDir::new("torpor-ckpt");
+    let sb = ready_sandbox(&r, &[], &["16"]);
+    let dir = t.path().join("ckpt");
+    let d = dir.to_str().unwrap();
+    let out = sb.verb("checkpoint", &["--leave-running", d]);
+    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    // A second checkpoint into the same directory is refused; the sandbox goes on.
+    let again = sb.verb("checkpoint", &["--leave-running", d]);
+    assert_ne!(again.code(), 0);
+    assert!(
+        again.stderr_str().contains("already exists"),
+        "{}",
+        again.stderr_str()
+    );
+    // The original runs on and finishes; so does its restored copy, independently.
+    let restored = sb
+        .restore_beside(&[], &dir)
+        .unwrap_or_else(|o| panic!("restore: {}", o.stderr_str()));
+    sb.ok("kill", &["SIGUSR1"]);
+    restored.ok("kill", &["SIGUSR1"]);
+    for s in [&sb, &restored] {
+        assert!(
+            Detached::wait_until(Duration::from_secs(60), || log_of(s)
+                .contains("all state kept")),
+            "{}: {}",
+            s.id,
+            log_of(s)
+        );
+        assert!(Detached::wait_until(Duration::from_secs(30), || {
+            exited_with(s, 0)
+        }));
+    }
+}
