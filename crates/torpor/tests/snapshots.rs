@@ -259,3 +259,108 @@ fn leave_running_keeps_the_sandbox_and_a_checkpoint_never_overwrites() {
         }));
     }
 }
+
+/// The HTTP server `program` of Debian root `name` round-trips: answered, checkpointed (its
+/// holder gone), restored, answered again; then the restored sandbox hibernates (its memory
+/// image stays a layer under its own swap) and wakes, and answers once more.
+fn server_round_trip(name: &str, program: &str, args: &[&str], want: &str) {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let Some(root) = testutil::debian_rootfs(name) else {
+        return;
+    };
+    if name == "java" {
+        testutil::build_java_hello(&root);
+    }
+    let port = testutil::free_port();
+    let publish = format!("127.0.0.1:{port}:8080");
+    let sb = Detached::start(
+        bin(),
+        &["--memory", "1G", "-p", &publish],
+        &root,
+        program,
+        args,
+    );
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let get = |what: &str| {
+        testutil::http_get(addr, "/", Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{name} {what}: {e}"))
+            .body_str()
+    };
+    assert!(
+        Detached::wait_until(Duration::from_secs(120), || testutil::http_get(
+            addr,
+            "/",
+            Duration::from_secs(10)
+        )
+        .is_ok()),
+        "{name} did not answer within 120 s"
+    );
+    let t = TempDir::new("torpor-ckpt");
+    let dir = t.path().join(name);
+    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
+    assert_eq!(out.code(), 0, "{name} checkpoint: {}", out.stderr_str());
+    assert!(Detached::wait_until(Duration::from_secs(30), || !sb
+        .dir()
+        .exists()));
+    let restored = sb
+        .restore_beside(&[], &dir)
+        .unwrap_or_else(|o| panic!("{name} restore: {}", o.stderr_str()));
+    assert_eq!(restored.stat("state"), "hibernated");
+    for what in ["first request after the restore", "second request"] {
+        assert!(get(what).contains(want), "{name} {what}");
+    }
+    let mut state = String::new();
+    for _ in 0..20 {
+        restored.ok("hibernate", &[]);
+        state = restored.stat("state");
+        if state == "hibernated" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        state, "hibernated",
+        "{name}: the restored sandbox hibernates"
+    );
+    assert!(get("request after a hibernate").contains(want), "{name}");
+}
+
+#[test]
+fn python_server_round_trips() {
+    server_round_trip(
+        "python",
+        "/usr/bin/python3",
+        &["-m", "http.server", "8080"],
+        "Directory listing",
+    );
+}
+
+#[test]
+fn node_server_round_trips() {
+    server_round_trip(
+        "node",
+        "/usr/bin/node",
+        &[
+            "-e",
+            "require('http').createServer((q, s) => s.end('hello from node\\n')).listen(8080)",
+        ],
+        "hello from node",
+    );
+}
+
+#[test]
+fn go_server_round_trips() {
+    server_round_trip("go", "/app/hello", &[], "Hello");
+}
+
+#[test]
+fn java_server_round_trips() {
+    server_round_trip(
+        "java",
+        "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
+        &["-cp", "/app", "Hello"],
+        "hello from java",
+    );
+}

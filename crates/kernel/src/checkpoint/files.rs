@@ -24,6 +24,7 @@ pub fn export(
     pid: i32,
     fds: &FdTable,
     root: &Root,
+    net: &crate::net::NetPolicy,
     blobs: &mut BlobWriter,
 ) -> Result<FilesState, CheckpointError> {
     let mut index: HashMap<*const OpenFile, usize> = HashMap::new();
@@ -47,6 +48,20 @@ pub fn export(
             file: at,
         });
     }
+    // The table's Unix sockets, by host inode: a connected one's peer among them is a pair.
+    let unix: std::collections::HashSet<u64> = table
+        .iter()
+        .filter(|(_, f)| {
+            f.socket_state()
+                .is_some_and(|st| st.family == libc::AF_UNIX)
+        })
+        .filter_map(|(_, f)| crate::net::host::inode(f.host()).ok())
+        .collect();
+    let cx = Context {
+        root,
+        net,
+        unix: &unix,
+    };
     // Every open file once; epoll instances once the files they watch have their places.
     let by_host: HashMap<i32, usize> = table
         .iter()
@@ -66,7 +81,7 @@ pub fn export(
             let state = if is_epoll {
                 export_epoll(pid, *fd, file, &by_host)?
             } else {
-                export_file(pid, *fd, file, root, blobs)?
+                export_file(pid, *fd, file, &cx, blobs)?
             };
             open_files[at] = Some(state);
         }
@@ -123,13 +138,22 @@ fn export_epoll(
     Ok(OpenFileState::Epoll { flags, targets })
 }
 
+/// What saving one open file needs beside it.
+struct Context<'a> {
+    root: &'a Root,
+    net: &'a crate::net::NetPolicy,
+    /// The table's Unix sockets (host inodes).
+    unix: &'a std::collections::HashSet<u64>,
+}
+
 fn export_file(
     pid: i32,
     fd: i32,
     file: &OpenFile,
-    root: &Root,
+    cx: &Context<'_>,
     blobs: &mut BlobWriter,
 ) -> Result<OpenFileState, CheckpointError> {
+    let root = cx.root;
     let host = file.host();
     let unsupported = |what: &str| {
         CheckpointError::Unsupported(format!("process {pid}, descriptor {fd}: {what}"))
@@ -201,7 +225,19 @@ fn export_file(
         },
         FileKind::Socket(m) => {
             let st = m.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            super::sockets::export(file, &st, flags, &unsupported)?
+            if st.family == libc::AF_UNIX {
+                super::sockets::export_unix(
+                    file,
+                    &st,
+                    flags,
+                    blobs,
+                    cx.net,
+                    &|ino| cx.unix.contains(&ino),
+                    &unsupported,
+                )?
+            } else {
+                super::sockets::export(file, &st, flags, &unsupported)?
+            }
         }
         other => {
             return Err(unsupported(&format!(
@@ -242,10 +278,30 @@ pub fn import(
     state: &FilesState,
     root: &Root,
     net: &Arc<crate::net::NetPolicy>,
+    owner: crate::net::unix::Ucred,
     blobs: &Blobs,
     stdio: &[Option<OwnedFd>; 3],
 ) -> Result<FdTable, CheckpointError> {
     let bad = |what: String| CheckpointError::Restore(what);
+    // Unix sockets first, together: the two ends of a pair come from one socketpair.
+    let mut unix_specs = Vec::new();
+    for of in &state.open_files {
+        if let OpenFileState::UnixSocket {
+            kind,
+            flags,
+            id,
+            connected,
+            peer,
+            queued,
+        } = of
+        {
+            let bytes = blobs
+                .get(*queued)
+                .map_err(|e| bad(format!("a Unix socket's queued bytes: {e}")))?;
+            unix_specs.push((*kind, *flags, *id, *connected, *peer, bytes.to_vec()));
+        }
+    }
+    let mut unix = super::sockets::import_unix(&unix_specs, net, owner).map_err(bad)?;
     // Pipes first: both ends of one pipe come from one pipe2.
     let mut pipes: HashMap<u64, (OwnedFd, OwnedFd)> = HashMap::new();
     let mut files: Vec<Option<Arc<OpenFile>>> = vec![None; state.open_files.len()];
@@ -424,6 +480,9 @@ pub fn import(
                 net,
             )
             .map_err(|e| bad(format!("open file {i}: {e}")))?,
+            OpenFileState::UnixSocket { id, .. } => unix
+                .remove(id)
+                .ok_or_else(|| bad(format!("open file {i}: a Unix socket saved twice")))?,
             OpenFileState::Epoll { flags, targets } => {
                 // SAFETY: epoll_create1 with a valid flag; the result is checked.
                 let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };

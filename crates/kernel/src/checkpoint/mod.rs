@@ -106,7 +106,7 @@ pub fn export(task: &Task, blobs: &mut BlobWriter) -> Result<SandboxState, Check
             [a.handler, a.flags, a.restorer, a.mask]
         })
         .collect();
-    let files = files::export(task.pid, &task.fds, &task.root, blobs)?;
+    let files = files::export(task.pid, &task.fds, &task.root, &task.net, blobs)?;
     // The other threads, parked by the caller, each give their state from their own thread.
     let others = task
         .group
@@ -215,7 +215,12 @@ pub fn restore(
     mm.allocator_mut().set_budget(procs.memory.clone());
     let vcpu = vm.create_vcpu(0, mm.cr3())?;
     let net = Arc::new(crate::sandbox::net_policy(cfg));
-    let fds = files::import(&p.files, &root, &net, blobs, &stdio).map_err(bad)?;
+    let owner = crate::net::unix::Ucred {
+        pid: p.pid,
+        uid: t.uid,
+        gid: t.gid,
+    };
+    let fds = files::import(&p.files, &root, &net, owner, blobs, &stdio).map_err(bad)?;
 
     let group = ThreadGroup::new(vm.clone(), p.pid, procs.clone());
     let exe_key = root

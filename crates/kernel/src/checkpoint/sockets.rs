@@ -2,6 +2,11 @@
 //! type, options, the address it bound, listening or connected), made again at restore
 //! through the sandbox's network policy, as the application's own calls would.
 //!
+//! Unix sockets without a name are saved too: a pair of the sandbox's own comes back as a
+//! new pair holding the stream bytes queued in each direction; one whose peer is gone or
+//! outside the sandbox comes back with its peer closed (reads see the end of the stream).
+//! Named and listening Unix sockets are not supported yet.
+//!
 //! A listening socket is bound and listens again (connections waiting in the old backlog
 //! are lost: the old holder's exit resets them). A connected TCP socket comes back *reset*:
 //! its next read fails with ECONNRESET and poll reports an error, as after the peer vanished
@@ -44,7 +49,6 @@ pub(super) fn export(
     let fd = file.host();
     match st.family {
         libc::AF_INET | libc::AF_INET6 => {}
-        libc::AF_UNIX => return Err(unsupported("a Unix socket (not supported yet)")),
         _ => return Err(unsupported("a netlink socket (not supported yet)")),
     }
     let opt = |level, name| host::int_opt(fd, level, name);
@@ -168,5 +172,172 @@ fn reset(fd: BorrowedFd<'_>, family: i32) -> Result<(), abi::Errno> {
         )
     };
     drop(accepted);
+    Ok(())
+}
+
+/// Saves an unnamed Unix socket: its identity and its peer's (`by_ino` holds the sandbox's
+/// Unix sockets by host inode), and the stream bytes queued to it, left in place.
+pub(super) fn export_unix(
+    file: &OpenFile,
+    st: &SocketState,
+    flags: i32,
+    blobs: &mut super::blobs::BlobWriter,
+    net: &NetPolicy,
+    in_sandbox: &dyn Fn(u64) -> bool,
+    unsupported: &dyn Fn(&str) -> CheckpointError,
+) -> Result<OpenFileState, CheckpointError> {
+    let fd = file.host();
+    let id = host::inode(fd).map_err(|e| CheckpointError::Host(format!("fstat: {e}")))?;
+    let named = !matches!(net.unix.local_name(id), crate::net::unix::UnixAddr::Unnamed);
+    let listening = host::int_opt(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN).unwrap_or(0) != 0;
+    if named || listening {
+        return Err(unsupported(
+            "a named or listening Unix socket (not supported yet)",
+        ));
+    }
+    let connected = host::name(fd, true).is_ok();
+    let peer = if connected {
+        host::unix_peer_inode(id).filter(|p| in_sandbox(*p))
+    } else {
+        None
+    };
+    let queued = peek_queue(fd).map_err(|e| CheckpointError::Host(format!("its queue: {e}")))?;
+    if !queued.is_empty() && st.kind != libc::SOCK_STREAM {
+        return Err(unsupported(
+            "a Unix datagram or seqpacket socket with messages queued (not supported yet)",
+        ));
+    }
+    Ok(OpenFileState::UnixSocket {
+        kind: st.kind,
+        flags,
+        id,
+        connected,
+        peer,
+        queued: blobs.add(&queued),
+    })
+}
+
+/// The bytes waiting in a socket's receive queue, read with MSG_PEEK (left in place).
+fn peek_queue(fd: BorrowedFd<'_>) -> std::io::Result<Vec<u8>> {
+    // SAFETY: FIONREAD into a local int.
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) } < 0 || n <= 0 {
+        return Ok(Vec::new());
+    }
+    let mut b = vec![0u8; n as usize];
+    // SAFETY: receiving into a buffer we own, without consuming (MSG_PEEK).
+    let got = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            b.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if got < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EAGAIN) {
+            return Ok(Vec::new());
+        }
+        return Err(e);
+    }
+    b.truncate(got as usize);
+    Ok(b)
+}
+
+/// Makes the Unix sockets of a checkpoint: `(kind, flags, id, peer, queued bytes)` each, by
+/// id. A pair whose both ends were saved is one new socket pair, each end's queued bytes
+/// written from the other; any other connected socket gets a pair whose other end is closed
+/// (after its queued bytes are written); an unconnected one is a fresh socket.
+pub(super) fn import_unix(
+    sockets: &[(i32, i32, u64, bool, Option<u64>, Vec<u8>)],
+    net: &Arc<NetPolicy>,
+    owner: crate::net::unix::Ucred,
+) -> Result<std::collections::HashMap<u64, OpenFile>, String> {
+    use std::collections::HashMap;
+    let mut made: HashMap<u64, OpenFile> = HashMap::new();
+    let of = |fd: std::os::fd::OwnedFd, kind: i32| -> Result<OpenFile, String> {
+        let unix = crate::net::unix::UnixRef::new(net, fd.as_fd(), Some(owner))
+            .map_err(|e| format!("registering a Unix socket: {e}"))?;
+        Ok(OpenFile::new(
+            fd,
+            FileKind::Socket(Mutex::new(SocketState {
+                family: libc::AF_UNIX,
+                kind,
+                unix: Some(unix),
+                ..SocketState::default()
+            })),
+            None,
+        ))
+    };
+    let by_id: HashMap<u64, &(i32, i32, u64, bool, Option<u64>, Vec<u8>)> =
+        sockets.iter().map(|s| (s.2, s)).collect();
+    for s in sockets {
+        let (kind, _, id, connected, peer, queued) = s;
+        if made.contains_key(id) {
+            continue;
+        }
+        if !matches!(
+            *kind,
+            libc::SOCK_STREAM | libc::SOCK_SEQPACKET | libc::SOCK_DGRAM
+        ) {
+            return Err(format!("a Unix socket of type {kind}"));
+        }
+        if !connected {
+            let fd =
+                host::socket(libc::AF_UNIX, *kind, false, 0).map_err(|e| format!("socket: {e}"))?;
+            made.insert(*id, of(fd, *kind)?);
+            continue;
+        }
+        let (a, b) = host::socketpair(*kind, false, 0).map_err(|e| format!("socketpair: {e}"))?;
+        // Bytes queued to this end were sent from the other.
+        write_all(b.as_fd(), queued).map_err(|e| format!("queued bytes: {e}"))?;
+        let partner = peer
+            .and_then(|p| by_id.get(&p))
+            .filter(|p| p.4 == Some(*id));
+        match partner {
+            Some(p) => {
+                write_all(a.as_fd(), &p.5).map_err(|e| format!("queued bytes: {e}"))?;
+                let ia = host::inode(a.as_fd()).map_err(|e| e.to_string())?;
+                let ib = host::inode(b.as_fd()).map_err(|e| e.to_string())?;
+                let (fa, fb) = (of(a, *kind)?, of(b, *kind)?);
+                net.unix.note_pair(ia, ib, owner);
+                made.insert(*id, fa);
+                made.insert(p.2, fb);
+            }
+            None => {
+                made.insert(*id, of(a, *kind)?);
+                drop(b);
+            }
+        }
+    }
+    for s in sockets {
+        if let Some(f) = made.get(&s.2) {
+            // SAFETY: F_SETFL on the socket just made.
+            if unsafe { libc::fcntl(f.host().as_raw_fd(), libc::F_SETFL, s.1) } < 0 {
+                return Err(format!("F_SETFL: {}", std::io::Error::last_os_error()));
+            }
+        }
+    }
+    Ok(made)
+}
+
+fn write_all(fd: BorrowedFd<'_>, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: sending from a slice we hold.
+        let n = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n <= 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        bytes = &bytes[n as usize..];
+    }
     Ok(())
 }

@@ -224,6 +224,22 @@ pub enum OpenFileState {
         /// Options kept: `[level, name, value]`.
         options: Vec<[i32; 3]>,
     },
+    /// An unnamed Unix socket: unconnected, or connected to another socket of the sandbox
+    /// (its pair), or to one gone or outside (it comes back with its peer closed).
+    UnixSocket {
+        /// SOCK_STREAM, SOCK_SEQPACKET or SOCK_DGRAM.
+        kind: i32,
+        /// Status flags.
+        flags: i32,
+        /// Its identity (host inode), which its peer's `peer` names.
+        id: u64,
+        /// Connected.
+        connected: bool,
+        /// The peer's identity, if it is a socket of the sandbox.
+        peer: Option<u64>,
+        /// Stream bytes waiting to be read from it.
+        queued: BlobRef,
+    },
     /// An epoll instance and its interest list.
     Epoll {
         /// Status flags.

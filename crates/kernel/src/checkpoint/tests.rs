@@ -33,6 +33,12 @@ impl Drop for Dir {
     }
 }
 
+const OWNER: crate::net::unix::Ucred = crate::net::unix::Ucred {
+    pid: 1,
+    uid: 0,
+    gid: 0,
+};
+
 fn owned(fd: i32) -> OwnedFd {
     assert!(fd >= 0, "{}", std::io::Error::last_os_error());
     // SAFETY: a fresh descriptor owned by nobody else.
@@ -115,6 +121,35 @@ fn a_descriptor_table_comes_back_with_its_objects_and_bytes() {
     inet::bind_as_guest(&net, &s, libc::AF_INET, "127.0.0.1:0".parse().unwrap()).unwrap();
     host::listen(s.host(), 8).unwrap();
     insert(&t, 8, s);
+    // A Unix socket pair with bytes queued both ways, and one whose peer is gone after
+    // sending its last words.
+    let unix = |fd: OwnedFd| {
+        let u = crate::net::unix::UnixRef::new(&net, std::os::fd::AsFd::as_fd(&fd), None).unwrap();
+        OpenFile::new(
+            fd,
+            FileKind::Socket(Mutex::new(SocketState {
+                family: libc::AF_UNIX,
+                kind: libc::SOCK_STREAM,
+                unix: Some(u),
+                ..SocketState::default()
+            })),
+            None,
+        )
+    };
+    let send = |fd: &OwnedFd, b: &[u8]| {
+        // SAFETY: sending from a slice we hold.
+        let n = unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), b.len(), 0) };
+        assert_eq!(n, b.len() as isize);
+    };
+    let (ua, ub) = host::socketpair(libc::SOCK_STREAM, false, 0).unwrap();
+    send(&ua, b"to b");
+    send(&ub, b"to a!");
+    insert(&t, 10, unix(ua));
+    insert(&t, 11, unix(ub));
+    let (uc, ud) = host::socketpair(libc::SOCK_STREAM, false, 0).unwrap();
+    send(&ud, b"last words");
+    drop(ud);
+    insert(&t, 13, unix(uc));
     // An epoll watching the eventfd (data 77), made after it: its number is below.
     // SAFETY: epoll_create1 with a valid flag.
     let ep = owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) });
@@ -135,10 +170,10 @@ fn a_descriptor_table_comes_back_with_its_objects_and_bytes() {
     insert(&t, 2, OpenFile::new(ep, FileKind::Epoll, None));
 
     let mut blobs = BlobWriter::new();
-    let state = files::export(1, &t, &root, &mut blobs).unwrap();
+    let state = files::export(1, &t, &root, &net, &mut blobs).unwrap();
     assert_eq!(
         state.open_files.len(),
-        7,
+        10,
         "the dup'ed read end is one open file"
     );
     let json = serde_json::to_string(&state).unwrap();
@@ -148,7 +183,7 @@ fn a_descriptor_table_comes_back_with_its_objects_and_bytes() {
 
     let blobs = Blobs::new(blobs.into_payload());
     let net2 = Arc::new(NetPolicy::new(Vec::new(), false));
-    let t2 = files::import(&state, &root, &net2, &blobs, &[None, None, None]).unwrap();
+    let t2 = files::import(&state, &root, &net2, OWNER, &blobs, &[None, None, None]).unwrap();
     let fd = |n: i32| t2.get(n).unwrap().host().as_raw_fd();
     assert!(Arc::ptr_eq(&t2.get(3).unwrap(), &t2.get(9).unwrap()));
     assert!(t2.cloexec(9).unwrap() && !t2.cloexec(3).unwrap());
@@ -168,6 +203,15 @@ fn a_descriptor_table_comes_back_with_its_objects_and_bytes() {
     );
     assert_eq!(read_some(fd(6), 64), b"3456789");
     assert_eq!(t2.get(7).unwrap().path.as_deref(), Some(&b"/sub"[..]));
+    // The pair: each end reads what was queued to it, and they are connected to each other.
+    assert_eq!(read_some(fd(10), 64), b"to a!");
+    assert_eq!(read_some(fd(11), 64), b"to b");
+    // SAFETY: writing from a literal into the restored end.
+    assert_eq!(unsafe { libc::write(fd(10), b"x".as_ptr().cast(), 1) }, 1);
+    assert_eq!(read_some(fd(11), 64), b"x");
+    // The lone one: its last words, then the end of the stream.
+    assert_eq!(read_some(fd(13), 64), b"last words");
+    assert_eq!(read_some(fd(13), 64), b"");
     assert_ne!(
         host::int_opt(
             t2.get(8).unwrap().host(),
@@ -188,7 +232,14 @@ fn what_cannot_be_saved_yet_is_named() {
     // SAFETY: timerfd_create with valid arguments.
     let tf = owned(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) });
     insert(&t, 12, OpenFile::new(tf, FileKind::TimerFd, None));
-    let e = files::export(7, &t, &root, &mut BlobWriter::new()).unwrap_err();
+    let e = files::export(
+        7,
+        &t,
+        &root,
+        &NetPolicy::new(Vec::new(), false),
+        &mut BlobWriter::new(),
+    )
+    .unwrap_err();
     let msg = e.to_string();
     assert!(
         msg.contains("process 7") && msg.contains("descriptor 12") && msg.contains("timerfd"),
@@ -216,7 +267,7 @@ fn a_malformed_table_is_refused() {
     ] {
         let state: FilesState = serde_json::from_str(json).unwrap();
         assert!(
-            files::import(&state, &root, &net, &blobs, &[None, None, None]).is_err(),
+            files::import(&state, &root, &net, OWNER, &blobs, &[None, None, None]).is_err(),
             "{json}"
         );
     }
