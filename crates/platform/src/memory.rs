@@ -64,6 +64,9 @@ pub struct GuestMemory {
     registrar: std::sync::OnceLock<Box<Registrar>>,
     /// Memslots the VM may have (KVM_CAP_NR_MEMSLOTS; set by the VM, unbounded before).
     slot_limit: std::sync::atomic::AtomicUsize,
+    /// The mapping is a private mapping of a memory image file ([`GuestMemory::from_image`]):
+    /// its pages are the file's until written.
+    image: bool,
 }
 
 /// How the VM registers a shared window as memslot `slot`.
@@ -118,7 +121,66 @@ impl GuestMemory {
             windows: std::sync::RwLock::new(Vec::new()),
             registrar: std::sync::OnceLock::new(),
             slot_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            image: false,
         })
+    }
+
+    /// Maps `size` bytes of guest memory whose initial contents are the file `image`, byte
+    /// for byte (guest-physical address = file offset; holes read as zero), privately: the
+    /// host's page cache holds one copy of the file for every memory mapping it, and a page
+    /// written becomes a copy of this memory's own (a clone of a checkpoint pays only for the
+    /// pages it writes). Such memory cannot be registered with a userfaultfd, and
+    /// [`GuestMemory::discard`] replaces pages with anonymous zero pages instead of dropping
+    /// them (dropped, they would read as the file's bytes again).
+    ///
+    /// # Errors
+    /// [`MemoryError::BadSize`] unless `size` is a non-zero multiple of 4 MiB and the file's
+    /// length; [`MemoryError::Map`] if the host refuses the mapping.
+    pub fn from_image(image: &std::fs::File, size: u64) -> Result<Self, MemoryError> {
+        if size == 0 || !size.is_multiple_of(MEMORY_GRANULE) {
+            return Err(MemoryError::BadSize(size));
+        }
+        let len = usize::try_from(size).map_err(|_| MemoryError::BadSize(size))?;
+        match image.metadata() {
+            Ok(m) if m.len() == size => {}
+            Ok(_) => return Err(MemoryError::BadSize(size)),
+            Err(source) => return Err(MemoryError::Map { size, source }),
+        }
+        // SAFETY: a fresh private mapping of a file we hold open; no existing memory is
+        // affected, and writes never reach the file.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_NORESERVE,
+                std::os::fd::AsRawFd::as_raw_fd(image),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MemoryError::Map {
+                size,
+                source: io::Error::last_os_error(),
+            });
+        }
+        let base = NonNull::new(p.cast::<u8>()).ok_or(MemoryError::Map {
+            size,
+            source: io::Error::from_raw_os_error(libc::ENOMEM),
+        })?;
+        Ok(GuestMemory {
+            base,
+            size,
+            windows: std::sync::RwLock::new(Vec::new()),
+            registrar: std::sync::OnceLock::new(),
+            slot_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            image: true,
+        })
+    }
+
+    /// Whether the memory is a private mapping of an image file ([`GuestMemory::from_image`]).
+    pub fn is_image(&self) -> bool {
+        self.image
     }
 
     /// Sets how many memslots the VM may have in all (its own memory's included): KVM's
@@ -347,6 +409,29 @@ impl GuestMemory {
             return Err(MemoryError::OutOfRange { gpa, len });
         }
         let p = self.host_ptr(gpa, len)?;
+        if self.image && self.is_own(gpa) {
+            // Dropped pages of a private file mapping read as the file's bytes again: put
+            // anonymous zero pages in their place (the memslot follows the host mapping).
+            // SAFETY: a page-aligned range inside our own mapping, replaced in place by a
+            // private anonymous one of the same rights; nothing else maps it.
+            let r = unsafe {
+                libc::mmap(
+                    p.cast(),
+                    len as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            if r == libc::MAP_FAILED {
+                tracing::warn!(
+                    "replacing image pages failed: {}",
+                    io::Error::last_os_error()
+                );
+            }
+            return Ok(());
+        }
         // SAFETY: a page-aligned range inside our own private mapping, or a window's shared
         // one (whose pages stay the file's: only the runtime's mapping of them is dropped);
         // dropping them is what the caller asks for.

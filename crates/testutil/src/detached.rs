@@ -165,6 +165,31 @@ impl Detached {
         })
     }
 
+    /// `torpor run -d --name ID --from DIR OPTIONS` in this sandbox's state directory: a
+    /// clone of the checkpoint DIR, or the failed command's output.
+    pub fn clone_beside(&self, options: &[&str], dir: &Path) -> Result<Detached, Output> {
+        let id = format!("t{}", crate::tempdir::unique_token());
+        let mut cmd = Command::new(&self.bin);
+        cmd.env("TORPOR_STATE_DIR", self.state_dir.path())
+            .arg("run")
+            .arg("-d")
+            .arg("--name")
+            .arg(&id)
+            .arg("--from")
+            .arg(dir)
+            .args(options);
+        let out = run_command(cmd, None, Duration::from_secs(120));
+        if out.code() != 0 {
+            return Err(out);
+        }
+        assert_eq!(out.stdout_str().trim(), id, "run -d --from prints the ID");
+        Ok(Detached {
+            bin: self.bin.clone(),
+            id,
+            state_dir: self.state_dir.clone(),
+        })
+    }
+
     /// The state directory's base (TORPOR_STATE_DIR).
     pub fn state_base(&self) -> &Path {
         self.state_dir.path()

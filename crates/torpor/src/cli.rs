@@ -398,10 +398,15 @@ pub struct RunArgs {
     /// Internal: the write end of a readiness pipe (set by `run -d` for its child).
     #[arg(long, hide = true, default_value_t = -1)]
     pub ready_fd: i32,
+    /// Start a clone of the sandbox checkpointed in DIR (`torpor checkpoint`) instead of a
+    /// program: its memory is the checkpoint's, shared copy-on-write with every other clone.
+    /// ROOTFS may then be left out (default: the checkpointed sandbox's).
+    #[arg(long, value_name = "DIR")]
+    pub from: Option<PathBuf>,
     /// Host directory used as the sandbox's root filesystem (in the OCI form: the container
     /// ID).
-    #[arg(value_name = "ROOTFS")]
-    pub rootfs: PathBuf,
+    #[arg(value_name = "ROOTFS", required_unless_present = "from")]
+    pub rootfs: Option<PathBuf>,
     /// Program (a path inside ROOTFS) and its arguments; without them, the OCI form.
     #[arg(last = true, num_args = 1..)]
     pub command: Vec<String>,

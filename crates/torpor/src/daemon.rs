@@ -86,6 +86,9 @@ pub enum Origin {
     Build,
     /// Restored from a checkpoint (`torpor restore`), already opened and checked.
     Restore(Box<crate::snapshot::Restoring>),
+    /// Cloned from a checkpoint (`torpor run --from`): restored over its memory image mapped
+    /// copy-on-write, running at once.
+    Clone(Box<crate::snapshot::Restoring>),
 }
 
 /// What the control thread knows of its sandbox.
@@ -181,7 +184,7 @@ fn start(
         None
     } else {
         let seed = match origin {
-            Origin::Restore(r) => r.upper(),
+            Origin::Restore(r) | Origin::Clone(r) => r.upper(),
             Origin::Build => None,
         };
         let cow = crate::cowroot::prepare_seeded(&cfg.rootfs, &dir.join("root"), seed.as_deref())?;
@@ -214,6 +217,12 @@ fn start(
         Origin::Restore(r) => {
             let sandbox = r.sandbox(cfg)?;
             let (hook, hib) = r.hibernator(&sandbox, dir.clone(), mode)?;
+            (sandbox, hook, hib)
+        }
+        Origin::Clone(r) => {
+            let sandbox = r.clone_sandbox(cfg)?;
+            let (hook, hib) = engine::new(sandbox.memory(), sandbox.control(), dir.clone(), mode)
+                .context("setting up hibernation")?;
             (sandbox, hook, hib)
         }
     };
@@ -259,7 +268,7 @@ fn start(
             .spawn(move || control_loop(&d, listener))?;
     }
     // A restored sandbox goes from creating to hibernated as its task first parks.
-    if matches!(origin, Origin::Build) {
+    if !matches!(origin, Origin::Restore(_)) {
         if let Err(e) = daemon
             .hib
             .shared()

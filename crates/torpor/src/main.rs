@@ -48,9 +48,15 @@ fn main() -> ExitCode {
     logging::init(&cli.global);
     let oci_verb = cli.command.is_oci();
     let result = match cli.command {
+        cli::Command::Run(args) if args.from.is_some() => snapshot::clone(args),
         cli::Command::Run(args) if args.command.is_empty() => oci::run(
             &oci::CreateOptions {
-                id: args.rootfs.to_string_lossy().into_owned(),
+                id: args
+                    .rootfs
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .to_string_lossy()
+                    .into_owned(),
                 bundle: args.bundle.clone().unwrap_or_else(|| ".".into()),
                 pid_file: args.oci.pid_file.clone(),
                 console_socket: args.oci.console_socket.clone(),

@@ -29,20 +29,23 @@ pub fn run(args: RunArgs) -> Result<u8> {
         return detach(&id, "run");
     }
     let program = args.command[0].clone();
+    let Some(rootfs) = args.rootfs.clone() else {
+        anyhow::bail!("torpor run needs ROOTFS");
+    };
     let mut env = args.env.clone();
     if !env.iter().any(|e| e.starts_with("PATH=")) {
         env.insert(0, DEFAULT_PATH.to_string());
     }
-    if !args.rootfs.is_dir() {
+    if !rootfs.is_dir() {
         anyhow::bail!(
             "root filesystem {} does not exist or is not a directory",
-            args.rootfs.display()
+            rootfs.display()
         );
     }
     let user = match &args.user {
         Some(spec) => {
-            let root = kernel::fs::Root::open(&args.rootfs)
-                .with_context(|| format!("opening {}", args.rootfs.display()))?;
+            let root = kernel::fs::Root::open(&rootfs)
+                .with_context(|| format!("opening {}", rootfs.display()))?;
             Some(crate::user::resolve(&root, spec)?)
         }
         None => None,
@@ -53,7 +56,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
         }
     }
     let cfg = SandboxConfig {
-        rootfs: args.rootfs.clone(),
+        rootfs,
         program: program.clone(),
         args: args.command.clone(),
         env,

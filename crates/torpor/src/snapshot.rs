@@ -249,7 +249,98 @@ impl Restoring {
             &self.state.kernel,
             &self.blobs,
             kernel::sandbox::runtime_stdio(),
+            None,
         )?)
+    }
+
+    /// Builds a clone over `cfg`: the sandbox as restored, its guest memory the checkpoint's
+    /// memory image mapped copy-on-write ([`Restoring::memory_file`]), so every clone of the
+    /// checkpoint shares the host page cache's one copy of the pages it only reads.
+    ///
+    /// # Errors
+    /// As [`Restoring::sandbox`]; the memory file cannot be made or mapped.
+    pub fn clone_sandbox(&self, cfg: &SandboxConfig) -> Result<Sandbox> {
+        let pid = self.first_pid()?;
+        let file = self.memory_file(pid)?;
+        let mem = platform::GuestMemory::from_image(&file, cfg.memory)
+            .with_context(|| format!("mapping the memory of {}", self.dir.display()))?;
+        Ok(kernel::checkpoint::restore(
+            cfg,
+            &self.state.kernel,
+            &self.blobs,
+            kernel::sandbox::runtime_stdio(),
+            Some(std::sync::Arc::new(mem)),
+        )?)
+    }
+
+    fn first_pid(&self) -> Result<i32> {
+        self.state
+            .kernel
+            .processes
+            .first()
+            .map(|p| p.pid)
+            .context("the checkpoint holds no process")
+    }
+
+    /// Process `pid`'s memory as a plain file for clones to map: guest-physical address =
+    /// offset, absent pages holes (`mem-PID.raw` beside the checkpoint's image, made by the
+    /// first clone from the image, every page checked as it is read, and kept for the next
+    /// ones; written under a temporary name and renamed, so a clone never maps a partial
+    /// one). Its pages are not checked again when mapped.
+    ///
+    /// # Errors
+    /// The image's own errors; the host's writing or opening the file.
+    pub fn memory_file(&self, pid: i32) -> Result<std::fs::File> {
+        let raw = self.dir.join(format!("mem-{pid}.raw"));
+        let image = self
+            .checkpoint
+            .path(&hibernate::engine::memory_image_name(pid))
+            .with_context(|| format!("the checkpoint has no memory image of process {pid}"))?;
+        let reader = hibernate::swapfile::SwapReader::open(&image)
+            .with_context(|| format!("{}", image.display()))?;
+        let size = reader.page_count() * platform::PAGE_SIZE;
+        if let Ok(f) = std::fs::File::open(&raw) {
+            if f.metadata().map(|m| m.len()).ok() == Some(size) {
+                return Ok(f);
+            }
+        }
+        let tmp = self
+            .dir
+            .join(format!("mem-{pid}.raw.{}.tmp", std::process::id()));
+        let made = (|| -> Result<()> {
+            use std::os::unix::fs::{FileExt, OpenOptionsExt};
+            let out = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&tmp)
+                .with_context(|| format!("creating {}", tmp.display()))?;
+            out.set_len(size)?;
+            const BATCH: u32 = 512;
+            let entries = reader.index().entries();
+            let mut buf = vec![0u8; BATCH as usize * platform::PAGE_SIZE as usize];
+            for chunk in entries.chunks(BATCH as usize) {
+                let first = chunk[0].slot;
+                let n = chunk.len() as u32;
+                let bytes = &mut buf[..n as usize * platform::PAGE_SIZE as usize];
+                reader.read_slots_into(first, n, bytes)?;
+                for (i, e) in chunk.iter().enumerate() {
+                    let page =
+                        &bytes[i * platform::PAGE_SIZE as usize..][..platform::PAGE_SIZE as usize];
+                    out.write_all_at(page, e.page.0 * platform::PAGE_SIZE)?;
+                }
+            }
+            out.sync_all()?;
+            std::fs::rename(&tmp, &raw)
+                .with_context(|| format!("renaming {} to {}", tmp.display(), raw.display()))?;
+            Ok(())
+        })();
+        if let Err(e) = made {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e).with_context(|| format!("making {}", raw.display()));
+        }
+        std::fs::File::open(&raw).with_context(|| format!("opening {}", raw.display()))
     }
 
     /// The park hook and handle of `sandbox` just restored: hibernated, paging in from the
@@ -263,13 +354,7 @@ impl Restoring {
         dir: PathBuf,
         mode: WakeMode,
     ) -> Result<(Hibernator, HibernateHandle)> {
-        let pid = self
-            .state
-            .kernel
-            .processes
-            .first()
-            .map(|p| p.pid)
-            .context("the checkpoint holds no process")?;
+        let pid = self.first_pid()?;
         hibernate::engine::restored(
             &self.checkpoint,
             pid,
@@ -329,5 +414,64 @@ pub fn restore(args: crate::cli::RestoreArgs) -> Result<u8> {
         crate::ready::from_fd(args.ready_fd),
         holding,
         crate::daemon::Origin::Restore(Box::new(restoring)),
+    )
+}
+
+/// `torpor run --from DIR [OPTIONS] [ROOTFS]`: a new sandbox cloned from a checkpoint. It
+/// carries on where the checkpointed sandbox was, under a new ID, with its own published
+/// ports (`--publish`; none by default: the checkpoint's are another sandbox's), its own
+/// copy of the files the checkpointed sandbox had written, and its memory the checkpoint's
+/// image mapped copy-on-write: any number of clones run at once, sharing the pages they only
+/// read. What a clone must not hold, and what it shares with its template: `docs/SECURITY.md`.
+pub fn clone(args: crate::cli::RunArgs) -> Result<u8> {
+    let Some(from) = args.from.clone() else {
+        bail!("run --from needs a checkpoint directory");
+    };
+    if !args.command.is_empty() {
+        bail!("run --from starts the checkpoint's program: give no PROGRAM");
+    }
+    let id = match &args.name {
+        Some(n) => {
+            crate::statedir::check_id(n)?;
+            n.clone()
+        }
+        None => crate::statedir::new_id(),
+    };
+    let restoring = Restoring::open(&from)?;
+    if args.detach {
+        return crate::run::detach(&id, "run");
+    }
+    let record = restoring.record()?;
+    let mut cfg = record.config()?;
+    if let Some(r) = &args.rootfs {
+        cfg.rootfs = r.clone();
+    }
+    cfg.publish = args.publish.clone();
+    cfg.allow_outbound = args.allow_outbound || record.allow_outbound;
+    if !cfg.rootfs.is_dir() {
+        bail!(
+            "root filesystem {} does not exist or is not a directory (give it as ROOTFS)",
+            cfg.rootfs.display()
+        );
+    }
+    let volumes = args.volume.clone();
+    let holding = if args.ready_fd >= 0 {
+        crate::daemon::Holding::Detached { volumes }
+    } else {
+        crate::daemon::Holding::Foreground { volumes }
+    };
+    crate::daemon::serve_from(
+        &cfg,
+        &id,
+        &crate::daemon::Policy {
+            wake_mode: args.wake_mode,
+            swap_quota: args.swap_quota,
+            hibernate_after: None,
+            memory_floor: None,
+            cpus: args.cpus,
+        },
+        crate::ready::from_fd(args.ready_fd),
+        holding,
+        crate::daemon::Origin::Clone(Box::new(restoring)),
     )
 }

@@ -364,3 +364,52 @@ fn java_server_round_trips() {
         "hello from java",
     );
 }
+
+#[test]
+fn clones_of_one_checkpoint_run_at_once_sharing_its_memory() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    // With a port, each clone ends its checks listening (unpublished: in its own namespace).
+    let sb = ready_sandbox(&r, &[], &["128", "2", "8080"]);
+    let t = TempDir::new("torpor-ckpt");
+    let dir = t.path().join("ckpt");
+    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
+    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    let clones: Vec<Detached> = (0..3)
+        .map(|_| {
+            sb.clone_beside(&[], &dir)
+                .unwrap_or_else(|o| panic!("run --from: {}", o.stderr_str()))
+        })
+        .collect();
+    // A clone cannot hibernate yet: it says so and runs on.
+    let h = clones[0].verb("hibernate", &[]);
+    assert_ne!(h.code(), 0);
+    assert!(
+        h.stderr_str().contains("cloned from a checkpoint"),
+        "{}",
+        h.stderr_str()
+    );
+    for c in &clones {
+        c.ok("kill", &["SIGUSR1"]);
+    }
+    for c in &clones {
+        assert!(
+            Detached::wait_until(Duration::from_secs(60), || log_of(c).contains("serving")),
+            "{}: {}",
+            c.id,
+            log_of(c)
+        );
+        let log = log_of(c);
+        assert!(log.contains("all state kept"), "{}: {log}", c.id);
+        assert!(log.contains("pattern: 0 of 16777216 words differ"));
+        assert!(log.contains("threads: 2 of 2 kept their state"));
+    }
+    // Each clone read the whole 128 MiB pattern, and none holds a copy of it: the pages are
+    // the memory image's, in the host's page cache once for all.
+    for c in &clones {
+        let pss = c.stat_u64("pss_bytes");
+        assert!(pss < 100 << 20, "{}: PSS {pss}", c.id);
+    }
+}

@@ -41,7 +41,7 @@ use crate::uffd::Uffd;
 
 mod checkpoint;
 
-pub use checkpoint::{restored, CheckpointState};
+pub use checkpoint::{memory_image_name, restored, CheckpointState};
 
 /// Pages per swap-file write (2 MiB).
 const BATCH_PAGES: usize = 512;
@@ -756,6 +756,15 @@ impl Hibernator {
                 fds: task.fds.clone(),
             },
         ));
+        if live.iter().any(|(_, r)| r.mem.is_image()) {
+            // Its pages are a memory image's until written: they can neither be dropped
+            // (they would read as the image's again) nor served by a userfaultfd.
+            return Err(
+                "a sandbox cloned from a checkpoint cannot hibernate yet (its memory is the \
+                 checkpoint's image, mapped copy-on-write)"
+                    .into(),
+            );
+        }
         // With the quota in sight, every process compacts its swap: the files then hold no
         // more than the live pages.
         let mut compact = self.shared.compact_next.swap(false, Ordering::SeqCst);

@@ -144,10 +144,11 @@ pub fn export(task: &Task, blobs: &mut BlobWriter) -> Result<SandboxState, Check
 }
 
 /// Builds the sandbox `state` describes over `cfg`'s root, memory size and policies. Its
-/// guest memory is fresh and empty above the reserved region: the caller registers the
-/// pager that fills it from the checkpoint's memory image before the first task runs, and
-/// the task is asked to park at once (the caller's park hook decides when it resumes).
-/// `stdio` become the standard streams the sandbox's descriptors named.
+/// guest memory is `memory` (a clone's: the memory image mapped privately), or fresh and
+/// empty above the reserved region: then the caller registers the pager that fills it from
+/// the checkpoint's memory image before the first task runs. Every thread is asked to park
+/// at once (the caller's park hook decides when they resume). `stdio` become the standard
+/// streams the sandbox's descriptors named.
 ///
 /// # Errors
 /// [`SandboxError::Restore`] for a state this build cannot restore, or files that changed;
@@ -157,6 +158,7 @@ pub fn restore(
     state: &SandboxState,
     blobs: &Blobs,
     stdio: [Option<OwnedFd>; 3],
+    memory: Option<Arc<GuestMemory>>,
 ) -> Result<Sandbox, SandboxError> {
     let started = std::time::Instant::now();
     let bad = |e: CheckpointError| SandboxError::Restore(e.to_string());
@@ -199,8 +201,19 @@ pub fn restore(
         .reserve_task()
         .map_err(|_| SandboxError::Memory("no room for the first task".into()))?;
 
-    let mem =
-        Arc::new(GuestMemory::new(cfg.memory).map_err(|e| SandboxError::Memory(e.to_string()))?);
+    let mem = match memory {
+        Some(m) if m.size() == cfg.memory => m,
+        Some(m) => {
+            return Err(SandboxError::Memory(format!(
+                "a memory of {} bytes for a sandbox of {}",
+                m.size(),
+                cfg.memory
+            )))
+        }
+        None => {
+            Arc::new(GuestMemory::new(cfg.memory).map_err(|e| SandboxError::Memory(e.to_string()))?)
+        }
+    };
     let vm = Arc::new(Vm::new(mem.clone())?);
     let allocator = blobs
         .get(p.allocator)
