@@ -291,6 +291,10 @@ pub enum BenchCommand {
     /// against 10 times one's, and Node.js hello's first request after a page-fault wake:
     /// share.md. Needs root.
     Share(crate::share::ShareArgs),
+    /// Checkpoints on the paper's eight workloads: restore and clone against cold start (first
+    /// response, page cache dropped), and the memory of many clones of one Python server
+    /// against as many cold-started and woken ones: snapshots.md. Needs root.
+    Snapshots(crate::snapbench::SnapshotsArgs),
 }
 
 /// Arguments of `create` (OCI).

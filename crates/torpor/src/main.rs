@@ -21,6 +21,7 @@ mod procfs;
 mod ready;
 mod run;
 mod share;
+mod snapbench;
 mod snapshot;
 mod statedir;
 mod user;
@@ -140,6 +141,9 @@ fn main() -> ExitCode {
         cli::Command::Bench {
             which: cli::BenchCommand::Share(args),
         } => share::run(args),
+        cli::Command::Bench {
+            which: cli::BenchCommand::Snapshots(args),
+        } => snapbench::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -406,7 +406,9 @@ impl Task {
                 self.in_syscall = true;
                 self.park();
                 self.in_syscall = false;
-                if !self.control.signal_pending() {
+                // A process ended while parked (the sandbox deleted while hibernated) is not
+                // waited for again: the run loop ends the thread.
+                if !self.control.signal_pending() && !self.group.must_leave(self.tid) {
                     continue;
                 }
             }

@@ -121,6 +121,45 @@ impl Driver {
         })
     }
 
+    /// `torpor checkpoint ID DIR` of `sb` (which is gone after it).
+    ///
+    /// # Errors
+    /// If the verb fails.
+    pub fn checkpoint(&self, sb: &Sandbox<'_>, dir: &Path) -> anyhow::Result<()> {
+        let d = dir.to_string_lossy();
+        self.verb(&["checkpoint", &sb.id, &d]).map(|_| ())
+    }
+
+    /// `torpor restore -d` (when `clone` is false) or `torpor run -d --from` (a clone) of the
+    /// checkpoint `dir` of workload `w`, published on a free port; returns at once.
+    ///
+    /// # Errors
+    /// If the verb fails.
+    pub fn from_checkpoint(
+        &self,
+        w: &Workload,
+        dir: &Path,
+        clone: bool,
+    ) -> anyhow::Result<Sandbox<'_>> {
+        let port = free_port()?;
+        let n = self.next.get();
+        self.next.set(n + 1);
+        let id = format!("{}-{}-{n}", if clone { "clone" } else { "restore" }, w.name);
+        let publish = format!("127.0.0.1:{port}:8080");
+        let d = dir.to_string_lossy();
+        let args: Vec<&str> = if clone {
+            vec!["run", "-d", "--name", &id, "-p", &publish, "--from", &d]
+        } else {
+            vec!["restore", "-d", "--name", &id, "-p", &publish, &d]
+        };
+        self.verb(&args)?;
+        Ok(Sandbox {
+            driver: self,
+            id,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        })
+    }
+
     /// Removes the state directory (every sandbox must be gone).
     pub fn cleanup(&self) {
         let _ = std::fs::remove_dir_all(&self.state);
