@@ -221,6 +221,12 @@ impl Sandbox {
         Ok(group.exit_status().unwrap_or(status))
     }
 
+    /// Renames the sandbox (its UTS namespace: every process's node name), as a clone
+    /// started under a host name of its own.
+    pub fn set_hostname(&self, name: &[u8]) {
+        self.task.group.procs.set_nodename(name);
+    }
+
     /// Cross-thread control of the first task.
     pub fn control(&self) -> Arc<crate::task::TaskControl> {
         self.task.control.clone()

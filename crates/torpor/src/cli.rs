@@ -367,6 +367,9 @@ pub struct RunArgs {
     /// Let the application connect to hosts other than its own listeners.
     #[arg(long)]
     pub allow_outbound: bool,
+    /// The node name uname(2) reports (default `torpor`; a clone's default: its template's).
+    #[arg(long, value_parser = parse_hostname)]
+    pub hostname: Option<String>,
     /// Copy every page of program text and libraries into the sandbox's own memory instead
     /// of mapping those of read-only mappings from the host's page cache (shared with every
     /// process and sandbox mapping the same file). `TORPOR_SHARE_FILES=0` does the same.
@@ -525,6 +528,14 @@ fn parse_cpus(s: &str) -> Result<f64, String> {
         return Err(format!("--cpus {s:?}: between 0.01 and 1024"));
     }
     Ok(v)
+}
+
+/// Parses `--hostname`: 1 to 64 bytes, no NUL (Linux's `__NEW_UTS_LEN`).
+fn parse_hostname(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 64 || s.contains('\0') {
+        return Err(format!("bad --hostname {s:?}: 1 to 64 bytes"));
+    }
+    Ok(s.to_string())
 }
 
 fn parse_wake_mode(s: &str) -> Result<hibernate::engine::WakeMode, String> {

@@ -68,7 +68,10 @@ pub fn run(args: RunArgs) -> Result<u8> {
         creds: user.map(|u| u.creds),
         rlimits: None,
         pids_limit: Some(args.pids_limit as usize),
-        hostname: DEFAULT_HOSTNAME.into(),
+        hostname: args
+            .hostname
+            .clone()
+            .unwrap_or_else(|| DEFAULT_HOSTNAME.into()),
         share_files: !args.no_share_files && share_files_from_env(),
     };
     if !cfg.rootfs.is_dir() {

@@ -195,6 +195,8 @@ fn finish_checkpoint(sdir: &Path, out: &Path, dir: &Path) -> Result<()> {
 
 /// A checkpoint opened for a restore: every check passed, its state read.
 pub struct Restoring {
+    /// A clone's own host name (`run --from --hostname`).
+    pub hostname: Option<String>,
     dir: PathBuf,
     checkpoint: Checkpoint,
     state: CheckpointState,
@@ -213,6 +215,7 @@ impl Restoring {
             .with_context(|| format!("corrupt checkpoint file {}", dir.join(STATE).display()))?;
         let blobs = checkpoint.blobs()?;
         Ok(Restoring {
+            hostname: None,
             dir: dir.to_path_buf(),
             checkpoint,
             state,
@@ -264,13 +267,17 @@ impl Restoring {
         let file = self.memory_file(pid)?;
         let mem = platform::GuestMemory::from_image(&file, cfg.memory)
             .with_context(|| format!("mapping the memory of {}", self.dir.display()))?;
-        Ok(kernel::checkpoint::restore(
+        let sandbox = kernel::checkpoint::restore(
             cfg,
             &self.state.kernel,
             &self.blobs,
             kernel::sandbox::runtime_stdio(),
             Some(std::sync::Arc::new(mem)),
-        )?)
+        )?;
+        if let Some(h) = &self.hostname {
+            sandbox.set_hostname(h.as_bytes());
+        }
+        Ok(sandbox)
     }
 
     fn first_pid(&self) -> Result<i32> {
@@ -437,7 +444,8 @@ pub fn clone(args: crate::cli::RunArgs) -> Result<u8> {
         }
         None => crate::statedir::new_id(),
     };
-    let restoring = Restoring::open(&from)?;
+    let mut restoring = Restoring::open(&from)?;
+    restoring.hostname = args.hostname.clone();
     if args.detach {
         return crate::run::detach(&id, "run");
     }

@@ -207,6 +207,29 @@ fn a_damaged_checkpoint_is_refused_before_anything_starts() {
         |d| std::fs::remove_file(d.join("state.json")).unwrap(),
         "is missing",
     );
+    // A checkpoint made by a later format (its MANIFEST re-enveloped, so every checksum
+    // holds): the version is what is refused.
+    refused(
+        &sb,
+        &dir,
+        "newer-format",
+        |d| {
+            use hibernate::snapshot::{envelope, Kind};
+            let p = d.join("MANIFEST");
+            let mut perm = std::fs::metadata(&p).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
+            std::fs::set_permissions(&p, perm).unwrap();
+            let payload = envelope::read(&p, Kind::Manifest).unwrap();
+            let mut v: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+            v["format"]["major"] = serde_json::json!(hibernate::snapshot::FORMAT_MAJOR + 1);
+            std::fs::write(
+                &p,
+                envelope::encode(Kind::Manifest, v.to_string().as_bytes()),
+            )
+            .unwrap();
+        },
+        "this torpor reads",
+    );
     // The undamaged checkpoint still restores.
     let restored = sb
         .restore_beside(&[], &dir)

@@ -226,10 +226,11 @@ fn measure(
     } else {
         Vec::new()
     };
-    let steps: [(&str, StepFn); 4] = [
+    let steps: [(&str, StepFn); 5] = [
         ("cold start", cold),
         ("hot, page-fault wake, woken", fault_wakes),
         ("REAP wake", reap_wakes),
+        ("clone start", clone_starts),
         ("PSS", pss),
     ];
     for (name, step) in steps {
@@ -328,6 +329,40 @@ fn cold(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
         c.say(&format!("cold start {}/{}: {v:.0} ms", i + 1, c.plan.reps));
     }
     Ok(())
+}
+
+/// Clones of a warmed-up sandbox's checkpoint: launch to the first response, the
+/// checkpoint's files (its memory file made afresh by the first) and the root's evicted.
+fn clone_starts(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!(
+        "torpor-paper-template-{}-{}",
+        std::process::id(),
+        c.w.name
+    ));
+    let _ = crate::cowroot::remove_all(&dir);
+    let result = (|| -> anyhow::Result<()> {
+        {
+            let sb = c.start_ready("auto", &mut r.retries)?;
+            std::thread::sleep(SETTLE);
+            c.d.checkpoint(&sb, &dir)?;
+        }
+        for i in 0..c.plan.reps {
+            if c.evict {
+                let mut files = driver::files_under(&dir);
+                files.extend_from_slice(c.root_files);
+                driver::evict(&files);
+            }
+            let t = Instant::now();
+            let sb = c.d.from_checkpoint(c.w, &dir, true)?;
+            sb.wait_ready(c.w)?;
+            let v = ms(t.elapsed());
+            r.push(Metric::CloneMs, v);
+            c.say(&format!("clone start {}/{}: {v:.0} ms", i + 1, c.plan.reps));
+        }
+        Ok(())
+    })();
+    let _ = crate::cowroot::remove_all(&dir);
+    result
 }
 
 fn fault_wakes(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {

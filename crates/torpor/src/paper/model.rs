@@ -16,6 +16,9 @@ pub enum Metric {
     ReapWakeMs,
     /// Request latency on a woken sandbox, after its first request (ms).
     WokenMs,
+    /// Launch of a clone of a warmed-up sandbox's checkpoint (`torpor run --from`) to its
+    /// first response (ms).
+    CloneMs,
     /// PSS of one hot sandbox, with the other instances running (bytes).
     PssHot,
     /// PSS of one hibernated sandbox (bytes).
@@ -26,12 +29,13 @@ pub enum Metric {
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 8] = [
+    pub const ALL: [Metric; 9] = [
         Metric::ColdMs,
         Metric::HotMs,
         Metric::FaultWakeMs,
         Metric::ReapWakeMs,
         Metric::WokenMs,
+        Metric::CloneMs,
         Metric::PssHot,
         Metric::PssHibernated,
         Metric::PssWoken,
@@ -45,6 +49,7 @@ impl Metric {
             Metric::FaultWakeMs => "fault_wake_ms",
             Metric::ReapWakeMs => "reap_wake_ms",
             Metric::WokenMs => "woken_ms",
+            Metric::CloneMs => "clone_ms",
             Metric::PssHot => "pss_hot_bytes",
             Metric::PssHibernated => "pss_hibernated_bytes",
             Metric::PssWoken => "pss_woken_bytes",

@@ -359,9 +359,12 @@ pub fn markdown(
     md.push_str("Median (min–max) in ms. Cold start: runtime launch to the first response. ");
     md.push_str("Fault and REAP wake: the first request after a hibernate, pages coming back ");
     md.push_str("by page faults or by prefetch of the recorded working set. Woken: later ");
-    md.push_str("requests to the woken sandbox.\n\n");
-    md.push_str("| Workload | Cold start | Hot | Fault wake | REAP wake | Woken |\n");
-    md.push_str("|---|---:|---:|---:|---:|---:|\n");
+    md.push_str("requests to the woken sandbox. Clone start: a clone of the warmed-up ");
+    md.push_str("sandbox's checkpoint (`torpor run --from`) to its first response, the ");
+    md.push_str("checkpoint's and the root's files evicted first (`torpor bench snapshots` ");
+    md.push_str("has restores and more).\n\n");
+    md.push_str("| Workload | Cold start | Hot | Fault wake | REAP wake | Woken | Clone start |\n");
+    md.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
     for w in results {
         let _ = write!(md, "| {} |", cell(label(w)));
         for m in [
@@ -370,6 +373,7 @@ pub fn markdown(
             Metric::FaultWakeMs,
             Metric::ReapWakeMs,
             Metric::WokenMs,
+            Metric::CloneMs,
         ] {
             let _ = write!(md, " {} |", fmt_summary(w.summary(m), 1.0));
         }
@@ -918,12 +922,12 @@ mod tests {
         // Latency table: Java's fault and REAP wake are missing.
         assert_eq!(
             row("| Java hello | 1500"),
-            "| Java hello | 1500 | 2.00 | — | — | 3.00 |"
+            "| Java hello | 1500 | 2.00 | — | — | 3.00 | — |"
         );
         assert_eq!(
             row("| Go hello | 310"),
             "| Go hello | 310 (300–320) | 1.10 (1.00–1.20) | 21.0 (20.0–22.0) | 6.10 \
-             (6.00–6.20) | 1.20 (1.10–1.30) |"
+             (6.00–6.20) | 1.20 (1.10–1.30) | — |"
         );
         // Memory table: Java has no PSS.
         assert_eq!(row("| Java hello | —"), "| Java hello | — | — | — |");
