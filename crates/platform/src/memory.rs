@@ -90,39 +90,7 @@ impl GuestMemory {
     /// [`MemoryError::BadSize`] unless `size` is a non-zero multiple of 4 MiB;
     /// [`MemoryError::Map`] if the host refuses the mapping.
     pub fn new(size: u64) -> Result<Self, MemoryError> {
-        if size == 0 || !size.is_multiple_of(MEMORY_GRANULE) {
-            return Err(MemoryError::BadSize(size));
-        }
-        let len = usize::try_from(size).map_err(|_| MemoryError::BadSize(size))?;
-        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(MemoryError::Map {
-                size,
-                source: io::Error::last_os_error(),
-            });
-        }
-        let base = NonNull::new(p.cast::<u8>()).ok_or(MemoryError::Map {
-            size,
-            source: io::Error::from_raw_os_error(libc::ENOMEM),
-        })?;
-        Ok(GuestMemory {
-            base,
-            size,
-            windows: std::sync::RwLock::new(Vec::new()),
-            registrar: std::sync::OnceLock::new(),
-            slot_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),
-            image: false,
-        })
+        Self::map(size, None)
     }
 
     /// Maps `size` bytes of guest memory whose initial contents are the file `image`, byte
@@ -137,24 +105,32 @@ impl GuestMemory {
     /// [`MemoryError::BadSize`] unless `size` is a non-zero multiple of 4 MiB and the file's
     /// length; [`MemoryError::Map`] if the host refuses the mapping.
     pub fn from_image(image: &std::fs::File, size: u64) -> Result<Self, MemoryError> {
+        match image.metadata() {
+            Ok(m) if m.len() == size => Self::map(size, Some(image)),
+            Ok(_) => Err(MemoryError::BadSize(size)),
+            Err(source) => Err(MemoryError::Map { size, source }),
+        }
+    }
+
+    /// `size` bytes mapped private: anonymous, or of `image`.
+    fn map(size: u64, image: Option<&std::fs::File>) -> Result<Self, MemoryError> {
         if size == 0 || !size.is_multiple_of(MEMORY_GRANULE) {
             return Err(MemoryError::BadSize(size));
         }
         let len = usize::try_from(size).map_err(|_| MemoryError::BadSize(size))?;
-        match image.metadata() {
-            Ok(m) if m.len() == size => {}
-            Ok(_) => return Err(MemoryError::BadSize(size)),
-            Err(source) => return Err(MemoryError::Map { size, source }),
-        }
-        // SAFETY: a fresh private mapping of a file we hold open; no existing memory is
-        // affected, and writes never reach the file.
+        let (flags, fd) = match image {
+            Some(f) => (0, std::os::fd::AsRawFd::as_raw_fd(f)),
+            None => (libc::MAP_ANONYMOUS, -1),
+        };
+        // SAFETY: a fresh private mapping (anonymous, or of a file we hold open); no existing
+        // memory is affected, and writes never reach a file.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_NORESERVE,
-                std::os::fd::AsRawFd::as_raw_fd(image),
+                libc::MAP_PRIVATE | libc::MAP_NORESERVE | flags,
+                fd,
                 0,
             )
         };
@@ -174,7 +150,7 @@ impl GuestMemory {
             windows: std::sync::RwLock::new(Vec::new()),
             registrar: std::sync::OnceLock::new(),
             slot_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),
-            image: true,
+            image: image.is_some(),
         })
     }
 
@@ -522,6 +498,40 @@ impl Drop for GuestMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn image_memory_reads_the_file_copies_on_write_and_discards_to_zero() {
+        let path = std::env::temp_dir().join(format!("torpor-image-{}", std::process::id()));
+        let size = MEMORY_GRANULE;
+        {
+            let f = std::fs::File::create(&path).unwrap();
+            f.set_len(size).unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&f, &[7u8; 4096], 0x5000).unwrap();
+        }
+        let f = std::fs::File::open(&path).unwrap();
+        assert!(
+            GuestMemory::from_image(&f, size * 2).is_err(),
+            "another length"
+        );
+        let m = GuestMemory::from_image(&f, size).unwrap();
+        assert!(m.is_image());
+        let mut b = [0u8; 4096];
+        m.read(Gpa(0x5000), &mut b).unwrap();
+        assert_eq!(b, [7u8; 4096]);
+        m.read(Gpa(0x6000), &mut b).unwrap();
+        assert_eq!(b, [0u8; 4096], "a hole reads zero");
+        m.write(Gpa(0x5000), &[9u8; 16]).unwrap();
+        let mut file_bytes = [0u8; 16];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut file_bytes, 0x5000).unwrap();
+        assert_eq!(file_bytes, [7u8; 16], "a write stays the memory's own");
+        m.discard(Gpa(0x5000), 0x1000).unwrap();
+        m.read(Gpa(0x5000), &mut b).unwrap();
+        assert_eq!(
+            b, [0u8; 4096],
+            "a discarded page reads zero, not the file's bytes"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
 
     #[test]
     fn bounds_are_checked() {

@@ -143,15 +143,7 @@ pub enum Command {
     },
     /// Write a checkpoint of a running sandbox into a new directory DIR (memory, processes,
     /// descriptors, its files' changes), then stop it unless --leave-running.
-    Checkpoint {
-        /// Keep the sandbox running after the checkpoint (it resumes where it was).
-        #[arg(long)]
-        leave_running: bool,
-        /// Sandbox ID.
-        id: String,
-        /// The checkpoint directory to create.
-        dir: PathBuf,
-    },
+    Checkpoint(CheckpointArgs),
     /// Start a sandbox from a checkpoint DIR: it resumes where it was checkpointed, its
     /// memory coming back lazily as it is touched.
     Restore(RestoreArgs),
@@ -230,6 +222,9 @@ pub enum Command {
         /// Start at once (OCI `run`).
         #[arg(long)]
         start: bool,
+        /// Restore from this checkpoint instead of starting the program (OCI `restore`).
+        #[arg(long)]
+        restore: Option<PathBuf>,
         /// Container ID.
         id: String,
     },
@@ -264,6 +259,8 @@ impl Command {
             | Command::Exec { .. }
             | Command::Features
             | Command::OciHolder { .. } => true,
+            Command::Restore(a) => a.image_path.is_some(),
+            Command::Checkpoint(a) => a.image_path.is_some(),
             Command::State { id } | Command::Delete { id, .. } | Command::Kill { id, .. } => {
                 crate::statedir::dir_of(id).is_ok_and(|d| crate::oci::state::is_oci(&d))
             }
@@ -419,6 +416,41 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+/// Arguments of `torpor checkpoint`: `checkpoint [--leave-running] ID DIR`, or runc's form
+/// `checkpoint --image-path DIR [--work-path W] [--leave-running] ID` (the OCI engines').
+#[derive(clap::Args, Debug)]
+pub struct CheckpointArgs {
+    /// Keep the sandbox running after the checkpoint (it resumes where it was).
+    #[arg(long)]
+    pub leave_running: bool,
+    /// runc's form: the checkpoint directory (new, or empty).
+    #[arg(long)]
+    pub image_path: Option<PathBuf>,
+    /// runc's form: accepted (torpor keeps no work files).
+    #[arg(long)]
+    pub work_path: Option<PathBuf>,
+    /// Accepted for runc compatibility: connected TCP sockets always come back reset.
+    #[arg(long, hide = true)]
+    pub tcp_established: bool,
+    /// Accepted for runc compatibility.
+    #[arg(long, hide = true)]
+    pub file_locks: bool,
+    /// Accepted for runc compatibility.
+    #[arg(long, hide = true)]
+    pub ext_unix_sk: bool,
+    /// Accepted for runc compatibility.
+    #[arg(long, hide = true)]
+    pub shell_job: bool,
+    /// Accepted for runc compatibility.
+    #[arg(long, hide = true)]
+    pub manage_cgroups_mode: Option<String>,
+    /// Sandbox ID.
+    pub id: String,
+    /// The checkpoint directory to create (without --image-path).
+    #[arg(required_unless_present = "image_path")]
+    pub dir: Option<PathBuf>,
+}
+
 /// Arguments of `torpor restore`.
 #[derive(clap::Args, Debug)]
 pub struct RestoreArgs {
@@ -443,7 +475,42 @@ pub struct RestoreArgs {
     /// Internal: the write end of a readiness pipe (set by `restore -d` for its child).
     #[arg(long, hide = true, default_value_t = -1)]
     pub ready_fd: i32,
-    /// The checkpoint directory (made by `torpor checkpoint`).
+    /// runc's form (the OCI engines'): the checkpoint directory; the positional argument is
+    /// then the container ID, restored into `--bundle`.
+    #[arg(long)]
+    pub image_path: Option<PathBuf>,
+    /// runc's form: the bundle directory (default: the current directory).
+    #[arg(long, short = 'b')]
+    pub bundle: Option<PathBuf>,
+    /// runc's form: accepted (torpor keeps no work files).
+    #[arg(long)]
+    pub work_path: Option<PathBuf>,
+    /// runc's form: write the container's pid (its holder process) to this file.
+    #[arg(long)]
+    pub pid_file: Option<PathBuf>,
+    /// runc's form: Unix socket to send the terminal's controller to.
+    #[arg(long)]
+    pub console_socket: Option<PathBuf>,
+    /// Accepted for runc compatibility.
+    #[arg(long, hide = true)]
+    pub tcp_established: bool,
+    /// Accepted for runc compatibility.
+    #[arg(long, hide = true)]
+    pub file_locks: bool,
+    /// Accepted for runc compatibility.
+    #[arg(long, hide = true)]
+    pub ext_unix_sk: bool,
+    /// Accepted for runc compatibility.
+    #[arg(long, hide = true)]
+    pub shell_job: bool,
+    /// Accepted for runc compatibility.
+    #[arg(long, hide = true)]
+    pub manage_cgroups_mode: Option<String>,
+    /// Accepted for runc compatibility.
+    #[arg(long, hide = true)]
+    pub no_pivot: bool,
+    /// The checkpoint directory (made by `torpor checkpoint`); with --image-path, the
+    /// container ID.
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
 }

@@ -47,6 +47,18 @@ pub enum Holding {
     },
 }
 
+impl Holding {
+    /// The friendly form's holding: detached when started by `-d` (which hands the holder a
+    /// readiness descriptor, `ready_fd >= 0`), else in the foreground.
+    pub fn friendly(ready_fd: i32, volumes: Vec<MountSpec>) -> Holding {
+        if ready_fd >= 0 {
+            Holding::Detached { volumes }
+        } else {
+            Holding::Foreground { volumes }
+        }
+    }
+}
+
 /// How a sandbox hibernates: its wake mode, the bound on its swap files, its keep-alive.
 #[derive(Clone, Copy, Debug)]
 pub struct Policy {

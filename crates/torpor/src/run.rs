@@ -18,13 +18,7 @@ pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/u
 /// Runs the sandbox described by `args` and returns the application's exit status.
 pub fn run(args: RunArgs) -> Result<u8> {
     ignore_sigpipe();
-    let id = match &args.name {
-        Some(n) => {
-            statedir::check_id(n)?;
-            n.clone()
-        }
-        None => statedir::new_id(),
-    };
+    let id = statedir::id_or_new(args.name.as_deref())?;
     if args.detach {
         return detach(&id, "run");
     }
@@ -80,12 +74,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
             cfg.rootfs.display()
         );
     }
-    let volumes = args.volume.clone();
-    let holding = if args.ready_fd >= 0 {
-        crate::daemon::Holding::Detached { volumes }
-    } else {
-        crate::daemon::Holding::Foreground { volumes }
-    };
+    let holding = crate::daemon::Holding::friendly(args.ready_fd, args.volume.clone());
     crate::daemon::serve(
         &cfg,
         &id,

@@ -33,6 +33,10 @@ pub const HOLDER_OUTPUT: &str = "checkpoint";
 /// The checkpoint's copy of the sandbox's root's upper layer.
 const UPPER: &str = "upper";
 
+/// The file podman checks for in a checkpoint directory before a restore (CRIU's
+/// inventory); runc's form of `checkpoint` writes a marker by that name.
+const CRIU_INVENTORY: &str = "inventory.img";
+
 /// How long a checkpoint may take.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -128,6 +132,34 @@ impl HolderRecord {
     }
 }
 
+/// `torpor checkpoint`: the friendly form `[--leave-running] ID DIR`, or runc's
+/// `--image-path DIR [--leave-running] ID`, whose DIR may exist if it is empty (engines make
+/// it first).
+pub fn checkpoint_verb(a: crate::cli::CheckpointArgs) -> Result<u8> {
+    match (&a.image_path, &a.dir) {
+        (Some(image), None) => {
+            let empty = std::fs::read_dir(image)
+                .map(|mut d| d.next().is_none())
+                .unwrap_or(false);
+            if empty {
+                std::fs::remove_dir(image)
+                    .with_context(|| format!("replacing the empty {}", image.display()))?;
+            }
+            let code = checkpoint(&a.id, image, a.leave_running)?;
+            // podman looks for CRIU's inventory before it restores a container (it only
+            // checks that the file is there): a marker saying what the directory is.
+            std::fs::write(
+                image.join(CRIU_INVENTORY),
+                "a torpor checkpoint, not a CRIU image: see MANIFEST\n",
+            )
+            .with_context(|| format!("writing {}", image.join(CRIU_INVENTORY).display()))?;
+            Ok(code)
+        }
+        (None, Some(dir)) => checkpoint(&a.id, dir, a.leave_running),
+        _ => bail!("checkpoint takes a directory, or --image-path DIR, not both"),
+    }
+}
+
 /// `torpor checkpoint [--leave-running] ID DIR`.
 pub fn checkpoint(id: &str, dir: &Path, leave_running: bool) -> Result<u8> {
     let sdir = crate::verbs::dir(id)?;
@@ -153,9 +185,12 @@ pub fn checkpoint(id: &str, dir: &Path, leave_running: bool) -> Result<u8> {
     if result.is_err() {
         let _ = crate::cowroot::remove_all(&out);
     }
-    // Paused by the checkpoint: resumed, or stopped.
+    // Paused by the checkpoint: resumed, or stopped (an OCI container as runc leaves it:
+    // stopped, its state kept until the engine's `delete`).
     if leave_running {
         call(&sdir, &Request::Resume, Duration::from_secs(10))?;
+    } else if result.is_ok() && crate::oci::state::is_oci(&sdir) {
+        crate::oci::kill(id, libc::SIGKILL, true)?;
     } else if result.is_ok() {
         crate::verbs::delete(id, true)?;
     } else {
@@ -374,15 +409,25 @@ impl Restoring {
     }
 }
 
-/// `torpor restore [OPTIONS] DIR`.
+/// `torpor restore [OPTIONS] DIR`, or runc's form `restore --image-path DIR [--bundle B]
+/// [--detach] [--pid-file P] [--console-socket S] ID`: the OCI container ID restored into
+/// its bundle (its root is the container's own, which kept its files).
 pub fn restore(args: crate::cli::RestoreArgs) -> Result<u8> {
-    let id = match &args.name {
-        Some(n) => {
-            crate::statedir::check_id(n)?;
-            n.clone()
-        }
-        None => crate::statedir::new_id(),
-    };
+    if let Some(image) = &args.image_path {
+        // Every check before the holder starts.
+        Restoring::open(image)?;
+        return crate::oci::run(
+            &crate::oci::CreateOptions {
+                id: args.dir.to_string_lossy().into_owned(),
+                bundle: args.bundle.clone().unwrap_or_else(|| ".".into()),
+                pid_file: args.pid_file.clone(),
+                console_socket: args.console_socket.clone(),
+                restore: Some(image.clone()),
+            },
+            args.detach,
+        );
+    }
+    let id = crate::statedir::id_or_new(args.name.as_deref())?;
     // Every check before anything starts (also before a detached holder is).
     let restoring = Restoring::open(&args.dir)?;
     if args.detach {
@@ -402,12 +447,7 @@ pub fn restore(args: crate::cli::RestoreArgs) -> Result<u8> {
             cfg.rootfs.display()
         );
     }
-    let volumes = Vec::new();
-    let holding = if args.ready_fd >= 0 {
-        crate::daemon::Holding::Detached { volumes }
-    } else {
-        crate::daemon::Holding::Foreground { volumes }
-    };
+    let holding = crate::daemon::Holding::friendly(args.ready_fd, Vec::new());
     crate::daemon::serve_from(
         &cfg,
         &id,
@@ -437,13 +477,7 @@ pub fn clone(args: crate::cli::RunArgs) -> Result<u8> {
     if !args.command.is_empty() {
         bail!("run --from starts the checkpoint's program: give no PROGRAM");
     }
-    let id = match &args.name {
-        Some(n) => {
-            crate::statedir::check_id(n)?;
-            n.clone()
-        }
-        None => crate::statedir::new_id(),
-    };
+    let id = crate::statedir::id_or_new(args.name.as_deref())?;
     let mut restoring = Restoring::open(&from)?;
     restoring.hostname = args.hostname.clone();
     if args.detach {
@@ -462,12 +496,7 @@ pub fn clone(args: crate::cli::RunArgs) -> Result<u8> {
             cfg.rootfs.display()
         );
     }
-    let volumes = args.volume.clone();
-    let holding = if args.ready_fd >= 0 {
-        crate::daemon::Holding::Detached { volumes }
-    } else {
-        crate::daemon::Holding::Foreground { volumes }
-    };
+    let holding = crate::daemon::Holding::friendly(args.ready_fd, args.volume.clone());
     crate::daemon::serve_from(
         &cfg,
         &id,

@@ -43,6 +43,20 @@ pub fn check_id(id: &str) -> Result<()> {
     Ok(())
 }
 
+/// The ID `--name` gives (checked), or a new random one.
+///
+/// # Errors
+/// As [`check_id`].
+pub fn id_or_new(name: Option<&str>) -> Result<String> {
+    match name {
+        Some(n) => {
+            check_id(n)?;
+            Ok(n.to_string())
+        }
+        None => Ok(new_id()),
+    }
+}
+
 /// A fresh random ID (12 hex digits).
 pub fn new_id() -> String {
     let mut b = [0u8; 6];

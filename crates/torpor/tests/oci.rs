@@ -497,3 +497,83 @@ fn process_rlimits_apply_inside_the_sandbox() {
     assert_eq!(o.code(), 0, "{}", o.stderr_str());
     assert_eq!(o.stdout_str(), "1024\n16384\n50\n");
 }
+
+#[test]
+fn checkpoint_and_restore_as_an_engine_calls_them() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let port = free_port().to_string();
+    let b = TestBundle::new(&["/bin/pattern_server", &port, "8"], "");
+    b.root.guest_program("pattern_server");
+    let oci = Oci::new();
+    let bundle = b.path().to_str().unwrap();
+    oci.ok(&["run", "--detach", "--bundle", bundle, "c1"]);
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let verified = || {
+        http_get(addr, "/verify", Duration::from_secs(30))
+            .is_ok_and(|r| r.body_str().starts_with("ok "))
+    };
+    assert!(Detached::wait_until(Duration::from_secs(60), verified));
+    // runc's form, as podman calls it: the image directory exists (empty), a work path.
+    let t = TempDir::new("torpor-oci-ckpt");
+    let image = t.path().join("image");
+    std::fs::create_dir(&image).unwrap();
+    let work = t.path().join("work");
+    oci.ok(&[
+        "checkpoint",
+        "--image-path",
+        image.to_str().unwrap(),
+        "--work-path",
+        work.to_str().unwrap(),
+        "c1",
+    ]);
+    assert!(image.join("MANIFEST").is_file());
+    // As runc leaves it: stopped, its state kept until the engine deletes it.
+    assert!(Detached::wait_until(Duration::from_secs(30), || oci
+        .status("c1")
+        == "stopped"));
+    oci.ok(&["delete", "c1"]);
+    let pid_file = t.path().join("pid");
+    oci.ok(&[
+        "restore",
+        "--image-path",
+        image.to_str().unwrap(),
+        "--work-path",
+        work.to_str().unwrap(),
+        "--bundle",
+        bundle,
+        "--detach",
+        "--pid-file",
+        pid_file.to_str().unwrap(),
+        "c2",
+    ]);
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    assert_eq!(oci.status("c2"), "running");
+    // The same server, its 8 MiB pattern intact, on the same port.
+    assert!(Detached::wait_until(Duration::from_secs(60), verified));
+    // A damaged checkpoint starts nothing.
+    std::fs::remove_file(image.join("MANIFEST")).unwrap();
+    let bad = oci.cmd(&[
+        "restore",
+        "--image-path",
+        image.to_str().unwrap(),
+        "--bundle",
+        bundle,
+        "--detach",
+        "c3",
+    ]);
+    assert_eq!(bad.code(), 1, "{}", bad.stderr_str());
+    assert!(bad.stderr_str().contains("incomplete checkpoint"));
+    assert!(!oci.leftovers().contains(&"c3".to_string()));
+    oci.ok(&["kill", "c2", "KILL"]);
+    assert!(Detached::wait_until(Duration::from_secs(30), || oci
+        .status("c2")
+        == "stopped"));
+    oci.ok(&["delete", "c2"]);
+}

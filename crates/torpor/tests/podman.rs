@@ -317,3 +317,44 @@ fn podman_serves_debian_python_through_its_port_forwarding() {
     );
     p.ok(&["rm", "-f", "py"]);
 }
+
+#[test]
+fn podman_checkpoints_and_restores_a_container() {
+    let Some(p) = Podman::new() else { return };
+    let port = free_port();
+    let publish = format!("127.0.0.1:{port}:8080");
+    p.ok(&[
+        "run",
+        "-d",
+        "--name",
+        "ck",
+        "-p",
+        &publish,
+        &p.image,
+        "/bin/pattern_server",
+        "8080",
+        "16",
+    ]);
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let verified = || {
+        http_get(addr, "/verify", Duration::from_secs(30))
+            .is_ok_and(|r| r.body_str().starts_with("ok "))
+    };
+    assert!(Detached::wait_until(Duration::from_secs(60), verified));
+    // podman runs `torpor checkpoint --image-path … --work-path … ID`, then stops the
+    // container; `restore` runs `torpor restore --image-path … --bundle … --detach` under
+    // conmon, in the container's new network namespace.
+    p.ok(&["container", "checkpoint", "ck"]);
+    assert!(p
+        .ok(&["inspect", "-f", "{{.State.Status}}", "ck"])
+        .trim()
+        .starts_with("exited"));
+    p.ok(&["container", "restore", "ck"]);
+    assert_eq!(
+        p.ok(&["inspect", "-f", "{{.State.Status}}", "ck"]).trim(),
+        "running"
+    );
+    // The same server, its 16 MiB pattern intact, through podman's port forwarding again.
+    assert!(Detached::wait_until(Duration::from_secs(60), verified));
+    p.ok(&["rm", "-f", "ck"]);
+}

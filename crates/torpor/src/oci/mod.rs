@@ -48,6 +48,9 @@ pub struct CreateOptions {
     pub pid_file: Option<PathBuf>,
     /// Where to send the terminal's controller (`process.terminal`).
     pub console_socket: Option<PathBuf>,
+    /// Restore the container from this checkpoint (`restore --image-path`) instead of
+    /// starting its program.
+    pub restore: Option<PathBuf>,
 }
 
 /// `create`: starts the holder, which loads the program and waits for `start`.
@@ -109,6 +112,12 @@ fn spawn_holder(opts: &CreateOptions, start_now: bool) -> Result<u32> {
     if let Some(c) = &opts.console_socket {
         cmd.arg("--console-socket").arg(c);
     }
+    if let Some(r) = &opts.restore {
+        let r = r
+            .canonicalize()
+            .with_context(|| format!("checkpoint {}", r.display()))?;
+        cmd.arg("--restore").arg(r);
+    }
     cmd.arg(&opts.id);
     match ready.spawn(cmd, "the container's holder process")? {
         Ok(child) => Ok(child.id()),
@@ -133,17 +142,23 @@ fn write_pid_file(path: &Path, pid: u32) -> Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
-/// The hidden `oci-holder` command: the container's process.
+/// The hidden `oci-holder` command: the container's process; with `restore`, restored from
+/// that checkpoint (checked before anything is set up) instead of starting its program.
 pub fn holder(
     id: &str,
     bundle_dir: &Path,
     ready_fd: i32,
     console_socket: Option<&Path>,
     start_now: bool,
+    restore: Option<&Path>,
 ) -> Result<u8> {
     let ready = crate::ready::from_fd(ready_fd);
+    let mut restoring = None;
     let prepared = (|| -> Result<Bundle> {
         let b = Bundle::load(bundle_dir)?;
+        if let Some(dir) = restore {
+            restoring = Some(crate::snapshot::Restoring::open(dir)?);
+        }
         for w in &b.warnings {
             tracing::warn!("{w}");
         }
@@ -179,7 +194,11 @@ pub fn holder(
     if b.readonly_root {
         cfg.rootfs = crate::cowroot::readonly(&cfg.rootfs)?;
     }
-    crate::daemon::serve(
+    let origin = match restoring {
+        Some(r) => crate::daemon::Origin::Restore(Box::new(r)),
+        None => crate::daemon::Origin::Build,
+    };
+    crate::daemon::serve_from(
         &cfg,
         id,
         &crate::daemon::Policy {
@@ -194,6 +213,7 @@ pub fn holder(
             bundle: b.dir,
             start_now,
         },
+        origin,
     )
 }
 
