@@ -27,7 +27,9 @@ base="busybox-static gcc libc6-dev curl debootstrap openjdk-17-jdk-headless font
 # containerd.rs; the containerd test starts its own daemon); runc, containernetworking-plugins
 # (bridge, host-local, loopback in /usr/lib/cni) and iproute2: the Kubernetes CRI test
 # (cri.rs) runs a pod on torpor and on runc through containerd's CRI on a bridge network.
-engines="podman netavark aardvark-dns iptables containerd runc containernetworking-plugins iproute2"
+# criu: podman checks for it (and its version) before `container checkpoint`, whatever the
+# runtime (podman.rs checkpoints and restores a container on torpor).
+engines="podman netavark aardvark-dns iptables containerd runc containernetworking-plugins iproute2 criu"
 
 if [ "${TORPOR_SKIP_APT:-0}" != 1 ]; then
     missing=$(for p in $base $engines; do

@@ -249,6 +249,30 @@ impl Sandbox {
         self.task.mem.clone()
     }
 
+    /// Lets every process's threads run from their first park on (a restore holds them until
+    /// its park hook's wake; a clone, whose memory is there already, runs at once).
+    pub fn release_held(&self) {
+        for (_, g) in self.task.group.procs.live_groups() {
+            g.resume_others();
+        }
+    }
+
+    /// Each process's guest memory, by pid, the first process's first (a restored sandbox
+    /// has several before it runs).
+    pub fn process_memories(&self) -> Vec<(i32, Arc<GuestMemory>)> {
+        let mut out = vec![(self.task.pid, self.task.mem.clone())];
+        let mut others = self.task.group.procs.live_groups();
+        others.sort_by_key(|(pid, _)| *pid);
+        for (pid, g) in others {
+            if pid != self.task.pid {
+                if let Some(r) = g.resources() {
+                    out.push((pid, r.mem));
+                }
+            }
+        }
+        out
+    }
+
     /// Number of vCPU exits so far.
     pub fn exits(&self) -> u64 {
         self.task.vcpu.exits()

@@ -233,6 +233,7 @@ fn start(
         }
         Origin::Clone(r) => {
             let sandbox = r.clone_sandbox(cfg)?;
+            sandbox.release_held();
             let (hook, hib) = engine::new(sandbox.memory(), sandbox.control(), dir.clone(), mode)
                 .context("setting up hibernation")?;
             (sandbox, hook, hib)

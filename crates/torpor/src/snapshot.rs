@@ -287,7 +287,7 @@ impl Restoring {
             &self.state.kernel,
             &self.blobs,
             kernel::sandbox::runtime_stdio(),
-            None,
+            &[],
         )?)
     }
 
@@ -298,30 +298,29 @@ impl Restoring {
     /// # Errors
     /// As [`Restoring::sandbox`]; the memory file cannot be made or mapped.
     pub fn clone_sandbox(&self, cfg: &SandboxConfig) -> Result<Sandbox> {
-        let pid = self.first_pid()?;
-        let file = self.memory_file(pid)?;
-        let mem = platform::GuestMemory::from_image(&file, cfg.memory)
-            .with_context(|| format!("mapping the memory of {}", self.dir.display()))?;
+        let mut memories = Vec::new();
+        for p in &self.state.kernel.processes {
+            let file = self.memory_file(p.pid)?;
+            let mem = platform::GuestMemory::from_image(&file, cfg.memory).with_context(|| {
+                format!(
+                    "mapping the memory of process {} of {}",
+                    p.pid,
+                    self.dir.display()
+                )
+            })?;
+            memories.push((p.pid, std::sync::Arc::new(mem)));
+        }
         let sandbox = kernel::checkpoint::restore(
             cfg,
             &self.state.kernel,
             &self.blobs,
             kernel::sandbox::runtime_stdio(),
-            Some(std::sync::Arc::new(mem)),
+            &memories,
         )?;
         if let Some(h) = &self.hostname {
             sandbox.set_hostname(h.as_bytes());
         }
         Ok(sandbox)
-    }
-
-    fn first_pid(&self) -> Result<i32> {
-        self.state
-            .kernel
-            .processes
-            .first()
-            .map(|p| p.pid)
-            .context("the checkpoint holds no process")
     }
 
     /// Process `pid`'s memory as a plain file for clones to map: guest-physical address =
@@ -396,11 +395,9 @@ impl Restoring {
         dir: PathBuf,
         mode: WakeMode,
     ) -> Result<(Hibernator, HibernateHandle)> {
-        let pid = self.first_pid()?;
         hibernate::engine::restored(
             &self.checkpoint,
-            pid,
-            sandbox.memory(),
+            &sandbox.process_memories(),
             sandbox.control(),
             dir,
             mode,

@@ -436,3 +436,57 @@ fn clones_of_one_checkpoint_run_at_once_sharing_its_memory() {
         assert!(pss < 100 << 20, "{}: PSS {pss}", c.id);
     }
 }
+
+#[test]
+fn a_sandbox_of_two_processes_and_their_pipes_round_trips() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("checkpoint_procs");
+    let sb = Detached::start(bin(), &[], r.path(), &prog, &[]);
+    assert!(
+        Detached::wait_until(Duration::from_secs(60), || log_of(&sb).contains("ready")),
+        "{}",
+        log_of(&sb)
+    );
+    let t = TempDir::new("torpor-ckpt");
+    let dir = t.path().join("ckpt");
+    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
+    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    // One memory image per process.
+    let images = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".img"))
+        .count();
+    assert_eq!(images, 2);
+    let restored = sb
+        .restore_beside(&[], &dir)
+        .unwrap_or_else(|o| panic!("restore: {}", o.stderr_str()));
+    restored.ok("kill", &["SIGUSR1"]);
+    assert!(
+        Detached::wait_until(Duration::from_secs(60), || exited_with(&restored, 0)),
+        "{}\n{}",
+        log_of(&restored),
+        restored.ok("state", &[])
+    );
+    assert_eq!(
+        log_of(&restored),
+        "child answered: pong 0\n\
+         child exit: 7\n\
+         parent pattern: 0 words differ\n\
+         both processes kept their state\n"
+    );
+    // And a clone of it, the same.
+    let clone = sb
+        .clone_beside(&[], &dir)
+        .unwrap_or_else(|o| panic!("run --from: {}", o.stderr_str()));
+    clone.ok("kill", &["SIGUSR1"]);
+    assert!(
+        Detached::wait_until(Duration::from_secs(60), || exited_with(&clone, 0)),
+        "{}",
+        log_of(&clone)
+    );
+    assert!(log_of(&clone).contains("both processes kept their state"));
+}

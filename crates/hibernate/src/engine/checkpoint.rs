@@ -155,64 +155,73 @@ fn write_memory_image(pm: &ProcessMemory, path: &Path) -> Result<(), String> {
     w.finish().map(|_| ()).map_err(|e| e.to_string())
 }
 
-/// The park hook of a sandbox just restored from `checkpoint`: its first process (`pid`,
-/// memory `mem`) is hibernated, every page of its memory image `Swapped` in a borrowed layer
-/// (the image file, never removed), its memory registered with a userfaultfd. The task's
-/// first park (the restore asks for it) finds it hibernated: the next request or an explicit
-/// wake resumes it, and pages come back as touched, checked against the image's checksums.
-/// The first wake records a working set for REAP (unless `mode` is `fault`).
+/// The park hook of a sandbox just restored from `checkpoint`: each of its processes
+/// (`processes`: pid and guest memory, the first process's first) hibernated, every page of
+/// its memory image `Swapped` in a borrowed layer (the image file, never removed), its memory
+/// registered with a userfaultfd. The first task's first park (the restore asks for it)
+/// finds it hibernated: the next request or an explicit wake resumes every thread, and pages
+/// come back as touched, checked against the image's checksums. The first wake records a
+/// working set for REAP (unless `mode` is `fault`).
 ///
 /// # Errors
 /// The image's own checks ([`SwapReader::open`]), or the host's refusal of userfaultfd.
 pub fn restored(
     checkpoint: &Checkpoint,
-    pid: i32,
-    mem: Arc<GuestMemory>,
+    processes: &[(i32, Arc<GuestMemory>)],
     control: Arc<TaskControl>,
     dir: PathBuf,
     mode: WakeMode,
 ) -> Result<(Hibernator, super::HibernateHandle), String> {
+    let (first, first_mem) = processes.first().ok_or("a sandbox without processes")?;
     let (mut hib, handle) =
-        super::new(mem.clone(), control, dir, mode).map_err(|e| e.to_string())?;
-    let name = memory_image_name(pid);
-    let path = checkpoint
-        .path(&name)
-        .ok_or_else(|| format!("the checkpoint has no {name}"))?;
-    let image = SwapReader::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let total = mem.size() / PAGE_SIZE;
-    if image.page_count() != total {
-        return Err(format!(
-            "{name} holds a memory of {} pages, the sandbox has {total}",
-            image.page_count()
-        ));
-    }
-    let mut pm = ProcessMemory::new(mem.clone(), String::new(), mode)?;
-    {
-        let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
-        let first = platform::layout::RESERVED_END.raw() / PAGE_SIZE;
-        for e in image.index().entries() {
-            if e.page.0 < first {
-                return Err(format!(
-                    "{name} holds page {} of the reserved region",
-                    e.page.0
-                ));
-            }
-            pager
-                .pages
-                .set(e.page, PageState::Swapped { slot: e.slot })
-                .map_err(|err| format!("{name}: {err}"))?;
+        super::new(first_mem.clone(), control, dir, mode).map_err(|e| e.to_string())?;
+    for (pid, mem) in processes {
+        let name = memory_image_name(*pid);
+        let path = checkpoint
+            .path(&name)
+            .ok_or_else(|| format!("the checkpoint has no {name}"))?;
+        let image = SwapReader::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let total = mem.size() / PAGE_SIZE;
+        if image.page_count() != total {
+            return Err(format!(
+                "{name} holds a memory of {} pages, the sandbox has {total}",
+                image.page_count()
+            ));
         }
-        pager.swap.push_borrowed(image).map_err(|e| e.to_string())?;
+        // File names as a deflate gives them: `swap.N` for the first process, `swap-PID.N`.
+        let prefix = if pid == first {
+            String::new()
+        } else {
+            format!("-{pid}")
+        };
+        let mut pm = ProcessMemory::new(mem.clone(), prefix, mode)?;
+        {
+            let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
+            let reserved = platform::layout::RESERVED_END.raw() / PAGE_SIZE;
+            for e in image.index().entries() {
+                if e.page.0 < reserved {
+                    return Err(format!(
+                        "{name} holds page {} of the reserved region",
+                        e.page.0
+                    ));
+                }
+                pager
+                    .pages
+                    .set(e.page, PageState::Swapped { slot: e.slot })
+                    .map_err(|err| format!("{name}: {err}"))?;
+            }
+            pager.swap.push_borrowed(image).map_err(|e| e.to_string())?;
+        }
+        pm.uffd = Some(ProcessMemory::start_pager(
+            mem,
+            &pm.pager,
+            &hib.shared.metrics,
+            hib.dir.join("error"),
+        )?);
+        hib.processes.insert(*pid, pm);
     }
-    pm.uffd = Some(ProcessMemory::start_pager(
-        &mem,
-        &pm.pager,
-        &hib.shared.metrics,
-        hib.dir.join("error"),
-    )?);
     hib.first_mem = None;
-    hib.first_pid = Some(pid);
-    hib.processes.insert(pid, pm);
+    hib.first_pid = Some(*first);
     hib.shared.lock_mailbox().command = Some(Command::Restored);
     Ok((hib, handle))
 }

@@ -565,6 +565,9 @@ impl ParkHook for Hibernator {
             mb.command.take()
         };
         self.shared.cv.notify_all();
+        // A signal sent to a restored sandbox before its first park made it hibernated found
+        // no hibernated sandbox to wake: it wakes for it at once.
+        let mut wake_now = false;
         let (hibernated, stopped) = match cmd {
             Some(Command::Deflate) => self.deflate_all(task, None),
             Some(Command::Checkpoint(job)) => self.deflate_all(task, Some(&job)),
@@ -572,12 +575,26 @@ impl ParkHook for Hibernator {
                 if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {
                     tracing::warn!("{e}");
                 }
-                (true, Vec::new())
+                wake_now = task.control.signal_pending();
+                // Every process's threads wait until the wake, as after a deflate.
+                let others = task
+                    .group
+                    .procs
+                    .live_groups()
+                    .into_iter()
+                    .filter(|(pid, _)| *pid != task.pid)
+                    .map(|(_, g)| g)
+                    .collect();
+                (true, others)
             }
             None => (false, Vec::new()),
         };
         if hibernated {
-            let reason = self.wait_for_wake(task);
+            let reason = if wake_now {
+                WakeReason::Explicit
+            } else {
+                self.wait_for_wake(task)
+            };
             let woke = Instant::now();
             self.shared.metrics.begin_wake();
             let to = match reason {
@@ -622,6 +639,15 @@ impl Hibernator {
                 // they were. Those pages fault back from the file. (Before the deflate,
                 // which saves the page tables.)
                 task.mm().drop_file_window_pages();
+                for (pid, g) in task.group.procs.live_groups() {
+                    if pid != task.pid {
+                        if let Some(r) = g.resources() {
+                            r.mm.lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .drop_file_window_pages();
+                        }
+                    }
+                }
             }
             self.deflate(task)
         } else {

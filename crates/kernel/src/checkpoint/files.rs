@@ -15,47 +15,58 @@ use crate::net::host::fstat;
 /// Flags a reopen must not repeat: the file exists and keeps its bytes.
 const CREATION_FLAGS: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC;
 
-/// Saves `fds` (process `pid`'s table), bulk bytes into `blobs`.
+/// Saves the descriptor tables `tables` (each process's, by pid) and the open files they
+/// refer to, each once (descriptors made by dup, inherited by fork or passed between the
+/// sandbox's processes share one); bulk bytes into `blobs`. Returns each table's state, in
+/// order, and the open files they index.
 ///
 /// # Errors
 /// [`CheckpointError::Unsupported`] naming the descriptor and what it is, for an object a
 /// checkpoint cannot save yet; the host's error reading one.
 pub fn export(
-    pid: i32,
-    fds: &FdTable,
+    tables: &[(i32, &FdTable)],
     root: &Root,
     net: &crate::net::NetPolicy,
     blobs: &mut BlobWriter,
-) -> Result<FilesState, CheckpointError> {
+) -> Result<(Vec<FilesState>, Vec<OpenFileState>), CheckpointError> {
     let mut index: HashMap<*const OpenFile, usize> = HashMap::new();
     let mut open_files: Vec<Option<OpenFileState>> = Vec::new();
-    let mut out = Vec::new();
-    let table: Vec<(i32, Arc<OpenFile>)> = fds.iter().collect();
-    for (fd, file) in &table {
-        let cloexec = fds.cloexec(*fd).unwrap_or(false);
-        let key = Arc::as_ptr(file);
-        let at = match index.get(&key) {
-            Some(&i) => i,
-            None => {
-                open_files.push(None);
-                index.insert(key, open_files.len() - 1);
-                open_files.len() - 1
-            }
-        };
-        out.push(FdState {
-            fd: *fd,
-            cloexec,
-            file: at,
+    let mut states = Vec::new();
+    // (pid, fd, file) of every descriptor of every table.
+    let mut all: Vec<(i32, i32, Arc<OpenFile>)> = Vec::new();
+    for (pid, fds) in tables {
+        let mut out = Vec::new();
+        for (fd, file) in fds.iter() {
+            let cloexec = fds.cloexec(fd).unwrap_or(false);
+            let key = Arc::as_ptr(&file);
+            let at = match index.get(&key) {
+                Some(&i) => i,
+                None => {
+                    open_files.push(None);
+                    index.insert(key, open_files.len() - 1);
+                    open_files.len() - 1
+                }
+            };
+            out.push(FdState {
+                fd,
+                cloexec,
+                file: at,
+            });
+            all.push((*pid, fd, file));
+        }
+        states.push(FilesState {
+            limit: fds.limit(),
+            fds: out,
         });
     }
-    // The table's Unix sockets, by host inode: a connected one's peer among them is a pair.
-    let unix: std::collections::HashSet<u64> = table
+    // The sandbox's Unix sockets, by host inode: a connected one's peer among them is a pair.
+    let unix: std::collections::HashSet<u64> = all
         .iter()
-        .filter(|(_, f)| {
+        .filter(|(_, _, f)| {
             f.socket_state()
                 .is_some_and(|st| st.family == libc::AF_UNIX)
         })
-        .filter_map(|(_, f)| crate::net::host::inode(f.host()).ok())
+        .filter_map(|(_, _, f)| crate::net::host::inode(f.host()).ok())
         .collect();
     let cx = Context {
         root,
@@ -63,34 +74,30 @@ pub fn export(
         unix: &unix,
     };
     // Every open file once; epoll instances once the files they watch have their places.
-    let by_host: HashMap<i32, usize> = table
+    let by_host: HashMap<i32, usize> = all
         .iter()
-        .filter_map(|(_, f)| {
+        .filter_map(|(_, _, f)| {
             index
                 .get(&Arc::as_ptr(f))
                 .map(|&i| (f.host().as_raw_fd(), i))
         })
         .collect();
     for pass_epoll in [false, true] {
-        for (fd, file) in &table {
+        for (pid, fd, file) in &all {
             let at = index[&Arc::as_ptr(file)];
             let is_epoll = matches!(file.kind, FileKind::Epoll);
             if is_epoll != pass_epoll || open_files[at].is_some() {
                 continue;
             }
             let state = if is_epoll {
-                export_epoll(pid, *fd, file, &by_host)?
+                export_epoll(*pid, *fd, file, &by_host)?
             } else {
-                export_file(pid, *fd, file, &cx, blobs)?
+                export_file(*pid, *fd, file, &cx, blobs)?
             };
             open_files[at] = Some(state);
         }
     }
-    Ok(FilesState {
-        limit: fds.limit(),
-        fds: out,
-        open_files: open_files.into_iter().flatten().collect(),
-    })
+    Ok((states, open_files.into_iter().flatten().collect()))
 }
 
 /// Saves an epoll instance: its interest list from the host's `fdinfo` (`tfd: N events: E
@@ -269,23 +276,24 @@ fn kind_name(kind: &FileKind) -> &'static str {
     }
 }
 
-/// Makes the descriptor table `state` describes. `stdio` are the restoring runtime's streams.
+/// Makes the open files `open_files` describes (the descriptor tables' objects: see
+/// [`table`]). `stdio` are the restoring runtime's streams.
 ///
 /// # Errors
-/// [`CheckpointError::Restore`] naming the descriptor, for a file that is gone or changed, or
+/// [`CheckpointError::Restore`] naming the open file, for a file that is gone or changed, or
 /// a malformed state.
 pub fn import(
-    state: &FilesState,
+    open_files: &[OpenFileState],
     root: &Root,
     net: &Arc<crate::net::NetPolicy>,
     owner: crate::net::unix::Ucred,
     blobs: &Blobs,
     stdio: &[Option<OwnedFd>; 3],
-) -> Result<FdTable, CheckpointError> {
+) -> Result<Vec<Arc<OpenFile>>, CheckpointError> {
     let bad = |what: String| CheckpointError::Restore(what);
     // Unix sockets first, together: the two ends of a pair come from one socketpair.
     let mut unix_specs = Vec::new();
-    for of in &state.open_files {
+    for of in open_files {
         if let OpenFileState::UnixSocket {
             kind,
             flags,
@@ -304,21 +312,14 @@ pub fn import(
     let mut unix = super::sockets::import_unix(&unix_specs, net, owner).map_err(bad)?;
     // Pipes first: both ends of one pipe come from one pipe2.
     let mut pipes: HashMap<u64, (OwnedFd, OwnedFd)> = HashMap::new();
-    let mut files: Vec<Option<Arc<OpenFile>>> = vec![None; state.open_files.len()];
+    let mut files: Vec<Option<Arc<OpenFile>>> = vec![None; open_files.len()];
     // Epoll instances last: they watch the others.
     let is_epoll = |f: &OpenFileState| matches!(f, OpenFileState::Epoll { .. });
-    let order = state
-        .open_files
+    let order = open_files
         .iter()
         .enumerate()
         .filter(|(_, f)| !is_epoll(f))
-        .chain(
-            state
-                .open_files
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| is_epoll(f)),
-        );
+        .chain(open_files.iter().enumerate().filter(|(_, f)| is_epoll(f)));
     for (i, of) in order {
         let fail =
             |what: &str, e: &dyn std::fmt::Display| bad(format!("open file {i}: {what}: {e}"));
@@ -496,10 +497,7 @@ pub fn import(
                         .get(t.file)
                         .and_then(|f| f.as_ref())
                         .filter(|_| {
-                            !matches!(
-                                state.open_files.get(t.file),
-                                Some(OpenFileState::Epoll { .. })
-                            )
+                            !matches!(open_files.get(t.file), Some(OpenFileState::Epoll { .. }))
                         })
                         .ok_or_else(|| {
                             bad(format!(
@@ -532,12 +530,24 @@ pub fn import(
     }
     // The pipes' ends nobody holds close here (their readers see EOF, writers EPIPE).
     drop(pipes);
+    files
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| f.ok_or_else(|| bad(format!("open file {i} was not made"))))
+        .collect()
+}
+
+/// Makes the descriptor table `state` describes over the open files `files` ([`import`]).
+///
+/// # Errors
+/// [`CheckpointError::Restore`] for a descriptor naming no open file, or out of range.
+pub fn table(state: &FilesState, files: &[Arc<OpenFile>]) -> Result<FdTable, CheckpointError> {
+    let bad = |what: String| CheckpointError::Restore(what);
     let table = FdTable::new();
     table.set_limit(state.limit);
     for d in &state.fds {
         let file = files
             .get(d.file)
-            .and_then(|f| f.as_ref())
             .ok_or_else(|| bad(format!("descriptor {} names no open file", d.fd)))?;
         table
             .insert_at(d.fd, file.clone(), d.cloexec)

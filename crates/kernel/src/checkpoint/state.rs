@@ -18,6 +18,8 @@ pub struct SandboxState {
     pub next_id: i32,
     /// The most tasks the sandbox may hold.
     pub task_limit: usize,
+    /// The open files of every process's descriptor table, each once.
+    pub open_files: Vec<OpenFileState>,
     /// Its processes.
     pub processes: Vec<ProcessState>,
 }
@@ -122,8 +124,8 @@ pub struct RegsState {
     pub gs_base: u64,
 }
 
-/// A descriptor table: its descriptors, and the open files they refer to (each once:
-/// descriptors made by dup share one).
+/// A descriptor table: its descriptors, each naming an open file of
+/// [`SandboxState::open_files`] (descriptors made by dup, inherited or passed share one).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilesState {
@@ -131,8 +133,6 @@ pub struct FilesState {
     pub limit: usize,
     /// Descriptors.
     pub fds: Vec<FdState>,
-    /// Open files, indexed by [`FdState::file`].
-    pub open_files: Vec<OpenFileState>,
 }
 
 /// One descriptor.
@@ -143,7 +143,7 @@ pub struct FdState {
     pub fd: i32,
     /// Close-on-exec.
     pub cloexec: bool,
-    /// Index of its open file in [`FilesState::open_files`].
+    /// Index of its open file in [`SandboxState::open_files`].
     pub file: usize,
 }
 
@@ -262,7 +262,7 @@ pub enum OpenFileState {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EpollTarget {
-    /// Index of the watched open file in [`FilesState::open_files`].
+    /// Index of the watched open file in [`SandboxState::open_files`].
     pub file: usize,
     /// The events asked for, with their flags (EPOLLET, EPOLLONESHOT…; a fired one-shot
     /// entry has no event bits left).

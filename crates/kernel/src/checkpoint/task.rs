@@ -18,12 +18,19 @@ pub struct Captured {
     state: TaskState,
     xsave: Vec<u8>,
     pending: Vec<u8>,
+    /// The process's signal dispositions as this thread sees them (shared by its threads).
+    actions: Vec<[u64; 4]>,
 }
 
 impl Captured {
     /// The thread's id.
     pub fn tid(&self) -> i32 {
         self.state.tid
+    }
+
+    /// Its process's signal dispositions, `[handler, flags, restorer, mask]` by signal - 1.
+    pub fn actions(&self) -> &[[u64; 4]] {
+        &self.actions
     }
 
     /// The thread's state, its XSAVE area and pending signals put into `blobs`.
@@ -33,14 +40,6 @@ impl Captured {
         state.pending = blobs.add(&self.pending);
         state
     }
-}
-
-/// Saves `task` (parked), its XSAVE area and pending signals into `blobs`.
-///
-/// # Errors
-/// [`CheckpointError::Host`] if KVM does not give the FPU state.
-pub fn export(task: &Task, blobs: &mut BlobWriter) -> Result<TaskState, CheckpointError> {
-    Ok(capture(task)?.into_state(blobs))
 }
 
 /// Takes `task`'s state (parked; on its own host thread, the only one that may read its
@@ -104,10 +103,17 @@ pub fn capture(task: &Task) -> Result<Captured, CheckpointError> {
         comm: task.comm.to_vec(),
         clear_child_tid: task.clear_child_tid,
     };
+    let actions = (1..=crate::task::NSIG as i32)
+        .map(|s| {
+            let a = task.signals.action(s);
+            [a.handler, a.flags, a.restorer, a.mask]
+        })
+        .collect();
     Ok(Captured {
         state,
         xsave: xsave.to_vec(),
         pending,
+        actions,
     })
 }
 

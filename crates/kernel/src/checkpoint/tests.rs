@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::blobs::{BlobWriter, Blobs};
 use super::files;
-use super::state::FilesState;
+use super::state::{FilesState, OpenFileState};
 use crate::fd::{FdTable, FileKind, OpenFile, SocketState};
 use crate::fs::Root;
 use crate::net::{host, inet, NetPolicy};
@@ -170,20 +170,26 @@ fn a_descriptor_table_comes_back_with_its_objects_and_bytes() {
     insert(&t, 2, OpenFile::new(ep, FileKind::Epoll, None));
 
     let mut blobs = BlobWriter::new();
-    let state = files::export(1, &t, &root, &net, &mut blobs).unwrap();
-    assert_eq!(
-        state.open_files.len(),
-        10,
-        "the dup'ed read end is one open file"
-    );
-    let json = serde_json::to_string(&state).unwrap();
-    let state: FilesState = serde_json::from_str(&json).unwrap();
+    let (tables, open_files) = files::export(&[(1, &t)], &root, &net, &mut blobs).unwrap();
+    assert_eq!(open_files.len(), 10, "the dup'ed read end is one open file");
+    let json = serde_json::to_string(&(tables, open_files)).unwrap();
+    let (tables, open_files): (Vec<FilesState>, Vec<OpenFileState>) =
+        serde_json::from_str(&json).unwrap();
     // The checkpoint left the pipe's bytes where they were.
     assert_eq!(read_some(p[0], 64), b"queued");
 
     let blobs = Blobs::new(blobs.into_payload());
     let net2 = Arc::new(NetPolicy::new(Vec::new(), false));
-    let t2 = files::import(&state, &root, &net2, OWNER, &blobs, &[None, None, None]).unwrap();
+    let made = files::import(
+        &open_files,
+        &root,
+        &net2,
+        OWNER,
+        &blobs,
+        &[None, None, None],
+    )
+    .unwrap();
+    let t2 = files::table(&tables[0], &made).unwrap();
     let fd = |n: i32| t2.get(n).unwrap().host().as_raw_fd();
     assert!(Arc::ptr_eq(&t2.get(3).unwrap(), &t2.get(9).unwrap()));
     assert!(t2.cloexec(9).unwrap() && !t2.cloexec(3).unwrap());
@@ -233,8 +239,7 @@ fn what_cannot_be_saved_yet_is_named() {
     let tf = owned(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) });
     insert(&t, 12, OpenFile::new(tf, FileKind::TimerFd, None));
     let e = files::export(
-        7,
-        &t,
+        &[(7, &t)],
         &root,
         &NetPolicy::new(Vec::new(), false),
         &mut BlobWriter::new(),
@@ -253,27 +258,27 @@ fn a_malformed_table_is_refused() {
     let root = Root::open(&d.0).unwrap();
     let net = Arc::new(NetPolicy::new(Vec::new(), false));
     let blobs = Blobs::new(Vec::new());
+    // Open files that cannot be made.
     for json in [
-        // A descriptor naming no open file.
-        r#"{"limit":64,"fds":[{"fd":3,"cloexec":false,"file":4}],"open_files":[]}"#,
         // A pipe whose bytes are outside the blob file.
-        r#"{"limit":64,"fds":[],"open_files":[{"object":"pipe","pipe":1,"write_end":false,"flags":0,"capacity":4096,"data":{"off":0,"len":9,"crc":0}}]}"#,
+        r#"[{"object":"pipe","pipe":1,"write_end":false,"flags":0,"capacity":4096,"data":{"off":0,"len":9,"crc":0}}]"#,
         // An epoll watching itself.
-        r#"{"limit":64,"fds":[],"open_files":[{"object":"epoll","flags":2,"targets":[{"file":0,"events":1,"data":0}]}]}"#,
+        r#"[{"object":"epoll","flags":2,"targets":[{"file":0,"events":1,"data":0}]}]"#,
         // A device a sandbox is never given.
-        r#"{"limit":64,"fds":[],"open_files":[{"object":"host_device","path":[47,101,116,99,47,112,97,115,115,119,100],"flags":0}]}"#,
+        r#"[{"object":"host_device","path":[47,101,116,99,47,112,97,115,115,119,100],"flags":0}]"#,
         // A file outside the root.
-        r#"{"limit":64,"fds":[],"open_files":[{"object":"regular","path":[47,46,46,47,120],"flags":0,"offset":0,"size":0}]}"#,
+        r#"[{"object":"regular","path":[47,46,46,47,120],"flags":0,"offset":0,"size":0}]"#,
     ] {
-        let state: FilesState = serde_json::from_str(json).unwrap();
+        let open_files: Vec<OpenFileState> = serde_json::from_str(json).unwrap();
         assert!(
-            files::import(&state, &root, &net, OWNER, &blobs, &[None, None, None]).is_err(),
+            files::import(&open_files, &root, &net, OWNER, &blobs, &[None, None, None]).is_err(),
             "{json}"
         );
     }
+    // A descriptor naming no open file.
+    let table: FilesState =
+        serde_json::from_str(r#"{"limit":64,"fds":[{"fd":3,"cloexec":false,"file":4}]}"#).unwrap();
+    assert!(files::table(&table, &[]).is_err());
     // Unknown fields are refused by the decoder itself.
-    assert!(
-        serde_json::from_str::<FilesState>(r#"{"limit":1,"fds":[],"open_files":[],"x":1}"#)
-            .is_err()
-    );
+    assert!(serde_json::from_str::<FilesState>(r#"{"limit":1,"fds":[],"x":1}"#).is_err());
 }

@@ -486,6 +486,11 @@ impl ProcessTable {
         }
     }
 
+    /// How many processes have exited and were not waited for (zombies).
+    pub fn exited_count(&self) -> usize {
+        self.lock().values().filter(|e| e.status.is_some()).count()
+    }
+
     /// The id the next process or thread gets.
     pub fn next_id(&self) -> i32 {
         self.next_id.load(Ordering::Relaxed)
