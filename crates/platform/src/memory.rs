@@ -65,8 +65,8 @@ pub struct GuestMemory {
     /// Memslots the VM may have (KVM_CAP_NR_MEMSLOTS; set by the VM, unbounded before).
     slot_limit: std::sync::atomic::AtomicUsize,
     /// The mapping is a private mapping of a memory image file ([`GuestMemory::from_image`]):
-    /// its pages are the file's until written.
-    image: bool,
+    /// its pages are the file's until written (until [`GuestMemory::make_anonymous`]).
+    image: std::sync::atomic::AtomicBool,
 }
 
 /// How the VM registers a shared window as memslot `slot`.
@@ -150,13 +150,48 @@ impl GuestMemory {
             windows: std::sync::RwLock::new(Vec::new()),
             registrar: std::sync::OnceLock::new(),
             slot_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),
-            image: image.is_some(),
+            image: std::sync::atomic::AtomicBool::new(image.is_some()),
         })
     }
 
     /// Whether the memory is a private mapping of an image file ([`GuestMemory::from_image`]).
     pub fn is_image(&self) -> bool {
-        self.image
+        self.image.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Replaces the memory from `from` to its end with anonymous zero pages (a clone's first
+    /// deflate, once every page it holds is written out): from then on it is ordinary
+    /// memory, which a userfaultfd can serve. The memory below `from` stays as it is.
+    ///
+    /// # Errors
+    /// [`MemoryError::OutOfRange`] for an unaligned `from`; [`MemoryError::Map`] if the host
+    /// refuses (the memory is then unchanged).
+    pub fn make_anonymous(&self, from: Gpa) -> Result<(), MemoryError> {
+        let len = self.size.saturating_sub(from.raw());
+        if !from.is_page_aligned() || len == 0 {
+            return Err(MemoryError::OutOfRange { gpa: from, len });
+        }
+        let p = self.host_ptr(from, len)?;
+        // SAFETY: a page-aligned range inside our own mapping, replaced in place by a private
+        // anonymous one of the same rights; the caller has saved its contents.
+        let r = unsafe {
+            libc::mmap(
+                p.cast(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if r == libc::MAP_FAILED {
+            return Err(MemoryError::Map {
+                size: len,
+                source: io::Error::last_os_error(),
+            });
+        }
+        self.image.store(false, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
     }
 
     /// Sets how many memslots the VM may have in all (its own memory's included): KVM's
@@ -385,7 +420,7 @@ impl GuestMemory {
             return Err(MemoryError::OutOfRange { gpa, len });
         }
         let p = self.host_ptr(gpa, len)?;
-        if self.image && self.is_own(gpa) {
+        if self.is_image() && self.is_own(gpa) {
             // Dropped pages of a private file mapping read as the file's bytes again: put
             // anonymous zero pages in their place (the memslot follows the host mapping).
             // SAFETY: a page-aligned range inside our own mapping, replaced in place by a

@@ -782,15 +782,6 @@ impl Hibernator {
                 fds: task.fds.clone(),
             },
         ));
-        if live.iter().any(|(_, r)| r.mem.is_image()) {
-            // Its pages are a memory image's until written: they can neither be dropped
-            // (they would read as the image's again) nor served by a userfaultfd.
-            return Err(
-                "a sandbox cloned from a checkpoint cannot hibernate yet (its memory is the \
-                 checkpoint's image, mapped copy-on-write)"
-                    .into(),
-            );
-        }
         // With the quota in sight, every process compacts its swap: the files then hold no
         // more than the live pages.
         let mut compact = self.shared.compact_next.swap(false, Ordering::SeqCst);
@@ -1061,6 +1052,13 @@ impl Hibernator {
         if r != 0 {
             return Err(format!("mincore: {}", std::io::Error::last_os_error()));
         }
+        // A clone's memory is a checkpoint's image mapped copy-on-write until this deflate:
+        // every page it holds counts as resident (read through the mapping, the image's bytes
+        // or the clone's own), all written out, then the memory becomes anonymous.
+        let image = mem.is_image();
+        if image {
+            resident.fill(1);
+        }
 
         // The REAP working set: a fresh recording replaces the old one.
         let recorded = pager.recorder.is_active();
@@ -1327,8 +1325,20 @@ impl Hibernator {
             })?)
         };
 
+        // A clone's memory becomes anonymous now that every page it holds is written out
+        // (a userfaultfd cannot serve a file mapping); a failure leaves it as it was.
+        if image {
+            if let Err(e) = mem.make_anonymous(layout::RESERVED_END) {
+                let _ = reader.remove();
+                if let Some(r) = &reap_reader {
+                    let _ = r.remove();
+                }
+                return Err(format!("making the clone's memory anonymous: {e}"));
+            }
+        }
         // The userfaultfd registration comes before anything is dropped (without it, a
-        // dropped page would read as zero); a failure here leaves the process as it was.
+        // dropped page would read as zero); a failure here leaves the process as it was (a
+        // clone's memory, already anonymous, could not come back: the sandbox stops).
         if pm.uffd.is_none() {
             match ProcessMemory::start_pager(
                 &mem,
@@ -1337,6 +1347,9 @@ impl Hibernator {
                 self.dir.join("error"),
             ) {
                 Ok(u) => pm.uffd = Some(u),
+                Err(e) if image => {
+                    pager::fatal(&self.dir.join("error"), &format!("clone memory: {e}"))
+                }
                 Err(e) => {
                     let _ = reader.remove();
                     if let Some(r) = &reap_reader {
