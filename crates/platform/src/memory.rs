@@ -171,9 +171,21 @@ impl GuestMemory {
         if !from.is_page_aligned() || len == 0 {
             return Err(MemoryError::OutOfRange { gpa: from, len });
         }
-        let p = self.host_ptr(from, len)?;
+        // The caller has saved the range's contents.
+        self.zero_own(from, len)
+            .map_err(|source| MemoryError::Map { size: len, source })?;
+        self.image.store(false, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Replaces `len` bytes of this memory's own mapping at `gpa` (page-aligned, checked by
+    /// the caller) with anonymous zero pages of the same rights.
+    fn zero_own(&self, gpa: Gpa, len: u64) -> io::Result<()> {
+        let p = self
+            .host_ptr(gpa, len)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EFAULT))?;
         // SAFETY: a page-aligned range inside our own mapping, replaced in place by a private
-        // anonymous one of the same rights; the caller has saved its contents.
+        // anonymous one of the same rights; nothing else maps it.
         let r = unsafe {
             libc::mmap(
                 p.cast(),
@@ -185,12 +197,8 @@ impl GuestMemory {
             )
         };
         if r == libc::MAP_FAILED {
-            return Err(MemoryError::Map {
-                size: len,
-                source: io::Error::last_os_error(),
-            });
+            return Err(io::Error::last_os_error());
         }
-        self.image.store(false, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 
@@ -423,23 +431,8 @@ impl GuestMemory {
         if self.is_image() && self.is_own(gpa) {
             // Dropped pages of a private file mapping read as the file's bytes again: put
             // anonymous zero pages in their place (the memslot follows the host mapping).
-            // SAFETY: a page-aligned range inside our own mapping, replaced in place by a
-            // private anonymous one of the same rights; nothing else maps it.
-            let r = unsafe {
-                libc::mmap(
-                    p.cast(),
-                    len as usize,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                    -1,
-                    0,
-                )
-            };
-            if r == libc::MAP_FAILED {
-                tracing::warn!(
-                    "replacing image pages failed: {}",
-                    io::Error::last_os_error()
-                );
+            if let Err(e) = self.zero_own(gpa, len) {
+                tracing::warn!("replacing image pages failed: {e}");
             }
             return Ok(());
         }

@@ -429,26 +429,36 @@ pub struct CheckpointArgs {
     /// runc's form: accepted (torpor keeps no work files).
     #[arg(long)]
     pub work_path: Option<PathBuf>,
-    /// Accepted for runc compatibility: connected TCP sockets always come back reset.
-    #[arg(long, hide = true)]
-    pub tcp_established: bool,
-    /// Accepted for runc compatibility.
-    #[arg(long, hide = true)]
-    pub file_locks: bool,
-    /// Accepted for runc compatibility.
-    #[arg(long, hide = true)]
-    pub ext_unix_sk: bool,
-    /// Accepted for runc compatibility.
-    #[arg(long, hide = true)]
-    pub shell_job: bool,
-    /// Accepted for runc compatibility.
-    #[arg(long, hide = true)]
-    pub manage_cgroups_mode: Option<String>,
+    /// runc's checkpoint flags, accepted.
+    #[command(flatten)]
+    pub runc: RuncCheckpointFlags,
     /// Sandbox ID.
     pub id: String,
     /// The checkpoint directory to create (without --image-path).
     #[arg(required_unless_present = "image_path")]
     pub dir: Option<PathBuf>,
+}
+
+/// The flags runc's `checkpoint` and `restore` take that torpor accepts and needs not: CRIU's
+/// options (connected TCP sockets always come back reset; locks, external Unix sockets, shell
+/// jobs and cgroups need nothing).
+#[derive(clap::Args, Debug, Default)]
+pub struct RuncCheckpointFlags {
+    /// Accepted.
+    #[arg(long, hide = true)]
+    pub tcp_established: bool,
+    /// Accepted.
+    #[arg(long, hide = true)]
+    pub file_locks: bool,
+    /// Accepted.
+    #[arg(long, hide = true)]
+    pub ext_unix_sk: bool,
+    /// Accepted.
+    #[arg(long, hide = true)]
+    pub shell_job: bool,
+    /// Accepted.
+    #[arg(long, hide = true)]
+    pub manage_cgroups_mode: Option<String>,
 }
 
 /// Arguments of `torpor restore`.
@@ -491,21 +501,9 @@ pub struct RestoreArgs {
     /// runc's form: Unix socket to send the terminal's controller to.
     #[arg(long)]
     pub console_socket: Option<PathBuf>,
-    /// Accepted for runc compatibility.
-    #[arg(long, hide = true)]
-    pub tcp_established: bool,
-    /// Accepted for runc compatibility.
-    #[arg(long, hide = true)]
-    pub file_locks: bool,
-    /// Accepted for runc compatibility.
-    #[arg(long, hide = true)]
-    pub ext_unix_sk: bool,
-    /// Accepted for runc compatibility.
-    #[arg(long, hide = true)]
-    pub shell_job: bool,
-    /// Accepted for runc compatibility.
-    #[arg(long, hide = true)]
-    pub manage_cgroups_mode: Option<String>,
+    /// runc's restore flags, accepted.
+    #[command(flatten)]
+    pub runc: RuncCheckpointFlags,
     /// Accepted for runc compatibility.
     #[arg(long, hide = true)]
     pub no_pivot: bool,
