@@ -271,6 +271,54 @@ impl Restoring {
         })
     }
 
+    /// Moves this process (single-threaded, before anything of the sandbox is made) into a
+    /// new time namespace whose monotonic clock continues from the checkpoint's, as after a
+    /// suspend (the time the sandbox spent checkpointed is not counted; boot time counts it),
+    /// so that the restored application never sees its monotonic time go back, also after
+    /// the host restarted. Needs CAP_SYS_ADMIN: without it (rootless), or for a checkpoint
+    /// without clocks, the sandbox sees the host's clocks. Returns whether it did.
+    ///
+    /// # Errors
+    /// The host's refusal once the namespace is made.
+    pub fn enter_time_namespace(&self) -> Result<bool> {
+        let Some(saved) = self.state.clocks else {
+            return Ok(false);
+        };
+        // SAFETY: unshare of the time namespace for this process's children.
+        if unsafe { libc::unshare(libc::CLONE_NEWTIME) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EPERM) {
+                tracing::warn!("no time namespace (needs CAP_SYS_ADMIN): the restored sandbox sees the host's clocks");
+                return Ok(false);
+            }
+            return Err(e).context("unshare(CLONE_NEWTIME)");
+        }
+        let now = hibernate::engine::Clocks::now();
+        let monotonic = saved.monotonic_ns - now.monotonic_ns;
+        let gap = (now.realtime_ns - saved.realtime_ns).max(0);
+        let boottime = saved.boottime_ns + gap - now.boottime_ns;
+        let line = |name: &str, ns: i64| {
+            format!(
+                "{name} {} {}\n",
+                ns.div_euclid(1_000_000_000),
+                ns.rem_euclid(1_000_000_000)
+            )
+        };
+        std::fs::write(
+            "/proc/self/timens_offsets",
+            line("monotonic", monotonic) + &line("boottime", boottime),
+        )
+        .context("writing the time namespace's offsets")?;
+        let ns = std::fs::File::open("/proc/self/ns/time_for_children")
+            .context("opening the new time namespace")?;
+        // SAFETY: setns into the time namespace just made, with its fd; this process is
+        // single-threaded (nothing of the sandbox is made yet).
+        if unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWTIME) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("entering the time namespace");
+        }
+        Ok(true)
+    }
+
     /// The checkpoint's copy of the sandbox's root's upper layer, if it has one.
     pub fn upper(&self) -> Option<PathBuf> {
         let p = self.dir.join(UPPER);
@@ -430,6 +478,8 @@ pub fn restore(args: crate::cli::RestoreArgs) -> Result<u8> {
     if args.detach {
         return crate::run::detach(&id, "restore");
     }
+    // This process is the holder.
+    restoring.enter_time_namespace()?;
     let record = restoring.record()?;
     let mut cfg = record.config()?;
     if let Some(r) = &args.rootfs {
@@ -480,6 +530,8 @@ pub fn clone(args: crate::cli::RunArgs) -> Result<u8> {
     if args.detach {
         return crate::run::detach(&id, "run");
     }
+    // This process is the holder.
+    restoring.enter_time_namespace()?;
     let record = restoring.record()?;
     let mut cfg = record.config()?;
     if let Some(r) = &args.rootfs {

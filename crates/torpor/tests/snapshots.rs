@@ -487,3 +487,47 @@ fn a_sandbox_of_two_processes_and_their_pipes_round_trips() {
     );
     assert!(log_of(&clone).contains("both processes kept their state"));
 }
+
+#[test]
+fn monotonic_time_continues_from_the_checkpoint() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("clock_gap");
+    let sb = Detached::start(bin(), &[], r.path(), &prog, &[]);
+    assert!(Detached::wait_until(Duration::from_secs(60), || log_of(
+        &sb
+    )
+    .contains("ready")));
+    let t = TempDir::new("torpor-ckpt");
+    let dir = t.path().join("ckpt");
+    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
+    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    // Time passes while the sandbox is only a checkpoint.
+    std::thread::sleep(Duration::from_millis(2500));
+    let restored = sb
+        .restore_beside(&[], &dir)
+        .unwrap_or_else(|o| panic!("restore: {}", o.stderr_str()));
+    restored.ok("kill", &["SIGUSR1"]);
+    assert!(
+        Detached::wait_until(Duration::from_secs(60), || exited_with(&restored, 0)),
+        "{}",
+        log_of(&restored)
+    );
+    // As root, the restore's time namespace hides the gap; without the right to make one,
+    // the host's clock shows it.
+    let want = if is_root() {
+        "monotonic continued\n"
+    } else {
+        "monotonic counted the gap\n"
+    };
+    assert_eq!(log_of(&restored), want);
+}
+
+fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}

@@ -40,6 +40,42 @@ pub struct CheckpointState {
     pub holder: serde_json::Value,
     /// The kernel's state.
     pub kernel: SandboxState,
+    /// The host's clocks when the sandbox stopped (format 1.1), from which a restore's time
+    /// namespace continues its monotonic time.
+    #[serde(default)]
+    pub clocks: Option<Clocks>,
+}
+
+/// The host's clocks at a moment, in nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clocks {
+    /// CLOCK_MONOTONIC.
+    pub monotonic_ns: i64,
+    /// CLOCK_BOOTTIME.
+    pub boottime_ns: i64,
+    /// CLOCK_REALTIME.
+    pub realtime_ns: i64,
+}
+
+impl Clocks {
+    /// The clocks now.
+    pub fn now() -> Clocks {
+        let read = |id| {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime into a local timespec.
+            unsafe { libc::clock_gettime(id, &mut ts) };
+            ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+        };
+        Clocks {
+            monotonic_ns: read(libc::CLOCK_MONOTONIC),
+            boottime_ns: read(libc::CLOCK_BOOTTIME),
+            realtime_ns: read(libc::CLOCK_REALTIME),
+        }
+    }
 }
 
 /// The name of process `pid`'s memory image in a checkpoint.
@@ -76,6 +112,7 @@ impl Hibernator {
         let state = CheckpointState {
             holder: job.holder.clone(),
             kernel,
+            clocks: Some(Clocks::now()),
         };
         let json = serde_json::to_vec(&state).map_err(|e| format!("encoding the state: {e}"))?;
         w.write_envelope(STATE, Kind::State, &json)

@@ -41,7 +41,7 @@ use crate::uffd::Uffd;
 
 mod checkpoint;
 
-pub use checkpoint::{memory_image_name, restored, CheckpointState};
+pub use checkpoint::{memory_image_name, restored, CheckpointState, Clocks};
 
 /// Pages per swap-file write (2 MiB).
 const BATCH_PAGES: usize = 512;

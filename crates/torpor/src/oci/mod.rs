@@ -157,7 +157,9 @@ pub fn holder(
     let prepared = (|| -> Result<Bundle> {
         let b = Bundle::load(bundle_dir)?;
         if let Some(dir) = restore {
-            restoring = Some(crate::snapshot::Restoring::open(dir)?);
+            let r = crate::snapshot::Restoring::open(dir)?;
+            r.enter_time_namespace()?;
+            restoring = Some(r);
         }
         for w in &b.warnings {
             tracing::warn!("{w}");
