@@ -358,11 +358,23 @@ impl ThreadGroup {
         *self.exit.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits until every thread has left.
+    /// Waits until every thread has left. Once the group is exiting, the threads still there
+    /// are kicked again every few milliseconds: a kick interrupts a blocking host call under
+    /// way, not one a thread was about to make when the kick came (it would wait there).
     pub fn wait_all_gone(&self) {
         let mut m = self.lock_members();
         while !m.is_empty() {
-            m = self.all_gone.wait(m).unwrap_or_else(|e| e.into_inner());
+            let (g, timeout) = self
+                .all_gone
+                .wait_timeout(m, Duration::from_millis(20))
+                .unwrap_or_else(|e| e.into_inner());
+            m = g;
+            if timeout.timed_out() && self.exit_status().is_some() {
+                for member in m.iter() {
+                    member.control.kick();
+                }
+                self.futexes.wake_all();
+            }
         }
     }
 
