@@ -15,9 +15,11 @@ use super::wire::{self, code, Request};
 /// `torpor __broker FD PARENT ROOT [ADDR...]`: serves the holder `PARENT` on socket `FD` until
 /// it goes, making sockets for the published host addresses `ADDR`. Never returns.
 pub fn main(args: &[String]) -> ! {
+    let parsed = parse(args);
+    let parent = parsed.as_ref().map_or(0, |p| p.1);
     let code = exit_code(
-        parse(args)
-            .and_then(|(sock, parent, root, published)| serve(sock, parent, &root, published)),
+        parsed.and_then(|(sock, parent, root, published)| serve(sock, parent, &root, published)),
+        parent,
     );
     std::process::exit(code)
 }
@@ -31,13 +33,23 @@ pub fn forked(
     root: &std::path::Path,
     published: Vec<SocketAddr>,
 ) -> i32 {
-    exit_code(serve(sock, parent, root, published))
+    exit_code(serve(sock, parent, root, published), parent)
 }
 
-fn exit_code(r: anyhow::Result<()>) -> i32 {
+/// The broker's exit status. An error is said on standard error, unless the holder goes
+/// within a second or two: then the holder failed first (its own error says why) and took
+/// down what the broker was starting on (its root, removed with the state directory).
+fn exit_code(r: anyhow::Result<()>, parent: i32) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
+            for _ in 0..if parent > 0 { 100 } else { 0 } {
+                // SAFETY: getppid has no preconditions.
+                if unsafe { libc::getppid() } != parent {
+                    return 1;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
             eprintln!("torpor: file broker: {e:#}");
             1
         }
