@@ -319,6 +319,27 @@ impl Restoring {
         Ok(true)
     }
 
+    /// How the checkpointed sandbox was started, and the configuration it is started again
+    /// with, on `rootfs` if given (else the root it had), which must be a directory.
+    ///
+    /// # Errors
+    /// As [`Restoring::record`]; a published port that does not parse; a missing root.
+    pub fn config(&self, rootfs: Option<&Path>) -> Result<(HolderRecord, SandboxConfig)> {
+        let record = self.record()?;
+        let mut cfg = record.config()?;
+        if let Some(r) = rootfs {
+            cfg.rootfs = r.to_path_buf();
+        }
+        if !cfg.rootfs.is_dir() {
+            bail!(
+                "root filesystem {} does not exist or is not a directory (give it as \
+                 ROOTFS, or with restore --rootfs)",
+                cfg.rootfs.display()
+            );
+        }
+        Ok((record, cfg))
+    }
+
     /// The checkpoint's copy of the sandbox's root's upper layer, if it has one.
     pub fn upper(&self) -> Option<PathBuf> {
         let p = self.dir.join(UPPER);
@@ -480,19 +501,9 @@ pub fn restore(args: crate::cli::RestoreArgs) -> Result<u8> {
     }
     // This process is the holder.
     restoring.enter_time_namespace()?;
-    let record = restoring.record()?;
-    let mut cfg = record.config()?;
-    if let Some(r) = &args.rootfs {
-        cfg.rootfs = r.clone();
-    }
+    let (record, mut cfg) = restoring.config(args.rootfs.as_deref())?;
     if !args.publish.is_empty() {
         cfg.publish = args.publish.clone();
-    }
-    if !cfg.rootfs.is_dir() {
-        bail!(
-            "root filesystem {} does not exist or is not a directory (give it with --rootfs)",
-            cfg.rootfs.display()
-        );
     }
     let holding = crate::daemon::Holding::friendly(args.ready_fd, Vec::new());
     crate::daemon::serve_from(
@@ -532,19 +543,9 @@ pub fn clone(args: crate::cli::RunArgs) -> Result<u8> {
     }
     // This process is the holder.
     restoring.enter_time_namespace()?;
-    let record = restoring.record()?;
-    let mut cfg = record.config()?;
-    if let Some(r) = &args.rootfs {
-        cfg.rootfs = r.clone();
-    }
+    let (record, mut cfg) = restoring.config(args.rootfs.as_deref())?;
     cfg.publish = args.publish.clone();
     cfg.allow_outbound = args.allow_outbound || record.allow_outbound;
-    if !cfg.rootfs.is_dir() {
-        bail!(
-            "root filesystem {} does not exist or is not a directory (give it as ROOTFS)",
-            cfg.rootfs.display()
-        );
-    }
     let holding = crate::daemon::Holding::friendly(args.ready_fd, args.volume.clone());
     crate::daemon::serve_from(
         &cfg,

@@ -72,6 +72,7 @@ pub fn export(
         root,
         net,
         unix: &unix,
+        pipes: std::cell::RefCell::new(HashMap::new()),
     };
     // Every open file once; epoll instances once the files they watch have their places.
     let by_host: HashMap<i32, usize> = all
@@ -151,6 +152,9 @@ struct Context<'a> {
     net: &'a crate::net::NetPolicy,
     /// The table's Unix sockets (host inodes).
     unix: &'a std::collections::HashSet<u64>,
+    /// The bytes of each pipe saved so far, by pipe inode: its two ends share them, read
+    /// once.
+    pipes: std::cell::RefCell<HashMap<u64, super::blobs::BlobRef>>,
 }
 
 fn export_file(
@@ -216,13 +220,23 @@ fn export_file(
             if capacity < 0 {
                 return Err(io("F_GETPIPE_SZ", &std::io::Error::last_os_error()));
             }
-            let data = peek_pipe(host, capacity).map_err(|e| io("reading the pipe's bytes", &e))?;
+            let saved = cx.pipes.borrow().get(&st.st_ino).copied();
+            let data = match saved {
+                Some(d) => d,
+                None => {
+                    let bytes = peek_pipe(host, capacity)
+                        .map_err(|e| io("reading the pipe's bytes", &e))?;
+                    let d = blobs.add(&bytes);
+                    cx.pipes.borrow_mut().insert(st.st_ino, d);
+                    d
+                }
+            };
             OpenFileState::Pipe {
                 pipe: st.st_ino,
                 write_end,
                 flags,
                 capacity,
-                data: blobs.add(&data),
+                data,
             }
         }
         FileKind::EventFd { semaphore } => OpenFileState::EventFd {
