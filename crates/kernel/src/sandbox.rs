@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use mm::MemoryManager;
-use platform::{GuestMemory, Vm};
+use platform::{AddressSpace, GuestMemory, Platform};
 
 use crate::fd::{FdTable, FileKind, OpenFile};
 use crate::fs::{self, Root};
@@ -53,6 +53,8 @@ pub struct SandboxConfig {
     /// the host's page cache and shared with every process and sandbox mapping the same
     /// file, instead of copied (`torpor run --no-share-files` turns it off).
     pub share_files: bool,
+    /// What runs the application (`torpor run --platform`).
+    pub platform: Arc<dyn Platform>,
 }
 
 /// Errors building or running a sandbox.
@@ -85,7 +87,7 @@ pub enum SandboxError {
     Memory(String),
     /// The VM could not be built.
     #[error(transparent)]
-    Vm(#[from] platform::VmError),
+    Platform(#[from] platform::PlatformError),
     /// A checkpoint's state cannot be restored.
     #[error("cannot restore the checkpoint: {0}")]
     Restore(String),
@@ -109,7 +111,7 @@ pub struct Sandbox {
     started: Instant,
     /// Start-up timings.
     pub timings: StartTimings,
-    _vm: Arc<Vm>,
+    _space: Arc<dyn AddressSpace>,
 }
 
 impl Sandbox {
@@ -131,6 +133,7 @@ impl Sandbox {
         let procs = crate::task::ProcessTable::new();
         procs.shm.set_share_files(cfg.share_files);
         let image = ProcessImage::build(
+            &cfg.platform,
             &root,
             &cfg.program,
             &cfg.args,
@@ -149,7 +152,7 @@ impl Sandbox {
         let slot = procs
             .reserve_task()
             .map_err(|_| SandboxError::Memory("no room for the first task".into()))?;
-        let vm = image.vm.clone();
+        let space = image.space.clone();
         let task = image.into_task(NewProcess {
             pid: 1,
             procs,
@@ -170,7 +173,7 @@ impl Sandbox {
             threads: Vec::new(),
             started,
             timings,
-            _vm: vm,
+            _space: space,
         })
     }
 
@@ -178,7 +181,7 @@ impl Sandbox {
     pub(crate) fn from_task(
         task: Task,
         started: Instant,
-        vm: Arc<Vm>,
+        space: Arc<dyn AddressSpace>,
         threads: Vec<Task>,
     ) -> Sandbox {
         let timings = StartTimings {
@@ -189,7 +192,7 @@ impl Sandbox {
             threads,
             started,
             timings,
-            _vm: vm,
+            _space: space,
         }
     }
 
@@ -275,12 +278,13 @@ impl Sandbox {
 
     /// Number of vCPU exits so far.
     pub fn exits(&self) -> u64 {
-        self.task.vcpu.exits()
+        self.task.ctx.exits()
     }
 
     /// A handle that starts more processes in this sandbox from outside (OCI `exec`).
     pub fn spawner(&self) -> crate::task::spawn::Spawner {
         crate::task::spawn::Spawner::new(
+            self.task.group.platform.clone(),
             self.task.root.clone(),
             self.task.net.clone(),
             self.task.group.procs.clone(),
@@ -301,9 +305,10 @@ impl Sandbox {
 /// begin with.
 pub(crate) struct ProcessImage {
     pub(crate) mem: Arc<GuestMemory>,
-    pub(crate) vm: Arc<Vm>,
+    pub(crate) platform: Arc<dyn Platform>,
+    pub(crate) space: Arc<dyn AddressSpace>,
     pub(crate) mm: MemoryManager,
-    pub(crate) vcpu: platform::Vcpu,
+    pub(crate) ctx: Box<dyn platform::Context>,
     /// The program's guest path.
     pub(crate) exe: Vec<u8>,
     /// Its file's (device, inode): not writable while the process runs (ETXTBSY).
@@ -316,6 +321,7 @@ impl ProcessImage {
     /// Loads `program` (a guest path in `root`) with `args` and `env` into `memory` bytes of
     /// new guest memory.
     pub(crate) fn build(
+        platform: &Arc<dyn Platform>,
         root: &Root,
         program: &str,
         args: &[String],
@@ -343,9 +349,10 @@ impl ProcessImage {
             .guest_path_of(&prog)
             .unwrap_or_else(|_| prog_path.clone());
         let exe_key = crate::fd::locks::regular_file_key(std::os::fd::AsFd::as_fd(&prog));
-        let mem =
-            Arc::new(GuestMemory::new(memory).map_err(|e| SandboxError::Memory(e.to_string()))?);
-        let vm = Arc::new(Vm::new(mem.clone())?);
+        let mem = platform
+            .new_memory(memory)
+            .map_err(|e| SandboxError::Memory(e.to_string()))?;
+        let space = platform.new_address_space(mem.clone())?;
         let mut mm =
             MemoryManager::new(mem.clone()).map_err(|e| SandboxError::Memory(e.to_string()))?;
         let image = loader::load_elf(
@@ -361,14 +368,15 @@ impl ProcessImage {
         let ids = (creds.uid, creds.gid);
         let stack = loader::build_stack(&mut mm, &image, &argv, &envp, program.as_bytes(), ids)
             .map_err(|e| SandboxError::Memory(e.to_string()))?;
-        let mut vcpu = vm.create_vcpu(0, mm.cr3())?;
-        vcpu.user.regs.rip = image.entry.raw();
-        vcpu.user.regs.rsp = stack.sp.raw();
+        let mut ctx = space.new_context(mm.cr3())?;
+        ctx.user_mut().regs.rip = image.entry.raw();
+        ctx.user_mut().regs.rsp = stack.sp.raw();
         Ok(ProcessImage {
             mem,
-            vm,
+            platform: platform.clone(),
+            space,
             mm,
-            vcpu,
+            ctx,
             exe,
             exe_key,
             cmdline: crate::task::cmdline_of(&argv),
@@ -409,12 +417,17 @@ impl ProcessImage {
         let fds = FdTable::new();
         install_stdio(&fds, p.stdio);
         fds.set_limit(p.rlimits.nofile());
-        let group = crate::task::ThreadGroup::new(self.vm.clone(), p.pid, p.procs.clone());
+        let group = crate::task::ThreadGroup::new(
+            self.platform.clone(),
+            self.space.clone(),
+            p.pid,
+            p.procs.clone(),
+        );
         group.set_exe_key(self.exe_key);
         *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = p.rlimits;
         p.procs.add(p.pid, 0, group.clone(), 0);
-        let control = Arc::new(crate::task::TaskControl::new(self.vcpu.kicker()));
-        let pte_gen = group.join(p.pid, control.clone());
+        let control = Arc::new(crate::task::TaskControl::new(self.ctx.kicker()));
+        group.join(p.pid, control.clone());
         let mm = Arc::new(Mutex::new(self.mm));
         let fds = Arc::new(fds);
         group.set_resources(crate::task::ProcessResources {
@@ -424,14 +437,13 @@ impl ProcessImage {
         });
         let task = Task {
             group,
-            pte_gen,
             thread_exit_only: false,
             in_syscall: false,
             control,
             park_hook: None,
             tid: p.pid,
             pid: p.pid,
-            vcpu: self.vcpu,
+            ctx: self.ctx,
             mm,
             mem: self.mem,
             fds,

@@ -1,28 +1,29 @@
-//! The KVM platform: the VM, its guest-physical memory, the descriptor tables, the ring-0
-//! stubs, and vCPUs whose exits are decoded into events for the kernel.
+//! The platform interface and what every platform shares.
 //!
-//! Guest ring 0 holds only stubs that exit to the host at once (on the machines torpor is
-//! built on, ring-0 code is emulated and costs about 1 µs an instruction). The application runs
-//! in ring 3; a `syscall` or an exception enters a stub, which executes one `out` whose port
-//! names the event; the host handles it and resumes ring 3 by setting registers and segments.
-//! Page-table updates are written by the PTE-sync stub (host writes to present entries are not
-//! seen by a shadow MMU).
+//! The kernel runs application code through a [`Platform`]: an [`AddressSpace`] per guest
+//! process, a [`Context`] per thread whose `switch` returns a neutral [`Exit`] (a syscall, an
+//! exception, an interruption). The implementations live in crates of their own
+//! (`platform-kvm`, `platform-trap`) that only the front end depends on, so the compiler
+//! proves that the kernel, memory manager and hibernation layer name no platform's types.
+//!
+//! This crate also holds guest-physical memory ([`GuestMemory`], with its shared windows) and
+//! the guest layout, which every platform keeps the same so that page tables, swap files and
+//! checkpoints do not depend on the platform.
 
 pub mod addr;
-pub mod bench;
+pub mod context;
+pub mod interface;
+pub mod kick;
 pub mod layout;
 pub mod memory;
 pub mod shared;
 
 pub use addr::{Gpa, Gva, PAGE_SHIFT, PAGE_SIZE};
+pub use context::{
+    CpuModel, ExceptionInfo, Exit, FpuState, PteRun, Regs, UserContext, FPU_STATE_SIZE,
+};
+pub use interface::{
+    AddressSpace, Commit, Context, Kick, Kicker, Platform, PlatformError, PtChanges,
+};
 pub use memory::{GuestMemory, MemoryError};
 pub use shared::{SharedWindow, SHARED_GPA_BASE, SHARED_GPA_END};
-pub mod gdt;
-pub mod kick;
-pub mod stubs;
-pub mod vcpu;
-pub mod vm;
-
-pub use kick::VcpuKicker;
-pub use vcpu::{ExceptionInfo, Exit, PteRun, Regs, UserContext, Vcpu, VcpuError, XSAVE_AREA_SIZE};
-pub use vm::{Vm, VmError};

@@ -31,6 +31,7 @@ pub fn demo() -> Result<u8> {
         pids_limit: None,
         hostname: crate::run::DEFAULT_HOSTNAME.into(),
         share_files: crate::run::share_files_from_env(),
+        platform: crate::platforms::open()?,
     };
     let r = crate::run::run_config(&cfg);
     let _ = std::fs::remove_dir_all(&dir);

@@ -17,6 +17,7 @@ mod logging;
 mod oci;
 mod overview;
 mod paper;
+mod platforms;
 mod procfs;
 mod ready;
 mod run;

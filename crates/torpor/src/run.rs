@@ -67,6 +67,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
             .clone()
             .unwrap_or_else(|| DEFAULT_HOSTNAME.into()),
         share_files: !args.no_share_files && share_files_from_env(),
+        platform: crate::platforms::open()?,
     };
     if !cfg.rootfs.is_dir() {
         anyhow::bail!(
@@ -220,7 +221,7 @@ fn ignore_sigpipe() {
 
 /// `torpor bench-exit`: prints the platform's round trips.
 pub fn bench_exit(iterations: u32) -> Result<u8> {
-    let r = platform::bench::round_trips(iterations.max(1))?;
+    let r = platform_kvm::bench::round_trips(iterations.max(1))?;
     println!("exit_round_trip_us={:.1}", r.bare_exit_us);
     println!("platform_syscall_round_trip_us={:.1}", r.syscall_us);
     println!(

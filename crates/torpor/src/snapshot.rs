@@ -128,6 +128,7 @@ impl HolderRecord {
             pids_limit: self.pids_limit,
             hostname: self.hostname.clone(),
             share_files: self.share_files,
+            platform: crate::platforms::open()?,
         })
     }
 }

@@ -24,7 +24,7 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
 use mm::MemoryManager;
-use platform::{GuestMemory, Vm};
+use platform::{AddressSpace, GuestMemory};
 
 use crate::fs::Root;
 use crate::sandbox::{resolve_cwd, Sandbox, SandboxConfig, SandboxError};
@@ -249,8 +249,8 @@ pub fn restore(
             .iter()
             .find(|(pid, _)| *pid == p.pid)
             .map(|(_, m)| m.clone());
-        let (vm, mut made) = cx.process(p, memory)?;
-        first_vm.get_or_insert(vm);
+        let (space, mut made) = cx.process(p, memory)?;
+        first_vm.get_or_insert(space);
         tasks.append(&mut made);
     }
     let max_pid = state.processes.iter().map(|p| p.pid).max().unwrap_or(1);
@@ -282,7 +282,7 @@ impl RestoreContext<'_> {
         &self,
         p: &ProcessState,
         memory: Option<Arc<GuestMemory>>,
-    ) -> Result<(Arc<Vm>, Vec<Task>), SandboxError> {
+    ) -> Result<(Arc<dyn AddressSpace>, Vec<Task>), SandboxError> {
         let bad = |e: CheckpointError| SandboxError::Restore(e.to_string());
         let (cfg, blobs, procs) = (self.cfg, self.blobs, &self.procs);
         let Some((t, other_threads)) = p.threads.split_first() else {
@@ -316,11 +316,12 @@ impl RestoreContext<'_> {
                     cfg.memory
                 )))
             }
-            None => Arc::new(
-                GuestMemory::new(cfg.memory).map_err(|e| SandboxError::Memory(e.to_string()))?,
-            ),
+            None => cfg
+                .platform
+                .new_memory(cfg.memory)
+                .map_err(|e| SandboxError::Memory(e.to_string()))?,
         };
-        let vm = Arc::new(Vm::new(mem.clone())?);
+        let space = cfg.platform.new_address_space(mem.clone())?;
         let allocator = blobs.get(p.allocator).map_err(|e| {
             SandboxError::Restore(format!(
                 "process {}: the page allocator's state: {e}",
@@ -337,10 +338,10 @@ impl RestoreContext<'_> {
             MemoryManager::import(mem.clone(), &p.mm, allocator, &mut open, Some(&procs.shm))
                 .map_err(|e| SandboxError::Restore(format!("process {}: {e}", p.pid)))?;
         mm.allocator_mut().set_budget(procs.memory.clone());
-        let vcpu = vm.create_vcpu(0, mm.cr3())?;
+        let ctx = space.new_context(mm.cr3())?;
         let fds = files::table(&p.files, &self.files).map_err(bad)?;
 
-        let group = ThreadGroup::new(vm.clone(), p.pid, procs.clone());
+        let group = ThreadGroup::new(cfg.platform.clone(), space.clone(), p.pid, procs.clone());
         let exe_key = root
             .open_at(&p.exe, libc::O_PATH | libc::O_CLOEXEC, 0)
             .ok()
@@ -372,8 +373,8 @@ impl RestoreContext<'_> {
             },
             p.execed,
         );
-        let control = Arc::new(TaskControl::new(vcpu.kicker()));
-        let pte_gen = group.join(t.tid, control.clone());
+        let control = Arc::new(TaskControl::new(ctx.kicker()));
+        group.join(t.tid, control.clone());
         let mm = Arc::new(Mutex::new(mm));
         let fds = Arc::new(fds);
         group.set_resources(ProcessResources {
@@ -395,14 +396,13 @@ impl RestoreContext<'_> {
         }
         let mut task = Task {
             group,
-            pte_gen,
             thread_exit_only: false,
             in_syscall: false,
             control,
             park_hook: None,
             tid: t.tid,
             pid: p.pid,
-            vcpu,
+            ctx,
             mm,
             mem,
             fds,
@@ -428,14 +428,15 @@ impl RestoreContext<'_> {
         task.group.hold_others();
         let mut tasks = Vec::with_capacity(p.threads.len());
         for ts in other_threads {
-            let vcpu = vm.create_vcpu(task.group.alloc_vcpu_index(), task.mm().cr3())?;
+            let cr3 = task.mm().cr3();
+            let ctx = space.new_context(cr3)?;
             let slot = procs.reserve_task().map_err(|_| {
                 SandboxError::Restore(format!("no room for thread {} (pids limit)", ts.tid))
             })?;
             let mut th = task.child(crate::task::ChildParts {
                 tid: ts.tid,
                 pid: p.pid,
-                vcpu,
+                ctx,
                 mm: task.mm.clone(),
                 mem: task.mem.clone(),
                 fds: task.fds.clone(),
@@ -451,6 +452,6 @@ impl RestoreContext<'_> {
         }
         task.control.set_park();
         tasks.insert(0, task);
-        Ok((vm, tasks))
+        Ok((space, tasks))
     }
 }

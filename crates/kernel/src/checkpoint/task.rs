@@ -48,7 +48,7 @@ impl Captured {
 /// # Errors
 /// [`CheckpointError::Host`] if KVM does not give the FPU state.
 pub fn capture(task: &Task) -> Result<Captured, CheckpointError> {
-    let r = &task.vcpu.user.regs;
+    let r = &task.ctx.user().regs;
     let regs = RegsState {
         rax: r.rax,
         rbx: r.rbx,
@@ -68,12 +68,12 @@ pub fn capture(task: &Task) -> Result<Captured, CheckpointError> {
         r15: r.r15,
         rip: r.rip,
         rflags: r.rflags,
-        fs_base: task.vcpu.user.fs_base,
-        gs_base: task.vcpu.user.gs_base,
+        fs_base: task.ctx.user().fs_base,
+        gs_base: task.ctx.user().gs_base,
     };
     let xsave = task
-        .vcpu
-        .get_xsave()
+        .ctx
+        .fpu()
         .map_err(|e| CheckpointError::Host(format!("thread {}: XSAVE: {e}", task.tid)))?;
     let mut pending = Vec::with_capacity(task.signals.pending().len() * SIGINFO);
     for p in task.signals.pending() {
@@ -125,7 +125,7 @@ pub fn capture(task: &Task) -> Result<Captured, CheckpointError> {
 pub fn import(task: &mut Task, state: &TaskState, blobs: &Blobs) -> Result<(), CheckpointError> {
     let bad = |what: String| CheckpointError::Restore(format!("thread {}: {what}", state.tid));
     let s = &state.regs;
-    let r = &mut task.vcpu.user.regs;
+    let r = &mut task.ctx.user_mut().regs;
     r.rax = s.rax;
     r.rbx = s.rbx;
     r.rcx = s.rcx;
@@ -144,16 +144,16 @@ pub fn import(task: &mut Task, state: &TaskState, blobs: &Blobs) -> Result<(), C
     r.r15 = s.r15;
     r.rip = s.rip;
     r.rflags = s.rflags;
-    task.vcpu.user.fs_base = s.fs_base;
-    task.vcpu.user.gs_base = s.gs_base;
+    task.ctx.user_mut().fs_base = s.fs_base;
+    task.ctx.user_mut().gs_base = s.gs_base;
     let xsave = blobs
         .get(state.xsave)
         .map_err(|e| bad(format!("XSAVE area: {e}")))?;
-    let area: &[u8; platform::XSAVE_AREA_SIZE] = xsave
+    let area: &[u8; platform::FPU_STATE_SIZE] = xsave
         .try_into()
         .map_err(|_| bad(format!("an XSAVE area of {} bytes", xsave.len())))?;
-    task.vcpu
-        .set_xsave(area)
+    task.ctx
+        .set_fpu(&Box::new(*area))
         .map_err(|e| bad(format!("XSAVE area refused: {e}")))?;
     let pending = blobs
         .get(state.pending)

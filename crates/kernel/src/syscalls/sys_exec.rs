@@ -226,7 +226,7 @@ pub(crate) fn execve(
     let name = String::from_utf8_lossy(&exe).into_owned();
     let exe_key = crate::fd::locks::regular_file_key(std::os::fd::AsFd::as_fd(&fd));
 
-    let (mem, vm) = super::sys_fork::new_vm(t.mem.size(), "execve")?;
+    let (mem, space) = super::sys_fork::new_space(&t.group.platform, t.mem.size(), "execve")?;
     let mut mm = MemoryManager::new(mem.clone()).map_err(|_| Errno::ENOMEM)?;
     mm.allocator_mut().set_budget(t.group.procs.memory.clone());
     let image = loader::load_elf(
@@ -244,12 +244,12 @@ pub(crate) fn execve(
     let ids = (t.creds.uid, t.creds.gid);
     let stack =
         loader::build_stack(&mut mm, &image, &argv, &envp, &path, ids).map_err(|_| Errno::E2BIG)?;
-    let mut vcpu = vm.create_vcpu(0, mm.cr3()).map_err(|e| {
+    let mut ctx = space.new_context(mm.cr3()).map_err(|e| {
         tracing::warn!("execve: {e}");
         Errno::EAGAIN
     })?;
-    vcpu.user.regs.rip = image.entry.raw();
-    vcpu.user.regs.rsp = stack.sp.raw();
+    ctx.user_mut().regs.rip = image.entry.raw();
+    ctx.user_mut().regs.rsp = stack.sp.raw();
 
     // Linux's de_thread: the other threads of the process end, and this one takes the
     // process id. (If they cannot be ended, the exec fails before anything changed.)
@@ -264,14 +264,14 @@ pub(crate) fn execve(
         t.tid = t.pid;
     }
 
-    // Point of no return: the task moves to the new VM.
-    t.vcpu.unbind_thread();
-    vcpu.bind_to_current_thread();
-    t.control.set_kicker(vcpu.kicker());
-    t.vcpu = vcpu;
+    // Point of no return: the task moves to the new address space.
+    t.ctx.unbind_thread();
+    ctx.bind_to_current_thread();
+    t.control.set_kicker(ctx.kicker());
+    t.ctx = ctx;
     t.mm = Arc::new(Mutex::new(mm));
     t.mem = mem;
-    t.group.set_vm(vm);
+    t.group.set_space(space);
     t.group.set_resources(crate::task::ProcessResources {
         mm: t.mm.clone(),
         mem: t.mem.clone(),

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 
 use abi::Errno;
-use platform::{GuestMemory, Vm};
+use platform::{AddressSpace, GuestMemory, Platform};
 
 use super::{SysResult, SyscallArgs};
 use crate::task::{ChildParts, Task, ThreadGroup, WaitFor};
@@ -81,26 +81,26 @@ pub(super) fn fork(
     }
     let exit_signal = (flags & 0xff) as i32;
     let slot = t.group.procs.reserve_task()?;
-    let (mem, vm) = new_vm(t.mem.size(), "fork")?;
+    let (mem, space) = new_space(&t.group.platform, t.mem.size(), "fork")?;
     let mut mm = t.mm().fork_into(mem.clone()).map_err(|e| {
         tracing::warn!("fork: {e}");
         Errno::ENOMEM
     })?;
-    let mut vcpu = vm.create_vcpu(0, mm.cr3()).map_err(|e| {
+    let mut ctx = space.new_context(mm.cr3()).map_err(|e| {
         tracing::warn!("fork: {e}");
         Errno::EAGAIN
     })?;
     super::sys_process::start_like_parent(
-        &mut vcpu,
+        ctx.as_mut(),
         t,
         newsp,
         (flags & CLONE_SETTLS != 0).then_some(tls),
     );
-    let fpu = t.vcpu.get_xsave().map_err(|e| {
+    let fpu = t.ctx.fpu().map_err(|e| {
         tracing::warn!("fork: {e}");
         Errno::EAGAIN
     })?;
-    vcpu.set_xsave(&fpu).map_err(|e| {
+    ctx.set_fpu(&fpu).map_err(|e| {
         tracing::warn!("fork: {e}");
         Errno::EAGAIN
     })?;
@@ -114,7 +114,7 @@ pub(super) fn fork(
         mm.copy_out(ctid, &(pid as u32).to_le_bytes())
             .map_err(|e| Errno(e.errno()))?;
     }
-    let group = ThreadGroup::new(vm, pid, procs.clone());
+    let group = ThreadGroup::new(t.group.platform.clone(), space, pid, procs.clone());
     group.set_exe_key(t.group.exe_key());
     *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = t
         .group
@@ -134,7 +134,7 @@ pub(super) fn fork(
     let child = t.child(ChildParts {
         tid: pid,
         pid,
-        vcpu,
+        ctx,
         mm,
         mem,
         fds,
@@ -163,21 +163,25 @@ pub(super) fn fork(
     Ok(pid as u64)
 }
 
-/// Fresh guest memory of `size` bytes and a VM over it, for a new process (`what`: fork,
-/// execve, for the log).
+/// Fresh guest memory of `size` bytes and an address space over it, for a new process
+/// (`what`: fork, execve, for the log).
 ///
 /// # Errors
-/// ENOMEM without memory; EAGAIN if KVM refuses the VM.
-pub(super) fn new_vm(size: u64, what: &str) -> Result<(Arc<GuestMemory>, Arc<Vm>), Errno> {
-    let mem = Arc::new(GuestMemory::new(size).map_err(|e| {
+/// ENOMEM without memory; EAGAIN if the platform refuses the address space.
+pub(super) fn new_space(
+    platform: &Arc<dyn Platform>,
+    size: u64,
+    what: &str,
+) -> Result<(Arc<GuestMemory>, Arc<dyn AddressSpace>), Errno> {
+    let mem = platform.new_memory(size).map_err(|e| {
         tracing::warn!("{what}: guest memory: {e}");
         Errno::ENOMEM
-    })?);
-    let vm = Arc::new(Vm::new(mem.clone()).map_err(|e| {
+    })?;
+    let space = platform.new_address_space(mem.clone()).map_err(|e| {
         tracing::warn!("{what}: {e}");
         Errno::EAGAIN
-    })?);
-    Ok((mem, vm))
+    })?;
+    Ok((mem, space))
 }
 
 const WNOHANG: i32 = 1;

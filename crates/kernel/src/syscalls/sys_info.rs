@@ -209,7 +209,7 @@ pub fn sys_sched_getaffinity(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// runtimes, the JVM among them, fall back to the legacy vsyscall page, which torpor does not
 /// map, when this fails.)
 pub fn sys_getcpu(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let cpu = t.vcpu.index() as u32;
+    let cpu = t.ctx.cpu_index() as u32;
     if a.u(0) != 0 {
         t.write_u32(a.gva(0), cpu)?;
     }

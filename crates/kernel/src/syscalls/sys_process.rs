@@ -100,18 +100,18 @@ pub fn sys_arch_prctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
                 return Err(Errno::EPERM);
             }
             if code == ARCH_SET_FS {
-                t.vcpu.user.fs_base = addr;
+                t.ctx.user_mut().fs_base = addr;
             } else {
-                t.vcpu.user.gs_base = addr;
+                t.ctx.user_mut().gs_base = addr;
             }
             Ok(0)
         }
         ARCH_GET_FS => {
-            t.write_u64(a.gva(1), t.vcpu.user.fs_base)?;
+            t.write_u64(a.gva(1), t.ctx.user().fs_base)?;
             Ok(0)
         }
         ARCH_GET_GS => {
-            t.write_u64(a.gva(1), t.vcpu.user.gs_base)?;
+            t.write_u64(a.gva(1), t.ctx.user().gs_base)?;
             Ok(0)
         }
         _ => Err(Errno::EINVAL),
@@ -341,25 +341,20 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let slot = t.group.procs.reserve_task()?;
     let tid = t.group.alloc_tid();
     let cr3 = t.mm().cr3();
-    // A vCPU whose thread ended, else a new one (at most MAX_VCPUS live threads).
-    let group = t.group.clone();
-    let mut vcpu = t
-        .group
-        .vm()
-        .vcpu_for_thread(|| group.alloc_vcpu_index(), cr3)
-        .map_err(|e| {
-            tracing::warn!("clone: {e}");
-            Errno::EAGAIN
-        })?;
+    // On KVM: a vCPU whose thread ended, else a new one (at most MAX_VCPUS live threads).
+    let mut ctx = t.group.space().new_context(cr3).map_err(|e| {
+        tracing::warn!("clone: {e}");
+        Errno::EAGAIN
+    })?;
     // The new thread starts with its creator's FPU state, as on Linux.
-    if let Ok(fpu) = t.vcpu.get_xsave() {
-        if let Err(e) = vcpu.set_xsave(&fpu) {
+    if let Ok(fpu) = t.ctx.fpu() {
+        if let Err(e) = ctx.set_fpu(&fpu) {
             tracing::warn!("clone: {e}");
             return Err(Errno::EAGAIN);
         }
     }
     start_like_parent(
-        &mut vcpu,
+        ctx.as_mut(),
         t,
         newsp,
         (flags & CLONE_SETTLS != 0).then_some(tls),
@@ -375,7 +370,7 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let child = t.child(ChildParts {
         tid,
         pid: t.pid,
-        vcpu,
+        ctx,
         mm: t.mm.clone(),
         mem: t.mem.clone(),
         fds: t.fds.clone(),
@@ -398,14 +393,19 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Sets a new task's user registers to its creator's, returning 0 from the syscall, on
 /// stack `newsp` (0: the creator's) and with TLS base `tls` if given.
-pub(super) fn start_like_parent(vcpu: &mut platform::Vcpu, t: &Task, newsp: u64, tls: Option<u64>) {
-    vcpu.user = t.vcpu.user;
-    vcpu.user.regs.rax = 0;
+pub(super) fn start_like_parent(
+    ctx: &mut dyn platform::Context,
+    t: &Task,
+    newsp: u64,
+    tls: Option<u64>,
+) {
+    *ctx.user_mut() = *t.ctx.user();
+    ctx.user_mut().regs.rax = 0;
     if newsp != 0 {
-        vcpu.user.regs.rsp = newsp;
+        ctx.user_mut().regs.rsp = newsp;
     }
     if let Some(tls) = tls {
-        vcpu.user.fs_base = tls;
+        ctx.user_mut().fs_base = tls;
     }
 }
 

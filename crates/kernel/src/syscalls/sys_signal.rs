@@ -94,7 +94,7 @@ pub fn sys_rt_sigreturn(t: &mut Task, _a: &SyscallArgs) -> SysResult {
 
 /// Implements sigaltstack(2).
 pub fn sys_sigaltstack(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let sp = t.vcpu.user.regs.rsp;
+    let sp = t.ctx.user().regs.rsp;
     let new = if a.u(0) != 0 {
         let mut b = [0u8; 24];
         t.copy_in(a.gva(0), &mut b)?;

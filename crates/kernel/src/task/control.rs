@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use platform::VcpuKicker;
+use platform::Kicker;
 
 use super::Task;
 
@@ -35,7 +35,7 @@ pub struct TaskControl {
     /// The siginfo of external signals that carry one (tgkill from another thread: SI_TKILL
     /// and the sender's pid, which glibc's SIGSETXID and SIGCANCEL handlers check).
     infos: Mutex<Vec<super::SigInfo>>,
-    kicker: Mutex<VcpuKicker>,
+    kicker: Mutex<Kicker>,
     idle_hook: Mutex<Option<IdleHook>>,
 }
 
@@ -44,7 +44,7 @@ pub type IdleHook = Box<dyn Fn(bool) + Send + Sync>;
 
 impl TaskControl {
     /// Control for the task whose vCPU `kicker` interrupts.
-    pub fn new(kicker: VcpuKicker) -> TaskControl {
+    pub fn new(kicker: Kicker) -> TaskControl {
         TaskControl {
             park: AtomicBool::new(false),
             idle: AtomicBool::new(false),
@@ -194,7 +194,7 @@ impl TaskControl {
     }
 
     /// Points kicks at a new vCPU (execve replaced the task's VM).
-    pub fn set_kicker(&self, kicker: VcpuKicker) {
+    pub fn set_kicker(&self, kicker: Kicker) {
         *self.kicker.lock().unwrap_or_else(|e| e.into_inner()) = kicker;
     }
 

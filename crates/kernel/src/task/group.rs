@@ -1,18 +1,13 @@
-//! Thread groups: what the threads of one process share beyond the address space: the VM
-//! (to make vCPUs for new threads), thread ids, the exit status, futex wait queues, and the log
-//! of page-table updates every vCPU must apply (Linux's `struct signal_struct` and TLB
-//! shootdown, in part).
-//!
-//! Page-table updates: a thread that changed guest page tables appends the changed entries to
-//! the log; every thread applies all entries it has not seen yet before it re-enters the guest,
-//! and a thread that changed or removed mappings kicks the others so that they do so promptly.
+//! Thread groups: what the threads of one process share beyond the address space: the
+//! platform's address space (to make contexts for new threads), thread ids, the exit status,
+//! futex wait queues (Linux's `struct signal_struct`, in part).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use platform::{PteRun, Vm};
+use platform::{AddressSpace, Platform};
 
 use super::{ExitStatus, ProcessTable, TaskControl};
 
@@ -20,8 +15,6 @@ use super::{ExitStatus, ProcessTable, TaskControl};
 struct Member {
     tid: i32,
     control: Arc<TaskControl>,
-    /// Generation of the page-table log this thread has applied.
-    pte_gen: Arc<AtomicU64>,
 }
 
 /// Shared by the threads of a process.
@@ -30,8 +23,9 @@ pub struct ThreadGroup {
     pub pid: i32,
     /// The sandbox's processes (ids come from there).
     pub procs: Arc<ProcessTable>,
-    vm: Mutex<Arc<Vm>>,
-    next_vcpu: AtomicUsize,
+    /// The platform the process runs on.
+    pub platform: Arc<dyn Platform>,
+    space: Mutex<Arc<dyn AddressSpace>>,
     members: Mutex<Vec<Member>>,
     exit: Mutex<Option<ExitStatus>>,
     all_gone: Condvar,
@@ -39,7 +33,6 @@ pub struct ThreadGroup {
     pub futexes: FutexTable,
     /// Resource limits (inherited by fork).
     pub rlimits: Mutex<super::rlimit::Rlimits>,
-    pte_log: Mutex<PteLog>,
     stop: Mutex<StopState>,
     stop_cv: Condvar,
     /// The process's address space, memory and descriptors, for the hibernator (which
@@ -101,27 +94,24 @@ struct StopState {
     captured: Vec<Result<crate::checkpoint::task::Captured, String>>,
 }
 
-#[derive(Default)]
-struct PteLog {
-    /// Generation of the newest entry.
-    gen: u64,
-    entries: Vec<(u64, PteRun)>,
-}
-
 impl ThreadGroup {
-    /// The group of process `pid`, whose leader runs on `vm`'s vCPU 0.
-    pub fn new(vm: Arc<Vm>, pid: i32, procs: Arc<ProcessTable>) -> Arc<ThreadGroup> {
+    /// The group of process `pid`, whose threads run in `space` on `platform`.
+    pub fn new(
+        platform: Arc<dyn Platform>,
+        space: Arc<dyn AddressSpace>,
+        pid: i32,
+        procs: Arc<ProcessTable>,
+    ) -> Arc<ThreadGroup> {
         Arc::new(ThreadGroup {
             pid,
             procs,
-            vm: Mutex::new(vm),
-            next_vcpu: AtomicUsize::new(1),
+            platform,
+            space: Mutex::new(space),
             members: Mutex::new(Vec::new()),
             exit: Mutex::new(None),
             all_gone: Condvar::new(),
             futexes: FutexTable::default(),
             rlimits: Mutex::new(super::rlimit::Rlimits::default()),
-            pte_log: Mutex::new(PteLog::default()),
             stop: Mutex::new(StopState::default()),
             stop_cv: Condvar::new(),
             resources: Mutex::new(None),
@@ -227,25 +217,19 @@ impl ThreadGroup {
             .clone()
     }
 
-    /// The VM (new threads get vCPUs from it).
-    pub fn vm(&self) -> Arc<Vm> {
-        self.vm.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    /// The address space (new threads get contexts from it).
+    pub fn space(&self) -> Arc<dyn AddressSpace> {
+        self.space.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Replaces the VM (execve built a new one); vCPU indexes start again after the leader's.
-    pub fn set_vm(&self, vm: Arc<Vm>) {
-        *self.vm.lock().unwrap_or_else(|e| e.into_inner()) = vm;
-        self.next_vcpu.store(1, Ordering::Relaxed);
+    /// Replaces the address space (execve built a new one).
+    pub fn set_space(&self, space: Arc<dyn AddressSpace>) {
+        *self.space.lock().unwrap_or_else(|e| e.into_inner()) = space;
     }
 
     /// A fresh thread id (unique in the sandbox).
     pub fn alloc_tid(&self) -> i32 {
         self.procs.alloc_id()
-    }
-
-    /// The index of a new thread's vCPU.
-    pub fn alloc_vcpu_index(&self) -> usize {
-        self.next_vcpu.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Sends thread `tid` of the group a signal (tgkill from another thread); false if no
@@ -290,19 +274,13 @@ impl ThreadGroup {
         self.notify_signalfds(sig);
     }
 
-    /// Registers a thread; returns its page-table log position. A thread created while the
-    /// group is stopped parks before it first runs.
-    pub fn join(&self, tid: i32, control: Arc<TaskControl>) -> Arc<AtomicU64> {
+    /// Registers a thread. A thread created while the group is stopped parks before it
+    /// first runs.
+    pub fn join(&self, tid: i32, control: Arc<TaskControl>) {
         if self.lock_stop().stopped {
             control.set_park();
         }
-        let gen = Arc::new(AtomicU64::new(self.lock_log().gen));
-        self.lock_members().push(Member {
-            tid,
-            control,
-            pte_gen: gen.clone(),
-        });
-        gen
+        self.lock_members().push(Member { tid, control });
     }
 
     /// Unregisters a thread; when it was the last, the process has exited: its parent is
@@ -376,51 +354,6 @@ impl ThreadGroup {
                 self.futexes.wake_all();
             }
         }
-    }
-
-    /// Publishes `runs` (page-table entries this thread changed) and returns every run this
-    /// thread must apply before entering the guest (its own included). With one thread, the
-    /// log is bypassed.
-    pub fn pte_sync(
-        &self,
-        me: i32,
-        my_gen: &AtomicU64,
-        runs: Vec<PteRun>,
-        kick_others: bool,
-    ) -> Vec<PteRun> {
-        let members = self.lock_members();
-        if members.len() <= 1 {
-            return runs;
-        }
-        let mut log = self.lock_log();
-        let published = !runs.is_empty();
-        for r in runs {
-            log.gen += 1;
-            let g = log.gen;
-            log.entries.push((g, r));
-        }
-        let from = my_gen.load(Ordering::Relaxed);
-        let out: Vec<PteRun> = log
-            .entries
-            .iter()
-            .filter(|(g, _)| *g > from)
-            .map(|(_, r)| *r)
-            .collect();
-        my_gen.store(log.gen, Ordering::Relaxed);
-        // Entries every thread has applied are dropped.
-        let oldest = members
-            .iter()
-            .map(|m| m.pte_gen.load(Ordering::Relaxed))
-            .min()
-            .unwrap_or(log.gen);
-        log.entries.retain(|(g, _)| *g > oldest);
-        drop(log);
-        if published && kick_others {
-            for m in members.iter().filter(|m| m.tid != me) {
-                m.control.kick();
-            }
-        }
-        out
     }
 
     /// Stops every thread of the group but `me` (the one that will hibernate the process):
@@ -532,10 +465,6 @@ impl ThreadGroup {
 
     fn lock_members(&self) -> std::sync::MutexGuard<'_, Vec<Member>> {
         self.members.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn lock_log(&self) -> std::sync::MutexGuard<'_, PteLog> {
-        self.pte_log.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

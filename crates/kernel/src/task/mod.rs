@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use abi::Errno;
 use mm::{Access, FaultError, MemoryManager};
-use platform::{ExceptionInfo, Exit, GuestMemory, Gva, Vcpu, VcpuError};
+use platform::{Commit, Context, ExceptionInfo, Exit, GuestMemory, Gva, PlatformError, PtChanges};
 
 use crate::fd::FdTable;
 use crate::fs::Root;
@@ -55,8 +55,8 @@ pub struct Task {
     pub tid: i32,
     /// Process id.
     pub pid: i32,
-    /// The vCPU running this thread, with its user register state.
-    pub vcpu: Vcpu,
+    /// The platform's context running this thread, with its user register state.
+    pub ctx: Box<dyn Context>,
     /// The address space.
     pub mm: Arc<Mutex<MemoryManager>>,
     /// Guest memory (for zero-copy I/O).
@@ -93,8 +93,6 @@ pub struct Task {
     pub park_hook: Option<Box<dyn ParkHook>>,
     /// The thread group.
     pub group: Arc<ThreadGroup>,
-    /// This thread's position in the group's page-table log.
-    pub pte_gen: Arc<std::sync::atomic::AtomicU64>,
     /// Set by exit(2) while other threads live: only this thread ends.
     pub thread_exit_only: bool,
     /// The task is inside a syscall whose blocking host call a park interrupted: the call
@@ -106,9 +104,9 @@ pub struct Task {
 /// Errors that end the sandbox (host failures, never guest mistakes).
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
-    /// The vCPU failed.
+    /// The platform failed.
     #[error(transparent)]
-    Vcpu(#[from] VcpuError),
+    Platform(#[from] PlatformError),
     /// The memory manager hit an internal error.
     #[error("memory manager: {0}")]
     Mm(String),
@@ -166,8 +164,8 @@ pub struct ChildParts {
     pub tid: i32,
     /// Process id (the creator's for a thread, `tid` for a new process).
     pub pid: i32,
-    /// Its vCPU, registers already set.
-    pub vcpu: Vcpu,
+    /// Its context, registers already set.
+    pub ctx: Box<dyn Context>,
     /// Its address space.
     pub mm: Arc<Mutex<MemoryManager>>,
     /// Its guest memory.
@@ -203,11 +201,12 @@ impl Task {
     /// A new task made by this one (clone, fork): `parts`, and the rest (root, working
     /// directory, umask, network policy, executable, name) from this task. It joins its group.
     pub fn child(&self, parts: ChildParts) -> Task {
-        let control = Arc::new(TaskControl::new(parts.vcpu.kicker()));
+        let control = Arc::new(TaskControl::new(parts.ctx.kicker()));
+        parts.group.join(parts.tid, control.clone());
         Task {
             tid: parts.tid,
             pid: parts.pid,
-            vcpu: parts.vcpu,
+            ctx: parts.ctx,
             mm: parts.mm,
             mem: parts.mem,
             fds: parts.fds,
@@ -225,7 +224,6 @@ impl Task {
             comm: self.comm,
             control: control.clone(),
             park_hook: None,
-            pte_gen: parts.group.join(parts.tid, control),
             group: parts.group,
             thread_exit_only: false,
             in_syscall: false,
@@ -243,9 +241,6 @@ impl Task {
                 if let Err(e) = self.run() {
                     tracing::error!("task {} of process {}: {e}", self.tid, self.pid);
                 }
-                // The vCPU goes to the next thread of the process (KVM cannot destroy it).
-                let vm = self.group.vm();
-                vm.recycle_vcpu(self.vcpu);
             })
             .map(|_| ())
     }
@@ -259,23 +254,21 @@ impl Task {
 
     /// Runs `f` on the address space for a call that removes or restricts mappings (munmap,
     /// mprotect, madvise, mremap, brk, a replacing mmap), and makes the entries it changed
-    /// reach the vCPUs before the address space is unlocked.
+    /// reach every thread's context before the address space is unlocked.
     ///
-    /// On a shadow-paging hypervisor a host write to a present entry is unseen until a
-    /// PTE-sync stub rewrites it, and until then every vCPU of the VM may still use the old
-    /// translation. Were the lock released first, another thread could map the freed range
-    /// (or be handed its freed frames), touch it through the stale translation and lose its
-    /// bytes when the stale entry is finally dropped (seen with tests/guest/stress.c). So the
-    /// calling thread runs the stub on its own vCPU right here; the shadow MMU is shared by
-    /// the VM's vCPUs, and the other threads are kicked to apply the same runs.
+    /// Until the platform has committed them, other threads may still use the old
+    /// translations (on KVM, a shadow MMU does not see host writes to present entries). Were
+    /// the lock released first, another thread could map the freed range (or be handed its
+    /// freed frames), touch it through the stale translation and lose its bytes when the stale
+    /// entry is finally dropped (seen with tests/guest/stress.c). So the changes are committed
+    /// with [`Commit::Restrict`] right here.
     pub fn mm_restrict<R>(&mut self, f: impl FnOnce(&mut MemoryManager) -> R) -> R {
         let mm = self.mm.clone();
         let mut guard = mm.lock().unwrap_or_else(|e| e.into_inner());
         let result = f(&mut guard);
         let runs = guard.take_pte_sync();
         if !runs.is_empty() {
-            let sync = self.group.pte_sync(self.tid, &self.pte_gen, runs, true);
-            if let Err(e) = self.vcpu.sync_ptes(&sync) {
+            if let Err(e) = self.ctx.commit(PtChanges { runs }, Commit::Restrict) {
                 tracing::error!("applying page-table changes: {e}");
                 self.group.exit_group(ExitStatus::Signaled(libc::SIGKILL));
             }
@@ -289,11 +282,11 @@ impl Task {
     /// # Errors
     /// [`TaskError`] on a host failure.
     pub fn run(&mut self) -> Result<ExitStatus, TaskError> {
-        self.vcpu.bind_to_current_thread();
+        self.ctx.bind_to_current_thread();
         self.group.cpu.enter(self.tid);
         let r = self.run_loop();
         self.group.cpu.leave(self.tid);
-        self.vcpu.unbind_thread();
+        self.ctx.unbind_thread();
         match &r {
             Ok(status) if !self.thread_exit_only => self.group.exit_group(*status),
             Ok(_) => {}
@@ -319,7 +312,7 @@ impl Task {
             }
             self.in_syscall = false;
             if self.control.signal_pending() {
-                self.complete_syscall(self.vcpu.user.regs.rax, Err(Errno::EINTR));
+                self.complete_syscall(self.ctx.user().regs.rax, Err(Errno::EINTR));
             } else {
                 self.handle_syscall();
             }
@@ -345,36 +338,34 @@ impl Task {
                 self.exit = Some(status);
                 return Ok(status);
             }
-            // Entries this thread added (faults). Calls that remove or restrict mappings have
-            // already published theirs and kicked the other threads (`mm_restrict`); new
-            // mappings need no kick: a thread with a stale view faults and applies the log.
-            // A copy-on-write replaced a present entry: like a restriction, the other
-            // threads must drop the old (read-only, page-cache) translation, so kick them.
-            let (runs, replaced) = {
-                let mut mm = self.mm();
-                (mm.take_pte_sync(), mm.take_replaced())
-            };
-            let sync = self.group.pte_sync(self.tid, &self.pte_gen, runs, replaced);
-            if !sync.is_empty() {
-                // The PTE-sync stub reads and writes back each entry: hold the address space
-                // so that no other thread's host-side page-table write lands in between.
-                let _mm = self.mm.lock().unwrap_or_else(|e| e.into_inner());
-                self.vcpu.sync_ptes(&sync)?;
+            // Entries this thread added (faults), and what other threads committed. Calls that
+            // remove or restrict mappings have already committed theirs (`mm_restrict`); new
+            // mappings reach the others lazily (a thread with a stale view faults and commits).
+            // A copy-on-write replaced a present entry: like a restriction, the other threads
+            // must drop the old (read-only, page-cache) translation. The address space stays
+            // locked so that no other thread's page-table write lands in between.
+            {
+                let mm = self.mm.clone();
+                let mut mm = mm.lock().unwrap_or_else(|e| e.into_inner());
+                let runs = mm.take_pte_sync();
+                let how = if mm.take_replaced() {
+                    Commit::Restrict
+                } else {
+                    Commit::Extend
+                };
+                self.ctx.commit(PtChanges { runs }, how)?;
             }
-            let mut exit = self.vcpu.run(&[])?;
-            if let Exit::SyscallOnUserStack { frame } = exit {
-                exit = self.complete_ring0_syscall(frame)?;
-            }
+            let exit = self.ctx.switch()?;
             match exit {
                 Exit::Syscall => self.handle_syscall(),
                 Exit::Exception(info) => self.handle_exception(info)?,
                 Exit::MemoryFault => {
                     // A page of a file truncated below its mapping: SIGBUS, as on Linux
                     // (the faulting address is not known here).
-                    tracing::debug!(rip = self.vcpu.user.regs.rip, "memory fault: SIGBUS");
+                    tracing::debug!(rip = self.ctx.user().regs.rip, "memory fault: SIGBUS");
                     self.force_signal_info(SigInfo::fault(libc::SIGBUS, signal::BUS_ADRERR, 0));
                 }
-                Exit::Interrupted | Exit::SyscallOnUserStack { .. } => {}
+                Exit::Interrupted => {}
             }
             if let Some(status) = self.exit {
                 return Ok(status);
@@ -384,7 +375,7 @@ impl Task {
 
     /// Runs the syscall the vCPU exited for and puts its result in `rax`.
     fn handle_syscall(&mut self) {
-        let args = SyscallArgs::from_regs(&self.vcpu.user.regs);
+        let args = SyscallArgs::from_regs(&self.ctx.user().regs);
         let waits = waits_for_input(args.nr);
         if waits {
             self.control.set_idle(true);
@@ -422,28 +413,10 @@ impl Task {
         if ret == Err(Errno::EINTR) {
             self.signals.interrupted_syscall = Some(nr);
         }
-        self.vcpu.user.regs.rax = match ret {
+        self.ctx.user_mut().regs.rax = match ret {
             Ok(v) => v,
             Err(e) => e.as_return(),
         };
-    }
-
-    /// Checks the #UD frame a ring-0 syscall entry pushed on the user stack (see
-    /// [`Exit::SyscallOnUserStack`]) and restores the user stack pointer above it.
-    fn complete_ring0_syscall(&mut self, frame: Gva) -> Result<Exit, TaskError> {
-        let mut b = [0u8; 40];
-        let stub = platform::layout::direct_map(platform::stubs::syscall_entry()).raw();
-        let ok = self.copy_in(frame, &mut b).is_ok() && {
-            let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-            w(0) == stub && w(1) & 3 == 0
-        };
-        if !ok {
-            return Err(TaskError::Vcpu(VcpuError::Unexpected(format!(
-                "exit from the #UD stub with a non-kernel stack at {frame}"
-            ))));
-        }
-        self.vcpu.user.regs.rsp = frame.raw() + 40;
-        Ok(Exit::Syscall)
     }
 
     /// Runs the park hook (if any) with the task parked, or waits while another thread of the
@@ -461,7 +434,7 @@ impl Task {
     }
 
     fn handle_exception(&mut self, info: ExceptionInfo) -> Result<(), TaskError> {
-        let rip = self.vcpu.user.regs.rip;
+        let rip = self.ctx.user().regs.rip;
         let err = info.error_code.unwrap_or(0);
         let fault = |sig, code, addr| SigInfo::fault(sig, code, addr);
         let kernel = SigInfo::kernel;
@@ -523,7 +496,7 @@ impl Task {
     /// si_code of an x87 (#MF, 16) or SIMD (#XM, 19) floating-point exception, from the
     /// unmasked exception flags (Linux's `fpu__exception_code`).
     fn fpu_exception_code(&self, vector: u8) -> i32 {
-        let Ok(x) = self.vcpu.get_xsave() else {
+        let Ok(x) = self.ctx.fpu() else {
             return 0;
         };
         let err = if vector == 19 {

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use abi::structs::KernelSigaction;
 use abi::Errno;
-use platform::vcpu::XSAVE_AREA_SIZE;
 use platform::Gva;
+use platform::{FpuState, FPU_STATE_SIZE as XSAVE_AREA_SIZE};
 
 use super::{ExitStatus, Task, TaskError};
 
@@ -568,7 +568,7 @@ fn put32(b: &mut [u8], off: usize, v: u32) {
 
 /// The init FPU state (what a handler starts with, as after Linux's
 /// `fpu__clear_user_states`), keeping the CPU's MXCSR mask.
-fn init_fpu_area(mxcsr_mask: u32) -> Box<[u8; XSAVE_AREA_SIZE]> {
+fn init_fpu_area(mxcsr_mask: u32) -> FpuState {
     let mut a = Box::new([0u8; XSAVE_AREA_SIZE]);
     a[0..2].copy_from_slice(&FCW_DEFAULT.to_le_bytes());
     put32(&mut a[..], 24, MXCSR_DEFAULT);
@@ -660,7 +660,7 @@ impl Task {
                     tracing::debug!(
                         sig,
                         code = info.code(),
-                        rip = self.vcpu.user.regs.rip,
+                        rip = self.ctx.user().regs.rip,
                         "terminated by a signal"
                     );
                     self.exit = Some(ExitStatus::Signaled(sig));
@@ -681,7 +681,7 @@ impl Task {
                 Err(BadFrame) => {
                     tracing::debug!(
                         sig,
-                        rsp = self.vcpu.user.regs.rsp,
+                        rsp = self.ctx.user().regs.rsp,
                         "cannot write the signal frame: SIGSEGV"
                     );
                     // Linux's force_sigsegv: a SIGSEGV whose own frame fails is fatal.
@@ -706,7 +706,7 @@ impl Task {
 
     /// Re-executes the `syscall` instruction just returned from (2 bytes), with its number.
     fn restart_syscall(&mut self, nr: u64) {
-        let r = &mut self.vcpu.user.regs;
+        let r = &mut self.ctx.user_mut().regs;
         if r.rax == Errno::EINTR.as_return() {
             r.rax = nr;
             r.rip = r.rip.wrapping_sub(2);
@@ -725,7 +725,7 @@ impl Task {
         if act.flags & SA_RESTORER == 0 || act.handler >= CANONICAL_END {
             return Ok(Err(BadFrame));
         }
-        let regs = self.vcpu.user.regs;
+        let regs = self.ctx.user().regs;
         let alt = self.signals.altstack;
 
         // Linux's get_sigframe.
@@ -746,7 +746,7 @@ impl Task {
         }
 
         // FPU state: saved in the frame, then reset for the handler.
-        let xsave = self.vcpu.get_xsave()?;
+        let xsave = self.ctx.fpu()?;
         let mut fp = vec![0u8; XSTATE_SIZE + 4];
         fp[..XSTATE_SIZE].copy_from_slice(&xsave[..XSTATE_SIZE]);
         put32(&mut fp, SW_BYTES, FP_XSTATE_MAGIC1);
@@ -795,7 +795,8 @@ impl Task {
         for (i, v) in gprs.iter().enumerate() {
             put64(&mut frame, sc + 8 * i, *v);
         }
-        let segs = [platform::layout::USER_CS, 0, 0, platform::layout::USER_SS];
+        let cpu = self.group.platform.cpu();
+        let segs = [cpu.user_cs, 0, 0, cpu.user_ss];
         for (i, s) in segs.iter().enumerate() {
             frame[sc + 144 + 2 * i..sc + 146 + 2 * i].copy_from_slice(&s.to_le_bytes());
         }
@@ -810,7 +811,7 @@ impl Task {
         if self.copy_out(Gva(fpstate), &fp).is_err() || self.copy_out(Gva(sp), &frame).is_err() {
             return Ok(Err(BadFrame));
         }
-        self.vcpu.set_xsave(&init_fpu_area(mxcsr_mask_of(&xsave)))?;
+        self.ctx.set_fpu(&init_fpu_area(mxcsr_mask_of(&xsave)))?;
 
         if entering && alt.flags & SS_AUTODISARM != 0 {
             self.signals.altstack = AltStack::default();
@@ -822,7 +823,7 @@ impl Task {
         self.signals.set_mask(blocked);
         self.signals.saved_mask = None;
 
-        let r = &mut self.vcpu.user.regs;
+        let r = &mut self.ctx.user_mut().regs;
         r.rdi = sig as u64;
         r.rsi = sp + 8 + UC_SIZE as u64;
         r.rdx = sp + 8;
@@ -841,7 +842,7 @@ impl Task {
             Ok(rax) => rax,
             Err(BadFrame) => {
                 tracing::debug!(
-                    rsp = self.vcpu.user.regs.rsp,
+                    rsp = self.ctx.user().regs.rsp,
                     "rt_sigreturn: bad frame: SIGSEGV"
                 );
                 self.force_signal_info(SigInfo::kernel(libc::SIGSEGV));
@@ -851,7 +852,7 @@ impl Task {
     }
 
     fn restore_frame(&mut self) -> Result<u64, BadFrame> {
-        let cur = self.vcpu.user.regs;
+        let cur = self.ctx.user().regs;
         let mut uc = [0u8; UC_SIZE];
         self.copy_in(Gva(cur.rsp), &mut uc).map_err(|_| BadFrame)?;
         let sc = &uc[UC_MCONTEXT..UC_MCONTEXT + SIGCONTEXT_SIZE];
@@ -887,23 +888,23 @@ impl Task {
         let mut stack = [0u8; 24];
         stack.copy_from_slice(&uc[UC_STACK..UC_STACK + 24]);
 
-        if let Err(e) = self.vcpu.set_xsave(&fpu) {
-            tracing::warn!("rt_sigreturn: KVM refused the FPU state: {e}");
+        if let Err(e) = self.ctx.set_fpu(&fpu) {
+            tracing::warn!("rt_sigreturn: the platform refused the FPU state: {e}");
             return Err(BadFrame);
         }
         self.signals.set_mask(mask);
         // As Linux's restore_altstack: errors (EPERM while still on the stack) are ignored.
         let (ss_sp, ss_flags, ss_size) = parse_stack_t(&stack);
         let _ = self.signals.altstack.set(cur.rsp, ss_sp, ss_flags, ss_size);
-        self.vcpu.user.regs = r;
+        self.ctx.user_mut().regs = r;
         Ok(r.rax)
     }
 
     /// Reads and checks the FPU state a sigcontext points at (null: the init state), as
     /// Linux's `fpu__restore_sig`: an XSAVE area when its software bytes and MAGIC2 check out,
     /// else a legacy FXSAVE area. Anything XRSTOR would fault on is a bad frame.
-    fn read_fpstate(&mut self, addr: u64) -> Result<Box<[u8; XSAVE_AREA_SIZE]>, BadFrame> {
-        let current = self.vcpu.get_xsave().map_err(|e| {
+    fn read_fpstate(&mut self, addr: u64) -> Result<FpuState, BadFrame> {
+        let current = self.ctx.fpu().map_err(|e| {
             tracing::warn!("rt_sigreturn: reading the FPU state: {e}");
             BadFrame
         })?;

@@ -26,6 +26,7 @@ pub struct SpawnRequest {
 /// Starts processes in one sandbox (cheap to clone).
 #[derive(Clone)]
 pub struct Spawner {
+    platform: Arc<dyn platform::Platform>,
     root: Arc<Root>,
     net: Arc<NetPolicy>,
     procs: Arc<ProcessTable>,
@@ -44,6 +45,7 @@ pub struct Spawned {
 
 impl Spawner {
     pub(crate) fn new(
+        platform: Arc<dyn platform::Platform>,
         root: Arc<Root>,
         net: Arc<NetPolicy>,
         procs: Arc<ProcessTable>,
@@ -52,6 +54,7 @@ impl Spawner {
         rlimits: Rlimits,
     ) -> Spawner {
         Spawner {
+            platform,
             root,
             net,
             procs,
@@ -79,6 +82,7 @@ impl Spawner {
             .reserve_task()
             .map_err(|_| SandboxError::Memory("the sandbox's pids limit is reached".into()))?;
         let image = ProcessImage::build(
+            &self.platform,
             &self.root,
             program,
             &req.args,

@@ -85,6 +85,9 @@ pub enum BundleError {
     /// A field is missing or has a value torpor refuses.
     #[error("config.json: {0}")]
     Field(String),
+    /// The platform that would run the container cannot be opened.
+    #[error("{0}")]
+    Platform(String),
 }
 
 /// A bundle ready to run.
@@ -335,6 +338,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
             pids_limit,
             hostname,
             share_files: crate::run::share_files_from_env(),
+            platform: crate::platforms::open().map_err(|e| BundleError::Platform(e.to_string()))?,
         },
         wake_mode,
         hibernate_after,

@@ -18,69 +18,28 @@ use std::sync::atomic::AtomicU8;
 
 use kvm_ioctls::{SyncReg, VcpuExit, VcpuFd, VmFd};
 
-use crate::kick::VcpuKicker;
+use platform::layout::{self, KERNEL_CS, KERNEL_SS, USER_CS, USER_SS};
+use platform::{
+    ExceptionInfo, Exit, Gpa, GuestMemory, Gva, PteRun, Regs, UserContext, FPU_STATE_SIZE,
+};
 
-use crate::addr::{Gpa, Gva};
-use crate::layout::{self, KERNEL_CS, KERNEL_SS, USER_CS, USER_SS};
-use crate::memory::GuestMemory;
+use crate::kicker::VcpuKicker;
 use crate::stubs;
 
-/// Registers of a guest thread (general-purpose, `rip`, `rflags`), as KVM lays them out.
-pub type Regs = kvm_regs;
-
-/// The user-mode state of a guest thread that the host keeps between exits.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct UserContext {
-    /// General-purpose registers, `rip` and `rflags`.
-    pub regs: Regs,
-    /// FS base (thread pointer, set by `arch_prctl(ARCH_SET_FS)`).
-    pub fs_base: u64,
-    /// GS base.
-    pub gs_base: u64,
-}
-
-/// One run of consecutive page-table entries that the PTE-sync stub must rewrite.
+/// A ring-0 syscall entry's frame on the user stack: see [`RawExit::SyscallOnUserStack`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PteRun {
-    /// Direct-map address of the first entry.
-    pub first: Gva,
-    /// Number of 8-byte entries (the run never crosses a page).
-    pub count: u32,
-}
-
-/// Information about a ring-3 exception.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ExceptionInfo {
-    /// The vector (14 = page fault, 13 = general protection, 6 = invalid opcode…).
-    pub vector: u8,
-    /// The error code the CPU pushed, for vectors that have one.
-    pub error_code: Option<u64>,
-    /// CR2 (the faulting address, for page faults).
-    pub cr2: Gva,
-}
-
-/// Why `run` returned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exit {
-    /// The thread executed `syscall`: the number and arguments are in the context's registers,
-    /// whose `rip` already points after the instruction. Set `rax` to the result.
-    Syscall,
-    /// The thread took an exception; the context's `rip` is the faulting instruction.
-    Exception(ExceptionInfo),
-    /// `KVM_RUN` was interrupted by a host signal or the immediate-exit flag.
-    Interrupted,
+pub enum RawExit {
+    /// A neutral exit.
+    Exit(Exit),
     /// A syscall whose entry stub ran in ring 0 with the user's stack: the CPU pushed the
     /// 5-word #UD frame (rip = syscall stub, kernel cs…) at `frame` on the user stack. The
-    /// context's `rip`/`rflags` are set from `rcx`/`r11`; the kernel must check the frame and
-    /// set `rsp` to `frame + 40` (the user's stack pointer before the push).
+    /// context's `rip`/`rflags` are set from `rcx`/`r11`; the frame must be checked and `rsp`
+    /// set to `frame + 40` (the user's stack pointer before the push): [`crate::KvmContext`]
+    /// does it.
     SyscallOnUserStack {
         /// User address of the pushed frame.
         frame: Gva,
     },
-    /// A ring-3 access to guest-physical memory the host could not back (`KVM_RUN` failed
-    /// with `EFAULT`): a page of a shared file window whose file was truncated below it.
-    /// The context's `rip` is the faulting instruction; Linux sends SIGBUS.
-    MemoryFault,
 }
 
 /// Errors running a vCPU. Any of these ends the sandbox: they are host failures or a broken
@@ -110,14 +69,14 @@ pub enum VcpuError {
     Unexpected(String),
     /// The ring-0 stack could not be read.
     #[error("reading the exception frame: {0}")]
-    Frame(#[from] crate::memory::MemoryError),
+    Frame(#[from] platform::MemoryError),
     /// The vCPU index is out of range.
     #[error("vCPU index {0} exceeds the platform limit")]
     BadIndex(usize),
 }
 
 /// Size of the area [`Vcpu::get_xsave`] and [`Vcpu::set_xsave`] exchange (`struct kvm_xsave`).
-pub const XSAVE_AREA_SIZE: usize = 4096;
+pub const XSAVE_AREA_SIZE: usize = FPU_STATE_SIZE;
 
 /// Largest number of runs in one PTE-sync batch (the batch buffer is one page).
 pub const MAX_RUNS_PER_BATCH: usize = 4096 / 16;
@@ -262,7 +221,7 @@ impl Vcpu {
         fd.set_sync_valid_reg(SyncReg::SystemRegister);
         let immediate_exit =
             std::ptr::addr_of_mut!(fd.get_kvm_run().immediate_exit).cast::<AtomicU8>();
-        crate::kick::install_kick_handler();
+        platform::kick::install_kick_handler();
         Ok(Vcpu {
             kicker: VcpuKicker::new(immediate_exit),
             fd,
@@ -278,6 +237,16 @@ impl Vcpu {
             },
             exits: 0,
         })
+    }
+
+    /// The root of the page tables the vCPU runs on.
+    pub fn cr3(&self) -> Gpa {
+        Gpa(self.kernel_sregs.cr3)
+    }
+
+    /// The guest memory the vCPU runs over.
+    pub fn memory(&self) -> &Arc<GuestMemory> {
+        &self.mem
     }
 
     /// This vCPU's index.
@@ -388,7 +357,7 @@ impl Vcpu {
     ///
     /// # Errors
     /// [`VcpuError`] on a KVM failure, an exception inside a stub, or an unexpected exit.
-    pub fn run(&mut self, sync: &[PteRun]) -> Result<Exit, VcpuError> {
+    pub fn run(&mut self, sync: &[PteRun]) -> Result<RawExit, VcpuError> {
         self.sync_ptes(sync)?;
         self.load_user_frame()?;
         let mut kicked = false;
@@ -399,10 +368,10 @@ impl Vcpu {
                     if synced.sregs.cs.dpl != 3 {
                         return Err(VcpuError::Kvm { op: "RUN", source });
                     }
-                    self.user.regs = synced.regs;
+                    self.user.regs = from_kvm(&synced.regs);
                     self.user.fs_base = synced.sregs.fs.base;
                     self.user.gs_base = synced.sregs.gs.base;
-                    return Ok(Exit::MemoryFault);
+                    return Ok(RawExit::Exit(Exit::MemoryFault));
                 }
                 r => r?,
             };
@@ -426,10 +395,10 @@ impl Vcpu {
                     let synced = self.fd.sync_regs();
                     if synced.sregs.cs.dpl == 3 {
                         // Interrupted in ring 3: the registers there are the thread's state.
-                        self.user.regs = synced.regs;
+                        self.user.regs = from_kvm(&synced.regs);
                         self.user.fs_base = synced.sregs.fs.base;
                         self.user.gs_base = synced.sregs.gs.base;
-                        return Ok(Exit::Interrupted);
+                        return Ok(RawExit::Exit(Exit::Interrupted));
                     }
                     let at_exit_stub = (0..32u8).any(|v| {
                         let stub = layout::direct_map(stubs::exception_stub(v)).raw();
@@ -438,7 +407,7 @@ impl Vcpu {
                     if !at_exit_stub {
                         // Before the entry stub ran (or a stale view of a finished exit): the
                         // saved context stands.
-                        return Ok(Exit::Interrupted);
+                        return Ok(RawExit::Exit(Exit::Interrupted));
                     }
                     // A guest event was delivered to its exception stub but its exit did not
                     // reach us: let the stub run (its `out`s, see `stubs::EXIT_TWICE`) so the
@@ -463,10 +432,10 @@ impl Vcpu {
                         // sometimes lands in ring 0, where the #UD frame is pushed on the
                         // current (user) stack. The kernel checks that frame through the
                         // address space and completes the syscall.
-                        self.user.regs = regs;
+                        self.user.regs = from_kvm(&regs);
                         self.user.regs.rip = regs.rcx;
                         self.user.regs.rflags = regs.r11;
-                        return Ok(Exit::SyscallOnUserStack {
+                        return Ok(RawExit::SyscallOnUserStack {
                             frame: Gva(regs.rsp),
                         });
                     }
@@ -526,21 +495,21 @@ impl Vcpu {
                 if vector == 6 && rip == layout::direct_map(stubs::syscall_entry()).raw() {
                     // The syscall entry's `ud2`: `syscall` left the user rip and rflags in
                     // rcx and r11, and the user rsp untouched.
-                    self.user.regs = regs;
+                    self.user.regs = from_kvm(&regs);
                     self.user.regs.rip = regs.rcx;
                     self.user.regs.rflags = regs.r11;
                     self.user.regs.rsp = rsp;
-                    return Ok(Exit::Syscall);
+                    return Ok(RawExit::Exit(Exit::Syscall));
                 }
-                self.user.regs = regs;
+                self.user.regs = from_kvm(&regs);
                 self.user.regs.rip = rip;
                 self.user.regs.rflags = rflags;
                 self.user.regs.rsp = rsp;
-                Ok(Exit::Exception(ExceptionInfo {
+                Ok(RawExit::Exit(Exit::Exception(ExceptionInfo {
                     vector,
                     error_code,
                     cr2: Gva(cr2),
-                }))
+                })))
             }
             other => Err(VcpuError::Unexpected(format!(
                 "port {other:#x} at rip {:#x} (cpl {})",
@@ -583,7 +552,7 @@ impl Vcpu {
         for (i, v) in frame.iter().enumerate() {
             self.mem.write_u64(frame_gpa.add(8 * i as u64), *v)?;
         }
-        let mut regs = user.regs;
+        let mut regs = to_kvm(&user.regs);
         regs.rsp = layout::direct_map(frame_gpa).raw();
         regs.rip = layout::direct_map(stubs::iret()).raw();
         regs.rflags = RFLAGS_RESERVED;
@@ -626,7 +595,7 @@ impl Vcpu {
             self.mem
                 .write_u64(buf.add(16 * i as u64 + 8), u64::from(run.count))?;
         }
-        let regs = Regs {
+        let regs = kvm_regs {
             rip: layout::direct_map(stubs::pte_sync()).raw(),
             rsp: layout::direct_map(layout::stack_top(self.index)).raw(),
             rflags: RFLAGS_RESERVED,
@@ -718,4 +687,52 @@ impl Drop for Vcpu {
 /// The CS field of an exception frame read from the stack (for diagnostics).
 fn f_cs(frame: &[u64; 6], has_error_code: bool) -> u64 {
     frame[if has_error_code { 2 } else { 1 }]
+}
+
+/// The registers of KVM's layout in the platform's.
+fn from_kvm(r: &kvm_regs) -> Regs {
+    Regs {
+        rax: r.rax,
+        rbx: r.rbx,
+        rcx: r.rcx,
+        rdx: r.rdx,
+        rsi: r.rsi,
+        rdi: r.rdi,
+        rsp: r.rsp,
+        rbp: r.rbp,
+        r8: r.r8,
+        r9: r.r9,
+        r10: r.r10,
+        r11: r.r11,
+        r12: r.r12,
+        r13: r.r13,
+        r14: r.r14,
+        r15: r.r15,
+        rip: r.rip,
+        rflags: r.rflags,
+    }
+}
+
+/// The platform's registers in KVM's layout.
+fn to_kvm(r: &Regs) -> kvm_regs {
+    kvm_regs {
+        rax: r.rax,
+        rbx: r.rbx,
+        rcx: r.rcx,
+        rdx: r.rdx,
+        rsi: r.rsi,
+        rdi: r.rdi,
+        rsp: r.rsp,
+        rbp: r.rbp,
+        r8: r.r8,
+        r9: r.r9,
+        r10: r.r10,
+        r11: r.r11,
+        r12: r.r12,
+        r13: r.r13,
+        r14: r.r14,
+        r15: r.r15,
+        rip: r.rip,
+        rflags: r.rflags,
+    }
 }

@@ -4,10 +4,10 @@
 //! These are written once into the platform's reserved region before any vCPU runs; the guest
 //! never changes them.
 
-use crate::addr::Gpa;
-use crate::layout::{self, KERNEL_CS, MAX_VCPUS};
-use crate::memory::{GuestMemory, MemoryError};
 use crate::stubs;
+use platform::layout::{self, KERNEL_CS, MAX_VCPUS};
+use platform::memory::{GuestMemory, MemoryError};
+use platform::Gpa;
 
 /// 64-bit code segment, DPL 0.
 const KERNEL_CODE: u64 = 0x0020_9a00_0000_0000;

@@ -1,8 +1,17 @@
 //! Platform checks on real KVM: exits decode correctly, and page-table updates written by the
 //! PTE-sync stub are seen by the guest (the shadow-MMU fact the design rests on).
 
-use platform::bench::{TestVm, CODE, DATA, DATA_FRAME, SPARE_FRAME, UNMAPPED};
-use platform::{Exit, Gva};
+use platform::{Exit, Gva, PteRun};
+use platform_kvm::bench::{TestVm, CODE, DATA, DATA_FRAME, SPARE_FRAME, UNMAPPED};
+use platform_kvm::RawExit;
+
+/// Runs the test VM's vCPU once, applying `sync` first.
+fn enter(t: &mut TestVm, sync: &[PteRun]) -> Exit {
+    match t.vcpu.run(sync).unwrap() {
+        RawExit::Exit(e) => e,
+        other => panic!("unexpected {other:?}"),
+    }
+}
 
 fn kvm_available() -> bool {
     let ok = std::fs::OpenOptions::new()
@@ -28,11 +37,11 @@ fn syscall_exit_returns_after_the_instruction() {
     // mov eax, 39 ; syscall ; mov rbx, rax ; syscall
     let code = [0xb8, 39, 0, 0, 0, 0x0f, 0x05, 0x48, 0x89, 0xc3, 0x0f, 0x05];
     let mut t = TestVm::new(&code).unwrap();
-    assert_eq!(t.vcpu.run(&[]).unwrap(), Exit::Syscall);
+    assert_eq!(enter(&mut t, &[]), Exit::Syscall);
     assert_eq!(t.vcpu.user.regs.rax, 39);
     assert_eq!(t.vcpu.user.regs.rip, CODE.raw() + 7);
     t.vcpu.user.regs.rax = 1234;
-    assert_eq!(t.vcpu.run(&[]).unwrap(), Exit::Syscall);
+    assert_eq!(enter(&mut t, &[]), Exit::Syscall);
     assert_eq!(
         t.vcpu.user.regs.rbx, 1234,
         "syscall result must reach the guest"
@@ -51,7 +60,7 @@ fn exceptions_decode_vector_error_code_and_cr2() {
     code.extend_from_slice(&a.to_le_bytes());
     code.extend_from_slice(&[1, 0x0f, 0x0b]);
     let mut t = TestVm::new(&code).unwrap();
-    match t.vcpu.run(&[]).unwrap() {
+    match enter(&mut t, &[]) {
         Exit::Exception(e) => {
             assert_eq!(e.vector, 14);
             assert_eq!(e.cr2, UNMAPPED);
@@ -67,7 +76,7 @@ fn exceptions_decode_vector_error_code_and_cr2() {
     );
     // Skip the store and run into ud2.
     t.vcpu.user.regs.rip += 8;
-    match t.vcpu.run(&[]).unwrap() {
+    match enter(&mut t, &[]) {
         Exit::Exception(e) => assert_eq!((e.vector, e.error_code), (6, None)),
         other => panic!("expected #UD, got {other:?}"),
     }
@@ -86,7 +95,7 @@ fn pte_sync_makes_new_and_changed_mappings_visible() {
     let mut t = TestVm::new(&code).unwrap();
     t.mem.write_u64(DATA_FRAME, 0x1111).unwrap();
     t.mem.write_u64(SPARE_FRAME, 0x2222).unwrap();
-    assert_eq!(t.vcpu.run(&[]).unwrap(), Exit::Syscall);
+    assert_eq!(enter(&mut t, &[]), Exit::Syscall);
     assert_eq!(t.vcpu.user.regs.rax, 0x1111);
     // Change a present PTE: only the stub's rewrite makes the guest see it.
     for round in 0..20 {
@@ -96,12 +105,12 @@ fn pte_sync_makes_new_and_changed_mappings_visible() {
             (DATA_FRAME, 0x1111)
         };
         let run = t.set_pte(DATA, TestVm::user_rw(frame)).unwrap();
-        assert_eq!(t.vcpu.run(&[run]).unwrap(), Exit::Syscall);
+        assert_eq!(enter(&mut t, &[run]), Exit::Syscall);
         assert_eq!(t.vcpu.user.regs.rax, want, "round {round}");
     }
     // Remove the mapping: the next read faults.
     let run = t.set_pte(DATA, 0).unwrap();
-    match t.vcpu.run(&[run]).unwrap() {
+    match enter(&mut t, &[run]) {
         Exit::Exception(e) => assert_eq!((e.vector, e.cr2), (14, Gva(DATA.raw()))),
         other => panic!("expected a page fault, got {other:?}"),
     }
@@ -123,7 +132,7 @@ fn a_kick_interrupts_a_spinning_guest() {
             kicker.kick();
         }
     });
-    assert_eq!(t.vcpu.run(&[]).unwrap(), Exit::Interrupted);
+    assert_eq!(enter(&mut t, &[]), Exit::Interrupted);
     let rip = t.vcpu.user.regs.rip;
     assert!(
         rip == CODE.raw() || rip == CODE.raw() + 3,
@@ -136,7 +145,7 @@ fn a_kick_interrupts_a_spinning_guest() {
     );
     // Resuming continues from the interrupted state.
     kick_soon(&t);
-    assert_eq!(t.vcpu.run(&[]).unwrap(), Exit::Interrupted);
+    assert_eq!(enter(&mut t, &[]), Exit::Interrupted);
     assert!(t.vcpu.user.regs.rax > counted);
     t.vcpu.unbind_thread();
     h.join().unwrap();

@@ -5,11 +5,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::addr::{Gpa, Gva, PAGE_SIZE};
-use crate::layout;
-use crate::memory::GuestMemory;
-use crate::vcpu::{Exit, PteRun, Vcpu, VcpuError};
+use crate::vcpu::{RawExit, Vcpu, VcpuError};
 use crate::vm::{Vm, VmError};
+use platform::layout;
+use platform::memory::GuestMemory;
+use platform::{Exit, PteRun};
+use platform::{Gpa, Gva, PAGE_SIZE};
 
 /// User virtual address where [`TestVm`] maps its code page.
 pub const CODE: Gva = Gva(0x10_0000);
@@ -93,7 +94,7 @@ impl TestVm {
 
     /// Writes the PTE for user page `va` (in the first 2 MiB... 4 MiB of user space covered by
     /// the one page table) in memory and returns the run that the PTE-sync stub must rewrite.
-    pub fn set_pte(&self, va: Gva, value: u64) -> Result<PteRun, crate::memory::MemoryError> {
+    pub fn set_pte(&self, va: Gva, value: u64) -> Result<PteRun, platform::MemoryError> {
         let entry = UPT.add(8 * ((va.raw() >> 12) & 511));
         self.mem.write_u64(entry, value)?;
         Ok(PteRun {
@@ -137,7 +138,7 @@ pub fn round_trips(n: u32) -> Result<RoundTrips, VmError> {
                 &[]
             };
             match t.vcpu.run(s)? {
-                Exit::Syscall => {}
+                RawExit::Exit(Exit::Syscall) => {}
                 other => return Err(VcpuError::Unexpected(format!("{other:?}"))),
             }
         }

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use kvm_bindings::{kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES};
 use kvm_ioctls::{Cap, Kvm, VmFd};
 
-use crate::addr::Gpa;
-use crate::memory::{GuestMemory, MemoryError};
 use crate::vcpu::{Vcpu, VcpuError};
-use crate::{gdt, layout, stubs};
+use crate::{gdt, stubs};
+use platform::layout;
+use platform::memory::{GuestMemory, MemoryError};
+use platform::Gpa;
 
 /// Errors creating a VM.
 #[derive(Debug, thiserror::Error)]
@@ -41,9 +42,6 @@ pub struct Vm {
     fd: Arc<VmFd>,
     mem: Arc<GuestMemory>,
     cpuid: CpuId,
-    /// vCPUs whose threads ended, kept for the next threads (KVM cannot destroy a vCPU: a
-    /// process creating threads all its life would run out of indexes).
-    spare: std::sync::Mutex<Vec<Vcpu>>,
 }
 
 impl Vm {
@@ -130,45 +128,12 @@ impl Vm {
                 op: "GET_SUPPORTED_CPUID",
                 source,
             })?;
-        Ok(Vm {
-            fd,
-            mem,
-            cpuid,
-            spare: std::sync::Mutex::new(Vec::new()),
-        })
+        Ok(Vm { fd, mem, cpuid })
     }
 
     /// Guest memory.
     pub fn memory(&self) -> &Arc<GuestMemory> {
         &self.mem
-    }
-
-    /// A vCPU for a new thread on page tables rooted at `cr3`: one whose thread ended (reset),
-    /// else a new one with the index `next_index` gives.
-    ///
-    /// # Errors
-    /// As [`Vm::create_vcpu`]; [`VmError::Vcpu`] if a spare vCPU cannot be reset.
-    pub fn vcpu_for_thread(
-        &self,
-        next_index: impl FnOnce() -> usize,
-        cr3: Gpa,
-    ) -> Result<Vcpu, VmError> {
-        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        match spare {
-            Some(mut v) => {
-                v.reset_for_new_thread(cr3)?;
-                Ok(v)
-            }
-            None => self.create_vcpu(next_index(), cr3),
-        }
-    }
-
-    /// Keeps the vCPU of a thread that ended for a later thread (a vCPU of another VM is
-    /// dropped).
-    pub fn recycle_vcpu(&self, v: Vcpu) {
-        if v.is_over(&self.mem) {
-            self.spare.lock().unwrap_or_else(|e| e.into_inner()).push(v);
-        }
     }
 
     /// Creates vCPU `index` (< [`layout::MAX_VCPUS`]) running on page tables rooted at `cr3`.

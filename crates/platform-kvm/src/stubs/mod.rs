@@ -16,9 +16,9 @@
 //! (`rep movsq` with source = destination) makes KVM resynchronise its shadow, and the CR3
 //! reload flushes the TLB.
 
-use crate::addr::Gpa;
-use crate::layout::STUBS;
-use crate::memory::{GuestMemory, MemoryError};
+use platform::layout::STUBS;
+use platform::memory::{GuestMemory, MemoryError};
+use platform::Gpa;
 
 /// Port of the PTE-sync stub's completion.
 pub const PORT_PTE_SYNC_DONE: u16 = 0x11;
