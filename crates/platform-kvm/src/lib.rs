@@ -65,10 +65,17 @@ impl Platform for KvmPlatform {
         &self.cpu
     }
 
+    /// Private anonymous memory; a memfd mapped shared with `TORPOR_GUEST_MEMORY=memfd` (the
+    /// trap platform's memory, tried under KVM: hibernation then punches holes in the memfd
+    /// and serves faults through a userfaultfd on shared memory).
     fn new_memory(&self, size: u64) -> Result<Arc<GuestMemory>, PlatformError> {
-        Ok(Arc::new(
-            GuestMemory::new(size).map_err(PlatformError::new)?,
-        ))
+        let memfd = std::env::var_os("TORPOR_GUEST_MEMORY").is_some_and(|v| v == "memfd");
+        let mem = if memfd {
+            GuestMemory::new_shared(size)
+        } else {
+            GuestMemory::new(size)
+        };
+        Ok(Arc::new(mem.map_err(PlatformError::new)?))
     }
 
     fn new_address_space(

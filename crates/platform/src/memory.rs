@@ -1,5 +1,7 @@
-//! Guest-physical memory: one compact anonymous host mapping, registered as the VM's only
-//! memslot, with bounds-checked access.
+//! Guest-physical memory: one compact host mapping with bounds-checked access. Private
+//! anonymous memory (the KVM platform registers it as the VM's only memslot), or a memfd
+//! mapped shared ([`GuestMemory::new_shared`]: the trap platform maps its pages into the
+//! application's own process too).
 //!
 //! vCPUs write this memory concurrently with the host, so no `&[u8]` or `&mut [u8]` into it is
 //! ever created: every access is a volatile-free raw copy (`ptr::copy_nonoverlapping`) between a
@@ -67,6 +69,8 @@ pub struct GuestMemory {
     /// The mapping is a private mapping of a memory image file ([`GuestMemory::from_image`]):
     /// its pages are the file's until written (until [`GuestMemory::make_anonymous`]).
     image: std::sync::atomic::AtomicBool,
+    /// The memfd behind a shared mapping ([`GuestMemory::new_shared`]).
+    memfd: Option<std::os::fd::OwnedFd>,
 }
 
 /// How the VM registers a shared window as memslot `slot`.
@@ -93,6 +97,53 @@ impl GuestMemory {
         Self::map(size, None)
     }
 
+    /// Maps `size` bytes of zeroed guest memory backed by a memfd of its own, shared: another
+    /// process given [`GuestMemory::backing_fd`] maps the same pages (guest-physical address =
+    /// offset in the memfd). The memfd's size is sealed, so no one can shrink it under the
+    /// mapping (the runtime's accesses could then fault).
+    ///
+    /// # Errors
+    /// As [`GuestMemory::new`].
+    pub fn new_shared(size: u64) -> Result<Self, MemoryError> {
+        if size == 0 || !size.is_multiple_of(MEMORY_GRANULE) {
+            return Err(MemoryError::BadSize(size));
+        }
+        let err = |source| MemoryError::Map { size, source };
+        // SAFETY: a NUL-terminated name and valid flags; the result is checked.
+        let fd = unsafe {
+            libc::memfd_create(
+                c"torpor-guest".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if fd < 0 {
+            return Err(err(io::Error::last_os_error()));
+        }
+        // SAFETY: a descriptor we just created and own.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let len = i64::try_from(size).map_err(|_| MemoryError::BadSize(size))?;
+        // SAFETY: plain calls on a descriptor we own.
+        let sealed = unsafe {
+            libc::ftruncate(fd.as_raw_fd(), len) == 0
+                && libc::fcntl(
+                    fd.as_raw_fd(),
+                    libc::F_ADD_SEALS,
+                    libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+                ) == 0
+        };
+        if !sealed {
+            return Err(err(io::Error::last_os_error()));
+        }
+        let mut m = Self::map_fd(size, libc::MAP_SHARED, fd.as_raw_fd())?;
+        m.memfd = Some(fd);
+        Ok(m)
+    }
+
+    /// The memfd behind memory made by [`GuestMemory::new_shared`].
+    pub fn backing_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.memfd.as_ref().map(std::os::fd::AsFd::as_fd)
+    }
+
     /// Maps `size` bytes of guest memory whose initial contents are the file `image`, byte
     /// for byte (guest-physical address = file offset; holes read as zero), privately: the
     /// host's page cache holds one copy of the file for every memory mapping it, and a page
@@ -117,19 +168,28 @@ impl GuestMemory {
         if size == 0 || !size.is_multiple_of(MEMORY_GRANULE) {
             return Err(MemoryError::BadSize(size));
         }
-        let len = usize::try_from(size).map_err(|_| MemoryError::BadSize(size))?;
         let (flags, fd) = match image {
             Some(f) => (0, std::os::fd::AsRawFd::as_raw_fd(f)),
             None => (libc::MAP_ANONYMOUS, -1),
         };
-        // SAFETY: a fresh private mapping (anonymous, or of a file we hold open); no existing
-        // memory is affected, and writes never reach a file.
+        let m = Self::map_fd(size, libc::MAP_PRIVATE | flags, fd)?;
+        m.image
+            .store(image.is_some(), std::sync::atomic::Ordering::SeqCst);
+        Ok(m)
+    }
+
+    /// `size` bytes mapped with `flags` (private anonymous, private of an image file, or shared
+    /// of a memfd) from `fd`'s offset 0.
+    fn map_fd(size: u64, flags: i32, fd: i32) -> Result<Self, MemoryError> {
+        let len = usize::try_from(size).map_err(|_| MemoryError::BadSize(size))?;
+        // SAFETY: a fresh mapping (anonymous, private of a file we hold open, or shared of our
+        // own memfd); no existing memory is affected, and private writes never reach a file.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_NORESERVE | flags,
+                libc::MAP_NORESERVE | flags,
                 fd,
                 0,
             )
@@ -150,7 +210,8 @@ impl GuestMemory {
             windows: std::sync::RwLock::new(Vec::new()),
             registrar: std::sync::OnceLock::new(),
             slot_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),
-            image: std::sync::atomic::AtomicBool::new(image.is_some()),
+            image: std::sync::atomic::AtomicBool::new(false),
+            memfd: None,
         })
     }
 
@@ -436,6 +497,23 @@ impl GuestMemory {
             }
             return Ok(());
         }
+        if let (Some(fd), true) = (&self.memfd, self.is_own(gpa)) {
+            // Shared memory keeps its pages in the memfd: punch them out (every process's
+            // mapping of them reads zero afterwards).
+            // SAFETY: a plain call on our own memfd, over a checked range.
+            let r = unsafe {
+                libc::fallocate(
+                    fd.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    gpa.raw() as i64,
+                    len as i64,
+                )
+            };
+            if r != 0 {
+                tracing::warn!("fallocate(PUNCH_HOLE) failed: {}", io::Error::last_os_error());
+            }
+            return Ok(());
+        }
         // SAFETY: a page-aligned range inside our own private mapping, or a window's shared
         // one (whose pages stay the file's: only the runtime's mapping of them is dropped);
         // dropping them is what the caller asks for.
@@ -526,6 +604,29 @@ impl Drop for GuestMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_memory_is_the_memfd_and_discards_by_punching_holes() {
+        let m = GuestMemory::new_shared(MEMORY_GRANULE).unwrap();
+        m.write(Gpa(0x5000), &[9u8; 4096]).unwrap();
+        let fd = m.backing_fd().expect("a memfd");
+        let mut b = [0u8; 16];
+        // SAFETY: a plain read into a local buffer.
+        let n = unsafe { libc::pread(fd.as_raw_fd(), b.as_mut_ptr().cast(), 16, 0x5000) };
+        assert_eq!((n, b), (16, [9u8; 16]), "the memfd holds the guest's bytes");
+        // The size is sealed.
+        // SAFETY: a plain call on a descriptor we hold.
+        assert_ne!(unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) }, 0);
+        m.discard(Gpa(0x5000), 4096).unwrap();
+        // SAFETY: an all-zero stat is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat into a local struct.
+        assert_eq!(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) }, 0);
+        assert_eq!(st.st_blocks, 0, "the punched page no longer takes memory");
+        m.read(Gpa(0x5000), &mut b).unwrap();
+        assert_eq!(b, [0u8; 16]);
+        assert!(GuestMemory::new(MEMORY_GRANULE).unwrap().backing_fd().is_none());
+    }
 
     #[test]
     fn image_memory_reads_the_file_copies_on_write_and_discards_to_zero() {
