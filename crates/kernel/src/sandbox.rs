@@ -131,7 +131,9 @@ impl Sandbox {
                 .unwrap_or_else(crate::task::Credentials::of_runtime),
         );
         let procs = crate::task::ProcessTable::new();
-        procs.shm.set_share_files(cfg.share_files);
+        procs
+            .shm
+            .set_share_files(cfg.share_files && cfg.platform.maps_windows());
         let image = ProcessImage::build(
             &cfg.platform,
             &root,
@@ -434,6 +436,7 @@ impl ProcessImage {
             mm: mm.clone(),
             mem: self.mem.clone(),
             fds: fds.clone(),
+            space: self.space.clone(),
         });
         let task = Task {
             group,

@@ -131,6 +131,12 @@ impl MemoryManager {
                     self.pt.set_flags(page, self.leaf_flags(frame, flags))?;
                 }
             }
+            // A platform that maps pages itself may have dropped the mapping (hibernation)
+            // or never had it (a new process's first touch): make the window visible again.
+            let window = page.0 & !(FAULT_AROUND * PAGE_SIZE - 1);
+            for i in 0..FAULT_AROUND {
+                self.pt.touch(Gva(window + i * PAGE_SIZE));
+            }
             return Ok(());
         }
         self.populate_page(page, start, &kind, flags, access.write)?;

@@ -11,6 +11,7 @@ use platform::{Gpa, GuestMemory, Gva, PAGE_SIZE};
 use crate::alloc::PageAllocator;
 use crate::pagetable::{PageTableError, PageTables, PteFlags, PteRun};
 use crate::vma::{page_len, Prot, Vma, VmaKind, VmaSet, MMAP_MIN_ADDR};
+use platform::PtChanges;
 
 /// Default ceiling of the top-down search for mmap without a usable hint.
 pub const DEFAULT_MMAP_BASE: Gva = Gva(0x7f00_0000_0000);
@@ -262,6 +263,15 @@ impl MemoryManager {
     /// platform must run them before the guest runs again.
     pub fn take_pte_sync(&mut self) -> Vec<PteRun> {
         self.pt.take_dirty_runs()
+    }
+
+    /// The page-table changes since the last call, for the platform to commit: the entries
+    /// written and the user pages whose mapping changed ([`PtChanges`]).
+    pub fn take_changes(&mut self) -> PtChanges {
+        PtChanges {
+            runs: self.pt.take_dirty_runs(),
+            pages: self.pt.take_changed_pages(),
+        }
     }
 
     /// Whether page-table entries await the PTE-sync stub.

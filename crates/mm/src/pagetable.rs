@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use platform::layout;
 pub use platform::PteRun;
-use platform::{Gpa, GuestMemory, Gva, MemoryError, PAGE_SIZE};
+use platform::{Gpa, GuestMemory, Gva, MemoryError, PageRun, PAGE_SIZE};
 
 use crate::alloc::PageAllocator;
 
@@ -183,6 +183,9 @@ pub struct PageTables {
     root: Gpa,
     /// Guest-physical addresses of entries written since the last `take_dirty_runs`.
     dirty: BTreeSet<u64>,
+    /// User pages whose leaf entry changed (or that must be made visible again) since the
+    /// last `take_changed_pages`: what a platform that maps pages itself (trap) commits.
+    changed: BTreeSet<u64>,
     table_pages: usize,
     mapped: usize,
 }
@@ -212,6 +215,7 @@ impl PageTables {
             mem,
             root: Gpa(0),
             dirty: BTreeSet::new(),
+            changed: BTreeSet::new(),
             table_pages: 0,
             mapped: 0,
         };
@@ -264,6 +268,7 @@ impl PageTables {
             mem,
             root,
             dirty: BTreeSet::new(),
+            changed: BTreeSet::new(),
             table_pages,
             mapped,
         }
@@ -427,6 +432,7 @@ impl PageTables {
             return Err(PageTableError::AlreadyMapped(va));
         }
         self.write_entry(at, frame.0 | flags.0)?;
+        self.changed.insert(va.0);
         self.mapped += 1;
         Ok(())
     }
@@ -443,6 +449,7 @@ impl PageTables {
             tracing::error!("cannot clear entry for {va}: {e}");
             return None;
         }
+        self.changed.insert(va.0);
         self.mapped -= 1;
         Some(Gpa(entry & ADDR_MASK))
     }
@@ -467,6 +474,7 @@ impl PageTables {
         let new = (old & ADDR_MASK) | flags.0 | keep;
         if new != old {
             self.write_entry(slot, new)?;
+            self.changed.insert(va.page_down().0);
         }
         Ok(())
     }
@@ -517,6 +525,31 @@ impl PageTables {
             }
         }
         out
+    }
+
+    /// Records user page `va` as changed without writing its entry: its mapping must be made
+    /// visible again (a platform that maps pages itself dropped it, or never had it).
+    pub fn touch(&mut self, va: Gva) {
+        if layout::is_user(va) {
+            self.changed.insert(va.page_down().0);
+        }
+    }
+
+    /// The user pages changed since the last call, as sorted runs of consecutive pages;
+    /// clears the record.
+    pub fn take_changed_pages(&mut self) -> Vec<PageRun> {
+        let mut runs: Vec<PageRun> = Vec::new();
+        for &va in &self.changed {
+            match runs.last_mut() {
+                Some(r) if r.first.0 + u64::from(r.count) * PAGE_SIZE == va => r.count += 1,
+                _ => runs.push(PageRun {
+                    first: Gva(va),
+                    count: 1,
+                }),
+            }
+        }
+        self.changed.clear();
+        runs
     }
 
     /// Whether entries were written since the last [`take_dirty_runs`](Self::take_dirty_runs).
@@ -642,6 +675,33 @@ mod tests {
         assert!(pt.entry(va).is_none());
         assert_eq!(pt.mapped_pages(), 0);
         let _ = mem;
+    }
+
+    #[test]
+    fn changed_pages_are_user_pages_in_runs() {
+        let (_mem, mut alloc, mut pt) = setup(16 * MIB);
+        let va = Gva(0x7f00_0000_0000);
+        for i in [0u64, 1, 2, 5] {
+            let f = alloc.alloc().unwrap().0;
+            pt.map(&mut alloc, Gva(va.0 + i * PAGE_SIZE), f, rw_user())
+                .unwrap();
+        }
+        let first = |i: u64| Gva(va.0 + i * PAGE_SIZE);
+        let run = |i, count| PageRun {
+            first: first(i),
+            count,
+        };
+        assert_eq!(pt.take_changed_pages(), vec![run(0, 3), run(5, 1)]);
+        assert!(pt.take_changed_pages().is_empty());
+        // Unmapping, new rights and a touch are changes; setting the same rights is not.
+        pt.set_flags(first(1), rw_user()).unwrap();
+        assert!(pt.take_changed_pages().is_empty());
+        pt.set_flags(first(1), PteFlags::PRESENT | PteFlags::USER)
+            .unwrap();
+        pt.unmap(first(2));
+        pt.touch(first(9));
+        pt.touch(layout::USER_END);
+        assert_eq!(pt.take_changed_pages(), vec![run(1, 2), run(9, 1)]);
     }
 
     #[test]

@@ -80,6 +80,15 @@ pub struct PteRun {
     pub count: u32,
 }
 
+/// A run of consecutive user pages whose mappings changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageRun {
+    /// The first page.
+    pub first: Gva,
+    /// Number of pages.
+    pub count: u32,
+}
+
 /// Size of an [`FpuState`] image.
 pub const FPU_STATE_SIZE: usize = 4096;
 

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use crate::addr::Gpa;
-use crate::context::{CpuModel, Exit, FpuState, PteRun, UserContext};
+use crate::context::{CpuModel, Exit, FpuState, PageRun, PteRun, UserContext};
 use crate::memory::GuestMemory;
 
 /// A platform failure. Any of these ends the sandbox (or the process it happened in): they are
@@ -59,17 +59,22 @@ pub enum Commit {
     Restrict,
 }
 
-/// The page-table changes the memory manager made since the last commit.
+/// The page-table changes the memory manager made since the last commit, in the two forms
+/// platforms consume: the entries written (a platform whose hardware walks the tables, KVM)
+/// and the user pages whose mapping changed (a platform that maps pages itself, trap; it
+/// reads each page's entry from the tables).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PtChanges {
     /// Runs of changed entries.
     pub runs: Vec<PteRun>,
+    /// Runs of user pages whose mapping changed.
+    pub pages: Vec<PageRun>,
 }
 
 impl PtChanges {
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.runs.is_empty()
+        self.runs.is_empty() && self.pages.is_empty()
     }
 }
 
@@ -146,6 +151,12 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`PlatformError`] if the host refuses the memory.
     fn new_memory(&self, size: u64) -> Result<Arc<GuestMemory>, PlatformError>;
+    /// Whether the application can map shared windows (page-cache pages of files, shared
+    /// memory objects) attached to guest memory. Without, clean file pages are copied into
+    /// guest memory instead of shared, and shared mappings are refused.
+    fn maps_windows(&self) -> bool {
+        true
+    }
     /// A new address space over `mem`.
     ///
     /// # Errors

@@ -20,7 +20,7 @@ pub mod shared;
 
 pub use addr::{Gpa, Gva, PAGE_SHIFT, PAGE_SIZE};
 pub use context::{
-    CpuModel, ExceptionInfo, Exit, FpuState, PteRun, Regs, UserContext, FPU_STATE_SIZE,
+    CpuModel, ExceptionInfo, Exit, FpuState, PageRun, PteRun, Regs, UserContext, FPU_STATE_SIZE,
 };
 pub use interface::{
     AddressSpace, Commit, Context, Kick, Kicker, Platform, PlatformError, PtChanges,

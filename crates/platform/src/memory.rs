@@ -510,7 +510,10 @@ impl GuestMemory {
                 )
             };
             if r != 0 {
-                tracing::warn!("fallocate(PUNCH_HOLE) failed: {}", io::Error::last_os_error());
+                tracing::warn!(
+                    "fallocate(PUNCH_HOLE) failed: {}",
+                    io::Error::last_os_error()
+                );
             }
             return Ok(());
         }
@@ -625,7 +628,10 @@ mod tests {
         assert_eq!(st.st_blocks, 0, "the punched page no longer takes memory");
         m.read(Gpa(0x5000), &mut b).unwrap();
         assert_eq!(b, [0u8; 16]);
-        assert!(GuestMemory::new(MEMORY_GRANULE).unwrap().backing_fd().is_none());
+        assert!(GuestMemory::new(MEMORY_GRANULE)
+            .unwrap()
+            .backing_fd()
+            .is_none());
     }
 
     #[test]

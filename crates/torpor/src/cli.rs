@@ -38,6 +38,11 @@ pub struct GlobalArgs {
     /// Accepted for compatibility (rootless is decided by the caller's uid).
     #[arg(long, global = true, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub rootless: Option<String>,
+    /// What runs the application: kvm (a VM), trap (a host process whose every syscall
+    /// traps), or auto (kvm where /dev/kvm opens, else trap). Default: TORPOR_PLATFORM, else
+    /// auto.
+    #[arg(long, global = true, value_enum)]
+    pub platform: Option<crate::platforms::Kind>,
 }
 
 static GLOBAL: std::sync::OnceLock<GlobalArgs> = std::sync::OnceLock::new();

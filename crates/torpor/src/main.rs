@@ -47,6 +47,10 @@ fn main() -> ExitCode {
         // Before any thread starts: the state directory of every verb.
         std::env::set_var("TORPOR_STATE_DIR", root);
     }
+    if let Some(p) = cli.global.platform {
+        // Before any thread starts; holders this process starts inherit it.
+        std::env::set_var(platforms::ENV, p.name());
+    }
     logging::init(&cli.global);
     let oci_verb = cli.command.is_oci();
     let result = match cli.command {

@@ -780,6 +780,7 @@ impl Hibernator {
                 mm: task.mm.clone(),
                 mem: task.mem.clone(),
                 fds: task.fds.clone(),
+                space: task.group.space(),
             },
         ));
         // With the quota in sight, every process compacts its swap: the files then hold no
@@ -844,7 +845,7 @@ impl Hibernator {
                     ProcessMemory::new(mem, prefix, self.mode)?
                 }
             };
-            let r = self.deflate_process(&mut pm, &res.mm, compact);
+            let r = self.deflate_process(&mut pm, &res.mm, &*res.space, compact);
             self.processes.insert(pid, pm);
             let r = r.map_err(|e| format!("process {pid}: {e}"))?;
             total.free_pages += r.free_pages;
@@ -1008,9 +1009,16 @@ impl Hibernator {
         &self,
         pm: &mut ProcessMemory,
         mm: &Arc<Mutex<mm::MemoryManager>>,
+        space: &dyn platform::AddressSpace,
         force_compact: bool,
     ) -> Result<DeflateReport, String> {
         let start = Instant::now();
+        // Nothing may reach a page about to be dropped but the runtime's own mapping (which
+        // the userfaultfd serves): on the trap platform the application's process maps pages
+        // of guest memory itself.
+        space
+            .evict_all()
+            .map_err(|e| format!("evicting the application's mappings: {e}"))?;
         let mut report = DeflateReport::default();
         let mem = pm.mem.clone();
         let first_page = layout::RESERVED_END.raw() / PAGE_SIZE;

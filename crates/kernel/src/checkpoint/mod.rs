@@ -216,7 +216,9 @@ pub fn restore(
         })?,
     );
     let procs = ProcessTable::new();
-    procs.shm.set_share_files(cfg.share_files);
+    procs
+        .shm
+        .set_share_files(cfg.share_files && cfg.platform.maps_windows());
     procs.set_task_limit(state.task_limit);
     procs.memory.set_limit(cfg.memory / platform::PAGE_SIZE);
     procs.set_nodename(&state.nodename);
@@ -381,6 +383,7 @@ impl RestoreContext<'_> {
             mm: mm.clone(),
             mem: mem.clone(),
             fds: fds.clone(),
+            space: space.clone(),
         });
         let mut signals = SignalState::default();
         for (i, a) in p.actions.iter().enumerate().take(crate::task::NSIG) {

@@ -276,6 +276,7 @@ pub(crate) fn execve(
         mm: t.mm.clone(),
         mem: t.mem.clone(),
         fds: t.fds.clone(),
+        space: t.group.space(),
     });
     t.fds.close_on_exec();
     t.signals.reset_for_exec();

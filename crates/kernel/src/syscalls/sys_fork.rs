@@ -114,7 +114,7 @@ pub(super) fn fork(
         mm.copy_out(ctid, &(pid as u32).to_le_bytes())
             .map_err(|e| Errno(e.errno()))?;
     }
-    let group = ThreadGroup::new(t.group.platform.clone(), space, pid, procs.clone());
+    let group = ThreadGroup::new(t.group.platform.clone(), space.clone(), pid, procs.clone());
     group.set_exe_key(t.group.exe_key());
     *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = t
         .group
@@ -130,6 +130,7 @@ pub(super) fn fork(
         mm: mm.clone(),
         mem: mem.clone(),
         fds: fds.clone(),
+        space: space.clone(),
     });
     let child = t.child(ChildParts {
         tid: pid,

@@ -81,6 +81,8 @@ pub struct ProcessResources {
     pub mem: Arc<platform::GuestMemory>,
     /// The descriptor table.
     pub fds: Arc<crate::fd::FdTable>,
+    /// The platform's address space over the memory.
+    pub space: Arc<dyn AddressSpace>,
 }
 
 /// Whether the group's threads are being held (hibernation), and how many are.

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use abi::Errno;
 use mm::{Access, FaultError, MemoryManager};
-use platform::{Commit, Context, ExceptionInfo, Exit, GuestMemory, Gva, PlatformError, PtChanges};
+use platform::{Commit, Context, ExceptionInfo, Exit, GuestMemory, Gva, PlatformError};
 
 use crate::fd::FdTable;
 use crate::fs::Root;
@@ -266,9 +266,9 @@ impl Task {
         let mm = self.mm.clone();
         let mut guard = mm.lock().unwrap_or_else(|e| e.into_inner());
         let result = f(&mut guard);
-        let runs = guard.take_pte_sync();
-        if !runs.is_empty() {
-            if let Err(e) = self.ctx.commit(PtChanges { runs }, Commit::Restrict) {
+        let changes = guard.take_changes();
+        if !changes.is_empty() {
+            if let Err(e) = self.ctx.commit(changes, Commit::Restrict) {
                 tracing::error!("applying page-table changes: {e}");
                 self.group.exit_group(ExitStatus::Signaled(libc::SIGKILL));
             }
@@ -347,13 +347,13 @@ impl Task {
             {
                 let mm = self.mm.clone();
                 let mut mm = mm.lock().unwrap_or_else(|e| e.into_inner());
-                let runs = mm.take_pte_sync();
+                let changes = mm.take_changes();
                 let how = if mm.take_replaced() {
                     Commit::Restrict
                 } else {
                     Commit::Extend
                 };
-                self.ctx.commit(PtChanges { runs }, how)?;
+                self.ctx.commit(changes, how)?;
             }
             let exit = self.ctx.switch()?;
             match exit {

@@ -1,0 +1,270 @@
+//! One application thread on the trap platform, behind the kernel's [`Context`]: a stub
+//! thread, and the commit of page-table changes as the stub's own mappings.
+//!
+//! The memory manager's x86 page tables stay the kernel's translation; the stub maps what
+//! they say. A commit reads the leaf entry of every changed page and turns runs of pages
+//! with consecutive frames and equal rights into one `mmap` of the guest memfd (or an
+//! `munmap` for pages no longer present). Acting as the hardware walker would, it sets the
+//! accessed bit of every page it maps, and the dirty bit of every page it maps writable (the
+//! application may write it from then on without any further exit), so that "clean" in the
+//! memory manager keeps meaning "never written".
+
+use std::sync::{Arc, Mutex};
+
+use platform::{
+    Commit, Context, ExceptionInfo, Exit, FpuState, Gpa, GuestMemory, Gva, Kick, Kicker,
+    PlatformError, PtChanges, UserContext, FPU_STATE_SIZE, PAGE_SIZE,
+};
+
+use crate::{StubProcess, StubThread, TrapExit};
+
+const PRESENT: u64 = 1;
+const WRITABLE: u64 = 1 << 1;
+const USER: u64 = 1 << 2;
+const ACCESSED: u64 = 1 << 5;
+const DIRTY: u64 = 1 << 6;
+const LARGE: u64 = 1 << 7;
+const NO_EXEC: u64 = 1 << 63;
+const ADDR: u64 = 0x000f_ffff_ffff_f000;
+
+/// A thread of a stub.
+pub struct TrapContext {
+    thread: StubThread,
+    stub: Arc<StubProcess>,
+    mem: Arc<GuestMemory>,
+    root: Gpa,
+    index: usize,
+    exits: u64,
+    kick: Arc<TrapKick>,
+}
+
+/// Kicks a stub thread out of application code and the holder's task thread out of a
+/// blocking host call.
+struct TrapKick {
+    stub: Box<dyn Fn() + Send + Sync>,
+    thread: Mutex<Option<libc::pthread_t>>,
+}
+
+impl Kick for TrapKick {
+    fn kick(&self) {
+        (self.stub)();
+        if let Some(t) = *self.thread.lock().unwrap_or_else(|e| e.into_inner()) {
+            // SAFETY: `t` is a live thread: the context clears it before its thread exits.
+            unsafe { libc::pthread_kill(t, platform::kick::kick_signal()) };
+        }
+    }
+}
+
+/// A page as the stub must map it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Leaf {
+    /// Not mapped (absent, or PROT_NONE).
+    Absent,
+    /// Frame `gpa` with `prot`.
+    Mapped { gpa: u64, prot: i32 },
+}
+
+impl TrapContext {
+    pub(crate) fn new(
+        thread: StubThread,
+        stub: Arc<StubProcess>,
+        mem: Arc<GuestMemory>,
+        root: Gpa,
+        index: usize,
+    ) -> TrapContext {
+        let kick = Arc::new(TrapKick {
+            stub: Box::new(thread.kicker()),
+            thread: Mutex::new(None),
+        });
+        TrapContext {
+            thread,
+            stub,
+            mem,
+            root,
+            index,
+            exits: 0,
+            kick,
+        }
+    }
+
+    /// Reads the leaf entry for `va` from the memory manager's tables, and sets its accessed
+    /// and (writable) dirty bits as the hardware would on the accesses the mapping allows.
+    fn leaf(&self, va: u64) -> Result<Leaf, PlatformError> {
+        let mut table = self.root.raw() & ADDR;
+        for level in (0..4u32).rev() {
+            let shift = 12 + 9 * level;
+            let slot = Gpa(table + 8 * ((va >> shift) & 0x1ff));
+            let e = self.mem.read_u64(slot).map_err(PlatformError::new)?;
+            if e & PRESENT == 0 {
+                return Ok(Leaf::Absent);
+            }
+            if level > 0 && e & LARGE != 0 {
+                return Err(PlatformError::msg(format!(
+                    "a large page in the user half at {va:#x}"
+                )));
+            }
+            if level == 0 {
+                if e & USER == 0 {
+                    return Ok(Leaf::Absent);
+                }
+                let want = ACCESSED | if e & WRITABLE != 0 { DIRTY } else { 0 };
+                if e & want != want {
+                    self.mem
+                        .write_u64(slot, e | want)
+                        .map_err(PlatformError::new)?;
+                }
+                let mut prot = libc::PROT_READ;
+                if e & WRITABLE != 0 {
+                    prot |= libc::PROT_WRITE;
+                }
+                if e & NO_EXEC == 0 {
+                    prot |= libc::PROT_EXEC;
+                }
+                return Ok(Leaf::Mapped {
+                    gpa: e & ADDR,
+                    prot,
+                });
+            }
+            table = e & ADDR;
+        }
+        Ok(Leaf::Absent)
+    }
+
+    /// Makes `count` pages from `first` in the stub what the tables say.
+    fn sync_pages(&self, first: Gva, count: u32) -> Result<(), PlatformError> {
+        // A run being built: start address, pages, and what they map.
+        let mut run: Option<(u64, u64, Leaf)> = None;
+        for i in 0..u64::from(count) {
+            let va = first.raw() + i * PAGE_SIZE;
+            let leaf = self.leaf(va)?;
+            if let Leaf::Mapped { gpa, .. } = leaf {
+                if !self.mem.is_own(Gpa(gpa)) {
+                    return Err(PlatformError::msg(format!(
+                        "page {va:#x} maps a shared window (frame {gpa:#x}): not supported on \
+                         the trap platform yet"
+                    )));
+                }
+                // The page must be in the memfd before the stub maps it: a hole would read as
+                // zero there (no userfaultfd in the stub), so read it once through the
+                // holder's mapping, which the pager serves after a hibernation.
+                let mut b = [0u8; 1];
+                self.mem
+                    .read(Gpa(gpa), &mut b)
+                    .map_err(PlatformError::new)?;
+            }
+            run = match run {
+                Some((start, n, l)) if continues(l, leaf, n) => Some((start, n + 1, l)),
+                Some(done) => {
+                    self.apply(done)?;
+                    Some((va, 1, leaf))
+                }
+                None => Some((va, 1, leaf)),
+            };
+        }
+        if let Some(done) = run {
+            self.apply(done)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&self, (start, n, leaf): (u64, u64, Leaf)) -> Result<(), PlatformError> {
+        let len = n * PAGE_SIZE;
+        match leaf {
+            Leaf::Absent => self.stub.unmap(start, len),
+            Leaf::Mapped { gpa, prot } => self.stub.map(start, len, gpa, prot),
+        }
+        .map_err(PlatformError::new)
+    }
+}
+
+/// Whether a run of `n` pages starting like `first` goes on with `next`.
+fn continues(first: Leaf, next: Leaf, n: u64) -> bool {
+    match (first, next) {
+        (Leaf::Absent, Leaf::Absent) => true,
+        (Leaf::Mapped { gpa: a, prot: p }, Leaf::Mapped { gpa: b, prot: q }) => {
+            p == q && b == a + n * PAGE_SIZE
+        }
+        _ => false,
+    }
+}
+
+/// Vectors whose exceptions carry an error code.
+fn has_error_code(vector: u8) -> bool {
+    matches!(vector, 8 | 10..=14 | 17 | 21)
+}
+
+impl Context for TrapContext {
+    fn user(&self) -> &UserContext {
+        self.thread.regs()
+    }
+
+    fn user_mut(&mut self) -> &mut UserContext {
+        self.thread.regs_mut()
+    }
+
+    fn fpu(&self) -> Result<FpuState, PlatformError> {
+        let img = self.thread.fpu();
+        let mut out = Box::new([0u8; FPU_STATE_SIZE]);
+        let n = img.len().min(FPU_STATE_SIZE);
+        out[..n].copy_from_slice(&img[..n]);
+        Ok(out)
+    }
+
+    fn set_fpu(&mut self, state: &FpuState) -> Result<(), PlatformError> {
+        self.thread.set_fpu(&state[..]).map_err(PlatformError::new)
+    }
+
+    fn switch(&mut self) -> Result<Exit, PlatformError> {
+        self.exits += 1;
+        Ok(match self.thread.switch().map_err(PlatformError::new)? {
+            TrapExit::Syscall => Exit::Syscall,
+            TrapExit::Interrupted => Exit::Interrupted,
+            TrapExit::Fault {
+                signal: libc::SIGBUS,
+                ..
+            } => Exit::MemoryFault,
+            TrapExit::Fault {
+                vector,
+                error_code,
+                addr,
+                ..
+            } => Exit::Exception(ExceptionInfo {
+                vector,
+                error_code: has_error_code(vector).then_some(error_code),
+                cr2: Gva(addr),
+            }),
+        })
+    }
+
+    fn commit(&mut self, changes: PtChanges, _how: Commit) -> Result<(), PlatformError> {
+        // Every thread of the stub shares its host address space: a mapping changed by the
+        // mapper is seen by all of them once the command returns (the host kernel's own TLB
+        // shootdown), so a restriction needs no kicks.
+        for run in &changes.pages {
+            self.sync_pages(run.first, run.count)?;
+        }
+        Ok(())
+    }
+
+    fn kicker(&self) -> Kicker {
+        self.kick.clone()
+    }
+
+    fn bind_to_current_thread(&self) {
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() };
+        *self.kick.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(me);
+    }
+
+    fn unbind_thread(&self) {
+        *self.kick.thread.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    fn cpu_index(&self) -> usize {
+        self.index
+    }
+
+    fn exits(&self) -> u64 {
+        self.exits
+    }
+}

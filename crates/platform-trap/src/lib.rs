@@ -1,0 +1,131 @@
+//! The trap platform's mechanism (design `docs/design/platforms.md` §3, stages T1 and T2):
+//! application code runs in a *stub process* per guest address space, under a seccomp filter
+//! that turns every system call into SIGSYS; the stub's signal handler reports each system
+//! call or fault to the holder through a shared per-thread page ("sysmsg") and a futex, and
+//! resumes with the registers the holder wrote there. No KVM, no ptrace.
+//!
+//! - [`StubProcess`]: spawn a stub over a guest memfd; map/unmap/protect ranges of that memfd
+//!   in it (its mapper thread runs the `mmap` calls); start threads.
+//! - [`StubThread`]: registers, FPU image, [`StubThread::switch`] (run until the next
+//!   [`TrapExit`]) and a kicker.
+//! - [`bench`](mod@bench): the bare mechanisms' costs (SIGSYS trap, futex hand-off, native getpid) and
+//!   the stub's round trip.
+//!
+//! Layout of the stub's region: [`sysmsg`]. Filters: [`filter`]. The stub code: `stub::asm`.
+//! Host-call helpers (raw syscalls, futexes, shared mappings, memfds): [`sys`].
+//!
+//! # One switch
+//! The holder writes the registers (and the XSAVE image if it changed) into the thread's
+//! sysmsg area, swaps its state word to RUN and wakes the stub thread if it sleeps; it then
+//! spins (only if the stub thread last ran on another CPU, see [`StubThread::set_spin`]) and
+//! sleeps on the state word until EVENT. The stub thread, waiting in its signal handler,
+//! copies the registers into its signal frame (CS/SS forced to 0x33/0x2b, RFLAGS masked to
+//! the user-settable bits), `wrfsbase`/`wrgsbase`, and `rt_sigreturn`s into application
+//! code. The next system call (SIGSYS from the filter), fault (SIGSEGV, SIGBUS, SIGFPE,
+//! SIGILL, SIGTRAP) or kick (SIGUSR2) enters the handler on the sysmsg alternate stack with
+//! every signal blocked; it saves the frame's registers, `rdfsbase`/`rdgsbase`, the XSAVE
+//! image and the event, sets EVENT and wakes the holder if it sleeps. The holder copies
+//! everything out once and validates it (the application can write every sysmsg area).
+//!
+//! # Security model (what is enforced in this slice)
+//! - A stub holds nothing of the holder: everything below and above its region is unmapped
+//!   (vDSO and vvar included), descriptors are only the control memfd, the guest memfd and
+//!   the reply eventfd, signal actions are reset, no_new_privs is set, core dumps are off.
+//! - Its base seccomp filter allows only the stub code's own calls, each from its own
+//!   `syscall` instruction (`instruction_pointer`) with its fixed arguments; application
+//!   threads stack a filter allowing only the handler's `futex` (wait/wake), `rt_sigreturn` and
+//!   `exit`. Everything else traps; any non-x86-64 `arch` (`int 0x80`) kills the stub.
+//! - Mapper completions go through an eventfd that only the mapper's `write` can reach, so a
+//!   guest scribbling on the (writable) reply page cannot make a failed `munmap` look done.
+//! - A dead stub makes every holder wait end in [`TrapError::StubDied`] within 50 ms.
+//!
+//! # Not in this slice (TODO)
+//! - The stub factory of design §3.1 (user/PID/network/IPC/mount namespaces, NOFILE/NPROC
+//!   rlimits, a long-lived parent): stubs are forked from the holder thread that calls
+//!   [`StubProcess::spawn`], and `PR_SET_PDEATHSIG` fires when that *thread* exits.
+//! - Shared windows (fds received by the mapper with `recvmsg`), VMA counting against
+//!   `vm.max_map_count`, `evict_all`/`prefault` batches (T3, T7).
+//! - A thread that blocked the kick signal through a forged `rt_sigreturn` frame (jumping to
+//!   the handler's `rt_sigreturn` instruction) cannot be interrupted: the kernel layer must
+//!   stop or kill such a stub (design §3.2: SIGSTOP/SIGKILL).
+//! - Guest-triggered `int 0x80` kills the stub (the design's §3.4 wants it trapped and
+//!   answered like KVM does; seccomp can only trap it if the filter allows the i386 arch).
+
+pub mod bench;
+pub mod context;
+pub mod filter;
+pub mod platform;
+pub mod space;
+mod stub;
+pub mod sys;
+pub mod sysmsg;
+
+pub use crate::platform::TrapPlatform;
+pub use stub::{
+    stub_syscall_instructions, StubProcess, StubThread, DEFAULT_SPIN, DEFAULT_STUB_SPIN,
+};
+
+/// Why [`StubThread::switch`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrapExit {
+    /// The thread executed `syscall`: the number (`si_syscall`) is in `rax`, the arguments in
+    /// `rdi, rsi, rdx, r10, r8, r9`, `rip` points after the instruction. Set `rax` to the result.
+    Syscall,
+    /// The thread took an exception. `rip` is where Linux reports it (the faulting
+    /// instruction, or after `int3`).
+    Fault {
+        /// x86 vector (`REG_TRAPNO`): 14 page fault, 13 general protection, 6 invalid opcode,
+        /// 0 divide error, 3 breakpoint, 1 debug, 17 alignment check…
+        vector: u8,
+        /// The error code (`REG_ERR`; for a page fault: bit 1 write, bit 4 fetch).
+        error_code: u64,
+        /// The faulting address (`si_addr`; CR2 for a page fault).
+        addr: u64,
+        /// The host signal that reported it (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP).
+        signal: i32,
+    },
+    /// The thread was kicked ([`StubThread::kicker`]).
+    Interrupted,
+}
+
+/// Errors of the trap platform.
+#[derive(Debug, thiserror::Error)]
+pub enum TrapError {
+    /// A host call of the holder failed.
+    #[error("{call}: {source}")]
+    Host {
+        /// The call.
+        call: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The stub failed a set-up step before it ran its own code.
+    #[error("stub set-up failed at {step}: {ret}")]
+    Setup {
+        /// The step.
+        step: &'static str,
+        /// Its raw return value.
+        ret: i64,
+    },
+    /// The stub process is dead.
+    #[error("the stub process died")]
+    StubDied,
+    /// The host lacks something the platform needs.
+    #[error("unsupported host: {0}")]
+    Unsupported(&'static str),
+    /// An invalid argument from the caller.
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    /// The stub's report does not make sense (the application may have scribbled on it).
+    #[error("malformed report from the stub: {0}")]
+    Protocol(&'static str),
+    /// A mapper command failed in the stub with this errno.
+    #[error("mapper command failed: errno {0}")]
+    Mapper(i32),
+    /// Every sysmsg slot holds a thread.
+    #[error("too many threads in one stub")]
+    TooManyThreads,
+    /// The stub did not answer a command in time.
+    #[error("the stub did not answer in time")]
+    Timeout,
+}

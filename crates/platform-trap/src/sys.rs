@@ -1,0 +1,477 @@
+//! Thin host-call helpers: raw system calls (usable between `clone` and the jump into the stub
+//! code, where libc's errno and locks must not be touched), futexes on shared memory, pidfds,
+//! CPU facts, and a shared mapping that unmaps itself.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// `AT_HWCAP2`.
+pub const AT_HWCAP2: u64 = 26;
+/// `HWCAP2_FSGSBASE`: the kernel lets user space use `rdfsbase`/`wrfsbase`.
+pub const HWCAP2_FSGSBASE: u64 = 1 << 1;
+/// `AT_MINSIGSTKSZ`: the kernel's minimum signal stack size for this CPU.
+pub const AT_MINSIGSTKSZ: u64 = 51;
+/// `PIDFD_THREAD` (= `O_EXCL`): a pidfd for a thread rather than a process (Linux ≥ 6.9).
+pub const PIDFD_THREAD: u64 = libc::O_EXCL as u64;
+/// `PIDFD_SIGNAL_THREAD`.
+pub const PIDFD_SIGNAL_THREAD: u64 = 1;
+
+/// A raw system call with up to six arguments; returns the kernel's value (`-errno` on
+/// failure). Touches no memory but what the call itself does.
+///
+/// # Safety
+/// The call and its arguments must be valid for the calling context (pointers valid, no
+/// call that breaks Rust's assumptions about this process's memory).
+#[inline(always)]
+pub unsafe fn raw(nr: i64, a: [u64; 6]) -> i64 {
+    let ret: i64;
+    // SAFETY: the caller vouches for the call; `syscall` clobbers only rax, rcx, r11 and
+    // memory the call writes.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
+            in("r9") a[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// Converts a raw return value into a `Result`.
+pub fn check(ret: i64) -> io::Result<i64> {
+    if (-4095..0).contains(&ret) {
+        Err(io::Error::from_raw_os_error(-ret as i32))
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `FUTEX_WAIT` (shared: the word may be in memory another process maps) while `*word ==
+/// val`, for at most `timeout`. Returns the raw result (`-ETIMEDOUT`, `-EAGAIN`, `-EINTR`, 0).
+pub fn futex_wait(word: &AtomicU32, val: u32, timeout: Option<Duration>) -> i64 {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts.as_ref().map_or(0, |t| t as *const libc::timespec as u64);
+    // SAFETY: `word` is a valid, aligned u32; `tsp` is null or a valid timespec.
+    unsafe {
+        raw(
+            libc::SYS_futex,
+            [
+                word.as_ptr() as u64,
+                libc::FUTEX_WAIT as u64,
+                u64::from(val),
+                tsp,
+                0,
+                0,
+            ],
+        )
+    }
+}
+
+/// `FUTEX_WAKE` (shared) of up to `n` waiters on `word`.
+pub fn futex_wake(word: &AtomicU32, n: u32) {
+    // SAFETY: `word` is a valid, aligned u32.
+    unsafe {
+        raw(
+            libc::SYS_futex,
+            [
+                word.as_ptr() as u64,
+                libc::FUTEX_WAKE as u64,
+                u64::from(n),
+                0,
+                0,
+                0,
+            ],
+        );
+    }
+}
+
+/// Whether the process or thread behind `pidfd` has exited (its pidfd is readable).
+pub fn pidfd_exited(pidfd: BorrowedFd<'_>) -> bool {
+    pidfd_wait(pidfd, Duration::ZERO)
+}
+
+/// Waits up to `timeout` for the pidfd to become readable (the task exited).
+pub fn pidfd_wait(pidfd: BorrowedFd<'_>, timeout: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    r > 0 && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// `pidfd_open(pid, flags)`.
+pub fn pidfd_open(pid: i32, flags: u64) -> io::Result<OwnedFd> {
+    // SAFETY: no memory arguments.
+    let fd = check(unsafe { raw(libc::SYS_pidfd_open, [pid as u64, flags, 0, 0, 0, 0]) })?;
+    // SAFETY: a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `pidfd_send_signal(pidfd, sig, NULL, flags)`.
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: i32, flags: u64) -> io::Result<()> {
+    // SAFETY: no memory arguments (null siginfo).
+    check(unsafe {
+        raw(
+            libc::SYS_pidfd_send_signal,
+            [pidfd.as_raw_fd() as u64, sig as u64, 0, flags, 0, 0],
+        )
+    })
+    .map(drop)
+}
+
+/// `getauxval(t)`.
+pub fn auxval(t: u64) -> u64 {
+    // SAFETY: getauxval reads the process's auxiliary vector; no preconditions.
+    unsafe { libc::getauxval(t as libc::c_ulong) as u64 }
+}
+
+/// The size of the standard XSAVE image for the features enabled in XCR0 (CPUID 0xD.0 EBX),
+/// or `None` without OSXSAVE.
+pub fn xsave_size() -> Option<usize> {
+    let l1 = core::arch::x86_64::__cpuid(1);
+    if l1.ecx & (1 << 27) == 0 {
+        return None;
+    }
+    // Leaf 0xD exists when OSXSAVE is set.
+    let d = core::arch::x86_64::__cpuid_count(0xd, 0);
+    Some(d.ebx as usize)
+}
+
+/// A `MAP_SHARED` mapping of a file in the holder, unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all accesses go through raw pointers and
+// atomics, so sharing the handle between threads is sound.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `fd` from offset 0, read-write, shared.
+    pub fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?,
+            len,
+        })
+    }
+
+    /// The address of byte `off` (`off` must be below the length).
+    pub fn at(&self, off: u64) -> *mut u8 {
+        assert!((off as usize) < self.len);
+        // SAFETY: in bounds, checked above.
+        unsafe { self.ptr.as_ptr().add(off as usize) }
+    }
+
+    /// The u32 at `off` as an atomic (for futex words).
+    pub fn atomic_u32(&self, off: u64) -> &AtomicU32 {
+        let p = self.at(off);
+        assert!(off & 3 == 0 && off as usize + 4 <= self.len);
+        // SAFETY: aligned, in bounds, lives as long as `self`; other processes access it
+        // only as a 32-bit word too.
+        unsafe { &*p.cast::<AtomicU32>() }
+    }
+
+    /// Reads the u64 at `off` (volatile: the other side may write concurrently).
+    pub fn read_u64(&self, off: u64) -> u64 {
+        assert!(off & 7 == 0 && off as usize + 8 <= self.len);
+        // SAFETY: aligned and in bounds.
+        unsafe { self.at(off).cast::<u64>().read_volatile() }
+    }
+
+    /// Writes the u64 at `off`.
+    pub fn write_u64(&self, off: u64, v: u64) {
+        assert!(off & 7 == 0 && off as usize + 8 <= self.len);
+        // SAFETY: aligned and in bounds.
+        unsafe { self.at(off).cast::<u64>().write_volatile(v) }
+    }
+
+    /// Reads the u32 at `off`.
+    pub fn read_u32(&self, off: u64) -> u32 {
+        assert!(off & 3 == 0 && off as usize + 4 <= self.len);
+        // SAFETY: aligned and in bounds.
+        unsafe { self.at(off).cast::<u32>().read_volatile() }
+    }
+
+    /// Writes the u32 at `off`.
+    pub fn write_u32(&self, off: u64, v: u32) {
+        assert!(off & 3 == 0 && off as usize + 4 <= self.len);
+        // SAFETY: aligned and in bounds.
+        unsafe { self.at(off).cast::<u32>().write_volatile(v) }
+    }
+
+    /// Copies `dst.len()` bytes from `off` (once, volatile, 8 bytes at a time where aligned).
+    pub fn read_bytes(&self, off: u64, dst: &mut [u8]) {
+        assert!(off as usize + dst.len() <= self.len);
+        let src = self.at(off);
+        let words = if off & 7 == 0 { dst.len() / 8 } else { 0 };
+        for i in 0..words {
+            // SAFETY: in bounds (checked above) and 8-byte aligned (`off` is).
+            let w = unsafe { src.add(8 * i).cast::<u64>().read_volatile() };
+            dst[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        for (i, b) in dst.iter_mut().enumerate().skip(8 * words) {
+            // SAFETY: in bounds, checked above.
+            *b = unsafe { src.add(i).read_volatile() };
+        }
+    }
+
+    /// Copies `src` to `off`.
+    pub fn write_bytes(&self, off: u64, src: &[u8]) {
+        assert!(off as usize + src.len() <= self.len);
+        let dst = self.at(off);
+        let words = if off & 7 == 0 { src.len() / 8 } else { 0 };
+        for i in 0..words {
+            let w = u64::from_le_bytes(src[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+            // SAFETY: in bounds (checked above) and 8-byte aligned (`off` is).
+            unsafe { dst.add(8 * i).cast::<u64>().write_volatile(w) };
+        }
+        for (i, b) in src.iter().enumerate().skip(8 * words) {
+            // SAFETY: in bounds, checked above.
+            unsafe { dst.add(i).write_volatile(*b) };
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping; nothing borrows it any more.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A new memfd of `size` bytes (close-on-exec), e.g. guest memory for tests and benches.
+///
+/// # Errors
+/// [`crate::TrapError::Host`] if `memfd_create` or `ftruncate` fails.
+pub fn memfd(name: &str, size: u64) -> Result<OwnedFd, crate::TrapError> {
+    let cname =
+        std::ffi::CString::new(name).map_err(|_| crate::TrapError::Invalid("memfd name"))?;
+    // SAFETY: a valid C string.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(crate::TrapError::Host {
+            call: "memfd_create",
+            source: io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: a new descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: valid descriptor.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } < 0 {
+        return Err(crate::TrapError::Host {
+            call: "ftruncate",
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(fd)
+}
+
+/// Writes `data` at `off` of `fd` (`pwrite`, all of it).
+///
+/// # Errors
+/// [`crate::TrapError::Host`] if `pwrite` fails or writes short.
+pub fn write_fd(fd: &OwnedFd, off: u64, data: &[u8]) -> Result<(), crate::TrapError> {
+    // SAFETY: a valid buffer of `data.len()` bytes.
+    let n = unsafe {
+        libc::pwrite(
+            fd.as_raw_fd(),
+            data.as_ptr().cast(),
+            data.len(),
+            off as libc::off_t,
+        )
+    };
+    if n != data.len() as isize {
+        return Err(crate::TrapError::Host {
+            call: "pwrite",
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// XCR0: the XSAVE features the OS enabled (requires OSXSAVE, checked by [`xsave_size`]).
+pub fn xcr0() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: XGETBV with ECX = 0 is valid when CR4.OSXSAVE is set (CPUID.1:ECX.OSXSAVE,
+    // which callers check first through `xsave_size`).
+    unsafe {
+        core::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") hi,
+            options(nomem, nostack, preserves_flags));
+    }
+    u64::from(hi) << 32 | u64::from(lo)
+}
+
+/// The MXCSR bits this CPU supports (FXSAVE's MXCSR_MASK; 0xffbf if it reports 0).
+pub fn mxcsr_mask() -> u32 {
+    #[repr(C, align(16))]
+    struct Area([u8; 512]);
+    let mut area = Area([0; 512]);
+    // SAFETY: FXSAVE writes 512 bytes to a 16-byte-aligned buffer we own.
+    unsafe {
+        core::arch::asm!("fxsave64 [{}]", in(reg) area.0.as_mut_ptr(), options(nostack, preserves_flags));
+    }
+    match u32::from_le_bytes([area.0[28], area.0[29], area.0[30], area.0[31]]) {
+        0 => 0xffbf,
+        m => m,
+    }
+}
+
+/// Room for the control message of up to [`MAX_PASSED_FDS`] descriptors (`SCM_RIGHTS`).
+#[repr(C, align(8))]
+struct CmsgBuf([u8; 64]);
+
+/// The most descriptors [`send_with_fds`] and [`recv_with_fds`] pass in one message.
+pub const MAX_PASSED_FDS: usize = 4;
+
+/// `sendmsg` of `data` with `fds` attached (`SCM_RIGHTS`), `MSG_NOSIGNAL` (a closed peer is
+/// `EPIPE`, not SIGPIPE). Allocation-free: usable in a process forked from a multi-threaded
+/// one. Retries on `EINTR`.
+///
+/// # Errors
+/// The `sendmsg` error; `EINVAL` for more than [`MAX_PASSED_FDS`] descriptors.
+pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    if fds.len() > MAX_PASSED_FDS {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut cbuf = CmsgBuf([0; 64]);
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid (no name, no iovecs, no control).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        let bytes = std::mem::size_of_val(fds) as u32;
+        // SAFETY: pure size computations.
+        let (space, len) = unsafe { (libc::CMSG_SPACE(bytes), libc::CMSG_LEN(bytes)) };
+        msg.msg_control = cbuf.0.as_mut_ptr().cast();
+        msg.msg_controllen = space as usize;
+        // SAFETY: the control buffer is 8-aligned and large enough for one header and
+        // MAX_PASSED_FDS descriptors (checked above), so the first header and its data lie
+        // inside it.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = len as usize;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr().cast::<u8>(),
+                libc::CMSG_DATA(c),
+                bytes as usize,
+            );
+        }
+    }
+    loop {
+        // SAFETY: msghdr, iovec and control buffer are valid for the call.
+        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// `recvmsg` of one message into `data`, with the descriptors it carries stored in `fds`
+/// (close-on-exec; the first [`MAX_PASSED_FDS`], the others are closed). Returns the data
+/// length (0 at the end of the stream) and the number of descriptors the message carried. Allocation-free; retries on `EINTR`.
+/// A truncated message or control part is an error (`EMSGSIZE`), its descriptors closed.
+///
+/// # Errors
+/// The `recvmsg` error, or `EMSGSIZE`.
+pub fn recv_with_fds(
+    sock: BorrowedFd<'_>,
+    data: &mut [u8],
+    fds: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
+) -> io::Result<(usize, usize)> {
+    let mut cbuf = CmsgBuf([0; 64]);
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.0.as_mut_ptr().cast();
+    msg.msg_controllen = cbuf.0.len();
+    let n = loop {
+        // SAFETY: msghdr, iovec and control buffer are valid for the call.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    };
+    let mut count = 0;
+    // SAFETY: walking the control messages the kernel wrote into our buffer, within
+    // `msg_controllen`; each SCM_RIGHTS payload is an array of new descriptors we own.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let payload = (*c).cmsg_len - libc::CMSG_LEN(0) as usize;
+                let p = libc::CMSG_DATA(c).cast::<RawFd>();
+                for i in 0..payload / size_of::<RawFd>() {
+                    let fd = OwnedFd::from_raw_fd(p.add(i).read_unaligned());
+                    if count < MAX_PASSED_FDS {
+                        fds[count] = Some(fd);
+                    }
+                    // Beyond the room: counted, dropped (closed) here.
+                    count += 1;
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        for f in fds.iter_mut() {
+            *f = None;
+        }
+        return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+    }
+    Ok((n, count))
+}
