@@ -9,6 +9,7 @@
 //! application may write it from then on without any further exit), so that "clean" in the
 //! memory manager keeps meaning "never written".
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use platform::{
@@ -16,7 +17,8 @@ use platform::{
     PlatformError, PtChanges, UserContext, FPU_STATE_SIZE, PAGE_SIZE,
 };
 
-use crate::{StubProcess, StubThread, TrapExit};
+use crate::space::SpaceInner;
+use crate::{StubThread, TrapError, TrapExit};
 
 const PRESENT: u64 = 1;
 const WRITABLE: u64 = 1 << 1;
@@ -27,11 +29,15 @@ const LARGE: u64 = 1 << 7;
 const NO_EXEC: u64 = 1 << 63;
 const ADDR: u64 = 0x000f_ffff_ffff_f000;
 
-/// A thread of a stub.
+/// A thread of a stub. The stub thread (and the space's stub) is started when the context
+/// first runs; until then the context keeps the registers and FPU state it is given.
 pub struct TrapContext {
-    thread: StubThread,
-    stub: Arc<StubProcess>,
-    mem: Arc<GuestMemory>,
+    space: Arc<SpaceInner>,
+    thread: Option<StubThread>,
+    /// The registers until the stub thread exists.
+    regs: UserContext,
+    /// An FPU state set before the stub thread exists.
+    fpu: Option<FpuState>,
     root: Gpa,
     index: usize,
     exits: u64,
@@ -41,13 +47,19 @@ pub struct TrapContext {
 /// Kicks a stub thread out of application code and the holder's task thread out of a
 /// blocking host call.
 struct TrapKick {
-    stub: Box<dyn Fn() + Send + Sync>,
+    /// Kicks the stub thread, once it exists.
+    stub: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    /// A kick came before the stub thread existed: its first switch is interrupted.
+    early: AtomicBool,
     thread: Mutex<Option<libc::pthread_t>>,
 }
 
 impl Kick for TrapKick {
     fn kick(&self) {
-        (self.stub)();
+        match &*self.stub.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(k) => k(),
+            None => self.early.store(true, Ordering::SeqCst),
+        }
         if let Some(t) = *self.thread.lock().unwrap_or_else(|e| e.into_inner()) {
             // SAFETY: `t` is a live thread: the context clears it before its thread exits.
             unsafe { libc::pthread_kill(t, platform::kick::kick_signal()) };
@@ -65,26 +77,56 @@ enum Leaf {
 }
 
 impl TrapContext {
-    pub(crate) fn new(
-        thread: StubThread,
-        stub: Arc<StubProcess>,
-        mem: Arc<GuestMemory>,
-        root: Gpa,
-        index: usize,
-    ) -> TrapContext {
-        let kick = Arc::new(TrapKick {
-            stub: Box::new(thread.kicker()),
-            thread: Mutex::new(None),
-        });
+    pub(crate) fn new(space: Arc<SpaceInner>, root: Gpa, index: usize) -> TrapContext {
         TrapContext {
-            thread,
-            stub,
-            mem,
+            space,
+            thread: None,
+            regs: UserContext {
+                regs: platform::Regs {
+                    rflags: 0x202,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            fpu: None,
             root,
             index,
             exits: 0,
-            kick,
+            kick: Arc::new(TrapKick {
+                stub: Mutex::new(None),
+                early: AtomicBool::new(false),
+                thread: Mutex::new(None),
+            }),
         }
+    }
+
+    fn mem(&self) -> &GuestMemory {
+        &self.space.mem
+    }
+
+    /// The stub thread, started (with the stub, the first time) on the first run.
+    fn thread(&mut self) -> Result<&mut StubThread, TrapError> {
+        if self.thread.is_none() {
+            let mut t = self.space.stub()?.new_thread()?;
+            *t.regs_mut() = self.regs;
+            if let Some(f) = self.fpu.take() {
+                t.set_fpu(&f[..])?;
+            }
+            *self.kick.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(t.kicker()));
+            self.thread = Some(t);
+        }
+        self.thread
+            .as_mut()
+            .ok_or(TrapError::Protocol("no stub thread"))
+    }
+
+    /// The initial FPU state (as after `fninit` and a reset MXCSR).
+    fn init_fpu() -> FpuState {
+        let mut a = Box::new([0u8; FPU_STATE_SIZE]);
+        a[0..2].copy_from_slice(&0x37fu16.to_le_bytes());
+        a[24..28].copy_from_slice(&0x1f80u32.to_le_bytes());
+        a[28..32].copy_from_slice(&crate::sys::mxcsr_mask().to_le_bytes());
+        a
     }
 
     /// Reads the leaf entry for `va` from the memory manager's tables, and sets its accessed
@@ -94,7 +136,7 @@ impl TrapContext {
         for level in (0..4u32).rev() {
             let shift = 12 + 9 * level;
             let slot = Gpa(table + 8 * ((va >> shift) & 0x1ff));
-            let e = self.mem.read_u64(slot).map_err(PlatformError::new)?;
+            let e = self.mem().read_u64(slot).map_err(PlatformError::new)?;
             if e & PRESENT == 0 {
                 return Ok(Leaf::Absent);
             }
@@ -109,7 +151,7 @@ impl TrapContext {
                 }
                 let want = ACCESSED | if e & WRITABLE != 0 { DIRTY } else { 0 };
                 if e & want != want {
-                    self.mem
+                    self.mem()
                         .write_u64(slot, e | want)
                         .map_err(PlatformError::new)?;
                 }
@@ -131,14 +173,19 @@ impl TrapContext {
     }
 
     /// Makes `count` pages from `first` in the stub what the tables say.
-    fn sync_pages(&self, first: Gva, count: u32) -> Result<(), PlatformError> {
+    fn sync_pages(
+        &self,
+        stub: &crate::StubProcess,
+        first: Gva,
+        count: u32,
+    ) -> Result<(), PlatformError> {
         // A run being built: start address, pages, and what they map.
         let mut run: Option<(u64, u64, Leaf)> = None;
         for i in 0..u64::from(count) {
             let va = first.raw() + i * PAGE_SIZE;
             let leaf = self.leaf(va)?;
             if let Leaf::Mapped { gpa, .. } = leaf {
-                if !self.mem.is_own(Gpa(gpa)) {
+                if !self.mem().is_own(Gpa(gpa)) {
                     return Err(PlatformError::msg(format!(
                         "page {va:#x} maps a shared window (frame {gpa:#x}): not supported on \
                          the trap platform yet"
@@ -148,33 +195,37 @@ impl TrapContext {
                 // zero there (no userfaultfd in the stub), so read it once through the
                 // holder's mapping, which the pager serves after a hibernation.
                 let mut b = [0u8; 1];
-                self.mem
+                self.mem()
                     .read(Gpa(gpa), &mut b)
                     .map_err(PlatformError::new)?;
             }
             run = match run {
                 Some((start, n, l)) if continues(l, leaf, n) => Some((start, n + 1, l)),
                 Some(done) => {
-                    self.apply(done)?;
+                    apply(stub, done)?;
                     Some((va, 1, leaf))
                 }
                 None => Some((va, 1, leaf)),
             };
         }
         if let Some(done) = run {
-            self.apply(done)?;
+            apply(stub, done)?;
         }
         Ok(())
     }
+}
 
-    fn apply(&self, (start, n, leaf): (u64, u64, Leaf)) -> Result<(), PlatformError> {
-        let len = n * PAGE_SIZE;
-        match leaf {
-            Leaf::Absent => self.stub.unmap(start, len),
-            Leaf::Mapped { gpa, prot } => self.stub.map(start, len, gpa, prot),
-        }
-        .map_err(PlatformError::new)
+/// Makes a run of pages in the stub what they map.
+fn apply(
+    stub: &crate::StubProcess,
+    (start, n, leaf): (u64, u64, Leaf),
+) -> Result<(), PlatformError> {
+    let len = n * PAGE_SIZE;
+    match leaf {
+        Leaf::Absent => stub.unmap(start, len),
+        Leaf::Mapped { gpa, prot } => stub.map(start, len, gpa, prot),
     }
+    .map_err(PlatformError::new)
 }
 
 /// Whether a run of `n` pages starting like `first` goes on with `next`.
@@ -195,15 +246,24 @@ fn has_error_code(vector: u8) -> bool {
 
 impl Context for TrapContext {
     fn user(&self) -> &UserContext {
-        self.thread.regs()
+        match &self.thread {
+            Some(t) => t.regs(),
+            None => &self.regs,
+        }
     }
 
     fn user_mut(&mut self) -> &mut UserContext {
-        self.thread.regs_mut()
+        match &mut self.thread {
+            Some(t) => t.regs_mut(),
+            None => &mut self.regs,
+        }
     }
 
     fn fpu(&self) -> Result<FpuState, PlatformError> {
-        let img = self.thread.fpu();
+        let Some(t) = &self.thread else {
+            return Ok(self.fpu.clone().unwrap_or_else(Self::init_fpu));
+        };
+        let img = t.fpu();
         let mut out = Box::new([0u8; FPU_STATE_SIZE]);
         let n = img.len().min(FPU_STATE_SIZE);
         out[..n].copy_from_slice(&img[..n]);
@@ -211,12 +271,23 @@ impl Context for TrapContext {
     }
 
     fn set_fpu(&mut self, state: &FpuState) -> Result<(), PlatformError> {
-        self.thread.set_fpu(&state[..]).map_err(PlatformError::new)
+        match &mut self.thread {
+            Some(t) => t.set_fpu(&state[..]).map_err(PlatformError::new),
+            None => {
+                self.fpu = Some(state.clone());
+                Ok(())
+            }
+        }
     }
 
     fn switch(&mut self) -> Result<Exit, PlatformError> {
         self.exits += 1;
-        Ok(match self.thread.switch().map_err(PlatformError::new)? {
+        if self.kick.early.swap(false, Ordering::SeqCst) {
+            self.thread().map_err(PlatformError::new)?;
+            return Ok(Exit::Interrupted);
+        }
+        let thread = self.thread().map_err(PlatformError::new)?;
+        Ok(match thread.switch().map_err(PlatformError::new)? {
             TrapExit::Syscall => Exit::Syscall,
             TrapExit::Interrupted => Exit::Interrupted,
             TrapExit::Fault {
@@ -240,8 +311,12 @@ impl Context for TrapContext {
         // Every thread of the stub shares its host address space: a mapping changed by the
         // mapper is seen by all of them once the command returns (the host kernel's own TLB
         // shootdown), so a restriction needs no kicks.
+        if changes.pages.is_empty() {
+            return Ok(());
+        }
+        let stub = self.space.stub().map_err(PlatformError::new)?;
         for run in &changes.pages {
-            self.sync_pages(run.first, run.count)?;
+            self.sync_pages(&stub, run.first, run.count)?;
         }
         Ok(())
     }

@@ -8,6 +8,8 @@
 //!   in it (its mapper thread runs the `mmap` calls); start threads.
 //! - [`StubThread`]: registers, FPU image, [`StubThread::switch`] (run until the next
 //!   [`TrapExit`]) and a kicker.
+//! - [`StubFactory`]: the stub factory process (forked before the holder confines itself)
+//!   that spawns stubs for any holder thread.
 //! - [`bench`](mod@bench): the bare mechanisms' costs (SIGSYS trap, futex hand-off, native getpid) and
 //!   the stub's round trip.
 //!
@@ -53,6 +55,7 @@
 
 pub mod bench;
 pub mod context;
+pub mod factory;
 pub mod filter;
 pub mod platform;
 pub mod space;
@@ -60,7 +63,8 @@ mod stub;
 pub mod sys;
 pub mod sysmsg;
 
-pub use crate::platform::TrapPlatform;
+pub use crate::platform::{start_factory, TrapPlatform};
+pub use factory::{FactoryOptions, StubFactory};
 pub use stub::{
     stub_syscall_instructions, StubProcess, StubThread, DEFAULT_SPIN, DEFAULT_STUB_SPIN,
 };

@@ -3,51 +3,91 @@
 //! process ([`crate::space::TrapSpace`]), each thread a stub thread
 //! ([`crate::context::TrapContext`]).
 //!
-//! Stubs are spawned from one long-lived thread of the holder (the spawner): a stub dies with
-//! the thread that spawned it (`PR_SET_PDEATHSIG`), and the kernel asks for new address
+//! Where stubs come from: in a holder, from the stub factory ([`start_factory`]), which the
+//! holder starts while it confines itself, once it is inside its Landlock domain (so that it
+//! may signal the stubs: kicks and kills) and before it installs its own seccomp filter (which
+//! a stub must not inherit: a filter's KILL outranks the stub's TRAP). Elsewhere (tests, an
+//! unconfined process), from one long-lived thread of the process (the spawner): a stub dies
+//! with the thread that spawned it (`PR_SET_PDEATHSIG`), and the kernel asks for new address
 //! spaces from task threads that end with their guest thread.
+//!
+//! A space's stub is spawned when its first thread first runs, not when the space is made:
+//! the first process's space is built before the holder confines itself.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use platform::{AddressSpace, CpuModel, GuestMemory, Platform, PlatformError};
 
 use crate::space::TrapSpace;
-use crate::{StubProcess, TrapError};
+use crate::{StubFactory, StubProcess, TrapError};
+
+/// Whether this process opened the trap platform.
+static OPENED: AtomicBool = AtomicBool::new(false);
+/// The stub factory, once started.
+static FACTORY: OnceLock<StubFactory> = OnceLock::new();
+
+/// Starts the stub factory if this process opened the trap platform (else does nothing):
+/// call it from the holder's main thread once the holder is inside its Landlock domain and
+/// has dropped its capabilities, before it installs its seccomp filter. Stubs spawned later
+/// come from it.
+///
+/// # Errors
+/// [`TrapError`] if the factory cannot start.
+pub fn start_factory() -> Result<(), TrapError> {
+    if !OPENED.load(Ordering::SeqCst) || FACTORY.get().is_some() {
+        return Ok(());
+    }
+    // No namespaces of its own: a holder inside its Landlock domain may not write the
+    // factory's uid_map, and without capabilities it may not make the other namespaces.
+    let f = StubFactory::start_with(crate::FactoryOptions {
+        namespaces: false,
+        ..crate::FactoryOptions::default()
+    })?;
+    let _ = FACTORY.set(f);
+    Ok(())
+}
 
 /// One request to the spawner thread: the guest memfd, and where to send the stub.
 type SpawnRequest = (OwnedFd, mpsc::Sender<Result<StubProcess, TrapError>>);
 
-/// The trap platform.
-pub struct TrapPlatform {
-    cpu: CpuModel,
-    spawner: Mutex<mpsc::Sender<SpawnRequest>>,
+/// Spawns stubs: through the factory if it runs, else from the spawner thread.
+#[derive(Default)]
+pub(crate) struct Spawner {
+    /// The spawner thread's queue, once started (started at its first use: a holder must
+    /// still be single-threaded after the platform is opened, to enter a mount namespace).
+    thread: Mutex<Option<mpsc::Sender<SpawnRequest>>>,
 }
 
-impl std::fmt::Debug for TrapPlatform {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TrapPlatform")
-            .field("cpu", &self.cpu)
-            .finish()
-    }
-}
-
-impl TrapPlatform {
-    /// The platform: checks that this host can run it (FSGSBASE for user space, XSAVE) and
-    /// starts the spawner thread.
-    ///
-    /// # Errors
-    /// [`TrapError::Unsupported`] on a host without what the stubs need; [`TrapError::Host`]
-    /// if the spawner thread cannot start.
-    pub fn new() -> Result<TrapPlatform, TrapError> {
-        if crate::sys::auxval(crate::sys::AT_HWCAP2) & crate::sys::HWCAP2_FSGSBASE == 0 {
-            return Err(TrapError::Unsupported(
-                "FSGSBASE is not enabled for user space",
-            ));
+impl Spawner {
+    /// A stub over `memory`.
+    pub(crate) fn spawn(&self, memory: &GuestMemory) -> Result<StubProcess, TrapError> {
+        let fd = memory
+            .backing_fd()
+            .ok_or(TrapError::Invalid("guest memory is not a memfd"))?;
+        if let Some(f) = FACTORY.get() {
+            return f.spawn(fd);
         }
-        crate::sys::xsave_size().ok_or(TrapError::Unsupported("no XSAVE"))?;
-        platform::kick::install_kick_handler();
+        let fd = fd.try_clone_to_owned().map_err(|source| TrapError::Host {
+            call: "dup of the guest memfd",
+            source,
+        })?;
+        let (tx, rx) = mpsc::channel();
+        self.queue()?
+            .send((fd, tx))
+            .map_err(|_| TrapError::Protocol("the stub spawner thread is gone"))?;
+        rx.recv()
+            .map_err(|_| TrapError::Protocol("the stub spawner thread is gone"))?
+    }
+
+    /// The spawner thread's queue, starting the thread the first time.
+    fn queue(&self) -> Result<mpsc::Sender<SpawnRequest>, TrapError> {
+        let mut g = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = &*g {
+            return Ok(tx.clone());
+        }
         let (tx, rx) = mpsc::channel::<SpawnRequest>();
         std::thread::Builder::new()
             .name("trap-spawner".into())
@@ -60,34 +100,47 @@ impl TrapPlatform {
                 call: "starting the stub spawner thread",
                 source,
             })?;
+        *g = Some(tx.clone());
+        Ok(tx)
+    }
+}
+
+/// The trap platform.
+pub struct TrapPlatform {
+    cpu: CpuModel,
+    spawner: Arc<Spawner>,
+}
+
+impl std::fmt::Debug for TrapPlatform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrapPlatform")
+            .field("cpu", &self.cpu)
+            .finish()
+    }
+}
+
+impl TrapPlatform {
+    /// The platform: checks that this host can run it (FSGSBASE for user space, XSAVE).
+    ///
+    /// # Errors
+    /// [`TrapError::Unsupported`] on a host without what the stubs need.
+    pub fn new() -> Result<TrapPlatform, TrapError> {
+        if crate::sys::auxval(crate::sys::AT_HWCAP2) & crate::sys::HWCAP2_FSGSBASE == 0 {
+            return Err(TrapError::Unsupported(
+                "FSGSBASE is not enabled for user space",
+            ));
+        }
+        crate::sys::xsave_size().ok_or(TrapError::Unsupported("no XSAVE"))?;
+        platform::kick::install_kick_handler();
+        OPENED.store(true, Ordering::SeqCst);
         Ok(TrapPlatform {
             cpu: CpuModel {
                 xcr0: crate::sys::xcr0(),
                 user_cs: 0x33,
                 user_ss: 0x2b,
             },
-            spawner: Mutex::new(tx),
+            spawner: Arc::default(),
         })
-    }
-
-    /// A stub over `memory`, spawned by the spawner thread.
-    fn spawn(&self, memory: &GuestMemory) -> Result<StubProcess, TrapError> {
-        let fd = memory
-            .backing_fd()
-            .ok_or(TrapError::Invalid("guest memory is not a memfd"))?
-            .try_clone_to_owned()
-            .map_err(|source| TrapError::Host {
-                call: "dup of the guest memfd",
-                source,
-            })?;
-        let (tx, rx) = mpsc::channel();
-        self.spawner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send((fd, tx))
-            .map_err(|_| TrapError::Protocol("the stub spawner thread is gone"))?;
-        rx.recv()
-            .map_err(|_| TrapError::Protocol("the stub spawner thread is gone"))?
     }
 }
 
@@ -116,7 +169,11 @@ impl Platform for TrapPlatform {
         &self,
         mem: Arc<GuestMemory>,
     ) -> Result<Arc<dyn AddressSpace>, PlatformError> {
-        let stub = self.spawn(&mem).map_err(PlatformError::new)?;
-        Ok(Arc::new(TrapSpace::new(stub, mem)))
+        if mem.backing_fd().is_none() {
+            return Err(PlatformError::msg(
+                "the trap platform needs guest memory backed by a memfd",
+            ));
+        }
+        Ok(Arc::new(TrapSpace::new(self.spawner.clone(), mem)))
     }
 }

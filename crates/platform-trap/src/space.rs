@@ -1,60 +1,78 @@
-//! A guest process on the trap platform: one stub process mapping pages of the guest memfd.
+//! A guest process on the trap platform: one stub process mapping pages of the guest memfd,
+//! spawned when the process's first thread first runs.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use platform::layout::USER_END;
 use platform::{AddressSpace, Context, Gpa, GuestMemory, PlatformError};
 
 use crate::context::TrapContext;
-use crate::StubProcess;
+use crate::platform::Spawner;
+use crate::{StubProcess, TrapError};
 
 /// One guest process: its stub and its memory.
 pub struct TrapSpace {
-    stub: Arc<StubProcess>,
-    mem: Arc<GuestMemory>,
+    inner: Arc<SpaceInner>,
+}
+
+/// What the space's contexts share with it.
+pub(crate) struct SpaceInner {
+    spawner: Arc<Spawner>,
+    pub(crate) mem: Arc<GuestMemory>,
+    stub: Mutex<Option<Arc<StubProcess>>>,
     next_index: AtomicUsize,
 }
 
-impl TrapSpace {
-    /// The space of `stub`, which maps pages of `mem`.
-    pub fn new(stub: StubProcess, mem: Arc<GuestMemory>) -> TrapSpace {
-        TrapSpace {
-            stub: Arc::new(stub),
-            mem,
-            next_index: AtomicUsize::new(0),
+impl SpaceInner {
+    /// The stub, spawned the first time.
+    pub(crate) fn stub(&self) -> Result<Arc<StubProcess>, TrapError> {
+        let mut g = self.stub.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = &*g {
+            return Ok(s.clone());
         }
+        let s = Arc::new(self.spawner.spawn(&self.mem)?);
+        *g = Some(s.clone());
+        Ok(s)
     }
 
-    /// The stub process.
-    pub fn stub(&self) -> &Arc<StubProcess> {
-        &self.stub
+    /// The stub if it was spawned.
+    fn spawned(&self) -> Option<Arc<StubProcess>> {
+        self.stub.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl TrapSpace {
+    /// A space over `mem`, whose stub `spawner` makes.
+    pub(crate) fn new(spawner: Arc<Spawner>, mem: Arc<GuestMemory>) -> TrapSpace {
+        TrapSpace {
+            inner: Arc::new(SpaceInner {
+                spawner,
+                mem,
+                stub: Mutex::new(None),
+                next_index: AtomicUsize::new(0),
+            }),
+        }
     }
 }
 
 impl AddressSpace for TrapSpace {
     fn memory(&self) -> &Arc<GuestMemory> {
-        &self.mem
+        &self.inner.mem
     }
 
     fn new_context(&self, root: Gpa) -> Result<Box<dyn Context>, PlatformError> {
-        let thread = self.stub.new_thread().map_err(PlatformError::new)?;
-        let index = self.next_index.fetch_add(1, Ordering::Relaxed);
-        Ok(Box::new(TrapContext::new(
-            thread,
-            self.stub.clone(),
-            self.mem.clone(),
-            root,
-            index,
-        )))
+        let index = self.inner.next_index.fetch_add(1, Ordering::Relaxed);
+        Ok(Box::new(TrapContext::new(self.inner.clone(), root, index)))
     }
 
     /// Unmaps every page of the application in the stub: afterwards only the holder's
     /// mapping of the memory (which the userfaultfd serves) reaches a page, and each first
     /// touch faults and is mapped again by a commit.
     fn evict_all(&self) -> Result<(), PlatformError> {
-        self.stub
-            .unmap(0, USER_END.raw())
-            .map_err(PlatformError::new)
+        match self.inner.spawned() {
+            Some(stub) => stub.unmap(0, USER_END.raw()).map_err(PlatformError::new),
+            None => Ok(()),
+        }
     }
 }

@@ -2,9 +2,17 @@
 //! threads and one `switch`.
 //!
 //! # Spawning
-//! [`StubProcess::spawn`] prepares everything before `clone3` (control memfd with the command
-//! page and both seccomp programs, signal actions, masks), then the child, with raw system
-//! calls only (the holder is multi-threaded: no allocation, no libc state, no locks):
+//! In two halves, so that the stub factory ([`crate::factory`]) can run the first and the
+//! holder the second: [`StubTemplate::new`] checks the host and prepares everything that does
+//! not depend on the guest memory (both seccomp programs' page images, signal actions and
+//! masks, glibc's rseq registration of the calling thread); `spawn_parts` then, allocation-free
+//! (it may run in a process forked from a multi-threaded one), creates the control memfd (command
+//! page, filters) and the reply eventfd and forks the stub with `clone3` (`CLONE_PIDFD`, exit
+//! signal 0; with `CLONE_PARENT` from the factory, so that the holder is the stub's parent);
+//! [`StubProcess::from_parts`] maps the control memfd in the holder and waits for the stub's
+//! ready report. [`StubProcess::spawn`] runs all three in the calling thread.
+//!
+//! The child, with raw system calls only (no allocation, no libc state, no locks):
 //! `PR_SET_PDEATHSIG(SIGKILL)` (then checks its parent is still the holder),
 //! `PR_SET_NO_NEW_PRIVS`, `RLIMIT_CORE = 0`, unregisters glibc's rseq area and robust list
 //! (both in memory about to vanish), disables the inherited alternate stack, resets every
@@ -14,13 +22,11 @@
 //! the guest memfd to fd 4 and the reply eventfd to fd 5 and closes every other descriptor,
 //! copies the stub code into a temporary anonymous mapping and jumps there. The stub code ([`asm`]) then unmaps
 //! everything else, rebuilds its region at [`STUB_BASE`], installs the base filter and
-//! reports ready. A set-up failure kills the child; [`StubProcess::spawn`] reports it.
+//! reports ready. A set-up failure kills the child; [`StubProcess::from_parts`] reports it.
 //!
-//! TODO(T8, design §3.1 "factory"): stubs are forked from a factory process living in its own
-//! user, PID, network, IPC and mount namespaces with low rlimits (NOFILE, NPROC), so that a
-//! stub has no capability and no view of the host; and the factory, not the spawning holder
-//! thread, is the parent (`PR_SET_PDEATHSIG` fires when the *thread* that spawned the stub
-//! exits: today the stub must be spawned from a thread that outlives it).
+//! `PR_SET_PDEATHSIG` fires when the parent *thread* exits: a stub from
+//! [`StubProcess::spawn`] dies with the thread that spawned it, and inherits that thread's
+//! seccomp filters. The runtime uses [`crate::factory::StubFactory`] instead (design §3.1).
 //!
 //! # Waiting
 //! Every wait of the holder on a sysmsg state word is a `FUTEX_WAIT` with a 50 ms timeout in
@@ -243,8 +249,18 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // SIGKILL, then reap (the stub's exit signal is 0: only this waitid sees it).
+        // SIGKILL, wait for the exit through the pidfd, then reap if this process is the
+        // parent and reaps its children itself (the stub's exit signal is 0: only this waitid
+        // sees it). A blocking waitid would never return where SIGCHLD is ignored (children
+        // are reaped by the kernel) and other children live on.
         let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL, 0);
+        if !sys::pidfd_wait(self.pidfd.as_fd(), Duration::from_secs(5)) {
+            tracing::warn!(
+                pid = self.pid,
+                "trap: a killed stub did not exit within 5 s"
+            );
+            return;
+        }
         // SAFETY: a zeroed siginfo for waitid to fill.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: valid pidfd and siginfo.
@@ -253,7 +269,7 @@ impl Drop for Shared {
                 libc::P_PIDFD,
                 self.pidfd.as_raw_fd() as libc::id_t,
                 &mut info,
-                libc::WEXITED | libc::__WALL,
+                libc::WEXITED | libc::__WALL | libc::WNOHANG,
             )
         };
     }
@@ -290,24 +306,24 @@ struct ChildPlan {
 /// The kernel's `struct sigaction` (x86-64).
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct KSigaction {
-    handler: u64,
-    flags: u64,
-    restorer: u64,
-    mask: u64,
+pub(crate) struct KSigaction {
+    pub(crate) handler: u64,
+    pub(crate) flags: u64,
+    pub(crate) restorer: u64,
+    pub(crate) mask: u64,
 }
 
 /// The kernel's `struct clone_args` (version 0).
 #[repr(C)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
+pub(crate) struct CloneArgs {
+    pub(crate) flags: u64,
+    pub(crate) pidfd: u64,
+    pub(crate) child_tid: u64,
+    pub(crate) parent_tid: u64,
+    pub(crate) exit_signal: u64,
+    pub(crate) stack: u64,
+    pub(crate) stack_size: u64,
+    pub(crate) tls: u64,
 }
 
 const SA_RESTORER: u64 = 0x0400_0000;
@@ -740,8 +756,8 @@ pub(crate) fn spawn_parts(
     if r < 0 {
         return Err(SpawnError::last(5));
     }
-    let ctrl = Mapping::shared(ctrl_fd.as_fd(), CTRL_FD_SIZE as usize)
-        .map_err(|_| SpawnError::last(2))?;
+    let ctrl =
+        Mapping::shared(ctrl_fd.as_fd(), CTRL_FD_SIZE as usize).map_err(|_| SpawnError::last(2))?;
     ctrl.write_u64(CTRL_FD_CMD + CMD_XSAVE_SIZE, t.xsave_size as u64);
     ctrl.write_u64(CTRL_FD_CMD + CMD_STUB_SPIN, DEFAULT_STUB_SPIN);
     ctrl.write_u64(CTRL_FD_CMD + CMD_DONE_OK, 1);

@@ -170,6 +170,10 @@ pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> 
             return Err(std::io::Error::last_os_error()).context("PR_SET_DUMPABLE");
         }
     }
+    // The trap platform's stub factory: inside the Landlock domain and without capabilities
+    // (so are the stubs it makes, which the holder may then kick), but without the holder's
+    // seccomp filter (whose KILL would outrank a stub's TRAP).
+    platform_trap::start_factory().context("starting the trap platform's stub factory")?;
     if mode == Mode::Off {
         tracing::warn!("TORPOR_SECCOMP=off: the runtime runs without its seccomp filter");
         mark_confined(Some(mode));

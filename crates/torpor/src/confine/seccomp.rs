@@ -228,8 +228,10 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_getsockopt,
     // Hibernation: userfaultfd (ioctls above).
     libc::SYS_userfaultfd,
-    // pidfds of the runtime's own children are not used, but glibc's posix_spawn may be.
+    // pidfds of the runtime's own children are not used, but glibc's posix_spawn may be;
+    // the trap platform's stub processes are driven and ended through theirs.
     libc::SYS_pidfd_open,
+    libc::SYS_pidfd_send_signal,
 ];
 
 /// The address families `socket(2)` may create.

@@ -1,0 +1,451 @@
+//! The stub factory against real processes: started while other threads of the test process
+//! run (and allocate), stubs spawned from several threads, surviving their requesting thread,
+//! free of the holder's later seccomp filters, and working on after the factory's death. The
+//! binary's allocator kills any forked process that allocates (see [`NoAllocAfterFork`]).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use platform_trap::sys::{self, Mapping};
+use platform_trap::{FactoryOptions, StubFactory, StubProcess, StubThread, TrapError, TrapExit};
+
+/// The allocator of this test binary: the system's, except that a process other than the
+/// one that allocated first (the factory, forked from this multi-threaded process) dies at its
+/// first allocation (exit 99), which every test here would notice as a failed start or spawn.
+/// The factory must not allocate: a lock another thread held at the fork would deadlock it.
+struct NoAllocAfterFork;
+
+static FIRST_PID: AtomicI32 = AtomicI32::new(0);
+
+impl NoAllocAfterFork {
+    fn check() {
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        match FIRST_PID.compare_exchange(0, pid, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => {}
+            Err(first) if first == pid => {}
+            // SAFETY: ends this (forked) process at once.
+            Err(_) => unsafe { libc::_exit(99) },
+        }
+    }
+}
+
+// SAFETY: forwards to the system allocator, which upholds `GlobalAlloc`'s contract.
+unsafe impl GlobalAlloc for NoAllocAfterFork {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        Self::check();
+        // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        Self::check();
+        // SAFETY: `ptr` came from `alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: NoAllocAfterFork = NoAllocAfterFork;
+
+/// Guest code address.
+const CODE: u64 = 0x40_0000;
+/// Guest stack/data page address and its memfd offset.
+const DATA: u64 = 0x60_0000;
+const DATA_OFF: u64 = 0x10_0000;
+const MEM_SIZE: u64 = 16 << 20;
+
+/// `write(1, "hi\n", 3); exit_group(7)` as raw bytes (as in tests/stub.rs).
+const WRITE_EXIT: [u8; 41] = [
+    0xb8, 0x01, 0x00, 0x00, 0x00, // mov eax, 1
+    0xbf, 0x01, 0x00, 0x00, 0x00, // mov edi, 1
+    0x48, 0x8d, 0x35, 0x15, 0x00, 0x00, 0x00, // lea rsi, [rip + 21] (msg)
+    0xba, 0x03, 0x00, 0x00, 0x00, // mov edx, 3
+    0x0f, 0x05, // syscall
+    0xbf, 0x07, 0x00, 0x00, 0x00, // mov edi, 7
+    0xb8, 0xe7, 0x00, 0x00, 0x00, // mov eax, 231
+    0x0f, 0x05, // syscall
+    0x0f, 0x0b, // ud2
+    b'h', b'i', b'\n', // msg
+];
+
+/// `uname(DATA); exit_group(rax)` as raw bytes.
+const UNAME_EXIT: [u8; 21] = [
+    0xb8, 0x3f, 0x00, 0x00, 0x00, // mov eax, 63
+    0xbf, 0x00, 0x00, 0x60, 0x00, // mov edi, 0x600000
+    0x0f, 0x05, // syscall
+    0x89, 0xc7, // mov edi, eax
+    0xb8, 0xe7, 0x00, 0x00, 0x00, // mov eax, 231
+    0x0f, 0x05, // syscall
+];
+
+/// Guest memory holding `code` at offset 0.
+fn guest_memory(code: &[u8]) -> (OwnedFd, Mapping) {
+    let mem = sys::memfd("torpor-test-mem", MEM_SIZE).unwrap();
+    sys::write_fd(&mem, 0, code).unwrap();
+    let view = Mapping::shared(mem.as_fd(), MEM_SIZE as usize).unwrap();
+    (mem, view)
+}
+
+/// Maps the code and data pages of a guest into `stub` and starts a thread at [`CODE`].
+fn guest_thread(stub: &StubProcess, code_len: usize) -> StubThread {
+    let len = (code_len as u64).next_multiple_of(4096);
+    stub.map(CODE, len, 0, libc::PROT_READ | libc::PROT_EXEC)
+        .unwrap();
+    stub.map(DATA, 4096, DATA_OFF, libc::PROT_READ | libc::PROT_WRITE)
+        .unwrap();
+    let mut t = stub.new_thread().unwrap();
+    t.regs_mut().regs.rip = CODE;
+    t.regs_mut().regs.rsp = DATA + 4096;
+    t
+}
+
+/// Runs [`WRITE_EXIT`] in `t` (already mapped) to its `exit_group`.
+fn run_write_exit(t: &mut StubThread, view: &Mapping) {
+    assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
+    let r = t.regs().regs;
+    assert_eq!((r.rax, r.rdi, r.rdx), (1, 1, 3));
+    assert_eq!(r.rip, CODE + 24, "rip after the syscall instruction");
+    let mut buf = [0u8; 3];
+    view.read_bytes(r.rsi - CODE, &mut buf);
+    assert_eq!(&buf, b"hi\n");
+    t.regs_mut().regs.rax = 3;
+    assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
+    assert_eq!((t.regs().regs.rax, t.regs().regs.rdi), (231, 7));
+}
+
+/// A whole guest: memory, stub from the factory, [`WRITE_EXIT`] run to its end.
+fn spawn_and_run(factory: &StubFactory) -> i32 {
+    let (mem, view) = guest_memory(&WRITE_EXIT);
+    let stub = factory.spawn(mem.as_fd()).unwrap();
+    let mut t = guest_thread(&stub, WRITE_EXIT.len());
+    run_write_exit(&mut t, &view);
+    stub.pid()
+}
+
+/// The value of `field` in /proc/PID/status.
+fn status_field(pid: i32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
+        .trim()
+        .to_string()
+}
+
+fn ns(pid: &str, kind: &str) -> std::path::PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/ns/{kind}")).unwrap()
+}
+
+/// Threads that allocate and free memory (and take a lock) in a loop until dropped: a fork
+/// while one of them holds malloc's lock would deadlock a child that allocates.
+struct Busy {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    fn start(n: usize) -> Busy {
+        let stop = Arc::new(AtomicBool::new(false));
+        let lock = Arc::new(std::sync::Mutex::new(Vec::<Box<[u8]>>::new()));
+        let threads = (0..n)
+            .map(|i| {
+                let (stop, lock) = (Arc::clone(&stop), Arc::clone(&lock));
+                std::thread::spawn(move || {
+                    let mut k = 0usize;
+                    while !stop.load(Ordering::Relaxed) {
+                        let v: Vec<Box<[u8]>> = (0..64)
+                            .map(|j| vec![i as u8; 16 + (j * 37 + k) % 4000].into())
+                            .collect();
+                        let mut held = lock.lock().unwrap();
+                        held.extend(v);
+                        if held.len() > 1024 {
+                            held.clear();
+                        }
+                        k = k.wrapping_add(1);
+                    }
+                })
+            })
+            .collect();
+        Busy { stop, threads }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            t.join().unwrap();
+        }
+    }
+}
+
+#[test]
+fn start_with_threads_running_and_spawn_from_many_threads() {
+    let busy = Busy::start(3);
+    // Several factories forked while the other threads allocate: none may deadlock.
+    let factories: Vec<StubFactory> = (0..6).map(|_| StubFactory::start().unwrap()).collect();
+    let factory = Arc::new(factories.into_iter().next_back().unwrap());
+    let stubs: Vec<i32> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let f = Arc::clone(&factory);
+                s.spawn(move || (0..3).map(|_| spawn_and_run(&f)).collect::<Vec<_>>())
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    drop(busy);
+    assert_eq!(stubs.len(), 12);
+    assert!(factory.is_alive());
+}
+
+#[test]
+fn factory_stubs_are_confined_and_children_of_the_holder() {
+    let factory = StubFactory::start().unwrap();
+    let fpid = factory.pid().to_string();
+    let me = std::process::id().to_string();
+    // The factory: the holder's child, in its own namespaces, without capabilities.
+    assert_eq!(status_field(factory.pid(), "PPid"), me);
+    for kind in ["user", "net", "ipc", "uts", "mnt"] {
+        assert_ne!(ns(&fpid, kind), ns("self", kind), "{kind} namespace");
+    }
+    assert_eq!(status_field(factory.pid(), "CapEff"), "0000000000000000");
+    assert_eq!(status_field(factory.pid(), "NoNewPrivs"), "1");
+    let fds = std::fs::read_dir(format!("/proc/{fpid}/fd"))
+        .unwrap()
+        .count();
+    assert_eq!(fds, 1, "the factory keeps only its socket");
+
+    let (mem, view) = guest_memory(&WRITE_EXIT);
+    let stub = factory.spawn(mem.as_fd()).unwrap();
+    let pid = stub.pid();
+    // The stub: made by the factory (its namespaces), handed to the holder (its parent).
+    assert_eq!(status_field(pid, "PPid"), me);
+    for kind in ["user", "net", "ipc", "uts", "mnt"] {
+        assert_eq!(
+            ns(&pid.to_string(), kind),
+            ns(&fpid, kind),
+            "{kind} namespace"
+        );
+    }
+    for caps in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(status_field(pid, caps), "0000000000000000", "{caps}");
+    }
+    assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+    assert_eq!(status_field(pid, "Seccomp"), "2");
+    // Only its own filter: nothing of the test process's.
+    assert_eq!(status_field(pid, "Seccomp_filters"), "1");
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let nofile = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    assert_eq!(
+        nofile.split_whitespace().collect::<Vec<_>>()[3..5],
+        ["32", "32"]
+    );
+    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    fds.sort();
+    assert_eq!(fds, ["3", "4", "5"]);
+    // The factory keeps nothing of it (it closes its copies just after its reply).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while std::fs::read_dir(format!("/proc/{fpid}/fd"))
+        .unwrap()
+        .count()
+        != 1
+    {
+        assert!(Instant::now() < deadline, "the factory keeps descriptors");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut t = guest_thread(&stub, WRITE_EXIT.len());
+    run_write_exit(&mut t, &view);
+    // Dropping the stub kills and reaps it (the holder is its parent).
+    drop(t);
+    drop(stub);
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+}
+
+#[test]
+fn without_namespaces() {
+    let factory = StubFactory::start_with(FactoryOptions {
+        namespaces: false,
+        nofile: 16,
+    })
+    .unwrap();
+    let fpid = factory.pid().to_string();
+    assert_eq!(ns(&fpid, "user"), ns("self", "user"));
+    let pid = spawn_and_run(&factory);
+    assert!(pid > 0);
+    assert!(matches!(
+        StubFactory::start_with(FactoryOptions {
+            namespaces: false,
+            nofile: 8,
+        }),
+        Err(TrapError::Invalid(_))
+    ));
+}
+
+#[test]
+fn stub_outlives_the_thread_that_asked_for_it() {
+    let factory = StubFactory::start().unwrap();
+    let (mem, view) = guest_memory(&WRITE_EXIT);
+    let stub = std::thread::scope(|s| {
+        s.spawn(|| factory.spawn(mem.as_fd()).unwrap())
+            .join()
+            .unwrap()
+    });
+    // The requesting thread is gone; a parent-death signal tied to it would have fired.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(stub.is_alive());
+    let mut t = guest_thread(&stub, WRITE_EXIT.len());
+    run_write_exit(&mut t, &view);
+
+    // For contrast: a stub forked directly by a short-lived thread dies with it.
+    let direct = std::thread::spawn(|| {
+        let mem = sys::memfd("torpor-test-mem", MEM_SIZE).unwrap();
+        StubProcess::spawn(mem.as_fd()).unwrap()
+    })
+    .join()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while direct.is_alive() {
+        assert!(Instant::now() < deadline, "direct stub outlived its thread");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Installs, in the calling thread only, a filter that kills the process on `uname` (as the
+/// holder's allowlist kills on anything it does not list).
+fn kill_on_uname() {
+    let prog = [
+        // A = seccomp_data.nr
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_uname as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0x8000_0000, // SECCOMP_RET_KILL_PROCESS
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0x7fff_0000, // SECCOMP_RET_ALLOW
+        },
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: prctl with a valid program; affects only this thread (no TSYNC).
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &fprog as *const libc::sock_fprog,
+            ),
+            0
+        );
+    }
+}
+
+#[test]
+fn holder_filter_installed_later_does_not_reach_factory_stubs() {
+    let factory = StubFactory::start().unwrap();
+    // A dedicated thread confines itself (as the holder does once the sandbox is set up):
+    // its later `uname` would kill the process. (ERRNO would prove nothing: TRAP outranks it.)
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            kill_on_uname();
+            // From the factory: the guest's uname traps to the holder.
+            let (mem, _view) = guest_memory(&UNAME_EXIT);
+            let stub = factory.spawn(mem.as_fd()).unwrap();
+            assert_eq!(status_field(stub.pid(), "Seccomp_filters"), "1");
+            let mut t = guest_thread(&stub, UNAME_EXIT.len());
+            assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
+            assert_eq!(t.regs().regs.rax, 63, "uname trapped");
+            assert_eq!(t.regs().regs.rdi, DATA);
+            t.regs_mut().regs.rax = 0;
+            assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
+            assert_eq!((t.regs().regs.rax, t.regs().regs.rdi), (231, 0));
+
+            // For contrast: a stub forked by this thread inherits the filter and dies.
+            let (mem, _view) = guest_memory(&UNAME_EXIT);
+            let direct = StubProcess::spawn(mem.as_fd()).unwrap();
+            assert_eq!(status_field(direct.pid(), "Seccomp_filters"), "2");
+            let mut t = guest_thread(&direct, UNAME_EXIT.len());
+            assert!(matches!(t.switch(), Err(TrapError::StubDied)));
+        })
+        .join()
+        .unwrap();
+    });
+}
+
+#[test]
+fn dead_factory_fails_spawn_and_stubs_live_on() {
+    let factory = StubFactory::start().unwrap();
+    let (mem, view) = guest_memory(&WRITE_EXIT);
+    let stub = factory.spawn(mem.as_fd()).unwrap();
+    let mut t = guest_thread(&stub, WRITE_EXIT.len());
+    assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
+
+    // SAFETY: signalling our own child (not reaped until the factory is dropped).
+    assert_eq!(unsafe { libc::kill(factory.pid(), libc::SIGKILL) }, 0);
+    let start = Instant::now();
+    let (mem2, _view2) = guest_memory(&WRITE_EXIT);
+    let err = factory.spawn(mem2.as_fd()).err();
+    assert!(matches!(err, Some(TrapError::StubDied)), "{err:?}");
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(!factory.is_alive());
+    assert!(matches!(
+        factory.spawn(mem2.as_fd()),
+        Err(TrapError::StubDied)
+    ));
+    drop(factory);
+
+    // The existing stub goes on: its thread, its mapper, new threads.
+    assert!(stub.is_alive());
+    t.regs_mut().regs.rax = 3;
+    assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
+    assert_eq!((t.regs().regs.rax, t.regs().regs.rdi), (231, 7));
+    let mut t2 = stub.new_thread().unwrap();
+    t2.regs_mut().regs.rip = CODE;
+    t2.regs_mut().regs.rsp = DATA + 4096;
+    run_write_exit(&mut t2, &view);
+}
+
+#[test]
+fn dropping_the_factory_keeps_its_stubs() {
+    let factory = StubFactory::start().unwrap();
+    let (mem, view) = guest_memory(&WRITE_EXIT);
+    let stub = factory.spawn(mem.as_fd()).unwrap();
+    let fpid = factory.pid();
+    drop(factory);
+    assert!(!std::path::Path::new(&format!("/proc/{fpid}")).exists());
+    let mut t = guest_thread(&stub, WRITE_EXIT.len());
+    run_write_exit(&mut t, &view);
+}
