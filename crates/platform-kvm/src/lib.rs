@@ -49,6 +49,8 @@ impl KvmPlatform {
             cpu: CpuModel {
                 // x87, SSE and AVX (set by every vCPU, see `Vcpu::new`).
                 xcr0: 7,
+                // Up to the end of the AVX upper halves.
+                xsave_size: 832,
                 user_cs: platform::layout::USER_CS,
                 user_ss: platform::layout::USER_SS,
             },

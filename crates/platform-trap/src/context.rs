@@ -76,6 +76,16 @@ enum Leaf {
     Mapped { gpa: u64, prot: i32 },
 }
 
+impl Leaf {
+    /// The leaf if it maps a frame `keep` accepts, else `Absent`.
+    fn filter(self, keep: impl Fn(u64) -> bool) -> Leaf {
+        match self {
+            Leaf::Mapped { gpa, .. } if keep(gpa) => self,
+            _ => Leaf::Absent,
+        }
+    }
+}
+
 impl TrapContext {
     pub(crate) fn new(space: Arc<SpaceInner>, root: Gpa, index: usize) -> TrapContext {
         TrapContext {
@@ -184,16 +194,11 @@ impl TrapContext {
         for i in 0..u64::from(count) {
             let va = first.raw() + i * PAGE_SIZE;
             let leaf = self.leaf(va)?;
-            if let Leaf::Mapped { gpa, .. } = leaf {
-                if !self.mem().is_own(Gpa(gpa)) {
-                    return Err(PlatformError::msg(format!(
-                        "page {va:#x} maps a shared window (frame {gpa:#x}): not supported on \
-                         the trap platform yet"
-                    )));
-                }
+            if let Leaf::Mapped { gpa, .. } = leaf.filter(|g| self.mem().is_own(Gpa(g))) {
                 // The page must be in the memfd before the stub maps it: a hole would read as
                 // zero there (no userfaultfd in the stub), so read it once through the
-                // holder's mapping, which the pager serves after a hibernation.
+                // holder's mapping, which the pager serves after a hibernation. (A window's
+                // pages are its file's.)
                 let mut b = [0u8; 1];
                 self.mem()
                     .read(Gpa(gpa), &mut b)
@@ -202,30 +207,41 @@ impl TrapContext {
             run = match run {
                 Some((start, n, l)) if continues(l, leaf, n) => Some((start, n + 1, l)),
                 Some(done) => {
-                    apply(stub, done)?;
+                    self.apply(stub, done)?;
                     Some((va, 1, leaf))
                 }
                 None => Some((va, 1, leaf)),
             };
         }
         if let Some(done) = run {
-            apply(stub, done)?;
+            self.apply(stub, done)?;
         }
         Ok(())
     }
-}
 
-/// Makes a run of pages in the stub what they map.
-fn apply(
-    stub: &crate::StubProcess,
-    (start, n, leaf): (u64, u64, Leaf),
-) -> Result<(), PlatformError> {
-    let len = n * PAGE_SIZE;
-    match leaf {
-        Leaf::Absent => stub.unmap(start, len),
-        Leaf::Mapped { gpa, prot } => stub.map(start, len, gpa, prot),
+    /// Makes a run of pages in the stub what they map: the guest memfd's pages, or a shared
+    /// window's file (attached to the stub the first time).
+    fn apply(
+        &self,
+        stub: &crate::StubProcess,
+        (start, n, leaf): (u64, u64, Leaf),
+    ) -> Result<(), PlatformError> {
+        let len = n * PAGE_SIZE;
+        match leaf {
+            Leaf::Absent => stub.unmap(start, len),
+            Leaf::Mapped { gpa, prot } if self.mem().is_own(Gpa(gpa)) => {
+                stub.map(start, len, gpa, prot)
+            }
+            Leaf::Mapped { gpa, prot } => {
+                let (slot, file_offset) = self
+                    .space
+                    .window_at(stub, Gpa(gpa), len)
+                    .map_err(PlatformError::new)?;
+                stub.map_window(slot, start, len, file_offset, prot)
+            }
+        }
+        .map_err(PlatformError::new)
     }
-    .map_err(PlatformError::new)
 }
 
 /// Whether a run of `n` pages starting like `first` goes on with `next`.

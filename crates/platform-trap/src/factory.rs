@@ -27,7 +27,8 @@
 //! One request carries the guest memfd (`SCM_RIGHTS`); the factory forks the stub exactly as
 //! [`StubProcess::spawn`] does (the same `spawn_parts`), but with `CLONE_PARENT`: the stub's
 //! parent is the factory's parent, the holder. It replies with the stub's pid, the xsave
-//! size and three descriptors (the stub's pidfd, the control memfd, the reply eventfd), then
+//! size and three descriptors (the stub's pidfd, the control memfd, the holder's end of the
+//! reply socketpair, through which the holder later sends the stub its shared windows), then
 //! closes its copies: it keeps nothing of a stub. The holder maps the control memfd itself
 //! and waits for the stub's ready report ([`StubProcess`]'s own set-up checks run there).
 //!
@@ -70,6 +71,7 @@ use std::time::{Duration, Instant};
 
 use crate::stub::{spawn_parts, CloneArgs, KSigaction, StubParts, StubTemplate, SPAWN_CALLS};
 use crate::sys::{self, raw};
+use crate::sysmsg::STUB_NOFILE;
 use crate::{StubProcess, TrapError};
 
 /// How the factory confines itself (and so its stubs).
@@ -79,7 +81,10 @@ pub struct FactoryOptions {
     /// [`StubFactory::start_with`] fails with [`TrapError::Setup`] without them).
     pub namespaces: bool,
     /// `RLIMIT_NOFILE` of the factory and its stubs (at least 16: a stub's set-up moves its
-    /// descriptors through fds 10-12).
+    /// descriptors through fds 10-12). Default [`STUB_NOFILE`] (1024): a stub's shared-window
+    /// slots are descriptors 64..1024 (480 read-only, 480 writable); with a lower limit, only
+    /// the slots below it can be attached ([`TrapError::TooManyWindows`] beyond). A stub
+    /// lowers a higher limit to [`STUB_NOFILE`].
     pub nofile: u64,
 }
 
@@ -87,7 +92,7 @@ impl Default for FactoryOptions {
     fn default() -> FactoryOptions {
         FactoryOptions {
             namespaces: true,
-            nofile: 32,
+            nofile: STUB_NOFILE,
         }
     }
 }
@@ -134,7 +139,7 @@ const FACTORY_CALLS: [&str; SPAWN_CALLS.len()] = [
     "stub factory: memfd_create",
     "stub factory: ftruncate",
     "stub factory: mmap",
-    "stub factory: eventfd",
+    "stub factory: socketpair",
     "stub factory: clone3",
     "stub factory: fcntl(F_ADD_SEALS)",
 ];
@@ -493,7 +498,7 @@ impl StubFactory {
                 }
                 _ => return Err(TrapError::Protocol("stub factory reply step")),
             }
-            let [Some(pidfd), Some(ctrl_fd), Some(reply_efd), None] = fds else {
+            let [Some(pidfd), Some(ctrl_fd), Some(reply_sock), None] = fds else {
                 return Err(TrapError::Protocol("stub factory reply descriptors"));
             };
             if nfds != 3 || reply.pid <= 0 || reply.xsave_size != self.template.xsave_size as u64 {
@@ -503,7 +508,7 @@ impl StubFactory {
                 pid: reply.pid,
                 pidfd,
                 ctrl_fd,
-                reply_efd,
+                reply_sock,
             }
         };
         StubProcess::from_parts(parts, &self.template)
@@ -855,7 +860,7 @@ fn serve(p: &FactoryPlan<'_>, sock: BorrowedFd<'_>) -> ! {
                     &[
                         parts.pidfd.as_raw_fd(),
                         parts.ctrl_fd.as_raw_fd(),
-                        parts.reply_efd.as_raw_fd(),
+                        parts.reply_sock.as_raw_fd(),
                     ],
                 )
                 // `parts` drops here: the factory keeps nothing of the stub.

@@ -5,7 +5,13 @@
 //!   stub's own calls, each only from the address after its own `syscall` instruction in the stub
 //!   code and with its fixed arguments, and traps (`SECCOMP_RET_TRAP`, SIGSYS) everything else.
 //!   Sites: the mapper's `futex` wait, `mmap`, `munmap`, `mprotect`, `clone` and completion
-//!   `write`; a new thread's `sigaltstack` and `seccomp`; the handler's.
+//!   `write`; its shared-window calls (below); a new thread's `sigaltstack` and `seccomp`; the
+//!   handler's.
+//! - Shared windows (the mapper's own sites): `recvmsg` only on [`REPLY_FD`] into the reply
+//!   page's fixed message header with `MSG_DONTWAIT`; `dup3` only of [`RECV_FD`] to a window
+//!   slot descriptor (`WINDOW_FD_BASE..WINDOW_FD_END`), flags 0; `close` of [`RECV_FD`] (one
+//!   site) or of a window slot (another); the window `mmap` only `MAP_SHARED|MAP_FIXED` below
+//!   `USER_END` of a writable slot, or of a read-only slot without `PROT_WRITE`.
 //! - The **application filter** (stacked by each application thread before it first runs
 //!   application code): traps everything except the handler's `futex` (WAIT/WAKE),
 //!   `rt_sigreturn` and `exit`, from the handler's sites only.
@@ -13,11 +19,19 @@
 //! Application code may jump to the stub's `syscall` instructions with its own registers; it
 //! then gets at most a futex call, a sigreturn or the exit of its own thread. The mapper's
 //! `mmap`/`munmap`/`mprotect`/`clone` are reachable only by the mapper thread (the application
-//! filter traps them), and `mmap` only with `MAP_SHARED|MAP_FIXED` of the guest memfd below
-//! `USER_END`.
+//! filter traps them), and `mmap` only with `MAP_SHARED|MAP_FIXED` of the guest memfd or a window slot
+//! below `USER_END`.
+//!
+//! A read-only slot's descriptor may still be a writable open file: the filter sees the `mmap`
+//! only, not a later `mprotect` of the mapping, which the kernel allows for a shared mapping of
+//! a writable file. The holder therefore attaches read-only windows through a read-only open
+//! file when it can (see [`crate::StubProcess::attach_window`]).
 
 use crate::stub::asm::Meta;
-use crate::sysmsg::{CODE_ADDR, MEM_FD, REPLY_FD, THREAD_CLONE_FLAGS, USER_END};
+use crate::sysmsg::{
+    CODE_ADDR, MEM_FD, RECV_FD, RECV_FLAGS, REPLY_ADDR, REPLY_FD, REPLY_MSGHDR, THREAD_CLONE_FLAGS,
+    USER_END, WINDOW_FD_BASE, WINDOW_FD_END, WINDOW_RW_BASE,
+};
 
 /// `struct sock_filter`.
 #[repr(C)]
@@ -36,6 +50,7 @@ pub struct SockFilter {
 const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_JEQ_K: u16 = 0x15;
 const BPF_JGE_K: u16 = 0x35;
+const BPF_JSET_K: u16 = 0x45;
 const BPF_RET_K: u16 = 0x06;
 
 /// `SECCOMP_RET_KILL_PROCESS`.
@@ -67,6 +82,17 @@ enum Check {
     BelowUserEnd(u32),
     /// The low half is 0 or 1 (`FUTEX_WAIT`, `FUTEX_WAKE`, shared).
     FutexWaitWake(u32),
+    /// The argument is a window slot descriptor (high half 0, low half in
+    /// `WINDOW_FD_BASE..WINDOW_FD_END`).
+    WindowSlot(u32),
+    /// Argument `fd` is a writable window slot, or a read-only one and argument `prot` lacks
+    /// `PROT_WRITE`.
+    WindowMmap {
+        /// The descriptor's argument.
+        fd: u32,
+        /// The protection's argument.
+        prot: u32,
+    },
 }
 
 /// One allowed call: from the site (address after its `syscall`), with the number and checks.
@@ -113,6 +139,34 @@ fn emit_check(p: &mut Vec<SockFilter>, c: Check) {
             p.push(stmt(BPF_LD_W_ABS, arg_lo(i)));
             p.push(jump(BPF_JEQ_K, libc::FUTEX_WAIT as u32, 2, 0));
             p.push(jump(BPF_JEQ_K, libc::FUTEX_WAKE as u32, 1, 0));
+            p.push(stmt(BPF_RET_K, RET_TRAP));
+        }
+        Check::WindowSlot(i) => {
+            p.push(stmt(BPF_LD_W_ABS, arg_hi(i)));
+            require_eq(p, 0, RET_TRAP);
+            p.push(stmt(BPF_LD_W_ABS, arg_lo(i)));
+            // if lo < WINDOW_FD_BASE: trap
+            p.push(jump(BPF_JGE_K, WINDOW_FD_BASE as u32, 1, 0));
+            p.push(stmt(BPF_RET_K, RET_TRAP));
+            // if lo >= WINDOW_FD_END: trap
+            p.push(jump(BPF_JGE_K, WINDOW_FD_END as u32, 0, 1));
+            p.push(stmt(BPF_RET_K, RET_TRAP));
+        }
+        Check::WindowMmap { fd, prot } => {
+            p.push(stmt(BPF_LD_W_ABS, arg_hi(fd)));
+            require_eq(p, 0, RET_TRAP);
+            p.push(stmt(BPF_LD_W_ABS, arg_lo(fd)));
+            // fd >= WINDOW_FD_END: trap
+            p.push(jump(BPF_JGE_K, WINDOW_FD_END as u32, 0, 1));
+            p.push(stmt(BPF_RET_K, RET_TRAP));
+            // a writable slot: done (jump past the read-only slot's five instructions)
+            p.push(jump(BPF_JGE_K, WINDOW_RW_BASE as u32, 5, 0));
+            // below the read-only slots: trap
+            p.push(jump(BPF_JGE_K, WINDOW_FD_BASE as u32, 1, 0));
+            p.push(stmt(BPF_RET_K, RET_TRAP));
+            // a read-only slot: PROT_WRITE traps (the kernel reads only the low bits of prot)
+            p.push(stmt(BPF_LD_W_ABS, arg_lo(prot)));
+            p.push(jump(BPF_JSET_K, libc::PROT_WRITE as u32, 0, 1));
             p.push(stmt(BPF_RET_K, RET_TRAP));
         }
     }
@@ -179,6 +233,19 @@ pub(crate) fn base_filter(m: &Meta) -> Vec<SockFilter> {
     const CLONE: &[Check] = &[Check::Eq(0, THREAD_CLONE_FLAGS)];
     const SECCOMP: &[Check] = &[Check::Eq(0, 1), Check::Eq(1, 0)];
     const WRITE: &[Check] = &[Check::Eq(0, REPLY_FD), Check::Eq(2, 8)];
+    const MMAP_WINDOW: &[Check] = &[
+        Check::BelowUserEnd(0),
+        Check::Eq(3, (libc::MAP_SHARED | libc::MAP_FIXED) as u64),
+        Check::WindowMmap { fd: 4, prot: 2 },
+    ];
+    const RECVMSG: &[Check] = &[
+        Check::Eq(0, REPLY_FD),
+        Check::Eq(1, REPLY_ADDR + REPLY_MSGHDR),
+        Check::Eq(2, RECV_FLAGS),
+    ];
+    const DUP3: &[Check] = &[Check::Eq(0, RECV_FD), Check::WindowSlot(1), Check::Eq(2, 0)];
+    const CLOSE_RECV: &[Check] = &[Check::Eq(0, RECV_FD)];
+    const CLOSE_WINDOW: &[Check] = &[Check::WindowSlot(0)];
     let mut rules = vec![
         Rule {
             site: m.site_m_write,
@@ -209,6 +276,31 @@ pub(crate) fn base_filter(m: &Meta) -> Vec<SockFilter> {
             site: m.site_m_clone,
             nr: libc::SYS_clone as u32,
             checks: CLONE,
+        },
+        Rule {
+            site: m.site_m_recvmsg,
+            nr: libc::SYS_recvmsg as u32,
+            checks: RECVMSG,
+        },
+        Rule {
+            site: m.site_m_dup3,
+            nr: libc::SYS_dup3 as u32,
+            checks: DUP3,
+        },
+        Rule {
+            site: m.site_m_close_recv,
+            nr: libc::SYS_close as u32,
+            checks: CLOSE_RECV,
+        },
+        Rule {
+            site: m.site_m_close_window,
+            nr: libc::SYS_close as u32,
+            checks: CLOSE_WINDOW,
+        },
+        Rule {
+            site: m.site_m_mmap_window,
+            nr: libc::SYS_mmap as u32,
+            checks: MMAP_WINDOW,
         },
         Rule {
             site: m.site_t_altstack,
@@ -254,6 +346,7 @@ mod tests {
                 }
                 BPF_JEQ_K => pc += usize::from(if a == i.k { i.jt } else { i.jf }),
                 BPF_JGE_K => pc += usize::from(if a >= i.k { i.jt } else { i.jf }),
+                BPF_JSET_K => pc += usize::from(if a & i.k != 0 { i.jt } else { i.jf }),
                 BPF_RET_K => return i.k,
                 c => panic!("opcode {c:#x}"),
             }
@@ -340,5 +433,119 @@ mod tests {
             run(&base, 56, at(m.site_m_clone), [0x11, 0, 0, 0, 0, 0]),
             RET_TRAP
         );
+    }
+
+    #[test]
+    fn window_verdicts() {
+        let m = crate::stub::asm::meta();
+        let base = base_filter(&m);
+        let app = app_filter(&m);
+        let at = |off: u64| CODE_ADDR + off;
+        let site = at(m.site_m_mmap_window);
+        let (r, w, x) = (
+            libc::PROT_READ as u64,
+            libc::PROT_WRITE as u64,
+            libc::PROT_EXEC as u64,
+        );
+        let mmap = |prot: u64, flags: u64, fd: u64| [0x40_0000, 4096, prot, flags, fd, 0x3000];
+        let ro_first = WINDOW_FD_BASE;
+        let ro_last = WINDOW_RW_BASE - 1;
+        let rw_first = WINDOW_RW_BASE;
+        let rw_last = WINDOW_FD_END - 1;
+        // Read-only slots: read (and exec) only.
+        for fd in [ro_first, ro_first + 1, ro_last] {
+            assert_eq!(run(&base, 9, site, mmap(r, 0x11, fd)), RET_ALLOW, "{fd}");
+            assert_eq!(run(&base, 9, site, mmap(r | x, 0x11, fd)), RET_ALLOW);
+            assert_eq!(run(&base, 9, site, mmap(0, 0x11, fd)), RET_ALLOW);
+            assert_eq!(run(&base, 9, site, mmap(r | w, 0x11, fd)), RET_TRAP, "{fd}");
+            assert_eq!(run(&base, 9, site, mmap(w, 0x11, fd)), RET_TRAP);
+            assert_eq!(run(&base, 9, site, mmap(w | 1 << 32, 0x11, fd)), RET_TRAP);
+        }
+        // Writable slots: any protection.
+        for fd in [rw_first, rw_last] {
+            assert_eq!(
+                run(&base, 9, site, mmap(r | w, 0x11, fd)),
+                RET_ALLOW,
+                "{fd}"
+            );
+            assert_eq!(run(&base, 9, site, mmap(r, 0x11, fd)), RET_ALLOW);
+        }
+        // Not a slot: the guest memfd, the control memfd, the socket, out of range, high bits.
+        for fd in [
+            MEM_FD,
+            3,
+            REPLY_FD,
+            RECV_FD,
+            ro_first - 1,
+            WINDOW_FD_END,
+            WINDOW_FD_END + 100,
+            ro_first | 1 << 32,
+            rw_first | 1 << 32,
+            u64::MAX,
+        ] {
+            assert_eq!(run(&base, 9, site, mmap(r, 0x11, fd)), RET_TRAP, "{fd:#x}");
+        }
+        // Flags, address, site, filter.
+        assert_eq!(run(&base, 9, site, mmap(r, 0x12, rw_first)), RET_TRAP);
+        assert_eq!(run(&base, 9, site, mmap(r, 0x01, rw_first)), RET_TRAP);
+        let mut high = mmap(r, 0x11, rw_first);
+        high[0] = USER_END;
+        assert_eq!(run(&base, 9, site, high), RET_TRAP);
+        assert_eq!(
+            run(&base, 9, at(m.site_m_mmap), mmap(r, 0x11, rw_first)),
+            RET_TRAP,
+            "the guest memfd's site maps the guest memfd only"
+        );
+        assert_eq!(run(&app, 9, site, mmap(r, 0x11, rw_first)), RET_TRAP);
+
+        // recvmsg: the socket, the fixed header, MSG_DONTWAIT; from its site only.
+        let hdr = REPLY_ADDR + REPLY_MSGHDR;
+        let recv = at(m.site_m_recvmsg);
+        let ok = [REPLY_FD, hdr, RECV_FLAGS, 0, 0, 0];
+        assert_eq!(run(&base, 47, recv, ok), RET_ALLOW);
+        assert_eq!(run(&app, 47, recv, ok), RET_TRAP);
+        assert_eq!(run(&base, 47, at(m.site_m_dup3), ok), RET_TRAP);
+        for args in [
+            [MEM_FD, hdr, RECV_FLAGS, 0, 0, 0],
+            [REPLY_FD, 0x40_0000, RECV_FLAGS, 0, 0, 0],
+            [REPLY_FD, hdr, 0, 0, 0, 0],
+        ] {
+            assert_eq!(run(&base, 47, recv, args), RET_TRAP, "{args:?}");
+        }
+
+        // dup3: from RECV_FD to a slot, flags 0.
+        let dup3 = at(m.site_m_dup3);
+        for fd in [ro_first, ro_last, rw_first, rw_last] {
+            assert_eq!(run(&base, 292, dup3, [RECV_FD, fd, 0, 0, 0, 0]), RET_ALLOW);
+            assert_eq!(run(&app, 292, dup3, [RECV_FD, fd, 0, 0, 0, 0]), RET_TRAP);
+        }
+        for args in [
+            [RECV_FD, MEM_FD, 0, 0, 0, 0],
+            [RECV_FD, REPLY_FD, 0, 0, 0, 0],
+            [RECV_FD, ro_first - 1, 0, 0, 0, 0],
+            [RECV_FD, WINDOW_FD_END, 0, 0, 0, 0],
+            [RECV_FD, ro_first | 1 << 32, 0, 0, 0, 0],
+            [3, ro_first, 0, 0, 0, 0],
+            [MEM_FD, rw_first, 0, 0, 0, 0],
+            [RECV_FD, ro_first, libc::O_CLOEXEC as u64, 0, 0, 0],
+        ] {
+            assert_eq!(run(&base, 292, dup3, args), RET_TRAP, "{args:?}");
+        }
+
+        // close: RECV_FD at its site, slots at theirs; nothing else.
+        let close_recv = at(m.site_m_close_recv);
+        let close_window = at(m.site_m_close_window);
+        let one = |fd: u64| [fd, 0, 0, 0, 0, 0];
+        assert_eq!(run(&base, 3, close_recv, one(RECV_FD)), RET_ALLOW);
+        assert_eq!(run(&base, 3, close_recv, one(ro_first)), RET_TRAP);
+        assert_eq!(run(&base, 3, close_window, one(RECV_FD)), RET_TRAP);
+        for fd in [1, 2, 3, MEM_FD, REPLY_FD, ro_first - 1, WINDOW_FD_END] {
+            assert_eq!(run(&base, 3, close_recv, one(fd)), RET_TRAP);
+            assert_eq!(run(&base, 3, close_window, one(fd)), RET_TRAP);
+        }
+        for fd in [ro_first, rw_last] {
+            assert_eq!(run(&base, 3, close_window, one(fd)), RET_ALLOW);
+            assert_eq!(run(&app, 3, close_window, one(fd)), RET_TRAP);
+        }
     }
 }

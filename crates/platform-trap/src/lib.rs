@@ -66,7 +66,7 @@ pub mod sysmsg;
 pub use crate::platform::{start_factory, TrapPlatform};
 pub use factory::{FactoryOptions, StubFactory};
 pub use stub::{
-    stub_syscall_instructions, StubProcess, StubThread, DEFAULT_SPIN, DEFAULT_STUB_SPIN,
+    stub_syscall_instructions, StubProcess, StubThread, WindowSlot, DEFAULT_SPIN, DEFAULT_STUB_SPIN,
 };
 
 /// Why [`StubThread::switch`] returned.
@@ -132,4 +132,7 @@ pub enum TrapError {
     /// The stub did not answer a command in time.
     #[error("the stub did not answer in time")]
     Timeout,
+    /// Every shared-window slot of the kind asked for is attached in this stub.
+    #[error("too many shared windows in one stub")]
+    TooManyWindows,
 }

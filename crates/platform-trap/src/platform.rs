@@ -59,11 +59,31 @@ pub(crate) struct Spawner {
     /// The spawner thread's queue, once started (started at its first use: a holder must
     /// still be single-threaded after the platform is opened, to enter a mount namespace).
     thread: Mutex<Option<mpsc::Sender<SpawnRequest>>>,
+    /// The stubs spawned, while they live.
+    stubs: Mutex<Vec<std::sync::Weak<StubProcess>>>,
 }
 
 impl Spawner {
-    /// A stub over `memory`.
-    pub(crate) fn spawn(&self, memory: &GuestMemory) -> Result<StubProcess, TrapError> {
+    /// A stub over `memory`, remembered while it lives.
+    pub(crate) fn spawn(&self, memory: &GuestMemory) -> Result<Arc<StubProcess>, TrapError> {
+        let stub = Arc::new(self.spawn_unlisted(memory)?);
+        let mut stubs = self.stubs.lock().unwrap_or_else(|e| e.into_inner());
+        stubs.retain(|w| w.strong_count() > 0);
+        stubs.push(Arc::downgrade(&stub));
+        Ok(stub)
+    }
+
+    /// The live stubs' process ids.
+    fn pids(&self) -> Vec<u32> {
+        let stubs = self.stubs.lock().unwrap_or_else(|e| e.into_inner());
+        stubs
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .map(|s| s.pid() as u32)
+            .collect()
+    }
+
+    fn spawn_unlisted(&self, memory: &GuestMemory) -> Result<StubProcess, TrapError> {
         let fd = memory
             .backing_fd()
             .ok_or(TrapError::Invalid("guest memory is not a memfd"))?;
@@ -130,12 +150,16 @@ impl TrapPlatform {
                 "FSGSBASE is not enabled for user space",
             ));
         }
-        crate::sys::xsave_size().ok_or(TrapError::Unsupported("no XSAVE"))?;
+        let xsave_size = crate::sys::xsave_size().ok_or(TrapError::Unsupported("no XSAVE"))?;
+        if xsave_size > platform::FPU_STATE_SIZE {
+            return Err(TrapError::Unsupported("an XSAVE area larger than 4 KiB"));
+        }
         platform::kick::install_kick_handler();
         OPENED.store(true, Ordering::SeqCst);
         Ok(TrapPlatform {
             cpu: CpuModel {
                 xcr0: crate::sys::xcr0(),
+                xsave_size,
                 user_cs: 0x33,
                 user_ss: 0x2b,
             },
@@ -153,16 +177,36 @@ impl Platform for TrapPlatform {
         &self.cpu
     }
 
-    /// Not yet: a window is a file of its own, which the stub's mapper would have to receive
-    /// (design §3.1).
-    fn maps_windows(&self) -> bool {
-        false
+    fn processes(&self) -> Vec<u32> {
+        let mut v = self.spawner.pids();
+        if let Some(f) = FACTORY.get() {
+            v.push(f.pid() as u32);
+        }
+        v
     }
 
     fn new_memory(&self, size: u64) -> Result<Arc<GuestMemory>, PlatformError> {
         Ok(Arc::new(
             GuestMemory::new_shared(size).map_err(PlatformError::new)?,
         ))
+    }
+
+    /// A memfd, with the image's data copied in (holes stay holes): the stub maps only
+    /// memfds, so clones on this platform do not share the image's pages.
+    fn memory_from_image(
+        &self,
+        image: &std::fs::File,
+        size: u64,
+    ) -> Result<Arc<GuestMemory>, PlatformError> {
+        let len = image.metadata().map_err(PlatformError::new)?.len();
+        if len != size {
+            return Err(PlatformError::msg(format!(
+                "a memory image of {len} bytes for a memory of {size}"
+            )));
+        }
+        let mem = GuestMemory::new_shared(size).map_err(PlatformError::new)?;
+        copy_data_extents(image, &mem).map_err(PlatformError::new)?;
+        Ok(Arc::new(mem))
     }
 
     fn new_address_space(
@@ -176,4 +220,41 @@ impl Platform for TrapPlatform {
         }
         Ok(Arc::new(TrapSpace::new(self.spawner.clone(), mem)))
     }
+}
+
+/// Copies the data extents of `image` into `mem` at the same offsets (holes are skipped: the
+/// memory reads zero there already).
+fn copy_data_extents(image: &std::fs::File, mem: &GuestMemory) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = image.as_raw_fd();
+    let size = mem.size();
+    let mut off: u64 = 0;
+    while off < size {
+        // SAFETY: lseek on a descriptor we hold; the result is checked.
+        let start = unsafe { libc::lseek(fd, off as libc::off_t, libc::SEEK_DATA) };
+        if start < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                return Ok(()); // no data after `off`
+            }
+            return Err(e);
+        }
+        // SAFETY: as above.
+        let end = unsafe { libc::lseek(fd, start, libc::SEEK_HOLE) };
+        if end < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let (start, end) = (start as u64, (end as u64).min(size));
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(1 << 20);
+            let got = mem.read_from_fd(image.as_fd(), platform::Gpa(at), n, Some(at))?;
+            if got == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+            }
+            at += got as u64;
+        }
+        off = end;
+    }
+    Ok(())
 }

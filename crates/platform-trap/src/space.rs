@@ -1,6 +1,8 @@
 //! A guest process on the trap platform: one stub process mapping pages of the guest memfd,
 //! spawned when the process's first thread first runs.
 
+use std::collections::HashMap;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -9,7 +11,7 @@ use platform::{AddressSpace, Context, Gpa, GuestMemory, PlatformError};
 
 use crate::context::TrapContext;
 use crate::platform::Spawner;
-use crate::{StubProcess, TrapError};
+use crate::{StubProcess, TrapError, WindowSlot};
 
 /// One guest process: its stub and its memory.
 pub struct TrapSpace {
@@ -21,6 +23,8 @@ pub(crate) struct SpaceInner {
     spawner: Arc<Spawner>,
     pub(crate) mem: Arc<GuestMemory>,
     stub: Mutex<Option<Arc<StubProcess>>>,
+    /// The shared windows attached to the stub, by guest-physical address.
+    windows: Mutex<HashMap<u64, WindowSlot>>,
     next_index: AtomicUsize,
 }
 
@@ -31,9 +35,39 @@ impl SpaceInner {
         if let Some(s) = &*g {
             return Ok(s.clone());
         }
-        let s = Arc::new(self.spawner.spawn(&self.mem)?);
+        let s = self.spawner.spawn(&self.mem)?;
         *g = Some(s.clone());
         Ok(s)
+    }
+
+    /// The stub's slot for the shared window holding `gpa..gpa+len` (attached the first
+    /// time), and the offset of `gpa` in the window's file.
+    pub(crate) fn window_at(
+        &self,
+        stub: &StubProcess,
+        gpa: Gpa,
+        len: u64,
+    ) -> Result<(WindowSlot, u64), TrapError> {
+        let w = self
+            .mem
+            .windows()
+            .into_iter()
+            .find(|w| w.ptr(gpa, len).is_some())
+            .ok_or(TrapError::Invalid(
+                "a frame outside memory and every window",
+            ))?;
+        let (file, offset) = w.file();
+        let in_window = gpa.raw() - w.gpa().raw();
+        let mut slots = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = match slots.get(&w.gpa().raw()) {
+            Some(s) => *s,
+            None => {
+                let s = stub.attach_window(file.as_fd(), w.is_writable())?;
+                slots.insert(w.gpa().raw(), s);
+                s
+            }
+        };
+        Ok((slot, offset + in_window))
     }
 
     /// The stub if it was spawned.
@@ -50,6 +84,7 @@ impl TrapSpace {
                 spawner,
                 mem,
                 stub: Mutex::new(None),
+                windows: Mutex::new(HashMap::new()),
                 next_index: AtomicUsize::new(0),
             }),
         }
@@ -64,6 +99,11 @@ impl AddressSpace for TrapSpace {
     fn new_context(&self, root: Gpa) -> Result<Box<dyn Context>, PlatformError> {
         let index = self.inner.next_index.fetch_add(1, Ordering::Relaxed);
         Ok(Box::new(TrapContext::new(self.inner.clone(), root, index)))
+    }
+
+    /// The stub writes through its own mapping of the memfd.
+    fn holder_sees_writes(&self) -> bool {
+        false
     }
 
     /// Unmaps every page of the application in the stub: afterwards only the holder's

@@ -13,7 +13,18 @@
 //! ```
 //!
 //! Descriptors of a stub: [`CTRL_FD`] (control memfd), [`MEM_FD`] (guest memory memfd),
-//! [`REPLY_FD`] (mapper completions); nothing else.
+//! [`REPLY_FD`] (the mapper's socket: completions out, window descriptors in); and the
+//! attached shared windows, one per slot from [`WINDOW_FD_BASE`] (read-only slots, then
+//! writable ones, up to [`WINDOW_FD_END`]); while a window is being attached, briefly its
+//! received copy at [`RECV_FD`]. Nothing else.
+//!
+//! ```text
+//! fd    0              RECV_FD: a window descriptor between its recvmsg and its dup3
+//! fd    3, 4, 5        CTRL_FD, MEM_FD, REPLY_FD
+//! fd   64 ..  544      read-only window slots (MAX_RO_WINDOWS = 480)
+//! fd  544 .. 1024      writable window slots (MAX_RW_WINDOWS = 480)
+//! RLIMIT_NOFILE        STUB_NOFILE = 1024 (= WINDOW_FD_END)
+//! ```
 //!
 //! The region sits above [`USER_END`] (where the KVM platform puts its direct map), in the
 //! same PML4 slot, so the application keeps `[0, USER_END)` exactly as on KVM. Nothing else is
@@ -65,10 +76,31 @@ pub const MAP_TOP: u64 = 0x7fff_ffff_f000;
 pub const CTRL_FD: u64 = 3;
 /// The stub's descriptor of the guest memory memfd.
 pub const MEM_FD: u64 = 4;
-/// The stub's descriptor of the reply eventfd: the mapper adds 1 (success) or 2 (failure)
-/// per command. Application threads cannot write it (their filter traps `write`), so unlike
-/// the reply page, the completion and its success cannot be forged.
+/// The stub's descriptor of the mapper's socket (`AF_UNIX`, `SOCK_SEQPACKET`; the holder
+/// keeps the other end). The mapper writes one 8-byte message per command, 1 (success) or 2
+/// (failure); the holder sends window descriptors the other way (`SCM_RIGHTS`), which only
+/// the mapper's `recvmsg` takes. Application threads can neither write nor read it (their
+/// filter traps every call but the handler's), so unlike the reply page, a completion and its
+/// success cannot be forged.
 pub const REPLY_FD: u64 = 5;
+/// Where a window descriptor lands when the mapper receives it: the lowest free descriptor
+/// (0, 1 and 2 are closed in a stub, and the mapper closes it right after its `dup3` to the
+/// slot). The mapper duplicates this fixed number, never one read from writable memory.
+pub const RECV_FD: u64 = 0;
+/// The first window slot descriptor (the first read-only slot).
+pub const WINDOW_FD_BASE: u64 = 64;
+/// Read-only window slots a stub holds at once (descriptors `WINDOW_FD_BASE..WINDOW_RW_BASE`).
+pub const MAX_RO_WINDOWS: u64 = 480;
+/// Writable window slots a stub holds at once (descriptors `WINDOW_RW_BASE..WINDOW_FD_END`).
+pub const MAX_RW_WINDOWS: u64 = 480;
+/// The first writable window slot descriptor.
+pub const WINDOW_RW_BASE: u64 = WINDOW_FD_BASE + MAX_RO_WINDOWS;
+/// One past the last window slot descriptor.
+pub const WINDOW_FD_END: u64 = WINDOW_RW_BASE + MAX_RW_WINDOWS;
+/// A stub's `RLIMIT_NOFILE`: room for every window slot. A stub sets it (soft and hard) at
+/// its start when its hard limit allows; the stub factory's default
+/// ([`crate::FactoryOptions::nofile`]) is the same.
+pub const STUB_NOFILE: u64 = WINDOW_FD_END;
 
 // Offsets in the control memfd.
 /// Command page.
@@ -93,7 +125,7 @@ pub const APP_FPROG: u64 = CTRL_ADDR + CTRL_FD_APP_FILTER;
 pub const CMD_SEQ: u64 = 0x00;
 /// u64: the operation (`OP_*`).
 pub const CMD_OP: u64 = 0x08;
-/// u64 × 4: arguments.
+/// u64 × 5: arguments.
 pub const CMD_ARGS: u64 = 0x10;
 /// u64: bytes of the XSAVE image the handler copies (the host's size).
 pub const CMD_XSAVE_SIZE: u64 = 0x100;
@@ -112,6 +144,15 @@ pub const OP_UNMAP: u64 = 2;
 pub const OP_PROTECT: u64 = 3;
 /// Mapper operation: clone an application thread on sysmsg slot a0; result: its tid.
 pub const OP_CLONE: u64 = 4;
+/// Mapper operation: receive one window descriptor from [`REPLY_FD`] (`recvmsg` into the
+/// reply page's message header; a failed `recvmsg` kills the stub: a message may be left
+/// queued), `dup3(RECV_FD, a0, 0)`, `close(RECV_FD)`; result: the `dup3`'s.
+pub const OP_RECV_WINDOW: u64 = 5;
+/// Mapper operation: `mmap(a0, a1, a2 prot, MAP_SHARED|MAP_FIXED, a4 window slot fd, a3
+/// offset)`.
+pub const OP_MAP_WINDOW: u64 = 6;
+/// Mapper operation: `close(a0)` (a window slot descriptor).
+pub const OP_CLOSE_WINDOW: u64 = 7;
 
 // Reply page (stub writes, holder reads; any stub thread can write it, so the holder uses it
 // only for details: the errno of a failure, a new thread's tid).
@@ -123,6 +164,21 @@ pub const REPLY_RESULT: u64 = 0x08;
 pub const REPLY_STAGE: u64 = 0x10;
 /// i64: the failed step's return value.
 pub const REPLY_ERRNO: u64 = 0x18;
+/// u64: the stub's `RLIMIT_NOFILE`, written by its start code (before any application code
+/// runs; the holder reads it once, when the stub is ready).
+pub const REPLY_NOFILE: u64 = 0x20;
+/// `struct msghdr` (56 bytes) of the mapper's `recvmsg`, rebuilt by the mapper before each.
+pub const REPLY_MSGHDR: u64 = 0x40;
+/// `struct iovec` of that `recvmsg`.
+pub const REPLY_IOV: u64 = 0x80;
+/// Its data buffer (the holder's message: 8 bytes, ignored).
+pub const REPLY_RECV_DATA: u64 = 0x90;
+/// Its control buffer ([`REPLY_CMSG_LEN`] bytes: room for one `SCM_RIGHTS` descriptor).
+pub const REPLY_CMSG: u64 = 0xa0;
+/// Bytes of [`REPLY_CMSG`].
+pub const REPLY_CMSG_LEN: u64 = 0x20;
+/// `MSG_DONTWAIT`: the mapper's `recvmsg` never blocks (the holder sends before it commands).
+pub const RECV_FLAGS: u64 = libc::MSG_DONTWAIT as u64;
 
 // Sysmsg header.
 /// u32 futex word, one of the `STATE_*` values.
@@ -294,3 +350,6 @@ const _: () = assert!(SYSMSG_ADDR & (SYSMSG_SIZE - 1) == 0);
 const _: () = assert!(S_XSAVE + XSAVE_MAX <= S_ALTSTACK);
 const _: () = assert!(STUB_BASE >= USER_END && STUB_END <= MAP_TOP);
 const _: () = assert!(STUB_END - STUB_BASE < 1 << 32);
+const _: () = assert!(REPLY_NOFILE + 8 <= REPLY_MSGHDR && REPLY_MSGHDR + 56 <= REPLY_IOV);
+const _: () = assert!(REPLY_CMSG + REPLY_CMSG_LEN <= 0x1000);
+const _: () = assert!(REPLY_FD < WINDOW_FD_BASE && WINDOW_FD_END <= 1 << 31);

@@ -250,7 +250,7 @@ fn factory_stubs_are_confined_and_children_of_the_holder() {
         .unwrap();
     assert_eq!(
         nofile.split_whitespace().collect::<Vec<_>>()[3..5],
-        ["32", "32"]
+        ["1024", "1024"]
     );
     let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()

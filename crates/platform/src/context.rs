@@ -102,6 +102,9 @@ pub type FpuState = Box<[u8; FPU_STATE_SIZE]>;
 pub struct CpuModel {
     /// XSAVE features enabled for the application (XCR0).
     pub xcr0: u64,
+    /// Size of the standard-format XSAVE area of those features (CPUID 0xD, EBX), as signal
+    /// frames hold it; at most [`FPU_STATE_SIZE`].
+    pub xsave_size: usize,
     /// The code segment selector of user mode, as signal frames show it.
     pub user_cs: u16,
     /// The stack segment selector of user mode.

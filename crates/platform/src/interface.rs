@@ -130,6 +130,14 @@ pub trait AddressSpace: Send + Sync {
     /// # Errors
     /// [`PlatformError`] if the platform has no room for another thread.
     fn new_context(&self, root: Gpa) -> Result<Box<dyn Context>, PlatformError>;
+    /// Whether every write of the application to guest memory goes through the runtime's own
+    /// mapping of it (true for a VM, whose memory is that mapping), so that a write-protect of
+    /// that mapping (userfaultfd) sees it. Where the application's process maps the memory
+    /// itself (trap), a page brought back by a wake may have been written without a trace
+    /// there: a deflate then writes every resident page.
+    fn holder_sees_writes(&self) -> bool {
+        true
+    }
     /// Called before hibernation drops pages of the memory: nothing of the application may
     /// reach a dropped page other than through the holder's mapping of the memory.
     ///
@@ -156,6 +164,26 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
     /// guest memory instead of shared, and shared mappings are refused.
     fn maps_windows(&self) -> bool {
         true
+    }
+    /// The host processes the platform runs the application in, beside the runtime's own
+    /// (none on KVM; the stub factory and the stubs on trap): their memory is the sandbox's too.
+    fn processes(&self) -> Vec<u32> {
+        Vec::new()
+    }
+    /// Guest memory of `size` bytes whose contents are the file `image` (a checkpoint's
+    /// memory, for a clone). By default a private mapping of the file
+    /// ([`GuestMemory::from_image`]: clones share the page cache's copy).
+    ///
+    /// # Errors
+    /// [`PlatformError`] if the file has another size or cannot be mapped or read.
+    fn memory_from_image(
+        &self,
+        image: &std::fs::File,
+        size: u64,
+    ) -> Result<Arc<GuestMemory>, PlatformError> {
+        Ok(Arc::new(
+            GuestMemory::from_image(image, size).map_err(PlatformError::new)?,
+        ))
     }
     /// A new address space over `mem`.
     ///

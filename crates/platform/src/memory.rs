@@ -279,7 +279,7 @@ impl GuestMemory {
     /// Attaching one already attached does nothing.
     ///
     /// # Errors
-    /// `ENODEV` if no VM runs over this memory; `ENOSPC` when the VM has no memslot left;
+    /// `ENOSPC` when the VM has no memslot left;
     /// the host's errno if KVM refuses the memslot; `EEXIST` if another window overlaps it.
     pub fn attach(&self, w: &Arc<SharedWindow>) -> io::Result<()> {
         self.attach_keeping(w, 0)
@@ -301,17 +301,17 @@ impl GuestMemory {
         if ws.iter().any(overlaps) {
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
         }
-        let register = self
-            .registrar
-            .get()
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))?;
-        let limit = self.slot_limit.load(std::sync::atomic::Ordering::Relaxed);
-        if (ws.len() + 1).saturating_add(reserve) >= limit {
-            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        // A VM registers the window as a memslot; without a registrar (the trap platform,
+        // whose stubs map each window's file themselves) it is only recorded.
+        if let Some(register) = self.registrar.get() {
+            let limit = self.slot_limit.load(std::sync::atomic::Ordering::Relaxed);
+            if (ws.len() + 1).saturating_add(reserve) >= limit {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            let slot = u32::try_from(ws.len() + 1)
+                .map_err(|_| io::Error::from_raw_os_error(libc::ENOSPC))?;
+            register(slot, w)?;
         }
-        let slot =
-            u32::try_from(ws.len() + 1).map_err(|_| io::Error::from_raw_os_error(libc::ENOSPC))?;
-        register(slot, w)?;
         let at = ws.partition_point(|x| x.gpa() < w.gpa());
         ws.insert(at, w.clone());
         Ok(())

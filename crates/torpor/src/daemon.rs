@@ -131,6 +131,8 @@ struct Daemon {
     deleted_cv: Condvar,
     /// How the sandbox was started, as a checkpoint records it (`crate::snapshot`).
     record: serde_json::Value,
+    /// What runs the application.
+    platform: Arc<dyn platform::Platform>,
 }
 
 /// Runs sandbox `cfg` under ID `id`. `ready` (detached runs) receives one line, `ok` or the
@@ -273,6 +275,7 @@ fn start(
         deleted: Mutex::new(false),
         deleted_cv: Condvar::new(),
         record,
+        platform: cfg.platform.clone(),
     });
     {
         let d = daemon.clone();
@@ -693,7 +696,15 @@ const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn stats(d: &Daemon) -> serde_json::Value {
     let pid = std::process::id();
-    let (pss, rss) = procfs::pss_rss(pid).unwrap_or((0, 0));
+    let (mut pss, mut rss) = procfs::pss_rss(pid).unwrap_or((0, 0));
+    // The platform's processes hold the application's memory too (the trap platform's stubs
+    // map pages of guest memory: their PSS is their share of those pages).
+    let platform_pids = d.platform.processes();
+    for p in &platform_pids {
+        let (ps, rs) = procfs::pss_rss(*p).unwrap_or((0, 0));
+        pss += ps;
+        rss += rs;
+    }
     let shared = d.hib.shared();
     let m = shared.metrics.snapshot();
     let machine = shared.state.lock().map(|s| s.to_json()).unwrap_or_default();
@@ -705,6 +716,8 @@ fn stats(d: &Daemon) -> serde_json::Value {
         // (running while hibernated).
         "hibernate_state": d.hib.state().as_str(),
         "pid": pid,
+        "platform": d.platform.name(),
+        "platform_pids": platform_pids,
         "pss_bytes": pss,
         "rss_bytes": rss,
         "cpu_time_us": procfs::cpu_time_us(pid),

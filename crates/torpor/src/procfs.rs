@@ -17,10 +17,10 @@ fn parse_rollup(text: &str) -> Option<(u64, u64)> {
     Some((field("Pss")?, field("Rss")?))
 }
 
-/// The sum of the PSS of `pid`'s child processes (a holder's janitor and file broker), in
-/// bytes: 0 where none can be read (a non-dumpable broker's figures are readable only to a
-/// caller with `CAP_SYS_PTRACE`, root's `torpor stats`).
-pub fn children_pss(pid: u32) -> u64 {
+/// The sum of the PSS of `pid`'s child processes but `except` (a holder's janitor and file
+/// broker), in bytes: 0 where none can be read (a non-dumpable broker's figures are readable
+/// only to a caller with `CAP_SYS_PTRACE`, root's `torpor stats`).
+pub fn children_pss(pid: u32, except: &[u32]) -> u64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };
@@ -32,6 +32,7 @@ pub fn children_pss(pid: u32) -> u64 {
                 .filter_map(|p| p.parse::<u32>().ok())
                 .collect::<Vec<_>>()
         })
+        .filter(|child| !except.contains(child))
         .filter_map(|child| pss_rss(child).map(|(pss, _)| pss))
         .sum()
 }
@@ -118,7 +119,7 @@ mod tests {
             .spawn()
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
-        assert!(children_pss(std::process::id()) > 0, "a child's PSS");
+        assert!(children_pss(std::process::id(), &[]) > 0, "a child's PSS");
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(cpu_time_us(std::process::id()).is_some());

@@ -371,14 +371,17 @@ impl Restoring {
         let mut memories = Vec::new();
         for p in &self.state.kernel.processes {
             let file = self.memory_file(p.pid)?;
-            let mem = platform::GuestMemory::from_image(&file, cfg.memory).with_context(|| {
-                format!(
-                    "mapping the memory of process {} of {}",
-                    p.pid,
-                    self.dir.display()
-                )
-            })?;
-            memories.push((p.pid, std::sync::Arc::new(mem)));
+            let mem = cfg
+                .platform
+                .memory_from_image(&file, cfg.memory)
+                .with_context(|| {
+                    format!(
+                        "mapping the memory of process {} of {}",
+                        p.pid,
+                        self.dir.display()
+                    )
+                })?;
+            memories.push((p.pid, mem));
         }
         let sandbox = kernel::checkpoint::restore(
             cfg,

@@ -133,7 +133,18 @@ pub fn stats(id: Option<&str>, prometheus: bool) -> Result<u8> {
 /// dumpable).
 fn with_helpers(v: &mut serde_json::Value) {
     if let Some(pid) = v.get("pid").and_then(serde_json::Value::as_u64) {
-        let helpers = crate::procfs::children_pss(pid as u32);
+        // The platform's processes (trap stubs) are in `pss_bytes` already.
+        let platform: Vec<u32> = v
+            .get("platform_pids")
+            .and_then(serde_json::Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(serde_json::Value::as_u64)
+                    .map(|p| p as u32)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let helpers = crate::procfs::children_pss(pid as u32, &platform);
         if let Some(o) = v.as_object_mut() {
             o.insert("helpers_pss_bytes".into(), helpers.into());
         }

@@ -144,7 +144,7 @@ fn static_hello_runs() {
 }
 
 #[test]
-fn no_kvm_is_a_clear_error() {
+fn no_kvm_is_a_clear_error_and_auto_runs_on_trap() {
     if !testutil::require_kvm() {
         return;
     }
@@ -157,22 +157,34 @@ fn no_kvm_is_a_clear_error() {
         return;
     }
     let r = Rootfs::new();
-    let mut cmd = Command::new("unshare");
-    cmd.args([
-        "-m",
-        "sh",
-        "-c",
-        "mount -t tmpfs none /dev && exec \"$0\" \"$@\"",
-    ])
-    .arg(torpor().bin())
-    .args(["run"])
-    .arg(r.path())
-    .args(["--", "/bin/busybox", "true"])
-    .env("TORPOR_LOG", "off");
-    let out = run_command(cmd, None, DEFAULT_TIMEOUT);
+    let without_kvm = |platform: Option<&str>| {
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "-m",
+            "sh",
+            "-c",
+            "mount -t tmpfs none /dev && exec \"$0\" \"$@\"",
+        ])
+        .arg(torpor().bin());
+        if let Some(p) = platform {
+            cmd.args(["--platform", p]);
+        }
+        cmd.args(["run"])
+            .arg(r.path())
+            .args(["--", "/bin/busybox", "echo", "ran"])
+            .env("TORPOR_LOG", "off")
+            .env_remove("TORPOR_PLATFORM");
+        run_command(cmd, None, DEFAULT_TIMEOUT)
+    };
+    // The KVM platform asked for: one clear line.
+    let out = without_kvm(Some("kvm"));
     let line = assert_cli_error(&out);
     assert!(
         line.to_lowercase().contains("kvm"),
         "the message must name /dev/kvm\n{out:?}"
     );
+    // The default (auto) takes the trap platform.
+    let out = without_kvm(None);
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), "ran\n", "{out:?}");
 }

@@ -1143,7 +1143,8 @@ impl Hibernator {
         };
         // Which pages brought back from the swap were written since (the others still match
         // their slot: see `uffd`).
-        let written = if counts.get(PageKind::Cached) > 0 && !compact {
+        let written = if counts.get(PageKind::Cached) > 0 && !compact && space.holder_sees_writes()
+        {
             // SAFETY: in bounds: guest memory is larger than the reserved chunk.
             let from = unsafe { mem.host_base().add((first_page * PAGE_SIZE) as usize) };
             Some(

@@ -526,9 +526,6 @@ const SIGCONTEXT_SIZE: usize = 256;
 
 const FP_XSTATE_MAGIC1: u32 = 0x4650_5853;
 const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
-/// The user XSAVE area for XCR0 = x87|SSE|AVX in the standard layout.
-const XSTATE_SIZE: usize = 832;
-const XFEATURES: u64 = 7;
 const XFEATURE_FPSSE: u64 = 3;
 const FXSAVE_SIZE: usize = 512;
 const SW_BYTES: usize = 464;
@@ -736,7 +733,11 @@ impl Task {
             sp = alt.sp.wrapping_add(alt.size);
             entering = true;
         }
-        let fpstate = sp.wrapping_sub(XSTATE_SIZE as u64 + 4) & !63;
+        // The XSAVE area of the features the platform enables (x87|SSE|AVX on KVM; the
+        // host's, AVX-512 included, on trap), in the standard layout.
+        let cpu = *self.group.platform.cpu();
+        let (xstate_size, xfeatures) = (cpu.xsave_size, cpu.xcr0);
+        let fpstate = sp.wrapping_sub(xstate_size as u64 + 4) & !63;
         sp = (fpstate.wrapping_sub(FRAME_SIZE) & !15).wrapping_sub(8);
         if (on_alt || entering) && !alt.contains(sp) {
             return Ok(Err(BadFrame));
@@ -747,18 +748,18 @@ impl Task {
 
         // FPU state: saved in the frame, then reset for the handler.
         let xsave = self.ctx.fpu()?;
-        let mut fp = vec![0u8; XSTATE_SIZE + 4];
-        fp[..XSTATE_SIZE].copy_from_slice(&xsave[..XSTATE_SIZE]);
+        let mut fp = vec![0u8; xstate_size + 4];
+        fp[..xstate_size].copy_from_slice(&xsave[..xstate_size]);
         put32(&mut fp, SW_BYTES, FP_XSTATE_MAGIC1);
-        put32(&mut fp, SW_BYTES + 4, (XSTATE_SIZE + 4) as u32);
-        put64(&mut fp, SW_BYTES + 8, XFEATURES);
-        put32(&mut fp, SW_BYTES + 16, XSTATE_SIZE as u32);
+        put32(&mut fp, SW_BYTES + 4, (xstate_size + 4) as u32);
+        put64(&mut fp, SW_BYTES + 8, xfeatures);
+        put32(&mut fp, SW_BYTES + 16, xstate_size as u32);
         for b in &mut fp[SW_BYTES + 20..FXSAVE_SIZE] {
             *b = 0;
         }
         let bv = le64(&fp, XSAVE_HEADER) | XFEATURE_FPSSE;
-        put64(&mut fp, XSAVE_HEADER, bv & XFEATURES);
-        put32(&mut fp, XSTATE_SIZE, FP_XSTATE_MAGIC2);
+        put64(&mut fp, XSAVE_HEADER, bv & xfeatures);
+        put32(&mut fp, xstate_size, FP_XSTATE_MAGIC2);
 
         let saved_mask = self.signals.saved_mask.unwrap_or(self.signals.mask);
         let f = self.signals.fault;
@@ -915,7 +916,9 @@ impl Task {
         if addr & 15 != 0 {
             return Err(BadFrame);
         }
-        let mut buf = vec![0u8; XSTATE_SIZE];
+        let cpu = *self.group.platform.cpu();
+        let (xstate_size, xfeatures) = (cpu.xsave_size, cpu.xcr0);
+        let mut buf = vec![0u8; xstate_size];
         self.copy_in(Gva(addr), &mut buf[..FXSAVE_SIZE])
             .map_err(|_| BadFrame)?;
         let magic1 = le32(&buf, SW_BYTES);
@@ -923,7 +926,7 @@ impl Task {
         let sw_features = le64(&buf, SW_BYTES + 8);
         let size = le32(&buf, SW_BYTES + 16) as usize;
         let mut xsave = magic1 == FP_XSTATE_MAGIC1
-            && (AVX_OFFSET..=XSTATE_SIZE).contains(&size)
+            && (AVX_OFFSET..=xstate_size).contains(&size)
             && ext_size == size + 4;
         if xsave {
             let mut m2 = [0u8; 4];
@@ -940,18 +943,20 @@ impl Task {
                 .map_err(|_| BadFrame)?;
             let bv = le64(&buf, XSAVE_HEADER);
             let comp = le64(&buf, XSAVE_HEADER + 8);
-            if bv & !XFEATURES != 0
+            if bv & !xfeatures != 0
                 || comp != 0
                 || buf[XSAVE_HEADER + 16..AVX_OFFSET].iter().any(|&b| b != 0)
             {
                 return Err(BadFrame);
             }
             let mut bv = bv & sw_features;
-            if size < XSTATE_SIZE {
+            if size < xstate_size {
                 bv &= XFEATURE_FPSSE;
             }
-            if bv & 4 != 0 {
-                area[AVX_OFFSET..XSTATE_SIZE].copy_from_slice(&buf[AVX_OFFSET..XSTATE_SIZE]);
+            if bv & !XFEATURE_FPSSE != 0 {
+                // AVX and beyond (AVX-512 on trap): the components past the header, whose
+                // bits in `bv` say which XRSTOR loads (the others take their init state).
+                area[AVX_OFFSET..xstate_size].copy_from_slice(&buf[AVX_OFFSET..xstate_size]);
             }
             bv
         } else {

@@ -9,8 +9,10 @@
 //!   unmaps the temporary one, maps the control pages, the reply page and the sysmsg areas from
 //!   the control memfd, installs the base seccomp filter, reports "ready" and becomes
 //! - **the mapper** (the stub's initial thread): waits on the command page's sequence word and
-//!   runs map/unmap/protect/clone commands, writing each result to the reply page and its
-//!   completion (success or failure) to the reply eventfd. A cloned thread starts at
+//!   runs map/unmap/protect/clone commands and the shared-window commands (receive a window
+//!   descriptor into its slot, map a range of it, close it), writing each result to the reply
+//!   page and its completion (success or failure) to the reply socket. A cloned thread
+//!   starts at
 //! - **thread start**: sets its alternate signal stack (its sysmsg area), stacks the
 //!   application filter and traps once (`getpid`) so it enters
 //! - **the handler** (SIGSYS, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, kick; on the alternate
@@ -54,6 +56,16 @@ pub(crate) struct Meta {
     pub site_m_mprotect: u64,
     /// After the mapper's `clone`.
     pub site_m_clone: u64,
+    /// After the mapper's `recvmsg` of a window descriptor.
+    pub site_m_recvmsg: u64,
+    /// After the mapper's `dup3` of a received window descriptor to its slot.
+    pub site_m_dup3: u64,
+    /// After the mapper's `close` of the received descriptor ([`RECV_FD`]).
+    pub site_m_close_recv: u64,
+    /// After the mapper's `close` of a window slot.
+    pub site_m_close_window: u64,
+    /// After the mapper's `mmap` of a window.
+    pub site_m_mmap_window: u64,
     /// After a new thread's `sigaltstack`.
     pub site_t_altstack: u64,
     /// After a new thread's `seccomp`.
@@ -89,7 +101,7 @@ pub(crate) fn blob() -> &'static [u8] {
 
 /// The offsets of the blob's labels.
 pub(crate) fn meta() -> Meta {
-    // SAFETY: a read-only table of 16 quads assembled below, with `Meta`'s layout.
+    // SAFETY: a read-only table of 21 quads assembled below, with `Meta`'s layout.
     unsafe { torpor_stub_meta }
 }
 
@@ -100,6 +112,10 @@ core::arch::global_asm!(
     "torpor_stub_start:",
     // ---------------------------------------------------------------- init
     "torpor_stub_init:",
+    // No stack from here on: a signal on the mapper thread (a filter's trap, `ud2`) must
+    // kill the stub, not find a frame on whatever the inherited stack pointer would point
+    // at once the application maps memory there.
+    "    xor esp, esp",
     "    mov r12, rdi",
     "    mov r13, rsi",
     "    mov r14, rdx",
@@ -204,8 +220,8 @@ core::arch::global_asm!(
     // ---------------------------------------------------------------- mapper
     // rbx = command page, r13 = reply page, r12d = last sequence number done, rax = result.
     // The result goes to the reply page (details, forgeable by the application), the
-    // completion and its success to the reply eventfd, which only this `write` may reach:
-    // 8 bytes from the read-only command page, 1 for success, 2 for failure.
+    // completion and its success to the reply socket, which only this `write` may reach:
+    // one 8-byte message from the read-only command page, 1 for success, 2 for failure.
     "torpor_stub_mapper_reply:",
     "    mov [r13 + {reply_result}], rax",
     "    mov [r13 + {reply_done}], r12d",
@@ -246,6 +262,12 @@ core::arch::global_asm!(
     "    je torpor_stub_mapper_protect",
     "    cmp rax, {op_clone}",
     "    je torpor_stub_mapper_clone",
+    "    cmp rax, {op_recv_window}",
+    "    je torpor_stub_mapper_recv_window",
+    "    cmp rax, {op_map_window}",
+    "    je torpor_stub_mapper_map_window",
+    "    cmp rax, {op_close_window}",
+    "    je torpor_stub_mapper_close_window",
     "torpor_stub_mapper_einval:",
     "    mov rax, -22",
     "    jmp torpor_stub_mapper_reply",
@@ -285,6 +307,65 @@ core::arch::global_asm!(
     "torpor_stub_site_m_clone:",
     "    test rax, rax",
     "    jz torpor_stub_thread_start",
+    "    jmp torpor_stub_mapper_reply",
+    // receive a window descriptor (rdi = its slot's descriptor): rebuild the message header
+    // in the reply page (the application may have scribbled on it), recvmsg, dup3 the
+    // received descriptor (always RECV_FD, the lowest free one) to the slot, close it.
+    "torpor_stub_mapper_recv_window:",
+    "    mov r14, rdi",
+    "    xor eax, eax",
+    "    mov [r13 + {reply_msghdr}], rax",
+    "    mov [r13 + {reply_msghdr} + 8], rax",
+    "    lea rax, [r13 + {reply_iov}]",
+    "    mov [r13 + {reply_msghdr} + 16], rax",
+    "    mov qword ptr [r13 + {reply_msghdr} + 24], 1",
+    "    lea rax, [r13 + {reply_cmsg}]",
+    "    mov [r13 + {reply_msghdr} + 32], rax",
+    "    mov qword ptr [r13 + {reply_msghdr} + 40], {reply_cmsg_len}",
+    "    mov qword ptr [r13 + {reply_msghdr} + 48], 0",
+    "    lea rax, [r13 + {reply_recv_data}]",
+    "    mov [r13 + {reply_iov}], rax",
+    "    mov qword ptr [r13 + {reply_iov} + 8], 8",
+    // recvmsg(REPLY_FD, &msghdr, MSG_DONTWAIT)
+    "    mov edi, {reply_fd}",
+    "    lea rsi, [r13 + {reply_msghdr}]",
+    "    mov edx, {recv_flags}",
+    "    mov eax, 47",
+    "    syscall",
+    "torpor_stub_site_m_recvmsg:",
+    // A failed recvmsg may leave the holder's message (and its descriptor) queued for the
+    // next one: the stub cannot go on. (Only a scribbled header makes it fail.)
+    "    test rax, rax",
+    "    js torpor_stub_die",
+    // dup3(RECV_FD, slot, 0)
+    "    mov edi, {recv_fd}",
+    "    mov rsi, r14",
+    "    xor edx, edx",
+    "    mov eax, 292",
+    "    syscall",
+    "torpor_stub_site_m_dup3:",
+    "    mov r14, rax",
+    // close(RECV_FD), whatever dup3 did (EBADF if nothing was received there)
+    "    mov edi, {recv_fd}",
+    "    mov eax, 3",
+    "    syscall",
+    "torpor_stub_site_m_close_recv:",
+    "    mov rax, r14",
+    "    jmp torpor_stub_mapper_reply",
+    // mmap(a0, a1, a2, MAP_SHARED|MAP_FIXED, a4 slot, a3)
+    "torpor_stub_mapper_map_window:",
+    "    mov r9, r10",
+    "    mov r10d, 0x11",
+    "    mov r8, [rbx + {cmd_args} + 32]",
+    "    mov eax, 9",
+    "    syscall",
+    "torpor_stub_site_m_mmap_window:",
+    "    jmp torpor_stub_mapper_reply",
+    // close(a0 slot)
+    "torpor_stub_mapper_close_window:",
+    "    mov eax, 3",
+    "    syscall",
+    "torpor_stub_site_m_close_window:",
     "    jmp torpor_stub_mapper_reply",
     // ---------------------------------------------------------------- thread start
     // r15 = this thread's sysmsg area
@@ -544,6 +625,11 @@ core::arch::global_asm!(
     "    .quad torpor_stub_site_m_munmap - torpor_stub_start",
     "    .quad torpor_stub_site_m_mprotect - torpor_stub_start",
     "    .quad torpor_stub_site_m_clone - torpor_stub_start",
+    "    .quad torpor_stub_site_m_recvmsg - torpor_stub_start",
+    "    .quad torpor_stub_site_m_dup3 - torpor_stub_start",
+    "    .quad torpor_stub_site_m_close_recv - torpor_stub_start",
+    "    .quad torpor_stub_site_m_close_window - torpor_stub_start",
+    "    .quad torpor_stub_site_m_mmap_window - torpor_stub_start",
     "    .quad torpor_stub_site_t_altstack - torpor_stub_start",
     "    .quad torpor_stub_site_t_seccomp - torpor_stub_start",
     "    .quad torpor_stub_site_t_first - torpor_stub_start",
@@ -580,6 +666,16 @@ core::arch::global_asm!(
     op_unmap = const OP_UNMAP,
     op_protect = const OP_PROTECT,
     op_clone = const OP_CLONE,
+    op_recv_window = const OP_RECV_WINDOW,
+    op_map_window = const OP_MAP_WINDOW,
+    op_close_window = const OP_CLOSE_WINDOW,
+    reply_msghdr = const REPLY_MSGHDR,
+    reply_iov = const REPLY_IOV,
+    reply_recv_data = const REPLY_RECV_DATA,
+    reply_cmsg = const REPLY_CMSG,
+    reply_cmsg_len = const REPLY_CMSG_LEN,
+    recv_flags = const RECV_FLAGS,
+    recv_fd = const RECV_FD,
     max_threads = const MAX_THREADS,
     sysmsg_shift = const SYSMSG_SHIFT,
     sysmsg_mask = const -(SYSMSG_SIZE as i64),

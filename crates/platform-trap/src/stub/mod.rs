@@ -7,22 +7,23 @@
 //! not depend on the guest memory (both seccomp programs' page images, signal actions and
 //! masks, glibc's rseq registration of the calling thread); `spawn_parts` then, allocation-free
 //! (it may run in a process forked from a multi-threaded one), creates the control memfd (command
-//! page, filters) and the reply eventfd and forks the stub with `clone3` (`CLONE_PIDFD`, exit
+//! page, filters) and the reply socketpair and forks the stub with `clone3` (`CLONE_PIDFD`, exit
 //! signal 0; with `CLONE_PARENT` from the factory, so that the holder is the stub's parent);
 //! [`StubProcess::from_parts`] maps the control memfd in the holder and waits for the stub's
 //! ready report. [`StubProcess::spawn`] runs all three in the calling thread.
 //!
 //! The child, with raw system calls only (no allocation, no libc state, no locks):
 //! `PR_SET_PDEATHSIG(SIGKILL)` (then checks its parent is still the holder),
-//! `PR_SET_NO_NEW_PRIVS`, `RLIMIT_CORE = 0`, unregisters glibc's rseq area and robust list
+//! `PR_SET_NO_NEW_PRIVS`, `RLIMIT_CORE = 0`, `RLIMIT_NOFILE` = [`STUB_NOFILE`] (or its hard
+//! limit, if lower: it reports the limit it got), unregisters glibc's rseq area and robust list
 //! (both in memory about to vanish), disables the inherited alternate stack, resets every
 //! signal action to the default and points SIGSYS, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP and
 //! the kick signal at the stub's handler (`SA_SIGINFO|SA_ONSTACK|SA_RESTORER`, every signal
 //! blocked while it runs), blocks every asynchronous signal, moves the control memfd to fd 3,
-//! the guest memfd to fd 4 and the reply eventfd to fd 5 and closes every other descriptor,
-//! copies the stub code into a temporary anonymous mapping and jumps there. The stub code ([`asm`]) then unmaps
-//! everything else, rebuilds its region at [`STUB_BASE`], installs the base filter and
-//! reports ready. A set-up failure kills the child; [`StubProcess::from_parts`] reports it.
+//! the guest memfd to fd 4 and its end of the reply socketpair to fd 5 and closes every other
+//! descriptor, copies the stub code into a temporary anonymous mapping and jumps there. The stub
+//! code ([`asm`]) then unmaps everything else, rebuilds its region at [`STUB_BASE`], installs
+//! the base filter and reports ready. A set-up failure kills the child; [`StubProcess::from_parts`] reports it.
 //!
 //! `PR_SET_PDEATHSIG` fires when the parent *thread* exits: a stub from
 //! [`StubProcess::spawn`] dies with the thread that spawned it, and inherits that thread's
@@ -31,7 +32,7 @@
 //! # Waiting
 //! Every wait of the holder on a sysmsg state word is a `FUTEX_WAIT` with a 50 ms timeout in
 //! a loop that polls the stub's pidfd after each timeout; mapper commands wait in `poll` on
-//! the reply eventfd and the pidfd together. A dead stub turns into [`TrapError::StubDied`]
+//! the reply socket and the pidfd together. A dead stub turns into [`TrapError::StubDied`]
 //! (within 50 ms), never a hang. Mapper commands and thread starts also have a 10 s deadline
 //! ([`TrapError::Timeout`]).
 //!
@@ -40,12 +41,30 @@
 //! page, every sysmsg area) is also writable by application code, so the holder accesses it
 //! only through volatile reads and writes and atomics, copies a report out once and
 //! validates it; outcomes that matter for isolation (mapper success) come from the reply
-//! eventfd instead.
+//! socket instead.
+//!
+//! # Shared windows
+//! Guest pages that live outside the guest memfd (a file the application mapped shared, the
+//! memfd of a shared anonymous or SysV object, page-cache pages of a library) are mapped from
+//! *windows*: host descriptors the stub holds in per-stub slots ([`WindowSlot`]), read-only
+//! slots at descriptors `WINDOW_FD_BASE..WINDOW_RW_BASE` (64..544) and writable ones at
+//! `WINDOW_RW_BASE..WINDOW_FD_END` (544..1024). [`StubProcess::attach_window`] picks a free slot,
+//! sends the descriptor over the reply socketpair (`SCM_RIGHTS`; the stub holds its end at
+//! [`REPLY_FD`] in both spawn paths) and has the mapper `recvmsg` it (it lands at [`RECV_FD`],
+//! the lowest free descriptor), `dup3` it to the slot and close the received copy;
+//! [`StubProcess::map_window`] has the mapper `mmap` a range of it (`MAP_SHARED|MAP_FIXED`);
+//! [`StubProcess::detach_window`] has it `close` the slot, which is then free again (mappings
+//! made from it stay). A read-only slot is never mapped with `PROT_WRITE`: the holder refuses it,
+//! and so does the base filter ([`crate::filter`]); where it can, the holder also attaches a
+//! read-only window through a read-only open file, so that the kernel itself refuses write
+//! access, also through a later `mprotect`.
 
 pub(crate) mod asm;
+#[cfg(test)]
+mod tests;
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -78,10 +97,17 @@ struct Shared {
     pidfd: OwnedFd,
     /// The holder's mapping of the control memfd.
     ctrl: Mapping,
-    /// The reply eventfd (non-blocking): the mapper adds 1 or 2 per command.
-    reply_efd: OwnedFd,
-    /// The last mapper command's sequence number (the lock serialises commands).
+    /// The holder's end of the reply socketpair: the mapper sends one 8-byte message (1 or 2)
+    /// per command; the holder sends window descriptors the other way.
+    reply_sock: OwnedFd,
+    /// The last mapper command's sequence number (the lock serialises commands, and a window
+    /// descriptor's send with the command that receives it).
     mapper: Mutex<u32>,
+    /// Which window slots are attached.
+    windows: Mutex<Windows>,
+    /// The stub's `RLIMIT_NOFILE`, as it reported before it ran anything of the application's
+    /// (set once the stub is ready): slots at or above it cannot be used.
+    nofile: AtomicU64,
     /// Which sysmsg slots hold a thread.
     slots: Mutex<Vec<bool>>,
     /// The host's XSAVE image size (what signal frames carry).
@@ -166,9 +192,29 @@ impl Shared {
 
     /// Runs one mapper command; returns its result on success (a detail the application
     /// could forge: only a new thread's tid is used, and validated).
-    fn command(&self, op: u64, args: [u64; 4]) -> Result<i64, TrapError> {
+    fn command(&self, op: u64, args: [u64; 5]) -> Result<i64, TrapError> {
         self.alive()?;
         let mut seq = self.mapper.lock().unwrap_or_else(|e| e.into_inner());
+        self.command_locked(&mut seq, op, args)
+    }
+
+    /// Sends `fd` to the stub over the reply socket, then runs [`OP_RECV_WINDOW`] for the
+    /// slot descriptor `slot_fd`, under one hold of the mapper lock (so that the mapper's
+    /// `recvmsg` takes exactly this message).
+    fn send_window(&self, fd: BorrowedFd<'_>, slot_fd: u64) -> Result<i64, TrapError> {
+        self.alive()?;
+        let mut seq = self.mapper.lock().unwrap_or_else(|e| e.into_inner());
+        sys::send_with_fds(self.reply_sock.as_fd(), b"torpor-w", &[fd.as_raw_fd()]).map_err(
+            |e| match e.raw_os_error() {
+                Some(libc::EPIPE | libc::ECONNRESET) => TrapError::StubDied,
+                _ => host("sendmsg of a window descriptor")(e),
+            },
+        )?;
+        self.command_locked(&mut seq, OP_RECV_WINDOW, [slot_fd, 0, 0, 0, 0])
+    }
+
+    /// [`Shared::command`] with the mapper lock held (`seq` its guarded value).
+    fn command_locked(&self, seq: &mut u32, op: u64, args: [u64; 5]) -> Result<i64, TrapError> {
         let next = seq.wrapping_add(1);
         let c = &self.ctrl;
         c.write_u64(CTRL_FD_CMD + CMD_OP, op);
@@ -182,15 +228,15 @@ impl Shared {
         self.wait_reply(Instant::now() + COMMAND_DEADLINE)
     }
 
-    /// Waits for the mapper's completion on the reply eventfd (or the stub's death). Success
-    /// and failure come from the eventfd, which only the mapper can write; the value (a new
+    /// Waits for the mapper's completion on the reply socket (or the stub's death). Success
+    /// and failure come from the socket, which only the mapper can write; the value (a new
     /// thread's tid, an errno) from the reply page, which the application could forge: on
     /// success the value, on failure [`TrapError::Mapper`] with the errno (clamped to 1..4095).
     fn wait_reply(&self, deadline: Instant) -> Result<i64, TrapError> {
         loop {
             let mut fds = [
                 libc::pollfd {
-                    fd: self.reply_efd.as_raw_fd(),
+                    fd: self.reply_sock.as_raw_fd(),
                     events: libc::POLLIN,
                     revents: 0,
                 },
@@ -211,12 +257,22 @@ impl Shared {
                 }
                 return Err(host("poll")(e));
             }
-            if fds[0].revents & libc::POLLIN != 0 {
+            if fds[0].revents & (libc::POLLIN | libc::POLLHUP) != 0 {
                 let mut v = 0u64;
-                // SAFETY: an 8-byte read into a local from our eventfd.
+                // SAFETY: an 8-byte receive into a local from our socket.
                 let n = unsafe {
-                    libc::read(self.reply_efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8)
+                    libc::recv(
+                        self.reply_sock.as_raw_fd(),
+                        (&mut v as *mut u64).cast(),
+                        8,
+                        libc::MSG_DONTWAIT,
+                    )
                 };
+                if n == 0 {
+                    // The stub's end is closed: it is exiting.
+                    self.dead.store(true, Ordering::Relaxed);
+                    return Err(TrapError::StubDied);
+                }
                 if n == 8 {
                     let detail = self.ctrl.read_u64(CTRL_FD_REPLY + REPLY_RESULT) as i64;
                     return match v {
@@ -244,6 +300,78 @@ impl Shared {
 
     fn sysmsg_off(slot: usize) -> u64 {
         CTRL_FD_SYSMSG + slot as u64 * SYSMSG_SIZE
+    }
+}
+
+/// The holder's record of a stub's window slots: `true` for an attached one.
+struct Windows {
+    read_only: Vec<bool>,
+    writable: Vec<bool>,
+}
+
+impl Windows {
+    fn new() -> Windows {
+        Windows {
+            read_only: vec![false; MAX_RO_WINDOWS as usize],
+            writable: vec![false; MAX_RW_WINDOWS as usize],
+        }
+    }
+
+    /// Takes the first free slot of the kind whose descriptor is below `nofile`.
+    fn take(&mut self, writable: bool, nofile: u64) -> Option<WindowSlot> {
+        let (table, base) = if writable {
+            (&mut self.writable, WINDOW_RW_BASE)
+        } else {
+            (&mut self.read_only, WINDOW_FD_BASE)
+        };
+        let i = table.iter().position(|&used| !used)?;
+        let fd = base + i as u64;
+        if fd >= nofile {
+            return None;
+        }
+        table[i] = true;
+        Some(WindowSlot(fd as u32))
+    }
+
+    /// The entry of `slot`, if it is a slot at all.
+    fn entry(&mut self, slot: WindowSlot) -> Option<&mut bool> {
+        let fd = u64::from(slot.0);
+        if (WINDOW_FD_BASE..WINDOW_RW_BASE).contains(&fd) {
+            self.read_only.get_mut((fd - WINDOW_FD_BASE) as usize)
+        } else if (WINDOW_RW_BASE..WINDOW_FD_END).contains(&fd) {
+            self.writable.get_mut((fd - WINDOW_RW_BASE) as usize)
+        } else {
+            None
+        }
+    }
+
+    fn is_attached(&mut self, slot: WindowSlot) -> bool {
+        self.entry(slot).is_some_and(|used| *used)
+    }
+
+    fn release(&mut self, slot: WindowSlot) {
+        if let Some(used) = self.entry(slot) {
+            *used = false;
+        }
+    }
+}
+
+/// A shared-window slot of one stub ([`StubProcess::attach_window`]): a descriptor number in
+/// that stub, read-only (`64..544`) or writable (`544..1024`). Valid for the stub that gave it
+/// until [`StubProcess::detach_window`]; after that, the same value may name another window
+/// attached later (like a descriptor number).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WindowSlot(u32);
+
+impl WindowSlot {
+    /// The slot's descriptor number in the stub.
+    pub fn fd(self) -> u32 {
+        self.0
+    }
+
+    /// Whether the slot is a writable one (mappable with `PROT_WRITE`).
+    pub fn is_writable(self) -> bool {
+        u64::from(self.0) >= WINDOW_RW_BASE
     }
 }
 
@@ -358,7 +486,7 @@ const STAGE_NAMES: [&str; 12] = [
     "none",
     "PR_SET_PDEATHSIG / parent check",
     "PR_SET_NO_NEW_PRIVS",
-    "RLIMIT_CORE",
+    "RLIMIT_CORE / RLIMIT_NOFILE",
     "rseq unregistration",
     "sigaltstack",
     "rt_sigaction",
@@ -436,6 +564,49 @@ unsafe fn child_main(p: &ChildPlan) -> ! {
         if r < 0 {
             fail(3, r);
         }
+        // RLIMIT_NOFILE: room for every window slot and no more (a lower hard limit stays);
+        // reported to the holder, which reads it before any application code runs.
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let r = raw(
+            libc::SYS_prlimit64,
+            [
+                0,
+                libc::RLIMIT_NOFILE as u64,
+                0,
+                &mut lim as *mut libc::rlimit as u64,
+                0,
+                0,
+            ],
+        );
+        if r < 0 {
+            fail(3, r);
+        }
+        let nofile = lim.rlim_max.min(STUB_NOFILE);
+        lim = libc::rlimit {
+            rlim_cur: nofile,
+            rlim_max: nofile,
+        };
+        let r = raw(
+            libc::SYS_prlimit64,
+            [
+                0,
+                libc::RLIMIT_NOFILE as u64,
+                &lim as *const libc::rlimit as u64,
+                0,
+                0,
+                0,
+            ],
+        );
+        if r < 0 {
+            fail(3, r);
+        }
+        p.reply
+            .add(REPLY_NOFILE as usize)
+            .cast::<u64>()
+            .write_volatile(nofile);
         if p.rseq_lens[0] != 0 {
             // glibc registered `rseq_area` with a length this code cannot read back: try the
             // lengths glibc versions use. The kernel would write to it after it is unmapped.
@@ -492,7 +663,7 @@ unsafe fn child_main(p: &ChildPlan) -> ! {
         if r < 0 {
             fail(7, r);
         }
-        // Descriptors: control memfd → 3, guest memfd → 4, reply eventfd → 5, nothing else.
+        // Descriptors: control memfd → 3, guest memfd → 4, reply socket → 5, nothing else.
         // (First above 10, so that moving one does not close another.)
         let mut high = [0i64; 3];
         for (h, fd) in high.iter_mut().zip([p.ctrl_fd, p.mem_fd, p.reply_fd]) {
@@ -667,8 +838,8 @@ pub(crate) struct StubParts {
     pub(crate) pidfd: OwnedFd,
     /// The control memfd (command page, filters, reply page, sysmsg areas).
     pub(crate) ctrl_fd: OwnedFd,
-    /// The reply eventfd (non-blocking).
-    pub(crate) reply_efd: OwnedFd,
+    /// The holder's end of the reply socketpair.
+    pub(crate) reply_sock: OwnedFd,
 }
 
 /// The host calls of [`spawn_parts`], by [`SpawnError::call`].
@@ -676,7 +847,7 @@ pub(crate) const SPAWN_CALLS: [&str; 6] = [
     "memfd_create",
     "ftruncate",
     "mmap",
-    "eventfd",
+    "socketpair",
     "clone3",
     "fcntl(F_ADD_SEALS)",
 ];
@@ -770,19 +941,31 @@ pub(crate) fn spawn_parts(
             ctrl.write_u64(off + 8 * i as u64, *w);
         }
     }
-    // SAFETY: no memory arguments.
-    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if efd < 0 {
+    // The reply socketpair: [holder's end, stub's end]. SEQPACKET: one completion, one window
+    // descriptor per message.
+    let mut pair: [RawFd; 2] = [-1; 2];
+    // SAFETY: socketpair writes two descriptors into `pair`.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            pair.as_mut_ptr(),
+        )
+    };
+    if r < 0 {
         return Err(SpawnError::last(3));
     }
-    // SAFETY: a new descriptor we own.
-    let reply_efd = unsafe { OwnedFd::from_raw_fd(efd) };
+    // SAFETY: two new descriptors we own. The stub's end is closed here once the child has
+    // its copy (when this function returns).
+    let (reply_sock, stub_sock) =
+        unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
 
     let plan = ChildPlan {
         holder_pid: i64::from(parent_pid),
         ctrl_fd: ctrl_fd.as_raw_fd(),
         mem_fd: memory.as_raw_fd(),
-        reply_fd: reply_efd.as_raw_fd(),
+        reply_fd: stub_sock.as_raw_fd(),
         reply: ctrl.at(CTRL_FD_REPLY),
         blob: t.blob.as_ptr(),
         blob_len: t.blob.len(),
@@ -853,13 +1036,14 @@ pub(crate) fn spawn_parts(
             errno: -pid as i32,
         });
     }
+    drop(stub_sock);
     // SAFETY: clone3 stored a new pidfd we own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     Ok(StubParts {
         pid: pid as i32,
         pidfd,
         ctrl_fd,
-        reply_efd,
+        reply_sock,
     })
 }
 
@@ -895,7 +1079,7 @@ impl StubProcess {
             pid,
             pidfd,
             ctrl_fd,
-            reply_efd,
+            reply_sock,
         } = parts;
         // SAFETY: a zeroed stat for fstat to fill.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -913,8 +1097,10 @@ impl StubProcess {
             pid,
             pidfd,
             ctrl,
-            reply_efd,
+            reply_sock,
             mapper: Mutex::new(0),
+            windows: Mutex::new(Windows::new()),
+            nofile: AtomicU64::new(0),
             slots: Mutex::new(vec![false; MAX_THREADS as usize]),
             xsave_size,
             xcr0: sys::xcr0(),
@@ -937,7 +1123,19 @@ impl StubProcess {
             Ok(_) => return Err(TrapError::Protocol("stub set-up failed")),
             Err(e) => return Err(e),
         }
-        tracing::debug!(pid, xsave_size, blob = t.blob.len(), "trap: stub ready");
+        // Written by the child before the stub code ran, so before any application code.
+        let nofile = shared
+            .ctrl
+            .read_u64(CTRL_FD_REPLY + REPLY_NOFILE)
+            .min(STUB_NOFILE);
+        shared.nofile.store(nofile, Ordering::Relaxed);
+        tracing::debug!(
+            pid,
+            xsave_size,
+            nofile,
+            blob = t.blob.len(),
+            "trap: stub ready"
+        );
         Ok(StubProcess { shared })
     }
 
@@ -1005,7 +1203,7 @@ impl StubProcess {
         }
         // Success of a MAP_FIXED mmap means mapped at `gva`.
         self.shared
-            .command(OP_MAP, [gva, len, prot as u64, offset])
+            .command(OP_MAP, [gva, len, prot as u64, offset, 0])
             .map(drop)
     }
 
@@ -1015,7 +1213,7 @@ impl StubProcess {
     /// As [`StubProcess::map`].
     pub fn unmap(&self, gva: u64, len: u64) -> Result<(), TrapError> {
         Self::check_range(gva, len)?;
-        self.shared.command(OP_UNMAP, [gva, len, 0, 0]).map(drop)
+        self.shared.command(OP_UNMAP, [gva, len, 0, 0, 0]).map(drop)
     }
 
     /// Changes the protection of `[gva, gva + len)` in the stub.
@@ -1026,7 +1224,151 @@ impl StubProcess {
         Self::check_range(gva, len)?;
         Self::check_prot(prot)?;
         self.shared
-            .command(OP_PROTECT, [gva, len, prot as u64, 0])
+            .command(OP_PROTECT, [gva, len, prot as u64, 0, 0])
+            .map(drop)
+    }
+
+    /// Attaches a shared window to the stub: sends `fd` (a file the guest maps shared: a
+    /// regular file, the memfd of a shared anonymous or SysV object, a library's file) to the
+    /// stub, which keeps it in a free slot of the kind asked for until
+    /// [`StubProcess::detach_window`]. Map ranges of it with [`StubProcess::map_window`].
+    ///
+    /// A read-only slot is never mapped with `PROT_WRITE` (the holder and the stub's filter
+    /// both refuse it). If `fd` is open for writing, a read-only slot gets a read-only reopening
+    /// of it (`/proc/self/fd`) when this process may open that, so that the kernel also refuses
+    /// a later `mprotect(PROT_WRITE)` of its mappings; otherwise `fd` itself, and then only the
+    /// caller keeps [`StubProcess::protect`] (which knows nothing of windows) from making such
+    /// a mapping writable. Pass `O_RDONLY` descriptors for read-only windows where possible.
+    ///
+    /// # Errors
+    /// [`TrapError::TooManyWindows`] if every slot of the kind is attached (480 of each, fewer
+    /// if the stub's `RLIMIT_NOFILE` is below 1024); [`TrapError::Invalid`] for a writable
+    /// slot of a descriptor not open for writing; [`TrapError::Mapper`] if the stub could not
+    /// take it; [`TrapError::Host`] if sending it fails; [`TrapError::StubDied`].
+    pub fn attach_window(
+        &self,
+        fd: BorrowedFd<'_>,
+        writable: bool,
+    ) -> Result<WindowSlot, TrapError> {
+        let sh = &self.shared;
+        sh.alive()?;
+        // SAFETY: F_GETFL on a borrowed, open descriptor.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+        if flags < 0 {
+            return Err(host("fcntl(F_GETFL) of a window")(
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let mode = flags & libc::O_ACCMODE;
+        if writable && mode != libc::O_RDWR {
+            return Err(TrapError::Invalid(
+                "a writable window needs a descriptor open for reading and writing",
+            ));
+        }
+        let reopened = if !writable && mode != libc::O_RDONLY {
+            reopen_read_only(fd)
+        } else {
+            None
+        };
+        let send = reopened.as_ref().map_or(fd, |f| f.as_fd());
+        let slot = sh
+            .windows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(writable, sh.nofile.load(Ordering::Relaxed))
+            .ok_or(TrapError::TooManyWindows)?;
+        match sh.send_window(send, u64::from(slot.0)) {
+            Ok(_) => Ok(slot),
+            Err(e) => {
+                // The dup3 failed (the slot's descriptor is unchanged, free), or the stub is
+                // dead.
+                sh.windows
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .release(slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// Detaches a window: the stub closes the slot's descriptor and the slot is free for the
+    /// next [`StubProcess::attach_window`]. Mappings made from it stay (they hold the file);
+    /// unmap or replace them as needed.
+    ///
+    /// # Errors
+    /// [`TrapError::Invalid`] if `slot` is not attached; [`TrapError::Mapper`] if the stub's
+    /// `close` failed (the slot is freed anyway: the next attach replaces its descriptor);
+    /// [`TrapError::StubDied`].
+    pub fn detach_window(&self, slot: WindowSlot) -> Result<(), TrapError> {
+        let sh = &self.shared;
+        if !sh
+            .windows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_attached(slot)
+        {
+            return Err(TrapError::Invalid("window slot not attached"));
+        }
+        // Freed only once closed: an attach cannot take the slot before this close ran.
+        let r = sh.command(OP_CLOSE_WINDOW, [u64::from(slot.0), 0, 0, 0, 0]);
+        sh.windows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .release(slot);
+        r.map(drop)
+    }
+
+    /// Maps `len` bytes of the window in `slot` from `file_offset` at `gva` in the stub
+    /// (`mmap(MAP_SHARED|MAP_FIXED)`, replacing whatever was there) with `prot`
+    /// (`PROT_READ|PROT_WRITE|PROT_EXEC` bits; no `PROT_WRITE` for a read-only slot).
+    ///
+    /// # Errors
+    /// [`TrapError::Invalid`] for an unaligned range or offset, one reaching `USER_END`, a slot
+    /// that is not attached, or `PROT_WRITE` on a read-only slot; [`TrapError::Mapper`] if the
+    /// stub's `mmap` failed (e.g. `EACCES`, `ENODEV`).
+    pub fn map_window(
+        &self,
+        slot: WindowSlot,
+        gva: u64,
+        len: u64,
+        file_offset: u64,
+        prot: i32,
+    ) -> Result<(), TrapError> {
+        Self::check_range(gva, len)?;
+        Self::check_prot(prot)?;
+        if file_offset & 0xfff != 0 {
+            return Err(TrapError::Invalid("unaligned offset"));
+        }
+        if prot & libc::PROT_WRITE != 0 && !slot.is_writable() {
+            return Err(TrapError::Invalid("PROT_WRITE on a read-only window"));
+        }
+        let sh = &self.shared;
+        if !sh
+            .windows
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_attached(slot)
+        {
+            return Err(TrapError::Invalid("window slot not attached"));
+        }
+        self.map_window_unchecked(slot, gva, len, file_offset, prot)
+    }
+
+    /// The mapper command of [`StubProcess::map_window`], without the holder's checks (tests
+    /// use it to show that the stub's filter refuses what the holder would).
+    fn map_window_unchecked(
+        &self,
+        slot: WindowSlot,
+        gva: u64,
+        len: u64,
+        file_offset: u64,
+        prot: i32,
+    ) -> Result<(), TrapError> {
+        self.shared
+            .command(
+                OP_MAP_WINDOW,
+                [gva, len, prot as u64, file_offset, u64::from(slot.0)],
+            )
             .map(drop)
     }
 
@@ -1064,7 +1406,7 @@ impl StubProcess {
         };
         let c = &sh.ctrl;
         c.write_bytes(t.base, &[0u8; 0x100]);
-        let tid = sh.command(OP_CLONE, [slot as u64, 0, 0, 0])?;
+        let tid = sh.command(OP_CLONE, [slot as u64, 0, 0, 0, 0])?;
         t.started = true;
         t.tid = i32::try_from(tid)
             .ok()
@@ -1113,6 +1455,38 @@ impl StubProcess {
         t.ctx.regs.rflags = RFLAGS_FIXED;
         t.pidfd = thread_pidfd(sh.pid, t.tid);
         Ok(t)
+    }
+}
+
+/// A read-only open file of the same file as `fd`, through `/proc/self/fd` (`None` if this
+/// process cannot open it, or what it opened is not the same file).
+fn reopen_read_only(fd: BorrowedFd<'_>) -> Option<OwnedFd> {
+    let path = format!("/proc/self/fd/{}\0", fd.as_raw_fd());
+    // SAFETY: a NUL-terminated path.
+    let r = unsafe {
+        libc::open(
+            path.as_ptr().cast(),
+            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK,
+        )
+    };
+    if r < 0 {
+        tracing::debug!(
+            err = %std::io::Error::last_os_error(),
+            "trap: a read-only window keeps its writable descriptor"
+        );
+        return None;
+    }
+    // SAFETY: a new descriptor we own.
+    let new = unsafe { OwnedFd::from_raw_fd(r) };
+    let id = |f: BorrowedFd<'_>| {
+        // SAFETY: a zeroed stat for fstat to fill.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid descriptor and stat buffer.
+        (unsafe { libc::fstat(f.as_raw_fd(), &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    };
+    match (id(fd), id(new.as_fd())) {
+        (Some(a), Some(b)) if a == b => Some(new),
+        _ => None,
     }
 }
 
@@ -1402,6 +1776,11 @@ pub fn stub_syscall_instructions() -> Vec<(&'static str, u64)> {
         ("mapper munmap", at(m.site_m_munmap)),
         ("mapper mprotect", at(m.site_m_mprotect)),
         ("mapper clone", at(m.site_m_clone)),
+        ("mapper window recvmsg", at(m.site_m_recvmsg)),
+        ("mapper window dup3", at(m.site_m_dup3)),
+        ("mapper received close", at(m.site_m_close_recv)),
+        ("mapper window close", at(m.site_m_close_window)),
+        ("mapper window mmap", at(m.site_m_mmap_window)),
         ("thread sigaltstack", at(m.site_t_altstack)),
         ("thread seccomp", at(m.site_t_seccomp)),
         ("handler futex wake", at(m.site_h_wake)),
