@@ -367,7 +367,7 @@ mod tests {
     }
 
     #[test]
-    fn without_memslots_or_sharing_pages_are_copied() {
+    fn without_memslots_or_sharing_pages_are_copied_and_without_a_vm_windows_attach() {
         let f = Fixture::new("slots");
         // Every slot but the VM's own is in the reserve: no window may be attached.
         let mut m = mm_with_windows(RESERVED_SLOTS + 1);
@@ -375,11 +375,13 @@ mod tests {
         assert_eq!(m.read_val::<u8>(a.add(0x3000)).unwrap(), 4);
         assert!(m.memory().is_own(frame(&m, a.add(0x3000)).0));
         assert!(m.memory().windows().is_empty());
-        // No VM at all (no registrar): the same.
+        // No registrar (the trap platform, whose stubs map windows themselves): the window
+        // is attached all the same, with no memslot limit.
         let mut m = mm(16 * MIB);
         let a = f.map(&mut m, Prot::READ);
         assert_eq!(m.read_val::<u8>(a).unwrap(), 1);
-        assert!(m.memory().is_own(frame(&m, a).0));
+        assert!(!m.memory().is_own(frame(&m, a).0));
+        assert_eq!(m.memory().windows().len(), 1);
         // Sharing off: the VMA has no object.
         f.space.set_share_files(false);
         assert!(f.space.private_file(&f.file, true).is_none());

@@ -182,6 +182,46 @@ impl TrapContext {
         Ok(Leaf::Absent)
     }
 
+    /// Whether the two bytes before `rip` are a `syscall` instruction (0f 05), read through
+    /// the page tables without touching their accessed bits.
+    fn after_syscall_instruction(&self) -> bool {
+        let rip = self.user().regs.rip;
+        let mut bytes = [0u8; 2];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            let va = rip.wrapping_sub(2).wrapping_add(i as u64);
+            let Some(gpa) = self.translate(va) else {
+                return false;
+            };
+            let mut one = [0u8; 1];
+            if self.mem().read(gpa, &mut one).is_err() {
+                return false;
+            }
+            *b = one[0];
+        }
+        bytes == [0x0f, 0x05]
+    }
+
+    /// The guest-physical address of user byte `va` (in guest memory or a window), if the
+    /// tables map it.
+    fn translate(&self, va: u64) -> Option<Gpa> {
+        let mut table = self.root.raw() & ADDR;
+        for level in (0..4u32).rev() {
+            let shift = 12 + 9 * level;
+            let e = self
+                .mem()
+                .read_u64(Gpa(table + 8 * ((va >> shift) & 0x1ff)))
+                .ok()?;
+            if e & PRESENT == 0 || (level > 0 && e & LARGE != 0) {
+                return None;
+            }
+            if level == 0 {
+                return (e & USER != 0).then_some(Gpa((e & ADDR) + (va & 0xfff)));
+            }
+            table = e & ADDR;
+        }
+        None
+    }
+
     /// Makes `count` pages from `first` in the stub what the tables say.
     fn sync_pages(
         &self,
@@ -255,6 +295,9 @@ fn continues(first: Leaf, next: Leaf, n: u64) -> bool {
     }
 }
 
+/// The `uretprobe` system call's number.
+const URETPROBE: u64 = 335;
+
 /// Vectors whose exceptions carry an error code.
 fn has_error_code(vector: u8) -> bool {
     matches!(vector, 8 | 10..=14 | 17 | 21)
@@ -303,13 +346,33 @@ impl Context for TrapContext {
             return Ok(Exit::Interrupted);
         }
         let thread = self.thread().map_err(PlatformError::new)?;
-        Ok(match thread.switch().map_err(PlatformError::new)? {
+        let exit = thread.switch().map_err(PlatformError::new)?;
+        if let TrapExit::Fault {
+            vector,
+            error_code,
+            addr,
+            signal,
+        } = exit
+        {
+            tracing::trace!(vector, error_code, addr, signal, "trap: fault");
+        }
+        Ok(match exit {
             TrapExit::Syscall => Exit::Syscall,
             TrapExit::Interrupted => Exit::Interrupted,
             TrapExit::Fault {
                 signal: libc::SIGBUS,
                 ..
             } => Exit::MemoryFault,
+            // Linux (6.11+) lets `uretprobe` (335) past every seccomp filter, and answers a
+            // call from outside its trampoline with SIGILL: to the application it was a system
+            // call, as on KVM (which answers ENOSYS).
+            TrapExit::Fault {
+                signal: libc::SIGILL,
+                ..
+            } if self.after_syscall_instruction() => {
+                self.user_mut().regs.rax = URETPROBE;
+                Exit::Syscall
+            }
             TrapExit::Fault {
                 vector,
                 error_code,

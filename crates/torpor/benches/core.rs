@@ -1,16 +1,20 @@
 //! Sandbox-core benchmark: prints a table, asserts nothing about speed.
 //!
 //! Run with `cargo bench -p torpor --bench core`. Each figure is the median of
-//! RUNS runs, with the spread (min - max):
+//! RUNS runs, with the spread (min - max), for each platform (`[kvm]` where
+//! `/dev/kvm` opens, `[trap]`):
 //!
 //! - syscall round trip: (wall time of `getpid_loop 20000` - `getpid_loop 0`)
-//!   / 20000, beside the bare ring-3 exit round trip that `torpor bench-exit`
-//!   measures in the same run, and their ratio;
+//!   / 20000, beside the platform's bare mechanism measured in the same run
+//!   (KVM: the bare ring-3 exit round trip of `torpor bench-exit`; trap: a
+//!   SIGSYS trap and return plus a futex hand-off between two processes on one
+//!   CPU), their ratio, and KVM's round trip over trap's;
 //! - first-touch page fault: (`touch_pages 64` - `touch_pages 0`) / 16384 pages;
 //! - start to first guest instruction (`TORPOR_TIMINGS=1`), and every other
 //!   `torpor-timing:` figure torpor prints;
 //! - start to first HTTP response of a static server behind `--publish`;
-//! - PSS of that idle server sandbox (`/proc/PID/smaps_rollup`).
+//! - PSS of that idle server sandbox (`/proc/PID/smaps_rollup` of the holder and
+//!   every process below it: janitor, file broker, and the trap platform's stubs).
 //!
 //! Native figures for the same programs are shown beside them where that means
 //! something. On the development machines KVM is software (shadow paging), so
@@ -51,9 +55,9 @@ fn fmt_num(x: f64) -> String {
 fn print_table(rows: &[Row]) {
     println!();
     println!("torpor core benchmark: median of {RUNS} runs [min - max]");
-    println!("{:-<92}", "");
-    println!("{:<52} {:>12}  {:<20} unit", "metric", "median", "spread");
-    println!("{:-<92}", "");
+    println!("{:-<102}", "");
+    println!("{:<62} {:>12}  {:<20} unit", "metric", "median", "spread");
+    println!("{:-<102}", "");
     for r in rows {
         match &r.samples {
             Ok(s) if !s.is_empty() => {
@@ -61,18 +65,18 @@ fn print_table(rows: &[Row]) {
                 let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let spread = format!("[{} - {}]", fmt_num(min), fmt_num(max));
                 println!(
-                    "{:<52} {:>12}  {:<20} {}",
+                    "{:<62} {:>12}  {:<20} {}",
                     r.name,
                     fmt_num(median(s)),
                     spread,
                     r.unit
                 );
             }
-            Ok(_) => println!("{:<52} {:>12}  {:<20} {}", r.name, "n/a", "", r.unit),
-            Err(e) => println!("{:<52} {:>12}  {:<20} {}  ({e})", r.name, "n/a", "", r.unit),
+            Ok(_) => println!("{:<62} {:>12}  {:<20} {}", r.name, "n/a", "", r.unit),
+            Err(e) => println!("{:<62} {:>12}  {:<20} {}  ({e})", r.name, "n/a", "", r.unit),
         }
     }
-    println!("{:-<92}", "");
+    println!("{:-<102}", "");
 }
 
 /// Runs `f` RUNS times; a panic or error in any run makes the row "n/a".
@@ -250,10 +254,60 @@ fn http_once(
     };
     let first = first_response(&mut server, addr, started)?;
     std::thread::sleep(Duration::from_millis(500)); // idle
-    let pss = pss_kib(server.pid())?;
+    let pss = tree_pss_kib(server.pid())?;
     let _ = http_get(addr, "/quit", Duration::from_secs(10));
     let _ = server.terminate(Duration::from_secs(10));
     Ok((first.as_secs_f64() * 1e3, pss))
+}
+
+/// PSS (KiB) of `pid` and every process below it: the holder with its janitor and file
+/// broker, and on the trap platform the stub processes, which map the guest pages they use.
+fn tree_pss_kib(pid: u32) -> Result<f64, String> {
+    let mut total = pss_kib(pid)?;
+    let mut stack = vec![pid];
+    while let Some(p) = stack.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for c in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+            {
+                total += pss_kib(c).unwrap_or(0.0);
+                stack.push(c);
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// The platforms to measure: KVM where `/dev/kvm` opens, and trap.
+fn platforms() -> Vec<&'static str> {
+    let kvm = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    if kvm {
+        vec!["kvm", "trap"]
+    } else {
+        println!("/dev/kvm not available: the trap platform only");
+        vec!["trap"]
+    }
+}
+
+/// The bare mechanism of the trap platform, measured here: one SIGSYS trap and return in a
+/// process (µs), and one futex hand-off there and back between two processes on one CPU.
+fn trap_mechanism() -> (Vec<f64>, Vec<f64>) {
+    let trap: Vec<f64> = (0..RUNS)
+        .map(|_| platform_trap::bench::sigsys_trap_ns(20_000) as f64 / 1e3)
+        .collect();
+    let handoff: Vec<f64> = (0..RUNS)
+        .map(|_| platform_trap::bench::futex_handoff_ns(20_000, true) as f64 / 1e3)
+        .collect();
+    (trap, handoff)
 }
 
 fn main() {
@@ -273,45 +327,9 @@ fn main() {
     let root = r.path();
     let mut rows = Vec::new();
 
-    // Syscall round trip beside the bare exit, measured in the same runs.
-    let mut syscall = Vec::new();
-    let mut exit = Vec::new();
-    let mut exit_err = None;
-    let mut sys_err = None;
-    for _ in 0..RUNS {
-        match per_unit(|n| torpor_wall(&t, root, &getpid, n), GETPIDS, GETPIDS) {
-            Ok(v) => syscall.push(v),
-            Err(e) => sys_err = Some(e),
-        }
-        match bench_exit(&t) {
-            Ok(v) => exit.push(v),
-            Err(e) => exit_err = Some(e),
-        }
-    }
-    let ratio: Vec<f64> = syscall.iter().zip(&exit).map(|(s, e)| s / e).collect();
-    let syscall_ok = sys_err.is_none();
-    let exit_ok = exit_err.is_none();
+    // Native figures, once.
     rows.push(row(
-        "syscall round trip (getpid loop)",
-        "us",
-        sys_err.map_or(Ok(syscall), Err),
-    ));
-    rows.push(row(
-        "bare exit round trip (torpor bench-exit)",
-        "us",
-        exit_err.map_or(Ok(exit), Err),
-    ));
-    rows.push(row(
-        "syscall / bare exit",
-        "x",
-        if syscall_ok && exit_ok {
-            Ok(ratio)
-        } else {
-            Err("needs both".into())
-        },
-    ));
-    rows.push(row(
-        "  native getpid",
+        "native getpid",
         "us",
         sample(|| {
             per_unit(
@@ -321,93 +339,174 @@ fn main() {
             )
         }),
     ));
-
-    // First-touch page faults.
     let pages = TOUCH_MIB * 256;
     rows.push(row(
-        &format!("first-touch page fault ({TOUCH_MIB} MiB, per 4 KiB page)"),
-        "us",
-        sample(|| per_unit(|n| torpor_wall(&t, root, &touch, n), TOUCH_MIB, pages)),
-    ));
-    rows.push(row(
-        "  native first touch",
+        "native first-touch page fault",
         "us",
         sample(|| per_unit(|n| native_wall(&touch_native, root, n), TOUCH_MIB, pages)),
     ));
 
-    // Start-up timings reported by torpor itself.
-    let runs: Vec<Result<BTreeMap<String, f64>, String>> =
-        (0..RUNS).map(|_| timings(&t, root, &getpid)).collect();
-    match runs.iter().find_map(|r| r.as_ref().err()) {
-        Some(e) => rows.push(row(
-            "start to first guest instruction",
-            "us",
-            Err(e.clone()),
-        )),
-        None => {
-            let maps: Vec<&BTreeMap<String, f64>> =
-                runs.iter().filter_map(|r| r.as_ref().ok()).collect();
-            let first = "start_to_first_instruction_us";
-            let mut names: Vec<&String> = maps[0].keys().collect();
-            names.sort_by_key(|n| (n.as_str() != first, n.as_str()));
-            if !maps[0].contains_key(first) {
-                rows.push(row(
-                    "start to first guest instruction",
-                    "us",
-                    Err("not reported".into()),
-                ));
+    let mut round_trips: BTreeMap<&str, f64> = BTreeMap::new();
+    for platform in platforms() {
+        // The bench is single-threaded here; every torpor it starts inherits it.
+        std::env::set_var("TORPOR_PLATFORM", platform);
+        let tag = |name: &str| format!("[{platform}] {name}");
+
+        // Syscall round trip beside the platform's bare mechanism, measured in the same run.
+        let mut syscall = Vec::new();
+        let mut sys_err = None;
+        let mut bare = Vec::new();
+        let mut bare_err = None;
+        let mechanism = if platform == "trap" {
+            Some(trap_mechanism())
+        } else {
+            None
+        };
+        for i in 0..RUNS {
+            match per_unit(|n| torpor_wall(&t, root, &getpid, n), GETPIDS, GETPIDS) {
+                Ok(v) => syscall.push(v),
+                Err(e) => sys_err = Some(e),
             }
-            for name in names {
-                let v: Vec<f64> = maps.iter().filter_map(|m| m.get(name).copied()).collect();
-                let label = if name == first {
-                    "start to first guest instruction".to_owned()
-                } else {
-                    format!("  timing {}", name.trim_end_matches("_us"))
-                };
-                rows.push(row(&label, "us", Ok(v)));
+            match &mechanism {
+                Some((trap, handoff)) => bare.push(trap[i] + handoff[i]),
+                None => match bench_exit(&t) {
+                    Ok(v) => bare.push(v),
+                    Err(e) => bare_err = Some(e),
+                },
             }
         }
-    }
-    rows.push(row(
-        "start to exit, busybox true",
-        "ms",
-        sample(|| {
-            let out = t
-                .run(root, "/bin/busybox")
-                .arg("true")
-                .host_env("TORPOR_LOG", "off")
-                .output();
-            if out.code() != 0 {
-                return Err(format!("exit {}", out.code()));
-            }
-            Ok(out.elapsed.as_secs_f64() * 1e3)
-        }),
-    ));
+        if !syscall.is_empty() {
+            round_trips.insert(platform, median(&syscall));
+        }
+        let ratio: Vec<f64> = syscall.iter().zip(&bare).map(|(s, e)| s / e).collect();
+        let both = sys_err.is_none() && bare_err.is_none();
+        rows.push(row(
+            &tag("syscall round trip (getpid loop)"),
+            "us",
+            sys_err.map_or(Ok(syscall), Err),
+        ));
+        let bare_name = if platform == "trap" {
+            "bare mechanism: SIGSYS trap + futex hand-off"
+        } else {
+            "bare mechanism: VM exit round trip (torpor bench-exit)"
+        };
+        rows.push(row(&tag(bare_name), "us", bare_err.map_or(Ok(bare), Err)));
+        if let Some((trap, handoff)) = mechanism {
+            rows.push(row(&tag("  SIGSYS trap and return"), "us", Ok(trap)));
+            rows.push(row(
+                &tag("  futex hand-off between two processes, one CPU"),
+                "us",
+                Ok(handoff),
+            ));
+        }
+        rows.push(row(
+            &tag("syscall / bare mechanism"),
+            "x",
+            if both {
+                Ok(ratio)
+            } else {
+                Err("needs both".into())
+            },
+        ));
 
-    // HTTP: cold start to first response, then PSS while idle.
-    let mut http_rows = |label: &str, native_prog: Option<&Path>| {
-        let results: Vec<Result<(f64, f64), String>> = (0..RUNS)
-            .map(|_| {
-                catch_unwind(AssertUnwindSafe(|| http_once(&t, root, &http, native_prog)))
-                    .unwrap_or_else(|_| Err("panicked".into()))
-            })
-            .collect();
-        let err = results.iter().find_map(|r| r.as_ref().err().cloned());
-        let ok: Vec<(f64, f64)> = results.into_iter().filter_map(Result::ok).collect();
-        let (first, pss): (Vec<f64>, Vec<f64>) = ok.into_iter().unzip();
+        // First-touch page faults.
         rows.push(row(
-            &format!("start to first HTTP response{label}"),
+            &tag(&format!(
+                "first-touch page fault ({TOUCH_MIB} MiB, per 4 KiB page)"
+            )),
+            "us",
+            sample(|| per_unit(|n| torpor_wall(&t, root, &touch, n), TOUCH_MIB, pages)),
+        ));
+
+        // Start-up timings reported by torpor itself.
+        let runs: Vec<Result<BTreeMap<String, f64>, String>> =
+            (0..RUNS).map(|_| timings(&t, root, &getpid)).collect();
+        match runs.iter().find_map(|r| r.as_ref().err()) {
+            Some(e) => rows.push(row(
+                &tag("start to first guest instruction"),
+                "us",
+                Err(e.clone()),
+            )),
+            None => {
+                let maps: Vec<&BTreeMap<String, f64>> =
+                    runs.iter().filter_map(|r| r.as_ref().ok()).collect();
+                let first = "start_to_first_instruction_us";
+                let mut names: Vec<&String> = maps[0].keys().collect();
+                names.sort_by_key(|n| (n.as_str() != first, n.as_str()));
+                if !maps[0].contains_key(first) {
+                    rows.push(row(
+                        &tag("start to first guest instruction"),
+                        "us",
+                        Err("not reported".into()),
+                    ));
+                }
+                for name in names {
+                    let v: Vec<f64> = maps.iter().filter_map(|m| m.get(name).copied()).collect();
+                    let label = if name == first {
+                        "start to first guest instruction".to_owned()
+                    } else {
+                        format!("  timing {}", name.trim_end_matches("_us"))
+                    };
+                    rows.push(row(&tag(&label), "us", Ok(v)));
+                }
+            }
+        }
+        rows.push(row(
+            &tag("start to exit, busybox true"),
             "ms",
-            err.clone().map_or(Ok(first), Err),
+            sample(|| {
+                let out = t
+                    .run(root, "/bin/busybox")
+                    .arg("true")
+                    .host_env("TORPOR_LOG", "off")
+                    .output();
+                if out.code() != 0 {
+                    return Err(format!("exit {}", out.code()));
+                }
+                Ok(out.elapsed.as_secs_f64() * 1e3)
+            }),
         ));
+        http_rows(&mut rows, &t, root, &http, &tag(""), None);
+    }
+    std::env::remove_var("TORPOR_PLATFORM");
+    http_rows(&mut rows, &t, root, &http, "(native) ", Some(&http_native));
+    if let (Some(kvm), Some(trap)) = (round_trips.get("kvm"), round_trips.get("trap")) {
         rows.push(row(
-            &format!("PSS of idle HTTP server{label}"),
-            "KiB",
-            err.map_or(Ok(pss), Err),
+            "syscall round trip, kvm / trap (medians)",
+            "x",
+            Ok(vec![kvm / trap]),
         ));
-    };
-    http_rows("", None);
-    http_rows(" (native)", Some(&http_native));
+    }
 
     print_table(&rows);
+}
+
+/// HTTP: cold start to first response, then PSS while idle (`prefix` names the platform).
+fn http_rows(
+    rows: &mut Vec<Row>,
+    t: &Torpor,
+    root: &Path,
+    http: &str,
+    prefix: &str,
+    native_prog: Option<&Path>,
+) {
+    let results: Vec<Result<(f64, f64), String>> = (0..RUNS)
+        .map(|_| {
+            catch_unwind(AssertUnwindSafe(|| http_once(t, root, http, native_prog)))
+                .unwrap_or_else(|_| Err("panicked".into()))
+        })
+        .collect();
+    let err = results.iter().find_map(|r| r.as_ref().err().cloned());
+    let ok: Vec<(f64, f64)> = results.into_iter().filter_map(Result::ok).collect();
+    let (first, pss): (Vec<f64>, Vec<f64>) = ok.into_iter().unzip();
+    rows.push(row(
+        &format!("{prefix}start to first HTTP response"),
+        "ms",
+        err.clone().map_or(Ok(first), Err),
+    ));
+    rows.push(row(
+        &format!("{prefix}PSS of idle HTTP server (process tree)"),
+        "KiB",
+        err.map_or(Ok(pss), Err),
+    ));
 }

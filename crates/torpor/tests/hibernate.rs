@@ -834,17 +834,19 @@ fn later_deflates_write_only_what_changed() {
     let w2 = report_u64(&second, "written_pages");
     eprintln!("first deflate wrote {w1} pages, the second {w2}: {second}");
     // Written: the dirtied pages and the neighbours their faults brought in (without write
-    // tracking every resident page is written again).
+    // tracking every resident page is written again: on the trap platform, whose stubs write
+    // through mappings of their own, the brought-in neighbours are written too).
+    let tracking = !testutil::platform_is_trap();
+    let bound = if tracking { w1 / 4 } else { w1 / 2 };
     assert!(
-        w2 * 4 < w1,
+        w2 < bound,
         "the second deflate wrote {w2} pages of {w1}: {second}"
     );
     // Kept without writing: pages never touched since (carried), and, with write tracking,
     // neighbours the page faults brought along but the request did not write (clean).
-    assert!(
-        report_u64(&second, "carried_pages") + report_u64(&second, "clean_pages") >= pages * 3 / 4,
-        "{second}"
-    );
+    let kept = report_u64(&second, "carried_pages") + report_u64(&second, "clean_pages");
+    let want = if tracking { pages * 3 / 4 } else { pages / 2 };
+    assert!(kept >= want, "{second}");
     assert_eq!(report_u64(&second, "swap_layers"), 2, "{second}");
 
     // Every page read back (/verify), none written: with write tracking nothing to write
@@ -877,8 +879,10 @@ fn later_deflates_write_only_what_changed() {
             report.contains("\"compacted\": true") || report.contains("\"compacted\":true");
         app.expect_ok();
     }
+    // (Without write tracking every page read back is written again, so no old layer keeps
+    // live slots for long: nothing to compact.)
     assert!(
-        compacted,
+        compacted || !tracking,
         "eight rounds of rewrites never compacted the swap"
     );
     let files = std::fs::read_dir(app.sb.dir())

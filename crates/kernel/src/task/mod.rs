@@ -299,6 +299,11 @@ impl Task {
                 self.group.futexes.wake(at.raw(), 1, u32::MAX);
             }
         }
+        // This thread's hold on the descriptor table goes before the parent can hear of the
+        // exit (`leave`): a process's record locks end with its table, and a parent may ask
+        // for them as soon as wait4 returns (the rest of the task, its context included, is
+        // dropped after, which takes a while on the trap platform).
+        self.fds = Arc::new(FdTable::new());
         self.group.leave(self.tid);
         r
     }
