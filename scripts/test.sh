@@ -6,6 +6,8 @@
 #
 # TORPOR_REQUIRE_KVM=1 (set by .ci/run) makes tests that need /dev/kvm, podman, containerd
 # or the Debian roots fail instead of skipping. TORPOR_SKIP_APT=1 skips the installation.
+# The suite runs twice: on the default platform (KVM where /dev/kvm opens), then on the trap
+# platform with /dev/kvm hidden (TORPOR_TRAP_PASS=0 skips that pass).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,4 +58,14 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 cargo --version
-exec cargo test --workspace --release "$@"
+cargo test --workspace --release "$@"
+
+# The same suite on the trap platform (no KVM: every syscall of the application traps in a
+# process of its own), on a host where /dev/kvm is hidden: a private mount namespace with
+# /dev/null over it. TORPOR_TRAP_PASS=0 skips it.
+if [ "${TORPOR_TRAP_PASS:-1}" = 1 ]; then
+    echo "== the test suite again on the trap platform, /dev/kvm hidden"
+    unshare -m --propagation private -- sh -c '
+        if [ -e /dev/kvm ]; then mount --bind /dev/null /dev/kvm; fi
+        TORPOR_PLATFORM=trap exec cargo test --workspace --release "$@"' sh "$@"
+fi

@@ -39,12 +39,14 @@ pub struct KvmPlatform {
 }
 
 impl KvmPlatform {
-    /// The platform; fails if `/dev/kvm` cannot be opened.
+    /// The platform; fails if `/dev/kvm` cannot be opened or is no KVM torpor can use.
     ///
     /// # Errors
-    /// [`VmError::NoKvm`] without a usable `/dev/kvm`.
+    /// [`VmError::NoKvm`] without `/dev/kvm`; [`VmError::MissingCap`] for a KVM without the
+    /// API version or capabilities torpor needs.
     pub fn new() -> Result<KvmPlatform, VmError> {
-        kvm_ioctls::Kvm::new().map_err(VmError::NoKvm)?;
+        let kvm = kvm_ioctls::Kvm::new().map_err(VmError::NoKvm)?;
+        vm::check_caps(&kvm)?;
         Ok(KvmPlatform {
             cpu: CpuModel {
                 // x87, SSE and AVX (set by every vCPU, see `Vcpu::new`).

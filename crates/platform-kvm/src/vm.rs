@@ -37,6 +37,24 @@ pub enum VmError {
     Vcpu(#[from] VcpuError),
 }
 
+/// Checks that `kvm` is a KVM of the API version and capabilities torpor needs (a
+/// `/dev/kvm` that is something else, such as `/dev/null` bound over it, fails here).
+///
+/// # Errors
+/// [`VmError::MissingCap`].
+pub fn check_caps(kvm: &Kvm) -> Result<(), VmError> {
+    if kvm.get_api_version() != 12 {
+        return Err(VmError::MissingCap("KVM API version 12"));
+    }
+    if !kvm.check_extension(Cap::SyncRegs) {
+        return Err(VmError::MissingCap("KVM_CAP_SYNC_REGS"));
+    }
+    if !kvm.check_extension(Cap::ImmediateExit) {
+        return Err(VmError::MissingCap("KVM_CAP_IMMEDIATE_EXIT"));
+    }
+    Ok(())
+}
+
 /// A KVM virtual machine with one memory region.
 pub struct Vm {
     fd: Arc<VmFd>,
@@ -52,12 +70,7 @@ impl Vm {
     /// memslot; [`VmError::Tables`] if `mem` is smaller than the reserved region.
     pub fn new(mem: Arc<GuestMemory>) -> Result<Self, VmError> {
         let kvm = Kvm::new().map_err(VmError::NoKvm)?;
-        if !kvm.check_extension(Cap::SyncRegs) {
-            return Err(VmError::MissingCap("KVM_CAP_SYNC_REGS"));
-        }
-        if !kvm.check_extension(Cap::ImmediateExit) {
-            return Err(VmError::MissingCap("KVM_CAP_IMMEDIATE_EXIT"));
-        }
+        check_caps(&kvm)?;
         // A kick's signal (another thread of the sandbox asking this one to look at a
         // signal or a park request) can interrupt KVM_CREATE_VM, which then fails with EINTR
         // before creating anything. The kick stays recorded (immediate exit, pending external

@@ -14,6 +14,11 @@ fn enter(t: &mut TestVm, sync: &[PteRun]) -> Exit {
 }
 
 fn kvm_available() -> bool {
+    if std::env::var("TORPOR_PLATFORM").as_deref() == Ok("trap") {
+        // The suite's pass on the trap platform runs with /dev/kvm hidden.
+        eprintln!("skipped: the trap platform's pass");
+        return false;
+    }
     let ok = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -50,6 +50,17 @@ impl Kind {
     }
 }
 
+/// The platform `open` would take: `auto` resolved (`Kind::Auto` on a bad value).
+pub fn resolved() -> Kind {
+    match Kind::from_env().unwrap_or(Kind::Auto) {
+        Kind::Auto => match platform_kvm::KvmPlatform::new() {
+            Ok(_) => Kind::Kvm,
+            Err(_) => Kind::Trap,
+        },
+        k => k,
+    }
+}
+
 /// Opens the platform `TORPOR_PLATFORM` names.
 ///
 /// # Errors

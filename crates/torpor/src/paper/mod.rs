@@ -516,6 +516,7 @@ pub fn run_info(reps: usize, instances: usize, quick: bool) -> RunInfo {
             env!("CARGO_PKG_VERSION"),
             command_line("git", &["rev-parse", "--short", "HEAD"])
         ),
+        platform: crate::platforms::resolved().name().to_string(),
         ..RunInfo::default()
     }
 }

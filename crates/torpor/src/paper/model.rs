@@ -162,6 +162,8 @@ pub struct RunInfo {
     pub version: String,
     /// Notes on the method (what is evicted from the page cache before wakes, etc.).
     pub notes: Vec<String>,
+    /// The platform the sandboxes ran on (`kvm`, `trap`).
+    pub platform: String,
 }
 
 #[cfg(test)]
