@@ -265,6 +265,26 @@ impl MemoryManager {
         self.pt.take_dirty_runs()
     }
 
+    /// The user pages mapped present to a frame `wanted` accepts (by guest-physical page
+    /// number), as runs of consecutive pages: what a platform that maps pages itself can map
+    /// ahead after a wake brought those frames back (a REAP prefetch).
+    pub fn present_pages_of(&self, wanted: impl Fn(u64) -> bool) -> Vec<platform::PageRun> {
+        let mut runs: Vec<platform::PageRun> = Vec::new();
+        for (va, frame, flags) in self.pt.frames_in(Gva(0), layout::USER_END) {
+            if !flags.contains(PteFlags::PRESENT) || !wanted(frame.raw() / PAGE_SIZE) {
+                continue;
+            }
+            match runs.last_mut() {
+                Some(r) if r.first.0 + u64::from(r.count) * PAGE_SIZE == va.0 => r.count += 1,
+                _ => runs.push(platform::PageRun {
+                    first: va,
+                    count: 1,
+                }),
+            }
+        }
+        runs
+    }
+
     /// The page-table changes since the last call, for the platform to commit: the entries
     /// written and the user pages whose mapping changed ([`PtChanges`]).
     pub fn take_changes(&mut self) -> PtChanges {

@@ -1,33 +1,18 @@
 //! One application thread on the trap platform, behind the kernel's [`Context`]: a stub
-//! thread, and the commit of page-table changes as the stub's own mappings.
-//!
-//! The memory manager's x86 page tables stay the kernel's translation; the stub maps what
-//! they say. A commit reads the leaf entry of every changed page and turns runs of pages
-//! with consecutive frames and equal rights into one `mmap` of the guest memfd (or an
-//! `munmap` for pages no longer present). Acting as the hardware walker would, it sets the
-//! accessed bit of every page it maps, and the dirty bit of every page it maps writable (the
-//! application may write it from then on without any further exit), so that "clean" in the
-//! memory manager keeps meaning "never written".
+//! thread, whose commits make the stub map what the memory manager's page tables say
+//! ([`crate::walk`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use platform::{
     Commit, Context, ExceptionInfo, Exit, FpuState, Gpa, GuestMemory, Gva, Kick, Kicker,
-    PlatformError, PtChanges, UserContext, FPU_STATE_SIZE, PAGE_SIZE,
+    PlatformError, PtChanges, UserContext, FPU_STATE_SIZE,
 };
 
 use crate::space::SpaceInner;
+use crate::walk::{ADDR, LARGE, PRESENT, USER};
 use crate::{StubThread, TrapError, TrapExit};
-
-const PRESENT: u64 = 1;
-const WRITABLE: u64 = 1 << 1;
-const USER: u64 = 1 << 2;
-const ACCESSED: u64 = 1 << 5;
-const DIRTY: u64 = 1 << 6;
-const LARGE: u64 = 1 << 7;
-const NO_EXEC: u64 = 1 << 63;
-const ADDR: u64 = 0x000f_ffff_ffff_f000;
 
 /// A thread of a stub. The stub thread (and the space's stub) is started when the context
 /// first runs; until then the context keeps the registers and FPU state it is given.
@@ -63,25 +48,6 @@ impl Kick for TrapKick {
         if let Some(t) = *self.thread.lock().unwrap_or_else(|e| e.into_inner()) {
             // SAFETY: `t` is a live thread: the context clears it before its thread exits.
             unsafe { libc::pthread_kill(t, platform::kick::kick_signal()) };
-        }
-    }
-}
-
-/// A page as the stub must map it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Leaf {
-    /// Not mapped (absent, or PROT_NONE).
-    Absent,
-    /// Frame `gpa` with `prot`.
-    Mapped { gpa: u64, prot: i32 },
-}
-
-impl Leaf {
-    /// The leaf if it maps a frame `keep` accepts, else `Absent`.
-    fn filter(self, keep: impl Fn(u64) -> bool) -> Leaf {
-        match self {
-            Leaf::Mapped { gpa, .. } if keep(gpa) => self,
-            _ => Leaf::Absent,
         }
     }
 }
@@ -139,49 +105,6 @@ impl TrapContext {
         a
     }
 
-    /// Reads the leaf entry for `va` from the memory manager's tables, and sets its accessed
-    /// and (writable) dirty bits as the hardware would on the accesses the mapping allows.
-    fn leaf(&self, va: u64) -> Result<Leaf, PlatformError> {
-        let mut table = self.root.raw() & ADDR;
-        for level in (0..4u32).rev() {
-            let shift = 12 + 9 * level;
-            let slot = Gpa(table + 8 * ((va >> shift) & 0x1ff));
-            let e = self.mem().read_u64(slot).map_err(PlatformError::new)?;
-            if e & PRESENT == 0 {
-                return Ok(Leaf::Absent);
-            }
-            if level > 0 && e & LARGE != 0 {
-                return Err(PlatformError::msg(format!(
-                    "a large page in the user half at {va:#x}"
-                )));
-            }
-            if level == 0 {
-                if e & USER == 0 {
-                    return Ok(Leaf::Absent);
-                }
-                let want = ACCESSED | if e & WRITABLE != 0 { DIRTY } else { 0 };
-                if e & want != want {
-                    self.mem()
-                        .write_u64(slot, e | want)
-                        .map_err(PlatformError::new)?;
-                }
-                let mut prot = libc::PROT_READ;
-                if e & WRITABLE != 0 {
-                    prot |= libc::PROT_WRITE;
-                }
-                if e & NO_EXEC == 0 {
-                    prot |= libc::PROT_EXEC;
-                }
-                return Ok(Leaf::Mapped {
-                    gpa: e & ADDR,
-                    prot,
-                });
-            }
-            table = e & ADDR;
-        }
-        Ok(Leaf::Absent)
-    }
-
     /// Whether the two bytes before `rip` are a `syscall` instruction (0f 05), read through
     /// the page tables without touching their accessed bits.
     fn after_syscall_instruction(&self) -> bool {
@@ -220,78 +143,6 @@ impl TrapContext {
             table = e & ADDR;
         }
         None
-    }
-
-    /// Makes `count` pages from `first` in the stub what the tables say.
-    fn sync_pages(
-        &self,
-        stub: &crate::StubProcess,
-        first: Gva,
-        count: u32,
-    ) -> Result<(), PlatformError> {
-        // A run being built: start address, pages, and what they map.
-        let mut run: Option<(u64, u64, Leaf)> = None;
-        for i in 0..u64::from(count) {
-            let va = first.raw() + i * PAGE_SIZE;
-            let leaf = self.leaf(va)?;
-            if let Leaf::Mapped { gpa, .. } = leaf.filter(|g| self.mem().is_own(Gpa(g))) {
-                // The page must be in the memfd before the stub maps it: a hole would read as
-                // zero there (no userfaultfd in the stub), so read it once through the
-                // holder's mapping, which the pager serves after a hibernation. (A window's
-                // pages are its file's.)
-                let mut b = [0u8; 1];
-                self.mem()
-                    .read(Gpa(gpa), &mut b)
-                    .map_err(PlatformError::new)?;
-            }
-            run = match run {
-                Some((start, n, l)) if continues(l, leaf, n) => Some((start, n + 1, l)),
-                Some(done) => {
-                    self.apply(stub, done)?;
-                    Some((va, 1, leaf))
-                }
-                None => Some((va, 1, leaf)),
-            };
-        }
-        if let Some(done) = run {
-            self.apply(stub, done)?;
-        }
-        Ok(())
-    }
-
-    /// Makes a run of pages in the stub what they map: the guest memfd's pages, or a shared
-    /// window's file (attached to the stub the first time).
-    fn apply(
-        &self,
-        stub: &crate::StubProcess,
-        (start, n, leaf): (u64, u64, Leaf),
-    ) -> Result<(), PlatformError> {
-        let len = n * PAGE_SIZE;
-        match leaf {
-            Leaf::Absent => stub.unmap(start, len),
-            Leaf::Mapped { gpa, prot } if self.mem().is_own(Gpa(gpa)) => {
-                stub.map(start, len, gpa, prot)
-            }
-            Leaf::Mapped { gpa, prot } => {
-                let (slot, file_offset) = self
-                    .space
-                    .window_at(stub, Gpa(gpa), len)
-                    .map_err(PlatformError::new)?;
-                stub.map_window(slot, start, len, file_offset, prot)
-            }
-        }
-        .map_err(PlatformError::new)
-    }
-}
-
-/// Whether a run of `n` pages starting like `first` goes on with `next`.
-fn continues(first: Leaf, next: Leaf, n: u64) -> bool {
-    match (first, next) {
-        (Leaf::Absent, Leaf::Absent) => true,
-        (Leaf::Mapped { gpa: a, prot: p }, Leaf::Mapped { gpa: b, prot: q }) => {
-            p == q && b == a + n * PAGE_SIZE
-        }
-        _ => false,
     }
 }
 
@@ -395,7 +246,8 @@ impl Context for TrapContext {
         }
         let stub = self.space.stub().map_err(PlatformError::new)?;
         for run in &changes.pages {
-            self.sync_pages(&stub, run.first, run.count)?;
+            self.space
+                .sync_pages(&stub, self.root, run.first, run.count)?;
         }
         Ok(())
     }

@@ -64,15 +64,17 @@
 //! - `RLIMIT_NPROC`: threads count against it, it is per host uid (shared by every sandbox of
 //!   that user), and root ignores it; the stubs cannot `clone` on their own anyway.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::stub::{spawn_parts, CloneArgs, KSigaction, StubParts, StubTemplate, SPAWN_CALLS};
+use crate::stub::{
+    fork_with_pidfd, spawn_parts, Forked, KSigaction, StubParts, StubTemplate, SPAWN_CALLS,
+};
 use crate::sys::{self, raw};
 use crate::sysmsg::STUB_NOFILE;
-use crate::{StubProcess, TrapError};
+use crate::{host, StubProcess, TrapError};
 
 /// How the factory confines itself (and so its stubs).
 #[derive(Clone, Copy, Debug)]
@@ -215,10 +217,6 @@ impl std::fmt::Debug for StubFactory {
     }
 }
 
-fn host(call: &'static str) -> impl FnOnce(std::io::Error) -> TrapError {
-    move |source| TrapError::Host { call, source }
-}
-
 /// Waits until `sock` is readable or hung up (true), the process behind `pidfd` exited with
 /// nothing to read (false), or the deadline passes (`Timeout`).
 fn wait_readable(
@@ -226,39 +224,14 @@ fn wait_readable(
     pidfd: BorrowedFd<'_>,
     deadline: Instant,
 ) -> Result<bool, TrapError> {
-    loop {
-        let mut fds = [
-            libc::pollfd {
-                fd: sock.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: pidfd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: two valid pollfds.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(host("poll")(e));
-        }
-        if fds[0].revents != 0 {
-            return Ok(true);
-        }
-        if fds[1].revents != 0 {
-            return Ok(false);
-        }
-        if r == 0 {
-            return Err(TrapError::Timeout);
-        }
+    let [sock_events, pidfd_events] =
+        sys::poll_with_pidfd(sock, pidfd, deadline).map_err(host("poll"))?;
+    if sock_events != 0 {
+        Ok(true)
+    } else if pidfd_events != 0 {
+        Ok(false)
+    } else {
+        Err(TrapError::Timeout)
     }
 }
 
@@ -288,22 +261,7 @@ impl StubFactory {
             return Err(TrapError::Invalid("RLIMIT_NOFILE below 16"));
         }
         let template = StubTemplate::new()?;
-        let mut pair = [-1i32; 2];
-        // SAFETY: socketpair writes two descriptors into `pair`.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                pair.as_mut_ptr(),
-            )
-        };
-        if r < 0 {
-            return Err(host("socketpair")(std::io::Error::last_os_error()));
-        }
-        // SAFETY: two new descriptors we own.
-        let (ours, theirs) =
-            unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+        let (ours, theirs) = sys::seqpacket_pair().map_err(host("socketpair"))?;
         // SAFETY: getpid, geteuid and getegid have no preconditions.
         let (holder_pid, uid, gid) = unsafe { (libc::getpid(), libc::geteuid(), libc::getegid()) };
         let plan = FactoryPlan {
@@ -314,40 +272,14 @@ impl StubFactory {
             options,
             template: &template,
         };
-        let mut pidfd: i32 = -1;
-        let args = CloneArgs {
-            flags: libc::CLONE_PIDFD as u64,
-            pidfd: &mut pidfd as *mut i32 as u64,
-            child_tid: 0,
-            parent_tid: 0,
-            exit_signal: 0,
-            stack: 0,
-            stack_size: 0,
-            tls: 0,
-        };
-        // SAFETY: a fork-like clone3 (no CLONE_VM, no stack): the child gets a copy of this
-        // process and runs only `factory_main`, which never returns and neither allocates
-        // nor takes a lock that another thread of this process might have held.
-        let pid = unsafe {
-            raw(
-                libc::SYS_clone3,
-                [
-                    &args as *const CloneArgs as u64,
-                    size_of::<CloneArgs>() as u64,
-                    0,
-                    0,
-                    0,
-                    0,
-                ],
-            )
-        };
-        if pid == 0 {
+        // SAFETY: the child runs only `factory_main`, which never returns and neither
+        // allocates nor takes a lock that another thread of this process might have held.
+        let (pid, pidfd) = match unsafe { fork_with_pidfd(0) } {
             // SAFETY: in the factory, with the plan prepared above.
-            unsafe { factory_main(&plan) }
-        }
-        let pid = sys::check(pid).map_err(host("clone3"))? as i32;
-        // SAFETY: clone3 stored a new pidfd we own.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+            Ok(Forked::Child) => unsafe { factory_main(&plan) },
+            Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
+            Err(errno) => return Err(host("clone3")(std::io::Error::from_raw_os_error(errno))),
+        };
         drop(theirs);
         // From here on, dropping `factory` kills and reaps the factory.
         let factory = StubFactory {
@@ -520,17 +452,7 @@ impl Drop for StubFactory {
         // SIGKILL (its stubs are the holder's children: they live on), then reap (exit
         // signal 0: only this waitid sees it).
         let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL, 0);
-        // SAFETY: a zeroed siginfo for waitid to fill.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid pidfd and siginfo.
-        unsafe {
-            libc::waitid(
-                libc::P_PIDFD,
-                self.pidfd.as_raw_fd() as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::__WALL,
-            )
-        };
+        sys::pidfd_reap(self.pidfd.as_fd(), 0);
     }
 }
 

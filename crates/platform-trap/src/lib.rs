@@ -5,11 +5,18 @@
 //! resumes with the registers the holder wrote there. No KVM, no ptrace.
 //!
 //! - [`StubProcess`]: spawn a stub over a guest memfd; map/unmap/protect ranges of that memfd
-//!   in it (its mapper thread runs the `mmap` calls); start threads.
+//!   in it (its mapper thread runs the `mmap` calls); attach shared windows (other host files,
+//!   in per-stub [`WindowSlot`]s) and map ranges of them; start threads; kill it.
 //! - [`StubThread`]: registers, FPU image, [`StubThread::switch`] (run until the next
 //!   [`TrapExit`]) and a kicker.
-//! - [`StubFactory`]: the stub factory process (forked before the holder confines itself)
-//!   that spawns stubs for any holder thread.
+//! - [`StubFactory`] ([`factory`]): the stub factory process (forked before the holder
+//!   installs its seccomp filter) that spawns stubs for any holder thread, as children of the
+//!   holder.
+//! - [`platform`](mod@platform), [`space`], [`context`]: the runtime's side, behind the
+//!   `platform` crate's interface: [`TrapPlatform`] (guest memory as a shared memfd, stubs
+//!   from the factory once [`start_factory`] ran), [`space::TrapSpace`] (a guest process: one
+//!   stub, spawned when its first thread first runs) and [`context::TrapContext`] (a guest
+//!   thread: a stub thread; a commit of page-table changes becomes the stub's mappings).
 //! - [`bench`](mod@bench): the bare mechanisms' costs (SIGSYS trap, futex hand-off, native getpid) and
 //!   the stub's round trip.
 //!
@@ -31,27 +38,40 @@
 //!
 //! # Security model (what is enforced in this slice)
 //! - A stub holds nothing of the holder: everything below and above its region is unmapped
-//!   (vDSO and vvar included), descriptors are only the control memfd, the guest memfd and
-//!   the reply eventfd, signal actions are reset, no_new_privs is set, core dumps are off.
+//!   (vDSO and vvar included); its descriptors are the control memfd (3), the guest memfd (4),
+//!   the reply socket (5: an `AF_UNIX` `SOCK_SEQPACKET` socket whose other end the holder
+//!   keeps, carrying window descriptors in and mapper completions out) and the window slots
+//!   attached to it (64..1024, see [`sysmsg::WINDOW_FD_BASE`]); signal actions are reset,
+//!   no_new_privs is set, core dumps are off, `RLIMIT_NOFILE` is at most
+//!   [`sysmsg::STUB_NOFILE`].
 //! - Its base seccomp filter allows only the stub code's own calls, each from its own
-//!   `syscall` instruction (`instruction_pointer`) with its fixed arguments; application
-//!   threads stack a filter allowing only the handler's `futex` (wait/wake), `rt_sigreturn` and
+//!   `syscall` instruction (`instruction_pointer`) with its fixed arguments (the mapper maps
+//!   only the guest memfd or a window slot, `MAP_SHARED|MAP_FIXED` below
+//!   [`sysmsg::USER_END`], and a read-only slot never with `PROT_WRITE`); application threads
+//!   stack a filter allowing only the handler's `futex` (wait/wake), `rt_sigreturn` and
 //!   `exit`. Everything else traps; any non-x86-64 `arch` (`int 0x80`) kills the stub.
-//! - Mapper completions go through an eventfd that only the mapper's `write` can reach, so a
-//!   guest scribbling on the (writable) reply page cannot make a failed `munmap` look done.
+//! - Mapper completions arrive on the reply socket, which only the mapper's completion
+//!   `write` can reach, so a guest scribbling on the (writable) reply page cannot make a failed
+//!   `munmap` look done; window descriptors sent the other way are taken only by the mapper's
+//!   `recvmsg`.
+//! - Stubs from the [`StubFactory`] carry none of the holder's seccomp filters and do not die
+//!   with the thread that asked for them. The factory drops every capability and lowers its
+//!   rlimits before it serves; its namespaces (user, network, IPC, UTS, mount) are optional
+//!   ([`FactoryOptions::namespaces`]): the runtime's [`start_factory`] starts it without them,
+//!   because inside the holder's Landlock domain the holder cannot write the factory's
+//!   `uid_map`.
 //! - A dead stub makes every holder wait end in [`TrapError::StubDied`] within 50 ms.
 //!
 //! # Not in this slice (TODO)
-//! - The stub factory of design §3.1 (user/PID/network/IPC/mount namespaces, NOFILE/NPROC
-//!   rlimits, a long-lived parent): stubs are forked from the holder thread that calls
-//!   [`StubProcess::spawn`], and `PR_SET_PDEATHSIG` fires when that *thread* exits.
-//! - Shared windows (fds received by the mapper with `recvmsg`), VMA counting against
-//!   `vm.max_map_count`, `evict_all`/`prefault` batches (T3, T7).
-//! - A thread that blocked the kick signal through a forged `rt_sigreturn` frame (jumping to
-//!   the handler's `rt_sigreturn` instruction) cannot be interrupted: the kernel layer must
-//!   stop or kill such a stub (design §3.2: SIGSTOP/SIGKILL).
+//! - VMA counting against `vm.max_map_count` (design §3: fail a fault with `OutOfMemory` near
+//!   the limit rather than let the mapper's `mmap` fail).
+//! - `prefault` after a REAP prefetch (re-map the REAP set in one mapper batch; T7): pages
+//!   come back one trapped fault at a time.
 //! - Guest-triggered `int 0x80` kills the stub (the design's §3.4 wants it trapped and
 //!   answered like KVM does; seccomp can only trap it if the filter allows the i386 arch).
+//! - A hostile thread can keep a switch from returning (it can write its threads' state
+//!   words, or block the kick signal through a forged `rt_sigreturn` frame): kicks do not end
+//!   it, only [`StubProcess::kill`] does (design §3.2).
 
 pub mod bench;
 pub mod context;
@@ -62,6 +82,7 @@ pub mod space;
 mod stub;
 pub mod sys;
 pub mod sysmsg;
+pub(crate) mod walk;
 
 pub use crate::platform::{start_factory, TrapPlatform};
 pub use factory::{FactoryOptions, StubFactory};
@@ -135,4 +156,9 @@ pub enum TrapError {
     /// Every shared-window slot of the kind asked for is attached in this stub.
     #[error("too many shared windows in one stub")]
     TooManyWindows,
+}
+
+/// [`TrapError::Host`] for `call`, as a `map_err` argument.
+pub(crate) fn host(call: &'static str) -> impl FnOnce(std::io::Error) -> TrapError {
+    move |source| TrapError::Host { call, source }
 }

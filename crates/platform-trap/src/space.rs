@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use platform::layout::USER_END;
-use platform::{AddressSpace, Context, Gpa, GuestMemory, PlatformError};
+use platform::{AddressSpace, Context, Gpa, GuestMemory, PageRun, PlatformError};
 
 use crate::context::TrapContext;
 use crate::platform::Spawner;
@@ -104,6 +104,17 @@ impl AddressSpace for TrapSpace {
     /// The stub writes through its own mapping of the memfd.
     fn holder_sees_writes(&self) -> bool {
         false
+    }
+
+    /// Maps the pages ahead, as a commit would (one mapper command a run).
+    fn prefault(&self, root: Gpa, pages: &[PageRun]) -> Result<(), PlatformError> {
+        let Some(stub) = self.inner.spawned() else {
+            return Ok(());
+        };
+        for run in pages {
+            self.inner.sync_pages(&stub, root, run.first, run.count)?;
+        }
+        Ok(())
     }
 
     /// Unmaps every page of the application in the stub: afterwards only the holder's

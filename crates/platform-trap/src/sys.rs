@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `AT_HWCAP2`.
 pub const AT_HWCAP2: u64 = 26;
@@ -57,6 +57,28 @@ pub fn check(ret: i64) -> io::Result<i64> {
     }
 }
 
+/// `futex(word, op, val, timeout)` (shared: the word may be in memory another process maps);
+/// returns the raw result.
+///
+/// # Safety
+/// `timeout` is 0 or the address of a valid `timespec`.
+unsafe fn futex(word: &AtomicU32, op: i32, val: u32, timeout: u64) -> i64 {
+    // SAFETY: `word` is a valid, aligned u32; the caller vouches for `timeout`.
+    unsafe {
+        raw(
+            libc::SYS_futex,
+            [
+                word.as_ptr() as u64,
+                op as u64,
+                u64::from(val),
+                timeout,
+                0,
+                0,
+            ],
+        )
+    }
+}
+
 /// `FUTEX_WAIT` (shared: the word may be in memory another process maps) while `*word ==
 /// val`, for at most `timeout`. Returns the raw result (`-ETIMEDOUT`, `-EAGAIN`, `-EINTR`, 0).
 pub fn futex_wait(word: &AtomicU32, val: u32, timeout: Option<Duration>) -> i64 {
@@ -65,38 +87,14 @@ pub fn futex_wait(word: &AtomicU32, val: u32, timeout: Option<Duration>) -> i64 
         tv_nsec: t.subsec_nanos() as libc::c_long,
     });
     let tsp = ts.as_ref().map_or(0, |t| t as *const libc::timespec as u64);
-    // SAFETY: `word` is a valid, aligned u32; `tsp` is null or a valid timespec.
-    unsafe {
-        raw(
-            libc::SYS_futex,
-            [
-                word.as_ptr() as u64,
-                libc::FUTEX_WAIT as u64,
-                u64::from(val),
-                tsp,
-                0,
-                0,
-            ],
-        )
-    }
+    // SAFETY: `tsp` is null or a valid timespec.
+    unsafe { futex(word, libc::FUTEX_WAIT, val, tsp) }
 }
 
 /// `FUTEX_WAKE` (shared) of up to `n` waiters on `word`.
 pub fn futex_wake(word: &AtomicU32, n: u32) {
-    // SAFETY: `word` is a valid, aligned u32.
-    unsafe {
-        raw(
-            libc::SYS_futex,
-            [
-                word.as_ptr() as u64,
-                libc::FUTEX_WAKE as u64,
-                u64::from(n),
-                0,
-                0,
-                0,
-            ],
-        );
-    }
+    // SAFETY: no timeout.
+    unsafe { futex(word, libc::FUTEX_WAKE, n, 0) };
 }
 
 /// Whether the process or thread behind `pidfd` has exited (its pidfd is readable).
@@ -115,6 +113,82 @@ pub fn pidfd_wait(pidfd: BorrowedFd<'_>, timeout: Duration) -> bool {
     // SAFETY: one valid pollfd.
     let r = unsafe { libc::poll(&mut p, 1, ms) };
     r > 0 && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// `poll` for `POLLIN` on `fd` and on `pidfd` until `deadline` (retried on `EINTR`): the two
+/// `revents`, both 0 once the deadline has passed.
+///
+/// # Errors
+/// The `poll` error.
+pub(crate) fn poll_with_pidfd(
+    fd: BorrowedFd<'_>,
+    pidfd: BorrowedFd<'_>,
+    deadline: Instant,
+) -> io::Result<[i16; 2]> {
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: two valid pollfds.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if r >= 0 {
+            return Ok([fds[0].revents, fds[1].revents]);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// A close-on-exec `AF_UNIX` `SOCK_SEQPACKET` socketpair. Allocation-free: usable in a
+/// process forked from a multi-threaded one.
+///
+/// # Errors
+/// The `socketpair` error.
+pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut pair: [RawFd; 2] = [-1; 2];
+    // SAFETY: socketpair writes two descriptors into `pair`.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            pair.as_mut_ptr(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: two new descriptors we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) })
+}
+
+/// Reaps the exited child behind `pidfd` (`waitid(P_PIDFD, WEXITED | __WALL | flags)`, e.g.
+/// `WNOHANG` in `flags`), ignoring the result.
+pub(crate) fn pidfd_reap(pidfd: BorrowedFd<'_>, flags: i32) {
+    // SAFETY: a zeroed siginfo for waitid to fill.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pidfd and siginfo.
+    unsafe {
+        libc::waitid(
+            libc::P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::__WALL | flags,
+        )
+    };
 }
 
 /// `pidfd_open(pid, flags)`.
@@ -198,41 +272,44 @@ impl Mapping {
         unsafe { self.ptr.as_ptr().add(off as usize) }
     }
 
+    /// The address of the `T` at `off`, which must be aligned for `T` and wholly in bounds.
+    fn aligned<T>(&self, off: u64) -> *mut T {
+        assert!(
+            (off as usize).is_multiple_of(align_of::<T>())
+                && off as usize + size_of::<T>() <= self.len
+        );
+        self.at(off).cast()
+    }
+
     /// The u32 at `off` as an atomic (for futex words).
     pub fn atomic_u32(&self, off: u64) -> &AtomicU32 {
-        let p = self.at(off);
-        assert!(off & 3 == 0 && off as usize + 4 <= self.len);
         // SAFETY: aligned, in bounds, lives as long as `self`; other processes access it
         // only as a 32-bit word too.
-        unsafe { &*p.cast::<AtomicU32>() }
+        unsafe { &*self.aligned::<AtomicU32>(off) }
     }
 
     /// Reads the u64 at `off` (volatile: the other side may write concurrently).
     pub fn read_u64(&self, off: u64) -> u64 {
-        assert!(off & 7 == 0 && off as usize + 8 <= self.len);
-        // SAFETY: aligned and in bounds.
-        unsafe { self.at(off).cast::<u64>().read_volatile() }
+        // SAFETY: aligned and in bounds (checked by `aligned`).
+        unsafe { self.aligned::<u64>(off).read_volatile() }
     }
 
     /// Writes the u64 at `off`.
     pub fn write_u64(&self, off: u64, v: u64) {
-        assert!(off & 7 == 0 && off as usize + 8 <= self.len);
-        // SAFETY: aligned and in bounds.
-        unsafe { self.at(off).cast::<u64>().write_volatile(v) }
+        // SAFETY: aligned and in bounds (checked by `aligned`).
+        unsafe { self.aligned::<u64>(off).write_volatile(v) }
     }
 
     /// Reads the u32 at `off`.
     pub fn read_u32(&self, off: u64) -> u32 {
-        assert!(off & 3 == 0 && off as usize + 4 <= self.len);
-        // SAFETY: aligned and in bounds.
-        unsafe { self.at(off).cast::<u32>().read_volatile() }
+        // SAFETY: aligned and in bounds (checked by `aligned`).
+        unsafe { self.aligned::<u32>(off).read_volatile() }
     }
 
     /// Writes the u32 at `off`.
     pub fn write_u32(&self, off: u64, v: u32) {
-        assert!(off & 3 == 0 && off as usize + 4 <= self.len);
-        // SAFETY: aligned and in bounds.
-        unsafe { self.at(off).cast::<u32>().write_volatile(v) }
+        // SAFETY: aligned and in bounds (checked by `aligned`).
+        unsafe { self.aligned::<u32>(off).write_volatile(v) }
     }
 
     /// Copies `dst.len()` bytes from `off` (once, volatile, 8 bytes at a time where aligned).

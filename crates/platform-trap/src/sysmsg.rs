@@ -131,7 +131,7 @@ pub const CMD_ARGS: u64 = 0x10;
 pub const CMD_XSAVE_SIZE: u64 = 0x100;
 /// u64: how many `pause` iterations a handler spins on its state word before `FUTEX_WAIT`.
 pub const CMD_STUB_SPIN: u64 = 0x108;
-/// u64 = 1: what the mapper writes to the reply eventfd after a successful command.
+/// u64 = 1: what the mapper writes to the reply socket after a successful command.
 pub const CMD_DONE_OK: u64 = 0x110;
 /// u64 = 2: what the mapper writes after a failed one.
 pub const CMD_DONE_ERR: u64 = 0x118;

@@ -3,14 +3,20 @@
 //! free of the holder's later seccomp filters, and working on after the factory's death. The
 //! binary's allocator kills any forked process that allocates (see [`NoAllocAfterFork`]).
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use platform_trap::sys::{self, Mapping};
-use platform_trap::{FactoryOptions, StubFactory, StubProcess, StubThread, TrapError, TrapExit};
+use common::{
+    fds_of, guest_memory, guest_thread, max_open_files, run_write_exit, start_thread, status_field,
+    DATA, MEM_SIZE, WRITE_EXIT,
+};
+use platform_trap::sys;
+use platform_trap::{FactoryOptions, StubFactory, StubProcess, TrapError, TrapExit};
 
 /// The allocator of this test binary: the system's, except that a process other than the
 /// one that allocated first (the factory, forked from this multi-threaded process) dies at its
@@ -51,27 +57,6 @@ unsafe impl GlobalAlloc for NoAllocAfterFork {
 #[global_allocator]
 static ALLOC: NoAllocAfterFork = NoAllocAfterFork;
 
-/// Guest code address.
-const CODE: u64 = 0x40_0000;
-/// Guest stack/data page address and its memfd offset.
-const DATA: u64 = 0x60_0000;
-const DATA_OFF: u64 = 0x10_0000;
-const MEM_SIZE: u64 = 16 << 20;
-
-/// `write(1, "hi\n", 3); exit_group(7)` as raw bytes (as in tests/stub.rs).
-const WRITE_EXIT: [u8; 41] = [
-    0xb8, 0x01, 0x00, 0x00, 0x00, // mov eax, 1
-    0xbf, 0x01, 0x00, 0x00, 0x00, // mov edi, 1
-    0x48, 0x8d, 0x35, 0x15, 0x00, 0x00, 0x00, // lea rsi, [rip + 21] (msg)
-    0xba, 0x03, 0x00, 0x00, 0x00, // mov edx, 3
-    0x0f, 0x05, // syscall
-    0xbf, 0x07, 0x00, 0x00, 0x00, // mov edi, 7
-    0xb8, 0xe7, 0x00, 0x00, 0x00, // mov eax, 231
-    0x0f, 0x05, // syscall
-    0x0f, 0x0b, // ud2
-    b'h', b'i', b'\n', // msg
-];
-
 /// `uname(DATA); exit_group(rax)` as raw bytes.
 const UNAME_EXIT: [u8; 21] = [
     0xb8, 0x3f, 0x00, 0x00, 0x00, // mov eax, 63
@@ -82,41 +67,6 @@ const UNAME_EXIT: [u8; 21] = [
     0x0f, 0x05, // syscall
 ];
 
-/// Guest memory holding `code` at offset 0.
-fn guest_memory(code: &[u8]) -> (OwnedFd, Mapping) {
-    let mem = sys::memfd("torpor-test-mem", MEM_SIZE).unwrap();
-    sys::write_fd(&mem, 0, code).unwrap();
-    let view = Mapping::shared(mem.as_fd(), MEM_SIZE as usize).unwrap();
-    (mem, view)
-}
-
-/// Maps the code and data pages of a guest into `stub` and starts a thread at [`CODE`].
-fn guest_thread(stub: &StubProcess, code_len: usize) -> StubThread {
-    let len = (code_len as u64).next_multiple_of(4096);
-    stub.map(CODE, len, 0, libc::PROT_READ | libc::PROT_EXEC)
-        .unwrap();
-    stub.map(DATA, 4096, DATA_OFF, libc::PROT_READ | libc::PROT_WRITE)
-        .unwrap();
-    let mut t = stub.new_thread().unwrap();
-    t.regs_mut().regs.rip = CODE;
-    t.regs_mut().regs.rsp = DATA + 4096;
-    t
-}
-
-/// Runs [`WRITE_EXIT`] in `t` (already mapped) to its `exit_group`.
-fn run_write_exit(t: &mut StubThread, view: &Mapping) {
-    assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
-    let r = t.regs().regs;
-    assert_eq!((r.rax, r.rdi, r.rdx), (1, 1, 3));
-    assert_eq!(r.rip, CODE + 24, "rip after the syscall instruction");
-    let mut buf = [0u8; 3];
-    view.read_bytes(r.rsi - CODE, &mut buf);
-    assert_eq!(&buf, b"hi\n");
-    t.regs_mut().regs.rax = 3;
-    assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
-    assert_eq!((t.regs().regs.rax, t.regs().regs.rdi), (231, 7));
-}
-
 /// A whole guest: memory, stub from the factory, [`WRITE_EXIT`] run to its end.
 fn spawn_and_run(factory: &StubFactory) -> i32 {
     let (mem, view) = guest_memory(&WRITE_EXIT);
@@ -124,17 +74,6 @@ fn spawn_and_run(factory: &StubFactory) -> i32 {
     let mut t = guest_thread(&stub, WRITE_EXIT.len());
     run_write_exit(&mut t, &view);
     stub.pid()
-}
-
-/// The value of `field` in /proc/PID/status.
-fn status_field(pid: i32, field: &str) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .unwrap_or_else(|| panic!("no {field} in {status}"))
-        .trim()
-        .to_string()
 }
 
 fn ns(pid: &str, kind: &str) -> std::path::PathBuf {
@@ -219,10 +158,11 @@ fn factory_stubs_are_confined_and_children_of_the_holder() {
     }
     assert_eq!(status_field(factory.pid(), "CapEff"), "0000000000000000");
     assert_eq!(status_field(factory.pid(), "NoNewPrivs"), "1");
-    let fds = std::fs::read_dir(format!("/proc/{fpid}/fd"))
-        .unwrap()
-        .count();
-    assert_eq!(fds, 1, "the factory keeps only its socket");
+    assert_eq!(
+        fds_of(factory.pid()).len(),
+        1,
+        "the factory keeps only its socket"
+    );
 
     let (mem, view) = guest_memory(&WRITE_EXIT);
     let stub = factory.spawn(mem.as_fd()).unwrap();
@@ -243,28 +183,11 @@ fn factory_stubs_are_confined_and_children_of_the_holder() {
     assert_eq!(status_field(pid, "Seccomp"), "2");
     // Only its own filter: nothing of the test process's.
     assert_eq!(status_field(pid, "Seccomp_filters"), "1");
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
-    let nofile = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .unwrap();
-    assert_eq!(
-        nofile.split_whitespace().collect::<Vec<_>>()[3..5],
-        ["1024", "1024"]
-    );
-    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    fds.sort();
-    assert_eq!(fds, ["3", "4", "5"]);
+    assert_eq!(max_open_files(pid), ["1024", "1024"]);
+    assert_eq!(fds_of(pid), [3, 4, 5]);
     // The factory keeps nothing of it (it closes its copies just after its reply).
     let deadline = Instant::now() + Duration::from_secs(2);
-    while std::fs::read_dir(format!("/proc/{fpid}/fd"))
-        .unwrap()
-        .count()
-        != 1
-    {
+    while fds_of(factory.pid()).len() != 1 {
         assert!(Instant::now() < deadline, "the factory keeps descriptors");
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -432,9 +355,7 @@ fn dead_factory_fails_spawn_and_stubs_live_on() {
     t.regs_mut().regs.rax = 3;
     assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
     assert_eq!((t.regs().regs.rax, t.regs().regs.rdi), (231, 7));
-    let mut t2 = stub.new_thread().unwrap();
-    t2.regs_mut().regs.rip = CODE;
-    t2.regs_mut().regs.rsp = DATA + 4096;
+    let mut t2 = start_thread(&stub);
     run_write_exit(&mut t2, &view);
 }
 

@@ -1,47 +1,18 @@
 //! The stub against real processes: guest programs (raw machine code written into the guest
 //! memfd) run in a stub, the test plays the holder's kernel.
 
+mod common;
+
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use common::{
+    expect_fault, fds_of, guest, guest_memory, map_guest, maps_of, run_write_exit, start_thread,
+    status_field, CODE, DATA, DATA_OFF, MEM_SIZE, WRITE_EXIT,
+};
 use platform_trap::sys::{self, Mapping};
 use platform_trap::sysmsg::{STUB_BASE, STUB_END, USER_END};
 use platform_trap::{bench, StubProcess, StubThread, TrapError, TrapExit};
-
-/// Guest code address.
-const CODE: u64 = 0x40_0000;
-/// Guest stack/data page address and its memfd offset.
-const DATA: u64 = 0x60_0000;
-const DATA_OFF: u64 = 0x10_0000;
-const MEM_SIZE: u64 = 16 << 20;
-
-/// Defines `fn $name() -> &'static [u8]`: the bytes of the assembly between two labels
-/// (position-independent code; the test copies it into guest memory).
-macro_rules! guest {
-    ($name:ident, $start:ident, $end:ident, $($asm:literal),* $(,)?) => {
-        core::arch::global_asm!(
-            ".pushsection .text.torpor_guest,\"ax\",@progbits",
-            concat!(".globl ", stringify!($start)),
-            concat!(stringify!($start), ":"),
-            $($asm,)*
-            concat!(".globl ", stringify!($end)),
-            concat!(stringify!($end), ":"),
-            ".popsection",
-        );
-        fn $name() -> &'static [u8] {
-            extern "C" {
-                static $start: u8;
-                static $end: u8;
-            }
-            // SAFETY: two labels of one section, start before end.
-            unsafe {
-                let s = core::ptr::addr_of!($start);
-                let e = core::ptr::addr_of!($end);
-                std::slice::from_raw_parts(s, e as usize - s as usize)
-            }
-        }
-    };
-}
 
 /// A stub with `code` mapped r-x at [`CODE`] and a read-write data page at [`DATA`].
 struct Guest {
@@ -52,44 +23,19 @@ struct Guest {
 
 impl Guest {
     fn new(code: &[u8]) -> Guest {
-        let mem = sys::memfd("torpor-test-mem", MEM_SIZE).unwrap();
-        sys::write_fd(&mem, 0, code).unwrap();
-        let view = Mapping::shared(mem.as_fd(), MEM_SIZE as usize).unwrap();
+        let (mem, view) = guest_memory(code);
         let stub = StubProcess::spawn(mem.as_fd()).unwrap();
-        let len = (code.len() as u64).next_multiple_of(4096);
-        stub.map(CODE, len, 0, libc::PROT_READ | libc::PROT_EXEC)
-            .unwrap();
-        stub.map(DATA, 4096, DATA_OFF, libc::PROT_READ | libc::PROT_WRITE)
-            .unwrap();
+        map_guest(&stub, code.len());
         Guest { mem, view, stub }
     }
 
     fn thread(&self) -> StubThread {
-        let mut t = self.stub.new_thread().unwrap();
-        t.regs_mut().regs.rip = CODE;
-        t.regs_mut().regs.rsp = DATA + 4096;
-        t
+        start_thread(&self.stub)
     }
 
     fn data_u64(&self, off: u64) -> u64 {
         self.view.read_u64(DATA_OFF + off)
     }
-}
-
-fn maps_of(pid: i32) -> Vec<(u64, u64, String)> {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let range = l.split_whitespace().next().unwrap();
-            let (a, b) = range.split_once('-').unwrap();
-            (
-                u64::from_str_radix(a, 16).unwrap(),
-                u64::from_str_radix(b, 16).unwrap(),
-                l.to_string(),
-            )
-        })
-        .collect()
 }
 
 #[test]
@@ -106,49 +52,16 @@ fn stub_holds_nothing_of_the_holder() {
         );
         assert!(start >= USER_END);
     }
-    // Descriptors: only the control memfd (3), the guest memory (4) and the reply eventfd (5).
-    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", stub.pid()))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    let mut fds = fds;
-    fds.sort();
-    assert_eq!(fds, ["3", "4", "5"]);
-    let status = std::fs::read_to_string(format!("/proc/{}/status", stub.pid())).unwrap();
-    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
-    assert!(status.contains("Seccomp:\t2"), "{status}");
+    // Descriptors: only the control memfd (3), the guest memory (4) and the reply socket (5).
+    assert_eq!(fds_of(stub.pid()), [3, 4, 5]);
+    assert_eq!(status_field(stub.pid(), "NoNewPrivs"), "1");
+    assert_eq!(status_field(stub.pid(), "Seccomp"), "2");
 }
-
-/// `write(1, "hi\n", 3); exit_group(7)` as raw bytes.
-const WRITE_EXIT: [u8; 41] = [
-    0xb8, 0x01, 0x00, 0x00, 0x00, // mov eax, 1
-    0xbf, 0x01, 0x00, 0x00, 0x00, // mov edi, 1
-    0x48, 0x8d, 0x35, 0x15, 0x00, 0x00, 0x00, // lea rsi, [rip + 21] (msg)
-    0xba, 0x03, 0x00, 0x00, 0x00, // mov edx, 3
-    0x0f, 0x05, // syscall
-    0xbf, 0x07, 0x00, 0x00, 0x00, // mov edi, 7
-    0xb8, 0xe7, 0x00, 0x00, 0x00, // mov eax, 231
-    0x0f, 0x05, // syscall
-    0x0f, 0x0b, // ud2
-    b'h', b'i', b'\n', // msg
-];
 
 #[test]
 fn write_then_exit_group() {
     let g = Guest::new(&WRITE_EXIT);
-    let mut t = g.thread();
-    assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
-    let r = t.regs().regs;
-    assert_eq!((r.rax, r.rdi, r.rdx), (1, 1, 3));
-    assert_eq!(r.rsi, CODE + 38);
-    assert_eq!(r.rip, CODE + 24, "rip after the syscall instruction");
-    let mut buf = [0u8; 3];
-    g.view.read_bytes(r.rsi - CODE, &mut buf);
-    assert_eq!(&buf, b"hi\n");
-    t.regs_mut().regs.rax = 3;
-    assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
-    assert_eq!(t.regs().regs.rax, 231);
-    assert_eq!(t.regs().regs.rdi, 7);
+    run_write_exit(&mut g.thread(), &g.view);
 }
 
 #[test]
@@ -192,17 +105,8 @@ guest!(
 fn page_fault_then_retry() {
     let g = Guest::new(fault_guest());
     let mut t = g.thread();
-    let exit = t.switch().unwrap();
-    let TrapExit::Fault {
-        vector,
-        error_code,
-        addr,
-        signal,
-    } = exit
-    else {
-        panic!("{exit:?}")
-    };
-    assert_eq!((vector, addr, signal), (14, 0x50_0000, libc::SIGSEGV));
+    let (error_code, addr) = expect_fault(t.switch().unwrap(), 14, libc::SIGSEGV);
+    assert_eq!(addr, 0x50_0000);
     assert_eq!(error_code & 0x4, 0x4, "user-mode fault: {error_code:#x}");
     assert_eq!(
         error_code & 0x3,
@@ -385,61 +289,17 @@ fn syscalls_are_trapped_and_exceptions_reported() {
     }
     t.regs_mut().regs.rax = (-libc::ENOSYS) as u64;
 
-    let exit = t.switch().unwrap();
-    assert!(
-        matches!(
-            exit,
-            TrapExit::Fault {
-                vector: 3,
-                signal: libc::SIGTRAP,
-                ..
-            }
-        ),
-        "{exit:?}"
-    );
+    expect_fault(t.switch().unwrap(), 3, libc::SIGTRAP);
     let after_int3 = t.regs().regs.rip;
 
-    let exit = t.switch().unwrap();
-    assert!(
-        matches!(
-            exit,
-            TrapExit::Fault {
-                vector: 6,
-                signal: libc::SIGILL,
-                ..
-            }
-        ),
-        "{exit:?}"
-    );
+    expect_fault(t.switch().unwrap(), 6, libc::SIGILL);
     assert_eq!(t.regs().regs.rip, after_int3, "rip at ud2");
     t.regs_mut().regs.rip += 2;
 
-    let exit = t.switch().unwrap();
-    assert!(
-        matches!(
-            exit,
-            TrapExit::Fault {
-                vector: 0,
-                signal: libc::SIGFPE,
-                ..
-            }
-        ),
-        "{exit:?}"
-    );
+    expect_fault(t.switch().unwrap(), 0, libc::SIGFPE);
     t.regs_mut().regs.rip += 2;
 
-    let exit = t.switch().unwrap();
-    assert!(
-        matches!(
-            exit,
-            TrapExit::Fault {
-                vector: 13,
-                signal: libc::SIGSEGV,
-                ..
-            }
-        ),
-        "{exit:?}"
-    );
+    expect_fault(t.switch().unwrap(), 13, libc::SIGSEGV);
     t.regs_mut().regs.rip += 1;
 
     assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
@@ -630,16 +490,7 @@ fn mapper_protect_unmap_map() {
     let g = Guest::new(mapper_guest());
     let mut t = g.thread();
     g.stub.protect(DATA, 4096, libc::PROT_READ).unwrap();
-    let exit = t.switch().unwrap();
-    let TrapExit::Fault {
-        vector: 14,
-        error_code,
-        addr,
-        ..
-    } = exit
-    else {
-        panic!("{exit:?}")
-    };
+    let (error_code, addr) = expect_fault(t.switch().unwrap(), 14, libc::SIGSEGV);
     // The error code describes the host's PTE: the P bit is set only if the stub had touched
     // the page (here it had not), so only the write bit is meaningful.
     assert_eq!(
@@ -654,16 +505,7 @@ fn mapper_protect_unmap_map() {
     assert_eq!(t.regs().regs.rax, 500);
     assert_eq!(g.data_u64(0), 42);
     g.stub.unmap(DATA, 4096).unwrap();
-    let exit = t.switch().unwrap();
-    let TrapExit::Fault {
-        vector: 14,
-        error_code,
-        addr,
-        ..
-    } = exit
-    else {
-        panic!("{exit:?}")
-    };
+    let (error_code, addr) = expect_fault(t.switch().unwrap(), 14, libc::SIGSEGV);
     assert_eq!((addr, error_code & 1), (DATA, 0), "not present");
     g.stub.map(DATA, 4096, DATA_OFF, libc::PROT_READ).unwrap();
     assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
@@ -827,19 +669,8 @@ fn sigbus_beyond_the_memfd() {
         .map(0x50_0000, 4096, MEM_SIZE, libc::PROT_READ)
         .unwrap();
     let mut t = g.thread();
-    let exit = t.switch().unwrap();
-    assert!(
-        matches!(
-            exit,
-            TrapExit::Fault {
-                vector: 14,
-                addr: 0x50_0000,
-                signal: libc::SIGBUS,
-                ..
-            }
-        ),
-        "{exit:?}"
-    );
+    let (_, addr) = expect_fault(t.switch().unwrap(), 14, libc::SIGBUS);
+    assert_eq!(addr, 0x50_0000);
     g.stub
         .map(0x50_0000, 4096, 0x20_0000, libc::PROT_READ)
         .unwrap();

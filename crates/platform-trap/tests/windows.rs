@@ -3,49 +3,20 @@
 //! written by guest code; read-only slots stay read-only; slots are reused and leak nothing.
 //! Both spawn paths: [`StubProcess::spawn`] and the stub factory.
 
+mod common;
+
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
+use common::{
+    expect_fault, fds_of, guest, guest_memfd, map_guest, maps_of, max_open_files, start_thread,
+};
 use platform_trap::sys::{self, Mapping};
 use platform_trap::{StubFactory, StubProcess, StubThread, TrapError, TrapExit, WindowSlot};
 
-/// Guest code address.
-const CODE: u64 = 0x40_0000;
-/// Guest stack page address and its memfd offset.
-const DATA: u64 = 0x60_0000;
-const DATA_OFF: u64 = 0x10_0000;
-const MEM_SIZE: u64 = 16 << 20;
 /// Where the tests map windows.
 const WIN: u64 = 0x80_0000;
 const WIN2: u64 = 0x90_0000;
-
-/// Defines `fn $name() -> &'static [u8]`: the bytes of the assembly between two labels
-/// (position-independent code; the test copies it into guest memory).
-macro_rules! guest {
-    ($name:ident, $start:ident, $end:ident, $($asm:literal),* $(,)?) => {
-        core::arch::global_asm!(
-            ".pushsection .text.torpor_guest,\"ax\",@progbits",
-            concat!(".globl ", stringify!($start)),
-            concat!(stringify!($start), ":"),
-            $($asm,)*
-            concat!(".globl ", stringify!($end)),
-            concat!(stringify!($end), ":"),
-            ".popsection",
-        );
-        fn $name() -> &'static [u8] {
-            extern "C" {
-                static $start: u8;
-                static $end: u8;
-            }
-            // SAFETY: two labels of one section, start before end.
-            unsafe {
-                let s = core::ptr::addr_of!($start);
-                let e = core::ptr::addr_of!($end);
-                std::slice::from_raw_parts(s, e as usize - s as usize)
-            }
-        }
-    };
-}
 
 guest!(
     read_write_guest,
@@ -62,8 +33,8 @@ guest!(
     "ud2",
 );
 
-/// A stub over a fresh guest memfd with [`read_write_guest`] at [`CODE`] and a stack at
-/// [`DATA`].
+/// A stub over a fresh guest memfd with [`read_write_guest`] at [`CODE`](common::CODE) and a
+/// stack at [`DATA`](common::DATA).
 struct Guest {
     _mem: OwnedFd,
     stub: StubProcess,
@@ -77,45 +48,22 @@ enum Spawn<'a> {
 impl Guest {
     fn new(how: Spawn<'_>) -> Guest {
         let code = read_write_guest();
-        let mem = sys::memfd("torpor-test-mem", MEM_SIZE).unwrap();
-        sys::write_fd(&mem, 0, code).unwrap();
+        let mem = guest_memfd(code);
         let stub = match how {
             Spawn::Direct => StubProcess::spawn(mem.as_fd()).unwrap(),
             Spawn::Factory(f) => f.spawn(mem.as_fd()).unwrap(),
         };
-        let len = (code.len() as u64).next_multiple_of(4096);
-        stub.map(CODE, len, 0, libc::PROT_READ | libc::PROT_EXEC)
-            .unwrap();
-        stub.map(DATA, 4096, DATA_OFF, libc::PROT_READ | libc::PROT_WRITE)
-            .unwrap();
+        map_guest(&stub, code.len());
         Guest { _mem: mem, stub }
     }
 
     /// A thread that reads `read`, then writes `value` to `write`.
     fn thread(&self, read: u64, write: u64, value: u64) -> StubThread {
-        let mut t = self.stub.new_thread().unwrap();
+        let mut t = start_thread(&self.stub);
         let r = &mut t.regs_mut().regs;
-        r.rip = CODE;
-        r.rsp = DATA + 4096;
         (r.rbx, r.r12, r.r13) = (read, write, value);
         t
     }
-}
-
-fn fds_of(pid: i32) -> Vec<u32> {
-    let mut fds: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .map(|e| {
-            e.unwrap()
-                .file_name()
-                .into_string()
-                .unwrap()
-                .parse()
-                .unwrap()
-        })
-        .collect();
-    fds.sort_unstable();
-    fds
 }
 
 /// The `flags:` field of `/proc/<pid>/fdinfo/<fd>` (octal).
@@ -127,14 +75,11 @@ fn fd_flags(pid: i32, fd: u32) -> i32 {
 
 /// The `/proc/<pid>/maps` line of the mapping that starts at `addr`.
 fn map_line(pid: i32, addr: u64) -> String {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    maps.lines()
-        .find(|l| {
-            let start = l.split('-').next().unwrap();
-            u64::from_str_radix(start, 16).unwrap() == addr
-        })
-        .unwrap_or_else(|| panic!("nothing mapped at {addr:#x}:\n{maps}"))
-        .to_string()
+    let maps = maps_of(pid);
+    match maps.iter().find(|(start, _, _)| *start == addr) {
+        Some((_, _, line)) => line.clone(),
+        None => panic!("nothing mapped at {addr:#x}:\n{maps:#?}"),
+    }
 }
 
 fn pread_u64(fd: &OwnedFd, off: u64) -> u64 {
@@ -173,17 +118,8 @@ fn read_only_memfd(g: &Guest) {
     assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
     assert_eq!(t.regs().regs.rax, 500);
     assert_eq!(t.regs().regs.rdi, PATTERN, "the guest reads the window");
-    let exit = t.switch().unwrap();
-    let TrapExit::Fault {
-        vector,
-        error_code,
-        addr,
-        signal,
-    } = exit
-    else {
-        panic!("{exit:?}")
-    };
-    assert_eq!((vector, addr, signal), (14, WIN + 8, libc::SIGSEGV));
+    let (error_code, addr) = expect_fault(t.switch().unwrap(), 14, libc::SIGSEGV);
+    assert_eq!(addr, WIN + 8);
     assert_eq!(error_code & 0x2, 0x2, "a write fault: {error_code:#x}");
     assert_eq!(error_code & 0x1, 0x1, "on a present page: {error_code:#x}");
     assert_eq!(view.read_u64(0x1008), 0, "the holder's copy is unchanged");
@@ -307,15 +243,7 @@ fn windows_in_a_factory_stub() {
     let factory = StubFactory::start().unwrap();
     let g = Guest::new(Spawn::Factory(&factory));
     all(&g);
-    let limits = std::fs::read_to_string(format!("/proc/{}/limits", g.stub.pid())).unwrap();
-    let nofile = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .unwrap();
-    assert_eq!(
-        nofile.split_whitespace().collect::<Vec<_>>()[3..5],
-        ["1024", "1024"]
-    );
+    assert_eq!(max_open_files(g.stub.pid()), ["1024", "1024"]);
 }
 
 #[test]

@@ -138,6 +138,16 @@ pub trait AddressSpace: Send + Sync {
     fn holder_sees_writes(&self) -> bool {
         true
     }
+    /// Maps `pages` of the process whose page tables are rooted at `root` ahead of the
+    /// application's touches (after a wake brought their frames back in one batch): a platform
+    /// that maps pages itself saves a fault per page run. Nothing by default.
+    ///
+    /// # Errors
+    /// [`PlatformError`] on a host failure.
+    fn prefault(&self, root: Gpa, pages: &[PageRun]) -> Result<(), PlatformError> {
+        let _ = (root, pages);
+        Ok(())
+    }
     /// Called before hibernation drops pages of the memory: nothing of the application may
     /// reach a dropped page other than through the holder's mapping of the memory.
     ///

@@ -72,6 +72,21 @@ pub fn platform_is_trap() -> bool {
     std::env::var("TORPOR_PLATFORM").as_deref() == Ok("trap")
 }
 
+/// PSS of process `pid` in KiB (`/proc/PID/smaps_rollup`), if readable.
+pub fn pss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Pss:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+}
+
 /// The workspace root (the directory holding `tests/guest/`).
 pub fn workspace_root() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

@@ -607,6 +607,7 @@ impl ParkHook for Hibernator {
             }
             if !matches!(reason, WakeReason::Stop) {
                 self.inflate(woke);
+                self.prefault(task);
             }
             self.shared.metrics.record_wake(woke.elapsed());
         }
@@ -757,6 +758,50 @@ impl Hibernator {
             self.shared
                 .metrics
                 .record_prefetch(bytes, file_bytes, woke.elapsed());
+        }
+    }
+
+    /// After a REAP prefetch: has each process's platform map the pages of the prefetched set
+    /// ahead (on the trap platform the application's process maps guest pages itself, and
+    /// would otherwise take a fault for every run of them it touches).
+    fn prefault(&self, task: &Task) {
+        let mut live: Vec<(i32, kernel::task::ProcessResources)> = task
+            .group
+            .procs
+            .live_groups()
+            .into_iter()
+            .filter(|(pid, _)| *pid != task.pid)
+            .filter_map(|(pid, g)| g.resources().map(|r| (pid, r)))
+            .collect();
+        live.push((
+            task.pid,
+            kernel::task::ProcessResources {
+                mm: task.mm.clone(),
+                mem: task.mem.clone(),
+                fds: task.fds.clone(),
+                space: task.group.space(),
+            },
+        ));
+        for (pid, res) in live {
+            let Some(pm) = self.processes.get(&pid) else {
+                continue;
+            };
+            if !pm.reap_wake || res.space.holder_sees_writes() {
+                // Nothing to map ahead where the application reaches guest memory through the
+                // runtime's own mapping (KVM: the prefetch installed the pages there).
+                continue;
+            }
+            let set: std::collections::HashSet<u64> = pm
+                .reap_set
+                .iter()
+                .map(|p| p.0)
+                .chain(pm.reap_files.iter().map(|g| g.raw() / PAGE_SIZE))
+                .collect();
+            let mm = res.mm.lock().unwrap_or_else(|e| e.into_inner());
+            let pages = mm.present_pages_of(|frame| set.contains(&frame));
+            if let Err(e) = res.space.prefault(mm.cr3(), &pages) {
+                tracing::warn!(pid, "mapping the prefetched pages ahead: {e}");
+            }
         }
     }
 

@@ -44,7 +44,7 @@ pub(crate) struct Meta {
     pub handler: u64,
     /// The signal restorer (`rt_sigreturn`; never reached by `ret`, required by the kernel).
     pub restorer: u64,
-    /// After the mapper's completion `write` to the reply eventfd.
+    /// After the mapper's completion `write` to the reply socket.
     pub site_m_write: u64,
     /// After the mapper's `FUTEX_WAIT`.
     pub site_m_wait: u64,

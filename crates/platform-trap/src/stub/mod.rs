@@ -63,7 +63,7 @@ pub(crate) mod asm;
 #[cfg(test)]
 mod tests;
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -73,7 +73,7 @@ use platform::{Regs, UserContext};
 use crate::filter::{self, SockFilter};
 use crate::sys::{self, raw, Mapping};
 use crate::sysmsg::*;
-use crate::{TrapError, TrapExit};
+use crate::{host, TrapError, TrapExit};
 
 /// The holder's default spin before it sleeps in [`StubThread::switch`], used only when the
 /// stub thread runs on another CPU. Measured here (2 vCPUs, no guest halt polling): a
@@ -190,6 +190,20 @@ impl Shared {
         r
     }
 
+    /// Which window slots are attached (the lock held).
+    fn windows(&self) -> std::sync::MutexGuard<'_, Windows> {
+        self.windows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`TrapError::Invalid`] unless `slot` is attached.
+    fn check_attached(&self, slot: WindowSlot) -> Result<(), TrapError> {
+        if self.windows().is_attached(slot) {
+            Ok(())
+        } else {
+            Err(TrapError::Invalid("window slot not attached"))
+        }
+    }
+
     /// Runs one mapper command; returns its result on success (a detail the application
     /// could forge: only a new thread's tid is used, and validated).
     fn command(&self, op: u64, args: [u64; 5]) -> Result<i64, TrapError> {
@@ -234,30 +248,10 @@ impl Shared {
     /// success the value, on failure [`TrapError::Mapper`] with the errno (clamped to 1..4095).
     fn wait_reply(&self, deadline: Instant) -> Result<i64, TrapError> {
         loop {
-            let mut fds = [
-                libc::pollfd {
-                    fd: self.reply_sock.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.pidfd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            let left = deadline.saturating_duration_since(Instant::now());
-            let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
-            // SAFETY: two valid pollfds.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-            if r < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(host("poll")(e));
-            }
-            if fds[0].revents & (libc::POLLIN | libc::POLLHUP) != 0 {
+            let revents =
+                sys::poll_with_pidfd(self.reply_sock.as_fd(), self.pidfd.as_fd(), deadline)
+                    .map_err(host("poll"))?;
+            if revents[0] & (libc::POLLIN | libc::POLLHUP) != 0 {
                 let mut v = 0u64;
                 // SAFETY: an 8-byte receive into a local from our socket.
                 let n = unsafe {
@@ -284,12 +278,12 @@ impl Shared {
                     };
                 }
             }
-            if fds[1].revents != 0 {
+            if revents[1] != 0 {
                 self.dead.store(true, Ordering::Relaxed);
                 return Err(TrapError::StubDied);
             }
-            if r == 0 {
-                // A late completion would be counted with the next command's: this stub
+            if revents == [0, 0] {
+                // The deadline passed. A late completion would be counted with the next command's: this stub
                 // can no longer be trusted to map anything.
                 let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL, 0);
                 self.dead.store(true, Ordering::Relaxed);
@@ -389,17 +383,7 @@ impl Drop for Shared {
             );
             return;
         }
-        // SAFETY: a zeroed siginfo for waitid to fill.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid pidfd and siginfo.
-        unsafe {
-            libc::waitid(
-                libc::P_PIDFD,
-                self.pidfd.as_raw_fd() as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::__WALL | libc::WNOHANG,
-            )
-        };
+        sys::pidfd_reap(self.pidfd.as_fd(), libc::WNOHANG);
     }
 }
 
@@ -443,15 +427,71 @@ pub(crate) struct KSigaction {
 
 /// The kernel's `struct clone_args` (version 0).
 #[repr(C)]
-pub(crate) struct CloneArgs {
-    pub(crate) flags: u64,
-    pub(crate) pidfd: u64,
-    pub(crate) child_tid: u64,
-    pub(crate) parent_tid: u64,
-    pub(crate) exit_signal: u64,
-    pub(crate) stack: u64,
-    pub(crate) stack_size: u64,
-    pub(crate) tls: u64,
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+}
+
+/// Which side of [`fork_with_pidfd`] returned.
+pub(crate) enum Forked {
+    /// The new process.
+    Child,
+    /// The caller, with the new process's pid and pidfd.
+    Parent { pid: i32, pidfd: OwnedFd },
+}
+
+/// A fork-like `clone3` (no `CLONE_VM`, no new stack, exit signal 0) with `CLONE_PIDFD` and
+/// `flags`; `Err(errno)` if it fails. Allocation-free.
+///
+/// # Safety
+/// The child is a copy of this process with only the calling thread in it: on
+/// [`Forked::Child`] the caller must run only code that neither allocates nor takes a lock
+/// another thread of this process might have held at the fork, and end the process itself.
+pub(crate) unsafe fn fork_with_pidfd(flags: u64) -> Result<Forked, i32> {
+    let mut pidfd: i32 = -1;
+    let args = CloneArgs {
+        flags: libc::CLONE_PIDFD as u64 | flags,
+        pidfd: &mut pidfd as *mut i32 as u64,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: 0,
+        stack: 0,
+        stack_size: 0,
+        tls: 0,
+    };
+    // SAFETY: a fork-like clone3 (no CLONE_VM, no stack): the child gets a copy of this
+    // process and, by this function's contract, runs only what its caller may run there.
+    let pid = unsafe {
+        raw(
+            libc::SYS_clone3,
+            [
+                &args as *const CloneArgs as u64,
+                size_of::<CloneArgs>() as u64,
+                0,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
+    match pid {
+        0 => Ok(Forked::Child),
+        p if p < 0 => Err(-p as i32),
+        p => {
+            // SAFETY: clone3 stored a new pidfd we own.
+            let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+            Ok(Forked::Parent {
+                pid: p as i32,
+                pidfd,
+            })
+        }
+    }
 }
 
 const SA_RESTORER: u64 = 0x0400_0000;
@@ -744,10 +784,6 @@ unsafe fn child_main(p: &ChildPlan) -> ! {
     }
 }
 
-fn host(call: &'static str) -> impl FnOnce(std::io::Error) -> TrapError {
-    move |source| TrapError::Host { call, source }
-}
-
 /// Everything about spawning a stub that does not depend on the guest memory, checked and
 /// computed once: building it allocates (and looks glibc's rseq symbols up with `dlsym`),
 /// using it in [`spawn_parts`] does not.
@@ -863,11 +899,14 @@ pub(crate) struct SpawnError {
 
 impl SpawnError {
     fn last(call: u8) -> SpawnError {
+        SpawnError::io(call, std::io::Error::last_os_error())
+    }
+
+    /// `SpawnError` of `call` with the errno of `e` (`EIO` if it has none).
+    fn io(call: u8, e: std::io::Error) -> SpawnError {
         SpawnError {
             call,
-            errno: std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO),
+            errno: e.raw_os_error().unwrap_or(libc::EIO),
         }
     }
 
@@ -942,24 +981,8 @@ pub(crate) fn spawn_parts(
         }
     }
     // The reply socketpair: [holder's end, stub's end]. SEQPACKET: one completion, one window
-    // descriptor per message.
-    let mut pair: [RawFd; 2] = [-1; 2];
-    // SAFETY: socketpair writes two descriptors into `pair`.
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            pair.as_mut_ptr(),
-        )
-    };
-    if r < 0 {
-        return Err(SpawnError::last(3));
-    }
-    // SAFETY: two new descriptors we own. The stub's end is closed here once the child has
-    // its copy (when this function returns).
-    let (reply_sock, stub_sock) =
-        unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+    // descriptor per message. The stub's end is closed here once the child has its copy.
+    let (reply_sock, stub_sock) = sys::seqpacket_pair().map_err(|e| SpawnError::io(3, e))?;
 
     let plan = ChildPlan {
         holder_pid: i64::from(parent_pid),
@@ -992,7 +1015,6 @@ pub(crate) fn spawn_parts(
         },
     };
 
-    let mut pidfd: i32 = -1;
     let parent_flag = if clone_parent {
         libc::CLONE_PARENT as u64
     } else {
@@ -1000,47 +1022,17 @@ pub(crate) fn spawn_parts(
     };
     // Exit signal 0: only a `waitid(__WALL)` (the holder's, in `Shared::drop`) sees the
     // stub's end. With CLONE_PARENT the kernel takes the caller's own exit signal instead
-    // (the factory's, 0 too) and refuses any other value here.
-    let args = CloneArgs {
-        flags: libc::CLONE_PIDFD as u64 | parent_flag,
-        pidfd: &mut pidfd as *mut i32 as u64,
-        child_tid: 0,
-        parent_tid: 0,
-        exit_signal: 0,
-        stack: 0,
-        stack_size: 0,
-        tls: 0,
-    };
-    // SAFETY: a fork-like clone3 (no CLONE_VM, no stack): the child gets a copy of this
-    // process and runs only `child_main`, which never returns.
-    let pid = unsafe {
-        raw(
-            libc::SYS_clone3,
-            [
-                &args as *const CloneArgs as u64,
-                size_of::<CloneArgs>() as u64,
-                0,
-                0,
-                0,
-                0,
-            ],
-        )
-    };
-    if pid == 0 {
+    // (the factory's, 0 too) and refuses any other value.
+    // SAFETY: the child runs only `child_main`, which never returns.
+    let (pid, pidfd) = match unsafe { fork_with_pidfd(parent_flag) } {
         // SAFETY: in the child, with the plan prepared above.
-        unsafe { child_main(&plan) }
-    }
-    if pid < 0 {
-        return Err(SpawnError {
-            call: 4,
-            errno: -pid as i32,
-        });
-    }
+        Ok(Forked::Child) => unsafe { child_main(&plan) },
+        Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
+        Err(errno) => return Err(SpawnError { call: 4, errno }),
+    };
     drop(stub_sock);
-    // SAFETY: clone3 stored a new pidfd we own.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     Ok(StubParts {
-        pid: pid as i32,
+        pid,
         pidfd,
         ctrl_fd,
         reply_sock,
@@ -1272,9 +1264,7 @@ impl StubProcess {
         };
         let send = reopened.as_ref().map_or(fd, |f| f.as_fd());
         let slot = sh
-            .windows
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .windows()
             .take(writable, sh.nofile.load(Ordering::Relaxed))
             .ok_or(TrapError::TooManyWindows)?;
         match sh.send_window(send, u64::from(slot.0)) {
@@ -1282,10 +1272,7 @@ impl StubProcess {
             Err(e) => {
                 // The dup3 failed (the slot's descriptor is unchanged, free), or the stub is
                 // dead.
-                sh.windows
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .release(slot);
+                sh.windows().release(slot);
                 Err(e)
             }
         }
@@ -1301,20 +1288,10 @@ impl StubProcess {
     /// [`TrapError::StubDied`].
     pub fn detach_window(&self, slot: WindowSlot) -> Result<(), TrapError> {
         let sh = &self.shared;
-        if !sh
-            .windows
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_attached(slot)
-        {
-            return Err(TrapError::Invalid("window slot not attached"));
-        }
+        sh.check_attached(slot)?;
         // Freed only once closed: an attach cannot take the slot before this close ran.
         let r = sh.command(OP_CLOSE_WINDOW, [u64::from(slot.0), 0, 0, 0, 0]);
-        sh.windows
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .release(slot);
+        sh.windows().release(slot);
         r.map(drop)
     }
 
@@ -1342,15 +1319,7 @@ impl StubProcess {
         if prot & libc::PROT_WRITE != 0 && !slot.is_writable() {
             return Err(TrapError::Invalid("PROT_WRITE on a read-only window"));
         }
-        let sh = &self.shared;
-        if !sh
-            .windows
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_attached(slot)
-        {
-            return Err(TrapError::Invalid("window slot not attached"));
-        }
+        self.shared.check_attached(slot)?;
         self.map_window_unchecked(slot, gva, len, file_offset, prot)
     }
 

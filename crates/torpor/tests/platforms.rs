@@ -1,0 +1,118 @@
+//! The two platforms side by side: the same guest programs give the same output on KVM and on
+//! trap, `--platform` chooses, and `torpor stats` names the platform and counts the trap
+//! platform's stub processes in the sandbox's memory.
+//!
+//! The KVM half of each comparison needs /dev/kvm (skipped without it, failed with
+//! `TORPOR_REQUIRE_KVM=1` unless the suite runs on trap: `TORPOR_PLATFORM=trap`); the trap
+//! platform needs no device.
+
+use std::time::Duration;
+
+use testutil::{Detached, Rootfs, Torpor};
+
+fn torpor() -> Torpor {
+    Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+}
+
+/// Whether the KVM half can run here (not in the suite's trap pass, which hides /dev/kvm).
+fn kvm_here() -> bool {
+    !testutil::platform_is_trap() && testutil::require_kvm()
+}
+
+/// Runs `program ARGS` on `platform`; its exit code and standard output.
+fn run_on(platform: &str, r: &Rootfs, program: &str, args: &[&str]) -> (i32, String) {
+    let out = torpor()
+        .run(r.path(), program)
+        .option("--platform", platform)
+        .args(args.iter().map(|a| a.to_string()))
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    (out.code(), out.stdout_str().to_string())
+}
+
+/// Programs that exercise files, pipes, ptys and shared file mappings, signals with their
+/// frames and FPU state, fork, exec and wait print the same facts on both platforms (each
+/// also matches a native run in its own test).
+#[test]
+fn guest_programs_print_the_same_on_both_platforms() {
+    if !kvm_here() {
+        return;
+    }
+    let r = Rootfs::new();
+    for (name, args) in [
+        ("misc_io", &[][..]),
+        ("signals", &[][..]),
+        ("processes", &[][..]),
+    ] {
+        let prog = r.guest_program(name);
+        let kvm = run_on("kvm", &r, &prog, args);
+        let trap = run_on("trap", &r, &prog, args);
+        assert_eq!(kvm.0, 0, "{name} on kvm: {}", kvm.1);
+        assert_eq!(trap, kvm, "{name}: trap differs from kvm");
+    }
+}
+
+/// `--platform trap` runs a sandbox on the trap platform wherever: `torpor stats` names it,
+/// lists its stub processes (the factory and one stub), and counts their memory in
+/// `pss_bytes`; the sandbox hibernates and wakes, and its stubs end with it.
+#[test]
+fn stats_name_the_trap_platform_and_count_its_stubs() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let (sb, addr) = Detached::http_server(
+        env!("CARGO_BIN_EXE_torpor").as_ref(),
+        &r,
+        &["--platform", "trap"],
+        None,
+    );
+    let stats: serde_json::Value = serde_json::from_str(&sb.ok("stats", &[])).unwrap();
+    assert_eq!(stats["platform"], "trap", "{stats}");
+    let pids: Vec<u64> = stats["platform_pids"]
+        .as_array()
+        .expect("platform_pids")
+        .iter()
+        .filter_map(|p| p.as_u64())
+        .collect();
+    assert_eq!(pids.len(), 2, "the factory and one stub: {stats}");
+    for p in &pids {
+        assert!(
+            std::path::Path::new(&format!("/proc/{p}")).exists(),
+            "{p} lives"
+        );
+    }
+    let holder_only = testutil::pss_kib(sb.pid()).expect("the holder's PSS") * 1024;
+    let pss = stats["pss_bytes"].as_u64().expect("pss_bytes");
+    assert!(
+        pss > holder_only,
+        "pss_bytes {pss} counts the stubs beside the holder's {holder_only}"
+    );
+    sb.ok("hibernate", &[]);
+    assert_eq!(sb.stat("state"), "hibernated");
+    assert!(testutil::http_get(addr, "/", Duration::from_secs(10)).is_ok());
+    sb.ok("delete", &["-f"]);
+    assert!(
+        Detached::wait_until(Duration::from_secs(10), || pids
+            .iter()
+            .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())),
+        "the stubs ended with the sandbox"
+    );
+}
+
+/// A platform name torpor does not know is a clear error.
+#[test]
+fn an_unknown_platform_is_refused() {
+    let r = Rootfs::new();
+    let out = torpor()
+        .run(r.path(), "/bin/busybox")
+        .host_env("TORPOR_PLATFORM", "qemu")
+        .arg("true")
+        .output();
+    assert_eq!(out.code(), 125, "{out:?}");
+    assert!(
+        out.stderr_str().contains("TORPOR_PLATFORM=qemu"),
+        "{}",
+        out.stderr_str()
+    );
+}
