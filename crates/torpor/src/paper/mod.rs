@@ -147,7 +147,8 @@ pub fn run(args: PaperArgs) -> anyhow::Result<u8> {
         "Each latency series: up to {} hot requests and {} woken requests per wake (after one \
          unmeasured request following the first), fewer for a slow workload (a series stops after {} s, with at least 3 requests); {} requests warm \
          each sandbox first. Cold starts and wakes: {} each. PSS: {} instances of the workload \
-         running at once, each measured (torpor stats: the holder's /proc/PID/smaps_rollup).",
+         running at once, each measured (torpor stats: the holder's /proc/PID/smaps_rollup, and on the trap platform its stub \
+         processes' too).",
         plan.hot,
         plan.woken,
         plan.budget.as_secs(),
