@@ -140,6 +140,25 @@ first_answer() {
     return 1
 }
 host_get() { curl -s --max-time 2 "http://127.0.0.1:$1/" | grep -qi hello; }
+# REQS sequential requests from the host to PORT, a new connection each: "median_ms p99_ms".
+host_latencies() {
+    python3 - "$1" "$reqs" <<'PY'
+import http.client, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+def one():
+    t = time.perf_counter()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/")
+    body = c.getresponse().read()
+    c.close()
+    assert b"hello" in body.lower(), body
+    return (time.perf_counter() - t) * 1e3
+for _ in range(20):
+    one()
+v = sorted(one() for _ in range(n))
+print(f"{v[len(v) // 2]:.3f} {v[min(len(v) - 1, int(len(v) * 0.99))]:.3f}")
+PY
+}
 descendants() {
     local c
     for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
@@ -180,23 +199,7 @@ for app in python node; do
                     pid=$!
                     pids+=("$pid")
                     ms=$(first_answer "$t0" host_get "$port") || { echo "$key: no answer" >&2; continue; }
-                    read -r hm hp < <(python3 - "$port" "$reqs" <<'PY'
-import http.client, sys, time
-port, n = int(sys.argv[1]), int(sys.argv[2])
-def one():
-    t = time.perf_counter()
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    c.request("GET", "/")
-    body = c.getresponse().read()
-    c.close()
-    assert b"hello" in body.lower(), body
-    return (time.perf_counter() - t) * 1e3
-for _ in range(20):
-    one()
-v = sorted(one() for _ in range(n))
-print(f"{v[len(v) // 2]:.3f} {v[min(len(v) - 1, int(len(v) * 0.99))]:.3f}")
-PY
-)
+                    read -r hm hp < <(host_latencies "$port")
                     read -r im ip < <(chroot "$root" /app/http_client "$port" "$reqs")
                     ;;
                 runsc)
@@ -213,23 +216,7 @@ PY
                         -- "${cmd[@]}" 8080 >/dev/null
                     pid=$(tp stats "$name" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
                     ms=$(first_answer "$t0" host_get "$port") || { echo "$key: no answer" >&2; continue; }
-                    read -r hm hp < <(python3 - "$port" "$reqs" <<'PY'
-import http.client, sys, time
-port, n = int(sys.argv[1]), int(sys.argv[2])
-def one():
-    t = time.perf_counter()
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    c.request("GET", "/")
-    body = c.getresponse().read()
-    c.close()
-    assert b"hello" in body.lower(), body
-    return (time.perf_counter() - t) * 1e3
-for _ in range(20):
-    one()
-v = sorted(one() for _ in range(n))
-print(f"{v[len(v) // 2]:.3f} {v[min(len(v) - 1, int(len(v) * 0.99))]:.3f}")
-PY
-)
+                    read -r hm hp < <(host_latencies "$port")
                     # From inside: `torpor exec` runs in an OCI container of torpor (the same
                     # bundle as runsc's), started aside once the host's figures are taken.
                     sleep 0.5

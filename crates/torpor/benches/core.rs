@@ -186,18 +186,9 @@ fn bench_exit(t: &Torpor) -> Result<f64, String> {
 
 /// Pss (KiB) from /proc/PID/smaps_rollup.
 fn pss_kib(pid: u32) -> Result<f64, String> {
-    let text =
-        std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).map_err(|e| e.to_string())?;
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("Pss:")?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .ok_or_else(|| "no Pss line".into())
+    testutil::pss_kib(pid)
+        .map(|k| k as f64)
+        .ok_or_else(|| format!("no PSS for process {pid}"))
 }
 
 /// Polls `addr` until an HTTP response arrives; returns the time since `since`.

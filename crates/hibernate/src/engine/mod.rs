@@ -765,24 +765,7 @@ impl Hibernator {
     /// ahead (on the trap platform the application's process maps guest pages itself, and
     /// would otherwise take a fault for every run of them it touches).
     fn prefault(&self, task: &Task) {
-        let mut live: Vec<(i32, kernel::task::ProcessResources)> = task
-            .group
-            .procs
-            .live_groups()
-            .into_iter()
-            .filter(|(pid, _)| *pid != task.pid)
-            .filter_map(|(pid, g)| g.resources().map(|r| (pid, r)))
-            .collect();
-        live.push((
-            task.pid,
-            kernel::task::ProcessResources {
-                mm: task.mm.clone(),
-                mem: task.mem.clone(),
-                fds: task.fds.clone(),
-                space: task.group.space(),
-            },
-        ));
-        for (pid, res) in live {
+        for (pid, res) in live_processes(task) {
             let Some(pm) = self.processes.get(&pid) else {
                 continue;
             };
@@ -811,23 +794,7 @@ impl Hibernator {
     fn deflate(&mut self, task: &mut Task) -> Result<DeflateReport, String> {
         let start = Instant::now();
         let first = *self.first_pid.get_or_insert(task.pid);
-        let mut live: Vec<(i32, kernel::task::ProcessResources)> = task
-            .group
-            .procs
-            .live_groups()
-            .into_iter()
-            .filter(|(pid, _)| *pid != task.pid)
-            .filter_map(|(pid, g)| g.resources().map(|r| (pid, r)))
-            .collect();
-        live.push((
-            task.pid,
-            kernel::task::ProcessResources {
-                mm: task.mm.clone(),
-                mem: task.mem.clone(),
-                fds: task.fds.clone(),
-                space: task.group.space(),
-            },
-        ));
+        let live = live_processes(task);
         // With the quota in sight, every process compacts its swap: the files then hold no
         // more than the live pages.
         let mut compact = self.shared.compact_next.swap(false, Ordering::SeqCst);
@@ -1687,6 +1654,29 @@ fn write_batch<E: std::fmt::Display>(
     }
     idx.clear();
     Ok(())
+}
+
+/// Every live process of `task`'s sandbox with its address space, memory, descriptors and
+/// platform space, `task`'s own last.
+fn live_processes(task: &Task) -> Vec<(i32, kernel::task::ProcessResources)> {
+    let mut live: Vec<(i32, kernel::task::ProcessResources)> = task
+        .group
+        .procs
+        .live_groups()
+        .into_iter()
+        .filter(|(pid, _)| *pid != task.pid)
+        .filter_map(|(pid, g)| g.resources().map(|r| (pid, r)))
+        .collect();
+    live.push((
+        task.pid,
+        kernel::task::ProcessResources {
+            mm: task.mm.clone(),
+            mem: task.mem.clone(),
+            fds: task.fds.clone(),
+            space: task.group.space(),
+        },
+    ));
+    live
 }
 
 /// MADV_DONTNEED over the given pages, coalesced into runs.
