@@ -106,6 +106,7 @@ pub fn stats(id: Option<&str>, prometheus: bool) -> Result<u8> {
     if !prometheus {
         let id = id.context("a sandbox ID is needed (or --prometheus for all of them)")?;
         let mut v = call(&dir(id)?, &Request::Stats, TIMEOUT)?;
+        with_platform(&mut v);
         with_helpers(&mut v);
         println!("{}", serde_json::to_string(&v)?);
         return Ok(0);
@@ -118,7 +119,10 @@ pub fn stats(id: Option<&str>, prometheus: bool) -> Result<u8> {
     for id in ids {
         let d = statedir::dir_of(&id)?;
         match call(&d, &Request::Stats, Duration::from_secs(5)) {
-            Ok(v) => answered.push((id, v)),
+            Ok(mut v) => {
+                with_platform(&mut v);
+                answered.push((id, v))
+            }
             // One sandbox gone or stuck does not hide the others from the scraper.
             Err(e) if id_is_listed(&id) => tracing::warn!("{id}: {e:#}"),
             Err(e) => return Err(e),
@@ -128,23 +132,48 @@ pub fn stats(id: Option<&str>, prometheus: bool) -> Result<u8> {
     Ok(0)
 }
 
+/// The platform's processes a sandbox's stats list (`platform_pids`: the trap platform's stub
+/// factory and stubs).
+fn platform_pids(v: &serde_json::Value) -> Vec<u32> {
+    v.get("platform_pids")
+        .and_then(serde_json::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(serde_json::Value::as_u64)
+                .map(|p| p as u32)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Adds the PSS and RSS of the platform's processes to a sandbox's `pss_bytes` and
+/// `rss_bytes`: the trap platform's stubs map pages of guest memory (their PSS is their share
+/// of those), and their figures are readable here but not to the holder (they are not
+/// dumpable).
+fn with_platform(v: &mut serde_json::Value) {
+    let (mut pss, mut rss) = (0, 0);
+    for p in platform_pids(v) {
+        let (ps, rs) = crate::procfs::pss_rss(p).unwrap_or((0, 0));
+        pss += ps;
+        rss += rs;
+    }
+    for (field, add) in [("pss_bytes", pss), ("rss_bytes", rss)] {
+        if let Some(n) = v.get(field).and_then(serde_json::Value::as_u64) {
+            v[field] = (n + add).into();
+        }
+    }
+    if let Some(o) = v.as_object_mut() {
+        o.insert("platform_pss_bytes".into(), pss.into());
+    }
+}
+
 /// Adds `helpers_pss_bytes` to a sandbox's stats: its holder's child processes (the janitor,
 /// the file broker), which the holder cannot read itself (a root holder's broker is not
 /// dumpable).
 fn with_helpers(v: &mut serde_json::Value) {
     if let Some(pid) = v.get("pid").and_then(serde_json::Value::as_u64) {
         // The platform's processes (trap stubs) are in `pss_bytes` already.
-        let platform: Vec<u32> = v
-            .get("platform_pids")
-            .and_then(serde_json::Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(serde_json::Value::as_u64)
-                    .map(|p| p as u32)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let helpers = crate::procfs::children_pss(pid as u32, &platform);
+        let helpers = crate::procfs::children_pss(pid as u32, &platform_pids(v));
         if let Some(o) = v.as_object_mut() {
             o.insert("helpers_pss_bytes".into(), helpers.into());
         }
