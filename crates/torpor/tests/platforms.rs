@@ -85,7 +85,11 @@ fn stats_name_the_trap_platform_and_count_its_stubs() {
     }
     // pss_bytes is the holder's PSS plus the stubs' (which the test reads again a moment
     // later: a little slack there).
-    let field = |f: &str| stats[f].as_u64().unwrap_or_else(|| panic!("{f} in {stats}"));
+    let field = |f: &str| {
+        stats[f]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{f} in {stats}"))
+    };
     let (total, holder, platform) = (
         field("pss_bytes"),
         field("holder_pss_bytes"),
