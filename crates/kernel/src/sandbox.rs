@@ -131,9 +131,7 @@ impl Sandbox {
                 .unwrap_or_else(crate::task::Credentials::of_runtime),
         );
         let procs = crate::task::ProcessTable::new();
-        procs
-            .shm
-            .set_share_files(cfg.share_files && cfg.platform.maps_windows());
+        procs.shm.set_share_files(cfg.share_files);
         let image = ProcessImage::build(
             &cfg.platform,
             &root,

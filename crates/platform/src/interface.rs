@@ -169,12 +169,6 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`PlatformError`] if the host refuses the memory.
     fn new_memory(&self, size: u64) -> Result<Arc<GuestMemory>, PlatformError>;
-    /// Whether the application can map shared windows (page-cache pages of files, shared
-    /// memory objects) attached to guest memory. Without, clean file pages are copied into
-    /// guest memory instead of shared, and shared mappings are refused.
-    fn maps_windows(&self) -> bool {
-        true
-    }
     /// The host processes the platform runs the application in, beside the runtime's own
     /// (none on KVM; the stub factory and the stubs on trap): their memory is the sandbox's too.
     fn processes(&self) -> Vec<u32> {

@@ -216,9 +216,7 @@ pub fn restore(
         })?,
     );
     let procs = ProcessTable::new();
-    procs
-        .shm
-        .set_share_files(cfg.share_files && cfg.platform.maps_windows());
+    procs.shm.set_share_files(cfg.share_files);
     procs.set_task_limit(state.task_limit);
     procs.memory.set_limit(cfg.memory / platform::PAGE_SIZE);
     procs.set_nodename(&state.nodename);

@@ -57,10 +57,7 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
     // (symlinks followed: /usr/lib/…/libc.so.6, not the /lib/… the dynamic linker opened).
     let mut name = None;
     let kind = if flags & libc::MAP_ANONYMOUS != 0 {
-        if shared && !t.group.platform.maps_windows() {
-            // No shared windows on this platform (trap, for now).
-            return Err(Errno::ENODEV);
-        } else if shared {
+        if shared {
             // Shared with the children this process forks: an object of its own.
             let object = t
                 .group
@@ -92,20 +89,7 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
             return Err(Errno::EACCES);
         }
         let file = std::fs::File::from(f.owned().try_clone().map_err(Errno::from)?);
-        // A platform without shared windows (trap, for now) maps a file that can never be
-        // written through this mapping (not opened read-write) as a private copy: the same
-        // bytes, but later writes to the file by others are not seen (glibc maps its
-        // gconv-modules.cache so). A writable one is refused.
-        let windows = t.group.platform.maps_windows();
-        if shared && !windows && mode != libc::O_RDWR {
-            VmaKind::File {
-                file: Arc::new(file),
-                offset: off,
-                cache: None,
-            }
-        } else if shared && !windows {
-            return Err(Errno::ENODEV);
-        } else if shared {
+        if shared {
             let object = t.group.procs.shm.file(&file).map_err(Errno::from)?;
             let may_write = mode == libc::O_RDWR && object.is_writable();
             if prot.contains(Prot::WRITE) && !may_write {
