@@ -77,28 +77,10 @@ fn read_user_u64(vcpu: &Vcpu, va: Gva) -> Option<u64> {
     vcpu.memory().read_u64(gpa).ok()
 }
 
-/// Walks the four levels of page tables from the vCPU's CR3 (large pages included).
+/// Translates `va` through the vCPU's page tables (large pages included).
 fn translate(vcpu: &Vcpu, va: Gva) -> Option<Gpa> {
-    const PRESENT: u64 = 1;
-    const LARGE: u64 = 1 << 7;
-    const ADDR: u64 = 0x000f_ffff_ffff_f000;
-    let mem = vcpu.memory();
-    let mut table = vcpu.cr3().raw() & ADDR;
-    for level in (0..4u32).rev() {
-        let shift = 12 + 9 * level;
-        let index = (va.raw() >> shift) & 0x1ff;
-        let entry = mem.read_u64(Gpa(table + 8 * index)).ok()?;
-        if entry & PRESENT == 0 {
-            return None;
-        }
-        let base = entry & ADDR;
-        if level == 0 || (level < 3 && entry & LARGE != 0) {
-            let offset = va.raw() & ((1u64 << shift) - 1);
-            return Some(Gpa((base & !((1u64 << shift) - 1)) + offset));
-        }
-        table = base;
-    }
-    None
+    let entry = platform::pagewalk::walk(vcpu.memory(), vcpu.cr3(), va.raw()).ok()??;
+    Some(entry.translate(va.raw()))
 }
 
 impl Context for KvmContext {

@@ -10,8 +10,9 @@ use platform::{
     PlatformError, PtChanges, UserContext, FPU_STATE_SIZE,
 };
 
+use platform::{pagewalk, PAGE_SIZE};
+
 use crate::space::SpaceInner;
-use crate::walk::{ADDR, LARGE, PRESENT, USER};
 use crate::{StubThread, TrapError, TrapExit};
 
 /// A thread of a stub. The stub thread (and the space's stub) is started when the context
@@ -127,22 +128,9 @@ impl TrapContext {
     /// The guest-physical address of user byte `va` (in guest memory or a window), if the
     /// tables map it.
     fn translate(&self, va: u64) -> Option<Gpa> {
-        let mut table = self.root.raw() & ADDR;
-        for level in (0..4u32).rev() {
-            let shift = 12 + 9 * level;
-            let e = self
-                .mem()
-                .read_u64(Gpa(table + 8 * ((va >> shift) & 0x1ff)))
-                .ok()?;
-            if e & PRESENT == 0 || (level > 0 && e & LARGE != 0) {
-                return None;
-            }
-            if level == 0 {
-                return (e & USER != 0).then_some(Gpa((e & ADDR) + (va & 0xfff)));
-            }
-            table = e & ADDR;
-        }
-        None
+        let entry = pagewalk::walk(self.mem(), self.root, va).ok()??;
+        (entry.page_size == PAGE_SIZE && entry.value & pagewalk::USER != 0)
+            .then(|| entry.translate(va))
     }
 }
 

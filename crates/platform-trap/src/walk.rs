@@ -8,19 +8,11 @@
 //! maps writable (the application may write it from then on without any further exit), so
 //! that "clean" in the memory manager keeps meaning "never written".
 
+use platform::pagewalk::{self, ACCESSED, ADDR, DIRTY, NO_EXEC, USER, WRITABLE};
 use platform::{Gpa, Gva, PlatformError, PAGE_SIZE};
 
 use crate::space::SpaceInner;
 use crate::StubProcess;
-
-pub(crate) const PRESENT: u64 = 1;
-pub(crate) const WRITABLE: u64 = 1 << 1;
-pub(crate) const USER: u64 = 1 << 2;
-pub(crate) const ACCESSED: u64 = 1 << 5;
-pub(crate) const DIRTY: u64 = 1 << 6;
-pub(crate) const LARGE: u64 = 1 << 7;
-pub(crate) const NO_EXEC: u64 = 1 << 63;
-pub(crate) const ADDR: u64 = 0x000f_ffff_ffff_f000;
 
 /// A page as the stub must map it.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -56,44 +48,35 @@ impl SpaceInner {
     /// Reads the leaf entry for `va` from the memory manager's tables, and sets its accessed
     /// and (writable) dirty bits as the hardware would on the accesses the mapping allows.
     fn leaf(&self, root: Gpa, va: u64) -> Result<Leaf, PlatformError> {
-        let mut table = root.raw() & ADDR;
-        for level in (0..4u32).rev() {
-            let shift = 12 + 9 * level;
-            let slot = Gpa(table + 8 * ((va >> shift) & 0x1ff));
-            let e = self.mem.read_u64(slot).map_err(PlatformError::new)?;
-            if e & PRESENT == 0 {
-                return Ok(Leaf::Absent);
-            }
-            if level > 0 && e & LARGE != 0 {
-                return Err(PlatformError::msg(format!(
-                    "a large page in the user half at {va:#x}"
-                )));
-            }
-            if level == 0 {
-                if e & USER == 0 {
-                    return Ok(Leaf::Absent);
-                }
-                let want = ACCESSED | if e & WRITABLE != 0 { DIRTY } else { 0 };
-                if e & want != want {
-                    self.mem
-                        .write_u64(slot, e | want)
-                        .map_err(PlatformError::new)?;
-                }
-                let mut prot = libc::PROT_READ;
-                if e & WRITABLE != 0 {
-                    prot |= libc::PROT_WRITE;
-                }
-                if e & NO_EXEC == 0 {
-                    prot |= libc::PROT_EXEC;
-                }
-                return Ok(Leaf::Mapped {
-                    gpa: e & ADDR,
-                    prot,
-                });
-            }
-            table = e & ADDR;
+        let Some(entry) = pagewalk::walk(&self.mem, root, va).map_err(PlatformError::new)? else {
+            return Ok(Leaf::Absent);
+        };
+        if entry.page_size != PAGE_SIZE {
+            return Err(PlatformError::msg(format!(
+                "a large page in the user half at {va:#x}"
+            )));
         }
-        Ok(Leaf::Absent)
+        let e = entry.value;
+        if e & USER == 0 {
+            return Ok(Leaf::Absent);
+        }
+        let want = ACCESSED | if e & WRITABLE != 0 { DIRTY } else { 0 };
+        if e & want != want {
+            self.mem
+                .write_u64(entry.slot, e | want)
+                .map_err(PlatformError::new)?;
+        }
+        let mut prot = libc::PROT_READ;
+        if e & WRITABLE != 0 {
+            prot |= libc::PROT_WRITE;
+        }
+        if e & NO_EXEC == 0 {
+            prot |= libc::PROT_EXEC;
+        }
+        Ok(Leaf::Mapped {
+            gpa: e & ADDR,
+            prot,
+        })
     }
 
     /// Makes `count` pages from `first` in the stub what the tables say.

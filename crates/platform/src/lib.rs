@@ -16,6 +16,7 @@ pub mod interface;
 pub mod kick;
 pub mod layout;
 pub mod memory;
+pub mod pagewalk;
 pub mod shared;
 
 pub use addr::{Gpa, Gva, PAGE_SHIFT, PAGE_SIZE};
