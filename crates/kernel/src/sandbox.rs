@@ -130,6 +130,7 @@ impl Sandbox {
                 .clone()
                 .unwrap_or_else(crate::task::Credentials::of_runtime),
         );
+        crate::syscalls::remember_host_affinity();
         let procs = crate::task::ProcessTable::new();
         procs.shm.set_share_files(cfg.share_files);
         let image = ProcessImage::build(
@@ -366,8 +367,10 @@ impl ProcessImage {
         let argv: Vec<Vec<u8>> = args.iter().map(|s| s.as_bytes().to_vec()).collect();
         let envp: Vec<Vec<u8>> = env.iter().map(|s| s.as_bytes().to_vec()).collect();
         let ids = (creds.uid, creds.gid);
-        let stack = loader::build_stack(&mut mm, &image, &argv, &envp, program.as_bytes(), ids)
-            .map_err(|e| SandboxError::Memory(e.to_string()))?;
+        let vdso = platform.vdso().map(|v| v.ehdr);
+        let stack =
+            loader::build_stack(&mut mm, &image, &argv, &envp, program.as_bytes(), ids, vdso)
+                .map_err(|e| SandboxError::Memory(e.to_string()))?;
         let mut ctx = space.new_context(mm.cr3())?;
         ctx.user_mut().regs.rip = image.entry.raw();
         ctx.user_mut().regs.rsp = stack.sp.raw();

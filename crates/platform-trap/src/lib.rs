@@ -37,8 +37,9 @@
 //! everything out once and validates it (the application can write every sysmsg area).
 //!
 //! # Security model (what is enforced in this slice)
-//! - A stub holds nothing of the holder: everything below and above its region is unmapped
-//!   (vDSO and vvar included); its descriptors are the control memfd (3), the guest memfd (4),
+//! - A stub holds nothing of the holder: everything below and above its region is unmapped;
+//!   the host's vDSO and its data pages are moved into the region ([`vdso`]), for the
+//!   application's clock calls; its descriptors are the control memfd (3), the guest memfd (4),
 //!   the reply socket (5: an `AF_UNIX` `SOCK_SEQPACKET` socket whose other end the holder
 //!   keeps, carrying window descriptors in and mapper completions out) and the window slots
 //!   attached to it (64..1024, see [`sysmsg::WINDOW_FD_BASE`]); signal actions are reset,
@@ -77,11 +78,13 @@ pub mod bench;
 pub mod context;
 pub mod factory;
 pub mod filter;
+pub(crate) mod pair;
 pub mod platform;
 pub mod space;
 mod stub;
 pub mod sys;
 pub mod sysmsg;
+pub mod vdso;
 pub(crate) mod walk;
 
 pub use crate::platform::{start_factory, TrapPlatform};

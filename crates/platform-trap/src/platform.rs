@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use platform::{AddressSpace, CpuModel, GuestMemory, Platform, PlatformError};
+use platform::{AddressSpace, CpuModel, GuestMemory, Platform, PlatformError, Vdso};
 
 use crate::space::TrapSpace;
 use crate::{StubFactory, StubProcess, TrapError};
@@ -129,6 +129,8 @@ impl Spawner {
 pub struct TrapPlatform {
     cpu: CpuModel,
     spawner: Arc<Spawner>,
+    /// The host's vDSO, as every stub has it.
+    vdso: Option<crate::vdso::HostVdso>,
 }
 
 impl std::fmt::Debug for TrapPlatform {
@@ -164,6 +166,7 @@ impl TrapPlatform {
                 user_ss: 0x2b,
             },
             spawner: Arc::default(),
+            vdso: crate::vdso::HostVdso::find(),
         })
     }
 }
@@ -175,6 +178,14 @@ impl Platform for TrapPlatform {
 
     fn cpu(&self) -> &CpuModel {
         &self.cpu
+    }
+
+    /// The host's vDSO, moved into every stub ([`crate::vdso`]).
+    fn vdso(&self) -> Option<Vdso> {
+        self.vdso.map(|v| Vdso {
+            ehdr: v.ehdr_in_stub(),
+            digest: v.digest(),
+        })
     }
 
     fn processes(&self) -> Vec<u32> {

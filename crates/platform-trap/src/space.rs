@@ -96,6 +96,13 @@ impl AddressSpace for TrapSpace {
         &self.inner.mem
     }
 
+    /// The stub process's CPU clock (`clock_getcpuclockid`'s encoding: any process may read
+    /// another's), once the stub runs.
+    fn cpu_clock(&self) -> Option<libc::clockid_t> {
+        let stub = self.inner.stub.lock().unwrap_or_else(|e| e.into_inner());
+        stub.as_ref().map(|s| (!s.pid()) << 3 | 2)
+    }
+
     fn new_context(&self, root: Gpa) -> Result<Box<dyn Context>, PlatformError> {
         let index = self.inner.next_index.fetch_add(1, Ordering::Relaxed);
         Ok(Box::new(TrapContext::new(self.inner.clone(), root, index)))

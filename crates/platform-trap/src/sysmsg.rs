@@ -8,6 +8,7 @@
 //! 0x7fc0_0000_0000  CODE_ADDR   r-x        stub code (position-independent asm blob)   anonymous, private
 //! 0x7fc0_0001_0000  CTRL_ADDR   r--        command page + two seccomp programs          control memfd [0, 0x3000)
 //! 0x7fc0_0002_0000  REPLY_ADDR  rw-        mapper reply page                            control memfd [0x3000, 0x4000)
+//! 0x7fc0_0004_0000  VDSO_ADDR   r--, r-x   the host's vDSO: data pages, then its code      the host kernel
 //! 0x7fc0_0010_0000  SYSMSG_ADDR rw-        MAX_THREADS × SYSMSG_SIZE per-thread pages   control memfd [0x10000, …)
 //! 0x7fc0_0110_0000  STUB_END
 //! ```
@@ -28,7 +29,8 @@
 //!
 //! The region sits above [`USER_END`] (where the KVM platform puts its direct map), in the
 //! same PML4 slot, so the application keeps `[0, USER_END)` exactly as on KVM. Nothing else is
-//! mapped in a stub process (no holder memory, no vDSO/vvar; only the kernel's `[vsyscall]`
+//! mapped in a stub process (no holder memory; the host's vDSO and its data pages only moved
+//! into [`VDSO_ADDR`], see [`crate::vdso`]; and the kernel's `[vsyscall]`
 //! gate page, which is not a mapping and cannot be removed: the kernel emulates a call into
 //! it as a system call, which the filter traps like any other, `rip` after the call).
 //!
@@ -57,6 +59,15 @@ pub const CTRL_ADDR: u64 = STUB_BASE + 0x1_0000;
 pub const CTRL_RO_SIZE: u64 = 0x3000;
 /// Address of the mapper's reply page (read-write in the stub).
 pub const REPLY_ADDR: u64 = STUB_BASE + 0x2_0000;
+/// Where the stub's start code moves the host's vDSO (its data pages and code, in the
+/// kernel's order and spacing; see [`crate::vdso`]).
+pub const VDSO_ADDR: u64 = STUB_BASE + 0x4_0000;
+/// Room for the vDSO (data pages and code together).
+pub const VDSO_SIZE: u64 = 0xc_0000;
+/// Where the stub's start code puts the temporary copy of the stub code (or lower, in
+/// 16 MiB steps, if the place is taken): below the region, so that the init code's unmapping
+/// of everything else keeps the moved vDSO.
+pub const TEMP_CODE_ADDR: u64 = STUB_BASE - 0x1_0000_0000;
 /// Address of the first thread's sysmsg area.
 pub const SYSMSG_ADDR: u64 = STUB_BASE + 0x10_0000;
 /// log2 of [`SYSMSG_SIZE`].
@@ -345,7 +356,9 @@ pub const XSAVE_HEADER: u64 = 512;
 
 const _: () = assert!(CODE_ADDR + CODE_SIZE <= CTRL_ADDR);
 const _: () = assert!(CTRL_ADDR + CTRL_RO_SIZE <= REPLY_ADDR);
-const _: () = assert!(REPLY_ADDR + 0x1000 <= SYSMSG_ADDR);
+const _: () = assert!(REPLY_ADDR + 0x1000 <= VDSO_ADDR);
+const _: () = assert!(VDSO_ADDR + VDSO_SIZE <= SYSMSG_ADDR);
+const _: () = assert!(TEMP_CODE_ADDR >= USER_END);
 const _: () = assert!(SYSMSG_ADDR & (SYSMSG_SIZE - 1) == 0);
 const _: () = assert!(S_XSAVE + XSAVE_MAX <= S_ALTSTACK);
 const _: () = assert!(STUB_BASE >= USER_END && STUB_END <= MAP_TOP);

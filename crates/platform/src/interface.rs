@@ -123,6 +123,12 @@ pub trait Context: Send {
 pub trait AddressSpace: Send + Sync {
     /// The process's guest memory.
     fn memory(&self) -> &Arc<GuestMemory>;
+    /// A host CPU clock that counts the application code this space runs outside the
+    /// runtime's own threads (the trap platform's stub process), once it runs; None where the
+    /// runtime's threads run it themselves (KVM: a vCPU's time is its thread's).
+    fn cpu_clock(&self) -> Option<libc::clockid_t> {
+        None
+    }
     /// A context for a new thread whose page tables are rooted at `root`, with zeroed
     /// registers (the caller sets them and the FPU state). A context dropped goes back to
     /// its space (a platform may reuse it for the next thread).
@@ -158,6 +164,16 @@ pub trait AddressSpace: Send + Sync {
     }
 }
 
+/// A vDSO a platform maps for the application ([`Platform::vdso`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vdso {
+    /// Its ELF header's address (above the user range).
+    pub ehdr: u64,
+    /// A digest of its code. Programs keep pointers into it, so a checkpoint's processes can
+    /// resume only where the same code is mapped at the same address.
+    pub digest: u64,
+}
+
 /// A way to run application code.
 pub trait Platform: Send + Sync + std::fmt::Debug {
     /// The platform's name, as `--platform` takes it.
@@ -188,6 +204,12 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
         Ok(Arc::new(
             GuestMemory::from_image(image, size).map_err(PlatformError::new)?,
         ))
+    }
+    /// The vDSO every address space of this platform has mapped, outside the user range, if
+    /// any: the kernel passes its ELF header to each new program (`AT_SYSINFO_EHDR`), whose
+    /// clock calls then need no system call. None by default.
+    fn vdso(&self) -> Option<Vdso> {
+        None
     }
     /// A new address space over `mem`.
     ///

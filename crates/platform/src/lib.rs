@@ -24,7 +24,7 @@ pub use context::{
     CpuModel, ExceptionInfo, Exit, FpuState, PageRun, PteRun, Regs, UserContext, FPU_STATE_SIZE,
 };
 pub use interface::{
-    AddressSpace, Commit, Context, Kick, Kicker, Platform, PlatformError, PtChanges,
+    AddressSpace, Commit, Context, Kick, Kicker, Platform, PlatformError, PtChanges, Vdso,
 };
 pub use memory::{GuestMemory, MemoryError};
 pub use shared::{SharedWindow, SHARED_GPA_BASE, SHARED_GPA_END};

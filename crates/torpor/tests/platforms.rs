@@ -128,3 +128,31 @@ fn an_unknown_platform_is_refused() {
         out.stderr_str()
     );
 }
+
+/// On the trap platform programs get the host's vDSO (`AT_SYSINFO_EHDR`), so their clock
+/// calls need no trap, and what they read there never disagrees with the clock system calls
+/// (also for gettimeofday, time and a CPU-time clock, which the vDSO hands to the system
+/// call); `TORPOR_TRAP_VDSO=off` leaves it out. KVM gives no vDSO: the same program reads
+/// the same clocks through system calls.
+#[test]
+fn clocks_read_through_the_vdso_agree_with_the_system_calls() {
+    let r = Rootfs::new();
+    let prog = r.guest_program("vdso_clock");
+    let (code, out) = run_on("trap", &r, &prog, &[]);
+    assert_eq!((code, out.as_str()), (0, "vdso\nclocks agree\n"));
+    let off = torpor()
+        .run(r.path(), &prog)
+        .option("--platform", "trap")
+        .host_env("TORPOR_LOG", "off")
+        .host_env("TORPOR_TRAP_VDSO", "off")
+        .output();
+    assert_eq!(
+        (off.code(), off.stdout_str().as_str()),
+        (0, "no vdso\nclocks agree\n"),
+        "{off:?}"
+    );
+    if kvm_here() {
+        let (code, out) = run_on("kvm", &r, &prog, &[]);
+        assert_eq!((code, out.as_str()), (0, "no vdso\nclocks agree\n"));
+    }
+}

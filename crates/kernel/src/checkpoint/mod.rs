@@ -32,7 +32,7 @@ use crate::task::rlimit::{Limit, Rlimits, NLIMITS};
 use crate::task::Membership;
 use crate::task::{ProcessResources, ProcessTable, SignalState, Task, TaskControl, ThreadGroup};
 use blobs::{BlobWriter, Blobs};
-use state::{ProcessState, SandboxState};
+use state::{ProcessState, SandboxState, VdsoState};
 
 /// How long the parked threads have to give their state.
 const THREAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -84,7 +84,7 @@ pub fn export(task: &Task, blobs: &mut BlobWriter) -> Result<SandboxState, Check
         let armed = g.real_timer.get().0 != std::time::Duration::ZERO
             || g.cpu_timers
                 .iter()
-                .any(|t| t.get(&g.cpu).0 != std::time::Duration::ZERO);
+                .any(|t| t.get(g).0 != std::time::Duration::ZERO);
         if armed {
             return Err(CheckpointError::Unsupported(format!(
                 "process {pid}: an armed interval timer (setitimer, alarm; not supported yet)"
@@ -178,6 +178,7 @@ pub fn export(task: &Task, blobs: &mut BlobWriter) -> Result<SandboxState, Check
         task_limit: procs.task_limit(),
         open_files,
         processes,
+        vdso: task.group.platform.vdso().map(VdsoState::from),
     })
 }
 
@@ -201,6 +202,18 @@ pub fn restore(
 ) -> Result<Sandbox, SandboxError> {
     let started = std::time::Instant::now();
     let bad = |e: CheckpointError| SandboxError::Restore(e.to_string());
+    if let Some(v) = state.vdso {
+        if cfg.platform.vdso().map(VdsoState::from) != Some(v) {
+            return Err(SandboxError::Restore(format!(
+                "the checkpoint's programs use the vDSO of the platform they ran on (at {:#x}, \
+                 digest {:#x}), which the {} platform of this host does not map: restore it \
+                 with the platform it was taken on, on the same kernel",
+                v.ehdr,
+                v.digest,
+                cfg.platform.name()
+            )));
+        }
+    }
     let first = state
         .processes
         .first()
@@ -215,6 +228,7 @@ pub fn restore(
             source,
         })?,
     );
+    crate::syscalls::remember_host_affinity();
     let procs = ProcessTable::new();
     procs.shm.set_share_files(cfg.share_files);
     procs.set_task_limit(state.task_limit);

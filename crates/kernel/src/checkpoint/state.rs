@@ -22,6 +22,29 @@ pub struct SandboxState {
     pub open_files: Vec<OpenFileState>,
     /// Its processes.
     pub processes: Vec<ProcessState>,
+    /// The platform's vDSO its programs were given, if any (the trap platform's: the host's
+    /// own). Programs keep pointers into it, so a restore needs the same.
+    #[serde(default)]
+    pub vdso: Option<VdsoState>,
+}
+
+/// A platform's vDSO: where its ELF header is and a digest of its code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VdsoState {
+    /// The ELF header's address.
+    pub ehdr: u64,
+    /// The digest of its code.
+    pub digest: u64,
+}
+
+impl From<platform::Vdso> for VdsoState {
+    fn from(v: platform::Vdso) -> VdsoState {
+        VdsoState {
+            ehdr: v.ehdr,
+            digest: v.digest,
+        }
+    }
 }
 
 /// One process: its table entry, program, limits, dispositions, address space, descriptors

@@ -38,6 +38,7 @@ const AT_SECURE: u64 = 23;
 const AT_RANDOM: u64 = 25;
 const AT_HWCAP2: u64 = 26;
 const AT_EXECFN: u64 = 31;
+const AT_SYSINFO_EHDR: u64 = 33;
 
 /// The built stack: where the thread starts.
 #[derive(Clone, Copy, Debug)]
@@ -48,7 +49,8 @@ pub struct StackImage {
     pub bottom: Gva,
 }
 
-/// Maps the stack just below the top of user space and writes argc, argv, envp and auxv.
+/// Maps the stack just below the top of user space and writes argc, argv, envp and auxv
+/// (with `AT_SYSINFO_EHDR` = `vdso`, the platform's vDSO, if it maps one).
 ///
 /// # Errors
 /// [`MmError`] if the stack cannot be mapped or the arguments do not fit.
@@ -59,6 +61,7 @@ pub fn build_stack(
     envp: &[Vec<u8>],
     execfn: &[u8],
     ids: (u32, u32),
+    vdso: Option<u64>,
 ) -> Result<StackImage, MmError> {
     let top = layout::USER_END.raw() - 0x1000; // a guard page below the direct map
     let bottom = top - STACK_SIZE;
@@ -101,7 +104,7 @@ pub fn build_stack(
     mm.copy_out(Gva(p), &random)?;
     let random_at = p;
 
-    let auxv: Vec<(u64, u64)> = vec![
+    let mut auxv: Vec<(u64, u64)> = vec![
         (AT_PHDR, image.phdr.raw()),
         (AT_PHENT, 56),
         (AT_PHNUM, image.phnum),
@@ -120,8 +123,11 @@ pub fn build_stack(
         (AT_RANDOM, random_at),
         (AT_HWCAP2, 0),
         (AT_EXECFN, execfn_at),
-        (AT_NULL, 0),
     ];
+    if let Some(ehdr) = vdso {
+        auxv.push((AT_SYSINFO_EHDR, ehdr));
+    }
+    auxv.push((AT_NULL, 0));
     let words = 1 + argv_at.len() + 1 + envp_at.len() + 1 + 2 * auxv.len();
     let sp = (p - 8 * words as u64) & !15;
     let mut table = Vec::with_capacity(words);

@@ -242,8 +242,9 @@ pub(crate) fn execve(
     })?;
     mm.set_brk_base(image.brk);
     let ids = (t.creds.uid, t.creds.gid);
-    let stack =
-        loader::build_stack(&mut mm, &image, &argv, &envp, &path, ids).map_err(|_| Errno::E2BIG)?;
+    let vdso = t.group.platform.vdso().map(|v| v.ehdr);
+    let stack = loader::build_stack(&mut mm, &image, &argv, &envp, &path, ids, vdso)
+        .map_err(|_| Errno::E2BIG)?;
     let mut ctx = space.new_context(mm.cr3()).map_err(|e| {
         tracing::warn!("execve: {e}");
         Errno::EAGAIN

@@ -80,9 +80,18 @@ fn guest_clock(t: &Task, id: i32) -> Result<i32, Errno> {
 }
 
 /// Implements clock_gettime(2).
+/// The process's CPU clock is [`crate::task::ThreadGroup::cpu_time`] (its own threads',
+/// wherever the platform runs them), the other clocks the host's.
 pub fn sys_clock_gettime(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let ts = now(guest_clock(t, a.int(0))?)?;
-    put_timespec(t, a.gva(1), ts.tv_sec, ts.tv_nsec)?;
+    let clock = guest_clock(t, a.int(0))?;
+    let (sec, nsec) = if clock == libc::CLOCK_PROCESS_CPUTIME_ID {
+        let d = t.group.cpu_time();
+        (d.as_secs() as i64, i64::from(d.subsec_nanos()))
+    } else {
+        let ts = now(clock)?;
+        (ts.tv_sec, ts.tv_nsec)
+    };
+    put_timespec(t, a.gva(1), sec, nsec)?;
     Ok(0)
 }
 
@@ -201,7 +210,7 @@ fn itimerval(interval: Duration, value: Duration) -> [u8; 32] {
 pub fn sys_getitimer(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (left, interval) = match a.int(0) {
         ITIMER_REAL => t.group.real_timer.get(),
-        which => cpu_timer(t, which)?.get(&t.group.cpu),
+        which => cpu_timer(t, which)?.get(&t.group),
     };
     t.copy_out(a.gva(1), &itimerval(interval, left))?;
     Ok(0)

@@ -97,6 +97,17 @@ struct StopState {
 }
 
 impl ThreadGroup {
+    /// The process's CPU time: its threads' host threads' and, where the platform runs the
+    /// application's code in a host process of its own, that process's.
+    pub fn cpu_time(&self) -> std::time::Duration {
+        let clock = self
+            .space
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cpu_clock();
+        self.cpu.total(clock)
+    }
+
     /// The group of process `pid`, whose threads run in `space` on `platform`.
     pub fn new(
         platform: Arc<dyn Platform>,

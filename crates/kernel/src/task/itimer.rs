@@ -16,7 +16,6 @@
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::cputime::ProcessCpu;
 use super::ThreadGroup;
 
 /// A timer's arming; `P` is a point of its clock (an instant, or an amount of CPU time).
@@ -150,12 +149,12 @@ impl CpuTimer {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// CPU time left and interval (getitimer), with the process's clock `cpu`.
-    pub fn get(&self, cpu: &ProcessCpu) -> (Duration, Duration) {
+    /// CPU time left and interval (getitimer) of `group`'s timer.
+    pub fn get(&self, group: &ThreadGroup) -> (Duration, Duration) {
         let s = self.lock();
         let left = s
             .deadline
-            .map_or(Duration::ZERO, |d| d.saturating_sub(cpu.total()));
+            .map_or(Duration::ZERO, |d| d.saturating_sub(group.cpu_time()));
         (left, s.interval)
     }
 
@@ -166,8 +165,8 @@ impl CpuTimer {
         value: Duration,
         interval: Duration,
     ) -> (Duration, Duration) {
-        let old = self.get(&group.cpu);
-        let deadline = (!value.is_zero()).then(|| group.cpu.total() + value);
+        let old = self.get(group);
+        let deadline = (!value.is_zero()).then(|| group.cpu_time() + value);
         let armed = self.lock().arm(deadline, interval);
         self.cv.notify_all();
         if let Some(generation) = armed {
@@ -189,7 +188,7 @@ impl CpuTimer {
             if g.exit_status().is_some() {
                 return;
             }
-            let now = g.cpu.total();
+            let now = g.cpu_time();
             if now < deadline {
                 let threads = g.cpu.threads().max(1) as u32;
                 drop(g);

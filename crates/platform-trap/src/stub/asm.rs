@@ -3,9 +3,10 @@
 //! libc, no Rust runtime and no stack of its own (raw system calls, registers only).
 //!
 //! Three parts:
-//! - **init** (entered at a temporary copy, `rdi` = its base, `rsi` = that mapping's length,
-//!   `rdx` = the blob's length): unmaps everything of the holder's image below and above the
-//!   copy, maps the code at [`CODE_ADDR`], copies itself there and jumps to the final copy,
+//! - **init** (entered at a temporary copy below the stub's region, `rdi` = its base, `rsi` =
+//!   that mapping's length, `rdx` = the blob's length): unmaps everything of the holder's image
+//!   below and above the copy but the host's vDSO, which the start code moved to
+//!   [`VDSO_ADDR`] ([`crate::vdso`]), maps the code at [`CODE_ADDR`], copies itself there and jumps to the final copy,
 //!   unmaps the temporary one, maps the control pages, the reply page and the sysmsg areas from
 //!   the control memfd, installs the base seccomp filter, reports "ready" and becomes
 //! - **the mapper** (the stub's initial thread): waits on the command page's sequence word and
@@ -126,8 +127,16 @@ core::arch::global_asm!(
     "    syscall",
     "    test rax, rax",
     "    jnz torpor_stub_die",
-    // munmap(copy + len, MAP_TOP - (copy + len))
+    // munmap(copy + len, VDSO_ADDR - (copy + len)): the copy is below the region
     "    lea rdi, [r12 + r13]",
+    "    mov rsi, {vdso_addr}",
+    "    sub rsi, rdi",
+    "    mov eax, 11",
+    "    syscall",
+    "    test rax, rax",
+    "    jnz torpor_stub_die",
+    // munmap(VDSO_ADDR + VDSO_SIZE, MAP_TOP - (VDSO_ADDR + VDSO_SIZE)): the moved vDSO stays
+    "    mov rdi, {vdso_end}",
     "    mov rsi, {map_top}",
     "    sub rsi, rdi",
     "    mov eax, 11",
@@ -659,6 +668,8 @@ core::arch::global_asm!(
     cmd_args = const CMD_ARGS,
     cmd_xsave_size = const CMD_XSAVE_SIZE,
     cmd_stub_spin = const CMD_STUB_SPIN,
+    vdso_addr = const VDSO_ADDR,
+    vdso_end = const VDSO_ADDR + VDSO_SIZE,
     cmd_done_ok = const CMD_DONE_OK,
     cmd_done_err = const CMD_DONE_ERR,
     reply_fd = const REPLY_FD,

@@ -21,8 +21,9 @@
 //! the kick signal at the stub's handler (`SA_SIGINFO|SA_ONSTACK|SA_RESTORER`, every signal
 //! blocked while it runs), blocks every asynchronous signal, moves the control memfd to fd 3,
 //! the guest memfd to fd 4 and its end of the reply socketpair to fd 5 and closes every other
-//! descriptor, copies the stub code into a temporary anonymous mapping and jumps there. The stub
-//! code ([`asm`]) then unmaps everything else, rebuilds its region at [`STUB_BASE`], installs
+//! descriptor, moves the host's vDSO to [`VDSO_ADDR`] ([`crate::vdso`]), copies the stub code
+//! into a temporary anonymous mapping below the region and jumps there. The stub code
+//! ([`asm`]) then unmaps everything else, rebuilds its region at [`STUB_BASE`], installs
 //! the base filter and reports ready. A set-up failure kills the child; [`StubProcess::from_parts`] reports it.
 //!
 //! `PR_SET_PDEATHSIG` fires when the parent *thread* exits: a stub from
@@ -136,7 +137,8 @@ impl Shared {
 
     /// Waits until `done(*word)`, sleeping on the word; spins first for `spin`. With
     /// `waiting`, sets that flag before sleeping (the other side wakes the holder only when it
-    /// is set) and clears it after. Fails if the stub dies or the deadline passes.
+    /// is set) and clears it after. With `long_wait`, calls it once if the wait lasts longer
+    /// than its duration. Fails if the stub dies or the deadline passes.
     fn wait_until(
         &self,
         word: &AtomicU32,
@@ -144,13 +146,14 @@ impl Shared {
         spin: Duration,
         deadline: Option<Instant>,
         waiting: Option<&AtomicU32>,
+        mut long_wait: Option<(Duration, &mut dyn FnMut())>,
     ) -> Result<u32, TrapError> {
         let v = word.load(Ordering::Acquire);
         if done(v) {
             return Ok(v);
         }
+        let start = Instant::now();
         if !spin.is_zero() {
-            let start = Instant::now();
             loop {
                 for _ in 0..64 {
                     std::hint::spin_loop();
@@ -174,8 +177,21 @@ impl Shared {
             if done(v) {
                 break Ok(v);
             }
-            let r = sys::futex_wait(word, v, Some(LIVENESS_POLL));
+            let mut timeout = LIVENESS_POLL;
+            if let Some((after, _)) = &long_wait {
+                timeout = timeout.min(after.saturating_sub(start.elapsed()));
+            }
+            let r = sys::futex_wait(word, v, Some(timeout));
             if r == -i64::from(libc::ETIMEDOUT) {
+                if long_wait
+                    .as_ref()
+                    .is_some_and(|(after, _)| start.elapsed() >= *after)
+                {
+                    if let Some((_, f)) = long_wait.take() {
+                        f();
+                    }
+                    continue;
+                }
                 if let Err(e) = self.alive() {
                     break Err(e);
                 }
@@ -413,6 +429,9 @@ struct ChildPlan {
     mask: u64,
     no_core: libc::rlimit,
     no_altstack: libc::stack_t,
+    /// The host vDSO's mappings to move: `(from, length, to)`; `vdso_moves` of them.
+    vdso: [(u64, u64, u64); crate::vdso::MAX_PIECES],
+    vdso_moves: usize,
 }
 
 /// The kernel's `struct sigaction` (x86-64).
@@ -522,7 +541,7 @@ fn sigbit(sig: i32) -> u64 {
 }
 
 /// Set-up steps of the child, reported in [`REPLY_STAGE`].
-const STAGE_NAMES: [&str; 12] = [
+const STAGE_NAMES: [&str; 13] = [
     "none",
     "PR_SET_PDEATHSIG / parent check",
     "PR_SET_NO_NEW_PRIVS",
@@ -535,6 +554,7 @@ const STAGE_NAMES: [&str; 12] = [
     "temporary code mapping",
     "mprotect of the temporary code",
     "robust list",
+    "vDSO move",
 ];
 
 /// The child between `clone3` and the jump into the stub code.
@@ -729,27 +749,45 @@ unsafe fn child_main(p: &ChildPlan) -> ! {
         if r1 < 0 || r2 < 0 {
             fail(8, r1.min(r2));
         }
-        // A temporary copy of the stub code, outside the final region.
+        // The host's vDSO into the stub's region (see `crate::vdso`).
+        for &(from, len, to) in &p.vdso[..p.vdso_moves] {
+            let r = raw(
+                libc::SYS_mremap,
+                [
+                    from,
+                    len,
+                    len,
+                    (libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED) as u64,
+                    to,
+                    0,
+                ],
+            );
+            if r != to as i64 {
+                fail(12, r);
+            }
+        }
+        // A temporary copy of the stub code, below the final region (the init code unmaps
+        // everything else but the region's vDSO part).
         let mut temp = 0u64;
-        for _ in 0..16 {
+        for i in 0..16u64 {
+            let want = TEMP_CODE_ADDR - i * 0x100_0000;
             let t = raw(
                 libc::SYS_mmap,
                 [
-                    0,
+                    want,
                     p.temp_len as u64,
                     (libc::PROT_READ | libc::PROT_WRITE) as u64,
-                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
+                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64,
                     u64::MAX,
                     0,
                 ],
             );
-            if t < 0 {
-                fail(9, t);
-            }
-            let t = t as u64;
-            if t + p.temp_len as u64 <= STUB_BASE || t >= STUB_END {
-                temp = t;
+            if t == want as i64 {
+                temp = want;
                 break;
+            }
+            if t != -i64::from(libc::EEXIST) {
+                fail(9, t);
             }
         }
         if temp == 0 {
@@ -802,6 +840,8 @@ pub(crate) struct StubTemplate {
     rseq_lens: [u64; 4],
     act: KSigaction,
     mask: u64,
+    /// The host's vDSO, which every stub gets at [`VDSO_ADDR`].
+    vdso: Option<crate::vdso::HostVdso>,
 }
 
 impl StubTemplate {
@@ -861,6 +901,7 @@ impl StubTemplate {
                 mask: u64::MAX,
             },
             mask: !handler_mask,
+            vdso: crate::vdso::HostVdso::find(),
         })
     }
 }
@@ -984,7 +1025,7 @@ pub(crate) fn spawn_parts(
     // descriptor per message. The stub's end is closed here once the child has its copy.
     let (reply_sock, stub_sock) = sys::seqpacket_pair().map_err(|e| SpawnError::io(3, e))?;
 
-    let plan = ChildPlan {
+    let mut plan = ChildPlan {
         holder_pid: i64::from(parent_pid),
         ctrl_fd: ctrl_fd.as_raw_fd(),
         mem_fd: memory.as_raw_fd(),
@@ -1013,7 +1054,15 @@ pub(crate) fn spawn_parts(
             ss_flags: libc::SS_DISABLE,
             ss_size: 0,
         },
+        vdso: [(0, 0, 0); crate::vdso::MAX_PIECES],
+        vdso_moves: 0,
     };
+    if let Some(v) = &t.vdso {
+        for (slot, m) in plan.vdso.iter_mut().zip(v.moves()) {
+            *slot = m;
+            plan.vdso_moves += 1;
+        }
+    }
 
     let parent_flag = if clone_parent {
         libc::CLONE_PARENT as u64
@@ -1372,6 +1421,7 @@ impl StubProcess {
             mxcsr_mask: 0xffff,
             spin: DEFAULT_SPIN,
             started: false,
+            pairing: crate::pair::Pairing::default(),
         };
         let c = &sh.ctrl;
         c.write_bytes(t.base, &[0u8; 0x100]);
@@ -1389,6 +1439,7 @@ impl StubProcess {
             Duration::ZERO,
             Some(Instant::now() + COMMAND_DEADLINE),
             Some(waiting),
+            None,
         )?;
         if v != STATE_EVENT {
             return Err(TrapError::Protocol("thread start state"));
@@ -1505,6 +1556,8 @@ pub struct StubThread {
     mxcsr_mask: u32,
     spin: Duration,
     started: bool,
+    /// Its CPU pairing with the holder thread ([`crate::pair`]).
+    pairing: crate::pair::Pairing,
 }
 
 const REG_COUNT: usize = 18;
@@ -1648,6 +1701,8 @@ impl StubThread {
         // SAFETY: sched_getcpu has no preconditions (vDSO getcpu).
         let cpu = unsafe { libc::sched_getcpu() } as u32;
         c.write_u32(b + S_HOLDER_CPU, cpu);
+        let pidfd = self.pidfd.as_ref().map(AsFd::as_fd);
+        self.pairing.before_run(self.tid, pidfd, cpu);
         let state = c.atomic_u32(b + S_STATE);
         // The register writes above are volatile, not atomic: keep them before RUN.
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
@@ -1657,15 +1712,28 @@ impl StubThread {
             sys::futex_wake(state, 1);
         }
         // Spinning pays only when the stub thread runs on another CPU.
-        let spin = if c.read_u32(b + S_STUB_CPU) != cpu {
+        let spin = if !self.pairing.is_pinned() && c.read_u32(b + S_STUB_CPU) != cpu {
             self.spin
         } else {
             Duration::ZERO
         };
         let waiting = c.atomic_u32(b + S_HOLDER_WAITING);
-        let v = self
-            .shared
-            .wait_until(state, |v| v != STATE_RUN, spin, None, Some(waiting))?;
+        let pinned = self.pairing.is_pinned();
+        let (tid, pairing) = (self.tid, &mut self.pairing);
+        let mut release = || pairing.release(tid, pidfd);
+        let long_wait: Option<(Duration, &mut dyn FnMut())> = if pinned {
+            Some((crate::pair::RELEASE_AFTER, &mut release))
+        } else {
+            None
+        };
+        let v = self.shared.wait_until(
+            state,
+            |v| v != STATE_RUN,
+            spin,
+            None,
+            Some(waiting),
+            long_wait,
+        )?;
         if v != STATE_EVENT {
             return Err(TrapError::Protocol("thread state"));
         }
@@ -1709,6 +1777,8 @@ impl StubThread {
 
 impl Drop for StubThread {
     fn drop(&mut self) {
+        let pidfd = self.pidfd.as_ref().map(AsFd::as_fd);
+        self.pairing.release(self.tid, pidfd);
         let sh = &self.shared;
         let mut free = !self.started;
         if self.started && sh.alive().is_ok() {
