@@ -91,6 +91,7 @@ pub fn run(data: &[u8]) {
             &[b"K=V".to_vec()],
             b"/fuzz",
             (0, 0),
+            None,
         ) else {
             return;
         };

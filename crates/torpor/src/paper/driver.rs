@@ -178,43 +178,10 @@ impl Sandbox<'_> {
     /// # Errors
     /// If it does not within the start timeout, or its holder died.
     pub fn wait_ready(&self, w: &Workload) -> anyhow::Result<Duration> {
-        let t = Instant::now();
-        loop {
-            match http::get(self.addr, w.path, REQUEST_TIMEOUT) {
-                Ok(r) if r.status == 200 && String::from_utf8_lossy(&r.body).contains(w.expect) => {
-                    return Ok(t.elapsed())
-                }
-                Ok(r) => bail!(
-                    "{}: unexpected first answer: status {} {:?}",
-                    w.name,
-                    r.status,
-                    String::from_utf8_lossy(&r.body)
-                        .chars()
-                        .take(200)
-                        .collect::<String>()
-                ),
-                Err(_) if t.elapsed() < START_TIMEOUT => {
-                    std::thread::sleep(Duration::from_millis(2))
-                }
-                Err(e) => {
-                    let log = std::fs::read_to_string(
-                        self.driver.state.join(&self.id).join("output.log"),
-                    )
-                    .unwrap_or_default();
-                    bail!(
-                        "{} did not answer within {START_TIMEOUT:?}: {e}; its output: {}",
-                        w.name,
-                        log.chars()
-                            .rev()
-                            .take(2000)
-                            .collect::<String>()
-                            .chars()
-                            .rev()
-                            .collect::<String>()
-                    )
-                }
-            }
-        }
+        wait_answer(self.addr, w, || {
+            std::fs::read_to_string(self.driver.state.join(&self.id).join("output.log"))
+                .unwrap_or_default()
+        })
     }
 
     /// One timed request (ms).
@@ -281,8 +248,47 @@ impl Drop for Sandbox<'_> {
     }
 }
 
+/// Waits until `GET w.path` at `addr` answers correctly; returns the time waited. `output`
+/// gives the server's output for the error.
+///
+/// # Errors
+/// A wrong first answer, or none within the start timeout.
+pub fn wait_answer(
+    addr: SocketAddr,
+    w: &Workload,
+    output: impl Fn() -> String,
+) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    loop {
+        match http::get(addr, w.path, REQUEST_TIMEOUT) {
+            Ok(r) if r.status == 200 && String::from_utf8_lossy(&r.body).contains(w.expect) => {
+                return Ok(t.elapsed())
+            }
+            Ok(r) => bail!(
+                "{}: unexpected first answer: status {} {:?}",
+                w.name,
+                r.status,
+                String::from_utf8_lossy(&r.body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            ),
+            Err(_) if t.elapsed() < START_TIMEOUT => std::thread::sleep(Duration::from_millis(2)),
+            Err(e) => {
+                let log = output();
+                let tail: String = log.chars().rev().take(2000).collect();
+                bail!(
+                    "{} did not answer within {START_TIMEOUT:?}: {e}; its output: {}",
+                    w.name,
+                    tail.chars().rev().collect::<String>()
+                )
+            }
+        }
+    }
+}
+
 /// A free TCP port on the loopback interface.
-fn free_port() -> anyhow::Result<u16> {
+pub fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("bind a free port")?;
     Ok(l.local_addr()?.port())
 }

@@ -10,6 +10,7 @@
 pub mod driver;
 pub mod http;
 pub mod model;
+pub mod native;
 pub mod plot;
 pub mod reference;
 pub mod report;
@@ -66,7 +67,7 @@ struct Plan {
 const FULL: Plan = Plan {
     reps: 5,
     warmup: 10,
-    hot: 20,
+    hot: 100,
     woken: 5,
     instances: 10,
     budget: Duration::from_secs(20),
@@ -75,7 +76,7 @@ const FULL: Plan = Plan {
 const QUICK: Plan = Plan {
     reps: 3,
     warmup: 5,
-    hot: 5,
+    hot: 20,
     woken: 3,
     instances: 3,
     budget: Duration::from_secs(6),
@@ -291,6 +292,35 @@ impl Ctx<'_> {
         Ok(sb)
     }
 
+    /// The workload's server run natively from the same root, ready and warmed up.
+    fn start_native(&self) -> anyhow::Result<native::Native> {
+        let n = native::Native::start(self.w, self.root, &std::env::temp_dir())?;
+        n.wait_ready(self.w)?;
+        for _ in 0..self.plan.warmup {
+            n.request(self.w)?;
+        }
+        Ok(n)
+    }
+
+    /// [`Ctx::series`], each request to the sandbox followed by one to `native` (if any):
+    /// the sandbox's latencies and the native ones.
+    fn series_beside(
+        &self,
+        sb: &Sandbox<'_>,
+        native: Option<&native::Native>,
+        max: usize,
+    ) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+        let t = Instant::now();
+        let (mut v, mut base) = (Vec::new(), Vec::new());
+        while v.len() < max && (v.len() < 3 || t.elapsed() < self.plan.budget) {
+            v.push(sb.request(self.w)?);
+            if let Some(n) = native {
+                base.push(n.request(self.w)?);
+            }
+        }
+        Ok((v, base))
+    }
+
     /// Up to `max` timed requests within the plan's budget (at least 3).
     fn series(&self, sb: &Sandbox<'_>, max: usize) -> anyhow::Result<Vec<f64>> {
         let t = Instant::now();
@@ -368,14 +398,29 @@ fn clone_starts(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
 
 fn fault_wakes(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
     let sb = c.start_ready("fault", &mut r.retries)?;
-    let hot = c.series(&sb, c.plan.hot)?;
+    // The same server run natively, its requests in turn with the sandbox's (a failure to
+    // run it is reported; the sandbox's measurements go on).
+    let native = match c.start_native() {
+        Ok(n) => Some(n),
+        Err(e) => {
+            r.errors.push(format!("native baseline: {e:#}"));
+            None
+        }
+    };
+    let (hot, base) = c.series_beside(&sb, native.as_ref(), c.plan.hot)?;
+    drop(native);
+    let median = |v: &[f64]| model::Summary::of(v).map_or(0.0, |s| s.median);
     c.say(&format!(
-        "hot: {} requests, median {:.1} ms",
+        "hot: {} requests, median {:.2} ms (native {:.2} ms)",
         hot.len(),
-        model::Summary::of(&hot).map_or(0.0, |s| s.median)
+        median(&hot),
+        median(&base)
     ));
     for v in hot {
         r.push(Metric::HotMs, v);
+    }
+    for v in base {
+        r.push(Metric::NativeHotMs, v);
     }
     for i in 0..c.plan.reps {
         c.hibernate(&sb)?;

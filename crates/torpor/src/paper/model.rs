@@ -10,6 +10,9 @@ pub enum Metric {
     ColdMs,
     /// Request latency on an initialised, idle sandbox (ms).
     HotMs,
+    /// Request latency of the same server run natively (in a chroot of its root), its
+    /// requests taken in turn with the sandbox's hot ones (ms).
+    NativeHotMs,
     /// First request after a hibernate, pages coming back by page faults (ms).
     FaultWakeMs,
     /// First request after a hibernate with a recorded working set prefetched (REAP) (ms).
@@ -29,9 +32,10 @@ pub enum Metric {
 
 impl Metric {
     /// Every metric, in report order.
-    pub const ALL: [Metric; 9] = [
+    pub const ALL: [Metric; 10] = [
         Metric::ColdMs,
         Metric::HotMs,
+        Metric::NativeHotMs,
         Metric::FaultWakeMs,
         Metric::ReapWakeMs,
         Metric::WokenMs,
@@ -46,6 +50,7 @@ impl Metric {
         match self {
             Metric::ColdMs => "cold_ms",
             Metric::HotMs => "hot_ms",
+            Metric::NativeHotMs => "native_hot_ms",
             Metric::FaultWakeMs => "fault_wake_ms",
             Metric::ReapWakeMs => "reap_wake_ms",
             Metric::WokenMs => "woken_ms",

@@ -183,6 +183,32 @@ fn fmt_paper_factor(r: Option<f64>) -> String {
     }
 }
 
+/// The section setting each workload's hot latency beside the same server's run natively
+/// (a chroot of its root on the host), their requests taken in turn in the same run.
+pub fn native_section(results: &[WorkloadResult]) -> String {
+    let mut md = String::from("## Hot latency beside native\n\n");
+    md.push_str(
+        "The same server run natively (in a chroot of its root, on the host), its requests \
+         taken in turn with the sandbox's hot ones, from the same client. Median (min–max) \
+         in ms; the ratio is of the medians. Issue 16 asks the Python and Node.js hellos to \
+         stay within 1.5× of native on the trap platform.\n\n",
+    );
+    md.push_str("| Workload | Native | Hot | Hot/native |\n|---|---:|---:|---:|\n");
+    for w in results {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            cell(label(w)),
+            fmt_summary(w.summary(Metric::NativeHotMs), 1.0),
+            fmt_summary(w.summary(Metric::HotMs), 1.0),
+            w.ratio(Metric::HotMs, Metric::NativeHotMs)
+                .map_or(MISSING.to_string(), |r| format!("{r:.2}×"))
+        );
+    }
+    md.push('\n');
+    md
+}
+
 /// Ours beside the paper's: `4.1 % (paper 25 %)`.
 pub fn ratio_cell(ours: Option<f64>, paper: Option<f64>, percent: bool) -> String {
     if percent {
@@ -385,6 +411,8 @@ pub fn markdown(
         md.push('\n');
     }
     md.push('\n');
+
+    md.push_str(&native_section(results));
 
     md.push_str("## Memory (Figure 7)\n\n");
     let _ = writeln!(
@@ -847,6 +875,27 @@ mod tests {
         }
     }
 
+    #[test]
+    fn native_beside_hot() {
+        let mut py = workload("python", "Python hello");
+        for (hot, native) in [(0.30, 0.20), (0.33, 0.21), (0.27, 0.19)] {
+            py.push(Metric::HotMs, hot);
+            py.push(Metric::NativeHotMs, native);
+        }
+        let java = workload("java", "Java hello");
+        let md = native_section(&[py, java]);
+        assert!(
+            md.contains("| Python hello | 0.200 (0.190–0.210) | 0.300 (0.270–0.330) | 1.50× |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(&format!(
+                "| Java hello | {MISSING} | {MISSING} | {MISSING} |"
+            )),
+            "{md}"
+        );
+    }
+
     /// Go measured in full, Java without REAP and PSS, with an error.
     fn results() -> Vec<WorkloadResult> {
         let mut go = workload("go", "Go hello");
@@ -960,8 +1009,14 @@ mod tests {
             "| Go hello | 310 (300–320) | 1.10 (1.00–1.20) | 21.0 (20.0–22.0) | 6.10 \
              (6.00–6.20) | 1.20 (1.10–1.30) | — |"
         );
+        // Native table: Java has no native figure.
+        assert_eq!(row("| Java hello | —"), "| Java hello | — | 2.00 | — |");
         // Memory table: Java has no PSS.
-        assert_eq!(row("| Java hello | —"), "| Java hello | — | — | — |");
+        let memory = md.split("## Memory").nth(1).expect("a memory section");
+        assert!(
+            memory.contains("\n| Java hello | — | — | — |\n"),
+            "{memory}"
+        );
         // Ratio table.
         let go = row("| Go hello | 12");
         assert!(go.starts_with("| Go hello | 12 % (paper 25 %) | 38 % (paper 56 %) |"));

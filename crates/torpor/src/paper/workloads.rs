@@ -154,6 +154,38 @@ pub fn all() -> Vec<Workload> {
     ]
 }
 
+impl Workload {
+    /// The command line and environment that make the server listen on `port` instead of
+    /// the guest port 8080 (for a native run beside the sandbox): an argument or a `PORT`
+    /// variable of 8080 is replaced; a server given neither (the Java hello, which takes its
+    /// port as its first argument) gets the port as a last argument.
+    pub fn on_port(&self, port: u16) -> (Vec<String>, Vec<String>) {
+        let mut replaced = false;
+        let mut swap = |v: &String, old: &str, new: String| {
+            if v == old {
+                replaced = true;
+                new
+            } else {
+                v.clone()
+            }
+        };
+        let mut argv: Vec<String> = self
+            .argv
+            .iter()
+            .map(|a| swap(a, "8080", port.to_string()))
+            .collect();
+        let env: Vec<String> = self
+            .env
+            .iter()
+            .map(|e| swap(e, "PORT=8080", format!("PORT={port}")))
+            .collect();
+        if !replaced {
+            argv.push(port.to_string());
+        }
+        (argv, env)
+    }
+}
+
 /// The cache directory of the Debian roots (as `scripts/build-rootfs.sh` chooses it).
 pub fn rootfs_cache() -> PathBuf {
     if let Some(d) = std::env::var_os("TORPOR_ROOTFS_CACHE") {
@@ -216,4 +248,35 @@ pub fn install(w: &Workload, root: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_workload_moves_to_another_port() {
+        for w in all() {
+            let (argv, env) = w.on_port(9123);
+            let mentions = argv
+                .iter()
+                .chain(&env)
+                .filter(|a| a.contains("9123"))
+                .count();
+            assert_eq!(mentions, 1, "{}: {argv:?} {env:?}", w.name);
+            assert!(
+                !argv.iter().chain(&env).any(|a| a.contains("8080")),
+                "{}",
+                w.name
+            );
+            assert_eq!(argv[0], w.argv[0]);
+        }
+        let java = all().into_iter().find(|w| w.name == "java").expect("java");
+        assert_eq!(
+            java.on_port(9123).0.last().map(String::as_str),
+            Some("9123")
+        );
+        let go = all().into_iter().find(|w| w.name == "go").expect("go");
+        assert_eq!(go.on_port(9123).1, vec!["PORT=9123".to_string()]);
+    }
 }
