@@ -130,7 +130,7 @@ impl Sandbox {
                 .clone()
                 .unwrap_or_else(crate::task::Credentials::of_runtime),
         );
-        crate::syscalls::remember_host_affinity();
+        crate::task::affinity::remember();
         let procs = crate::task::ProcessTable::new();
         procs.shm.set_share_files(cfg.share_files);
         let image = ProcessImage::build(

@@ -228,7 +228,7 @@ pub fn restore(
             source,
         })?,
     );
-    crate::syscalls::remember_host_affinity();
+    crate::task::affinity::remember();
     let procs = ProcessTable::new();
     procs.shm.set_share_files(cfg.share_files);
     procs.set_task_limit(state.task_limit);

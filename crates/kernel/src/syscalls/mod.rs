@@ -31,7 +31,6 @@ pub mod table;
 
 pub use args::SyscallArgs;
 pub use sys_exec::parse_shebang;
-pub use sys_info::remember_host_affinity;
 pub use table::{dispatch, Support, TABLE};
 
 /// What a handler returns: the value for `rax`, or an errno.

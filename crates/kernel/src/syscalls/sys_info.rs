@@ -395,44 +395,9 @@ pub fn sys_sched_rr_get_interval(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(0)
 }
 
-/// The host CPUs the sandbox may use, as [`remember_host_affinity`] found them.
-static HOST_AFFINITY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-
-/// Records the host CPUs the sandbox may use (the calling thread's affinity), once, before
-/// any of its threads runs: a platform may pin the runtime's threads to one CPU at a time
-/// later (the trap platform pairs each with its stub thread), and the application must see
-/// the CPUs it may use, not where its thread happens to be pinned.
-pub fn remember_host_affinity() {
-    if let Ok(set) = read_host_affinity() {
-        let _ = HOST_AFFINITY.set(set);
-    }
-}
-
 /// The host CPUs the sandbox may use, as bytes of a cpu_set_t.
 fn host_affinity() -> Result<Vec<u8>, Errno> {
-    match HOST_AFFINITY.get() {
-        Some(set) => Ok(set.clone()),
-        None => read_host_affinity(),
-    }
-}
-
-/// The calling thread's affinity mask, as bytes of a cpu_set_t.
-fn read_host_affinity() -> Result<Vec<u8>, Errno> {
-    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid buffer of the size given.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
-    {
-        return Err(Errno::last());
-    }
-    // SAFETY: cpu_set_t is plain data.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            (&set as *const libc::cpu_set_t).cast::<u8>(),
-            std::mem::size_of::<libc::cpu_set_t>(),
-        )
-    };
-    Ok(bytes.to_vec())
+    crate::task::affinity::host_cpus().map_err(|e| Errno::from_io(&e))
 }
 
 /// Implements sched_setaffinity(2) for the calling thread: the mask must name at least one

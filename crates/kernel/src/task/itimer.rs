@@ -51,6 +51,11 @@ impl<P> State<P> {
 
 /// Starts a timer's thread (`run` waits for the deadline and posts the signal).
 fn start_thread(name: &str, run: impl FnOnce() + Send + 'static) {
+    let run = move || {
+        // Started from a task thread, which a platform may have pinned to one CPU.
+        super::affinity::free_current_thread();
+        run()
+    };
     if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(run) {
         tracing::warn!("setitimer: cannot start the timer thread: {e}");
     }

@@ -1,6 +1,7 @@
 //! Tasks: a guest thread, owned by the host thread that drives its vCPU (Linux's
 //! `struct task_struct`).
 
+pub mod affinity;
 mod control;
 pub mod cputime;
 mod group;
@@ -282,6 +283,8 @@ impl Task {
     /// # Errors
     /// [`TaskError`] on a host failure.
     pub fn run(&mut self) -> Result<ExitStatus, TaskError> {
+        // A task thread started by another inherits its CPU pin, if the platform pinned it.
+        affinity::free_current_thread();
         self.ctx.bind_to_current_thread();
         self.group.cpu.enter(self.tid);
         let r = self.run_loop();
