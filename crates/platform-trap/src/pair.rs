@@ -13,9 +13,10 @@
 //! the CPU it runs on ([`Pairing::before_run`]). Pinning only the stub thread is not enough:
 //! woken by the stub thread, the holder thread would be placed on the idle CPU, and the stub
 //! thread would follow it there at the next run, and so on. Two releases keep the scheduler's
-//! balancing: a thread that computes rather than calls (no event within [`RELEASE_AFTER`]) is
-//! let go to every CPU, so that compute-bound application threads spread as they would
-//! natively; and a pair is released for one run every [`REBALANCE_AFTER`], so that the
+//! balancing: a thread that computes rather than calls (a run of [`LONG_RUN`] or more; at the
+//! latest, no event within [`RELEASE_AFTER`]) is let go to every CPU and stays unpaired until
+//! it makes a short run again, so that compute-bound application threads (a JIT compiler's, a
+//! garbage collector's) spread as they would natively; and a pair is released for one run every [`REBALANCE_AFTER`], so that the
 //! scheduler may move a busy pair (two syscall-heavy threads pinned to one CPU) apart.
 //!
 //! `TORPOR_TRAP_PAIR=off` turns pairing off (hosts with one usable CPU never pair).
@@ -28,6 +29,9 @@ use std::time::{Duration, Instant};
 /// holder's liveness poll of its wait (a shorter timeout would arm a timer at every wait,
 /// which costs a VM exit here and 15 % of a Python request's latency).
 pub const RELEASE_AFTER: Duration = Duration::from_millis(50);
+/// A run of application code at least this long (compute rather than calls) leaves the
+/// thread unpaired until it makes a short run again.
+pub const LONG_RUN: Duration = Duration::from_millis(1);
 /// How long a pair stays on one CPU before it is released for one run, so that the scheduler
 /// may move the holder thread (and the stub thread with it) to a less busy CPU.
 pub const REBALANCE_AFTER: Duration = Duration::from_millis(50);
@@ -64,6 +68,8 @@ pub(crate) struct Pairing {
     pinned: Option<Pinned>,
     /// Skip pairing for the next run (after a rebalancing release).
     skip_next: bool,
+    /// The last run was long ([`LONG_RUN`]): the thread computes; leave it unpaired.
+    computing: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -87,7 +93,7 @@ impl Pairing {
         let Some(free) = free_cpus() else {
             return;
         };
-        if std::mem::take(&mut self.skip_next) {
+        if std::mem::take(&mut self.skip_next) || self.computing {
             return;
         }
         if let Some(p) = self.pinned {
@@ -120,6 +126,16 @@ impl Pairing {
                 holder_tid,
                 since: Instant::now(),
             });
+        }
+    }
+
+    /// After a run of `ran`: a long one releases the pair and leaves the thread unpaired until
+    /// a short one (threads that compute, a JIT compiler's or a garbage collector's, spread
+    /// over the CPUs instead of sharing the one their holder thread happened to be on).
+    pub(crate) fn after_run(&mut self, ran: Duration, tid: i32, thread: Option<BorrowedFd<'_>>) {
+        self.computing = ran >= LONG_RUN;
+        if self.computing {
+            self.release(tid, thread);
         }
     }
 

@@ -1719,6 +1719,7 @@ impl StubThread {
         };
         let waiting = c.atomic_u32(b + S_HOLDER_WAITING);
         let pinned = self.pairing.is_pinned();
+        let started = Instant::now();
         let (tid, pairing) = (self.tid, &mut self.pairing);
         let mut release = || pairing.release(tid, pidfd);
         let long_wait: Option<(Duration, &mut dyn FnMut())> = if pinned {
@@ -1734,6 +1735,7 @@ impl StubThread {
             Some(waiting),
             long_wait,
         )?;
+        self.pairing.after_run(started.elapsed(), self.tid, pidfd);
         if v != STATE_EVENT {
             return Err(TrapError::Protocol("thread state"));
         }
