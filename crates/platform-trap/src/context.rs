@@ -28,6 +28,8 @@ pub struct TrapContext {
     index: usize,
     exits: u64,
     kick: Arc<TrapKick>,
+    /// The page of the last page fault, until the next commit maps it (see `walk.rs`).
+    faulted: Option<u64>,
 }
 
 /// Kicks a stub thread out of application code and the holder's task thread out of a
@@ -74,6 +76,7 @@ impl TrapContext {
                 early: AtomicBool::new(false),
                 thread: Mutex::new(None),
             }),
+            faulted: None,
         }
     }
 
@@ -194,6 +197,9 @@ impl Context for TrapContext {
         } = exit
         {
             tracing::trace!(vector, error_code, addr, signal, "trap: fault");
+            if vector == 14 {
+                self.faulted = Some(addr & !(PAGE_SIZE - 1));
+            }
         }
         Ok(match exit {
             TrapExit::Syscall => Exit::Syscall,
@@ -233,11 +239,9 @@ impl Context for TrapContext {
             return Ok(());
         }
         let stub = self.space.stub().map_err(PlatformError::new)?;
-        for run in &changes.pages {
-            self.space
-                .sync_pages(&stub, self.root, run.first, run.count)?;
-        }
-        Ok(())
+        let faulted = self.faulted.take();
+        self.space
+            .sync_pages(&stub, self.root, &changes.pages, faulted, false)
     }
 
     fn kicker(&self) -> Kicker {

@@ -160,6 +160,81 @@ impl Pairing {
     }
 }
 
+/// The set holding only `cpu`, if pairing is on and `cpu` is one of the free CPUs.
+fn only(cpu: u32) -> Option<libc::cpu_set_t> {
+    let free = free_cpus()?;
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_ISSET reads within the set (the index is checked first).
+    if cpu as usize >= 8 * std::mem::size_of_val(&one)
+        || !unsafe { libc::CPU_ISSET(cpu as usize, free) }
+    {
+        return None;
+    }
+    // SAFETY: `cpu` is within the set (checked above).
+    unsafe { libc::CPU_SET(cpu as usize, &mut one) };
+    Some(one)
+}
+
+/// The stub's mapper thread, kept on the CPU of the holder thread that last sent it a
+/// command: a command is then two local context switches, not two wakes of another CPU
+/// (a REAP wake's prefault sends a few hundred).
+#[derive(Default)]
+pub(crate) struct MapperPin {
+    cpu: Option<u32>,
+}
+
+impl MapperPin {
+    /// Before a command from the calling thread, on CPU `cpu`, to mapper thread `tid` of the
+    /// stub whose pidfd is `stub` (its thread group leader: its tid is the stub's pid, not
+    /// reused while the stub is unreaped).
+    pub(crate) fn follow(&mut self, tid: i32, stub: BorrowedFd<'_>, cpu: u32) {
+        if self.cpu == Some(cpu) {
+            return;
+        }
+        if let Some(one) = only(cpu) {
+            if set_affinity(tid, Some(stub), &one) {
+                self.cpu = Some(cpu);
+            }
+        }
+    }
+}
+
+/// The calling thread pinned to the CPU it runs on while this lives (for a batch of mapper
+/// commands from a thread that is not paired, such as a REAP wake's prefault): the mapper
+/// and it then stay on one CPU. Its previous CPUs come back on drop.
+pub(crate) struct PinHere {
+    before: Option<libc::cpu_set_t>,
+}
+
+impl PinHere {
+    /// Pins the calling thread where it runs (nothing where pairing is off).
+    pub(crate) fn new() -> PinHere {
+        // SAFETY: sched_getcpu has no preconditions.
+        let cpu = unsafe { libc::sched_getcpu() };
+        let before = match (u32::try_from(cpu).ok().and_then(only), allowed_cpus()) {
+            // SAFETY: a valid cpu_set_t of the size given, for the calling thread.
+            (Some(one), Some(before))
+                if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&one), &one) }
+                    == 0 =>
+            {
+                Some(before)
+            }
+            _ => None,
+        };
+        PinHere { before }
+    }
+}
+
+impl Drop for PinHere {
+    fn drop(&mut self) {
+        if let Some(set) = &self.before {
+            // SAFETY: a valid cpu_set_t of the size given, for the calling thread.
+            unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(set), set) };
+        }
+    }
+}
+
 /// `sched_setaffinity(tid, set)` if the thread behind the pidfd `thread` still runs.
 fn set_affinity(tid: i32, thread: Option<BorrowedFd<'_>>, set: &libc::cpu_set_t) -> bool {
     let Some(fd) = thread else {

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use platform::layout::USER_END;
@@ -26,6 +26,8 @@ pub(crate) struct SpaceInner {
     /// The shared windows attached to the stub, by guest-physical address.
     windows: Mutex<HashMap<u64, WindowSlot>>,
     next_index: AtomicUsize,
+    /// Whether the stub's mappings were dropped for a hibernation (see `walk.rs`).
+    evicted: AtomicBool,
 }
 
 impl SpaceInner {
@@ -70,6 +72,12 @@ impl SpaceInner {
         Ok((slot, offset + in_window))
     }
 
+    /// Whether the space has been evicted: its memory may have pages whose data is in a
+    /// swap file, not in host memory.
+    pub(crate) fn evicted(&self) -> bool {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
     /// The stub if it was spawned.
     fn spawned(&self) -> Option<Arc<StubProcess>> {
         self.stub.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -86,6 +94,7 @@ impl TrapSpace {
                 stub: Mutex::new(None),
                 windows: Mutex::new(HashMap::new()),
                 next_index: AtomicUsize::new(0),
+                evicted: AtomicBool::new(false),
             }),
         }
     }
@@ -118,16 +127,16 @@ impl AddressSpace for TrapSpace {
         let Some(stub) = self.inner.spawned() else {
             return Ok(());
         };
-        for run in pages {
-            self.inner.sync_pages(&stub, root, run.first, run.count)?;
-        }
-        Ok(())
+        // One mapper command a run: the mapper and this thread on one CPU for all of them.
+        let _here = crate::pair::PinHere::new();
+        self.inner.sync_pages(&stub, root, pages, None, true)
     }
 
     /// Unmaps every page of the application in the stub: afterwards only the holder's
     /// mapping of the memory (which the userfaultfd serves) reaches a page, and each first
     /// touch faults and is mapped again by a commit.
     fn evict_all(&self) -> Result<(), PlatformError> {
+        self.inner.evicted.store(true, Ordering::Relaxed);
         match self.inner.spawned() {
             Some(stub) => stub.unmap(0, USER_END.raw()).map_err(PlatformError::new),
             None => Ok(()),

@@ -146,6 +146,13 @@ pub const CMD_STUB_SPIN: u64 = 0x108;
 pub const CMD_DONE_OK: u64 = 0x110;
 /// u64 = 2: what the mapper writes after a failed one.
 pub const CMD_DONE_ERR: u64 = 0x118;
+/// [`OP_MAP_BATCH`]'s table: up to [`BATCH_MAX`] entries of four u64 (gva, length, prot,
+/// memfd offset), read-only to the stub like the rest of the command page.
+pub const CMD_BATCH: u64 = 0x200;
+/// Bytes of one [`CMD_BATCH`] entry.
+pub const BATCH_ENTRY: u64 = 32;
+/// Entries [`CMD_BATCH`] holds.
+pub const BATCH_MAX: u64 = (0x1000 - CMD_BATCH) / BATCH_ENTRY;
 
 /// Mapper operation: `mmap(a0, a1, a2 prot, MAP_SHARED|MAP_FIXED, MEM_FD, a3 offset)`.
 pub const OP_MAP: u64 = 1;
@@ -164,6 +171,10 @@ pub const OP_RECV_WINDOW: u64 = 5;
 pub const OP_MAP_WINDOW: u64 = 6;
 /// Mapper operation: `close(a0)` (a window slot descriptor).
 pub const OP_CLOSE_WINDOW: u64 = 7;
+/// Mapper operation: the first a0 (1..=[`BATCH_MAX`]) entries of [`CMD_BATCH`], each an
+/// [`OP_MAP`] through the same `mmap` instruction, in order, stopping at the first failure
+/// (its result); result 0 when all are done.
+pub const OP_MAP_BATCH: u64 = 8;
 
 // Reply page (stub writes, holder reads; any stub thread can write it, so the holder uses it
 // only for details: the errno of a failure, a new thread's tid).

@@ -51,6 +51,10 @@ fn stub_holds_nothing_of_the_holder() {
             "foreign mapping in the stub: {line}"
         );
         assert!(start >= USER_END);
+        if line.contains("[vdso]") {
+            // The host's vDSO, moved into the region for the application's clock calls.
+            assert!(start >= platform_trap::sysmsg::VDSO_ADDR, "{line}");
+        }
     }
     // Descriptors: only the control memfd (3), the guest memory (4) and the reply socket (5).
     assert_eq!(fds_of(stub.pid()), [3, 4, 5]);
@@ -791,4 +795,51 @@ fn backed_by_platform_guest_memory() {
     t.regs_mut().regs.rax = 3;
     assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
     assert_eq!((t.regs().regs.rax, t.regs().regs.rdi), (231, 7));
+}
+
+#[test]
+fn batched_maps_land_where_each_asks() {
+    let mem = sys::memfd("torpor-test-mem", MEM_SIZE).unwrap();
+    let stub = StubProcess::spawn(mem.as_fd()).unwrap();
+    // More single pages than one batch holds, each from its own offset (every other page,
+    // backwards, so that no two merge), alternating read-only and read-write.
+    let n = platform_trap::sysmsg::BATCH_MAX + 7;
+    let base = 0x1000_0000u64;
+    let maps: Vec<(u64, u64, u64, i32)> = (0..n)
+        .map(|i| {
+            let prot = if i % 2 == 0 {
+                libc::PROT_READ
+            } else {
+                libc::PROT_READ | libc::PROT_WRITE
+            };
+            (base + 2 * i * 4096, 4096, (n - i) * 4096, prot)
+        })
+        .collect();
+    stub.map_many(&maps).unwrap();
+    let seen = maps_of(stub.pid());
+    for &(gva, _, offset, prot) in &maps {
+        let (_, _, line) = seen
+            .iter()
+            .find(|(s, _, _)| *s == gva)
+            .unwrap_or_else(|| panic!("nothing mapped at {gva:#x}"));
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let perms = if prot & libc::PROT_WRITE != 0 {
+            "rw-s"
+        } else {
+            "r--s"
+        };
+        assert_eq!(
+            (f[1], u64::from_str_radix(f[2], 16).unwrap()),
+            (perms, offset),
+            "{line}"
+        );
+    }
+    // Bad entries are refused before anything reaches the stub.
+    assert!(matches!(
+        stub.map_many(&[
+            (base, 4096, 0, libc::PROT_READ),
+            (USER_END, 4096, 0, libc::PROT_READ)
+        ]),
+        Err(TrapError::Invalid(_))
+    ));
 }

@@ -393,6 +393,30 @@ impl GuestMemory {
         }
     }
 
+    /// Whether each page from `first` (of the VM's own memory) has its data in host memory
+    /// now (`mincore` of the host mapping; one byte per page of `out`, bit 0): not for a page
+    /// never touched, or discarded by a hibernation, or swapped out by the host. The pages
+    /// past the end of the VM's own memory, and every page when the host cannot tell, are
+    /// reported resident.
+    pub fn residency(&self, first: Gpa, out: &mut [u8]) {
+        let first = first.page_down();
+        let own = self.size.saturating_sub(first.0) / crate::PAGE_SIZE;
+        let n = out.len().min(own as usize);
+        out.fill(1);
+        if n == 0 {
+            return;
+        }
+        let Ok(ptr) = self.host_ptr(first, n as u64 * crate::PAGE_SIZE) else {
+            return;
+        };
+        // SAFETY: `n` pages of this mapping (checked by host_ptr), `n` bytes of output.
+        let r =
+            unsafe { libc::mincore(ptr.cast(), n * crate::PAGE_SIZE as usize, out.as_mut_ptr()) };
+        if r != 0 {
+            out.fill(1);
+        }
+    }
+
     /// Copies guest memory at `gpa` into `buf`.
     ///
     /// # Errors

@@ -104,6 +104,8 @@ struct Shared {
     /// The last mapper command's sequence number (the lock serialises commands, and a window
     /// descriptor's send with the command that receives it).
     mapper: Mutex<u32>,
+    /// The mapper thread's CPU pin ([`crate::pair::MapperPin`]).
+    mapper_pin: Mutex<crate::pair::MapperPin>,
     /// Which window slots are attached.
     windows: Mutex<Windows>,
     /// The stub's `RLIMIT_NOFILE`, as it reported before it ran anything of the application's
@@ -245,6 +247,13 @@ impl Shared {
 
     /// [`Shared::command`] with the mapper lock held (`seq` its guarded value).
     fn command_locked(&self, seq: &mut u32, op: u64, args: [u64; 5]) -> Result<i64, TrapError> {
+        // SAFETY: sched_getcpu has no preconditions (vDSO getcpu).
+        if let Ok(cpu) = u32::try_from(unsafe { libc::sched_getcpu() }) {
+            self.mapper_pin
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .follow(self.pid, self.pidfd.as_fd(), cpu);
+        }
         let next = seq.wrapping_add(1);
         let c = &self.ctrl;
         c.write_u64(CTRL_FD_CMD + CMD_OP, op);
@@ -1140,6 +1149,7 @@ impl StubProcess {
             ctrl,
             reply_sock,
             mapper: Mutex::new(0),
+            mapper_pin: Mutex::default(),
             windows: Mutex::new(Windows::new()),
             nofile: AtomicU64::new(0),
             slots: Mutex::new(vec![false; MAX_THREADS as usize]),
@@ -1246,6 +1256,39 @@ impl StubProcess {
         self.shared
             .command(OP_MAP, [gva, len, prot as u64, offset, 0])
             .map(drop)
+    }
+
+    /// [`StubProcess::map`] for each `(gva, len, offset, prot)` of `maps`, in order, with one
+    /// mapper command per [`BATCH_MAX`] of them.
+    ///
+    /// # Errors
+    /// As [`StubProcess::map`] (entries before a failed one are mapped).
+    pub fn map_many(&self, maps: &[(u64, u64, u64, i32)]) -> Result<(), TrapError> {
+        for &(gva, len, offset, prot) in maps {
+            Self::check_range(gva, len)?;
+            Self::check_prot(prot)?;
+            if offset & 0xfff != 0 {
+                return Err(TrapError::Invalid("unaligned offset"));
+            }
+        }
+        for chunk in maps.chunks(BATCH_MAX as usize) {
+            if let [(gva, len, offset, prot)] = *chunk {
+                self.map(gva, len, offset, prot)?;
+                continue;
+            }
+            let sh = &self.shared;
+            sh.alive()?;
+            let mut seq = sh.mapper.lock().unwrap_or_else(|e| e.into_inner());
+            for (i, &(gva, len, offset, prot)) in chunk.iter().enumerate() {
+                let at = CTRL_FD_CMD + CMD_BATCH + BATCH_ENTRY * i as u64;
+                sh.ctrl.write_u64(at, gva);
+                sh.ctrl.write_u64(at + 8, len);
+                sh.ctrl.write_u64(at + 16, prot as u64);
+                sh.ctrl.write_u64(at + 24, offset);
+            }
+            sh.command_locked(&mut seq, OP_MAP_BATCH, [chunk.len() as u64, 0, 0, 0, 0])?;
+        }
+        Ok(())
     }
 
     /// Unmaps `[gva, gva + len)` in the stub.
