@@ -66,8 +66,6 @@
 //! # Not in this slice (TODO)
 //! - VMA counting against `vm.max_map_count` (design §3: fail a fault with `OutOfMemory` near
 //!   the limit rather than let the mapper's `mmap` fail).
-//! - `prefault` after a REAP prefetch (re-map the REAP set in one mapper batch; T7): pages
-//!   come back one trapped fault at a time.
 //! - Guest-triggered `int 0x80` kills the stub (the design's §3.4 wants it trapped and
 //!   answered like KVM does; seccomp can only trap it if the filter allows the i386 arch).
 //! - A hostile thread can keep a switch from returning (it can write its threads' state
