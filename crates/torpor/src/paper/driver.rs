@@ -178,10 +178,15 @@ impl Sandbox<'_> {
     /// # Errors
     /// If it does not within the start timeout, or its holder died.
     pub fn wait_ready(&self, w: &Workload) -> anyhow::Result<Duration> {
-        wait_answer(self.addr, w, || {
-            std::fs::read_to_string(self.driver.state.join(&self.id).join("output.log"))
-                .unwrap_or_default()
-        })
+        wait_answer(
+            self.addr,
+            w,
+            || {
+                std::fs::read_to_string(self.driver.state.join(&self.id).join("output.log"))
+                    .unwrap_or_default()
+            },
+            || false,
+        )
     }
 
     /// One timed request (ms).
@@ -249,14 +254,16 @@ impl Drop for Sandbox<'_> {
 }
 
 /// Waits until `GET w.path` at `addr` answers correctly; returns the time waited. `output`
-/// gives the server's output for the error.
+/// gives the server's output for the error; `gone` says whether the server has ended (then
+/// there is no point waiting).
 ///
 /// # Errors
-/// A wrong first answer, or none within the start timeout.
+/// A wrong first answer, or none within the start timeout or before the server ended.
 pub fn wait_answer(
     addr: SocketAddr,
     w: &Workload,
     output: impl Fn() -> String,
+    mut gone: impl FnMut() -> bool,
 ) -> anyhow::Result<Duration> {
     let t = Instant::now();
     loop {
@@ -273,13 +280,16 @@ pub fn wait_answer(
                     .take(200)
                     .collect::<String>()
             ),
-            Err(_) if t.elapsed() < START_TIMEOUT => std::thread::sleep(Duration::from_millis(2)),
+            Err(_) if t.elapsed() < START_TIMEOUT && !gone() => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
             Err(e) => {
                 let log = output();
                 let tail: String = log.chars().rev().take(2000).collect();
                 bail!(
-                    "{} did not answer within {START_TIMEOUT:?}: {e}; its output: {}",
+                    "{} did not answer (waited {:?}): {e}; its output: {}",
                     w.name,
+                    t.elapsed(),
                     tail.chars().rev().collect::<String>()
                 )
             }

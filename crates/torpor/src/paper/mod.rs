@@ -294,7 +294,7 @@ impl Ctx<'_> {
 
     /// The workload's server run natively from the same root, ready and warmed up.
     fn start_native(&self) -> anyhow::Result<native::Native> {
-        let n = native::Native::start(self.w, self.root, &std::env::temp_dir())?;
+        let mut n = native::Native::start(self.w, self.root, &std::env::temp_dir())?;
         n.wait_ready(self.w)?;
         for _ in 0..self.plan.warmup {
             n.request(self.w)?;

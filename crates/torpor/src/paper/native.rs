@@ -1,7 +1,8 @@
 //! The native baseline: a workload's server run straight on the host, in a chroot of its
-//! Debian root (`chroot` as root, else `unshare --map-root-user --root`), on a port of its
-//! own, so that `bench paper` measures its hot latency in the same run as the sandbox's,
-//! request by request in turn.
+//! Debian root with a `/proc` of its own (`unshare --mount --pid --mount-proc`, and
+//! `--map-root-user` when not root: the JVM finds its libraries through `/proc/self/exe`), on
+//! a port of its own, so that `bench paper` measures its hot latency in the same run as the
+//! sandbox's, request by request in turn.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -34,18 +35,16 @@ impl Native {
         let log = log_dir.join(format!("native-{}.log", w.name));
         let out =
             std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
+        let mut c = Command::new("unshare");
         // SAFETY: geteuid has no preconditions.
-        let mut c = if unsafe { libc::geteuid() } == 0 {
-            let mut c = Command::new("chroot");
-            c.arg(root);
-            c
-        } else {
-            let mut c = Command::new("unshare");
-            c.arg("--map-root-user")
-                .arg(format!("--root={}", root.display()));
-            c
-        };
-        c.args(&argv)
+        if unsafe { libc::geteuid() } != 0 {
+            c.arg("--map-root-user");
+        }
+        c.args(["--mount", "--pid", "--fork", "--kill-child"])
+            .arg(format!("--mount-proc={}", root.join("proc").display()))
+            .arg("chroot")
+            .arg(root)
+            .args(&argv)
             .env_clear()
             .env(
                 "PATH",
@@ -71,10 +70,15 @@ impl Native {
     ///
     /// # Errors
     /// As [`driver::wait_answer`].
-    pub fn wait_ready(&self, w: &Workload) -> anyhow::Result<Duration> {
-        driver::wait_answer(self.addr, w, || {
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        })
+    pub fn wait_ready(&mut self, w: &Workload) -> anyhow::Result<Duration> {
+        let log = self.log.clone();
+        let child = &mut self.child;
+        driver::wait_answer(
+            self.addr,
+            w,
+            || std::fs::read_to_string(&log).unwrap_or_default(),
+            || !matches!(child.try_wait(), Ok(None)),
+        )
     }
 
     /// One timed request (ms).
