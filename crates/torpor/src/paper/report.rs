@@ -696,12 +696,16 @@ fn latency_why_trap(results: &[WorkloadResult]) -> String {
         "**Why.** On the trap platform the application runs in a host process of its own \
          whose every system call is a SIGSYS trap handed to torpor through shared memory and \
          a futex: a few microseconds where these machines' KVM takes 75-150 µs an exit \
-         (`cargo bench -p torpor --bench core` measures both, with their bare mechanisms). A \
-         hot request takes {hot_range} here. A wake brings pages back the same way as on KVM \
-         (REAP prefetch or userfaultfd faults on the runtime's mapping of guest memory); on \
-         top, each run of 16 pages the request touches is mapped again in the application's \
-         process by one `mmap` of the guest memfd (a fault and a mapper round trip), and a \
-         deflate writes every page brought back since the last one (no write tracking \
+         (`cargo bench -p torpor --bench core` measures both, with their bare mechanisms). \
+         Clock reads make no trap at all (the host's vDSO is given to the application), and \
+         each application thread and the runtime thread serving it share one CPU while the \
+         thread makes calls, so that a hand-off is a context switch, not a wake of another \
+         CPU. A hot request takes {hot_range} here. A wake brings pages back the same way as \
+         on KVM (REAP prefetch or userfaultfd faults on the runtime's mapping of guest \
+         memory); on top, the application's process maps them again: the prefetched set in \
+         batches right after a REAP prefetch, and each page touched outside it at its first \
+         touch (a fault and a mapper round trip), with those of its neighbours already back. \
+         A deflate writes every page brought back since the last one (no write tracking \
          through the runtime's mapping: the application writes through its own). Clones copy \
          the checkpoint's memory into a memfd instead of mapping the image. The rest of the \
          spread is this 2-CPU machine's noise (see the min-max ranges)."
