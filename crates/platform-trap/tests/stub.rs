@@ -843,3 +843,36 @@ fn batched_maps_land_where_each_asks() {
         Err(TrapError::Invalid(_))
     ));
 }
+
+/// The stub's start code puts its temporary code copy at `TEMP_CODE_ADDR` or a little lower;
+/// a holder whose own mappings cover that whole range (a large guest memory can land there)
+/// still gets a stub, its code copied wherever the kernel puts it below the region.
+#[test]
+fn a_stub_starts_when_the_holder_covers_the_temporary_code_address() {
+    use platform_trap::sysmsg::TEMP_CODE_ADDR;
+    let below = 512u64 << 20;
+    let start = TEMP_CODE_ADDR - below;
+    let len = below + (64 << 20);
+    // SAFETY: a new inaccessible mapping at a fixed, free address of this test process.
+    let r = unsafe {
+        libc::mmap(
+            start as *mut libc::c_void,
+            len as usize,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    assert_eq!(r as u64, start, "the range is free in this process");
+    let g = Guest::new(&WRITE_EXIT);
+    run_write_exit(&mut g.thread(), &g.view);
+    for (s, e, line) in maps_of(g.stub.pid()) {
+        assert!(
+            line.ends_with("[vsyscall]") || (s >= STUB_BASE && e <= STUB_END) || s < USER_END,
+            "foreign mapping in the stub: {line}"
+        );
+    }
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(r, len as usize) };
+}
