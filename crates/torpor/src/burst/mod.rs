@@ -4,7 +4,7 @@
 //!
 //! For each chosen workload of the paper (`paper/workloads.rs`: the Python, Node.js and Go
 //! hello-worlds by default) and each burst size, it measures three bursts: the program run
-//! natively ([`native`]), a hot sandbox, and the same sandbox just hibernated (its files
+//! natively ([`crate::paper::native`], as `bench paper`'s baseline), a hot sandbox, and the same sandbox just hibernated (its files
 //! evicted from the host page cache unless `--warm-cache`). Each burst opens every connection
 //! at the same instant ([`client`]) and records every latency, the failures and the rise of
 //! the host's listen-overflow counter. The wake latency of a single request is measured on
@@ -14,7 +14,6 @@
 //! of latency percentiles, `burst.png` ([`report`], [`plot`]).
 
 pub mod client;
-pub mod native;
 pub mod plot;
 pub mod report;
 
@@ -68,8 +67,6 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
 const WARMUP: usize = 20;
 /// Pause after a burst or before a hibernate: the server closes the last connections.
 const SETTLE: Duration = Duration::from_millis(300);
-/// How long a start (native or sandbox) may take.
-const START_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Where a burst was aimed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,7 +167,8 @@ pub fn run(args: BurstArgs) -> anyhow::Result<u8> {
             .into()
     });
     res.info.notes.push(
-        "Native: the same program, in the same root filesystem (`chroot`), on the host. \
+        "Native: the same program, in the same root filesystem (a chroot with a `/proc` of \
+         its own), on the host. \
          Sandboxes: `torpor run -d` with the default `--wake-mode auto` (the first wake \
          records the working set, later ones prefetch it)."
             .into(),
@@ -266,7 +264,8 @@ fn measure(
     };
     {
         say(&format!("{}: native", w.name));
-        let native = native::Native::start(w, root, START_TIMEOUT)?;
+        let mut native = crate::paper::native::Native::start(w, root, &std::env::temp_dir())?;
+        native.wait_ready(w)?;
         let t = target(w, native.addr);
         warm(&t, args.timeout)?;
         for &n in &args.sizes {
