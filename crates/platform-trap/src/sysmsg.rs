@@ -65,9 +65,8 @@ pub const VDSO_ADDR: u64 = STUB_BASE + 0x4_0000;
 /// Room for the vDSO (data pages and code together).
 pub const VDSO_SIZE: u64 = 0xc_0000;
 /// Where the stub's start code puts the temporary copy of the stub code (or lower, in
-/// 16 MiB steps, if the place is taken; else anywhere the kernel chooses below the region):
-/// below the region, so that the init code's unmapping of everything else keeps the moved
-/// vDSO.
+/// 16 MiB steps, if the place is taken; else at one of a few places far below): below the
+/// region, so that the init code's unmapping of everything else keeps the moved vDSO.
 pub const TEMP_CODE_ADDR: u64 = STUB_BASE - 0x1_0000_0000;
 /// Address of the first thread's sysmsg area.
 pub const SYSMSG_ADDR: u64 = STUB_BASE + 0x10_0000;

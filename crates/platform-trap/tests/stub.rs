@@ -846,7 +846,7 @@ fn batched_maps_land_where_each_asks() {
 
 /// The stub's start code puts its temporary code copy at `TEMP_CODE_ADDR` or a little lower;
 /// a holder whose own mappings cover that whole range (a large guest memory can land there)
-/// still gets a stub, its code copied wherever the kernel puts it below the region.
+/// still gets a stub, its code copied to a place far below the region.
 #[test]
 fn a_stub_starts_when_the_holder_covers_the_temporary_code_address() {
     use platform_trap::sysmsg::TEMP_CODE_ADDR;

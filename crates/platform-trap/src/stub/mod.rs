@@ -776,36 +776,34 @@ unsafe fn child_main(p: &ChildPlan) -> ! {
             }
         }
         // A temporary copy of the stub code, below the final region (the init code unmaps
-        // everything else but the region's vDSO part): at TEMP_CODE_ADDR or lower if that is
-        // taken (a large mapping of the holder's may cover it), else wherever the kernel puts
-        // it below the region.
+        // everything else but the region's vDSO part): at TEMP_CODE_ADDR or lower, in 16 MiB
+        // steps, if that is taken (a large mapping of the holder's may cover it), else at
+        // one of a few places far below, where a process maps nothing of its own.
+        const FAR: [u64; 3] = [0x4000_0000_0000, 0x1000_0000_0000, 0x10_0000_0000];
         let mut temp = 0u64;
-        for i in 0..32u64 {
-            let (want, flags) = if i < 16 {
-                (TEMP_CODE_ADDR - i * 0x100_0000, libc::MAP_FIXED_NOREPLACE)
-            } else {
-                (0, 0)
+        for i in 0..64u64 {
+            let base = match i / 16 {
+                0 => TEMP_CODE_ADDR,
+                k => FAR[(k - 1) as usize],
             };
+            let want = base - (i % 16) * 0x100_0000;
             let t = raw(
                 libc::SYS_mmap,
                 [
                     want,
                     p.temp_len as u64,
                     (libc::PROT_READ | libc::PROT_WRITE) as u64,
-                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags) as u64,
+                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64,
                     u64::MAX,
                     0,
                 ],
             );
-            if t == -i64::from(libc::EEXIST) {
-                continue;
-            }
-            if t < 0 {
-                fail(9, t);
-            }
-            if t as u64 + p.temp_len as u64 <= STUB_BASE {
-                temp = t as u64;
+            if t == want as i64 {
+                temp = want;
                 break;
+            }
+            if t != -i64::from(libc::EEXIST) {
+                fail(9, t);
             }
         }
         if temp == 0 {
