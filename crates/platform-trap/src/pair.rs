@@ -90,10 +90,7 @@ impl Pairing {
     /// [`REBALANCE_AFTER`], for one run). `thread` is the stub thread's pidfd: a thread that
     /// has exited (its tid may be reused elsewhere) is left alone.
     pub(crate) fn before_run(&mut self, tid: i32, thread: Option<BorrowedFd<'_>>, cpu: u32) {
-        let Some(free) = free_cpus() else {
-            return;
-        };
-        if std::mem::take(&mut self.skip_next) || self.computing {
+        if free_cpus().is_none() || std::mem::take(&mut self.skip_next) || self.computing {
             return;
         }
         if let Some(p) = self.pinned {
@@ -106,16 +103,9 @@ impl Pairing {
                 return;
             }
         }
-        // SAFETY: a zeroed cpu_set_t is a valid empty set.
-        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: CPU_ISSET reads within the set (it checks the index).
-        if cpu as usize >= 8 * std::mem::size_of_val(&one)
-            || !unsafe { libc::CPU_ISSET(cpu as usize, free) }
-        {
+        let Some(one) = only(cpu) else {
             return;
-        }
-        // SAFETY: `cpu` is within the set (checked above).
-        unsafe { libc::CPU_SET(cpu as usize, &mut one) };
+        };
         // SAFETY: gettid has no preconditions.
         let holder_tid = unsafe { libc::gettid() };
         if set_affinity(tid, thread, &one) {

@@ -396,25 +396,30 @@ impl GuestMemory {
     /// Whether each page from `first` (of the VM's own memory) has its data in host memory
     /// now (`mincore` of the host mapping; one byte per page of `out`, bit 0): not for a page
     /// never touched, or discarded by a hibernation, or swapped out by the host. The pages
-    /// past the end of the VM's own memory, and every page when the host cannot tell, are
-    /// reported resident.
-    pub fn residency(&self, first: Gpa, out: &mut [u8]) {
+    /// past the end of the VM's own memory are reported resident.
+    ///
+    /// # Errors
+    /// The host's, from `mincore` (`out` then says every page is resident).
+    pub fn residency(&self, first: Gpa, out: &mut [u8]) -> io::Result<()> {
         let first = first.page_down();
         let own = self.size.saturating_sub(first.0) / crate::PAGE_SIZE;
         let n = out.len().min(own as usize);
         out.fill(1);
         if n == 0 {
-            return;
+            return Ok(());
         }
-        let Ok(ptr) = self.host_ptr(first, n as u64 * crate::PAGE_SIZE) else {
-            return;
-        };
+        let ptr = self
+            .host_ptr(first, n as u64 * crate::PAGE_SIZE)
+            .map_err(io::Error::other)?;
         // SAFETY: `n` pages of this mapping (checked by host_ptr), `n` bytes of output.
         let r =
             unsafe { libc::mincore(ptr.cast(), n * crate::PAGE_SIZE as usize, out.as_mut_ptr()) };
         if r != 0 {
+            let e = io::Error::last_os_error();
             out.fill(1);
+            return Err(e);
         }
+        Ok(())
     }
 
     /// Copies guest memory at `gpa` into `buf`.

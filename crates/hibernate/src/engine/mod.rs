@@ -1061,17 +1061,8 @@ impl Hibernator {
         // snapshot taken before that walk saw those pages absent: a page brought back
         // write-protected was then taken for one the guest had dropped, and its bytes lost.)
         let mut resident = vec![0u8; total_pages as usize];
-        // SAFETY: the range is exactly guest memory's mapping; `resident` has one byte a page.
-        let r = unsafe {
-            libc::mincore(
-                mem.host_base().cast(),
-                mem.size() as usize,
-                resident.as_mut_ptr(),
-            )
-        };
-        if r != 0 {
-            return Err(format!("mincore: {}", std::io::Error::last_os_error()));
-        }
+        mem.residency(Gpa(0), &mut resident)
+            .map_err(|e| format!("mincore: {e}"))?;
         // A clone's memory is a checkpoint's image mapped copy-on-write until this deflate:
         // every page it holds counts as resident (read through the mapping, the image's bytes
         // or the clone's own), all written out, then the memory becomes anonymous.

@@ -1246,6 +1246,16 @@ impl StubProcess {
         Ok(())
     }
 
+    /// The checks of a map of the guest memfd: range, protection bits, aligned offset.
+    fn check_map(gva: u64, len: u64, offset: u64, prot: i32) -> Result<(), TrapError> {
+        Self::check_range(gva, len)?;
+        Self::check_prot(prot)?;
+        if offset & 0xfff != 0 {
+            return Err(TrapError::Invalid("unaligned offset"));
+        }
+        Ok(())
+    }
+
     /// Maps `len` bytes of the guest memfd from `offset` at `gva` in the stub
     /// (`mmap(MAP_SHARED|MAP_FIXED)`, replacing whatever was there) with `prot`
     /// (`PROT_READ|PROT_WRITE|PROT_EXEC` bits).
@@ -1254,11 +1264,7 @@ impl StubProcess {
     /// [`TrapError::Invalid`] for an unaligned range or one reaching `USER_END`;
     /// [`TrapError::Mapper`] if the stub's `mmap` failed.
     pub fn map(&self, gva: u64, len: u64, offset: u64, prot: i32) -> Result<(), TrapError> {
-        Self::check_range(gva, len)?;
-        Self::check_prot(prot)?;
-        if offset & 0xfff != 0 {
-            return Err(TrapError::Invalid("unaligned offset"));
-        }
+        Self::check_map(gva, len, offset, prot)?;
         // Success of a MAP_FIXED mmap means mapped at `gva`.
         self.shared
             .command(OP_MAP, [gva, len, prot as u64, offset, 0])
@@ -1272,11 +1278,7 @@ impl StubProcess {
     /// As [`StubProcess::map`] (entries before a failed one are mapped).
     pub fn map_many(&self, maps: &[(u64, u64, u64, i32)]) -> Result<(), TrapError> {
         for &(gva, len, offset, prot) in maps {
-            Self::check_range(gva, len)?;
-            Self::check_prot(prot)?;
-            if offset & 0xfff != 0 {
-                return Err(TrapError::Invalid("unaligned offset"));
-            }
+            Self::check_map(gva, len, offset, prot)?;
         }
         for chunk in maps.chunks(BATCH_MAX as usize) {
             if let [(gva, len, offset, prot)] = *chunk {
