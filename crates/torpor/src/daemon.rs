@@ -6,6 +6,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -133,7 +134,13 @@ struct Daemon {
     record: serde_json::Value,
     /// What runs the application.
     platform: Arc<dyn platform::Platform>,
+    /// CPU time (ns) of the control requests' threads that ended: the holder's housekeeping,
+    /// which the keep-alive policy leaves out of the sandbox's CPU time.
+    control_cpu_ns: AtomicU64,
 }
+
+/// The names of the holder's threads that serve its control socket (not the sandbox's work).
+const CONTROL_THREADS: [&str; 3] = ["control", "control-req", "keepalive"];
 
 /// Runs sandbox `cfg` under ID `id`. `ready` (detached runs) receives one line, `ok` or the
 /// error, once the program runs. Returns the application's exit status.
@@ -276,6 +283,7 @@ fn start(
         deleted_cv: Condvar::new(),
         record,
         platform: cfg.platform.clone(),
+        control_cpu_ns: AtomicU64::new(0),
     });
     {
         let d = daemon.clone();
@@ -422,7 +430,11 @@ fn control_loop(d: &Arc<Daemon>, listener: UnixListener) {
         // One thread per request: a hibernate must not block `state` or `stats`.
         let _ = std::thread::Builder::new()
             .name("control-req".into())
-            .spawn(move || handle_conn(&d, conn));
+            .spawn(move || {
+                handle_conn(&d, conn);
+                d.control_cpu_ns
+                    .fetch_add(procfs::thread_cpu_ns(), Ordering::Relaxed);
+            });
     }
 }
 
@@ -644,7 +656,6 @@ fn cpu_cgroup(id: &str, cpus: f64) -> crate::oci::cgroup::CgroupSpec {
 /// The keep-alive policy's watcher: hibernates the sandbox once it has been idle long enough,
 /// or early under memory pressure.
 fn keep_alive(d: &Daemon, registry: Option<&crate::keepalive::Registry>) {
-    let pid = std::process::id();
     crate::keepalive::watch(
         &d.keepalive,
         registry,
@@ -652,7 +663,11 @@ fn keep_alive(d: &Daemon, registry: Option<&crate::keepalive::Registry>) {
         || crate::keepalive::Sample {
             state: d.hib.state(),
             inputs: d.control.inputs(),
-            cpu_us: procfs::cpu_time_us_except(pid, &["control", "keepalive"]).unwrap_or(0),
+            cpu_us: procfs::own_cpu_time_us_except(
+                &CONTROL_THREADS,
+                d.control_cpu_ns.load(Ordering::Relaxed),
+            )
+            .unwrap_or(0),
         },
         || {
             let r = hibernate(d, KEEPALIVE_WAIT);

@@ -8,7 +8,8 @@
 //! time: a runtime's housekeeping threads, a Go scheduler's ticks), over the whole period. The
 //! CPU test covers what the state alone misses: a server whose requests run on other threads
 //! than the one the state follows; only the sandbox's threads count, not the holder's control
-//! thread (a platform polling `torpor stats` does not keep it awake). The watcher samples
+//! threads, live or ended (a platform polling `torpor stats` does not keep it awake: each
+//! request's thread adds its own CPU time to what is left out as it ends). The watcher samples
 //! these every [`tick`]; a hibernate that
 //! fails (a request came in meanwhile, a thread did not park) only starts a new idle period.
 //!

@@ -49,17 +49,16 @@ pub fn cpu_time_us(pid: u32) -> Option<u64> {
     Some(ticks * 1_000_000 / hz)
 }
 
-/// CPU time (µs) of the process `pid` less that of its threads named in `except`: what the
-/// sandbox itself used (threads that ended included), without the holder's own housekeeping
-/// (its control thread answering `torpor stats`, say). The process's time comes from
-/// `/proc/PID/stat` (clock ticks), each excluded thread's from its `schedstat` (ns).
-pub fn cpu_time_us_except(pid: u32, except: &[&str]) -> Option<u64> {
-    let total = cpu_time_us(pid)?;
-    let mut excluded_ns = 0u64;
-    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-    {
+/// CPU time (µs) of this process less that of its live threads named in `except` and less
+/// `ended_ns` (the time of such threads that already ended, which the caller counted with
+/// [`thread_cpu_ns`]): what the sandbox itself used (its threads that ended included), without
+/// the holder's own housekeeping (its control threads answering `torpor stats`, say). Every
+/// figure is the scheduler's own count in nanoseconds (the process's CPU clock, each thread's
+/// `schedstat`), so that they subtract exactly.
+pub fn own_cpu_time_us_except(except: &[&str], ended_ns: u64) -> Option<u64> {
+    let total = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)?;
+    let mut excluded_ns = ended_ns;
+    for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
         let dir = entry.path();
         let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
         if !except.contains(&comm.trim_end()) {
@@ -70,7 +69,24 @@ pub fn cpu_time_us_except(pid: u32, except: &[&str]) -> Option<u64> {
             .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
             .unwrap_or(0);
     }
-    Some(total.saturating_sub(excluded_ns / 1000))
+    Some(total.saturating_sub(excluded_ns) / 1000)
+}
+
+/// The calling thread's CPU time so far, in nanoseconds (0 if the clock cannot be read).
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 #[cfg(test)]
@@ -78,34 +94,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_time_leaves_out_the_named_threads() {
-        let pid = std::process::id();
+    fn cpu_time_leaves_out_the_named_threads_live_or_ended() {
+        const SPIN_NS: u64 = 100_000_000;
+        // A thread that uses 100 ms of CPU, says so, and stays until told.
         let spin = |name: &str| {
-            std::thread::Builder::new()
+            let (spun_tx, spun) = std::sync::mpsc::channel::<()>();
+            let (end, end_rx) = std::sync::mpsc::channel::<()>();
+            let h = std::thread::Builder::new()
                 .name(name.into())
-                .spawn(|| {
-                    let t = std::time::Instant::now();
+                .spawn(move || {
                     let mut x = 0u64;
-                    while t.elapsed() < std::time::Duration::from_millis(100) {
+                    while thread_cpu_ns() < SPIN_NS {
                         x = std::hint::black_box(x.wrapping_add(1));
                     }
-                    // Stay alive while measured.
-                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    let _ = spun_tx.send(());
+                    let _ = end_rx.recv();
+                    thread_cpu_ns()
                 })
-                .expect("thread")
+                .expect("thread");
+            spun.recv().expect("spun");
+            (h, end)
         };
-        let all0 = cpu_time_us(pid).expect("readable");
-        let h = spin("housekeeper");
-        std::thread::sleep(std::time::Duration::from_millis(150));
-        let all = cpu_time_us(pid).expect("readable");
-        let except = cpu_time_us_except(pid, &["housekeeper"]).expect("readable");
-        h.join().expect("join");
+        // One housekeeper ends before the measure (its time is passed as ended), one lives.
+        let (h, end) = spin("housekeeper");
+        drop(end);
+        let ended = h.join().expect("join");
+        assert!(ended >= SPIN_NS, "the thread's own clock: {ended} ns");
+        let (live, end) = spin("housekeeper");
+        let except = own_cpu_time_us_except(&["housekeeper"], ended).expect("readable");
+        let all = own_cpu_time_us_except(&[], 0).expect("readable");
+        drop(end);
+        live.join().expect("join");
+        // Both spinners' time is left out (`all` is read after: it can only be larger).
         assert!(
-            all >= all0 + 50_000,
-            "the spinner used CPU: {all0} -> {all}"
+            except + 2 * SPIN_NS / 1000 <= all,
+            "left out: {except} of {all}"
         );
-        assert!(except + 50_000 <= all, "left out: {except} of {all}");
-        assert_eq!(cpu_time_us_except(u32::MAX, &[]), None);
     }
 
     #[test]
