@@ -160,7 +160,7 @@ impl TrapPlatform {
         OPENED.store(true, Ordering::SeqCst);
         Ok(TrapPlatform {
             cpu: CpuModel {
-                xcr0: crate::sys::xcr0(),
+                xcr0: crate::sys::user_xfeatures(),
                 xsave_size,
                 user_cs: 0x33,
                 user_ss: 0x2b,

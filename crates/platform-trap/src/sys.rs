@@ -217,16 +217,45 @@ pub fn auxval(t: u64) -> u64 {
     unsafe { libc::getauxval(t as libc::c_ulong) as u64 }
 }
 
-/// The size of the standard XSAVE image for the features enabled in XCR0 (CPUID 0xD.0 EBX),
-/// or `None` without OSXSAVE.
+/// The size of the standard XSAVE image of [`user_xfeatures`], the image Linux writes in this
+/// process's signal frames, or `None` without OSXSAVE. It is not CPUID 0xD.0's EBX, the size
+/// for all of XCR0: on a CPU with AMX that counts the 8 KiB of tile data, which a process
+/// only carries once it asked for it.
 pub fn xsave_size() -> Option<usize> {
     let l1 = core::arch::x86_64::__cpuid(1);
     if l1.ecx & (1 << 27) == 0 {
         return None;
     }
-    // Leaf 0xD exists when OSXSAVE is set.
-    let d = core::arch::x86_64::__cpuid_count(0xd, 0);
-    Some(d.ebx as usize)
+    Some(xsave_size_of(user_xfeatures(), |i| {
+        let d = core::arch::x86_64::__cpuid_count(0xd, i);
+        (d.eax, d.ebx)
+    }))
+}
+
+/// The standard-layout XSAVE size of the features `mask`, given each feature's (size, offset)
+/// (CPUID 0xD.i's EAX and EBX): the legacy area and header (576 bytes), up to the end of the
+/// furthest feature.
+fn xsave_size_of(mask: u64, size_offset: impl Fn(u32) -> (u32, u32)) -> usize {
+    (2..64u32)
+        .filter(|i| mask & (1 << i) != 0)
+        .map(|i| {
+            let (size, offset) = size_offset(i);
+            offset as usize + size as usize
+        })
+        .fold(576, usize::max)
+}
+
+/// The XSAVE features this process's state carries, in its signal frames among others: XCR0
+/// less the features the OS enables only on request (those whose CPUID 0xD.i ECX bit 2 says
+/// XFD may disable them: AMX's tile data), which Linux gives a process only after an
+/// `arch_prctl(ARCH_REQ_XCOMP_PERM)` that neither torpor nor its stubs make (and torpor
+/// refuses to applications). Requires OSXSAVE, checked by [`xsave_size`].
+pub fn user_xfeatures() -> u64 {
+    let xcr0 = xcr0();
+    (2..64u32)
+        .filter(|i| xcr0 & (1 << i) != 0)
+        .filter(|&i| core::arch::x86_64::__cpuid_count(0xd, i).ecx & (1 << 2) != 0)
+        .fold(xcr0, |m, i| m & !(1 << i))
 }
 
 /// A `MAP_SHARED` mapping of a file in the holder, unmapped on drop.
@@ -403,7 +432,7 @@ pub fn write_fd(fd: &OwnedFd, off: u64, data: &[u8]) -> Result<(), crate::TrapEr
 }
 
 /// XCR0: the XSAVE features the OS enabled (requires OSXSAVE, checked by [`xsave_size`]).
-pub fn xcr0() -> u64 {
+fn xcr0() -> u64 {
     let (lo, hi): (u32, u32);
     // SAFETY: XGETBV with ECX = 0 is valid when CR4.OSXSAVE is set (CPUID.1:ECX.OSXSAVE,
     // which callers check first through `xsave_size`).
@@ -551,4 +580,48 @@ pub fn recv_with_fds(
         return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
     }
     Ok((n, count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CPUID 0xD.i (size, offset) of a Sapphire Rapids: AVX, AVX-512's three, PKRU, AMX's two.
+    fn sapphire_rapids(i: u32) -> (u32, u32) {
+        match i {
+            2 => (256, 576),
+            5 => (64, 1088),
+            6 => (512, 1152),
+            7 => (1024, 1664),
+            9 => (8, 2688),
+            17 => (64, 2752),
+            18 => (8192, 2816),
+            _ => (0, 0),
+        }
+    }
+
+    #[test]
+    fn the_xsave_size_ends_at_the_furthest_feature_asked_for() {
+        let avx512 = 0b10_1110_0111;
+        assert_eq!(xsave_size_of(0b11, sapphire_rapids), 576);
+        assert_eq!(xsave_size_of(0b111, sapphire_rapids), 832);
+        assert_eq!(xsave_size_of(avx512, sapphire_rapids), 2696);
+        // Without AMX's tile data (a process that did not ask for it): 2816, not 11008.
+        assert_eq!(xsave_size_of(avx512 | 1 << 17, sapphire_rapids), 2816);
+        assert_eq!(
+            xsave_size_of(avx512 | 1 << 17 | 1 << 18, sapphire_rapids),
+            11008
+        );
+    }
+
+    #[test]
+    fn this_host_s_user_features_fit_the_platform_s_fpu_state() {
+        let Some(size) = xsave_size() else {
+            return; // no XSAVE: the platform refuses this host
+        };
+        let f = user_xfeatures();
+        assert_eq!(f & 0b11, 0b11, "x87 and SSE: {f:#x}");
+        assert_eq!(f & !xcr0(), 0);
+        assert!((576..=platform::FPU_STATE_SIZE).contains(&size), "{size}");
+    }
 }

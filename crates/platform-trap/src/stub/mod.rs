@@ -1161,7 +1161,7 @@ impl StubProcess {
             nofile: AtomicU64::new(0),
             slots: Mutex::new(vec![false; MAX_THREADS as usize]),
             xsave_size,
-            xcr0: sys::xcr0(),
+            xcr0: sys::user_xfeatures(),
             mxcsr_mask: sys::mxcsr_mask(),
             meta: t.meta,
             dead: AtomicBool::new(false),
