@@ -12,7 +12,8 @@
 //!
 //! # Processes
 //! [`StubFactory::start`] forks the factory from the calling thread (`clone3`, exit signal
-//! 0: only the holder's `waitid(__WALL)` sees its end). The factory, in order: sets
+//! 0: only the holder's `waitid(__WALL)` sees its end). The factory, in order: unmaps the
+//! holder's anonymous memory but its own stack and TLS ([`crate::shed`]); sets
 //! `PR_SET_PDEATHSIG(SIGKILL)` and checks that its parent is still the holder; keeps its socket
 //! (moved to fd 3) and closes every other descriptor; resets every signal action to the
 //! default, then ignores the terminal's signals, SIGPIPE and SIGCHLD, and unblocks every
@@ -51,8 +52,10 @@
 //! - Call it from a thread that lives as long as the sandbox (the runtime's main thread):
 //!   the factory and every stub die when *that thread* exits.
 //! - Call it early, before guest memory exists and before the holder confines itself: the
-//!   factory is a copy of the holder's address space (it keeps the memory it had at the
-//!   fork, and any shared mapping) and inherits the calling thread's seccomp filters.
+//!   factory is a copy of the holder's address space (it keeps the file and shared mappings
+//!   there were at the fork) and inherits the calling thread's seccomp filters. Its first act
+//!   is to unmap its copies of the holder's heap and other anonymous memory ([`crate::shed`]),
+//!   which would otherwise become its own as the holder writes them.
 //! - Other threads may run: after the fork the factory runs only allocation-free, lock-free
 //!   code (raw system calls, libc's plain system-call wrappers, data prepared before the
 //!   fork), so a lock another thread held at the fork (malloc's included) cannot deadlock it.
@@ -69,6 +72,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::shed::Shed;
 use crate::stub::{
     fork_with_pidfd, spawn_parts, Forked, KSigaction, StubParts, StubTemplate, SPAWN_CALLS,
 };
@@ -264,6 +268,19 @@ impl StubFactory {
         let (ours, theirs) = sys::seqpacket_pair().map_err(host("socketpair"))?;
         // SAFETY: getpid, geteuid and getegid have no preconditions.
         let (holder_pid, uid, gid) = unsafe { (libc::getpid(), libc::geteuid(), libc::getegid()) };
+        // What the factory drops of this process's memory: all but this thread's stack (the
+        // plan and template are on it), TLS and rseq area.
+        let on_stack = 0u8;
+        // SAFETY: pthread_self and __errno_location have no preconditions.
+        let (tcb, errno) =
+            unsafe { (libc::pthread_self() as u64, libc::__errno_location() as u64) };
+        let keep = [
+            &on_stack as *const u8 as u64,
+            tcb,
+            errno,
+            template.rseq_area(),
+        ];
+        let shed = Shed::plan(&keep);
         let plan = FactoryPlan {
             sock: theirs.as_raw_fd(),
             holder_pid,
@@ -271,6 +288,7 @@ impl StubFactory {
             gid,
             options,
             template: &template,
+            shed: &shed,
         };
         // SAFETY: the child runs only `factory_main`, which never returns and neither
         // allocates nor takes a lock that another thread of this process might have held.
@@ -464,6 +482,8 @@ struct FactoryPlan<'a> {
     gid: u32,
     options: FactoryOptions,
     template: &'a StubTemplate,
+    /// The holder's memory the factory unmaps first thing ([`crate::shed`]).
+    shed: &'a Shed,
 }
 
 /// The factory's socket after its set-up.
@@ -474,6 +494,7 @@ const FACTORY_SOCK: RawFd = 3;
 /// # Safety
 /// Only in the child of the `clone3` of [`StubFactory::start_with`], with `p` prepared there.
 unsafe fn factory_main(p: &FactoryPlan<'_>) -> ! {
+    p.shed.apply();
     let report = match factory_setup(p) {
         Ok(()) => Reply {
             // SAFETY: getpid has no preconditions.

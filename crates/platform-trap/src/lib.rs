@@ -78,6 +78,7 @@ pub mod factory;
 pub mod filter;
 pub(crate) mod pair;
 pub mod platform;
+mod shed;
 pub mod space;
 mod stub;
 pub mod sys;

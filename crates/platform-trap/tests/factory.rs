@@ -359,6 +359,36 @@ fn dead_factory_fails_spawn_and_stubs_live_on() {
     run_write_exit(&mut t2, &view);
 }
 
+/// The factory unmaps the holder's heap and anonymous memory it was forked with (its
+/// copies would become its own as the holder writes them): a buffer of the test process is
+/// not mapped in the factory, whose anonymous memory stays far below the buffer's size; it
+/// still spawns working stubs.
+#[test]
+fn the_factory_drops_the_holder_s_memory() {
+    const BIG: usize = 16 << 20;
+    let big = vec![7u8; BIG];
+    let addr = big.as_ptr() as u64;
+    let factory = StubFactory::start().unwrap();
+    let fpid = factory.pid();
+    let in_factory = common::maps_of(fpid)
+        .into_iter()
+        .find(|(a, b, _)| (*a..*b).contains(&addr));
+    assert_eq!(
+        in_factory, None,
+        "the buffer is still mapped in the factory"
+    );
+    let anon_kib: usize = status_field(fpid, "RssAnon")
+        .trim_end_matches(" kB")
+        .parse()
+        .unwrap();
+    assert!(anon_kib < 2048, "the factory's RssAnon: {anon_kib} kB");
+    let (mem, view) = guest_memory(&WRITE_EXIT);
+    let stub = factory.spawn(mem.as_fd()).unwrap();
+    let mut t = guest_thread(&stub, WRITE_EXIT.len());
+    run_write_exit(&mut t, &view);
+    assert_eq!(std::hint::black_box(big)[BIG - 1], 7);
+}
+
 #[test]
 fn dropping_the_factory_keeps_its_stubs() {
     let factory = StubFactory::start().unwrap();

@@ -840,18 +840,21 @@ unsafe fn child_main(p: &ChildPlan) -> ! {
 
 /// Everything about spawning a stub that does not depend on the guest memory, checked and
 /// computed once: building it allocates (and looks glibc's rseq symbols up with `dlsym`),
-/// using it in [`spawn_parts`] does not.
+/// using it in [`spawn_parts`] does not. It is plain data, owning nothing on the heap: the
+/// stub factory, a fork of the holder, uses its copy of a template on its stack after it
+/// has unmapped the holder's heap (`crate::factory`).
 ///
 /// The rseq registration it records is the *calling thread's*: [`spawn_parts`] must run on
 /// that thread or on a `fork` copy of it (the stub factory is one).
+#[derive(Clone, Copy)]
 pub(crate) struct StubTemplate {
     pub(crate) xsave_size: usize,
     blob: &'static [u8],
     meta: asm::Meta,
-    /// The base filter's page image (`struct sock_fprog` then the instructions), as words.
-    base_filter: Vec<u64>,
+    /// The base filter's page image (`struct sock_fprog` then the instructions).
+    base_filter: FilterImage,
     /// The application threads' filter, likewise.
-    app_filter: Vec<u64>,
+    app_filter: FilterImage,
     rseq_area: u64,
     rseq_lens: [u64; 4],
     act: KSigaction,
@@ -861,6 +864,11 @@ pub(crate) struct StubTemplate {
 }
 
 impl StubTemplate {
+    /// The calling thread's rseq area as glibc registered it (0 for none).
+    pub(crate) fn rseq_area(&self) -> u64 {
+        self.rseq_area
+    }
+
     /// Checks the host and prepares the pieces of every stub spawn.
     ///
     /// # Errors
@@ -1033,7 +1041,7 @@ pub(crate) fn spawn_parts(
         (CTRL_FD_BASE_FILTER, &t.base_filter),
         (CTRL_FD_APP_FILTER, &t.app_filter),
     ] {
-        for (i, w) in image.iter().enumerate() {
+        for (i, w) in image.words().iter().enumerate() {
             ctrl.write_u64(off + 8 * i as u64, *w);
         }
     }
@@ -1578,16 +1586,38 @@ fn thread_pidfd(pid: i32, tid: i32) -> Option<OwnedFd> {
 /// The page image of a seccomp program at control-memfd offset `off`, as words:
 /// `struct sock_fprog { unsigned short len; struct sock_filter *filter; }` (the pointer as the
 /// stub sees it), then the instructions at `off + 16`.
-fn filter_image(off: u64, prog: &[SockFilter]) -> Vec<u64> {
+fn filter_image(off: u64, prog: &[SockFilter]) -> FilterImage {
     assert!(
         prog.len() * 8 + 16 <= 4096,
         "seccomp program larger than its page"
     );
-    let mut image = vec![prog.len() as u64, CTRL_ADDR + off + 16];
-    image.extend(prog.iter().map(|f| {
-        u64::from(f.code) | u64::from(f.jt) << 16 | u64::from(f.jf) << 24 | u64::from(f.k) << 32
-    }));
+    let mut image = FilterImage {
+        words: [0; 512],
+        len: 2 + prog.len(),
+    };
+    image.words[0] = prog.len() as u64;
+    image.words[1] = CTRL_ADDR + off + 16;
+    for (w, f) in image.words[2..].iter_mut().zip(prog) {
+        *w = u64::from(f.code)
+            | u64::from(f.jt) << 16
+            | u64::from(f.jf) << 24
+            | u64::from(f.k) << 32;
+    }
     image
+}
+
+/// A seccomp program's page image in the control memfd, as words: `struct sock_fprog`
+/// (length, then the address of the instructions) and the instructions, at most a page.
+#[derive(Clone, Copy)]
+struct FilterImage {
+    words: [u64; 512],
+    len: usize,
+}
+
+impl FilterImage {
+    fn words(&self) -> &[u64] {
+        &self.words[..self.len]
+    }
 }
 
 /// One application thread in a stub: its registers and FPU as of the last event, and the
