@@ -155,10 +155,11 @@ fn only(cpu: u32) -> Option<libc::cpu_set_t> {
     let free = free_cpus()?;
     // SAFETY: a zeroed cpu_set_t is a valid empty set.
     let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_ISSET reads within the set (the index is checked first).
-    if cpu as usize >= 8 * std::mem::size_of_val(&one)
-        || !unsafe { libc::CPU_ISSET(cpu as usize, free) }
-    {
+    if cpu as usize >= 8 * std::mem::size_of_val(&one) {
+        return None;
+    }
+    // SAFETY: CPU_ISSET reads within the set (the index is checked above).
+    if !unsafe { libc::CPU_ISSET(cpu as usize, free) } {
         return None;
     }
     // SAFETY: `cpu` is within the set (checked above).
@@ -202,14 +203,12 @@ impl PinHere {
     pub(crate) fn new() -> PinHere {
         // SAFETY: sched_getcpu has no preconditions.
         let cpu = unsafe { libc::sched_getcpu() };
+        // SAFETY: a valid cpu_set_t of the size given, for the calling thread.
+        let pin = |one: &libc::cpu_set_t| unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of_val(one), one)
+        };
         let before = match (u32::try_from(cpu).ok().and_then(only), allowed_cpus()) {
-            // SAFETY: a valid cpu_set_t of the size given, for the calling thread.
-            (Some(one), Some(before))
-                if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&one), &one) }
-                    == 0 =>
-            {
-                Some(before)
-            }
+            (Some(one), Some(before)) if pin(&one) == 0 => Some(before),
             _ => None,
         };
         PinHere { before }
