@@ -73,10 +73,8 @@ fn a_descriptor_table_comes_back_with_its_objects_and_bytes() {
     // SAFETY: pipe2 writes two descriptors.
     assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
     // SAFETY: writing from a literal.
-    assert_eq!(
-        unsafe { libc::write(p[1], b"queued".as_ptr().cast(), 6) },
-        6
-    );
+    let n = unsafe { libc::write(p[1], b"queued".as_ptr().cast(), 6) };
+    assert_eq!(n, 6);
     let r = insert(&t, 3, OpenFile::new(owned(p[0]), FileKind::Pipe, None));
     t.insert_at(9, r.clone(), true).unwrap();
     insert(&t, 4, OpenFile::new(owned(p[1]), FileKind::Pipe, None));

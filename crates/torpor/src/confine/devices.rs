@@ -80,21 +80,15 @@ pub fn make_private_dev() -> Result<bool> {
     for (name, mode, rdev, uid, gid) in nodes {
         let path = c(&format!("/dev/{name}"))?;
         // SAFETY: a valid path; a character device node of the host's own number.
-        check(
-            unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | (mode & 0o777), rdev) },
-            &format!("mknod /dev/{name}"),
-        )?;
+        let r = unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | (mode & 0o777), rdev) };
+        check(r, &format!("mknod /dev/{name}"))?;
         // The umask may have narrowed the mode; the owner is the host node's.
         // SAFETY: a valid path.
-        check(
-            unsafe { libc::chmod(path.as_ptr(), mode & 0o777) },
-            &format!("chmod /dev/{name}"),
-        )?;
+        let r = unsafe { libc::chmod(path.as_ptr(), mode & 0o777) };
+        check(r, &format!("chmod /dev/{name}"))?;
         // SAFETY: a valid path.
-        check(
-            unsafe { libc::chown(path.as_ptr(), uid, gid) },
-            &format!("chown /dev/{name}"),
-        )?;
+        let r = unsafe { libc::chown(path.as_ptr(), uid, gid) };
+        check(r, &format!("chown /dev/{name}"))?;
     }
     std::fs::create_dir("/dev/pts").context("mkdir /dev/pts")?;
     // A new devpts instance, private to this namespace.
