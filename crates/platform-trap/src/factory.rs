@@ -810,6 +810,8 @@ fn serve(p: &FactoryPlan<'_>, sock: BorrowedFd<'_>) -> ! {
             }
             Err(reply) => sys::send_with_fds(sock, &reply.encode(), &[]),
         };
+        // What the spawn touched of the text and the stack goes back to the page cache.
+        p.shed.trim();
         if sent.is_err() {
             exit(3);
         }

@@ -5,105 +5,199 @@
 //! other threads' stacks and arenas: nearly all of them, over a sandbox's life) becomes a
 //! private copy in the holder, and the factory's old copy becomes the factory's own, counted
 //! whole in its PSS: about half a MiB per sandbox that nobody uses, since the factory runs
-//! only allocation-free code on its own stack. So the holder lists, before the fork, the
-//! private writable anonymous mappings ([`Shed::plan`]: its heap, arenas, other threads'
-//! stacks) but those holding what the factory still uses (its stack, its thread's TLS, given
-//! as addresses to keep), and the factory unmaps them first thing ([`Shed::apply`]). File
-//! mappings stay (text and read-only data are shared with the holder for good; libc's and
-//! ld.so's data hold the state its wrappers read).
+//! only allocation-free code on its own stack. So the holder lists, before the fork
+//! ([`Shed::plan`], from `/proc/self/smaps`):
+//! - to unmap: the private writable anonymous mappings (its heap, arenas, other threads'
+//!   stacks) but those holding what the factory still uses (its stack, its thread's TLS and
+//!   rseq area, given as addresses to keep) and the files' .bss (right after their data:
+//!   torpor's statics, libc's state);
+//! - to zap (`MADV_DONTNEED`): the read-only file mappings that hold no page of their own
+//!   (text and read-only data, not the relocated `.data.rel.ro`), whose pages the factory
+//!   shares with the holder and its helpers, each sharer's PSS counting a part: zapped, they
+//!   come back from the page cache at the factory's next touch, only those it touches.
 //!
-//! An access to a dropped page after that is a segmentation fault of the factory, which the
-//! holder sees as a dead factory ([`crate::TrapError::StubDied`]), never a silent read of
-//! zeros.
+//! The factory unmaps and zaps first thing ([`Shed::apply`]), and zaps again, with the part
+//! of its stack below its frames, after each spawn ([`Shed::trim`]). An access to an
+//! unmapped page after that is a segmentation fault of the factory, which the holder sees as
+//! a dead factory ([`crate::TrapError::StubDied`]), never a silent read of zeros; a zapped
+//! page reads the file's bytes, which are what it held.
 
-/// The most ranges a plan holds (a holder with more mappings keeps the rest in its factory).
+/// The most ranges of each kind a plan holds (a holder with more mappings keeps the rest in
+/// its factory).
 const SHED_MAX: usize = 256;
 
-/// Address ranges `[start, end)` to unmap in the factory; plain data, built before the fork.
+/// What is left of the factory's stack below the frame that trims it: room for the frames of
+/// the calls it makes next, which would only fault their pages back.
+const STACK_SLACK: u64 = 16 << 10;
+
+/// Address ranges `[start, end)`, lowest first.
 #[derive(Clone, Copy)]
-pub(crate) struct Shed {
+struct Ranges {
     ranges: [(u64, u64); SHED_MAX],
     len: usize,
 }
 
-impl Shed {
-    /// The calling process's private writable anonymous mappings (`/proc/self/maps`) that
-    /// contain none of the addresses `keep`; empty if the maps cannot be read.
-    pub(crate) fn plan(keep: &[u64]) -> Shed {
-        let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-        Shed::from_maps(&text, keep)
+impl Ranges {
+    const EMPTY: Ranges = Ranges {
+        ranges: [(0, 0); SHED_MAX],
+        len: 0,
+    };
+
+    fn push(&mut self, r: (u64, u64)) {
+        if self.len < SHED_MAX {
+            self.ranges[self.len] = r;
+            self.len += 1;
+        }
     }
 
-    fn from_maps(maps: &str, keep: &[u64]) -> Shed {
+    fn get(&self) -> &[(u64, u64)] {
+        &self.ranges[..self.len]
+    }
+}
+
+/// The factory's plan for the holder's memory; plain data, built before the fork.
+#[derive(Clone, Copy)]
+pub(crate) struct Shed {
+    unmap: Ranges,
+    zap: Ranges,
+    /// The mapping holding the first address kept (the stack of the thread that forks).
+    stack: Option<(u64, u64)>,
+}
+
+impl Shed {
+    /// The plan for the calling process's mappings (`/proc/self/smaps`), keeping those that
+    /// contain an address of `keep`, the first of which is on the calling thread's stack;
+    /// empty if the mappings cannot be read.
+    pub(crate) fn plan(keep: &[u64]) -> Shed {
+        let text = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+        Shed::from_smaps(&text, keep)
+    }
+
+    fn from_smaps(smaps: &str, keep: &[u64]) -> Shed {
         let mut shed = Shed {
-            ranges: [(0, 0); SHED_MAX],
-            len: 0,
+            unmap: Ranges::EMPTY,
+            zap: Ranges::EMPTY,
+            stack: None,
         };
         // The end of the last file mapping: an anonymous mapping right after one is that
-        // file's .bss (torpor's statics, libc's state), which stays.
+        // file's .bss, which stays.
         let mut file_end = None;
-        for line in maps.lines() {
-            let Some(m) = parse(line) else { continue };
+        for m in mappings(smaps) {
             let bss = file_end == Some(m.start);
             file_end = m.file.then_some(m.end);
-            if !m.droppable || bss || shed.len == SHED_MAX {
+            let kept = keep.iter().any(|&a| (m.start..m.end).contains(&a));
+            if keep.first().is_some_and(|&a| (m.start..m.end).contains(&a)) {
+                shed.stack = Some((m.start, m.end));
+            }
+            if kept {
                 continue;
             }
-            if keep.iter().any(|&a| (m.start..m.end).contains(&a)) {
-                continue;
+            if m.private && m.writable && m.anonymous && !bss {
+                shed.unmap.push((m.start, m.end));
+            } else if m.private && !m.writable && m.file && m.own_pages == Some(0) {
+                shed.zap.push((m.start, m.end));
             }
-            shed.ranges[shed.len] = (m.start, m.end);
-            shed.len += 1;
         }
         shed
     }
 
-    /// The ranges, lowest first.
-    pub(crate) fn ranges(&self) -> &[(u64, u64)] {
-        &self.ranges[..self.len]
+    /// The ranges to unmap.
+    pub(crate) fn unmapped(&self) -> &[(u64, u64)] {
+        self.unmap.get()
     }
 
-    /// Unmaps the ranges. Allocation-free: for the factory, right after the fork.
+    /// The ranges to zap.
+    pub(crate) fn zapped(&self) -> &[(u64, u64)] {
+        self.zap.get()
+    }
+
+    /// Unmaps and trims. Allocation-free: for the factory, right after the fork.
     pub(crate) fn apply(&self) {
-        for &(start, end) in self.ranges() {
+        for &(start, end) in self.unmapped() {
             // SAFETY: the factory's copies of mappings it never touches again (see the
             // module documentation); nothing refers to them from its own stack or TLS.
             unsafe {
                 crate::sys::raw(libc::SYS_munmap, [start, end - start, 0, 0, 0, 0]);
             }
         }
+        self.trim();
+    }
+
+    /// Zaps the read-only file mappings and the factory's stack below the caller's frame
+    /// (less [`STACK_SLACK`]). Allocation-free.
+    #[inline(never)]
+    pub(crate) fn trim(&self) {
+        let dontneed = |start: u64, end: u64| {
+            // SAFETY: pages that read back as they were: file pages never written here, or
+            // stack below every live frame.
+            unsafe {
+                crate::sys::raw(
+                    libc::SYS_madvise,
+                    [start, end - start, libc::MADV_DONTNEED as u64, 0, 0, 0],
+                );
+            }
+        };
+        for &(start, end) in self.zapped() {
+            dontneed(start, end);
+        }
+        let here = 0u8;
+        let sp = std::hint::black_box(&here as *const u8 as u64);
+        if let Some((start, end)) = self.stack {
+            let below = (sp & !0xfff).saturating_sub(STACK_SLACK);
+            if (start..end).contains(&sp) && below > start {
+                dontneed(start, below);
+            }
+        }
     }
 }
 
-/// One line of `/proc/PID/maps`, as far as the plan cares.
+/// One mapping of `/proc/PID/smaps`, as far as the plan cares.
 struct Mapping {
     start: u64,
     end: u64,
-    /// A mapping of a file (a path), not anonymous memory or a special mapping.
+    private: bool,
+    writable: bool,
+    /// A mapping of a file (a path).
     file: bool,
-    /// Private, writable, of no file: the heap, an anonymous mapping (named by
-    /// `PR_SET_VMA_ANON_NAME` or not); not the stack, the vDSO's or another special one.
-    droppable: bool,
+    /// Of no file: the heap, an anonymous mapping (named by `PR_SET_VMA_ANON_NAME` or not);
+    /// not the stack, the vDSO's or another special one.
+    anonymous: bool,
+    /// Its `Anonymous:` figure: pages of its own, not the file's (`None` if not given).
+    own_pages: Option<u64>,
 }
 
-fn parse(line: &str) -> Option<Mapping> {
+/// The mappings of a `/proc/PID/smaps` text (or of a `maps` text, without `own_pages`);
+/// malformed lines are skipped.
+fn mappings(smaps: &str) -> Vec<Mapping> {
+    let mut v: Vec<Mapping> = Vec::new();
+    for line in smaps.lines() {
+        if let Some(m) = header(line) {
+            v.push(m);
+        } else if let (Some(m), Some(kb)) = (v.last_mut(), line.strip_prefix("Anonymous:")) {
+            m.own_pages = kb.split_whitespace().next().and_then(|n| n.parse().ok());
+        }
+    }
+    v
+}
+
+fn header(line: &str) -> Option<Mapping> {
     let mut f = line.split_whitespace();
-    let range = f.next()?;
-    let perms = f.next()?.as_bytes();
-    let path = f.nth(3).unwrap_or("");
-    let (start, end) = range.split_once('-')?;
+    let (start, end) = f.next()?.split_once('-')?;
     let start = u64::from_str_radix(start, 16).ok()?;
     let end = u64::from_str_radix(end, 16).ok()?;
-    if start >= end {
+    let perms = f.next()?.as_bytes();
+    if start >= end || perms.len() != 4 {
         return None;
     }
-    let private_writable = perms.get(1) == Some(&b'w') && perms.get(3) == Some(&b'p');
-    let anonymous = path.is_empty() || path == "[heap]" || path.starts_with("[anon:");
+    let path = f.nth(3).unwrap_or("");
     Some(Mapping {
         start,
         end,
+        private: perms[3] == b'p',
+        writable: perms[1] == b'w',
         file: path.starts_with('/'),
-        droppable: private_writable && anonymous,
+        anonymous: path.is_empty() || path == "[heap]" || path.starts_with("[anon:"),
+        own_pages: None,
     })
 }
 
@@ -111,12 +205,18 @@ fn parse(line: &str) -> Option<Mapping> {
 mod tests {
     use super::*;
 
-    const MAPS: &str = "\
+    const SMAPS: &str = "\
 55d0c0000000-55d0c0100000 r--p 00000000 08:01 1234   /usr/bin/torpor
+Size:               1024 kB
+Anonymous:             0 kB
 55d0c0100000-55d0c0500000 r-xp 00100000 08:01 1234   /usr/bin/torpor
+Anonymous:             0 kB
 55d0c0500000-55d0c0560000 r--p 00500000 08:01 1234   /usr/bin/torpor
+Anonymous:           384 kB
 55d0c0560000-55d0c0562000 rw-p 00560000 08:01 1234   /usr/bin/torpor
+Anonymous:             8 kB
 55d0c0562000-55d0c0563000 rw-p 00000000 00:00 0
+Anonymous:             4 kB
 55d0c1000000-55d0c1100000 rw-p 00000000 00:00 0      [heap]
 7f0000000000-7f0000021000 rw-p 00000000 00:00 0
 7f0000021000-7f0004000000 ---p 00000000 00:00 0
@@ -124,7 +224,11 @@ mod tests {
 7f0100001000-7f0100801000 rw-p 00000000 00:00 0
 7f0200000000-7f0200010000 rw-p 00000000 00:00 0      [anon:glibc: malloc arena]
 7f0300000000-7f0300001000 rw-s 00000000 00:01 99     /memfd:torpor-guest (deleted)
-7f0400000000-7f0400002000 rw-p 00030000 08:01 77     /usr/lib/x86_64-linux-gnu/libc.so.6
+Anonymous:             0 kB
+7f0400000000-7f0400001000 r--p 00000000 08:01 77     /usr/lib/x86_64-linux-gnu/libc.so.6
+Anonymous:             4 kB
+7f0400001000-7f0400002000 rw-p 00030000 08:01 77     /usr/lib/x86_64-linux-gnu/libc.so.6
+Anonymous:             4 kB
 7f0400002000-7f0400010000 rw-p 00000000 00:00 0
 7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0      [stack]
 7ffd00100000-7ffd00104000 r--p 00000000 00:00 0      [vvar]
@@ -132,12 +236,11 @@ mod tests {
 ";
 
     #[test]
-    fn drops_the_heap_and_anonymous_writable_mappings_but_those_kept() {
+    fn unmaps_the_heap_and_anonymous_writable_mappings_but_those_kept() {
         // Kept: the stack, the vDSO, file mappings, shared memory, the files' .bss.
-        let shed = Shed::from_maps(MAPS, &[]);
-        // Not kept: torpor's and libc's .bss (right after their files' data).
+        let shed = Shed::from_smaps(SMAPS, &[0x7ffd_0000_1000]);
         assert_eq!(
-            shed.ranges(),
+            shed.unmapped(),
             &[
                 (0x55d0_c100_0000, 0x55d0_c110_0000),
                 (0x7f00_0000_0000, 0x7f00_0002_1000),
@@ -145,19 +248,46 @@ mod tests {
                 (0x7f02_0000_0000, 0x7f02_0001_0000),
             ]
         );
+        assert_eq!(shed.stack, Some((0x7ffd_0000_0000, 0x7ffd_0002_1000)));
         // A stack given as kept (a thread other than the main one's, its TLS at its top).
-        let shed = Shed::from_maps(MAPS, &[0x7f01_0000_5000]);
+        let shed = Shed::from_smaps(SMAPS, &[0x7f01_0000_5000]);
         assert!(!shed
-            .ranges()
+            .unmapped()
             .iter()
             .any(|r| (r.0..r.1).contains(&0x7f01_0000_5000)));
-        assert_eq!(shed.ranges().len(), 3);
+        assert_eq!(shed.unmapped().len(), 3);
+        assert_eq!(shed.stack, Some((0x7f01_0000_1000, 0x7f01_0080_1000)));
+    }
+
+    #[test]
+    fn zaps_read_only_file_mappings_without_pages_of_their_own() {
+        let shed = Shed::from_smaps(SMAPS, &[]);
+        // Text and read-only data; not the relocated .data.rel.ro, libc's relocated part,
+        // writable data, shared memory or the vDSO.
+        assert_eq!(
+            shed.zapped(),
+            &[
+                (0x55d0_c000_0000, 0x55d0_c010_0000),
+                (0x55d0_c010_0000, 0x55d0_c050_0000),
+            ]
+        );
+        // A plain `maps` text says nothing of a mapping's own pages: nothing is zapped.
+        let maps: String = SMAPS
+            .lines()
+            .filter(|l| !l.contains("kB"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(Shed::from_smaps(&maps, &[]).zapped().is_empty());
     }
 
     #[test]
     fn malformed_lines_are_skipped() {
-        let shed = Shed::from_maps("garbage\nzz-10 rw-p 0 0 0\n10-5 rw-p 0 0:0 0\n", &[]);
-        assert!(shed.ranges().is_empty());
+        let shed = Shed::from_smaps(
+            "garbage\nzz-10 rw-p 0 0 0\n10-5 rw-p 0 0:0 0\nAnonymous: 0 kB\n",
+            &[],
+        );
+        assert!(shed.unmapped().is_empty() && shed.zapped().is_empty());
+        assert!(shed.stack.is_none());
     }
 
     #[test]
@@ -167,9 +297,14 @@ mod tests {
         // SAFETY: __errno_location has no preconditions.
         let errno = unsafe { libc::__errno_location() } as u64;
         let shed = Shed::plan(&[here, errno]);
-        assert!(!shed.ranges().is_empty(), "a Rust test process has a heap");
-        for &(s, e) in shed.ranges() {
+        assert!(
+            !shed.unmapped().is_empty(),
+            "a Rust test process has a heap"
+        );
+        assert!(!shed.zapped().is_empty(), "and text");
+        for &(s, e) in shed.unmapped().iter().chain(shed.zapped()) {
             assert!(!(s..e).contains(&here) && !(s..e).contains(&errno));
         }
+        assert!(shed.stack.is_some_and(|(s, e)| (s..e).contains(&here)));
     }
 }
