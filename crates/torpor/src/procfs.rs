@@ -78,15 +78,7 @@ pub fn thread_cpu_ns() -> u64 {
 }
 
 fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return None;
-    }
-    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    kernel::task::cputime::read(clock).map(|d| d.as_nanos() as u64)
 }
 
 #[cfg(test)]

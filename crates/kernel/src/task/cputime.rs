@@ -19,8 +19,8 @@ pub struct ProcessCpu {
     ended: Mutex<Duration>,
 }
 
-/// Reads a clock.
-fn read(clock: libc::clockid_t) -> Option<Duration> {
+/// Reads the host clock `clock` (a CPU clock among others); `None` if the host refuses.
+pub fn read(clock: libc::clockid_t) -> Option<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
