@@ -12,8 +12,9 @@
 //!
 //! # Processes
 //! [`StubFactory::start`] forks the factory from the calling thread (`clone3`, exit signal
-//! 0: only the holder's `waitid(__WALL)` sees its end). The factory, in order: unmaps the
-//! holder's anonymous memory but its own stack and TLS ([`crate::shed`]); sets
+//! 0: only the holder's `waitid(__WALL)` sees its end). The factory, in order: moves onto a
+//! stack of its own and unmaps the holder's anonymous memory, the stack it was forked on
+//! included, but its TLS ([`crate::shed`]); sets
 //! `PR_SET_PDEATHSIG(SIGKILL)` and checks that its parent is still the holder; keeps its socket
 //! (moved to fd 3) and closes every other descriptor; resets every signal action to the
 //! default, then ignores the terminal's signals, SIGPIPE and SIGCHLD, and unblocks every
@@ -268,8 +269,8 @@ impl StubFactory {
         let (ours, theirs) = sys::seqpacket_pair().map_err(host("socketpair"))?;
         // SAFETY: getpid, geteuid and getegid have no preconditions.
         let (holder_pid, uid, gid) = unsafe { (libc::getpid(), libc::geteuid(), libc::getegid()) };
-        // What the factory drops of this process's memory: all but this thread's stack (the
-        // plan and template are on it), TLS and rseq area.
+        // What the factory drops of this process's memory: all but its TLS and rseq area;
+        // this thread's stack (where the plan is) once it has moved to its own.
         let on_stack = 0u8;
         // SAFETY: pthread_self and __errno_location have no preconditions.
         let (tcb, errno) =
@@ -280,15 +281,14 @@ impl StubFactory {
             errno,
             template.rseq_area(),
         ];
-        let shed = Shed::plan(&keep);
         let plan = FactoryPlan {
             sock: theirs.as_raw_fd(),
             holder_pid,
             uid,
             gid,
             options,
-            template: &template,
-            shed: &shed,
+            template,
+            shed: Shed::plan(&keep),
         };
         // SAFETY: the child runs only `factory_main`, which never returns and neither
         // allocates nor takes a lock that another thread of this process might have held.
@@ -474,27 +474,95 @@ impl Drop for StubFactory {
     }
 }
 
-/// Everything the factory needs after the fork, prepared before it.
-struct FactoryPlan<'a> {
+/// Everything the factory needs after the fork, prepared before it; plain data, which the
+/// factory copies onto a stack of its own ([`factory_main`]).
+#[derive(Clone, Copy)]
+struct FactoryPlan {
     sock: RawFd,
     holder_pid: i32,
     uid: u32,
     gid: u32,
     options: FactoryOptions,
-    template: &'a StubTemplate,
+    template: StubTemplate,
     /// The holder's memory the factory unmaps first thing ([`crate::shed`]).
-    shed: &'a Shed,
+    shed: Shed,
 }
+
+/// The size of the factory's own stack (its pages are touched only as used: the plan at its
+/// top, a spawn's frames below, a few pages in all).
+const FACTORY_STACK: u64 = 256 << 10;
 
 /// The factory's socket after its set-up.
 const FACTORY_SOCK: RawFd = 3;
 
-/// The factory's whole life: set up, report, serve, exit when the holder closes its end.
+/// The factory's start: moves onto a stack of its own, with a copy of the plan at its top, so
+/// that the stack it was forked on (a copy of the holder thread's, whose pages become the
+/// factory's own as the holder runs on) can go with the rest of the holder's memory; then
+/// [`factory_run`]. Without a new stack (the `mmap` failed) it runs on the one it has.
 ///
 /// # Safety
 /// Only in the child of the `clone3` of [`StubFactory::start_with`], with `p` prepared there.
-unsafe fn factory_main(p: &FactoryPlan<'_>) -> ! {
-    p.shed.apply();
+unsafe fn factory_main(p: &FactoryPlan) -> ! {
+    // SAFETY: a fresh anonymous mapping, chosen by the kernel.
+    let base = unsafe {
+        raw(
+            libc::SYS_mmap,
+            [
+                0,
+                FACTORY_STACK,
+                (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64,
+                u64::MAX,
+                0,
+            ],
+        )
+    };
+    if base < 0 {
+        // SAFETY: as this function's.
+        unsafe { factory_run(p, None) }
+    }
+    let base = base as u64;
+    let top = base + FACTORY_STACK;
+    let at = (top - std::mem::size_of::<FactoryPlan>() as u64) & !63;
+    let own = at as *mut FactoryPlan;
+    // SAFETY: `own` is within the new mapping, aligned, and nothing else refers to it.
+    unsafe { own.write(*p) };
+    // SAFETY: the new stack starts below the plan, 16-byte aligned before the call as the ABI
+    // wants; `factory_enter` never returns, so nothing of this frame is used again.
+    unsafe {
+        core::arch::asm!(
+            "mov rsp, {sp}",
+            "call {enter}",
+            "ud2",
+            sp = in(reg) at,
+            enter = sym factory_enter,
+            in("rdi") own,
+            in("rsi") base,
+            options(noreturn),
+        )
+    }
+}
+
+/// [`factory_run`] on the new stack `base..base + FACTORY_STACK`, the plan at its top.
+///
+/// # Safety
+/// Only from [`factory_main`]'s switch.
+unsafe extern "C" fn factory_enter(own: *mut FactoryPlan, base: u64) -> ! {
+    // SAFETY: the copy `factory_main` wrote, on this stack, used by nothing else.
+    let p = unsafe { &mut *own };
+    // SAFETY: as this function's.
+    unsafe { factory_run(p, Some((base, base + FACTORY_STACK))) }
+}
+
+/// The factory's whole life: sheds the holder's memory (and the stack it was forked on, if
+/// it now runs on `own_stack`), sets up, reports, serves, exits when the holder closes its
+/// end.
+///
+/// # Safety
+/// Only in the factory, on the stack `own_stack` if given, with `p` copied there.
+unsafe fn factory_run(p: &FactoryPlan, own_stack: Option<(u64, u64)>) -> ! {
+    p.shed.apply(own_stack);
+    let stack = own_stack.or(p.shed.stack());
     let report = match factory_setup(p) {
         Ok(()) => Reply {
             // SAFETY: getpid has no preconditions.
@@ -515,7 +583,7 @@ unsafe fn factory_main(p: &FactoryPlan<'_>) -> ! {
     if sys::send_with_fds(sock, &report.encode(), &[]).is_err() || report.step != 0 {
         exit(1);
     }
-    serve(p, sock)
+    serve(p, sock, stack)
 }
 
 fn exit(code: u64) -> ! {
@@ -612,7 +680,7 @@ fn id_map_line(buf: &mut [u8; 32], outside: u32) -> usize {
 }
 
 /// The factory's confinement, in order (see the module documentation). Allocation-free.
-fn factory_setup(p: &FactoryPlan<'_>) -> Result<(), (u32, i32)> {
+fn factory_setup(p: &FactoryPlan) -> Result<(), (u32, i32)> {
     let step = |s: u32| move |e: i32| (s, e);
     // SAFETY: raw system calls on this process's own descriptors, signal state,
     // namespaces, credentials and limits, with pointers to locals.
@@ -768,8 +836,9 @@ fn factory_setup(p: &FactoryPlan<'_>) -> Result<(), (u32, i32)> {
     pdeathsig(p.holder_pid).map_err(step(ST_PDEATHSIG))
 }
 
-/// Serves spawn requests until the holder closes its end (or the socket fails).
-fn serve(p: &FactoryPlan<'_>, sock: BorrowedFd<'_>) -> ! {
+/// Serves spawn requests until the holder closes its end (or the socket fails); `stack` is
+/// the stack it runs on, trimmed after each spawn.
+fn serve(p: &FactoryPlan, sock: BorrowedFd<'_>, stack: Option<(u64, u64)>) -> ! {
     loop {
         let mut buf = [0u8; REQUEST_LEN + 8];
         let mut fds = [None, None, None, None];
@@ -779,7 +848,7 @@ fn serve(p: &FactoryPlan<'_>, sock: BorrowedFd<'_>) -> ! {
                 if buf[..n] != request() || nfds != 1 {
                     Err(Reply::failed(STEP_REQUEST, libc::EINVAL))
                 } else if let Some(mem) = fds[0].take() {
-                    spawn_parts(p.template, mem.as_fd(), p.holder_pid, true)
+                    spawn_parts(&p.template, mem.as_fd(), p.holder_pid, true)
                         .map_err(|e| Reply::failed(STEP_SPAWN + u32::from(e.call), e.errno))
                 } else {
                     Err(Reply::failed(STEP_REQUEST, libc::EINVAL))
@@ -811,7 +880,7 @@ fn serve(p: &FactoryPlan<'_>, sock: BorrowedFd<'_>) -> ! {
             Err(reply) => sys::send_with_fds(sock, &reply.encode(), &[]),
         };
         // What the spawn touched of the text and the stack goes back to the page cache.
-        p.shed.trim();
+        p.shed.trim(stack);
         if sent.is_err() {
             exit(3);
         }

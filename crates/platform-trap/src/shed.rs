@@ -10,14 +10,18 @@
 //! - to unmap: the private writable anonymous mappings (its heap, arenas, other threads'
 //!   stacks) but those holding what the factory still uses (its stack, its thread's TLS and
 //!   rseq area, given as addresses to keep) and the files' .bss (right after their data:
-//!   torpor's statics, libc's state);
+//!   torpor's statics, libc's state); and the executable's relocated read-only data but the
+//!   GOT ([`relocated_data`]);
 //! - to zap (`MADV_DONTNEED`): the read-only file mappings that hold no page of their own
 //!   (text and read-only data, not the relocated `.data.rel.ro`), whose pages the factory
 //!   shares with the holder and its helpers, each sharer's PSS counting a part: zapped, they
 //!   come back from the page cache at the factory's next touch, only those it touches.
 //!
-//! The factory unmaps and zaps first thing ([`Shed::apply`]), and zaps again, with the part
-//! of its stack below its frames, after each spawn ([`Shed::trim`]). An access to an
+//! The factory moves onto a stack of its own (`crate::factory`), unmaps and zaps first thing
+//! ([`Shed::apply`]), the stack it was forked on included (a copy of the holder thread's,
+//! whose pages would become the factory's own as the holder runs on; not where that stack
+//! also holds the thread's TLS, as a thread other than the main one's does), and zaps again,
+//! with the part of its stack below its frames, after each spawn ([`Shed::trim`]). An access to an
 //! unmapped page after that is a segmentation fault of the factory, which the holder sees as
 //! a dead factory ([`crate::TrapError::StubDied`]), never a silent read of zeros; a zapped
 //! page reads the file's bytes, which are what it held.
@@ -62,6 +66,10 @@ pub(crate) struct Shed {
     zap: Ranges,
     /// The mapping holding the first address kept (the stack of the thread that forks).
     stack: Option<(u64, u64)>,
+    /// Whether that mapping holds none of the other addresses kept (a thread other than the
+    /// main one has its TLS at the top of its stack): then a caller that moved to another
+    /// stack may unmap it.
+    stack_alone: bool,
 }
 
 impl Shed {
@@ -70,7 +78,11 @@ impl Shed {
     /// empty if the mappings cannot be read.
     pub(crate) fn plan(keep: &[u64]) -> Shed {
         let text = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
-        Shed::from_smaps(&text, keep)
+        let mut shed = Shed::from_smaps(&text, keep);
+        if let Some(r) = relocated_data() {
+            shed.unmap.push(r);
+        }
+        shed
     }
 
     fn from_smaps(smaps: &str, keep: &[u64]) -> Shed {
@@ -78,6 +90,7 @@ impl Shed {
             unmap: Ranges::EMPTY,
             zap: Ranges::EMPTY,
             stack: None,
+            stack_alone: false,
         };
         // The end of the last file mapping: an anonymous mapping right after one is that
         // file's .bss, which stays.
@@ -88,6 +101,7 @@ impl Shed {
             let kept = keep.iter().any(|&a| (m.start..m.end).contains(&a));
             if keep.first().is_some_and(|&a| (m.start..m.end).contains(&a)) {
                 shed.stack = Some((m.start, m.end));
+                shed.stack_alone = !keep[1..].iter().any(|&a| (m.start..m.end).contains(&a));
             }
             if kept {
                 continue;
@@ -111,22 +125,38 @@ impl Shed {
         self.zap.get()
     }
 
-    /// Unmaps and trims. Allocation-free: for the factory, right after the fork.
-    pub(crate) fn apply(&self) {
-        for &(start, end) in self.unmapped() {
+    /// The mapping holding the first address kept: the stack of the thread that made the
+    /// plan.
+    pub(crate) fn stack(&self) -> Option<(u64, u64)> {
+        self.stack
+    }
+
+    /// Unmaps the ranges, and the stack the plan was made on if the caller now runs on the
+    /// stack `moved_to`; then trims (the stack it runs on). Allocation-free: for the
+    /// factory, right after the fork.
+    pub(crate) fn apply(&self, moved_to: Option<(u64, u64)>) {
+        let unmap = |start: u64, end: u64| {
             // SAFETY: the factory's copies of mappings it never touches again (see the
             // module documentation); nothing refers to them from its own stack or TLS.
             unsafe {
                 crate::sys::raw(libc::SYS_munmap, [start, end - start, 0, 0, 0, 0]);
             }
+        };
+        for &(start, end) in self.unmapped() {
+            unmap(start, end);
         }
-        self.trim();
+        if let (Some(old), Some(new), true) = (self.stack, moved_to, self.stack_alone) {
+            if old != new {
+                unmap(old.0, old.1);
+            }
+        }
+        self.trim(moved_to.or(self.stack));
     }
 
-    /// Zaps the read-only file mappings and the factory's stack below the caller's frame
-    /// (less [`STACK_SLACK`]). Allocation-free.
+    /// Zaps the read-only file mappings and the part of `stack` (the caller's) below the
+    /// caller's frame, less [`STACK_SLACK`]. Allocation-free.
     #[inline(never)]
-    pub(crate) fn trim(&self) {
+    pub(crate) fn trim(&self, stack: Option<(u64, u64)>) {
         let dontneed = |start: u64, end: u64| {
             // SAFETY: pages that read back as they were: file pages never written here, or
             // stack below every live frame.
@@ -142,13 +172,38 @@ impl Shed {
         }
         let here = 0u8;
         let sp = std::hint::black_box(&here as *const u8 as u64);
-        if let Some((start, end)) = self.stack {
+        if let Some((start, end)) = stack {
             let below = (sp & !0xfff).saturating_sub(STACK_SLACK);
             if (start..end).contains(&sp) && below > start {
                 dontneed(start, below);
             }
         }
     }
+}
+
+/// The whole pages of the executable's relocated read-only data (`.data.rel.ro`: vtables,
+/// tables of pointers), which the factory never reads: its RELRO segment up to its dynamic
+/// section, after which comes the GOT, which every call into libc reads. These pages are the
+/// holder's own (written once by the dynamic linker), shared copy-on-write with the
+/// processes it forked; each one's PSS counts a part. `None` without a RELRO segment or a
+/// dynamic section after its start.
+fn relocated_data() -> Option<(u64, u64)> {
+    let phdr = crate::sys::auxval(libc::AT_PHDR);
+    let phnum = crate::sys::auxval(libc::AT_PHNUM) as usize;
+    if phdr == 0 || phnum == 0 {
+        return None;
+    }
+    // SAFETY: AT_PHDR and AT_PHNUM describe the executable's program headers, mapped for the
+    // process's life.
+    let headers = unsafe { std::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum) };
+    let bias = phdr.checked_sub(headers.iter().find(|h| h.p_type == libc::PT_PHDR)?.p_vaddr)?;
+    let relro = headers.iter().find(|h| h.p_type == libc::PT_GNU_RELRO)?;
+    let dynamic = headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC)?;
+    let start = (bias + relro.p_vaddr).next_multiple_of(4096);
+    let end = (bias + dynamic.p_vaddr) & !4095;
+    let relro_end = bias + relro.p_vaddr + relro.p_memsz;
+    (dynamic.p_vaddr >= relro.p_vaddr && bias + dynamic.p_vaddr < relro_end && start < end)
+        .then_some((start, end))
 }
 
 /// One mapping of `/proc/PID/smaps`, as far as the plan cares.
@@ -249,14 +304,16 @@ Anonymous:             4 kB
             ]
         );
         assert_eq!(shed.stack, Some((0x7ffd_0000_0000, 0x7ffd_0002_1000)));
+        assert!(shed.stack_alone);
         // A stack given as kept (a thread other than the main one's, its TLS at its top).
-        let shed = Shed::from_smaps(SMAPS, &[0x7f01_0000_5000]);
+        let shed = Shed::from_smaps(SMAPS, &[0x7f01_0000_5000, 0x7f01_0080_0000]);
         assert!(!shed
             .unmapped()
             .iter()
             .any(|r| (r.0..r.1).contains(&0x7f01_0000_5000)));
         assert_eq!(shed.unmapped().len(), 3);
         assert_eq!(shed.stack, Some((0x7f01_0000_1000, 0x7f01_0080_1000)));
+        assert!(!shed.stack_alone, "its TLS is there");
     }
 
     #[test]
@@ -278,6 +335,29 @@ Anonymous:             4 kB
             .map(|l| format!("{l}\n"))
             .collect();
         assert!(Shed::from_smaps(&maps, &[]).zapped().is_empty());
+    }
+
+    #[test]
+    fn the_relocated_data_ends_before_the_dynamic_section_and_the_got() {
+        // This test binary is a PIE with full RELRO, like torpor.
+        let Some((start, end)) = relocated_data() else {
+            panic!("no RELRO segment in this test binary");
+        };
+        assert!(start % 4096 == 0 && end % 4096 == 0 && start < end);
+        extern "C" {
+            static _DYNAMIC: u8;
+        }
+        // SAFETY: only the address of the linker-defined symbol is taken.
+        let dynamic = unsafe { &_DYNAMIC as *const u8 as u64 };
+        assert!(end <= dynamic, "{end:#x} past _DYNAMIC {dynamic:#x}");
+        // Inside one of the executable's read-only mappings.
+        let exe = std::fs::read_link("/proc/self/exe").expect("exe");
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        assert!(maps
+            .lines()
+            .filter_map(header)
+            .any(|m| { m.start <= start && end <= m.end && !m.writable && m.file }));
+        assert!(maps.contains(exe.to_str().expect("path")));
     }
 
     #[test]

@@ -360,9 +360,9 @@ fn dead_factory_fails_spawn_and_stubs_live_on() {
 }
 
 /// The factory unmaps the holder's heap and anonymous memory it was forked with (its
-/// copies would become its own as the holder writes them): a buffer of the test process is
-/// not mapped in the factory, whose anonymous memory stays far below the buffer's size; it
-/// still spawns working stubs.
+/// copies would become its own as the holder writes them) and runs on a stack of its own: a
+/// buffer of the test process is not mapped in the factory, whose anonymous memory stays far
+/// below the buffer's size; it still spawns working stubs.
 #[test]
 fn the_factory_drops_the_holder_s_memory() {
     const BIG: usize = 16 << 20;
@@ -382,6 +382,23 @@ fn the_factory_drops_the_holder_s_memory() {
         .parse()
         .unwrap();
     assert!(anon_kib < 2048, "the factory's RssAnon: {anon_kib} kB");
+    // It runs on a stack of its own, not on its copy of this thread's (its stack pointer, as
+    // /proc shows it while it waits for a request, is outside this thread's stack mapping).
+    let here = &big as *const Vec<u8> as u64;
+    let my_stack = common::maps_of(std::process::id() as i32)
+        .into_iter()
+        .find(|(a, b, _)| (*a..*b).contains(&here))
+        .expect("this thread's stack");
+    let sp = std::fs::read_to_string(format!("/proc/{fpid}/syscall"))
+        .expect("the factory's /proc/PID/syscall")
+        .split_whitespace()
+        .nth(7)
+        .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+        .expect("a stack pointer");
+    assert!(
+        !(my_stack.0..my_stack.1).contains(&sp),
+        "the factory waits on its copy of the holder thread's stack ({sp:#x})"
+    );
     let (mem, view) = guest_memory(&WRITE_EXIT);
     let stub = factory.spawn(mem.as_fd()).unwrap();
     let mut t = guest_thread(&stub, WRITE_EXIT.len());
