@@ -547,9 +547,9 @@ unsafe fn factory_main(p: &FactoryPlan) -> ! {
 ///
 /// # Safety
 /// Only from [`factory_main`]'s switch.
-unsafe extern "C" fn factory_enter(own: *mut FactoryPlan, base: u64) -> ! {
+unsafe extern "C" fn factory_enter(own: *const FactoryPlan, base: u64) -> ! {
     // SAFETY: the copy `factory_main` wrote, on this stack, used by nothing else.
-    let p = unsafe { &mut *own };
+    let p = unsafe { &*own };
     // SAFETY: as this function's.
     unsafe { factory_run(p, Some((base, base + FACTORY_STACK))) }
 }
@@ -561,8 +561,7 @@ unsafe extern "C" fn factory_enter(own: *mut FactoryPlan, base: u64) -> ! {
 /// # Safety
 /// Only in the factory, on the stack `own_stack` if given, with `p` copied there.
 unsafe fn factory_run(p: &FactoryPlan, own_stack: Option<(u64, u64)>) -> ! {
-    p.shed.apply(own_stack);
-    let stack = own_stack.or(p.shed.stack());
+    let stack = p.shed.apply(own_stack);
     let report = match factory_setup(p) {
         Ok(()) => Reply {
             // SAFETY: getpid has no preconditions.

@@ -125,16 +125,11 @@ impl Shed {
         self.zap.get()
     }
 
-    /// The mapping holding the first address kept: the stack of the thread that made the
-    /// plan.
-    pub(crate) fn stack(&self) -> Option<(u64, u64)> {
-        self.stack
-    }
-
     /// Unmaps the ranges, and the stack the plan was made on if the caller now runs on the
-    /// stack `moved_to`; then trims (the stack it runs on). Allocation-free: for the
-    /// factory, right after the fork.
-    pub(crate) fn apply(&self, moved_to: Option<(u64, u64)>) {
+    /// stack `moved_to`; then trims. Returns the stack the caller runs on, for later trims
+    /// (`moved_to`, else the one the plan was made on). Allocation-free: for the factory,
+    /// right after the fork.
+    pub(crate) fn apply(&self, moved_to: Option<(u64, u64)>) -> Option<(u64, u64)> {
         let unmap = |start: u64, end: u64| {
             // SAFETY: the factory's copies of mappings it never touches again (see the
             // module documentation); nothing refers to them from its own stack or TLS.
@@ -150,7 +145,9 @@ impl Shed {
                 unmap(old.0, old.1);
             }
         }
-        self.trim(moved_to.or(self.stack));
+        let stack = moved_to.or(self.stack);
+        self.trim(stack);
+        stack
     }
 
     /// Zaps the read-only file mappings and the part of `stack` (the caller's) below the
@@ -236,22 +233,14 @@ fn mappings(smaps: &str) -> Vec<Mapping> {
 }
 
 fn header(line: &str) -> Option<Mapping> {
-    let mut f = line.split_whitespace();
-    let (start, end) = f.next()?.split_once('-')?;
-    let start = u64::from_str_radix(start, 16).ok()?;
-    let end = u64::from_str_radix(end, 16).ok()?;
-    let perms = f.next()?.as_bytes();
-    if start >= end || perms.len() != 4 {
-        return None;
-    }
-    let path = f.nth(3).unwrap_or("");
+    let m = crate::sys::MapsLine::parse(line)?;
     Some(Mapping {
-        start,
-        end,
-        private: perms[3] == b'p',
-        writable: perms[1] == b'w',
-        file: path.starts_with('/'),
-        anonymous: path.is_empty() || path == "[heap]" || path.starts_with("[anon:"),
+        start: m.start,
+        end: m.end,
+        private: m.perms[3] == b'p',
+        writable: m.perms[1] == b'w',
+        file: m.path.starts_with('/'),
+        anonymous: m.path.is_empty() || m.path == "[heap]" || m.path.starts_with("[anon:"),
         own_pages: None,
     })
 }

@@ -258,6 +258,36 @@ pub fn user_xfeatures() -> u64 {
         .fold(xcr0, |m, i| m & !(1 << i))
 }
 
+/// One line of `/proc/PID/maps`: `START-END PERMS OFFSET DEV INODE [PATH]`.
+pub(crate) struct MapsLine<'a> {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    /// `rwxp`-style permissions, four bytes.
+    pub(crate) perms: &'a [u8],
+    /// The path or special name (`[heap]`, `[vdso]`…), empty for an anonymous mapping.
+    pub(crate) path: &'a str,
+}
+
+impl MapsLine<'_> {
+    /// The line parsed; `None` if malformed or empty (`START >= END`).
+    pub(crate) fn parse(line: &str) -> Option<MapsLine<'_>> {
+        let mut f = line.split_whitespace();
+        let (start, end) = f.next()?.split_once('-')?;
+        let start = u64::from_str_radix(start, 16).ok()?;
+        let end = u64::from_str_radix(end, 16).ok()?;
+        let perms = f.next()?.as_bytes();
+        if start >= end || perms.len() != 4 {
+            return None;
+        }
+        Some(MapsLine {
+            start,
+            end,
+            perms,
+            path: f.nth(3).unwrap_or(""),
+        })
+    }
+}
+
 /// A `MAP_SHARED` mapping of a file in the holder, unmapped on drop.
 #[derive(Debug)]
 pub struct Mapping {

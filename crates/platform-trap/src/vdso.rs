@@ -76,13 +76,9 @@ impl HostVdso {
             if !(name.starts_with("[vvar") || name == "[vdso]") {
                 continue;
             }
-            let (range, _) = line.split_once(' ')?;
-            let (s, e) = range.split_once('-')?;
-            let (s, e) = (
-                u64::from_str_radix(s, 16).ok()?,
-                u64::from_str_radix(e, 16).ok()?,
-            );
-            if e <= s || count == MAX_PIECES {
+            let m = crate::sys::MapsLine::parse(line)?;
+            let (s, e) = (m.start, m.end);
+            if count == MAX_PIECES {
                 return None;
             }
             if name == "[vdso]" {
