@@ -1,30 +1,43 @@
-//! The stub factory (design `docs/design/platforms.md` §3.1): a process forked by the holder
+//! The stub factory (design `docs/design/platforms.md` §3.1): a process the holder starts
 //! early, before it confines itself, that forks every stub the holder asks for.
 //!
 //! # Why a factory
 //! - A stub forked by a confined holder inherits the holder's seccomp allowlist, and a
 //!   filter's KILL outranks the stub's TRAP: any application system call outside the holder's
-//!   allowlist would kill the stub instead of trapping. The factory was forked before the
-//!   holder installed its filter, so its stubs carry only their own filters.
+//!   allowlist would kill the stub instead of trapping. The factory was started before the
+//!   holder installed its filter, so its stubs carry only their own filters (and the
+//!   factory's, which fails what it does not list with `EPERM`: a stub's TRAP outranks that).
 //! - `PR_SET_PDEATHSIG` fires when the parent *thread* exits; a stub forked from a task
 //!   thread would die with that thread. A factory stub's parent is the thread that started
 //!   the factory (below), not the one that asked for the stub.
 //!
 //! # Processes
-//! [`StubFactory::start`] forks the factory from the calling thread (`clone3`, exit signal
-//! 0: only the holder's `waitid(__WALL)` sees its end). The factory, in order: moves onto a
-//! stack of its own and unmaps the holder's anonymous memory, the stack it was forked on
-//! included, but its TLS ([`crate::shed`]); sets
+//! [`StubFactory::start`] starts the factory from the calling thread with `clone3`:
+//! `CLONE_VM`, so that it shares the holder's memory and has none of its own to count (a fork
+//! would keep copies of the holder's pages, which become its own as the holder writes them);
+//! on a stack the holder mapped for it; with a thread pointer of 0 (`CLONE_SETTLS`), because
+//! it has no libc thread state: it runs only raw system calls and plain data, and any use of
+//! libc's thread state (errno, cancellation, malloc's caches, which would be the holder
+//! thread's) faults instead of corrupting the holder's; exit signal 0 (only the holder's
+//! `waitid(__WALL)` sees its end). The kernel gives it no rseq registration, so its stubs
+//! have none to undo. The factory, in order: sets
 //! `PR_SET_PDEATHSIG(SIGKILL)` and checks that its parent is still the holder; keeps its socket
-//! (moved to fd 3) and closes every other descriptor; resets every signal action to the
+//! (moved to fd 3) and closes every other descriptor (of its own table: `CLONE_FILES` is not
+//! shared); resets every signal action to the
 //! default, then ignores the terminal's signals, SIGPIPE and SIGCHLD, and unblocks every
 //! signal; `setsid` (out of the terminal's process group); with [`FactoryOptions::namespaces`]
 //! enters new user (the holder's uid and gid mapped to 65534 inside; no setgroups), network,
 //! IPC, UTS and mount namespaces; drops every capability (bounding set, ambient, effective,
 //! permitted, inheritable); lowers `RLIMIT_NOFILE` ([`FactoryOptions::nofile`]) and
-//! `RLIMIT_CORE` (0); sets no_new_privs; sets `PR_SET_PDEATHSIG` again (credential changes
-//! clear it) and re-checks its parent; reports ready (or the failed step) and serves
-//! requests on a `SOCK_SEQPACKET` socketpair until the holder closes its end.
+//! `RLIMIT_CORE` (0); sets no_new_privs; installs its seccomp filter
+//! ([`crate::filter::factory_filter`]: the calls of the factory and of a stub's code, EPERM for
+//! the rest); sets `PR_SET_PDEATHSIG` again (credential changes clear it) and re-checks its
+//! parent; reports ready (or the failed step) and serves requests on a `SOCK_SEQPACKET`
+//! socketpair until the holder closes its end.
+//!
+//! Sharing the holder's memory means the holder can write the factory's stack: an application
+//! that took the holder over could take the factory over. The factory's filter keeps such a
+//! factory to its few calls, all of which the holder's allowlist has too.
 //!
 //! One request carries the guest memfd (`SCM_RIGHTS`); the factory forks the stub exactly as
 //! [`StubProcess::spawn`] does (the same `spawn_parts`), but with `CLONE_PARENT`: the stub's
@@ -52,14 +65,12 @@
 //! # Preconditions of [`StubFactory::start`]
 //! - Call it from a thread that lives as long as the sandbox (the runtime's main thread):
 //!   the factory and every stub die when *that thread* exits.
-//! - Call it early, before guest memory exists and before the holder confines itself: the
-//!   factory is a copy of the holder's address space (it keeps the file and shared mappings
-//!   there were at the fork) and inherits the calling thread's seccomp filters. Its first act
-//!   is to unmap its copies of the holder's heap and other anonymous memory ([`crate::shed`]),
-//!   which would otherwise become its own as the holder writes them.
-//! - Other threads may run: after the fork the factory runs only allocation-free, lock-free
-//!   code (raw system calls, libc's plain system-call wrappers, data prepared before the
-//!   fork), so a lock another thread held at the fork (malloc's included) cannot deadlock it.
+//! - Call it before the holder confines itself with seccomp: the factory inherits the calling
+//!   thread's filters.
+//! - Other threads may run: the factory runs only allocation-free, lock-free code that leaves
+//!   libc's thread state alone (raw system calls, data prepared before the `clone3`). Each
+//!   stub it forks is a copy of the holder's whole address space, which the stub's first
+//!   instructions unmap.
 //!
 //! # Not done (TODO)
 //! - An empty tmpfs root in the mount namespace (pivot_root); the namespace is only private.
@@ -73,10 +84,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::shed::Shed;
-use crate::stub::{
-    fork_with_pidfd, spawn_parts, Forked, KSigaction, StubParts, StubTemplate, SPAWN_CALLS,
-};
+use crate::filter::{self, SockFilter};
+use crate::stub::{spawn_parts, CloneArgs, KSigaction, StubParts, StubTemplate, SPAWN_CALLS};
 use crate::sys::{self, raw};
 use crate::sysmsg::STUB_NOFILE;
 use crate::{host, StubProcess, TrapError};
@@ -113,7 +122,7 @@ const REQUEST_LEN: usize = 8;
 const REPLY_LEN: usize = 24;
 
 /// The factory's start-up steps, by the step number of its failure report.
-const STARTUP_STEPS: [&str; 11] = [
+const STARTUP_STEPS: [&str; 12] = [
     "none",
     "factory PR_SET_PDEATHSIG / parent check",
     "factory descriptors",
@@ -125,6 +134,7 @@ const STARTUP_STEPS: [&str; 11] = [
     "factory capabilities",
     "factory rlimits",
     "factory PR_SET_NO_NEW_PRIVS",
+    "factory seccomp filter",
 ];
 const ST_PDEATHSIG: u32 = 1;
 const ST_FDS: u32 = 2;
@@ -136,6 +146,7 @@ const ST_NAMESPACES: u32 = 7;
 const ST_CAPS: u32 = 8;
 const ST_RLIMIT: u32 = 9;
 const ST_NNP: u32 = 10;
+const ST_FILTER: u32 = 11;
 /// Step numbers of a spawn's failed host call: `STEP_SPAWN + SpawnError::call`.
 const STEP_SPAWN: u32 = 100;
 /// The request was malformed.
@@ -206,11 +217,15 @@ pub struct StubFactory {
     sock: Mutex<OwnedFd>,
     pid: i32,
     pidfd: OwnedFd,
-    /// The same template the factory uses (built before the fork): the xsave size and the
-    /// stub code's offsets, for [`StubProcess::from_parts`].
+    /// The same template the factory uses: the xsave size and the stub code's offsets, for
+    /// [`StubProcess::from_parts`].
     template: StubTemplate,
     /// Set once the factory is known dead (or killed because it stopped answering).
     dead: AtomicBool,
+    /// What the factory reads and runs on (its plan and its stack): kept until it is reaped,
+    /// in [`Drop`], which runs before the fields are dropped.
+    _plan: Box<FactoryPlan>,
+    _stack: sys::Mapping,
 }
 
 impl std::fmt::Debug for StubFactory {
@@ -265,47 +280,36 @@ impl StubFactory {
         if options.nofile < 16 {
             return Err(TrapError::Invalid("RLIMIT_NOFILE below 16"));
         }
-        let template = StubTemplate::new()?;
+        // The factory has no rseq registration (the kernel gives a CLONE_VM child none).
+        let template = StubTemplate::new()?.without_rseq();
         let (ours, theirs) = sys::seqpacket_pair().map_err(host("socketpair"))?;
         // SAFETY: getpid, geteuid and getegid have no preconditions.
         let (holder_pid, uid, gid) = unsafe { (libc::getpid(), libc::geteuid(), libc::getegid()) };
-        // What the factory drops of this process's memory: all but its TLS and rseq area;
-        // this thread's stack (where the plan is) once it has moved to its own.
-        let on_stack = 0u8;
-        // SAFETY: pthread_self and __errno_location have no preconditions.
-        let (tcb, errno) =
-            unsafe { (libc::pthread_self() as u64, libc::__errno_location() as u64) };
-        let keep = [
-            &on_stack as *const u8 as u64,
-            tcb,
-            errno,
-            template.rseq_area(),
-        ];
-        let plan = FactoryPlan {
+        let plan = Box::new(FactoryPlan {
             sock: theirs.as_raw_fd(),
             holder_pid,
             uid,
             gid,
             options,
             template,
-            shed: Shed::plan(&keep),
-        };
-        // SAFETY: the child runs only `factory_main`, which never returns and neither
-        // allocates nor takes a lock that another thread of this process might have held.
-        let (pid, pidfd) = match unsafe { fork_with_pidfd(0) } {
-            // SAFETY: in the factory, with the plan prepared above.
-            Ok(Forked::Child) => unsafe { factory_main(&plan) },
-            Ok(Forked::Parent { pid, pidfd }) => (pid, pidfd),
-            Err(errno) => return Err(host("clone3")(std::io::Error::from_raw_os_error(errno))),
-        };
+            filter: FactoryFilter::new(),
+        });
+        let stack = sys::Mapping::anonymous(FACTORY_STACK).map_err(host("mmap"))?;
+        // SAFETY: the factory runs `factory_enter` on `stack` with `plan`, both kept until it
+        // is reaped (the struct below owns them); it allocates nothing, takes no lock and
+        // leaves libc's thread state alone (module documentation).
+        let (pid, pidfd) = unsafe { start_factory(&plan, &stack) }
+            .map_err(|errno| host("clone3")(std::io::Error::from_raw_os_error(errno)))?;
         drop(theirs);
         // From here on, dropping `factory` kills and reaps the factory.
         let factory = StubFactory {
-            sock: Mutex::new(ours),
+            sock: Mutex::new(ours.into()),
             pid,
-            pidfd,
+            pidfd: pidfd.into(),
             template,
             dead: AtomicBool::new(false),
+            _plan: plan,
+            _stack: stack,
         };
         let reply = {
             let sock = factory.sock.lock().unwrap_or_else(|e| e.into_inner());
@@ -362,7 +366,7 @@ impl StubFactory {
     fn answer_with_fds(
         &self,
         sock: BorrowedFd<'_>,
-        fds: &mut [Option<OwnedFd>; sys::MAX_PASSED_FDS],
+        fds: &mut [Option<sys::Fd>; sys::MAX_PASSED_FDS],
     ) -> Result<(Reply, usize), TrapError> {
         let readable =
             match wait_readable(sock, self.pidfd.as_fd(), Instant::now() + FACTORY_DEADLINE) {
@@ -474,9 +478,7 @@ impl Drop for StubFactory {
     }
 }
 
-/// Everything the factory needs after the fork, prepared before it; plain data, which the
-/// factory copies onto a stack of its own ([`factory_main`]).
-#[derive(Clone, Copy)]
+/// Everything the factory needs, prepared before it starts; plain data, which it only reads.
 struct FactoryPlan {
     sock: RawFd,
     holder_pid: i32,
@@ -484,84 +486,96 @@ struct FactoryPlan {
     gid: u32,
     options: FactoryOptions,
     template: StubTemplate,
-    /// The holder's memory the factory unmaps first thing ([`crate::shed`]).
-    shed: Shed,
+    filter: FactoryFilter,
 }
 
-/// The size of the factory's own stack (its pages are touched only as used: the plan at its
-/// top, a spawn's frames below, a few pages in all).
-const FACTORY_STACK: u64 = 256 << 10;
+/// The factory's seccomp program ([`filter::factory_filter`]), in a fixed array.
+struct FactoryFilter {
+    insns: [SockFilter; 128],
+    len: u16,
+}
+
+impl FactoryFilter {
+    fn new() -> FactoryFilter {
+        let prog = filter::factory_filter();
+        let mut insns = [SockFilter {
+            code: 0,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }; 128];
+        // The program is a few dozen instructions (checked by the filter's tests).
+        let len = prog.len().min(insns.len());
+        insns[..len].copy_from_slice(&prog[..len]);
+        FactoryFilter {
+            insns,
+            len: len as u16,
+        }
+    }
+}
+
+/// The size of the factory's stack (its pages are touched only as used: a spawn's frames, a
+/// few pages in all, which count as the holder's).
+const FACTORY_STACK: usize = 256 << 10;
 
 /// The factory's socket after its set-up.
 const FACTORY_SOCK: RawFd = 3;
 
-/// The factory's start: moves onto a stack of its own, with a copy of the plan at its top, so
-/// that the stack it was forked on (a copy of the holder thread's, whose pages become the
-/// factory's own as the holder runs on) can go with the rest of the holder's memory; then
-/// [`factory_run`]. Without a new stack (the `mmap` failed) it runs on the one it has.
+/// Starts the factory: `clone3` with `CLONE_VM | CLONE_SETTLS` (thread pointer 0) |
+/// `CLONE_PIDFD`, exit signal 0, on `stack`; the child calls [`factory_enter`] with `plan`.
+/// Returns the factory's pid and pidfd, or the errno.
 ///
 /// # Safety
-/// Only in the child of the `clone3` of [`StubFactory::start_with`], with `p` prepared there.
-unsafe fn factory_main(p: &FactoryPlan) -> ! {
-    // SAFETY: a fresh anonymous mapping, chosen by the kernel.
-    let base = unsafe {
-        raw(
-            libc::SYS_mmap,
-            [
-                0,
-                FACTORY_STACK,
-                (libc::PROT_READ | libc::PROT_WRITE) as u64,
-                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64,
-                u64::MAX,
-                0,
-            ],
-        )
+/// `plan` and `stack` must outlive the factory (until it is reaped), and nothing else may use
+/// `stack`.
+unsafe fn start_factory(plan: &FactoryPlan, stack: &sys::Mapping) -> Result<(i32, sys::Fd), i32> {
+    let mut pidfd: i32 = -1;
+    let args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_SETTLS | libc::CLONE_PIDFD) as u64,
+        pidfd: &mut pidfd as *mut i32 as u64,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: 0,
+        stack: stack.at(0) as u64,
+        stack_size: FACTORY_STACK as u64,
+        tls: 0,
     };
-    if base < 0 {
-        // SAFETY: as this function's.
-        unsafe { factory_run(p, None) }
-    }
-    let base = base as u64;
-    let top = base + FACTORY_STACK;
-    let at = (top - std::mem::size_of::<FactoryPlan>() as u64) & !63;
-    let own = at as *mut FactoryPlan;
-    // SAFETY: `own` is within the new mapping, aligned, and nothing else refers to it.
-    unsafe { own.write(*p) };
-    // SAFETY: the new stack starts below the plan, 16-byte aligned before the call as the ABI
-    // wants; `factory_enter` never returns, so nothing of this frame is used again.
+    let ret: i64;
+    // SAFETY: in the caller, a plain `clone3`. The child starts with the stack pointer at the
+    // top of `stack` (16-byte aligned, as the ABI wants before the call), every other
+    // register as here but rax, and never comes back here: `factory_enter` does not return.
     unsafe {
         core::arch::asm!(
-            "mov rsp, {sp}",
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "mov rdi, r12",
             "call {enter}",
             "ud2",
-            sp = in(reg) at,
+            "2:",
             enter = sym factory_enter,
-            in("rdi") own,
-            in("rsi") base,
-            options(noreturn),
-        )
+            inlateout("rax") libc::SYS_clone3 => ret,
+            in("rdi") &args as *const CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") plan as *const FactoryPlan,
+            lateout("rcx") _,
+            lateout("r11") _,
+        );
     }
+    if ret < 0 {
+        return Err(-ret as i32);
+    }
+    // SAFETY: clone3 stored a new pidfd we own.
+    Ok((ret as i32, unsafe { sys::Fd::from_raw(pidfd) }))
 }
 
-/// [`factory_run`] on the new stack `base..base + FACTORY_STACK`, the plan at its top.
+/// The factory's whole life: sets up, reports, serves, exits when the holder closes its end.
 ///
 /// # Safety
-/// Only from [`factory_main`]'s switch.
-unsafe extern "C" fn factory_enter(own: *const FactoryPlan, base: u64) -> ! {
-    // SAFETY: the copy `factory_main` wrote, on this stack, used by nothing else.
-    let p = unsafe { &*own };
-    // SAFETY: as this function's.
-    unsafe { factory_run(p, Some((base, base + FACTORY_STACK))) }
-}
-
-/// The factory's whole life: sheds the holder's memory (and the stack it was forked on, if
-/// it now runs on `own_stack`), sets up, reports, serves, exits when the holder closes its
-/// end.
-///
-/// # Safety
-/// Only in the factory, on the stack `own_stack` if given, with `p` copied there.
-unsafe fn factory_run(p: &FactoryPlan, own_stack: Option<(u64, u64)>) -> ! {
-    let stack = p.shed.apply(own_stack);
+/// Only as [`start_factory`]'s child, with `plan` as given there.
+unsafe extern "C" fn factory_enter(plan: *const FactoryPlan) -> ! {
+    // SAFETY: the holder keeps the plan until the factory is reaped, and never writes it.
+    let p = unsafe { &*plan };
     let report = match factory_setup(p) {
         Ok(()) => Reply {
             // SAFETY: getpid has no preconditions.
@@ -582,7 +596,7 @@ unsafe fn factory_run(p: &FactoryPlan, own_stack: Option<(u64, u64)>) -> ! {
     if sys::send_with_fds(sock, &report.encode(), &[]).is_err() || report.step != 0 {
         exit(1);
     }
-    serve(p, sock, stack)
+    serve(p, sock)
 }
 
 fn exit(code: u64) -> ! {
@@ -830,14 +844,30 @@ fn factory_setup(p: &FactoryPlan) -> Result<(), (u32, i32)> {
             [libc::PR_SET_NO_NEW_PRIVS as u64, 1, 0, 0, 0, 0],
         ))
         .map_err(step(ST_NNP))?;
+
+        let fprog = libc::sock_fprog {
+            len: p.filter.len,
+            filter: p.filter.insns.as_ptr() as *mut libc::sock_filter,
+        };
+        ok(raw(
+            libc::SYS_seccomp,
+            [
+                libc::SECCOMP_SET_MODE_FILTER as u64,
+                0,
+                &fprog as *const libc::sock_fprog as u64,
+                0,
+                0,
+                0,
+            ],
+        ))
+        .map_err(step(ST_FILTER))?;
     }
     // Credential changes (the new user namespace) clear the parent-death signal.
     pdeathsig(p.holder_pid).map_err(step(ST_PDEATHSIG))
 }
 
-/// Serves spawn requests until the holder closes its end (or the socket fails); `stack` is
-/// the stack it runs on, trimmed after each spawn.
-fn serve(p: &FactoryPlan, sock: BorrowedFd<'_>, stack: Option<(u64, u64)>) -> ! {
+/// Serves spawn requests until the holder closes its end (or the socket fails).
+fn serve(p: &FactoryPlan, sock: BorrowedFd<'_>) -> ! {
     loop {
         let mut buf = [0u8; REQUEST_LEN + 8];
         let mut fds = [None, None, None, None];
@@ -878,8 +908,6 @@ fn serve(p: &FactoryPlan, sock: BorrowedFd<'_>, stack: Option<(u64, u64)>) -> ! 
             }
             Err(reply) => sys::send_with_fds(sock, &reply.encode(), &[]),
         };
-        // What the spawn touched of the text and the stack goes back to the page cache.
-        p.shed.trim(stack);
         if sent.is_err() {
             exit(3);
         }

@@ -322,6 +322,96 @@ pub(crate) fn app_filter(m: &Meta) -> Vec<SockFilter> {
     program(&handler_rules(m))
 }
 
+/// `SECCOMP_RET_ERRNO | EPERM`.
+pub const RET_EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
+
+/// The system calls the stub factory's filter lets through: the factory's own (serving
+/// requests, forking stubs) and those of a stub's code, from the fork to its last thread's
+/// exit.
+pub const FACTORY_SYSCALLS: [i64; 32] = [
+    // The factory's: reporting, serving requests, a stub's control memfd and socketpair.
+    libc::SYS_getpid,
+    libc::SYS_getppid,
+    libc::SYS_sendmsg,
+    libc::SYS_recvmsg,
+    libc::SYS_memfd_create,
+    libc::SYS_ftruncate,
+    libc::SYS_fcntl,
+    libc::SYS_socketpair,
+    libc::SYS_clone3,
+    libc::SYS_close,
+    libc::SYS_exit_group,
+    // A stub's set-up before its own filter (`child_main` and the init code).
+    libc::SYS_prctl,
+    libc::SYS_setrlimit,
+    libc::SYS_prlimit64,
+    libc::SYS_rseq,
+    libc::SYS_set_robust_list,
+    libc::SYS_rt_sigaction,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_dup2,
+    libc::SYS_close_range,
+    libc::SYS_mremap,
+    libc::SYS_seccomp,
+    // A stub's own calls under its filter (see the module documentation).
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mprotect,
+    libc::SYS_write,
+    libc::SYS_futex,
+    libc::SYS_clone,
+    libc::SYS_dup3,
+    libc::SYS_sigaltstack,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_exit,
+];
+
+/// The stub factory's filter (`crate::factory`): allows [`FACTORY_SYSCALLS`] and fails any
+/// other call with `EPERM`, whatever the architecture.
+///
+/// The factory installs it once it has confined itself, so every stub it forks inherits it,
+/// under the stub's own filters. A stub's filters still decide for the stub: their `TRAP`
+/// and `KILL` outrank `ERRNO`, so an application's system calls trap as before, and the
+/// stub's own calls are all on the list. What the filter confines is the factory itself: it
+/// shares the holder's memory (`CLONE_VM`), so an application that took the holder over
+/// could take the factory over too; it would find no more calls there than those listed,
+/// which the holder's own allowlist has.
+///
+/// A binary search over the sorted numbers (a few instructions per call: it runs on every
+/// system call an application makes).
+pub(crate) fn factory_filter() -> Vec<SockFilter> {
+    let mut nrs: Vec<u32> = FACTORY_SYSCALLS.iter().map(|&n| n as u32).collect();
+    nrs.sort_unstable();
+    nrs.dedup();
+    let mut p = vec![stmt(BPF_LD_W_ABS, OFF_ARCH)];
+    require_eq(&mut p, AUDIT_ARCH_X86_64, RET_EPERM);
+    p.push(stmt(BPF_LD_W_ABS, OFF_NR));
+    p.extend(search(&nrs));
+    p
+}
+
+/// Allows the (sorted) numbers `nrs`, fails others with `EPERM`: "A >= middle" splits the list
+/// until four or fewer are left, compared one by one.
+fn search(nrs: &[u32]) -> Vec<SockFilter> {
+    if nrs.len() <= 4 {
+        let mut p = Vec::new();
+        for (i, &nr) in nrs.iter().enumerate() {
+            // Equal: jump past the other comparisons and the EPERM, to the ALLOW.
+            p.push(jump(BPF_JEQ_K, nr, (nrs.len() - i) as u8, 0));
+        }
+        p.push(stmt(BPF_RET_K, RET_EPERM));
+        p.push(stmt(BPF_RET_K, RET_ALLOW));
+        return p;
+    }
+    let mid = nrs.len() / 2;
+    let (low, high) = (search(&nrs[..mid]), search(&nrs[mid..]));
+    let skip = u8::try_from(low.len()).expect("factory filter too long");
+    let mut p = vec![jump(BPF_JGE_K, nrs[mid], skip, 0)];
+    p.extend(low);
+    p.extend(high);
+    p
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +444,23 @@ mod tests {
     }
 
     const CTRL_ADDR_FOR_TEST: u64 = crate::sysmsg::CTRL_ADDR;
+
+    /// The factory's filter allows exactly its list, whatever the arguments and site, fails
+    /// every other number with EPERM (x32's included), and is short on every path.
+    #[test]
+    fn factory_filter_verdicts() {
+        let p = factory_filter();
+        let allowed: Vec<u32> = FACTORY_SYSCALLS.iter().map(|&n| n as u32).collect();
+        for nr in (0..600).chain([0x4000_0000, 0x4000_0001, u32::MAX]) {
+            let want = if allowed.contains(&nr) {
+                RET_ALLOW
+            } else {
+                RET_EPERM
+            };
+            assert_eq!(run(&p, nr, 0x1234, [u64::MAX; 6]), want, "nr {nr}");
+        }
+        assert!(p.len() < 96, "{} instructions", p.len());
+    }
 
     #[test]
     fn verdicts() {

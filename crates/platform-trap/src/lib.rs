@@ -78,7 +78,6 @@ pub mod factory;
 pub mod filter;
 pub(crate) mod pair;
 pub mod platform;
-mod shed;
 pub mod space;
 mod stub;
 pub mod sys;

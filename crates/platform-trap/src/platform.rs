@@ -189,11 +189,14 @@ impl Platform for TrapPlatform {
     }
 
     fn processes(&self) -> Vec<u32> {
-        let mut v = self.spawner.pids();
-        if let Some(f) = FACTORY.get() {
-            v.push(f.pid() as u32);
-        }
-        v
+        self.spawner.pids()
+    }
+
+    fn shared_processes(&self) -> Vec<u32> {
+        FACTORY
+            .get()
+            .map(|f| vec![f.pid() as u32])
+            .unwrap_or_default()
     }
 
     fn new_memory(&self, size: u64) -> Result<Arc<GuestMemory>, PlatformError> {

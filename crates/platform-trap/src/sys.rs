@@ -3,7 +3,7 @@
 //! CPU facts, and a shared mapping that unmaps itself.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
@@ -152,27 +152,74 @@ pub(crate) fn poll_with_pidfd(
     }
 }
 
-/// A close-on-exec `AF_UNIX` `SOCK_SEQPACKET` socketpair. Allocation-free: usable in a
-/// process forked from a multi-threaded one.
+/// A descriptor this process owns, closed by a raw `close` when dropped. For the code that
+/// runs in the stub factory ([`crate::factory`]), which shares the holder's memory but has no
+/// libc thread state of its own: libc's `close` (which `OwnedFd`'s drop calls) reads and
+/// writes the calling thread's state. The holder takes one over with `OwnedFd::from`.
+#[derive(Debug)]
+pub struct Fd(RawFd);
+
+impl Fd {
+    /// Takes ownership of `fd`.
+    ///
+    /// # Safety
+    /// `fd` is an open descriptor that nothing else owns.
+    pub unsafe fn from_raw(fd: RawFd) -> Fd {
+        Fd(fd)
+    }
+}
+
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+impl AsFd for Fd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: open for as long as `self` lives.
+        unsafe { BorrowedFd::borrow_raw(self.0) }
+    }
+}
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: our own descriptor, closed once.
+        unsafe { raw(libc::SYS_close, [self.0 as u64, 0, 0, 0, 0, 0]) };
+    }
+}
+
+impl From<Fd> for OwnedFd {
+    fn from(fd: Fd) -> OwnedFd {
+        let fd = std::mem::ManuallyDrop::new(fd);
+        // SAFETY: ownership moves from `fd`, which is not dropped.
+        unsafe { OwnedFd::from_raw_fd(fd.0) }
+    }
+}
+
+/// A close-on-exec `AF_UNIX` `SOCK_SEQPACKET` socketpair. Raw system calls only: usable in a
+/// process forked from a multi-threaded one, and in the stub factory.
 ///
 /// # Errors
 /// The `socketpair` error.
-pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn seqpacket_pair() -> io::Result<(Fd, Fd)> {
     let mut pair: [RawFd; 2] = [-1; 2];
     // SAFETY: socketpair writes two descriptors into `pair`.
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            pair.as_mut_ptr(),
+    check(unsafe {
+        raw(
+            libc::SYS_socketpair,
+            [
+                libc::AF_UNIX as u64,
+                (libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC) as u64,
+                0,
+                pair.as_mut_ptr() as u64,
+                0,
+                0,
+            ],
         )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    })?;
     // SAFETY: two new descriptors we own.
-    Ok(unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) })
+    Ok(unsafe { (Fd::from_raw(pair[0]), Fd::from_raw(pair[1])) })
 }
 
 /// Reaps the exited child behind `pidfd` (`waitid(P_PIDFD, WEXITED | __WALL | flags)`, e.g.
@@ -262,8 +309,6 @@ pub fn user_xfeatures() -> u64 {
 pub(crate) struct MapsLine<'a> {
     pub(crate) start: u64,
     pub(crate) end: u64,
-    /// `rwxp`-style permissions, four bytes.
-    pub(crate) perms: &'a [u8],
     /// The path or special name (`[heap]`, `[vdso]`…), empty for an anonymous mapping.
     pub(crate) path: &'a str,
 }
@@ -282,13 +327,12 @@ impl MapsLine<'_> {
         Some(MapsLine {
             start,
             end,
-            perms,
             path: f.nth(3).unwrap_or(""),
         })
     }
 }
 
-/// A `MAP_SHARED` mapping of a file in the holder, unmapped on drop.
+/// A mapping in the holder (of a file, shared, or anonymous), unmapped on drop.
 #[derive(Debug)]
 pub struct Mapping {
     ptr: NonNull<u8>,
@@ -304,22 +348,48 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of `fd` from offset 0, read-write, shared.
     pub fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
-        // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
+        // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected. A raw
+        // call: the stub factory maps stubs' control pages with it.
+        let p = check(unsafe {
+            raw(
+                libc::SYS_mmap,
+                [
+                    0,
+                    len as u64,
+                    (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                    libc::MAP_SHARED as u64,
+                    fd.as_raw_fd() as u64,
+                    0,
+                ],
             )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        })?;
         Ok(Mapping {
-            ptr: NonNull::new(p.cast()).ok_or_else(io::Error::last_os_error)?,
+            ptr: NonNull::new(p as *mut u8)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?,
+            len,
+        })
+    }
+
+    /// A private anonymous read-write mapping of `len` bytes (`MAP_NORESERVE`: its pages are
+    /// allocated as touched).
+    pub fn anonymous(len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
+        let p = check(unsafe {
+            raw(
+                libc::SYS_mmap,
+                [
+                    0,
+                    len as u64,
+                    (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64,
+                    u64::MAX,
+                    0,
+                ],
+            )
+        })?;
+        Ok(Mapping {
+            ptr: NonNull::new(p as *mut u8)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?,
             len,
         })
     }
@@ -407,7 +477,12 @@ impl Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: our own mapping; nothing borrows it any more.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        unsafe {
+            raw(
+                libc::SYS_munmap,
+                [self.ptr.as_ptr() as u64, self.len as u64, 0, 0, 0, 0],
+            )
+        };
     }
 }
 
@@ -496,8 +571,8 @@ struct CmsgBuf([u8; 64]);
 pub const MAX_PASSED_FDS: usize = 4;
 
 /// `sendmsg` of `data` with `fds` attached (`SCM_RIGHTS`), `MSG_NOSIGNAL` (a closed peer is
-/// `EPIPE`, not SIGPIPE). Allocation-free: usable in a process forked from a multi-threaded
-/// one. Retries on `EINTR`.
+/// `EPIPE`, not SIGPIPE). Raw system calls only, allocation-free: usable in a process forked
+/// from a multi-threaded one, and in the stub factory. Retries on `EINTR`.
 ///
 /// # Errors
 /// The `sendmsg` error; `EINVAL` for more than [`MAX_PASSED_FDS`] descriptors.
@@ -537,20 +612,29 @@ pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Re
     }
     loop {
         // SAFETY: msghdr, iovec and control buffer are valid for the call.
-        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-        if n >= 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
+        let n = unsafe {
+            raw(
+                libc::SYS_sendmsg,
+                [
+                    sock.as_raw_fd() as u64,
+                    &msg as *const libc::msghdr as u64,
+                    libc::MSG_NOSIGNAL as u64,
+                    0,
+                    0,
+                    0,
+                ],
+            )
+        };
+        if n != -i64::from(libc::EINTR) {
+            return check(n).map(|_| ());
         }
     }
 }
 
 /// `recvmsg` of one message into `data`, with the descriptors it carries stored in `fds`
 /// (close-on-exec; the first [`MAX_PASSED_FDS`], the others are closed). Returns the data
-/// length (0 at the end of the stream) and the number of descriptors the message carried. Allocation-free; retries on `EINTR`.
+/// length (0 at the end of the stream) and the number of descriptors the message carried.
+/// Raw system calls only, allocation-free (usable in the stub factory); retries on `EINTR`.
 /// A truncated message or control part is an error (`EMSGSIZE`), its descriptors closed.
 ///
 /// # Errors
@@ -558,7 +642,7 @@ pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Re
 pub fn recv_with_fds(
     sock: BorrowedFd<'_>,
     data: &mut [u8],
-    fds: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
+    fds: &mut [Option<Fd>; MAX_PASSED_FDS],
 ) -> io::Result<(usize, usize)> {
     let mut cbuf = CmsgBuf([0; 64]);
     let mut iov = libc::iovec {
@@ -573,13 +657,21 @@ pub fn recv_with_fds(
     msg.msg_controllen = cbuf.0.len();
     let n = loop {
         // SAFETY: msghdr, iovec and control buffer are valid for the call.
-        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
+        let n = unsafe {
+            raw(
+                libc::SYS_recvmsg,
+                [
+                    sock.as_raw_fd() as u64,
+                    &mut msg as *mut libc::msghdr as u64,
+                    libc::MSG_CMSG_CLOEXEC as u64,
+                    0,
+                    0,
+                    0,
+                ],
+            )
+        };
+        if n != -i64::from(libc::EINTR) {
+            break check(n)? as usize;
         }
     };
     let mut count = 0;
@@ -592,7 +684,7 @@ pub fn recv_with_fds(
                 let payload = (*c).cmsg_len - libc::CMSG_LEN(0) as usize;
                 let p = libc::CMSG_DATA(c).cast::<RawFd>();
                 for i in 0..payload / size_of::<RawFd>() {
-                    let fd = OwnedFd::from_raw_fd(p.add(i).read_unaligned());
+                    let fd = Fd::from_raw(p.add(i).read_unaligned());
                     if count < MAX_PASSED_FDS {
                         fds[count] = Some(fd);
                     }

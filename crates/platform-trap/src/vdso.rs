@@ -72,11 +72,13 @@ impl HostVdso {
         let mut count = 0;
         let mut code = None;
         for line in maps.lines() {
-            let name = line.split_whitespace().nth(5).unwrap_or("");
+            let Some(m) = crate::sys::MapsLine::parse(line) else {
+                continue;
+            };
+            let name = m.path;
             if !(name.starts_with("[vvar") || name == "[vdso]") {
                 continue;
             }
-            let m = crate::sys::MapsLine::parse(line)?;
             let (s, e) = (m.start, m.end);
             if count == MAX_PIECES {
                 return None;

@@ -158,6 +158,9 @@ fn factory_stubs_are_confined_and_children_of_the_holder() {
     }
     assert_eq!(status_field(factory.pid(), "CapEff"), "0000000000000000");
     assert_eq!(status_field(factory.pid(), "NoNewPrivs"), "1");
+    // Its own filter (the calls it and its stubs make, EPERM for the rest) and no other.
+    assert_eq!(status_field(factory.pid(), "Seccomp"), "2");
+    assert_eq!(status_field(factory.pid(), "Seccomp_filters"), "1");
     assert_eq!(
         fds_of(factory.pid()).len(),
         1,
@@ -181,8 +184,8 @@ fn factory_stubs_are_confined_and_children_of_the_holder() {
     }
     assert_eq!(status_field(pid, "NoNewPrivs"), "1");
     assert_eq!(status_field(pid, "Seccomp"), "2");
-    // Only its own filter: nothing of the test process's.
-    assert_eq!(status_field(pid, "Seccomp_filters"), "1");
+    // The factory's filter and its own: nothing of the test process's.
+    assert_eq!(status_field(pid, "Seccomp_filters"), "2");
     assert_eq!(max_open_files(pid), ["1024", "1024"]);
     assert_eq!(fds_of(pid), [3, 4, 5]);
     // The factory keeps nothing of it (it closes its copies just after its reply).
@@ -307,7 +310,8 @@ fn holder_filter_installed_later_does_not_reach_factory_stubs() {
             // From the factory: the guest's uname traps to the holder.
             let (mem, _view) = guest_memory(&UNAME_EXIT);
             let stub = factory.spawn(mem.as_fd()).unwrap();
-            assert_eq!(status_field(stub.pid(), "Seccomp_filters"), "1");
+            // The factory's filter and the stub's own.
+            assert_eq!(status_field(stub.pid(), "Seccomp_filters"), "2");
             let mut t = guest_thread(&stub, UNAME_EXIT.len());
             assert_eq!(t.switch().unwrap(), TrapExit::Syscall);
             assert_eq!(t.regs().regs.rax, 63, "uname trapped");
@@ -319,6 +323,7 @@ fn holder_filter_installed_later_does_not_reach_factory_stubs() {
             // For contrast: a stub forked by this thread inherits the filter and dies.
             let (mem, _view) = guest_memory(&UNAME_EXIT);
             let direct = StubProcess::spawn(mem.as_fd()).unwrap();
+            // This thread's filter and the stub's own.
             assert_eq!(status_field(direct.pid(), "Seccomp_filters"), "2");
             let mut t = guest_thread(&direct, UNAME_EXIT.len());
             assert!(matches!(t.switch(), Err(TrapError::StubDied)));
@@ -359,48 +364,38 @@ fn dead_factory_fails_spawn_and_stubs_live_on() {
     run_write_exit(&mut t2, &view);
 }
 
-/// The factory unmaps the holder's heap and anonymous memory it was forked with (its
-/// copies would become its own as the holder writes them) and runs on a stack of its own: a
-/// buffer of the test process is not mapped in the factory, whose anonymous memory stays far
-/// below the buffer's size; it still spawns working stubs.
+/// The factory shares the test process's memory (`CLONE_VM`, as `kcmp` tells), so it has
+/// none of its own to count; a stub it forks from there keeps nothing of that memory (a
+/// buffer of the test process is not in the stub's anonymous memory), and runs.
 #[test]
-fn the_factory_drops_the_holder_s_memory() {
+fn the_factory_shares_the_holder_s_memory() {
     const BIG: usize = 16 << 20;
     let big = vec![7u8; BIG];
-    let addr = big.as_ptr() as u64;
     let factory = StubFactory::start().unwrap();
-    let fpid = factory.pid();
-    let in_factory = common::maps_of(fpid)
-        .into_iter()
-        .find(|(a, b, _)| (*a..*b).contains(&addr));
+    // SAFETY: kcmp compares two processes' kernel objects; no memory arguments.
+    let same = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            libc::getpid(),
+            factory.pid(),
+            1, // KCMP_VM
+            0,
+            0,
+        )
+    };
     assert_eq!(
-        in_factory, None,
-        "the buffer is still mapped in the factory"
-    );
-    let anon_kib: usize = status_field(fpid, "RssAnon")
-        .trim_end_matches(" kB")
-        .parse()
-        .unwrap();
-    assert!(anon_kib < 2048, "the factory's RssAnon: {anon_kib} kB");
-    // It runs on a stack of its own, not on its copy of this thread's (its stack pointer, as
-    // /proc shows it while it waits for a request, is outside this thread's stack mapping).
-    let here = &big as *const Vec<u8> as u64;
-    let my_stack = common::maps_of(std::process::id() as i32)
-        .into_iter()
-        .find(|(a, b, _)| (*a..*b).contains(&here))
-        .expect("this thread's stack");
-    let sp = std::fs::read_to_string(format!("/proc/{fpid}/syscall"))
-        .expect("the factory's /proc/PID/syscall")
-        .split_whitespace()
-        .nth(7)
-        .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
-        .expect("a stack pointer");
-    assert!(
-        !(my_stack.0..my_stack.1).contains(&sp),
-        "the factory waits on its copy of the holder thread's stack ({sp:#x})"
+        same,
+        0,
+        "kcmp(KCMP_VM): {}",
+        std::io::Error::last_os_error()
     );
     let (mem, view) = guest_memory(&WRITE_EXIT);
     let stub = factory.spawn(mem.as_fd()).unwrap();
+    let anon_kib: usize = status_field(stub.pid(), "RssAnon")
+        .trim_end_matches(" kB")
+        .parse()
+        .unwrap();
+    assert!(anon_kib < 1024, "the stub's RssAnon: {anon_kib} kB");
     let mut t = guest_thread(&stub, WRITE_EXIT.len());
     run_write_exit(&mut t, &view);
     assert_eq!(std::hint::black_box(big)[BIG - 1], 7);

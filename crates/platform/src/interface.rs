@@ -186,8 +186,13 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
     /// [`PlatformError`] if the host refuses the memory.
     fn new_memory(&self, size: u64) -> Result<Arc<GuestMemory>, PlatformError>;
     /// The host processes the platform runs the application in, beside the runtime's own
-    /// (none on KVM; the stub factory and the stubs on trap): their memory is the sandbox's too.
+    /// (none on KVM; the stubs on trap): their memory is the sandbox's too.
     fn processes(&self) -> Vec<u32> {
+        Vec::new()
+    }
+    /// The platform's host processes that share the runtime's own memory (the trap platform's
+    /// stub factory): nothing of their own to count, and not to be counted again as helpers.
+    fn shared_processes(&self) -> Vec<u32> {
         Vec::new()
     }
     /// Guest memory of `size` bytes whose contents are the file `image` (a checkpoint's

@@ -716,6 +716,8 @@ fn stats(d: &Daemon) -> serde_json::Value {
     // map pages of guest memory): listed here, and added by `torpor stats`, which can read
     // their figures (not dumpable, they are not readable to the holder).
     let platform_pids = d.platform.processes();
+    // The trap platform's stub factory shares the holder's memory: listed apart, counted once.
+    let platform_shared_pids = d.platform.shared_processes();
     let shared = d.hib.shared();
     let m = shared.metrics.snapshot();
     let machine = shared.state.lock().map(|s| s.to_json()).unwrap_or_default();
@@ -729,6 +731,7 @@ fn stats(d: &Daemon) -> serde_json::Value {
         "pid": pid,
         "platform": d.platform.name(),
         "platform_pids": platform_pids,
+        "platform_shared_pids": platform_shared_pids,
         "pss_bytes": pss,
         "holder_pss_bytes": pss,
         "rss_bytes": rss,

@@ -132,10 +132,11 @@ pub fn stats(id: Option<&str>, prometheus: bool) -> Result<u8> {
     Ok(0)
 }
 
-/// The platform's processes a sandbox's stats list (`platform_pids`: the trap platform's stub
-/// factory and stubs).
-fn platform_pids(v: &serde_json::Value) -> Vec<u32> {
-    v.get("platform_pids")
+/// The platform's processes a sandbox's stats list under `field`: `platform_pids` (the trap
+/// platform's stubs, with memory of their own) or `platform_shared_pids` (its stub factory,
+/// which shares the holder's).
+fn pids_in(v: &serde_json::Value, field: &str) -> Vec<u32> {
+    v.get(field)
         .and_then(serde_json::Value::as_array)
         .map(|a| {
             a.iter()
@@ -152,7 +153,7 @@ fn platform_pids(v: &serde_json::Value) -> Vec<u32> {
 /// dumpable).
 fn with_platform(v: &mut serde_json::Value) {
     let (mut pss, mut rss) = (0, 0);
-    for p in platform_pids(v) {
+    for p in pids_in(v, "platform_pids") {
         let (ps, rs) = crate::procfs::pss_rss(p).unwrap_or((0, 0));
         pss += ps;
         rss += rs;
@@ -172,8 +173,11 @@ fn with_platform(v: &mut serde_json::Value) {
 /// dumpable).
 fn with_helpers(v: &mut serde_json::Value) {
     if let Some(pid) = v.get("pid").and_then(serde_json::Value::as_u64) {
-        // The platform's processes (trap stubs) are in `pss_bytes` already.
-        let helpers = crate::procfs::children_pss(pid as u32, &platform_pids(v));
+        // The platform's processes: the trap stubs are in `pss_bytes` already, the stub
+        // factory's memory is the holder's.
+        let mut platform = pids_in(v, "platform_pids");
+        platform.extend(pids_in(v, "platform_shared_pids"));
+        let helpers = crate::procfs::children_pss(pid as u32, &platform);
         if let Some(o) = v.as_object_mut() {
             o.insert("helpers_pss_bytes".into(), helpers.into());
         }

@@ -64,7 +64,7 @@ pub(crate) mod asm;
 #[cfg(test)]
 mod tests;
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -455,15 +455,15 @@ pub(crate) struct KSigaction {
 
 /// The kernel's `struct clone_args` (version 0).
 #[repr(C)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
+pub(crate) struct CloneArgs {
+    pub(crate) flags: u64,
+    pub(crate) pidfd: u64,
+    pub(crate) child_tid: u64,
+    pub(crate) parent_tid: u64,
+    pub(crate) exit_signal: u64,
+    pub(crate) stack: u64,
+    pub(crate) stack_size: u64,
+    pub(crate) tls: u64,
 }
 
 /// Which side of [`fork_with_pidfd`] returned.
@@ -471,7 +471,7 @@ pub(crate) enum Forked {
     /// The new process.
     Child,
     /// The caller, with the new process's pid and pidfd.
-    Parent { pid: i32, pidfd: OwnedFd },
+    Parent { pid: i32, pidfd: sys::Fd },
 }
 
 /// A fork-like `clone3` (no `CLONE_VM`, no new stack, exit signal 0) with `CLONE_PIDFD` and
@@ -513,7 +513,7 @@ pub(crate) unsafe fn fork_with_pidfd(flags: u64) -> Result<Forked, i32> {
         p if p < 0 => Err(-p as i32),
         p => {
             // SAFETY: clone3 stored a new pidfd we own.
-            let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+            let pidfd = unsafe { sys::Fd::from_raw(pidfd) };
             Ok(Forked::Parent {
                 pid: p as i32,
                 pidfd,
@@ -840,12 +840,12 @@ unsafe fn child_main(p: &ChildPlan) -> ! {
 
 /// Everything about spawning a stub that does not depend on the guest memory, checked and
 /// computed once: building it allocates (and looks glibc's rseq symbols up with `dlsym`),
-/// using it in [`spawn_parts`] does not. It is plain data, owning nothing on the heap: the
-/// stub factory, a fork of the holder, uses its copy of a template on its stack after it
-/// has unmapped the holder's heap (`crate::factory`).
+/// using it in [`spawn_parts`] does not. It is plain data, owning nothing on the heap.
 ///
 /// The rseq registration it records is the *calling thread's*: [`spawn_parts`] must run on
-/// that thread or on a `fork` copy of it (the stub factory is one).
+/// that thread or on a `fork` copy of it, or on a template [`StubTemplate::without_rseq`]
+/// (the stub factory's: it shares the holder's memory, and the kernel gives such a process no
+/// rseq registration).
 #[derive(Clone, Copy)]
 pub(crate) struct StubTemplate {
     pub(crate) xsave_size: usize,
@@ -864,9 +864,14 @@ pub(crate) struct StubTemplate {
 }
 
 impl StubTemplate {
-    /// The calling thread's rseq area as glibc registered it (0 for none).
-    pub(crate) fn rseq_area(&self) -> u64 {
-        self.rseq_area
+    /// This template for a process that has no rseq registration to undo: one that shares
+    /// its parent's memory (`CLONE_VM`), which the kernel registers none for.
+    pub(crate) fn without_rseq(self) -> StubTemplate {
+        StubTemplate {
+            rseq_area: 0,
+            rseq_lens: [0; 4],
+            ..self
+        }
     }
 
     /// Checks the host and prepares the pieces of every stub spawn.
@@ -936,11 +941,11 @@ pub(crate) struct StubParts {
     /// The stub's pid, as the holder's PID namespace sees it.
     pub(crate) pid: i32,
     /// A pidfd of the stub.
-    pub(crate) pidfd: OwnedFd,
+    pub(crate) pidfd: sys::Fd,
     /// The control memfd (command page, filters, reply page, sysmsg areas).
-    pub(crate) ctrl_fd: OwnedFd,
+    pub(crate) ctrl_fd: sys::Fd,
     /// The holder's end of the reply socketpair.
-    pub(crate) reply_sock: OwnedFd,
+    pub(crate) reply_sock: sys::Fd,
 }
 
 /// The host calls of [`spawn_parts`], by [`SpawnError::call`].
@@ -963,8 +968,16 @@ pub(crate) struct SpawnError {
 }
 
 impl SpawnError {
-    fn last(call: u8) -> SpawnError {
-        SpawnError::io(call, std::io::Error::last_os_error())
+    /// The raw system call result `r` of `call` as a `Result`.
+    fn check(call: u8, r: i64) -> Result<i64, SpawnError> {
+        if r < 0 {
+            Err(SpawnError {
+                call,
+                errno: -r as i32,
+            })
+        } else {
+            Ok(r)
+        }
     }
 
     /// `SpawnError` of `call` with the errno of `e` (`EIO` if it has none).
@@ -995,8 +1008,9 @@ impl From<SpawnError> for TrapError {
 /// caller's own parent (`CLONE_PARENT`: the stub factory hands its stubs to the holder); its
 /// `PR_SET_PDEATHSIG` then checks that its parent is `parent_pid`.
 ///
-/// Allocation-free and lock-free (raw system calls, libc's plain system-call wrappers, the
-/// template's prepared data), so that a process forked from a multi-threaded one may call it.
+/// Allocation-free, lock-free and free of libc's thread state (raw system calls only, the
+/// template's prepared data), so that a process forked from a multi-threaded one may call it,
+/// and the stub factory, which shares the holder's memory but not its threads.
 pub(crate) fn spawn_parts(
     t: &StubTemplate,
     memory: BorrowedFd<'_>,
@@ -1005,34 +1019,44 @@ pub(crate) fn spawn_parts(
 ) -> Result<StubParts, SpawnError> {
     // The control memfd: command page, filters, reply page, sysmsg areas.
     // SAFETY: a valid C string; the flags are known.
-    let fd = unsafe {
-        libc::memfd_create(
-            c"torpor-stub-ctrl".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+    let fd = SpawnError::check(0, unsafe {
+        raw(
+            libc::SYS_memfd_create,
+            [
+                c"torpor-stub-ctrl".as_ptr() as u64,
+                u64::from(libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING),
+                0,
+                0,
+                0,
+                0,
+            ],
         )
-    };
-    if fd < 0 {
-        return Err(SpawnError::last(0));
-    }
+    })?;
     // SAFETY: a new descriptor we own.
-    let ctrl_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let ctrl_fd = unsafe { sys::Fd::from_raw(fd as RawFd) };
     // SAFETY: valid descriptor.
-    if unsafe { libc::ftruncate(ctrl_fd.as_raw_fd(), CTRL_FD_SIZE as libc::off_t) } < 0 {
-        return Err(SpawnError::last(1));
-    }
-    // SAFETY: valid descriptor; sealing only restricts later size changes.
-    let r = unsafe {
-        libc::fcntl(
-            ctrl_fd.as_raw_fd(),
-            libc::F_ADD_SEALS,
-            libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL,
+    SpawnError::check(1, unsafe {
+        raw(
+            libc::SYS_ftruncate,
+            [ctrl_fd.as_raw_fd() as u64, CTRL_FD_SIZE, 0, 0, 0, 0],
         )
-    };
-    if r < 0 {
-        return Err(SpawnError::last(5));
-    }
-    let ctrl =
-        Mapping::shared(ctrl_fd.as_fd(), CTRL_FD_SIZE as usize).map_err(|_| SpawnError::last(2))?;
+    })?;
+    // SAFETY: valid descriptor; sealing only restricts later size changes.
+    SpawnError::check(5, unsafe {
+        raw(
+            libc::SYS_fcntl,
+            [
+                ctrl_fd.as_raw_fd() as u64,
+                libc::F_ADD_SEALS as u64,
+                (libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL) as u64,
+                0,
+                0,
+                0,
+            ],
+        )
+    })?;
+    let ctrl = Mapping::shared(ctrl_fd.as_fd(), CTRL_FD_SIZE as usize)
+        .map_err(|e| SpawnError::io(2, e))?;
     ctrl.write_u64(CTRL_FD_CMD + CMD_XSAVE_SIZE, t.xsave_size as u64);
     ctrl.write_u64(CTRL_FD_CMD + CMD_STUB_SPIN, DEFAULT_STUB_SPIN);
     ctrl.write_u64(CTRL_FD_CMD + CMD_DONE_OK, 1);
@@ -1146,6 +1170,11 @@ impl StubProcess {
             ctrl_fd,
             reply_sock,
         } = parts;
+        let (pidfd, ctrl_fd, reply_sock) = (
+            OwnedFd::from(pidfd),
+            OwnedFd::from(ctrl_fd),
+            OwnedFd::from(reply_sock),
+        );
         // SAFETY: a zeroed stat for fstat to fill.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: a valid descriptor and stat buffer.
