@@ -256,8 +256,106 @@ pub struct PageRun {
 /// The state of every page of guest-physical memory.
 #[derive(Clone)]
 pub struct PageStateMap {
-    entries: Vec<u32>,
+    entries: Entries,
     counts: PageCounts,
+}
+
+/// The map's array: a private anonymous mapping of its own, zero-filled by the host as its
+/// pages are first written (reads of a page never written cost no memory either), so that a
+/// map of a large sandbox's memory costs only the pages that describe pages it used.
+///
+/// Not a `Vec`: the allocator may serve one from memory it had freed, which it clears
+/// whole, and then a 2 GiB sandbox's map costs 2 MiB for as long as it lives, hibernated
+/// included (as it did once the application had made the allocator raise its mmap
+/// threshold).
+struct Entries {
+    ptr: std::ptr::NonNull<u32>,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone and accessed only through `&self` /
+// `&mut self`, as a `Vec<u32>`'s buffer would be.
+unsafe impl Send for Entries {}
+// SAFETY: as above.
+unsafe impl Sync for Entries {}
+
+impl Entries {
+    /// `len` zero entries.
+    fn zeroed(len: usize) -> Result<Entries, PageStateError> {
+        let too_big = || PageStateError::OutOfRange {
+            page: PageIdx(len as u64),
+            pages: len as u64,
+        };
+        if len == 0 {
+            return Ok(Entries {
+                ptr: std::ptr::NonNull::dangling(),
+                len,
+            });
+        }
+        let bytes = len.checked_mul(4).ok_or_else(too_big)?;
+        // SAFETY: a fresh private anonymous mapping chosen by the kernel.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(too_big());
+        }
+        Ok(Entries {
+            ptr: std::ptr::NonNull::new(p.cast()).ok_or_else(too_big)?,
+            len,
+        })
+    }
+}
+
+impl std::ops::Deref for Entries {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        // SAFETY: `len` initialised (zero-filled) entries in our mapping, or dangling and 0.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Entries {
+    fn deref_mut(&mut self) -> &mut [u32] {
+        // SAFETY: as `deref`, borrowed mutably through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Clone for Entries {
+    /// A copy that writes only the source's non-zero pages (the others stay unbacked).
+    ///
+    /// # Panics
+    /// If the host refuses the copy's mapping (as a `Vec`'s clone aborts without memory).
+    fn clone(&self) -> Entries {
+        let mut copy = match Entries::zeroed(self.len) {
+            Ok(c) => c,
+            Err(e) => panic!("page-state map copy: {e}"),
+        };
+        const PER_PAGE: usize = PAGE_SIZE as usize / 4;
+        for (dst, src) in copy.chunks_mut(PER_PAGE).zip(self.chunks(PER_PAGE)) {
+            if src.iter().any(|&e| e != 0) {
+                dst.copy_from_slice(src);
+            }
+        }
+        copy
+    }
+}
+
+impl Drop for Entries {
+    fn drop(&mut self) {
+        if self.len != 0 {
+            // SAFETY: our own mapping of `len * 4` bytes; nothing borrows it any more.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len * 4) };
+        }
+    }
 }
 
 impl fmt::Debug for PageStateMap {
@@ -281,8 +379,10 @@ impl PageStateMap {
             pages,
         })?;
         let resident = PageState::Resident.encode()?;
+        let mut entries = Entries::zeroed(n)?;
+        entries.fill(resident);
         Ok(PageStateMap {
-            entries: vec![resident; n],
+            entries,
             counts: PageCounts {
                 resident: pages,
                 ..PageCounts::default()
@@ -293,7 +393,7 @@ impl PageStateMap {
     /// A map of `pages` pages, all [`PageState::Free`]: what the hibernate engine starts from
     /// (before the first deflate nothing reads it, and the deflate sets every page the
     /// application holds). Its array is zero-filled lazily by the host: pages of the map that
-    /// only ever describe free guest pages cost no memory.
+    /// only ever describe free guest pages cost no memory ([`Entries`]).
     ///
     /// # Errors
     /// As [`PageStateMap::new`].
@@ -303,7 +403,7 @@ impl PageStateMap {
             pages,
         })?;
         Ok(PageStateMap {
-            entries: vec![0; n],
+            entries: Entries::zeroed(n)?,
             counts: PageCounts {
                 free: pages,
                 ..PageCounts::default()
@@ -532,6 +632,43 @@ mod tests {
             PageState::Swapped { slot: MAX_SLOT + 1 }.encode(),
             Err(PageStateError::SlotTooLarge(u64::from(MAX_SLOT) + 1))
         );
+    }
+
+    /// Pages of a map's array the host backs (mincore).
+    fn backed_pages(m: &PageStateMap) -> usize {
+        let bytes = m.entries.len() * 4;
+        let mut vec = vec![0u8; bytes.div_ceil(PAGE_SIZE as usize)];
+        // SAFETY: the map's own mapping and a vector of one byte per page of it.
+        let r = unsafe {
+            libc::mincore(
+                m.entries.ptr.as_ptr().cast(),
+                bytes,
+                vec.as_mut_ptr().cast(),
+            )
+        };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    /// A map of a 2 GiB sandbox's memory costs the host only the pages of it written, and its
+    /// copy only those the original has.
+    #[test]
+    fn a_large_map_costs_only_what_it_describes() {
+        let pages = (2u64 << 30) / PAGE_SIZE;
+        let mut m = PageStateMap::new_all_free(pages).unwrap();
+        for p in (0..pages).step_by(pages as usize / 8) {
+            m.set(PageIdx(p), PageState::Resident).unwrap();
+        }
+        // 8 of the array's 512 pages written, in each. (Reading the rest maps the host's zero
+        // page, which mincore would report too: the copy reads the original's only after.)
+        assert_eq!(backed_pages(&m), 8);
+        let copy = m.clone();
+        assert_eq!(backed_pages(&copy), 8);
+        assert_eq!(copy.get(PageIdx(pages / 8)).unwrap(), PageState::Resident);
+        assert_eq!(copy.get(PageIdx(1)).unwrap(), PageState::Free);
+        assert_eq!(copy.counts(), m.counts());
+        let free = m.iter().filter(|(_, s)| *s == PageState::Free).count() as u64;
+        assert_eq!(free, pages - 8);
     }
 
     #[test]

@@ -307,6 +307,22 @@ impl std::str::FromStr for WakeMode {
     }
 }
 
+/// Keeps glibc malloc's thresholds at their defaults for the whole process (`mallopt`, 128
+/// KiB: allocations from that size are mappings of their own, unmapped when freed; a heap's
+/// free top from that size goes back to the host), so that what a hibernation frees goes
+/// back to the host. Left to itself, malloc raises both after the first large free (the
+/// deflate's buffers are megabytes) up to 32 and 64 MiB; a thread's arena then keeps its
+/// free top resident (`malloc_trim` does not shrink a thread arena's top), hundreds of KiB
+/// per hibernated sandbox.
+fn keep_allocator_thresholds() {
+    const THRESHOLD: libc::c_int = 128 << 10;
+    // SAFETY: mallopt has no preconditions; these two parameters take byte counts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, THRESHOLD);
+    }
+}
+
 /// Builds the two sides for a sandbox whose state directory is `dir`.
 ///
 /// # Errors
@@ -324,6 +340,7 @@ pub fn new(
     }
     // SAFETY: a fresh fd owned by nobody else.
     let wake_efd = unsafe { OwnedFd::from_raw_fd(efd) };
+    keep_allocator_thresholds();
     // The page-state map is built at the first deflate; check now that it can be.
     PageStateMap::new_all_free(mem.size().div_ceil(PAGE_SIZE))
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
