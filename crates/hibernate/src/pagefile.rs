@@ -48,7 +48,6 @@
 //! process, which a host crash ends anyway, so by default nothing is fsynced;
 //! [`WriteOptions::sync`] adds one `fdatasync` in `finish`.
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -237,15 +236,20 @@ pub struct IndexEntry {
 }
 
 /// The index of a finished page file: slot → (page, crc) and page → slot.
+///
+/// Page → slot is a binary search over the slots sorted by page (4 bytes a page, where a hash
+/// map took about 30): a hibernated sandbox keeps the index of every swap file it has.
 #[derive(Clone, Debug, Default)]
 pub struct PageIndex {
     entries: Vec<IndexEntry>,
-    by_page: HashMap<u64, u32>,
+    /// Every slot, in the order of its page.
+    by_page: Vec<u32>,
 }
 
 impl PageIndex {
+    /// The index of `entries` (in slot order, each page once).
     fn from_entries(entries: Vec<IndexEntry>) -> Self {
-        let by_page = entries.iter().map(|e| (e.page.0, e.slot)).collect();
+        let by_page = slots_by_page(&entries);
         PageIndex { entries, by_page }
     }
     /// Number of pages held.
@@ -258,7 +262,11 @@ impl PageIndex {
     }
     /// Slot and crc of `page`, if the file holds it.
     pub fn lookup(&self, page: PageIdx) -> Option<(u32, u32)> {
-        let slot = *self.by_page.get(&page.0)?;
+        let at = self
+            .by_page
+            .binary_search_by_key(&page, |&s| self.entries[s as usize].page)
+            .ok()?;
+        let slot = self.by_page[at];
         Some((slot, self.entries[slot as usize].crc))
     }
     /// The entry for `slot`.
@@ -269,6 +277,13 @@ impl PageIndex {
     pub fn entries(&self) -> &[IndexEntry] {
         &self.entries
     }
+}
+
+/// The slots of `entries` (in slot order) sorted by their page.
+fn slots_by_page(entries: &[IndexEntry]) -> Vec<u32> {
+    let mut by_page: Vec<u32> = (0..entries.len() as u32).collect();
+    by_page.sort_unstable_by_key(|&s| entries[s as usize].page);
+    by_page
 }
 
 fn crc(data: &[u8]) -> u32 {
@@ -639,7 +654,6 @@ impl PageFileReader {
             return Err(PageFileError::IndexChecksum);
         }
         let mut entries = Vec::with_capacity(count as usize);
-        let mut by_page = HashMap::with_capacity(count as usize);
         for (s, e) in raw.chunks_exact(ENTRY_BYTES as usize).enumerate() {
             let page = PageIdx(le_u64(e, 0));
             let slot = le_u32(e, 8);
@@ -655,14 +669,18 @@ impl PageFileReader {
                     pages: page_count,
                 });
             }
-            if by_page.insert(page.0, slot).is_some() {
-                return Err(PageFileError::DuplicatePage(page));
-            }
             entries.push(IndexEntry {
                 page,
                 slot,
                 crc: le_u32(e, 12),
             });
+        }
+        let by_page = slots_by_page(&entries);
+        if let Some(w) = by_page
+            .windows(2)
+            .find(|w| entries[w[0] as usize].page == entries[w[1] as usize].page)
+        {
+            return Err(PageFileError::DuplicatePage(entries[w[0] as usize].page));
         }
         Ok(PageFileReader {
             file,

@@ -295,6 +295,40 @@ mod tests {
         assert!(!path.exists());
     }
 
+    /// An index that names a page twice (its checksums rewritten to match) is refused at
+    /// open, and every page of a sound file is found by its page.
+    #[test]
+    fn an_index_naming_a_page_twice_is_refused() {
+        let dir = TempDir::new();
+        let pages = sample(9);
+        let path = write_file(&dir, &pages, 100);
+        let r = SwapReader::open(&path).unwrap();
+        for (slot, (page, _)) in pages.iter().enumerate() {
+            assert_eq!(r.index().lookup(PageIdx(*page)).unwrap().0, slot as u32);
+        }
+        assert_eq!(r.index().lookup(PageIdx(99)), None);
+        drop(r);
+        let mut b = std::fs::read(&path).unwrap();
+        let len = b.len();
+        let t = len - 32;
+        let index_off = u64::from_le_bytes(b[t + 8..t + 16].try_into().unwrap()) as usize;
+        let count = u64::from_le_bytes(b[t + 16..t + 24].try_into().unwrap()) as usize;
+        // Entry 5 names entry 2's page.
+        let page2: [u8; 8] = b[index_off + 2 * 16..index_off + 2 * 16 + 8]
+            .try_into()
+            .unwrap();
+        b[index_off + 5 * 16..index_off + 5 * 16 + 8].copy_from_slice(&page2);
+        let c = crc32c::crc32c(&b[index_off..index_off + count * 16]);
+        b[t + 24..t + 28].copy_from_slice(&c.to_le_bytes());
+        let c = crc32c::crc32c(&b[t..t + 28]);
+        b[t + 28..t + 32].copy_from_slice(&c.to_le_bytes());
+        std::fs::write(&path, &b).unwrap();
+        assert!(matches!(
+            SwapReader::open(&path),
+            Err(SwapError::DuplicatePage(p)) if p == PageIdx(pages[2].0)
+        ));
+    }
+
     #[test]
     fn corrupted_data_byte_is_checksum_mismatch() {
         let dir = TempDir::new();
