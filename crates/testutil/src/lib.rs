@@ -72,6 +72,24 @@ pub fn platform_is_trap() -> bool {
     std::env::var("TORPOR_PLATFORM").as_deref() == Ok("trap")
 }
 
+/// Whether processes `a` and `b` share one address space (`kcmp(KCMP_VM)`; false if either
+/// is gone or may not be compared): the trap platform's stub factory shares its holder's, so
+/// its smaps are the holder's and must not be counted twice.
+pub fn same_memory(a: u32, b: u32) -> bool {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp compares two processes' kernel objects; no memory arguments.
+    unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            a as libc::c_long,
+            b as libc::c_long,
+            KCMP_VM,
+            0,
+            0,
+        ) == 0
+    }
+}
+
 /// PSS of process `pid` in KiB (`/proc/PID/smaps_rollup`), if readable.
 pub fn pss_kib(pid: u32) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))

@@ -253,6 +253,7 @@ fn http_once(
 
 /// PSS (KiB) of `pid` and every process below it: the holder with its janitor and file
 /// broker, and on the trap platform the stub processes, which map the guest pages they use.
+/// A process that shares the holder's memory (trap's stub factory) is counted once.
 fn tree_pss_kib(pid: u32) -> Result<f64, String> {
     let mut total = pss_kib(pid)?;
     let mut stack = vec![pid];
@@ -266,7 +267,9 @@ fn tree_pss_kib(pid: u32) -> Result<f64, String> {
                 .split_whitespace()
                 .filter_map(|c| c.parse::<u32>().ok())
             {
-                total += pss_kib(c).unwrap_or(0.0);
+                if !testutil::same_memory(pid, c) {
+                    total += pss_kib(c).unwrap_or(0.0);
+                }
                 stack.push(c);
             }
         }
