@@ -9,7 +9,7 @@
 //!   in per-stub [`WindowSlot`]s) and map ranges of them; start threads; kill it.
 //! - [`StubThread`]: registers, FPU image, [`StubThread::switch`] (run until the next
 //!   [`TrapExit`]) and a kicker.
-//! - [`StubFactory`] ([`factory`]): the stub factory process (forked before the holder
+//! - [`StubFactory`] ([`factory`]): the stub factory process (started before the holder
 //!   installs its seccomp filter) that spawns stubs for any holder thread, as children of the
 //!   holder.
 //! - [`platform`](mod@platform), [`space`], [`context`]: the runtime's side, behind the

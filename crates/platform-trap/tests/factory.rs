@@ -1,7 +1,7 @@
 //! The stub factory against real processes: started while other threads of the test process
 //! run (and allocate), stubs spawned from several threads, surviving their requesting thread,
 //! free of the holder's later seccomp filters, and working on after the factory's death. The
-//! binary's allocator kills any forked process that allocates (see [`NoAllocAfterFork`]).
+//! binary's allocator kills any other process that allocates (see [`NoAllocAfterFork`]).
 
 mod common;
 
@@ -19,9 +19,10 @@ use platform_trap::sys;
 use platform_trap::{FactoryOptions, StubFactory, StubProcess, TrapError, TrapExit};
 
 /// The allocator of this test binary: the system's, except that a process other than the
-/// one that allocated first (the factory, forked from this multi-threaded process) dies at its
-/// first allocation (exit 99), which every test here would notice as a failed start or spawn.
-/// The factory must not allocate: a lock another thread held at the fork would deadlock it.
+/// one that allocated first (the factory, which shares this multi-threaded process's memory, or
+/// a stub it forks) dies at its first allocation (exit 99), which every test here would notice
+/// as a failed start or spawn. Neither may allocate: the factory has no libc thread state of
+/// its own, and a lock another thread held at a fork would deadlock a stub.
 struct NoAllocAfterFork;
 
 static FIRST_PID: AtomicI32 = AtomicI32::new(0);
@@ -33,7 +34,7 @@ impl NoAllocAfterFork {
         match FIRST_PID.compare_exchange(0, pid, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => {}
             Err(first) if first == pid => {}
-            // SAFETY: ends this (forked) process at once.
+            // SAFETY: ends this (other) process at once.
             Err(_) => unsafe { libc::_exit(99) },
         }
     }
@@ -126,7 +127,7 @@ impl Drop for Busy {
 #[test]
 fn start_with_threads_running_and_spawn_from_many_threads() {
     let busy = Busy::start(3);
-    // Several factories forked while the other threads allocate: none may deadlock.
+    // Several factories started while the other threads allocate: none may deadlock.
     let factories: Vec<StubFactory> = (0..6).map(|_| StubFactory::start().unwrap()).collect();
     let factory = Arc::new(factories.into_iter().next_back().unwrap());
     let stubs: Vec<i32> = std::thread::scope(|s| {
