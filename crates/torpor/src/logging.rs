@@ -83,7 +83,7 @@ pub fn init(g: &GlobalArgs) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TORPOR_LOG").unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(if g.debug { "debug" } else { "warn" })
     });
-    let file = g.log.as_deref().and_then(|p| open(p));
+    let file = g.log.as_deref().and_then(open);
     let json = g.log_format == "json";
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

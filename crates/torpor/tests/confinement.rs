@@ -280,7 +280,7 @@ fn a_holder_cannot_open_host_files_and_its_janitor_cleans_up() {
     let janitor_done = Detached::wait_until(Duration::from_secs(10), || {
         // No process of the sandbox is left in its mount namespace: neither the holder nor
         // its janitor (their namespace, and the overlay with it, is gone).
-        std::fs::read_dir("/proc").map_or(false, |d| {
+        std::fs::read_dir("/proc").is_ok_and(|d| {
             !d.flatten().any(|e| {
                 std::fs::read_link(e.path().join("cwd")).is_ok()
                     && std::fs::read_to_string(e.path().join("cmdline"))

@@ -625,7 +625,7 @@ fn pseudo_terminals_match_native() {
     );
     let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
         .run(r.path(), &prog)
-        .args(&["pty"])
+        .args(["pty"])
         .host_env("TORPOR_LOG", "off")
         .output();
     out.assert_code(0);

@@ -29,7 +29,7 @@ fn processes_threads_and_signal_storms_keep_every_byte() {
     for round in 0..2 {
         let got = torpor()
             .run(r.path(), &prog)
-            .args(&["30", "4", "30"])
+            .args(["30", "4", "30"])
             .option("--memory", "1G")
             .timeout(Duration::from_secs(300))
             .output();
@@ -55,7 +55,7 @@ fn shell_starts_hundreds_of_background_processes() {
     let script = "i=0; while [ $i -lt 300 ]; do /bin/true & i=$((i+1)); done; wait; echo ok";
     let got = torpor()
         .run(r.path(), "/bin/sh")
-        .args(&["-c", script])
+        .args(["-c", script])
         .timeout(Duration::from_secs(300))
         .output();
     assert_eq!(

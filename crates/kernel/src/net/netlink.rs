@@ -127,10 +127,10 @@ mod tests {
 
     #[test]
     fn interface_queries_only_read() {
-        assert!(is_interface_query(libc::SIOCGIFINDEX as u64));
-        assert!(is_interface_query(libc::SIOCGIFNAME as u64));
-        assert!(!is_interface_query(libc::SIOCSIFFLAGS as u64));
-        assert!(!is_interface_query(libc::SIOCGIFCONF as u64));
+        assert!(is_interface_query(libc::SIOCGIFINDEX));
+        assert!(is_interface_query(libc::SIOCGIFNAME));
+        assert!(!is_interface_query(libc::SIOCSIFFLAGS));
+        assert!(!is_interface_query(libc::SIOCGIFCONF));
     }
 
     #[test]

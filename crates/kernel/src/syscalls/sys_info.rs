@@ -186,7 +186,7 @@ pub fn sys_sysinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Implements sched_getaffinity(2): the host CPUs this process may run on.
 pub fn sys_sched_getaffinity(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let len = a.u(1) as usize;
-    if len == 0 || len % 8 != 0 {
+    if len == 0 || !len.is_multiple_of(8) {
         return Err(Errno::EINVAL);
     }
     let own =

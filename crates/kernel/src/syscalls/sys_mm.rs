@@ -525,6 +525,64 @@ pub fn sys_get_mempolicy(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(0)
 }
 
+/// Implements msync(2). A shared file mapping's pages are the host file's own page cache
+/// (`mm::shared`), so `read(2)` and other mappings already see every store: MS_ASYNC and
+/// MS_INVALIDATE have nothing to do; MS_SYNC writes the root's filesystem back (as sync(2)
+/// does here) when the range holds a shared mapping of a file. Linux's checks: EINVAL for an
+/// unaligned address, unknown flags or MS_ASYNC with MS_SYNC; ENOMEM when part of the range
+/// is not mapped.
+pub fn sys_msync(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    const MS_ASYNC: i32 = 1;
+    const MS_INVALIDATE: i32 = 2;
+    const MS_SYNC: i32 = 4;
+    let (addr, len, flags) = (a.u(0), a.u(1), a.int(2));
+    if flags & !(MS_ASYNC | MS_INVALIDATE | MS_SYNC) != 0
+        || addr % PAGE_SIZE != 0
+        || (flags & MS_ASYNC != 0 && flags & MS_SYNC != 0)
+    {
+        return Err(Errno::EINVAL);
+    }
+    let end = addr
+        .checked_add(len)
+        .and_then(|e| e.checked_add(PAGE_SIZE - 1))
+        .ok_or(Errno::ENOMEM)?
+        & !(PAGE_SIZE - 1);
+    if end == addr {
+        return Ok(0);
+    }
+    let (covered, file_backed) = {
+        let mm = t.mm();
+        let mut at = addr;
+        let mut file_backed = false;
+        for v in mm.vmas() {
+            if v.end.raw() <= at || v.start.raw() >= end {
+                continue;
+            }
+            if v.start.raw() > at {
+                break;
+            }
+            if let VmaKind::Shared { object, .. } = &v.kind {
+                file_backed |= object.is_file();
+            }
+            at = v.end.raw();
+            if at >= end {
+                break;
+            }
+        }
+        (at >= end, file_backed)
+    };
+    if flags & MS_SYNC != 0 && file_backed {
+        if let Ok(root) = t.root.open_at(b"/", libc::O_RDONLY | libc::O_DIRECTORY, 0) {
+            // SAFETY: syncfs on an fd we own.
+            unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&root)) };
+        }
+    }
+    if !covered {
+        return Err(Errno::ENOMEM);
+    }
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -663,62 +721,4 @@ mod tests {
             }))
         );
     }
-}
-
-/// Implements msync(2). A shared file mapping's pages are the host file's own page cache
-/// (`mm::shared`), so `read(2)` and other mappings already see every store: MS_ASYNC and
-/// MS_INVALIDATE have nothing to do; MS_SYNC writes the root's filesystem back (as sync(2)
-/// does here) when the range holds a shared mapping of a file. Linux's checks: EINVAL for an
-/// unaligned address, unknown flags or MS_ASYNC with MS_SYNC; ENOMEM when part of the range
-/// is not mapped.
-pub fn sys_msync(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    const MS_ASYNC: i32 = 1;
-    const MS_INVALIDATE: i32 = 2;
-    const MS_SYNC: i32 = 4;
-    let (addr, len, flags) = (a.u(0), a.u(1), a.int(2));
-    if flags & !(MS_ASYNC | MS_INVALIDATE | MS_SYNC) != 0
-        || addr % PAGE_SIZE != 0
-        || (flags & MS_ASYNC != 0 && flags & MS_SYNC != 0)
-    {
-        return Err(Errno::EINVAL);
-    }
-    let end = addr
-        .checked_add(len)
-        .and_then(|e| e.checked_add(PAGE_SIZE - 1))
-        .ok_or(Errno::ENOMEM)?
-        & !(PAGE_SIZE - 1);
-    if end == addr {
-        return Ok(0);
-    }
-    let (covered, file_backed) = {
-        let mm = t.mm();
-        let mut at = addr;
-        let mut file_backed = false;
-        for v in mm.vmas() {
-            if v.end.raw() <= at || v.start.raw() >= end {
-                continue;
-            }
-            if v.start.raw() > at {
-                break;
-            }
-            if let VmaKind::Shared { object, .. } = &v.kind {
-                file_backed |= object.is_file();
-            }
-            at = v.end.raw();
-            if at >= end {
-                break;
-            }
-        }
-        (at >= end, file_backed)
-    };
-    if flags & MS_SYNC != 0 && file_backed {
-        if let Ok(root) = t.root.open_at(b"/", libc::O_RDONLY | libc::O_DIRECTORY, 0) {
-            // SAFETY: syncfs on an fd we own.
-            unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&root)) };
-        }
-    }
-    if !covered {
-        return Err(Errno::ENOMEM);
-    }
-    Ok(0)
 }

@@ -186,7 +186,7 @@ fn futex_queues(t: &mut Task, addr: Gva, op: i32) -> Result<(FutexQueues, u64), 
 pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let op = a.int(1) & FUTEX_CMD_MASK;
     let addr = a.gva(0);
-    if addr.raw() % 4 != 0 {
+    if !addr.raw().is_multiple_of(4) {
         return Err(Errno::EINVAL);
     }
     let (queues, key) = futex_queues(t, addr, a.int(1))?;
@@ -270,7 +270,7 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
         FUTEX_REQUEUE | FUTEX_CMP_REQUEUE => {
             let to = a.gva(4);
-            if to.raw() % 4 != 0 {
+            if !to.raw().is_multiple_of(4) {
                 return Err(Errno::EINVAL);
             }
             if op == FUTEX_CMP_REQUEUE {

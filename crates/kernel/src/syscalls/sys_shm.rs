@@ -110,7 +110,7 @@ pub fn sys_shmat(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Implements shmdt(2): unmaps the segment attached at `addr` (EINVAL if none starts there).
 pub fn sys_shmdt(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let addr = a.gva(0);
-    if addr.raw() % SHMLBA != 0 {
+    if !addr.raw().is_multiple_of(SHMLBA) {
         return Err(Errno::EINVAL);
     }
     let (object, end) = {

@@ -336,7 +336,7 @@ fn signal_other_thread(t: &Task, tgid: Option<i32>, tid: i32, sig: i32) -> SysRe
     let info = SigInfo::user(sig, signal::SI_TKILL, t.pid, t.creds.uid);
     if groups
         .iter()
-        .any(|g| g.signal_thread_info(tid, sig, Some(info.clone())))
+        .any(|g| g.signal_thread_info(tid, sig, Some(info)))
     {
         Ok(0)
     } else {

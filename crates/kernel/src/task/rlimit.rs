@@ -64,7 +64,7 @@ impl Rlimits {
             return Err(Errno::EINVAL);
         }
         let slot = self.0.get_mut(resource as usize).ok_or(Errno::EINVAL)?;
-        *slot = if resource == libc::RLIMIT_NOFILE as u32 {
+        *slot = if resource == libc::RLIMIT_NOFILE {
             Limit {
                 cur: new.cur.min(MAX_FDS as u64),
                 max: new.max.min(MAX_FDS as u64),
@@ -101,7 +101,7 @@ pub fn resource_of(name: &str) -> Option<u32> {
         "RLIMIT_RTPRIO" => libc::RLIMIT_RTPRIO,
         "RLIMIT_RTTIME" => libc::RLIMIT_RTTIME,
         _ => return None,
-    } as u32)
+    })
 }
 
 #[cfg(test)]
@@ -111,9 +111,9 @@ mod tests {
     #[test]
     fn defaults_set_and_caps() {
         let mut r = Rlimits::default();
-        assert_eq!(r.get(libc::RLIMIT_STACK as u32).unwrap().cur, 8 << 20);
+        assert_eq!(r.get(libc::RLIMIT_STACK).unwrap().cur, 8 << 20);
         assert_eq!(r.get(99), Err(Errno::EINVAL));
-        let nofile = libc::RLIMIT_NOFILE as u32;
+        let nofile = libc::RLIMIT_NOFILE;
         r.set(
             nofile,
             Limit {
@@ -132,7 +132,7 @@ mod tests {
         assert_eq!(r.nofile(), 100);
         assert_eq!(r.set(nofile, Limit { cur: 5, max: 4 }), Err(Errno::EINVAL));
         assert_eq!(r.nofile(), 100, "a refused set changes nothing");
-        assert_eq!(resource_of("RLIMIT_NPROC"), Some(libc::RLIMIT_NPROC as u32));
+        assert_eq!(resource_of("RLIMIT_NPROC"), Some(libc::RLIMIT_NPROC));
         assert_eq!(resource_of("RLIMIT_BOGUS"), None);
     }
 }

@@ -210,7 +210,7 @@ fn measure(
             sb.wait_ready(w)?;
         }
         sandboxes.extend(started);
-        if sandboxes.len() % 100 == 0 {
+        if sandboxes.len().is_multiple_of(100) {
             say(&format!("{} of {n} started", sandboxes.len()));
         }
     }

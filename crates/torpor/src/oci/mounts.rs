@@ -186,7 +186,7 @@ fn make_target(root: &Root, dest: &str, dir: bool) -> Result<OwnedFd> {
         .split('/')
         .filter(|c| !c.is_empty() && *c != ".")
         .collect();
-    if comps.iter().any(|c| *c == "..") {
+    if comps.contains(&"..") {
         bail!("destination {dest:?} holds '..'");
     }
     let mut path = String::new();
