@@ -247,7 +247,7 @@ pub struct PageIndex {
 }
 
 impl PageIndex {
-    /// The index of `entries` (in slot order, each page once).
+    /// The index of `entries` (in slot order; each page once, else see `repeated_page`).
     fn from_entries(entries: Vec<IndexEntry>) -> Self {
         let by_page = slots_by_page(&entries);
         PageIndex { entries, by_page }
@@ -260,6 +260,15 @@ impl PageIndex {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+    /// A page that two entries name, if any (a damaged index).
+    fn repeated_page(&self) -> Option<PageIdx> {
+        let page = |s: u32| self.entries[s as usize].page;
+        self.by_page
+            .windows(2)
+            .find(|w| page(w[0]) == page(w[1]))
+            .map(|w| page(w[0]))
+    }
+
     /// Slot and crc of `page`, if the file holds it.
     pub fn lookup(&self, page: PageIdx) -> Option<(u32, u32)> {
         let at = self
@@ -675,19 +684,16 @@ impl PageFileReader {
                 crc: le_u32(e, 12),
             });
         }
-        let by_page = slots_by_page(&entries);
-        if let Some(w) = by_page
-            .windows(2)
-            .find(|w| entries[w[0] as usize].page == entries[w[1] as usize].page)
-        {
-            return Err(PageFileError::DuplicatePage(entries[w[0] as usize].page));
+        let index = PageIndex::from_entries(entries);
+        if let Some(page) = index.repeated_page() {
+            return Err(PageFileError::DuplicatePage(page));
         }
         Ok(PageFileReader {
             file,
             path: path.to_owned(),
             page_count,
             created_us,
-            index: PageIndex { entries, by_page },
+            index,
         })
     }
 

@@ -217,14 +217,12 @@ pub struct StubFactory {
     sock: Mutex<OwnedFd>,
     pid: i32,
     pidfd: OwnedFd,
-    /// The same template the factory uses: the xsave size and the stub code's offsets, for
-    /// [`StubProcess::from_parts`].
-    template: StubTemplate,
     /// Set once the factory is known dead (or killed because it stopped answering).
     dead: AtomicBool,
     /// What the factory reads and runs on (its plan and its stack): kept until it is reaped,
-    /// in [`Drop`], which runs before the fields are dropped.
-    _plan: Box<FactoryPlan>,
+    /// in [`Drop`], which runs before the fields are dropped. The plan's template (the xsave
+    /// size, the stub code's offsets) serves [`StubProcess::from_parts`] here too.
+    plan: Box<FactoryPlan>,
     _stack: sys::Mapping,
 }
 
@@ -292,7 +290,7 @@ impl StubFactory {
             gid,
             options,
             template,
-            filter: FactoryFilter::new(),
+            filter: filter::factory_filter(),
         });
         let stack = sys::Mapping::anonymous(FACTORY_STACK).map_err(host("mmap"))?;
         // SAFETY: the factory runs `factory_enter` on `stack` with `plan`, both kept until it
@@ -306,9 +304,8 @@ impl StubFactory {
             sock: Mutex::new(ours.into()),
             pid,
             pidfd: pidfd.into(),
-            template,
             dead: AtomicBool::new(false),
-            _plan: plan,
+            plan,
             _stack: stack,
         };
         let reply = {
@@ -325,7 +322,7 @@ impl StubFactory {
                 ret: -i64::from(reply.errno),
             });
         }
-        if reply.pid != pid || reply.xsave_size != factory.template.xsave_size as u64 {
+        if reply.pid != pid || reply.xsave_size != factory.plan.template.xsave_size as u64 {
             return Err(TrapError::Protocol("stub factory start-up report"));
         }
         tracing::debug!(pid, ?options, "trap: stub factory ready");
@@ -455,7 +452,10 @@ impl StubFactory {
             let [Some(pidfd), Some(ctrl_fd), Some(reply_sock), None] = fds else {
                 return Err(TrapError::Protocol("stub factory reply descriptors"));
             };
-            if nfds != 3 || reply.pid <= 0 || reply.xsave_size != self.template.xsave_size as u64 {
+            if nfds != 3
+                || reply.pid <= 0
+                || reply.xsave_size != self.plan.template.xsave_size as u64
+            {
                 return Err(TrapError::Protocol("stub factory reply"));
             }
             StubParts {
@@ -465,7 +465,7 @@ impl StubFactory {
                 reply_sock,
             }
         };
-        StubProcess::from_parts(parts, &self.template)
+        StubProcess::from_parts(parts, &self.plan.template)
     }
 }
 
@@ -478,7 +478,8 @@ impl Drop for StubFactory {
     }
 }
 
-/// Everything the factory needs, prepared before it starts; plain data, which it only reads.
+/// Everything the factory needs, prepared before it starts. It shares the holder's memory
+/// and only reads the plan, which the holder never changes.
 struct FactoryPlan {
     sock: RawFd,
     holder_pid: i32,
@@ -486,32 +487,8 @@ struct FactoryPlan {
     gid: u32,
     options: FactoryOptions,
     template: StubTemplate,
-    filter: FactoryFilter,
-}
-
-/// The factory's seccomp program ([`filter::factory_filter`]), in a fixed array.
-struct FactoryFilter {
-    insns: [SockFilter; 128],
-    len: u16,
-}
-
-impl FactoryFilter {
-    fn new() -> FactoryFilter {
-        let prog = filter::factory_filter();
-        let mut insns = [SockFilter {
-            code: 0,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        }; 128];
-        // The program is a few dozen instructions (checked by the filter's tests).
-        let len = prog.len().min(insns.len());
-        insns[..len].copy_from_slice(&prog[..len]);
-        FactoryFilter {
-            insns,
-            len: len as u16,
-        }
-    }
+    /// Its seccomp program ([`filter::factory_filter`]).
+    filter: Vec<SockFilter>,
 }
 
 /// The size of the factory's stack (its pages are touched only as used: a spawn's frames, a
@@ -846,8 +823,9 @@ fn factory_setup(p: &FactoryPlan) -> Result<(), (u32, i32)> {
         .map_err(step(ST_NNP))?;
 
         let fprog = libc::sock_fprog {
-            len: p.filter.len,
-            filter: p.filter.insns.as_ptr() as *mut libc::sock_filter,
+            // A few dozen instructions (checked by the filter's tests).
+            len: p.filter.len() as u16,
+            filter: p.filter.as_ptr() as *mut libc::sock_filter,
         };
         ok(raw(
             libc::SYS_seccomp,

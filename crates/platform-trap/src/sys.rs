@@ -348,31 +348,22 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of `fd` from offset 0, read-write, shared.
     pub fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
-        // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected. A raw
-        // call: the stub factory maps stubs' control pages with it.
-        let p = check(unsafe {
-            raw(
-                libc::SYS_mmap,
-                [
-                    0,
-                    len as u64,
-                    (libc::PROT_READ | libc::PROT_WRITE) as u64,
-                    libc::MAP_SHARED as u64,
-                    fd.as_raw_fd() as u64,
-                    0,
-                ],
-            )
-        })?;
-        Ok(Mapping {
-            ptr: NonNull::new(p as *mut u8)
-                .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?,
-            len,
-        })
+        Mapping::new(len, libc::MAP_SHARED, fd.as_raw_fd())
     }
 
     /// A private anonymous read-write mapping of `len` bytes (`MAP_NORESERVE`: its pages are
     /// allocated as touched).
     pub fn anonymous(len: usize) -> io::Result<Mapping> {
+        Mapping::new(
+            len,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+        )
+    }
+
+    /// `len` bytes mapped read-write with `flags` from `fd`'s offset 0. A raw call: the stub
+    /// factory maps stubs' control pages with it.
+    fn new(len: usize, flags: i32, fd: RawFd) -> io::Result<Mapping> {
         // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
         let p = check(unsafe {
             raw(
@@ -381,8 +372,8 @@ impl Mapping {
                     0,
                     len as u64,
                     (libc::PROT_READ | libc::PROT_WRITE) as u64,
-                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64,
-                    u64::MAX,
+                    flags as u64,
+                    fd as u64,
                     0,
                 ],
             )

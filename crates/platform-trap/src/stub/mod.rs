@@ -968,18 +968,6 @@ pub(crate) struct SpawnError {
 }
 
 impl SpawnError {
-    /// The raw system call result `r` of `call` as a `Result`.
-    fn check(call: u8, r: i64) -> Result<i64, SpawnError> {
-        if r < 0 {
-            Err(SpawnError {
-                call,
-                errno: -r as i32,
-            })
-        } else {
-            Ok(r)
-        }
-    }
-
     /// `SpawnError` of `call` with the errno of `e` (`EIO` if it has none).
     fn io(call: u8, e: std::io::Error) -> SpawnError {
         SpawnError {
@@ -1019,7 +1007,7 @@ pub(crate) fn spawn_parts(
 ) -> Result<StubParts, SpawnError> {
     // The control memfd: command page, filters, reply page, sysmsg areas.
     // SAFETY: a valid C string; the flags are known.
-    let fd = SpawnError::check(0, unsafe {
+    let fd = sys::check(unsafe {
         raw(
             libc::SYS_memfd_create,
             [
@@ -1031,18 +1019,20 @@ pub(crate) fn spawn_parts(
                 0,
             ],
         )
-    })?;
+    })
+    .map_err(|e| SpawnError::io(0, e))?;
     // SAFETY: a new descriptor we own.
     let ctrl_fd = unsafe { sys::Fd::from_raw(fd as RawFd) };
     // SAFETY: valid descriptor.
-    SpawnError::check(1, unsafe {
+    sys::check(unsafe {
         raw(
             libc::SYS_ftruncate,
             [ctrl_fd.as_raw_fd() as u64, CTRL_FD_SIZE, 0, 0, 0, 0],
         )
-    })?;
+    })
+    .map_err(|e| SpawnError::io(1, e))?;
     // SAFETY: valid descriptor; sealing only restricts later size changes.
-    SpawnError::check(5, unsafe {
+    sys::check(unsafe {
         raw(
             libc::SYS_fcntl,
             [
@@ -1054,7 +1044,8 @@ pub(crate) fn spawn_parts(
                 0,
             ],
         )
-    })?;
+    })
+    .map_err(|e| SpawnError::io(5, e))?;
     let ctrl = Mapping::shared(ctrl_fd.as_fd(), CTRL_FD_SIZE as usize)
         .map_err(|e| SpawnError::io(2, e))?;
     ctrl.write_u64(CTRL_FD_CMD + CMD_XSAVE_SIZE, t.xsave_size as u64);
