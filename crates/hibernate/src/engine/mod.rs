@@ -40,6 +40,7 @@ use crate::trigger;
 use crate::uffd::Uffd;
 
 mod checkpoint;
+mod own_memory;
 
 pub use checkpoint::{memory_image_name, restored, CheckpointState, Clocks};
 
@@ -307,22 +308,6 @@ impl std::str::FromStr for WakeMode {
     }
 }
 
-/// Keeps glibc malloc's thresholds at their defaults for the whole process (`mallopt`, 128
-/// KiB: allocations from that size are mappings of their own, unmapped when freed; a heap's
-/// free top from that size goes back to the host), so that what a hibernation frees goes
-/// back to the host. Left to itself, malloc raises both after the first large free (the
-/// deflate's buffers are megabytes) up to 32 and 64 MiB; a thread's arena then keeps its
-/// free top resident (`malloc_trim` does not shrink a thread arena's top), hundreds of KiB
-/// per hibernated sandbox.
-fn keep_allocator_thresholds() {
-    const THRESHOLD: libc::c_int = 128 << 10;
-    // SAFETY: mallopt has no preconditions; these two parameters take byte counts.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, THRESHOLD);
-    }
-}
-
 /// Builds the two sides for a sandbox whose state directory is `dir`.
 ///
 /// # Errors
@@ -340,7 +325,7 @@ pub fn new(
     }
     // SAFETY: a fresh fd owned by nobody else.
     let wake_efd = unsafe { OwnedFd::from_raw_fd(efd) };
-    keep_allocator_thresholds();
+    own_memory::keep_allocator_thresholds();
     // The page-state map is built at the first deflate; check now that it can be.
     PageStateMap::new_all_free(mem.size().div_ceil(PAGE_SIZE))
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
@@ -593,6 +578,9 @@ impl ParkHook for Hibernator {
                     tracing::warn!("{e}");
                 }
                 wake_now = task.control.signal_pending();
+                if !wake_now {
+                    own_memory::drop_code_pages();
+                }
                 // Every process's threads wait until the wake, as after a deflate.
                 let others = task
                     .group
@@ -682,10 +670,17 @@ impl Hibernator {
                 .map_err(HibernateError::Checkpoint),
             (r, _) => r.map_err(HibernateError::Deflate),
         };
-        // The deflate's buffers were large and are freed now: give the heap memory they used
-        // back to the host, or the hibernated process keeps it resident.
-        // SAFETY: malloc_trim has no preconditions.
-        unsafe { libc::malloc_trim(0) };
+        // What running the sandbox and the deflate touched of the runtime's own memory goes
+        // back to the host before the answer (a `stats` right after it sees the sandbox as it
+        // sleeps).
+        if hibernated {
+            let dropped = own_memory::drop_code_pages();
+            tracing::debug!(
+                "hibernated: {} KiB of the runtime's code unmapped",
+                dropped >> 10
+            );
+        }
+        own_memory::trim_heap();
         self.shared.lock_mailbox().reply = Some(result);
         self.shared.cv.notify_all();
         (hibernated, stopped)
