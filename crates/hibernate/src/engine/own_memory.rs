@@ -33,21 +33,12 @@ const TRIM_THRESHOLD: libc::c_int = 128 << 10;
 
 /// Gives the heap's free memory back to the host (the deflate's buffers were large and are
 /// freed now: the hibernated process would keep them resident): the free pages inside every
-/// arena (`malloc_trim`), and the free top of the calling thread's arena, which `malloc_trim`
-/// leaves to the trim threshold (up to 128 KiB kept): a free of a chunk from 64 KiB trims
-/// it, with the threshold lowered for that one free.
+/// arena, and the main arena's free top. (A thread arena keeps a free top of up to malloc's
+/// top pad, 128 KiB: `malloc_trim` leaves it, and trimming it from its own thread, one free
+/// with the threshold and the pad lowered, showed no difference in a hibernated sandbox.)
 pub(super) fn trim_heap() {
-    // Under the mmap threshold (an arena's chunk) and above glibc's consolidation threshold
-    // (64 KiB: its free trims the arena's top).
-    const CHUNK: usize = 96 << 10;
-    // SAFETY: mallopt has no preconditions; malloc and free are paired on one pointer (a
-    // null pointer is freed as nothing); malloc_trim has no preconditions.
-    unsafe {
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 0);
-        libc::free(libc::malloc(CHUNK));
-        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
-        libc::malloc_trim(0);
-    }
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe { libc::malloc_trim(0) };
 }
 
 /// Unmaps the clean pages of the process's read-only private file mappings (see the module
