@@ -674,11 +674,7 @@ impl Hibernator {
         // back to the host before the answer (a `stats` right after it sees the sandbox as it
         // sleeps).
         if hibernated {
-            let dropped = own_memory::drop_code_pages();
-            tracing::debug!(
-                "hibernated: {} KiB of the runtime's code unmapped",
-                dropped >> 10
-            );
+            own_memory::drop_code_pages();
         }
         own_memory::trim_heap();
         self.shared.lock_mailbox().reply = Some(result);

@@ -20,29 +20,26 @@
 /// free top resident (`malloc_trim` does not shrink a thread arena's top), hundreds of KiB
 /// per hibernated sandbox.
 pub(super) fn keep_allocator_thresholds() {
-    const MMAP_THRESHOLD: libc::c_int = 128 << 10;
+    const THRESHOLD: libc::c_int = 128 << 10;
     // SAFETY: mallopt has no preconditions; these two parameters take byte counts.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, THRESHOLD);
     }
 }
 
-/// malloc's trim threshold for the process's life (see [`keep_allocator_thresholds`]).
-const TRIM_THRESHOLD: libc::c_int = 128 << 10;
-
 /// Gives the heap's free memory back to the host (the deflate's buffers were large and are
 /// freed now: the hibernated process would keep them resident): the free pages inside every
-/// arena, and the main arena's free top. (A thread arena keeps a free top of up to malloc's
-/// top pad, 128 KiB: `malloc_trim` leaves it, and trimming it from its own thread, one free
-/// with the threshold and the pad lowered, showed no difference in a hibernated sandbox.)
+/// arena, and the main arena's free top (a thread arena keeps its top, up to malloc's top
+/// pad of 128 KiB).
 pub(super) fn trim_heap() {
     // SAFETY: malloc_trim has no preconditions.
     unsafe { libc::malloc_trim(0) };
 }
 
 /// Unmaps the clean pages of the process's read-only private file mappings (see the module
-/// doc); returns the bytes that were mapped. Errors are logged and leave the pages mapped.
+/// doc); returns (and logs) the bytes that were mapped. Errors are logged and leave the pages
+/// mapped.
 pub(super) fn drop_code_pages() -> u64 {
     let smaps = match std::fs::read_to_string("/proc/self/smaps") {
         Ok(s) => s,
@@ -68,6 +65,7 @@ pub(super) fn drop_code_pages() -> u64 {
             );
         }
     }
+    tracing::debug!("{} KiB of the runtime's code unmapped", dropped >> 10);
     dropped
 }
 
