@@ -45,6 +45,8 @@ pub mod swapstore;
 pub mod trigger;
 pub mod uffd;
 
+mod own_memory;
+
 #[cfg(test)]
 mod testutil;
 

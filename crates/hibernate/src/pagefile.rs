@@ -394,7 +394,7 @@ impl PageFileWriter {
             file,
             path: path.to_owned(),
             page_count,
-            entries: Vec::new(),
+            entries: crate::own_memory::vec_in_own_arena(),
             seen: vec![0; words],
             poisoned: false,
             done: false,

@@ -40,7 +40,6 @@ use crate::trigger;
 use crate::uffd::Uffd;
 
 mod checkpoint;
-mod own_memory;
 
 pub use checkpoint::{memory_image_name, restored, CheckpointState, Clocks};
 
@@ -325,7 +324,7 @@ pub fn new(
     }
     // SAFETY: a fresh fd owned by nobody else.
     let wake_efd = unsafe { OwnedFd::from_raw_fd(efd) };
-    own_memory::keep_allocator_thresholds();
+    crate::own_memory::keep_allocator_thresholds();
     // The page-state map is built at the first deflate; check now that it can be.
     PageStateMap::new_all_free(mem.size().div_ceil(PAGE_SIZE))
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
@@ -579,7 +578,7 @@ impl ParkHook for Hibernator {
                 }
                 wake_now = task.control.signal_pending();
                 if !wake_now {
-                    own_memory::drop_code_pages();
+                    crate::own_memory::drop_code_pages();
                 }
                 // Every process's threads wait until the wake, as after a deflate.
                 let others = task
@@ -674,9 +673,9 @@ impl Hibernator {
         // back to the host before the answer (a `stats` right after it sees the sandbox as it
         // sleeps).
         if hibernated {
-            own_memory::drop_code_pages();
+            crate::own_memory::drop_code_pages();
         }
-        own_memory::trim_heap();
+        crate::own_memory::trim_heap();
         self.shared.lock_mailbox().reply = Some(result);
         self.shared.cv.notify_all();
         (hibernated, stopped)
@@ -1060,7 +1059,7 @@ impl Hibernator {
         } else {
             mm.take_touched_window_pages()
         };
-        let mut files: Vec<pager::FilePage> = Vec::new();
+        let mut files: Vec<pager::FilePage> = crate::own_memory::vec_in_own_arena();
         let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
 
         // Residency of every guest page (mincore on the host mapping), read only now: the walk
@@ -1167,7 +1166,7 @@ impl Hibernator {
         };
         let path = self.file_path("swap", pm, generation);
         let mut writer = SwapWriter::create(&path, total_pages).map_err(|e| e.to_string())?;
-        let mut new_states: Vec<(u64, PageState)> = Vec::new();
+        let mut new_states: Vec<(u64, PageState)> = crate::own_memory::vec_in_own_arena();
         let mut batch_idx: Vec<u64> = Vec::with_capacity(BATCH_PAGES);
         let mut batch_data = vec![0u8; BATCH_PAGES * PAGE_SIZE as usize];
         let mut page_buf = [0u8; PAGE_SIZE as usize];
@@ -1283,7 +1282,7 @@ impl Hibernator {
         let reader = SwapReader::open(&path).map_err(|e| e.to_string())?;
 
         // The REAP file: the working set's pages, contiguous, in recorded order.
-        let mut reap_states: Vec<(u64, PageState)> = Vec::new();
+        let mut reap_states: Vec<(u64, PageState)> = crate::own_memory::vec_in_own_arena();
         let reap_reader = if reap_set.is_empty() {
             None
         } else {

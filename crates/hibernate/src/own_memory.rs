@@ -3,6 +3,8 @@
 //!
 //! - malloc's thresholds stay at their defaults for the process's life
 //!   ([`keep_allocator_thresholds`]);
+//! - the lists a deflate builds up page by page grow in the deflating thread's own arena
+//!   ([`vec_in_own_arena`]), never in another thread's, which would keep what they freed;
 //! - after a deflate, the heap's free memory goes back to the host ([`trim_heap`]);
 //! - the runtime's code and read-only data, the clean pages of its executable's and its
 //!   libraries' private file mappings, are unmapped from the process ([`drop_code_pages`]).
@@ -19,7 +21,7 @@
 /// deflate's buffers are megabytes) up to 32 and 64 MiB; a thread's arena then keeps its
 /// free top resident (`malloc_trim` does not shrink a thread arena's top), hundreds of KiB
 /// per hibernated sandbox.
-pub(super) fn keep_allocator_thresholds() {
+pub(crate) fn keep_allocator_thresholds() {
     const THRESHOLD: libc::c_int = 128 << 10;
     // SAFETY: mallopt has no preconditions; these two parameters take byte counts.
     unsafe {
@@ -28,11 +30,26 @@ pub(super) fn keep_allocator_thresholds() {
     }
 }
 
+/// An empty vector with room for 4 KiB, for a list a deflate builds up one entry at a time.
+///
+/// Started empty, such a list's first buffer would be small, and glibc serves small requests
+/// (up to about 1 KiB) from the calling thread's cache of freed chunks, which may belong to
+/// another thread's arena (an application thread's, whose allocations the deflating thread
+/// freed). `realloc` grows a buffer inside the arena it came from: the list would grow inside
+/// that arena, whose top, once the list is freed, stays resident while the sandbox sleeps
+/// (`malloc_trim` gives back only the main arena's top): 130 KiB for a hibernated Video
+/// sandbox on the trap platform, measured. From 4 KiB the buffer comes from the calling
+/// thread's own arena: the main arena for a deflate, which runs on the process's first thread.
+pub(crate) fn vec_in_own_arena<T>() -> Vec<T> {
+    const FIRST_BUFFER: usize = 4 << 10;
+    Vec::with_capacity(FIRST_BUFFER.div_ceil(std::mem::size_of::<T>().max(1)))
+}
+
 /// Gives the heap's free memory back to the host (the deflate's buffers were large and are
 /// freed now: the hibernated process would keep them resident): the free pages inside every
 /// arena, and the main arena's free top (a thread arena keeps its top, up to malloc's top
 /// pad of 128 KiB).
-pub(super) fn trim_heap() {
+pub(crate) fn trim_heap() {
     // SAFETY: malloc_trim has no preconditions.
     unsafe { libc::malloc_trim(0) };
 }
@@ -40,7 +57,7 @@ pub(super) fn trim_heap() {
 /// Unmaps the clean pages of the process's read-only private file mappings (see the module
 /// doc); returns (and logs) the bytes that were mapped. Errors are logged and leave the pages
 /// mapped.
-pub(super) fn drop_code_pages() -> u64 {
+pub(crate) fn drop_code_pages() -> u64 {
     let smaps = match std::fs::read_to_string("/proc/self/smaps") {
         Ok(s) => s,
         Err(e) => {
@@ -341,5 +358,79 @@ VmFlags: ex
             libc::munmap(clean.cast(), LEN);
             libc::munmap(written.cast(), LEN);
         }
+    }
+}
+
+#[cfg(test)]
+mod arena_tests {
+    use super::vec_in_own_arena;
+
+    /// A thread arena's heaps are 64 MiB-aligned mappings (glibc's `HEAP_MAX_SIZE` on 64-bit);
+    /// the main arena's chunks are in the `brk` heap.
+    const HEAP_MAX: usize = 64 << 20;
+
+    /// Which arena a small chunk at `p` belongs to: 0 for the main arena, else the base of
+    /// the thread arena's heap.
+    fn arena_of(p: *const u8) -> usize {
+        let p = p as usize;
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let in_brk = maps
+            .lines()
+            .filter(|l| l.ends_with("[heap]"))
+            .filter_map(|l| l.split(' ').next()?.split_once('-'))
+            .filter_map(|(a, b)| {
+                Some(usize::from_str_radix(a, 16).ok()?..usize::from_str_radix(b, 16).ok()?)
+            })
+            .any(|r| r.contains(&p));
+        if in_brk {
+            0
+        } else {
+            p & !(HEAP_MAX - 1)
+        }
+    }
+
+    /// Chunks the size of a list's first buffer (4 entries of 16 bytes), allocated by a thread
+    /// that ends once it has handed them over, and the arena of the last.
+    fn chunks_of_another_thread() -> (Vec<Box<[u64; 8]>>, usize) {
+        std::thread::spawn(|| {
+            let chunks: Vec<Box<[u64; 8]>> = (0..7).map(|_| Box::new([7u64; 8])).collect();
+            // The chunk freed last, which the next request of its size gets back.
+            let arena = arena_of(chunks[chunks.len() - 1].as_ptr().cast());
+            (chunks, arena)
+        })
+        .join()
+        .expect("the allocating thread")
+    }
+
+    #[test]
+    fn a_list_grows_in_its_own_thread_s_arena_whoever_freed_the_chunks_it_might_reuse() {
+        // On a thread of its own (the test harness's threads share arenas with other tests).
+        std::thread::spawn(|| {
+            let own = arena_of(Box::new([0u8; 8192]).as_ptr());
+            let (chunks, theirs) = (0..8)
+                .map(|_| chunks_of_another_thread())
+                .find(|(_, a)| *a != own)
+                .expect("a thread with an arena other than this one's");
+            // This thread's cache of freed chunks of that size emptied (it holds 7 a size),
+            // then filled with the other arena's.
+            let held: Vec<Box<[u64; 8]>> = (0..16).map(|_| Box::new([0u64; 8])).collect();
+            drop(chunks);
+            let mut plain: Vec<[u64; 2]> = Vec::new();
+            plain.push([1, 2]);
+            assert_eq!(
+                arena_of(plain.as_ptr().cast()),
+                theirs,
+                "an empty list's first buffer comes from the cached chunks of the other arena"
+            );
+            let mut list: Vec<[u64; 2]> = vec_in_own_arena();
+            // Grown to 64 KiB (below the size malloc maps on its own).
+            for i in 0..4096 {
+                list.push([i, i]);
+            }
+            assert_eq!(arena_of(list.as_ptr().cast()), own);
+            drop((plain, held));
+        })
+        .join()
+        .expect("the test thread");
     }
 }
