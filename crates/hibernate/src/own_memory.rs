@@ -417,10 +417,9 @@ mod arena_tests {
             // then filled with the other arena's.
             let held: Vec<Box<[u64; 8]>> = (0..16).map(|_| Box::new([0u64; 8])).collect();
             drop(chunks);
-            // Grown from empty, as a list is (`vec![]` would ask for one entry's room).
-            #[allow(clippy::vec_init_then_push)]
+            // Grown from empty, as a list is (its first buffer has room for 4 entries).
             let mut plain: Vec<[u64; 2]> = Vec::new();
-            plain.push([1, 2]);
+            plain.extend([[1, 2]]);
             assert_eq!(
                 arena_of(plain.as_ptr().cast()),
                 theirs,
