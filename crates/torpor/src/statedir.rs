@@ -155,6 +155,29 @@ pub fn owner_alive(dir: &Path) -> bool {
     }
 }
 
+/// The last `lines` lines of a detached sandbox's output log (`output.log` in its directory:
+/// what its holder wrote on stdout and stderr), read from at most its last 4 KiB; `None` if
+/// there is no log or nothing in it.
+pub fn output_tail(dir: &Path, lines: usize) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    const MAX: u64 = 4 << 10;
+    let mut f = std::fs::File::open(dir.join("output.log")).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(MAX))).ok()?;
+    let mut bytes = Vec::new();
+    f.take(MAX).read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let all: Vec<&str> = text.trim_end().lines().collect();
+    // A line cut by the 4 KiB window is left out, unless it is all there is.
+    let whole = if len > MAX && all.len() > 1 {
+        &all[1..]
+    } else {
+        &all[..]
+    };
+    let tail = whole[whole.len().saturating_sub(lines)..].join("\n");
+    (!tail.trim().is_empty()).then_some(tail)
+}
+
 /// Removes the directories of sandboxes whose owner process is gone (swap files included).
 pub fn cleanup_orphans(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
@@ -203,5 +226,31 @@ mod tests {
         assert!(check_id(&"a".repeat(65)).is_err());
         assert!(check_id("a/b").is_err());
         assert_eq!(new_id().len(), 12);
+    }
+
+    #[test]
+    fn output_tail_is_the_last_lines_of_the_log() {
+        let dir = std::env::temp_dir().join(format!("torpor-tail-{}", new_id()));
+        std::fs::create_dir(&dir).unwrap();
+        assert_eq!(output_tail(&dir, 3), None, "no log");
+        std::fs::write(dir.join("output.log"), "\n\n").unwrap();
+        assert_eq!(output_tail(&dir, 3), None, "nothing in it");
+        std::fs::write(dir.join("output.log"), "a\nb\nc\nd\n").unwrap();
+        assert_eq!(output_tail(&dir, 3).as_deref(), Some("b\nc\nd"));
+        assert_eq!(output_tail(&dir, 9).as_deref(), Some("a\nb\nc\nd"));
+        // A long log: only its end is read, and the line the window cuts is left out.
+        let long: String = (0..1000)
+            .map(|i| format!("line {i:04} of the log\n"))
+            .collect();
+        std::fs::write(dir.join("output.log"), &long).unwrap();
+        let tail = output_tail(&dir, 1000).unwrap();
+        assert!(tail.ends_with("line 0999 of the log"), "{tail}");
+        assert!(
+            tail.lines()
+                .all(|l| l.starts_with("line ") && l.len() == 20),
+            "{tail}"
+        );
+        assert!(tail.len() < 4096);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -10,6 +10,9 @@ use crate::statedir;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Lines of a gone sandbox's output log quoted in the error about it.
+const OUTPUT_LINES: usize = 20;
+
 pub(crate) fn dir(id: &str) -> Result<std::path::PathBuf> {
     let d = statedir::dir_of(id)?;
     if !d.is_dir() {
@@ -20,9 +23,14 @@ pub(crate) fn dir(id: &str) -> Result<std::path::PathBuf> {
             bail!("container {id:?} is not running (its state stays until delete)");
         }
         let err = std::fs::read_to_string(d.join("error")).unwrap_or_default();
+        // Without an error of its own, what the holder said last goes with the news: the
+        // directory, its log with it, is removed now.
+        let said = statedir::output_tail(&d, OUTPUT_LINES)
+            .map(|t| format!("\nits last output:\n{t}"))
+            .unwrap_or_default();
         let _ = std::fs::remove_dir_all(&d);
         if err.is_empty() {
-            bail!("sandbox {id:?} is gone (its process exited); its state was removed");
+            bail!("sandbox {id:?} is gone (its process exited); its state was removed{said}");
         }
         bail!("sandbox {id:?} stopped with an error: {}", err.trim());
     }

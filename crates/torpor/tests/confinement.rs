@@ -262,7 +262,7 @@ fn a_holder_cannot_open_host_files_and_its_janitor_cleans_up() {
         left()
     );
     // A holder killed outright: its janitor takes the root down; the directory stays for
-    // `torpor state` (which then removes it, saying the sandbox is gone).
+    // `torpor state` (which then removes it, saying the sandbox is gone and what it said last).
     let sb = Detached::start_in(
         &bin(),
         testutil::TempDir::new("torpor-janitor-state"),
@@ -291,6 +291,13 @@ fn a_holder_cannot_open_host_files_and_its_janitor_cleans_up() {
     assert!(janitor_done, "the holder and its janitor are gone");
     let o = sb.verb("state", &[]);
     assert!(o.stderr_str().contains("is gone"), "{}", o.stderr_str());
+    // With what it said last: its log goes with the directory.
+    assert!(
+        o.stderr_str()
+            .contains("its last output:\nhttp_server: listening on port 8080"),
+        "{}",
+        o.stderr_str()
+    );
     assert!(!dir.exists(), "state removed it");
 }
 
