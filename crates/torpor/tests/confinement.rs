@@ -275,6 +275,12 @@ fn a_holder_cannot_open_host_files_and_its_janitor_cleans_up() {
     let dir = sb.dir();
     assert!(dir.join("root/merged").is_dir());
     let pid = sb.pid();
+    // Once its program has said it listens (ready is earlier: when the program starts).
+    let said = Detached::wait_until(Duration::from_secs(20), || {
+        std::fs::read_to_string(dir.join("output.log"))
+            .is_ok_and(|l| l.contains("http_server: listening on port 8080"))
+    });
+    assert!(said, "the program's first line in its output log");
     // SAFETY: killing the sandbox's own holder process.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let janitor_done = Detached::wait_until(Duration::from_secs(10), || {
