@@ -131,8 +131,8 @@ fn the_holder_runs_under_seccomp_without_spare_capabilities() {
         pager_seen |= uffd;
         control_seen |= control;
         match (uffd, control) {
-            // The pager's own, and the control role's when a control request started it.
-            (true, _) => assert!((2..=3).contains(&filters), "{}", task.display()),
+            // The pager's two, and the control role's when a control request started it.
+            (true, _) => assert!((3..=4).contains(&filters), "{}", task.display()),
             (_, true) => assert_eq!(filters, 2, "{}", task.display()),
             _ => assert_eq!(filters, 1, "{} ({name})", task.display()),
         }

@@ -227,10 +227,12 @@ pub fn enter_control_role() -> std::result::Result<(), String> {
 /// Whether the pager's filter only logs (`TORPOR_SECCOMP=log`).
 static PAGER_LOG_ONLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
-/// Installs the userfaultfd thread's filter on the calling thread (stacked on the process's).
+/// Installs the userfaultfd thread's filters on the calling thread (stacked on the process's).
 fn confine_pager_thread() -> std::result::Result<(), String> {
-    let bpf = seccomp::pager_filter(PAGER_LOG_ONLY.get().copied().unwrap_or(false))?;
-    seccompiler::apply_filter(&bpf).map_err(|e| e.to_string())
+    for bpf in seccomp::pager_filters(PAGER_LOG_ONLY.get().copied().unwrap_or(false))? {
+        seccompiler::apply_filter(&bpf).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Confines the file broker (`crate::broker`) before it serves: `no_new_privs`, Landlock to

@@ -339,9 +339,37 @@ const PAGER_ALLOWED: &[libc::c_long] = &[
 /// `ioctl` requests of the userfaultfd thread: UFFDIO_COPY, UFFDIO_ZEROPAGE, UFFDIO_WAKE.
 const PAGER_IOCTLS: [u64; 3] = [0xc028_aa03, 0xc020_aa04, 0x8010_aa02];
 
+/// The userfaultfd thread's filters, to stack on the process's in this order (the second
+/// allows no `seccomp` call): [`pager_reads_filter`], which fails a read-only `openat`, and
+/// [`pager_filter`], which lets that through to it.
+///
+/// # Errors
+/// A message if a filter cannot be built (a bug).
+pub fn pager_filters(log_only: bool) -> Result<[BpfProgram; 2], String> {
+    Ok([pager_reads_filter()?, pager_filter(log_only)?])
+}
+
+/// `openat`'s flags that say what an open is for: access mode, creation, truncation, a
+/// directory, a path only.
+const OPEN_PURPOSE: u64 =
+    (libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC | libc::O_DIRECTORY | libc::O_PATH) as u64;
+
+/// `openat`'s flags (argument 2) masked by [`OPEN_PURPOSE`] equal to `purpose`.
+fn open_for(purpose: libc::c_int) -> Result<SeccompRule, String> {
+    SeccompRule::new(vec![SeccompCondition::new(
+        2,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::MaskedEq(OPEN_PURPOSE),
+        purpose as u64,
+    )
+    .map_err(|e| e.to_string())?])
+    .map_err(|e| e.to_string())
+}
+
 /// The userfaultfd thread's own filter (see [`PAGER_ALLOWED`]): also `ioctl` of
-/// [`PAGER_IOCTLS`] and `openat` to create a file for writing (the error file; Landlock
-/// keeps it inside the state directory).
+/// [`PAGER_IOCTLS`], `openat` to create a file for writing (the error file; Landlock keeps it
+/// inside the state directory) and a read-only `openat`, which [`pager_reads_filter`] then
+/// fails.
 ///
 /// # Errors
 /// A message if the filter cannot be built (a bug).
@@ -366,22 +394,43 @@ pub fn pager_filter(log_only: bool) -> Result<BpfProgram, String> {
         );
     }
     rules.insert(libc::SYS_ioctl, ioctl);
-    // O_WRONLY|O_CREAT|O_TRUNC (and O_CLOEXEC): what std::fs::write asks; no reads, no
-    // directories, no paths of other kinds.
-    let create = (libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC) as u64;
-    let mask =
-        (libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC | libc::O_DIRECTORY | libc::O_PATH) as u64;
+    // O_WRONLY|O_CREAT|O_TRUNC (and O_CLOEXEC): what std::fs::write asks; and O_RDONLY,
+    // failed by the second filter. No directories, no paths of other kinds.
     rules.insert(
         libc::SYS_openat,
-        vec![SeccompRule::new(vec![cond(
-            2,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::MaskedEq(mask),
-            create,
-        )?])
-        .map_err(|e| e.to_string())?],
+        vec![
+            open_for(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC)?,
+            open_for(libc::O_RDONLY)?,
+        ],
     );
     compile(rules, log_only)
+}
+
+/// Fails a read-only `openat` with `EACCES` (and lets every other call through to the
+/// thread's other filters).
+///
+/// The pager reads nothing by name, but the C library may: glibc opens
+/// `/proc/sys/vm/overcommit_memory` the first time a thread arena's heap shrinks, from
+/// whichever thread's `free` shrinks it, to learn whether it may give pages back with
+/// `MADV_DONTNEED`. When that was the pager, the open killed the process (a sandbox gone
+/// without a word, seen in the test suite: the kernel's audit log named the `uffd` thread
+/// and `openat`). Failed, glibc takes the answer for no (not "strict overcommit") and goes
+/// on. The open would have been denied either way: an error instead of the kill is all the
+/// difference.
+///
+/// # Errors
+/// A message if the filter cannot be built (a bug).
+pub fn pager_reads_filter() -> Result<BpfProgram, String> {
+    let rules = BTreeMap::from([(libc::SYS_openat, vec![open_for(libc::O_RDONLY)?])]);
+    let f = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
+        TargetArch::x86_64,
+    )
+    .map_err(|e| e.to_string())?;
+    f.try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())
 }
 
 /// What the file broker (`crate::broker`) calls: it receives requests with descriptors, makes
@@ -557,6 +606,74 @@ mod tests {
         ] {
             assert!(!CONTROL_DENIED.contains(&nr), "{nr} is the control role's");
         }
+    }
+
+    /// In a child process under the pager's filters: `openat(path, flags)`'s errno (0 for a
+    /// descriptor), or how the child died.
+    fn open_under_pager_filters(path: &std::ffi::CStr, flags: libc::c_int) -> String {
+        let filters = pager_filters(false).expect("the filters");
+        // SAFETY: the child makes raw calls only (prctl, seccomp, openat, _exit) on data
+        // prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            // SAFETY: the child's own calls, as above.
+            unsafe {
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                for f in &filters {
+                    let prog = libc::sock_fprog {
+                        len: f.len() as u16,
+                        filter: f.as_ptr().cast_mut().cast(),
+                    };
+                    if libc::syscall(libc::SYS_seccomp, 1, 0, &prog) != 0 {
+                        libc::_exit(100);
+                    }
+                }
+                let fd = libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags);
+                let code = if fd >= 0 {
+                    0
+                } else {
+                    *libc::__errno_location()
+                };
+                libc::_exit(code);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        if libc::WIFSIGNALED(status) {
+            format!("killed by signal {}", libc::WTERMSIG(status))
+        } else {
+            format!("errno {}", libc::WEXITSTATUS(status))
+        }
+    }
+
+    #[test]
+    fn the_pager_fails_a_read_only_open_and_dies_of_any_other() {
+        let overcommit = c"/proc/sys/vm/overcommit_memory";
+        // What glibc asks when a thread arena's heap first shrinks.
+        assert_eq!(
+            open_under_pager_filters(overcommit, libc::O_RDONLY | libc::O_CLOEXEC),
+            format!("errno {}", libc::EACCES)
+        );
+        assert_eq!(
+            open_under_pager_filters(overcommit, libc::O_RDWR),
+            format!("killed by signal {}", libc::SIGSYS)
+        );
+        assert_eq!(
+            open_under_pager_filters(c"/", libc::O_RDONLY | libc::O_DIRECTORY),
+            format!("killed by signal {}", libc::SIGSYS)
+        );
+        // The error file: created for writing.
+        let dir = std::env::temp_dir().join(format!("torpor-pager-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let file = std::ffi::CString::new(dir.join("error").into_os_string().into_encoded_bytes())
+            .expect("a path");
+        assert_eq!(
+            open_under_pager_filters(&file, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC),
+            "errno 0"
+        );
+        std::fs::remove_dir_all(&dir).expect("removed");
     }
 
     #[test]
