@@ -224,21 +224,45 @@ pub struct WriteOptions {
     pub sync: bool,
 }
 
-/// One index entry: which guest page a slot holds and its checksum.
+/// One index entry: which guest page a slot holds and its checksum; the slot is the entry's
+/// place in the index.
+///
+/// 8 bytes in memory (the file spells the slot out and the page in 64 bits: 16): a hibernated
+/// sandbox keeps the index of every page file it has, an entry for every page swapped out. A
+/// page fits in 32 bits, being below the file's page count, at most [`MAX_PAGES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexEntry {
+    page: u32,
+    crc: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<IndexEntry>() == 8);
+
+impl IndexEntry {
+    /// The entry of `page` (below [`MAX_PAGES`]: checked by the writer and the reader) with
+    /// checksum `crc`.
+    fn new(page: PageIdx, crc: u32) -> IndexEntry {
+        debug_assert!(page.0 < MAX_PAGES);
+        IndexEntry {
+            page: page.0 as u32,
+            crc,
+        }
+    }
     /// Guest page.
-    pub page: PageIdx,
-    /// Slot in the file.
-    pub slot: u32,
+    pub fn page(&self) -> PageIdx {
+        PageIdx(u64::from(self.page))
+    }
     /// crc32c of the page's 4096 bytes.
-    pub crc: u32,
+    pub fn crc(&self) -> u32 {
+        self.crc
+    }
 }
 
 /// The index of a finished page file: slot → (page, crc) and page → slot.
 ///
 /// Page → slot is a binary search over the slots sorted by page (4 bytes a page, where a hash
-/// map took about 30): a hibernated sandbox keeps the index of every swap file it has.
+/// map took about 30): a hibernated sandbox keeps the index of every swap file it has, 12
+/// bytes a page with the entries'.
 #[derive(Clone, Debug, Default)]
 pub struct PageIndex {
     entries: Vec<IndexEntry>,
@@ -262,7 +286,7 @@ impl PageIndex {
     }
     /// A page that two entries name, if any (a damaged index).
     fn repeated_page(&self) -> Option<PageIdx> {
-        let page = |s: u32| self.entries[s as usize].page;
+        let page = |s: u32| self.entries[s as usize].page();
         self.by_page
             .windows(2)
             .find(|w| page(w[0]) == page(w[1]))
@@ -273,7 +297,7 @@ impl PageIndex {
     pub fn lookup(&self, page: PageIdx) -> Option<(u32, u32)> {
         let at = self
             .by_page
-            .binary_search_by_key(&page, |&s| self.entries[s as usize].page)
+            .binary_search_by_key(&page, |&s| self.entries[s as usize].page())
             .ok()?;
         let slot = self.by_page[at];
         Some((slot, self.entries[slot as usize].crc))
@@ -475,13 +499,8 @@ impl PageFileWriter {
             self.poisoned = true;
             return Err(PageFileError::from_io("writing pages", e));
         }
-        for (k, &(page, data)) in pages.iter().enumerate() {
-            let slot = (first + k as u64) as u32;
-            self.entries.push(IndexEntry {
-                page,
-                slot,
-                crc: crc(data),
-            });
+        for &(page, data) in pages {
+            self.entries.push(IndexEntry::new(page, crc(data)));
         }
         let end = self.entries.len() as u64;
         Ok(first as u32..end as u32)
@@ -497,9 +516,9 @@ impl PageFileWriter {
             return Err(PageFileError::Poisoned);
         }
         let mut index = Vec::with_capacity(self.entries.len() * ENTRY_BYTES as usize);
-        for e in &self.entries {
-            index.extend_from_slice(&e.page.0.to_le_bytes());
-            index.extend_from_slice(&e.slot.to_le_bytes());
+        for (slot, e) in self.entries.iter().enumerate() {
+            index.extend_from_slice(&e.page().0.to_le_bytes());
+            index.extend_from_slice(&(slot as u32).to_le_bytes());
             index.extend_from_slice(&e.crc.to_le_bytes());
         }
         let count = self.entries.len() as u64;
@@ -678,11 +697,7 @@ impl PageFileReader {
                     pages: page_count,
                 });
             }
-            entries.push(IndexEntry {
-                page,
-                slot,
-                crc: le_u32(e, 12),
-            });
+            entries.push(IndexEntry::new(page, le_u32(e, 12)));
         }
         let index = PageIndex::from_entries(entries);
         if let Some(page) = index.repeated_page() {
@@ -793,7 +808,7 @@ impl PageFileReader {
         for (k, page) in buf.chunks_exact(PAGE_BYTES).enumerate() {
             let e = &self.index.entries[first as usize + k];
             if crc(page) != e.crc {
-                return Err(PageFileError::ChecksumMismatch { page: e.page });
+                return Err(PageFileError::ChecksumMismatch { page: e.page() });
             }
         }
         Ok(())
@@ -873,7 +888,7 @@ impl<'a> PageBatch<'a> {
         self.entries
             .iter()
             .zip(data.chunks_exact(PAGE_BYTES))
-            .map(|(e, d)| (e.page, d))
+            .map(|(e, d)| (e.page(), d))
     }
     /// Iterates over maximal runs of consecutive guest pages, as `(first page, bytes)`: each
     /// run can be installed with one copy into guest memory.
@@ -887,11 +902,11 @@ impl<'a> PageBatch<'a> {
             }
             let start = i;
             i += 1;
-            while i < entries.len() && entries[i].page.0 == entries[i - 1].page.0.wrapping_add(1) {
+            while i < entries.len() && entries[i].page == entries[i - 1].page.wrapping_add(1) {
                 i += 1;
             }
             Some((
-                entries[start].page,
+                entries[start].page(),
                 &data[start * PAGE_BYTES..i * PAGE_BYTES],
             ))
         })

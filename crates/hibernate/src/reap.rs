@@ -236,7 +236,7 @@ impl ReapReader {
 
     /// The persisted working set, in recorded order.
     pub fn working_set(&self) -> Vec<PageIdx> {
-        self.0.index().entries().iter().map(|e| e.page).collect()
+        self.0.index().entries().iter().map(|e| e.page()).collect()
     }
 
     /// Bytes of page data in the file.

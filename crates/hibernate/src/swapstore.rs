@@ -204,7 +204,7 @@ impl SwapStore {
             if let Some(p) = first_page {
                 for k in 0..n {
                     let want = PageIdx(p.0 + u64::from(done + k));
-                    if layer.reader.index().entry(local + k).map(|e| e.page) != Some(want) {
+                    if layer.reader.index().entry(local + k).map(|e| e.page()) != Some(want) {
                         return Err(SwapError::BadIndex {
                             entry: u64::from(slot) + u64::from(k),
                             reason: "the slot holds another guest page",

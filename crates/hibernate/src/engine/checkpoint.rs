@@ -235,16 +235,16 @@ pub fn restored(
         {
             let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
             let reserved = platform::layout::RESERVED_END.raw() / PAGE_SIZE;
-            for e in image.index().entries() {
-                if e.page.0 < reserved {
+            for (slot, e) in (0u32..).zip(image.index().entries()) {
+                if e.page().0 < reserved {
                     return Err(format!(
                         "{name} holds page {} of the reserved region",
-                        e.page.0
+                        e.page().0
                     ));
                 }
                 pager
                     .pages
-                    .set(e.page, PageState::Swapped { slot: e.slot })
+                    .set(e.page(), PageState::Swapped { slot })
                     .map_err(|err| format!("{name}: {err}"))?;
             }
             pager.swap.push_borrowed(image).map_err(|e| e.to_string())?;

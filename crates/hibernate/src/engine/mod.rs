@@ -1553,14 +1553,14 @@ fn restore_shared(sw: &SharedSwap) -> Result<(), String> {
     let base = platform::SHARED_GPA_BASE.raw();
     let mut buf = [0u8; PAGE_SIZE as usize];
     for e in sw.reader.index().entries() {
-        let gpa = Gpa(base + e.page.0 * PAGE_SIZE);
+        let gpa = Gpa(base + e.page().0 * PAGE_SIZE);
         let dst = sw
             .windows
             .iter()
             .find_map(|w| w.ptr(gpa, PAGE_SIZE))
             .ok_or_else(|| format!("no window holds {gpa}"))?;
         sw.reader
-            .read_page(e.page, &mut buf)
+            .read_page(e.page(), &mut buf)
             .map_err(|e| e.to_string())?;
         // SAFETY: `dst` covers one page of a window's writable mapping; no vCPU runs yet.
         unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, PAGE_SIZE as usize) };
