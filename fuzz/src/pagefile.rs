@@ -96,17 +96,17 @@ fn check_swap(file: &[u8], p: &std::path::Path) {
         return;
     };
     let mut buf = [0u8; PAGE_BYTES];
-    for e in r.index().entries().iter().take(64) {
+    for (slot, e) in (0u32..).zip(r.index().entries().iter().take(64)) {
         buf.fill(0xa5);
-        match r.read_page(e.page, &mut buf) {
+        match r.read_page(e.page(), &mut buf) {
             Ok(()) => {
                 assert_eq!(
                     Some(&buf[..]),
-                    slot_bytes(file, e.slot),
+                    slot_bytes(file, slot),
                     "page {:?}: wrong bytes",
-                    e.page
+                    e.page()
                 );
-                assert_eq!(crc32c(&buf), e.crc);
+                assert_eq!(crc32c(&buf), e.crc());
             }
             Err(_) => assert!(buf.iter().all(|&b| b == 0), "buffer not zeroed on error"),
         }
@@ -151,7 +151,7 @@ fn check_reap(file: &[u8], p: &std::path::Path) {
     let mut slot = 0u32;
     let res: Result<(), hibernate::ReapError> = r.read_batches(3 * PAGE_BYTES, |b| {
         for (k, (page, bytes)) in b.pages().enumerate() {
-            assert_eq!(b.entries[k].page, page);
+            assert_eq!(b.entries[k].page(), page);
             assert_eq!(
                 Some(bytes),
                 slot_bytes(file, slot),
@@ -170,7 +170,7 @@ fn check_reap(file: &[u8], p: &std::path::Path) {
         assert_eq!(slot, r.index().len() as u32);
         let all = r.read_all().expect("read_all after a clean read_batches");
         for (i, (page, bytes)) in all.iter().enumerate() {
-            assert_eq!(*page, r.index().entries()[i].page);
+            assert_eq!(*page, r.index().entries()[i].page());
             assert_eq!(Some(&bytes[..]), slot_bytes(file, i as u32));
         }
     }

@@ -434,15 +434,17 @@ impl Restoring {
             const BATCH: u32 = 512;
             let entries = reader.index().entries();
             let mut buf = vec![0u8; BATCH as usize * platform::PAGE_SIZE as usize];
-            for chunk in entries.chunks(BATCH as usize) {
-                let first = chunk[0].slot;
+            for (first, chunk) in (0u32..)
+                .step_by(BATCH as usize)
+                .zip(entries.chunks(BATCH as usize))
+            {
                 let n = chunk.len() as u32;
                 let bytes = &mut buf[..n as usize * platform::PAGE_SIZE as usize];
                 reader.read_slots_into(first, n, bytes)?;
                 for (i, e) in chunk.iter().enumerate() {
                     let page =
                         &bytes[i * platform::PAGE_SIZE as usize..][..platform::PAGE_SIZE as usize];
-                    out.write_all_at(page, e.page.0 * platform::PAGE_SIZE)?;
+                    out.write_all_at(page, e.page().0 * platform::PAGE_SIZE)?;
                 }
             }
             out.sync_all()?;
