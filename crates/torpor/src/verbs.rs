@@ -25,9 +25,13 @@ pub(crate) fn dir(id: &str) -> Result<std::path::PathBuf> {
         let err = std::fs::read_to_string(d.join("error")).unwrap_or_default();
         // Without an error of its own, what the holder said last goes with the news: the
         // directory, its log with it, is removed now.
-        let said = statedir::output_tail(&d, OUTPUT_LINES)
-            .map(|t| format!("\nits last output:\n{t}"))
-            .unwrap_or_default();
+        let said = if err.is_empty() {
+            statedir::output_tail(&d, OUTPUT_LINES)
+                .map(|t| format!("\nits last output:\n{t}"))
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
         let _ = std::fs::remove_dir_all(&d);
         if err.is_empty() {
             bail!("sandbox {id:?} is gone (its process exited); its state was removed{said}");

@@ -292,7 +292,16 @@ fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, log_only: bool) -> Result<Bpf
     } else {
         SeccompAction::KillProcess
     };
-    let f = SeccompFilter::new(rules, mismatch, SeccompAction::Allow, TargetArch::x86_64)
+    build(rules, mismatch, SeccompAction::Allow)
+}
+
+/// The BPF program of `rules`: `matched` for what they match, `mismatch` for anything else.
+fn build(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    mismatch: SeccompAction,
+    matched: SeccompAction,
+) -> Result<BpfProgram, String> {
+    let f = SeccompFilter::new(rules, mismatch, matched, TargetArch::x86_64)
         .map_err(|e| e.to_string())?;
     f.try_into()
         .map_err(|e: seccompiler::BackendError| e.to_string())
@@ -422,15 +431,11 @@ pub fn pager_filter(log_only: bool) -> Result<BpfProgram, String> {
 /// A message if the filter cannot be built (a bug).
 pub fn pager_reads_filter() -> Result<BpfProgram, String> {
     let rules = BTreeMap::from([(libc::SYS_openat, vec![open_for(libc::O_RDONLY)?])]);
-    let f = SeccompFilter::new(
+    build(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EACCES as u32),
-        TargetArch::x86_64,
     )
-    .map_err(|e| e.to_string())?;
-    f.try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())
 }
 
 /// What the file broker (`crate::broker`) calls: it receives requests with descriptors, makes
@@ -574,10 +579,7 @@ pub fn control_filter(log_only: bool) -> Result<BpfProgram, String> {
     } else {
         SeccompAction::KillProcess
     };
-    let f = SeccompFilter::new(rules, SeccompAction::Allow, matched, TargetArch::x86_64)
-        .map_err(|e| e.to_string())?;
-    f.try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())
+    build(rules, SeccompAction::Allow, matched)
 }
 
 #[cfg(test)]
