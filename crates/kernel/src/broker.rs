@@ -18,8 +18,10 @@
 //! layer.
 //!
 //! Each [`Op`] is one host call with its descriptors; the holder makes its own call
-//! ([`retry_with`], [`retry_open`]) first and asks the broker only on EACCES or EPERM (the
-//! common path costs nothing).
+//! ([`retry_with`], [`retry_open`]) first, as the task ([`crate::fs::identity`]), and asks the
+//! broker only on EACCES or EPERM and only for a task holding file capabilities, which the
+//! broker then uses alone (the common path costs nothing; a root application without
+//! CAP_DAC_OVERRIDE is held to file modes, an unprivileged one is never helped).
 
 use std::net::SocketAddr;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -193,11 +195,13 @@ pub enum Op<'a> {
 
 /// Makes [`Op`]s with the privileges the holder dropped.
 pub trait Broker: Send + Sync {
-    /// Makes `op`: the descriptor it opened, if any.
+    /// Makes `op` with file capabilities `caps` only (bit `c` for capability `c` < 5, of
+    /// those the broker keeps: the task's own, [`crate::fs::identity::broker_caps`]): the
+    /// descriptor it opened, if any.
     ///
     /// # Errors
     /// The call's errno; EIO if the broker is gone.
-    fn call(&self, op: &Op<'_>) -> Result<Option<OwnedFd>, Errno>;
+    fn call(&self, op: &Op<'_>, caps: u8) -> Result<Option<OwnedFd>, Errno>;
 }
 
 static BROKER: OnceLock<Box<dyn Broker>> = OnceLock::new();
@@ -231,7 +235,10 @@ pub fn socket(op: &Op<'_>) -> Result<OwnedFd, Errno> {
 /// # Errors
 /// The broker's errno; EIO without a broker.
 pub fn call(op: &Op<'_>) -> Result<Option<OwnedFd>, Errno> {
-    BROKER.get().ok_or(Errno::EIO)?.call(op)
+    BROKER
+        .get()
+        .ok_or(Errno::EIO)?
+        .call(op, crate::fs::identity::broker_caps())
 }
 
 /// Installs the process's broker (once; a later call is ignored).
@@ -270,10 +277,15 @@ fn retry<'a, T>(
     answer: impl FnOnce(Option<OwnedFd>) -> Result<T, Errno>,
 ) -> Result<T, Errno> {
     match own {
-        Err(e) if e == Errno::EACCES || e == Errno::EPERM => match BROKER.get() {
-            Some(b) => answer(b.call(&op())?),
-            None => Err(e),
-        },
+        Err(e) if e == Errno::EACCES || e == Errno::EPERM => {
+            // Only a task whose capabilities would have overridden the check is answered by
+            // the broker, and with those capabilities alone.
+            let caps = crate::fs::identity::broker_caps();
+            match BROKER.get() {
+                Some(b) if caps != 0 => answer(b.call(&op(), caps)?),
+                _ => Err(e),
+            }
+        }
         r => r,
     }
 }

@@ -316,6 +316,8 @@ pub(crate) struct ProcessImage {
     pub(crate) exe_key: Option<(u64, u64)>,
     /// Its argv, NUL-separated (/proc/PID/cmdline).
     pub(crate) cmdline: Arc<[u8]>,
+    /// Its environment, NUL-separated (/proc/PID/environ).
+    pub(crate) environ: Arc<[u8]>,
 }
 
 impl ProcessImage {
@@ -366,7 +368,7 @@ impl ProcessImage {
         mm.set_brk_base(image.brk);
         let argv: Vec<Vec<u8>> = args.iter().map(|s| s.as_bytes().to_vec()).collect();
         let envp: Vec<Vec<u8>> = env.iter().map(|s| s.as_bytes().to_vec()).collect();
-        let ids = (creds.uid, creds.gid);
+        let ids = loader::AuxIds::of(creds, false);
         let vdso = platform.vdso().map(|v| v.ehdr);
         let stack =
             loader::build_stack(&mut mm, &image, &argv, &envp, program.as_bytes(), ids, vdso)
@@ -383,6 +385,7 @@ impl ProcessImage {
             exe,
             exe_key,
             cmdline: crate::task::cmdline_of(&argv),
+            environ: crate::task::cmdline_of(&envp),
         })
     }
 }
@@ -461,6 +464,7 @@ impl ProcessImage {
             comm: comm_of(p.program),
             exe: self.exe,
             cmdline: self.cmdline,
+            environ: self.environ,
             creds: p.creds,
             slot: p.slot,
         };

@@ -100,11 +100,7 @@ fn resolve_in(passwd: &str, group: &str, spec: &str) -> Result<User> {
         None => Vec::new(),
     };
     Ok(User {
-        creds: Credentials {
-            uid,
-            gid,
-            groups: supplementary,
-        },
+        creds: Credentials::new(uid, gid, supplementary),
         home,
     })
 }

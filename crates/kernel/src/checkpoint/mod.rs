@@ -132,10 +132,14 @@ pub fn export(task: &Task, blobs: &mut BlobWriter) -> Result<SandboxState, Check
             .map(|c| c.actions().to_vec())
             .ok_or_else(|| CheckpointError::Host(format!("process {pid}: no thread")))?;
         let identity = g.identity();
-        let (exe, cmdline) = if mine {
-            (task.exe.clone(), task.cmdline.to_vec())
+        let (exe, cmdline, environ) = if mine {
+            (task.exe.clone(), task.cmdline.to_vec(), task.environ.to_vec())
         } else {
-            (identity.exe.clone(), identity.cmdline.to_vec())
+            (
+                identity.exe.clone(),
+                identity.cmdline.to_vec(),
+                identity.environ.to_vec(),
+            )
         };
         let (ppid, execed, exit_signal) = procs.entry_of(*pid).unwrap_or((0, false, 0));
         let member = procs.membership(*pid).unwrap_or(Membership {
@@ -163,6 +167,7 @@ pub fn export(task: &Task, blobs: &mut BlobWriter) -> Result<SandboxState, Check
             exit_signal,
             exe,
             cmdline,
+            environ,
             rlimits,
             actions,
             mm,
@@ -431,6 +436,7 @@ impl RestoreContext<'_> {
             comm: [0; 16],
             exe: p.exe.clone(),
             cmdline: p.cmdline.clone().into(),
+            environ: p.environ.clone().into(),
             creds: Arc::new(crate::task::Credentials::of_runtime()),
             slot,
         };

@@ -68,6 +68,9 @@ pub struct ProcessState {
     pub exe: Vec<u8>,
     /// Its arguments, each NUL-terminated.
     pub cmdline: Vec<u8>,
+    /// Its environment as started, each entry NUL-terminated (none in older checkpoints).
+    #[serde(default)]
+    pub environ: Vec<u8>,
     /// Resource limits, `[cur, max]` by resource number.
     pub rlimits: Vec<[u64; 2]>,
     /// Signal dispositions `[handler, flags, restorer, mask]`, by signal number - 1.
@@ -114,6 +117,10 @@ pub struct TaskState {
     pub gid: u32,
     /// Supplementary groups.
     pub groups: Vec<u32>,
+    /// All of its credentials (ids of every kind, capabilities); a checkpoint without them
+    /// (older) restores `uid`, `gid` and `groups` as every id of their kind.
+    #[serde(default)]
+    pub creds: Option<crate::task::Credentials>,
     /// Thread name, NUL-padded.
     pub comm: Vec<u8>,
     /// set_tid_address(2) pointer.

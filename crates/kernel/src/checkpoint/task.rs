@@ -100,6 +100,7 @@ pub fn capture(task: &Task) -> Result<Captured, CheckpointError> {
         uid: task.creds.uid,
         gid: task.creds.gid,
         groups: task.creds.groups.clone(),
+        creds: Some((*task.creds).clone()),
         comm: task.comm.to_vec(),
         clear_child_tid: task.clear_child_tid,
     };
@@ -183,10 +184,22 @@ pub fn import(task: &mut Task, state: &TaskState, blobs: &Blobs) -> Result<(), C
     task.in_syscall = state.in_syscall;
     task.cwd = state.cwd.clone();
     task.umask = state.umask & 0o777;
-    task.creds = Arc::new(Credentials {
-        uid: state.uid,
-        gid: state.gid,
-        groups: state.groups.clone(),
+    task.creds = Arc::new(match &state.creds {
+        Some(c) => {
+            let mut c = c.clone();
+            let all = crate::task::creds::ALL_CAPS;
+            for set in [
+                &mut c.caps.effective,
+                &mut c.caps.permitted,
+                &mut c.caps.inheritable,
+                &mut c.caps.bounding,
+                &mut c.caps.ambient,
+            ] {
+                *set &= all;
+            }
+            c
+        }
+        None => Credentials::new(state.uid, state.gid, state.groups.clone()),
     });
     let mut comm = [0u8; 16];
     let n = state.comm.len().min(15);

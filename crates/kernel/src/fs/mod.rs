@@ -14,6 +14,7 @@ use abi::Errno;
 
 use crate::broker;
 
+pub mod identity;
 pub mod procfs;
 
 /// `struct open_how` for openat2(2).

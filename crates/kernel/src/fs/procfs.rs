@@ -7,6 +7,7 @@
 //! | `/proc/self/maps`, `/proc/1/maps` | the address space's VMAs, Linux's format |
 //! | `/proc/self/status`, `/proc/self/stat` | identity, state, memory of the process |
 //! | `/proc/self/cmdline` | the arguments the program was started with (NUL-separated) |
+//! | `/proc/self/environ` | the environment it was started with (another user's: EACCES) |
 //! | `/proc/meminfo` | the sandbox's memory limit and free memory |
 //! | `/proc/cpuinfo`, `/sys/devices/system/cpu/online` | the host's (what the vCPUs run on) |
 //! | `/proc/net/dev`, `/proc/net/if_inet6` | the sandbox's own network namespace's interfaces |
@@ -63,9 +64,9 @@ impl View {
             identity: ProcIdentity {
                 exe: t.exe.clone(),
                 cmdline: t.cmdline.clone(),
+                environ: t.environ.clone(),
                 comm: t.comm,
-                uid: t.creds.uid,
-                gid: t.creds.gid,
+                creds: t.creds.clone(),
             },
             umask: t.umask,
             sigblk: t.signals.mask,
@@ -160,6 +161,7 @@ pub fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<DirEntry>> {
         let files = [
             ("cmdline", libc::DT_REG),
             ("comm", libc::DT_REG),
+            ("environ", libc::DT_REG),
             ("exe", libc::DT_LNK),
             ("fd", libc::DT_DIR),
             ("maps", libc::DT_REG),
@@ -192,6 +194,7 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
             "status" => "status",
             "stat" => "stat",
             "cmdline" => "cmdline",
+            "environ" => "environ",
             "comm" => "comm",
             // The network namespace's, the same for every process of the sandbox.
             "net/dev" => return Some((None, "net/dev")),
@@ -230,8 +233,22 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         },
         None => None,
     };
+    // Another process's private files (environ, maps) need Linux's ptrace read access: the
+    // same ids throughout, or CAP_SYS_PTRACE.
+    if let (Some(v), "environ" | "maps") = (&view, which) {
+        if v.pid != t.pid && !t.creds.may_inspect(&v.identity.creds) {
+            return Some(Err(Errno::EACCES));
+        }
+        // environ is mode 0400 and owned by root once its process is not dumpable.
+        let owner = v.identity.creds.proc_owner().0;
+        let dac = crate::task::creds::cap::DAC_OVERRIDE;
+        if which == "environ" && t.creds.fsuid != owner && !t.creds.capable(dac) {
+            return Some(Err(Errno::EACCES));
+        }
+    }
     let content = match (which, &view) {
         ("maps", Some(v)) => maps(v),
+        ("environ", Some(v)) => v.identity.environ.to_vec(),
         ("cmdline", Some(v)) => v.identity.cmdline.to_vec(),
         ("comm", Some(v)) => format!("{}\n", v.comm()).into_bytes(),
         ("status", Some(v)) => status(v, t),
@@ -335,21 +352,42 @@ fn maps(v: &View) -> Vec<u8> {
 fn status(v: &View, t: &Task) -> Vec<u8> {
     let stats = v.stats();
     let rss_kb = stats.mapped_pages as u64 * 4;
-    let (uid, gid) = (v.identity.uid, v.identity.gid);
+    let c = &v.identity.creds;
     let member = t.group.procs.membership(v.pid);
     format!(
         "Name:\t{}\nUmask:\t{:04o}\nState:\tR (running)\nTgid:\t{pid}\nNgid:\t0\nPid:\t{tid}\nPPid:\t{ppid}\n\
-         TracerPid:\t0\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{gid}\t{gid}\t{gid}\t{gid}\nFDSize:\t64\n\
+         TracerPid:\t0\nUid:\t{}\t{}\t{}\t{}\nGid:\t{}\t{}\t{}\t{}\nFDSize:\t64\nGroups:\t{groups}\n\
          NSpgid:\t{pgid}\nNSsid:\t{sid}\nVmRSS:\t{rss_kb} kB\nThreads:\t{threads}\n\
          SigPnd:\t{:016x}\nShdPnd:\t{:016x}\nSigBlk:\t{:016x}\nSigIgn:\t{:016x}\nSigCgt:\t{:016x}\n\
-         Cpus_allowed_list:\t0\n",
+         CapInh:\t{:016x}\nCapPrm:\t{:016x}\nCapEff:\t{:016x}\nCapBnd:\t{:016x}\nCapAmb:\t{:016x}\n\
+         NoNewPrivs:\t{}\nCpus_allowed_list:\t0\n",
         v.comm(),
         v.umask,
+        c.uid,
+        c.euid,
+        c.suid,
+        c.fsuid,
+        c.gid,
+        c.egid,
+        c.sgid,
+        c.fsgid,
         v.sigpnd,
         0,
         v.sigblk,
         v.sigign,
         v.sigcgt,
+        c.caps.inheritable,
+        c.caps.permitted,
+        c.caps.effective,
+        c.caps.bounding,
+        c.caps.ambient,
+        u8::from(c.no_new_privs),
+        groups = c
+            .groups
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(" "),
         pid = v.pid,
         tid = v.tid,
         ppid = t.group.procs.parent_of(v.pid),

@@ -12,7 +12,7 @@ use goblin::elf::Elf;
 use mm::{MemoryManager, MmapRequest, Prot, VmaKind};
 use platform::{Gva, PAGE_SIZE};
 
-pub use stack::{build_stack, StackImage};
+pub use stack::{build_stack, AuxIds, StackImage};
 
 /// Errors loading a program.
 #[derive(Debug, thiserror::Error)]

@@ -49,6 +49,36 @@ pub struct StackImage {
     pub bottom: Gva,
 }
 
+/// The ids and the secure-exec flag the auxiliary vector tells the program (`AT_UID`,
+/// `AT_EUID`, `AT_GID`, `AT_EGID`, `AT_SECURE`: the dynamic loader ignores `LD_*` variables
+/// in a set-user-ID program).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuxIds {
+    /// Real user id.
+    pub uid: u32,
+    /// Effective user id.
+    pub euid: u32,
+    /// Real group id.
+    pub gid: u32,
+    /// Effective group id.
+    pub egid: u32,
+    /// The exec changed ids or gained capabilities.
+    pub secure: bool,
+}
+
+impl AuxIds {
+    /// What `creds` (after the exec) tell, with the exec's `secure` flag.
+    pub fn of(creds: &crate::task::Credentials, secure: bool) -> AuxIds {
+        AuxIds {
+            uid: creds.uid,
+            euid: creds.euid,
+            gid: creds.gid,
+            egid: creds.egid,
+            secure,
+        }
+    }
+}
+
 /// Maps the stack just below the top of user space and writes argc, argv, envp and auxv
 /// (with `AT_SYSINFO_EHDR` = `vdso`, the platform's vDSO, if it maps one).
 ///
@@ -60,7 +90,7 @@ pub fn build_stack(
     argv: &[Vec<u8>],
     envp: &[Vec<u8>],
     execfn: &[u8],
-    ids: (u32, u32),
+    ids: AuxIds,
     vdso: Option<u64>,
 ) -> Result<StackImage, MmError> {
     let top = layout::USER_END.raw() - 0x1000; // a guard page below the direct map
@@ -112,14 +142,14 @@ pub fn build_stack(
         (AT_BASE, image.interp_base.raw()),
         (AT_FLAGS, 0),
         (AT_ENTRY, image.program_entry.raw()),
-        (AT_UID, u64::from(ids.0)),
-        (AT_EUID, u64::from(ids.0)),
-        (AT_GID, u64::from(ids.1)),
-        (AT_EGID, u64::from(ids.1)),
+        (AT_UID, u64::from(ids.uid)),
+        (AT_EUID, u64::from(ids.euid)),
+        (AT_GID, u64::from(ids.gid)),
+        (AT_EGID, u64::from(ids.egid)),
         (AT_PLATFORM, platform_at),
         (AT_HWCAP, hwcap()),
         (AT_CLKTCK, 100),
-        (AT_SECURE, 0),
+        (AT_SECURE, u64::from(ids.secure)),
         (AT_RANDOM, random_at),
         (AT_HWCAP2, 0),
         (AT_EXECFN, execfn_at),

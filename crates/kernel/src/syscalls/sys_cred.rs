@@ -1,12 +1,12 @@
-//! Changing a process's user and group ids: setuid(2), setgid(2), setreuid(2),
-//! setregid(2), setresuid(2), setresgid(2), setgroups(2), setfsuid(2), setfsgid(2).
+//! A process's user and group ids and capabilities: getuid(2) and its family, setuid(2),
+//! setgid(2), setreuid(2), setregid(2), setresuid(2), setresgid(2), setgroups(2),
+//! setfsuid(2), setfsgid(2), capget(2), capset(2).
 //!
-//! The sandbox keeps one id per process for real, effective, saved and filesystem ids
-//! ([`Credentials`]): a change sets them all. As on Linux, uid 0 may take any id and any
-//! other user only its own; ids are what the application sees (getuid, /proc, SO_PEERCRED)
-//! and what System V permissions check, while files are still opened with the runtime's
-//! host credentials inside the root. Each thread changes its own (glibc broadcasts the call
-//! to every thread of the process, as Linux requires).
+//! The rules are Linux's, in [`crate::task::creds`]; each handler decodes its arguments and
+//! applies one of them to a copy of the task's credentials. Each thread changes its own (glibc
+//! broadcasts the set*id calls to every thread of the process, as Linux requires). The
+//! filesystem ids are what the host checks the task's file calls against
+//! ([`crate::fs::identity`]).
 
 use std::sync::Arc;
 
@@ -18,117 +18,135 @@ use crate::task::{Credentials, Task};
 /// Most supplementary groups (Linux's NGROUPS_MAX).
 const NGROUPS_MAX: usize = 65536;
 
-/// The id asked for among `ids` (-1 leaves one unchanged): the effective one if given,
-/// else the real, else the saved; None when all are -1.
-fn wanted(ids: &[u32]) -> Option<u32> {
-    let order: &[usize] = match ids.len() {
-        // set*id(id).
-        1 => &[0],
-        // setre*id(r, e): effective first.
-        2 => &[1, 0],
-        // setres*id(r, e, s): effective, real, saved.
-        _ => &[1, 0, 2],
-    };
-    order
-        .iter()
-        .filter_map(|&i| ids.get(i).copied())
-        .find(|&i| i != u32::MAX)
-}
-
-/// Applies a user id change: every given id must be the current one unless the caller is
-/// root (EPERM otherwise).
-fn change_uid(t: &mut Task, ids: &[u32]) -> SysResult {
-    let Some(new) = wanted(ids) else { return Ok(0) };
-    let cur = t.creds.uid;
-    if cur != 0 && ids.iter().any(|&i| i != u32::MAX && i != cur) {
-        return Err(Errno::EPERM);
-    }
-    if new != cur {
-        let mut c = (*t.creds).clone();
-        c.uid = new;
-        t.creds = Arc::new(c);
-        t.publish_identity();
-    }
-    Ok(0)
-}
-
-/// Applies a group id change (root, or the current gid only).
-fn change_gid(t: &mut Task, ids: &[u32]) -> SysResult {
-    let Some(new) = wanted(ids) else { return Ok(0) };
-    if t.creds.uid != 0 && ids.iter().any(|&i| i != u32::MAX && i != t.creds.gid) {
-        return Err(Errno::EPERM);
-    }
-    if new != t.creds.gid {
-        let mut c: Credentials = (*t.creds).clone();
-        c.gid = new;
-        t.creds = Arc::new(c);
-        t.publish_identity();
-    }
-    Ok(0)
-}
+/// `_LINUX_CAPABILITY_VERSION_1`: one 32-bit set of each kind.
+const CAP_V1: u32 = 0x1998_0330;
+/// `_LINUX_CAPABILITY_VERSION_2` (deprecated, same layout as 3).
+const CAP_V2: u32 = 0x2007_1026;
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words of each set.
+const CAP_V3: u32 = 0x2008_0522;
 
 fn id(a: &SyscallArgs, i: usize) -> u32 {
     a.u(i) as u32
 }
 
-/// Implements setuid(2).
-pub fn sys_setuid(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    if id(a, 0) == u32::MAX {
+/// Applies `change` to a copy of the task's credentials and installs it if it succeeded.
+fn change<T>(
+    t: &mut Task,
+    change: impl FnOnce(&mut Credentials) -> Result<T, Errno>,
+) -> Result<T, Errno> {
+    let mut c = (*t.creds).clone();
+    let r = change(&mut c)?;
+    c.committed_over(&t.creds);
+    if c != *t.creds {
+        t.creds = Arc::new(c);
+        t.publish_identity();
+    }
+    Ok(r)
+}
+
+/// Implements getuid(2).
+pub fn sys_getuid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    Ok(u64::from(t.creds.uid))
+}
+
+/// Implements geteuid(2).
+pub fn sys_geteuid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    Ok(u64::from(t.creds.euid))
+}
+
+/// Implements getgid(2).
+pub fn sys_getgid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    Ok(u64::from(t.creds.gid))
+}
+
+/// Implements getegid(2).
+pub fn sys_getegid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    Ok(u64::from(t.creds.egid))
+}
+
+/// Implements getresuid(2).
+pub fn sys_getresuid(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let c = t.creds.clone();
+    for (i, v) in [c.uid, c.euid, c.suid].into_iter().enumerate() {
+        t.write_u32(a.gva(i), v)?;
+    }
+    Ok(0)
+}
+
+/// Implements getresgid(2).
+pub fn sys_getresgid(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let c = t.creds.clone();
+    for (i, v) in [c.gid, c.egid, c.sgid].into_iter().enumerate() {
+        t.write_u32(a.gva(i), v)?;
+    }
+    Ok(0)
+}
+
+/// Implements getgroups(2).
+pub fn sys_getgroups(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let size = a.int(0);
+    if size < 0 {
         return Err(Errno::EINVAL);
     }
-    change_uid(t, &[id(a, 0)])
+    let groups = t.creds.groups.clone();
+    if size == 0 {
+        return Ok(groups.len() as u64);
+    }
+    if (size as usize) < groups.len() {
+        return Err(Errno::EINVAL);
+    }
+    let bytes: Vec<u8> = groups.iter().flat_map(|g| g.to_le_bytes()).collect();
+    t.copy_out(a.gva(1), &bytes)?;
+    Ok(groups.len() as u64)
+}
+
+/// Implements setuid(2).
+pub fn sys_setuid(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    change(t, |c| c.set_id(id(a, 0), false)).map(|()| 0)
 }
 
 /// Implements setgid(2).
 pub fn sys_setgid(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    if id(a, 0) == u32::MAX {
-        return Err(Errno::EINVAL);
-    }
-    change_gid(t, &[id(a, 0)])
+    change(t, |c| c.set_id(id(a, 0), true)).map(|()| 0)
 }
 
 /// Implements setreuid(2).
 pub fn sys_setreuid(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    change_uid(t, &[id(a, 0), id(a, 1)])
+    change(t, |c| c.set_re_ids(id(a, 0), id(a, 1), false)).map(|()| 0)
 }
 
 /// Implements setregid(2).
 pub fn sys_setregid(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    change_gid(t, &[id(a, 0), id(a, 1)])
+    change(t, |c| c.set_re_ids(id(a, 0), id(a, 1), true)).map(|()| 0)
 }
 
 /// Implements setresuid(2).
 pub fn sys_setresuid(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    change_uid(t, &[id(a, 0), id(a, 1), id(a, 2)])
+    change(t, |c| c.set_res_ids([id(a, 0), id(a, 1), id(a, 2)], false)).map(|()| 0)
 }
 
 /// Implements setresgid(2).
 pub fn sys_setresgid(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    change_gid(t, &[id(a, 0), id(a, 1), id(a, 2)])
+    change(t, |c| c.set_res_ids([id(a, 0), id(a, 1), id(a, 2)], true)).map(|()| 0)
 }
 
-/// Implements setfsuid(2): returns the previous id; changes it as setuid would, silently
-/// refusing what setuid refuses.
+/// Implements setfsuid(2): returns the previous id; refuses silently.
 pub fn sys_setfsuid(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let old = t.creds.uid;
-    let _ = change_uid(t, &[id(a, 0)]);
-    Ok(u64::from(old))
+    change(t, |c| Ok(c.set_fs_id(id(a, 0), false))).map(u64::from)
 }
 
 /// Implements setfsgid(2).
 pub fn sys_setfsgid(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let old = t.creds.gid;
-    let _ = change_gid(t, &[id(a, 0)]);
-    Ok(u64::from(old))
+    change(t, |c| Ok(c.set_fs_id(id(a, 0), true))).map(u64::from)
 }
 
-/// Implements setgroups(2) (root only).
+/// Implements setgroups(2) (CAP_SETGID).
 pub fn sys_setgroups(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let n = a.u(0);
     if n > NGROUPS_MAX as u64 {
         return Err(Errno::EINVAL);
     }
-    if t.creds.uid != 0 {
+    if !t.creds.capable(crate::task::creds::cap::SETGID) {
         return Err(Errno::EPERM);
     }
     let mut raw = vec![0u8; n as usize * 4];
@@ -137,25 +155,85 @@ pub fn sys_setgroups(t: &mut Task, a: &SyscallArgs) -> SysResult {
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    let mut c = (*t.creds).clone();
-    c.groups = groups;
-    t.creds = Arc::new(c);
+    change(t, |c| c.set_groups(groups)).map(|()| 0)
+}
+
+/// The header's version and the number of 32-bit words per set it asks for; an unknown
+/// version is answered with the preferred one written back and EINVAL.
+fn cap_header(t: &Task, a: &SyscallArgs) -> Result<(usize, i32), Errno> {
+    let mut hdr = [0u8; 8];
+    t.copy_in(a.gva(0), &mut hdr)?;
+    let version = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+    let pid = i32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
+    match version {
+        CAP_V1 => Ok((1, pid)),
+        CAP_V2 | CAP_V3 => Ok((2, pid)),
+        _ => {
+            t.write_u32(a.gva(0), CAP_V3)?;
+            Err(Errno::EINVAL)
+        }
+    }
+}
+
+/// Implements capget(2): the sets of the caller (pid 0 or its own) or of another process of
+/// the sandbox.
+pub fn sys_capget(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (words, pid) = match cap_header(t, a) {
+        Ok(v) => v,
+        // A probe for the preferred version: no data pointer, no error.
+        Err(Errno::EINVAL) if a.u(1) == 0 => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    if a.u(1) == 0 {
+        return Ok(0);
+    }
+    if pid < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let caps = if pid == 0 || pid == t.pid {
+        t.creds.caps
+    } else {
+        let g = t.group.procs.group_of(pid).ok_or(Errno::ESRCH)?;
+        g.identity().creds.caps
+    };
+    let mut out = Vec::with_capacity(12 * words);
+    for w in 0..words {
+        for set in [caps.effective, caps.permitted, caps.inheritable] {
+            out.extend_from_slice(&((set >> (32 * w)) as u32).to_le_bytes());
+        }
+    }
+    t.copy_out(a.gva(1), &out)?;
     Ok(0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::wanted;
-
-    #[test]
-    fn which_id_is_taken() {
-        let m = u32::MAX;
-        assert_eq!(wanted(&[5]), Some(5));
-        assert_eq!(wanted(&[m, m]), None);
-        assert_eq!(wanted(&[3, m]), Some(3));
-        assert_eq!(wanted(&[3, 4]), Some(4));
-        assert_eq!(wanted(&[1, 2, 3]), Some(2));
-        assert_eq!(wanted(&[1, m, 3]), Some(1));
-        assert_eq!(wanted(&[m, m, 3]), Some(3));
+/// Implements capset(2) on the caller itself (EPERM for another process, as Linux).
+pub fn sys_capset(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (words, pid) = cap_header(t, a)?;
+    if pid != 0 && pid != t.pid {
+        return Err(Errno::EPERM);
     }
+    let mut raw = vec![0u8; 12 * words];
+    t.copy_in(a.gva(1), &mut raw)?;
+    let word = |w: usize, k: usize| {
+        let o = 12 * w + 4 * k;
+        u64::from(u32::from_le_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]])) << (32 * w)
+    };
+    let set = |k: usize| (0..words).fold(0u64, |acc, w| acc | word(w, k));
+    let (eff, perm, inh) = (set(0), set(1), set(2));
+    let keep_high = |new: u64, old: u64| {
+        if words == 1 {
+            new | (old & !0xffff_ffff)
+        } else {
+            new
+        }
+    };
+    let old = t.creds.caps;
+    change(t, |c| {
+        c.set_caps(
+            keep_high(eff, old.effective),
+            keep_high(perm, old.permitted),
+            keep_high(inh, old.inheritable),
+        )
+    })
+    .map(|()| 0)
 }

@@ -115,21 +115,48 @@ fn load_errno(e: &LoadError) -> Errno {
     }
 }
 
-/// Opens `path` for execution: a regular file with an execute bit.
+/// Opens `path` for execution, as the task: a regular file it may execute (Linux's
+/// `may_open` with MAY_EXEC: an execute bit it is granted, or, with CAP_DAC_OVERRIDE, any
+/// execute bit). The caller acts as the task ([`crate::fs::identity`]).
 fn open_executable(t: &Task, path: &[u8]) -> Result<(OwnedFd, Vec<u8>), Errno> {
     let gpath = fs::join(&t.cwd, path);
     let fd = t.root.open_at(&gpath, libc::O_RDONLY, 0)?;
+    let st = fstat(&fd)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_mode & 0o111 == 0 {
+        return Err(Errno::EACCES);
+    }
+    crate::fs::identity::permits(std::os::fd::AsFd::as_fd(&fd), &t.creds, libc::X_OK)?;
+    let shown = t.root.guest_path_of(&fd).unwrap_or(gpath);
+    Ok((fd, shown))
+}
+
+fn fstat(fd: &OwnedFd) -> Result<libc::stat, Errno> {
     // SAFETY: an all-zero stat is valid; fstat fills it from a valid fd.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid fd and a writable stat.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(Errno::last());
     }
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_mode & 0o111 == 0 {
-        return Err(Errno::EACCES);
+    Ok(st)
+}
+
+/// The task's credentials once it runs the program open on `fd` (its set-user-ID and
+/// set-group-ID bits honoured unless the task has `no_new_privs` or the file lies on a
+/// nosuid mount), and whether the exec is secure (AT_SECURE).
+fn creds_after_exec(t: &Task, fd: &OwnedFd) -> Result<(crate::task::Credentials, bool), Errno> {
+    let st = fstat(fd)?;
+    let mut honour = true;
+    if st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+        // SAFETY: an all-zero statvfs is valid; fstatvfs fills it from a valid fd.
+        let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid fd and a writable statvfs.
+        if unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut vfs) } == 0 {
+            honour = vfs.f_flag & libc::ST_NOSUID == 0;
+        }
     }
-    let shown = t.root.guest_path_of(&fd).unwrap_or(gpath);
-    Ok((fd, shown))
+    let mut creds = (*t.creds).clone();
+    let secure = creds.exec((st.st_uid, st.st_gid), st.st_mode, honour);
+    Ok((creds, secure))
 }
 
 /// Parses a `#!interpreter [arg]` line (the first bytes of a file, at most 256) as Linux's
@@ -202,6 +229,9 @@ pub(crate) fn execve(
     envp: Vec<Vec<u8>>,
 ) -> SysResult {
     let mut depth = 0;
+    // The program and its interpreters are found and opened as the task; the new VM is the
+    // runtime's to build.
+    let acting = crate::fs::identity::act_as(&t.creds.clone())?;
     let (fd, exe) = loop {
         let (fd, exe) = open_executable(t, &path)?;
         let mut head = [0u8; SHEBANG_MAX];
@@ -223,12 +253,15 @@ pub(crate) fn execve(
         argv = new_argv;
         path = interp;
     };
+    drop(acting);
     let name = String::from_utf8_lossy(&exe).into_owned();
     let exe_key = crate::fd::locks::regular_file_key(std::os::fd::AsFd::as_fd(&fd));
+    let (creds, secure) = creds_after_exec(t, &fd)?;
 
     let (mem, space) = super::sys_fork::new_space(&t.group.platform, t.mem.size(), "execve")?;
     let mut mm = MemoryManager::new(mem.clone()).map_err(|_| Errno::ENOMEM)?;
     mm.allocator_mut().set_budget(t.group.procs.memory.clone());
+    let acting = crate::fs::identity::act_as(&t.creds.clone())?;
     let image = loader::load_elf(
         &mut mm,
         &t.root,
@@ -240,8 +273,9 @@ pub(crate) fn execve(
         tracing::debug!("execve {name}: {e}");
         load_errno(&e)
     })?;
+    drop(acting);
     mm.set_brk_base(image.brk);
-    let ids = (t.creds.uid, t.creds.gid);
+    let ids = loader::AuxIds::of(&creds, secure);
     let vdso = t.group.platform.vdso().map(|v| v.ehdr);
     let stack = loader::build_stack(&mut mm, &image, &argv, &envp, &path, ids, vdso)
         .map_err(|_| Errno::E2BIG)?;
@@ -283,8 +317,10 @@ pub(crate) fn execve(
     t.signals.reset_for_exec();
     t.clear_child_tid = 0;
     t.exe = exe;
+    t.creds = Arc::new(creds);
     t.group.set_exe_key(exe_key);
     t.cmdline = crate::task::cmdline_of(&argv);
+    t.environ = crate::task::cmdline_of(&envp);
     t.comm = crate::sandbox::comm_of(&name);
     t.publish_identity();
     t.group.procs.release_vfork(t.pid);

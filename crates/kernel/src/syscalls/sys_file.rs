@@ -119,27 +119,7 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         }
         Err(e) => Err(e),
     };
-    let fd = if super::sys_fs::must_track_creation(t, flags) {
-        // A file this call creates is given to the task's ids: create exclusively first to
-        // know whether it is new, then open what exists (again if it vanished meanwhile).
-        let excl = flags & (libc::O_EXCL | libc::O_TMPFILE) != 0;
-        let mut attempt = 0;
-        loop {
-            match open(flags | libc::O_EXCL) {
-                Ok(fd) => {
-                    super::sys_fs::own_created(t, fd.as_fd());
-                    break fd;
-                }
-                Err(e) if e == Errno::EEXIST && !excl => match open(flags & !libc::O_CREAT) {
-                    Err(e) if e == Errno::ENOENT && attempt < 3 => attempt += 1,
-                    r => break r?,
-                },
-                Err(e) => return Err(e),
-            }
-        }
-    } else {
-        open(flags)?
-    };
+    let fd = open(flags)?;
     // SAFETY: fstat on an fd we own into a zeroed stat buffer.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: as above.

@@ -31,6 +31,8 @@ pub fn sys_getcwd(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 fn change_dir(t: &mut Task, guest: &[u8]) -> SysResult {
     let fd = t.root.open_at(guest, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    // The new working directory must be searchable (the dispatcher acts as the task).
+    fs::identity::permits(fd.as_fd(), &t.creds, libc::X_OK)?;
     t.cwd = t.root.guest_path_of(&fd)?;
     Ok(0)
 }
@@ -69,68 +71,6 @@ fn host(r: libc::c_int) -> SysResult {
     Ok(0)
 }
 
-/// Whether files the task creates must be given to its ids: the runtime runs as root and
-/// the application as someone else (`--user`, OCI `process.user`), whose files must be its
-/// own, as on Linux (PostgreSQL refuses a data directory its user does not own).
-fn creator_differs(t: &Task) -> bool {
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    uid == 0 && (t.creds.uid, t.creds.gid) != (uid, gid)
-}
-
-/// Gives the object the task just created as `name` in `dir` to the task's ids (see
-/// [`creator_differs`]); a failure is logged, the creation stands.
-pub(super) fn own_created_at(t: &Task, dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr) {
-    if !creator_differs(t) {
-        return;
-    }
-    // SAFETY: valid dirfd and a NUL-terminated name; the link itself is changed, not its target.
-    let own = host(unsafe {
-        libc::fchownat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            t.creds.uid,
-            t.creds.gid,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    });
-    let r = broker::retry_with(own, || Op::FchownAt {
-        dir,
-        name: name.to_bytes(),
-        uid: t.creds.uid,
-        gid: t.creds.gid,
-        flags: libc::AT_SYMLINK_NOFOLLOW,
-    });
-    if let Err(e) = r {
-        tracing::debug!("giving a new file to {}: {e}", t.creds.uid);
-    }
-}
-
-/// Gives the file the task just created and opened as `fd` to the task's ids.
-pub(super) fn own_created(t: &Task, fd: std::os::fd::BorrowedFd<'_>) {
-    if !creator_differs(t) {
-        return;
-    }
-    // SAFETY: fchown on a valid fd.
-    let own = host(unsafe { libc::fchown(fd.as_raw_fd(), t.creds.uid, t.creds.gid) });
-    let r = broker::retry_with(own, || Op::FchownAt {
-        dir: fd,
-        name: b"",
-        uid: t.creds.uid,
-        gid: t.creds.gid,
-        flags: AT_EMPTY_PATH,
-    });
-    if let Err(e) = r {
-        tracing::debug!("giving a new file to {}: {e}", t.creds.uid);
-    }
-}
-
-/// Whether opening with `flags` must tell a created file from an existing one (to give it to
-/// the task's ids).
-pub(super) fn must_track_creation(t: &Task, flags: i32) -> bool {
-    flags & libc::O_CREAT != 0 && creator_differs(t)
-}
-
 fn mkdir_at(t: &mut Task, dirfd: i32, path: &[u8], mode: u32) -> SysResult {
     let p = parent_of(t, dirfd, path)?;
     let mode = mode & 0o7777 & !t.umask;
@@ -141,7 +81,6 @@ fn mkdir_at(t: &mut Task, dirfd: i32, path: &[u8], mode: u32) -> SysResult {
         name: p.name.to_bytes(),
         mode,
     })?;
-    own_created_at(t, p.dir.as_fd(), &p.name);
     Ok(0)
 }
 
@@ -365,7 +304,6 @@ fn symlink_at(t: &mut Task, target: Gva, newdir: i32, new: Gva) -> SysResult {
         dir: to.dir.as_fd(),
         name: to.name.to_bytes(),
     })?;
-    own_created_at(t, to.dir.as_fd(), &to.name);
     Ok(0)
 }
 
@@ -401,7 +339,6 @@ fn mknod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, dev: u64) -> SysResu
         mode,
         dev,
     })?;
-    own_created_at(t, p.dir.as_fd(), &p.name);
     Ok(0)
 }
 

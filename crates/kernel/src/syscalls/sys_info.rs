@@ -48,7 +48,7 @@ fn uts_name(t: &Task, a: &SyscallArgs) -> Result<Vec<u8>, Errno> {
     if len > UTS_FIELD as u64 - 1 {
         return Err(Errno::EINVAL);
     }
-    if t.creds.uid != 0 {
+    if t.creds.euid != 0 {
         return Err(Errno::EPERM);
     }
     let mut name = vec![0u8; len as usize];
@@ -287,7 +287,10 @@ pub fn sys_setpriority(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if !own {
         return Ok(0);
     }
-    if nice < NICE.with(|n| n.get()) && t.creds.uid != 0 {
+    if nice < NICE.with(|n| n.get())
+        && !t.creds.capable(crate::task::creds::cap::SYS_NICE)
+        && t.creds.euid != 0
+    {
         return Err(Errno::EACCES);
     }
     NICE.with(|n| n.set(nice));

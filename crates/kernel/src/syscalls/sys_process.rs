@@ -23,50 +23,6 @@ pub fn sys_getppid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
     Ok(t.group.procs.parent_of(t.pid) as u64)
 }
 
-/// Implements getuid(2) and geteuid(2): the sandbox's user id.
-pub fn sys_getuid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
-    Ok(u64::from(t.creds.uid))
-}
-
-/// Implements getgid(2) and getegid(2).
-pub fn sys_getgid(t: &mut Task, _a: &SyscallArgs) -> SysResult {
-    Ok(u64::from(t.creds.gid))
-}
-
-/// Implements getresuid(2): real, effective and saved ids are one.
-pub fn sys_getresuid(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    for i in 0..3 {
-        t.write_u32(a.gva(i), t.creds.uid)?;
-    }
-    Ok(0)
-}
-
-/// Implements getresgid(2).
-pub fn sys_getresgid(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    for i in 0..3 {
-        t.write_u32(a.gva(i), t.creds.gid)?;
-    }
-    Ok(0)
-}
-
-/// Implements getgroups(2): the supplementary groups (`size` 0 asks for their number).
-pub fn sys_getgroups(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let size = a.int(0);
-    let groups = t.creds.groups.clone();
-    if size < 0 {
-        return Err(Errno::EINVAL);
-    }
-    if size == 0 {
-        return Ok(groups.len() as u64);
-    }
-    if (size as usize) < groups.len() {
-        return Err(Errno::EINVAL);
-    }
-    let bytes: Vec<u8> = groups.iter().flat_map(|g| g.to_le_bytes()).collect();
-    t.copy_out(a.gva(1), &bytes)?;
-    Ok(groups.len() as u64)
-}
-
 /// Implements exit(2): ends the calling thread; the last thread's exit ends the process.
 pub fn sys_exit(t: &mut Task, a: &SyscallArgs) -> SysResult {
     t.thread_exit_only = t.group.live() > 1;
@@ -442,7 +398,7 @@ pub fn sys_prctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             t.copy_out(a.gva(1), &name)?;
             Ok(0)
         }
-        libc::PR_GET_DUMPABLE => Ok(1),
+        libc::PR_GET_DUMPABLE => Ok(u64::from(t.creds.dumpable)),
         libc::PR_SET_PDEATHSIG => {
             let sig = a.int(1);
             if !(0..=crate::task::NSIG as i32).contains(&sig) {
@@ -456,7 +412,94 @@ pub fn sys_prctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             t.copy_out(a.gva(1), &sig.to_le_bytes())?;
             Ok(0)
         }
-        libc::PR_SET_DUMPABLE | libc::PR_SET_NO_NEW_PRIVS => Ok(0),
-        _ => Err(Errno::EINVAL),
+        _ => prctl_creds(t, a),
     }
+}
+
+/// The prctl(2) options on credentials: KEEPCAPS, NO_NEW_PRIVS, the bounding set, ambient
+/// capabilities and the securebits Linux reports (none set).
+fn prctl_creds(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    use crate::task::creds::cap;
+    let flag = |v: u64| match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(Errno::EINVAL),
+    };
+    let mut c = (*t.creds).clone();
+    let answer = match a.int(0) {
+        libc::PR_SET_DUMPABLE => {
+            c.dumpable = flag(a.u(1))?;
+            0
+        }
+        libc::PR_GET_KEEPCAPS => u64::from(c.keep_caps),
+        libc::PR_SET_KEEPCAPS => {
+            c.keep_caps = flag(a.u(1))?;
+            0
+        }
+        libc::PR_GET_NO_NEW_PRIVS => {
+            if a.u(1) | a.u(2) | a.u(3) | a.u(4) != 0 {
+                return Err(Errno::EINVAL);
+            }
+            u64::from(c.no_new_privs)
+        }
+        libc::PR_SET_NO_NEW_PRIVS => {
+            if a.u(1) != 1 || a.u(2) | a.u(3) | a.u(4) != 0 {
+                return Err(Errno::EINVAL);
+            }
+            c.no_new_privs = true;
+            0
+        }
+        libc::PR_CAPBSET_READ => {
+            if a.u(1) > u64::from(cap::LAST) {
+                return Err(Errno::EINVAL);
+            }
+            (c.caps.bounding >> a.u(1)) & 1
+        }
+        libc::PR_CAPBSET_DROP => {
+            c.drop_bounding(a.u(1))?;
+            0
+        }
+        libc::PR_CAP_AMBIENT => {
+            let rest_zero = a.u(3) | a.u(4) == 0;
+            match a.u(1) as i32 {
+                libc::PR_CAP_AMBIENT_IS_SET if rest_zero => {
+                    if a.u(2) > u64::from(cap::LAST) {
+                        return Err(Errno::EINVAL);
+                    }
+                    (c.caps.ambient >> a.u(2)) & 1
+                }
+                libc::PR_CAP_AMBIENT_RAISE if rest_zero => {
+                    c.set_ambient(a.u(2), true)?;
+                    0
+                }
+                libc::PR_CAP_AMBIENT_LOWER if rest_zero => {
+                    c.set_ambient(a.u(2), false)?;
+                    0
+                }
+                libc::PR_CAP_AMBIENT_CLEAR_ALL if a.u(2) | a.u(3) | a.u(4) == 0 => {
+                    c.caps.ambient = 0;
+                    0
+                }
+                _ => return Err(Errno::EINVAL),
+            }
+        }
+        libc::PR_GET_SECUREBITS => 0,
+        libc::PR_SET_SECUREBITS => {
+            if !c.capable(cap::SETPCAP) {
+                return Err(Errno::EPERM);
+            }
+            // Only the bits Linux starts with (none) are kept; others would change rules
+            // this kernel does not model.
+            if a.u(1) != 0 {
+                return Err(Errno::EINVAL);
+            }
+            0
+        }
+        _ => return Err(Errno::EINVAL),
+    };
+    if c != *t.creds {
+        t.creds = std::sync::Arc::new(c);
+        t.publish_identity();
+    }
+    Ok(answer)
 }

@@ -27,7 +27,7 @@ const SEM_STAT_ANY: i32 = 20;
 /// Implements semget(2).
 pub fn sys_semget(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (key, nsems, flags) = (a.int(0), a.int(1), a.int(2));
-    let (uid, gid) = (t.creds.uid, t.creds.gid);
+    let (uid, gid) = (t.creds.euid, t.creds.egid);
     let id = t.group.procs.sysv_sem.get(
         key,
         nsems,
@@ -45,7 +45,7 @@ pub fn sys_semget(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Whether the caller may read (and, if `write`, alter) the set.
 fn permitted(t: &Task, s: &SemSet, write: bool) -> bool {
-    s.perm.allows(t.creds.uid, t.creds.gid, write)
+    s.perm.allows(t.creds.euid, t.creds.egid, write)
 }
 
 /// Implements semop(2).
@@ -133,7 +133,7 @@ pub fn sys_semctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         IPC_SET => {
             let mut ds = [0u8; 104];
             t.copy_in(platform::Gva(arg), &mut ds)?;
-            let me = t.creds.uid;
+            let me = t.creds.euid;
             table.with(id, |s| {
                 s.perm.set_from(me, &ds)?;
                 s.ctime = ipc::now();
@@ -142,7 +142,7 @@ pub fn sys_semctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             Ok(0)
         }
         IPC_RMID => {
-            let me = t.creds.uid;
+            let me = t.creds.euid;
             let owner = table.with(id, |s| s.perm.owned_by(me))?;
             if !owner {
                 return Err(Errno::EPERM);

@@ -29,7 +29,7 @@ const SHMLBA: u64 = PAGE_SIZE;
 /// Implements shmget(2).
 pub fn sys_shmget(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (key, size, flags) = (a.int(0), a.u(1), a.int(2));
-    let (uid, gid, pid) = (t.creds.uid, t.creds.gid, t.pid);
+    let (uid, gid, pid) = (t.creds.euid, t.creds.egid, t.pid);
     let space = t.group.procs.shm.clone();
     let id = t.group.procs.sysv_shm.get(
         key,
@@ -76,7 +76,7 @@ pub fn sys_shmat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if flags & SHM_EXEC != 0 {
         prot = prot | Prot::EXEC;
     }
-    if !seg.perm.allows(t.creds.uid, t.creds.gid, !readonly) {
+    if !seg.perm.allows(t.creds.euid, t.creds.egid, !readonly) {
         return Err(Errno::EACCES);
     }
     let request = MmapRequest {
@@ -166,7 +166,7 @@ pub fn sys_shmctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         IPC_SET => {
             let mut ds = [0u8; 112];
             t.copy_in(buf, &mut ds)?;
-            let me = t.creds.uid;
+            let me = t.creds.euid;
             table.update(id, |s| {
                 s.perm.set_from(me, &ds)?;
                 s.ctime = ipc::now();
@@ -176,7 +176,7 @@ pub fn sys_shmctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
         IPC_RMID => {
             let seg = table.segment(id)?;
-            if !seg.perm.owned_by(t.creds.uid) {
+            if !seg.perm.owned_by(t.creds.euid) {
                 return Err(Errno::EPERM);
             }
             table.remove(id)?;

@@ -227,6 +227,21 @@ fn send_self(t: &mut Task, info: SigInfo) -> SysResult {
     }
 }
 
+/// Whether the caller may send `sig` to process `pid` (Linux's `check_kill_permission`: its
+/// real or effective uid is the target's real or saved one, or it has CAP_KILL; SIGCONT within
+/// its session always).
+fn may_signal(t: &Task, pid: i32, g: &crate::task::ThreadGroup, sig: i32) -> bool {
+    if t.creds.may_signal(&g.identity().creds) {
+        return true;
+    }
+    let procs = &t.group.procs;
+    sig == libc::SIGCONT
+        && matches!(
+            (procs.membership(t.pid), procs.membership(pid)),
+            (Some(a), Some(b)) if a.sid == b.sid
+        )
+}
+
 /// Implements kill(2): a process of the sandbox (pid > 0), the caller's process group (0),
 /// process group -pid (pid < -1), or every process the caller may signal but the first one
 /// and itself (-1). Signal 0 checks that the target exists.
@@ -244,13 +259,28 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
             if p == t.pid {
                 return self_signal(t, sig);
             }
-            vec![(p, procs.group_of(p).ok_or(Errno::ESRCH)?)]
+            let g = procs.group_of(p).ok_or(Errno::ESRCH)?;
+            if !may_signal(t, p, &g, sig) {
+                return Err(Errno::EPERM);
+            }
+            vec![(p, g)]
         }
-        -1 => procs
-            .live_groups()
-            .into_iter()
-            .filter(|(p, _)| *p != 1 && *p != t.pid)
-            .collect(),
+        -1 => {
+            let all: Vec<_> = procs
+                .live_groups()
+                .into_iter()
+                .filter(|(p, _)| *p != 1 && *p != t.pid)
+                .collect();
+            if all.is_empty() {
+                // Linux: -1 with nobody else to signal succeeds only if the caller may
+                // signal itself, and does not signal it.
+                return Err(Errno::ESRCH);
+            }
+            // Those it may not signal are passed over; the call succeeds all the same.
+            all.into_iter()
+                .filter(|(p, g)| may_signal(t, *p, g, sig))
+                .collect()
+        }
         p => {
             let pgid = if p == 0 {
                 procs.membership(t.pid).map_or(t.pid, |m| m.pgid)
@@ -262,7 +292,10 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
                 return Err(Errno::ESRCH);
             }
             let mine = members.iter().any(|(p, _)| *p == t.pid);
-            let others: Vec<_> = members.into_iter().filter(|(p, _)| *p != t.pid).collect();
+            let others: Vec<_> = members
+                .into_iter()
+                .filter(|(p, g)| *p != t.pid && may_signal(t, *p, g, sig))
+                .collect();
             if sig != 0 {
                 for (_, g) in &others {
                     g.post_signal(sig);
@@ -271,14 +304,13 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
             if mine {
                 return self_signal(t, sig);
             }
+            if others.is_empty() {
+                // A group none of whose members the caller may signal.
+                return Err(Errno::EPERM);
+            }
             return Ok(0);
         }
     };
-    if targets.is_empty() && pid == -1 {
-        // Linux: -1 with nobody else to signal succeeds only if the caller may signal
-        // itself, and does not signal it.
-        return Err(Errno::ESRCH);
-    }
     if sig != 0 {
         for (_, g) in &targets {
             g.post_signal(sig);
@@ -326,18 +358,22 @@ pub fn sys_tkill(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Sends `sig` to thread `tid` (of process `tgid`, if given) other than the caller: it is
 /// queued on that thread at its next exit (Go's preemption signals its threads this way).
 fn signal_other_thread(t: &Task, tgid: Option<i32>, tid: i32, sig: i32) -> SysResult {
+    let procs = &t.group.procs;
     let groups = match tgid {
-        Some(g) if g == t.pid => vec![t.group.clone()],
-        Some(g) => vec![t.group.procs.group_of(g).ok_or(Errno::ESRCH)?],
-        None => std::iter::once(t.group.clone())
-            .chain(t.group.procs.live_groups().into_iter().map(|(_, g)| g))
+        Some(g) if g == t.pid => vec![(t.pid, t.group.clone())],
+        Some(g) => vec![(g, procs.group_of(g).ok_or(Errno::ESRCH)?)],
+        None => std::iter::once((t.pid, t.group.clone()))
+            .chain(procs.live_groups())
             .collect(),
     };
     let info = SigInfo::user(sig, signal::SI_TKILL, t.pid, t.creds.uid);
-    if groups
-        .iter()
-        .any(|g| g.signal_thread_info(tid, sig, Some(info)))
-    {
+    let Some((pid, g)) = groups.iter().find(|(_, g)| g.has_thread(tid)) else {
+        return Err(Errno::ESRCH);
+    };
+    if *pid != t.pid && !may_signal(t, *pid, g, sig) {
+        return Err(Errno::EPERM);
+    }
+    if g.signal_thread_info(tid, sig, Some(info)) {
         Ok(0)
     } else {
         Err(Errno::ESRCH)

@@ -266,8 +266,8 @@ fn unix_ino(st: &SocketState) -> Option<u64> {
 fn ucred(t: &Task) -> Ucred {
     Ucred {
         pid: t.pid,
-        uid: t.creds.uid,
-        gid: t.creds.gid,
+        uid: t.creds.euid,
+        gid: t.creds.egid,
     }
 }
 
@@ -589,7 +589,7 @@ fn send_common(
     };
     let sender = cmsg::Sender {
         cred: ucred(t),
-        privileged: t.creds.uid == 0,
+        privileged: t.creds.capable(crate::task::creds::cap::SETUID),
     };
     let out = cmsg::to_host(control, st.family, &t.fds, sender)?;
     if let Some(ino) = unix_ino(&st) {

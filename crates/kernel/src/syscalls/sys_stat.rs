@@ -1,7 +1,7 @@
 //! stat, fstat, lstat, newfstatat, statx, access, faccessat, faccessat2, readlink, readlinkat,
 //! statfs, fstatfs.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use abi::Errno;
 use platform::Gva;
@@ -159,27 +159,17 @@ fn access_at(t: &mut Task, dirfd: i32, path: &[u8], mode: i32, flags: i32) -> Sy
     if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | libc::AT_EACCESS) != 0 {
         return Err(Errno::EINVAL);
     }
-    let fd = open_path(t, dirfd, path, flags)?;
-    let st = stat_fd(fd.as_raw_fd())?;
-    // The application runs with the runtime's credentials; check the mode bits as the host
-    // would for them (root: R and W always, X if any execute bit or a directory).
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let m = st.st_mode;
-    let ok = if uid == 0 {
-        mode & libc::X_OK == 0 || m & 0o111 != 0 || m & libc::S_IFMT == libc::S_IFDIR
-    } else {
-        let shift = if st.st_uid == uid { 6 } else { 0 };
-        let bits = (m >> shift) & 7;
-        (mode & libc::R_OK == 0 || bits & 4 != 0)
-            && (mode & libc::W_OK == 0 || bits & 2 != 0)
-            && (mode & libc::X_OK == 0 || bits & 1 != 0)
-    };
-    if ok {
-        Ok(0)
-    } else {
-        Err(Errno::EACCES)
+    // access(2) checks with the real ids unless AT_EACCESS (Linux's access_override_creds:
+    // a real uid 0 uses its permitted capabilities, anyone else none).
+    let mut c = (*t.creds).clone();
+    if flags & libc::AT_EACCESS == 0 {
+        c.fsuid = c.uid;
+        c.fsgid = c.gid;
+        c.caps.effective = if c.uid == 0 { c.caps.permitted } else { 0 };
     }
+    let _acting = crate::fs::identity::act_as(&c)?;
+    let fd = open_path(t, dirfd, path, flags)?;
+    crate::fs::identity::permits(fd.as_fd(), &c, mode).map(|()| 0)
 }
 
 /// Implements access(2).

@@ -113,22 +113,24 @@ table! {
     96 gettimeofday => sys_time::sys_gettimeofday, Full;
     97 getrlimit => sys_info::sys_getrlimit, Full;
     160 setrlimit => sys_info::sys_setrlimit, Partial("RLIMIT_NOFILE bounds the descriptor table, other limits are kept and reported");
-    102 getuid => sys_process::sys_getuid, Full;
-    104 getgid => sys_process::sys_getgid, Full;
-    107 geteuid => sys_process::sys_getuid, Full;
-    108 getegid => sys_process::sys_getgid, Full;
-    115 getgroups => sys_process::sys_getgroups, Full;
-    118 getresuid => sys_process::sys_getresuid, Full;
-    120 getresgid => sys_process::sys_getresgid, Full;
-    105 setuid => sys_cred::sys_setuid, Partial("real, effective, saved and filesystem ids are one");
-    106 setgid => sys_cred::sys_setgid, Partial("real, effective, saved and filesystem ids are one");
-    113 setreuid => sys_cred::sys_setreuid, Partial("real, effective, saved and filesystem ids are one");
-    114 setregid => sys_cred::sys_setregid, Partial("real, effective, saved and filesystem ids are one");
-    117 setresuid => sys_cred::sys_setresuid, Partial("real, effective, saved and filesystem ids are one");
-    119 setresgid => sys_cred::sys_setresgid, Partial("real, effective, saved and filesystem ids are one");
-    122 setfsuid => sys_cred::sys_setfsuid, Partial("the filesystem id is the user id");
-    123 setfsgid => sys_cred::sys_setfsgid, Partial("the filesystem id is the group id");
+    102 getuid => sys_cred::sys_getuid, Full;
+    104 getgid => sys_cred::sys_getgid, Full;
+    107 geteuid => sys_cred::sys_geteuid, Full;
+    108 getegid => sys_cred::sys_getegid, Full;
+    115 getgroups => sys_cred::sys_getgroups, Full;
+    118 getresuid => sys_cred::sys_getresuid, Full;
+    120 getresgid => sys_cred::sys_getresgid, Full;
+    105 setuid => sys_cred::sys_setuid, Full;
+    106 setgid => sys_cred::sys_setgid, Full;
+    113 setreuid => sys_cred::sys_setreuid, Full;
+    114 setregid => sys_cred::sys_setregid, Full;
+    117 setresuid => sys_cred::sys_setresuid, Full;
+    119 setresgid => sys_cred::sys_setresgid, Full;
+    122 setfsuid => sys_cred::sys_setfsuid, Full;
+    123 setfsgid => sys_cred::sys_setfsgid, Full;
     116 setgroups => sys_cred::sys_setgroups, Full;
+    125 capget => sys_cred::sys_capget, Full;
+    126 capset => sys_cred::sys_capset, Partial("no file capabilities: an execve grants root's implicit ones and ambient ones only");
     110 getppid => sys_process::sys_getppid, Full;
     111 getpgrp => sys_session::sys_getpgrp, Full;
     109 setpgid => sys_session::sys_setpgid, Full;
@@ -229,7 +231,7 @@ table! {
     100 times => sys_time::sys_times, Partial("the calling thread's user and system time; the process's other threads and its children are not counted");
     332 statx => sys_stat::sys_statx, Full;
     334 rseq => sys_process::sys_rseq, Partial("ENOSYS on purpose: the C libraries fall back");
-    157 prctl => sys_process::sys_prctl, Partial("PR_SET_NAME, PR_GET_NAME, PR_SET/GET_DUMPABLE, PR_SET/GET_PDEATHSIG (sent when the parent process exits), PR_SET_NO_NEW_PRIVS");
+    157 prctl => sys_process::sys_prctl, Partial("PR_SET_NAME, PR_GET_NAME, PR_SET/GET_DUMPABLE, PR_SET/GET_PDEATHSIG (sent when the parent process exits), PR_SET/GET_NO_NEW_PRIVS, PR_SET/GET_KEEPCAPS, PR_CAPBSET_READ/DROP, PR_CAP_AMBIENT, PR_GET_SECUREBITS (none set; PR_SET_SECUREBITS only to none)");
     40 sendfile => sys_rw::sys_sendfile, Full;
     326 copy_file_range => sys_rw::sys_copy_file_range, Full;
     275 splice => sys_rw::sys_splice, Full;
@@ -317,13 +319,54 @@ pub fn name_of(nr: u64) -> &'static str {
         .unwrap_or("unknown")
 }
 
+/// Whether the host checks syscall `nr`'s file access against the caller's filesystem ids:
+/// its handler runs as the task ([`crate::fs::identity`]). The calls that resolve a path,
+/// change a file's metadata, or bind or connect a Unix socket by name. (execve takes the
+/// task's ids for its opens itself: the rest of it builds a VM as the runtime.)
+pub fn checks_file_access(nr: u64) -> bool {
+    matches!(
+        nr,
+        2 // open
+        | 4 // stat
+        | 6 // lstat
+        | 21 // access
+        | 42 // connect
+        | 49 // bind
+        | 72 // fcntl (F_SETFL O_NOATIME)
+        | 76 // truncate
+        | 80..=95 // chdir .. umask: fchdir, rename, mkdir, rmdir, creat, link, unlink, symlink,
+                  // readlink, chmod, fchmod, chown, fchown, lchown
+        | 132 // utime
+        | 133 // mknod
+        | 137 // statfs
+        | 161 // chroot
+        | 188..=199 // the xattr calls
+        | 235 // utimes
+        | 254 // inotify_add_watch
+        | 257..=269 // openat .. faccessat
+        | 280 // utimensat
+        | 303 // name_to_handle_at
+        | 316 // renameat2
+        | 332 // statx
+        | 437 // openat2
+        | 439 // faccessat2
+        | 452 // fchmodat2
+    )
+}
+
 /// Runs the handler for the syscall in `args`.
 ///
 /// Entries whose note starts "ENOSYS on purpose" answer ENOSYS without the unknown-syscall log.
 pub fn dispatch(task: &mut Task, args: &SyscallArgs) -> SysResult {
     match lookup(args.nr) {
         Some(e) => {
-            let r = (e.handler)(task, args);
+            let r = if checks_file_access(args.nr) {
+                let creds = task.creds.clone();
+                let _acting = crate::fs::identity::act_as(&creds)?;
+                (e.handler)(task, args)
+            } else {
+                (e.handler)(task, args)
+            };
             tracing::trace!(target: "syscall", name = e.name, a0 = args.a[0], a1 = args.a[1], a2 = args.a[2], ?r);
             r
         }

@@ -63,12 +63,12 @@ pub struct ProcIdentity {
     pub exe: Vec<u8>,
     /// Arguments, each NUL-terminated.
     pub cmdline: Arc<[u8]>,
+    /// The environment it was started with, each entry NUL-terminated.
+    pub environ: Arc<[u8]>,
     /// Name (PR_SET_NAME), NUL-padded.
     pub comm: [u8; 16],
-    /// User id.
-    pub uid: u32,
-    /// Group id.
-    pub gid: u32,
+    /// Its credentials (ids for /proc, signal and `/proc/PID` permission checks).
+    pub creds: Arc<super::Credentials>,
 }
 
 /// What of a process is reached from outside its own threads: its address space, guest
@@ -243,6 +243,11 @@ impl ThreadGroup {
     /// A fresh thread id (unique in the sandbox).
     pub fn alloc_tid(&self) -> i32 {
         self.procs.alloc_id()
+    }
+
+    /// Whether thread `tid` lives in the group.
+    pub fn has_thread(&self, tid: i32) -> bool {
+        self.lock_members().iter().any(|m| m.tid == tid)
     }
 
     /// Sends thread `tid` of the group a signal (tgkill from another thread); false if no

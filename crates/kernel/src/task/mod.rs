@@ -4,6 +4,7 @@
 pub mod affinity;
 mod control;
 pub mod cputime;
+pub mod creds;
 mod group;
 pub mod itimer;
 mod process;
@@ -13,6 +14,7 @@ pub mod signalfd;
 pub mod spawn;
 
 pub use control::{IdleHook, ParkHook, TaskControl};
+pub use creds::{CapSets, Credentials};
 pub use group::{FutexTable, ProcIdentity, ProcessResources, ThreadGroup, WaitResult};
 pub use process::{Membership, ProcessTable, TaskSlot, WaitFor};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};
@@ -82,6 +84,8 @@ pub struct Task {
     pub exe: Vec<u8>,
     /// The program's arguments, each NUL-terminated (/proc/self/cmdline).
     pub cmdline: Arc<[u8]>,
+    /// The environment it was started with, each `K=V` NUL-terminated (/proc/self/environ).
+    pub environ: Arc<[u8]>,
     /// User and group ids the application sees (inherited by children).
     pub creds: Arc<Credentials>,
     /// This task's place in the sandbox's task count (`--pids-limit`), given back with it.
@@ -133,32 +137,6 @@ fn brought_input(nr: u64, ret: &Result<u64, Errno>) -> bool {
     }
 }
 
-/// The user and group ids a sandbox's processes see (getuid, getgroups, /proc/PID/status,
-/// AT_UID…): the OCI `process.user`, or the runtime's own. Files are still opened with the
-/// runtime's host credentials, inside the sandbox's root.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Credentials {
-    /// User id.
-    pub uid: u32,
-    /// Group id.
-    pub gid: u32,
-    /// Supplementary groups.
-    pub groups: Vec<u32>,
-}
-
-impl Credentials {
-    /// The runtime process's own ids.
-    pub fn of_runtime() -> Credentials {
-        // SAFETY: getuid/getgid have no preconditions.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        Credentials {
-            uid,
-            gid,
-            groups: Vec::new(),
-        }
-    }
-}
-
 /// What a task made by clone or fork does not take from its creator.
 pub struct ChildParts {
     /// Thread id.
@@ -193,9 +171,9 @@ impl Task {
         self.group.set_identity(ProcIdentity {
             exe: self.exe.clone(),
             cmdline: self.cmdline.clone(),
+            environ: self.environ.clone(),
             comm: self.comm,
-            uid: self.creds.uid,
-            gid: self.creds.gid,
+            creds: self.creds.clone(),
         });
     }
 
@@ -220,6 +198,7 @@ impl Task {
             exit: None,
             exe: self.exe.clone(),
             cmdline: self.cmdline.clone(),
+            environ: self.environ.clone(),
             creds: self.creds.clone(),
             slot: parts.slot,
             comm: self.comm,

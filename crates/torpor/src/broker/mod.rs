@@ -48,8 +48,8 @@ pub struct Client {
 }
 
 impl Broker for Client {
-    fn call(&self, op: &Op<'_>) -> Result<Option<OwnedFd>, Errno> {
-        let (req, fds) = wire::encode(op);
+    fn call(&self, op: &Op<'_>, caps: u8) -> Result<Option<OwnedFd>, Errno> {
+        let (req, fds) = wire::encode(op, caps);
         let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
         let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
         let gone = |what: &str| {

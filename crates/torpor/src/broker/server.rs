@@ -105,6 +105,7 @@ fn serve(
     let low_ports = crate::confine::Needs::of(&publish, false).low_ports;
     crate::confine::confine_broker(&root, low_ports)?;
     let policy = Policy { root, published };
+    let mut caps = Caps::read().map_err(|e| anyhow::anyhow!("capget: {e}"))?;
     let mut buf = vec![0u8; wire::MAX_REQUEST];
     loop {
         let (n, fds) = match wire::recv(sock.as_fd(), &mut buf) {
@@ -120,7 +121,12 @@ fn serve(
         };
         let (ret, opened) = match Request::from_bytes(&buf[..n]) {
             Some(req) => {
-                match check_request(&req, &fds, &policy).and_then(|()| execute(&req, &fds)) {
+                let mut run = || {
+                    check_request(&req, &fds, &policy)?;
+                    caps.use_only(req.caps)?;
+                    execute(&req, &fds)
+                };
+                match run() {
                     Ok(opened) => (0i64, opened),
                     Err(errno) => (-i64::from(errno), None),
                 }
@@ -140,6 +146,71 @@ fn serve(
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// The broker's capability sets, and which file capabilities are effective now.
+///
+/// Each call may use only the file capabilities of the application it is made for (a root
+/// whose configuration drops CAP_DAC_OVERRIDE is held to file modes): the broker keeps the
+/// five in its permitted set and makes effective, per call, those the request names
+/// (`capset`, only when they change). Its other capabilities (CAP_NET_BIND_SERVICE for a
+/// low published port) stay effective.
+struct Caps {
+    header: CapHeader,
+    data: [CapData; 2],
+}
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+impl Caps {
+    /// The calling thread's sets.
+    fn read() -> std::io::Result<Caps> {
+        let mut c = Caps {
+            header: CapHeader {
+                version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+                pid: 0,
+            },
+            data: [CapData::default(); 2],
+        };
+        // SAFETY: capget with a version-3 header and room for its two data structs.
+        if unsafe { libc::syscall(libc::SYS_capget, &mut c.header, c.data.as_mut_ptr()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(c)
+    }
+
+    /// Makes effective, of the five file capabilities (bits 0-4), those of `file` only.
+    fn use_only(&mut self, file: u8) -> Result<(), i32> {
+        const FILE: u32 = 0x1f;
+        let permitted = self.data[0].permitted;
+        let want = (self.data[0].effective & !FILE) | (u32::from(file) & FILE & permitted);
+        if want == self.data[0].effective {
+            return Ok(());
+        }
+        let old = self.data[0].effective;
+        self.data[0].effective = want;
+        // SAFETY: capset of the calling thread with its own sets, effective narrowed or
+        // widened within permitted.
+        if unsafe { libc::syscall(libc::SYS_capset, &mut self.header, self.data.as_ptr()) } != 0 {
+            self.data[0].effective = old;
+            return Err(libc::EPERM);
+        }
+        Ok(())
     }
 }
 
@@ -513,11 +584,11 @@ mod tests {
         };
         let outside = std::fs::File::open("/dev/null").unwrap();
         let chmod = |f: &std::fs::File| {
-            let req = super::super::wire::encode(&kernel::broker::Op::Chmod {
+            let op = kernel::broker::Op::Chmod {
                 file: f.as_fd(),
                 mode: 0o600,
-            })
-            .0;
+            };
+            let req = super::super::wire::encode(&op, 0x1f).0;
             check_request(&req, &[OwnedFd::from(f.try_clone().unwrap())], &policy)
         };
         assert_eq!(chmod(&inside), Ok(()));
@@ -525,14 +596,14 @@ mod tests {
         // A name that follows its symlink, or climbs out: refused.
         let dir = std::fs::File::open(&root).unwrap();
         for (name, flags) in [(&b"f"[..], 0), (&b".."[..], libc::AT_SYMLINK_NOFOLLOW)] {
-            let req = super::super::wire::encode(&kernel::broker::Op::FchownAt {
+            let op = kernel::broker::Op::FchownAt {
                 dir: dir.as_fd(),
                 name,
                 uid: 1,
                 gid: 1,
                 flags,
-            })
-            .0;
+            };
+            let req = super::super::wire::encode(&op, 0x1f).0;
             let fds = [OwnedFd::from(dir.try_clone().unwrap())];
             assert_eq!(
                 check_request(&req, &fds, &policy),
@@ -552,7 +623,7 @@ mod tests {
                 "0.0.0.0:9000".parse().unwrap(),
             ],
         };
-        let req = |op: kernel::broker::Op<'_>| super::super::wire::encode(&op).0;
+        let req = |op: kernel::broker::Op<'_>| super::super::wire::encode(&op, 0x1f).0;
         let bind = |a: &str| {
             req(kernel::broker::Op::BindInet {
                 family: libc::AF_INET,

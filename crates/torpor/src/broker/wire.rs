@@ -2,12 +2,13 @@
 //! `SCM_RIGHTS`.
 //!
 //! ```text
-//! request   op u8 | 7 × 0 | 6 × u64 ints | 3 × u32 string lengths | u32 0 | the strings' bytes
+//! request   op u8 | caps u8 | 6 × 0 | 6 × u64 ints | 3 × u32 string lengths | u32 0 | the strings' bytes
 //!           + up to 2 descriptors
 //! answer    i64: 0, or -errno                                    + the opened descriptor, if any
 //! ```
 //! Integers are little-endian. Which ints, strings and descriptors an op uses is fixed by the
-//! op ([`encode`], and the broker's `execute`).
+//! op ([`encode`], and the broker's `execute`). `caps` are the file capabilities the call may
+//! use (bit `c` for capability `c`, the five the broker keeps): the application's own.
 
 use std::os::fd::BorrowedFd;
 
@@ -58,14 +59,16 @@ pub mod code {
 pub struct Request {
     /// One of [`code`].
     pub op: u8,
+    /// The file capabilities the call may use (bit `c` for capability `c` < 5).
+    pub caps: u8,
     /// Integer arguments.
     pub ints: [u64; 6],
     /// String arguments (paths, names, values), empty where the op has fewer.
     pub strs: [Vec<u8>; 3],
 }
 
-/// The request for `op` and the descriptors it passes.
-pub fn encode<'a>(op: &Op<'a>) -> (Request, Vec<BorrowedFd<'a>>) {
+/// The request for `op`, made with file capabilities `caps`, and the descriptors it passes.
+pub fn encode<'a>(op: &Op<'a>, caps: u8) -> (Request, Vec<BorrowedFd<'a>>) {
     let r = |op: u8, ints: &[u64], strs: &[&[u8]]| {
         let mut i = [0u64; 6];
         i[..ints.len()].copy_from_slice(ints);
@@ -75,6 +78,7 @@ pub fn encode<'a>(op: &Op<'a>) -> (Request, Vec<BorrowedFd<'a>>) {
         }
         Request {
             op,
+            caps,
             ints: i,
             strs: st,
         }
@@ -203,7 +207,8 @@ impl Request {
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + self.strs.iter().map(Vec::len).sum::<usize>());
         out.push(self.op);
-        out.extend_from_slice(&[0; 7]);
+        out.push(self.caps);
+        out.extend_from_slice(&[0; 6]);
         for i in self.ints {
             out.extend_from_slice(&i.to_le_bytes());
         }
@@ -248,6 +253,7 @@ impl Request {
         }
         Some(Request {
             op: b[0],
+            caps: b[1],
             ints,
             strs,
         })
@@ -290,7 +296,7 @@ mod tests {
             },
         ];
         for op in &ops {
-            let (req, fds) = encode(op);
+            let (req, fds) = encode(op, 0x15);
             assert!(fds.len() <= crate::fdpass::MAX_FDS);
             let b = req.to_bytes();
             assert_eq!(Request::from_bytes(&b).as_ref(), Some(&req), "{op:?}");
@@ -301,7 +307,7 @@ mod tests {
             assert!(Request::from_bytes(&longer).is_none());
         }
         assert!(Request::from_bytes(&[1; 10]).is_none());
-        let mut lying = encode(&ops[0]).0.to_bytes();
+        let mut lying = encode(&ops[0], 0).0.to_bytes();
         lying[56..60].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(Request::from_bytes(&lying).is_none());
     }

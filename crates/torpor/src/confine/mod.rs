@@ -5,7 +5,9 @@
 //!    executed: see 3); run as root, not dumpable (another holder, with the same uid and
 //!    capabilities, cannot read its memory through `/proc`);
 //! 2. capabilities: all dropped from the bounding set and the permitted, effective and
-//!    inheritable sets, but, only where this sandbox needs them ([`Needs`]), binding a port
+//!    inheritable sets, but CAP_SETUID and CAP_SETGID of a root holder (its handler threads
+//!    make the application's file calls with the application's filesystem ids, the only use
+//!    the seccomp filter leaves them) and, only where this sandbox needs them ([`Needs`]), binding a port
 //!    below the host's unprivileged start and creating a userfaultfd with kernel-mode faults
 //!    where `/dev/userfaultfd` cannot be opened. The file capabilities the syscall handlers
 //!    need on behalf of the application ([`KEPT_CAPS`]: file ownership and access checks
@@ -39,6 +41,10 @@ pub const KEPT_CAPS: &[u32] = &[
     4, // CAP_FSETID
 ];
 
+/// `CAP_SETGID`.
+const CAP_SETGID: u32 = 6;
+/// `CAP_SETUID`.
+const CAP_SETUID: u32 = 7;
 /// `CAP_NET_BIND_SERVICE`.
 const CAP_NET_BIND_SERVICE: u32 = 10;
 /// `CAP_SYS_PTRACE`.
@@ -158,9 +164,17 @@ pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> 
     } else {
         KEPT_CAPS
     };
-    drop_capabilities(file_caps, &needs.caps())?;
+    let mut keep = needs.caps();
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        // The handler threads take the application's filesystem ids and groups for its file
+        // calls (`kernel::fs::identity`); the seccomp filter allows setfsuid, setfsgid and
+        // setgroups alone of the calls these two capabilities permit.
+        keep.extend([CAP_SETGID, CAP_SETUID]);
+    }
+    drop_capabilities(file_caps, &keep)?;
+    if root {
         // Every root holder keeps the same few capabilities, so without this one holder could
         // read another's memory (`/proc/PID/mem`: same uid, no capability beyond its own).
         // Not dumpable, it is reachable only with CAP_SYS_PTRACE, which no holder keeps here.

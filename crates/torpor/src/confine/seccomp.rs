@@ -6,7 +6,9 @@
 //!
 //! What is not here, on purpose: `execve`/`execveat` (a compromised handler cannot start a
 //! program), `ptrace`, `process_vm_readv`/`process_vm_writev`, `mount`, `umount2`,
-//! `pivot_root`, `chroot`, `setns`, `unshare` with new namespaces, the `set*id` family,
+//! `pivot_root`, `chroot`, `setns`, `unshare` with new namespaces, the `set*id` family (but
+//! `setfsuid`, `setfsgid` and `setgroups`, which change only what the thread's file calls may
+//! reach: `kernel::fs::identity`),
 //! module loading, `kexec`, `reboot`, `bpf`, `perf_event_open`, `keyctl`/`add_key`,
 //! `open_by_handle_at`, `swapon`, `acct`, `quotactl`, `personality`. `socket` is limited to the
 //! families the application may use (IPv4, IPv6, Unix, netlink's routing sockets) and
@@ -92,6 +94,12 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_prctl,
     libc::SYS_arch_prctl,
     libc::SYS_capget,
+    // A handler thread takes the application's filesystem ids and groups for its file calls
+    // (`kernel::fs::identity`): filesystem access only, per thread; the other set*id calls
+    // stay out.
+    libc::SYS_setfsuid,
+    libc::SYS_setfsgid,
+    libc::SYS_setgroups,
     libc::SYS_umask,
     libc::SYS_getpriority,
     libc::SYS_sched_getparam,
@@ -470,6 +478,9 @@ const BROKER_ALLOWED: &[libc::c_long] = &[
     libc::SYS_fstat,
     libc::SYS_newfstatat,
     libc::SYS_statx,
+    // Each call uses only the application's own file capabilities (`server::use_caps`).
+    libc::SYS_capget,
+    libc::SYS_capset,
     libc::SYS_write,
     libc::SYS_mmap,
     libc::SYS_munmap,
@@ -728,6 +739,11 @@ mod tests {
             libc::SYS_umount2,
             libc::SYS_setns,
             libc::SYS_setuid,
+            libc::SYS_setresuid,
+            libc::SYS_setreuid,
+            libc::SYS_setgid,
+            libc::SYS_setresgid,
+            libc::SYS_capset,
             libc::SYS_init_module,
             libc::SYS_bpf,
             libc::SYS_process_vm_writev,

@@ -198,11 +198,14 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         ))
     })?;
     let user = process.user();
-    let creds = kernel::task::Credentials {
-        uid: user.uid(),
-        gid: user.gid(),
-        groups: user.additional_gids().clone().unwrap_or_default(),
-    };
+    let creds = credentials(
+        user.uid(),
+        user.gid(),
+        user.additional_gids().clone().unwrap_or_default(),
+        process.capabilities().as_ref(),
+        process.no_new_privileges().unwrap_or(false),
+        &mut warnings,
+    );
     let mut rlimits = kernel::task::rlimit::Rlimits::default();
     for rl in process.rlimits().iter().flatten() {
         let name = serde_json::to_value(rl.typ())
@@ -356,6 +359,48 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
 /// The sandbox's node name: `hostname`, else (a container of a pod, which joins the pod's
 /// UTS namespace by path and has no `hostname` of its own) the first line of the file the
 /// engine bind-mounts on `/etc/hostname`, else `torpor`. At most 64 bytes, as Linux's.
+/// The first process's credentials from `process.user` and `process.capabilities`, as
+/// runc starts it: the capability sets set as configured, then the execve of the program
+/// (root keeps its bounding set, anyone else its ambient capabilities). A configuration without
+/// capabilities gets runc's default set; unknown names are warned about and skipped.
+fn credentials(
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+    caps: Option<&oci_spec::runtime::LinuxCapabilities>,
+    no_new_privs: bool,
+    warnings: &mut Vec<String>,
+) -> kernel::task::Credentials {
+    use kernel::task::creds::cap;
+    let mut c = kernel::task::Credentials::new(uid, gid, groups);
+    if let Some(caps) = caps {
+        let mut set = |what: &str, list: &Option<oci_spec::runtime::Capabilities>| {
+            let mut mask = 0u64;
+            for one in list.iter().flatten() {
+                let name = serde_json::to_value(one)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                match cap::by_name(&name) {
+                    Some(n) => mask |= 1 << n,
+                    None => warnings.push(format!("process.capabilities.{what}: unknown {name:?}")),
+                }
+            }
+            mask
+        };
+        c.caps = kernel::task::CapSets {
+            effective: set("effective", caps.effective()),
+            permitted: set("permitted", caps.permitted()),
+            inheritable: set("inheritable", caps.inheritable()),
+            bounding: set("bounding", caps.bounding()),
+            ambient: set("ambient", caps.ambient()),
+        };
+    }
+    c.exec((0, 0), 0o755, false);
+    c.no_new_privs = no_new_privs;
+    c
+}
+
 fn hostname_of(spec: &Spec) -> String {
     let valid = |h: &str| !h.is_empty() && h.len() <= 64 && !h.contains(['\0', '/', '\n']);
     if let Some(h) = spec.hostname().as_deref().filter(|h| valid(h)) {
