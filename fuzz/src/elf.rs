@@ -90,7 +90,7 @@ pub fn run(data: &[u8]) {
             &[b"/fuzz".to_vec(), b"arg".to_vec()],
             &[b"K=V".to_vec()],
             b"/fuzz",
-            (0, 0),
+            loader::AuxIds::default(),
             None,
         ) else {
             return;

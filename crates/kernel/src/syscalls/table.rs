@@ -145,7 +145,7 @@ table! {
     56 clone => sys_process::sys_clone, Partial("threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND) and processes (a fork copies the parent's memory eagerly into a new VM); CLONE_FILES, CLONE_FS, CLONE_SIGHAND between processes and CLONE_VM without CLONE_VFORK are EINVAL");
     57 fork => sys_fork::sys_fork, Partial("the child gets an eager copy of the parent's memory (no copy-on-write)");
     58 vfork => sys_fork::sys_vfork, Partial("the child runs on a copy of the parent's memory: its writes are not seen by the parent");
-    59 execve => sys_exec::sys_execve, Partial("no set-user-ID; from a multi-threaded process the other threads end first (EAGAIN if they do not within 5 s)");
+    59 execve => sys_exec::sys_execve, Partial("set-user-ID and set-group-ID honoured without file capabilities; from a multi-threaded process the other threads end first (EAGAIN if they do not within 5 s)");
     322 execveat => sys_exec::sys_execveat, Partial("as execve; with AT_EMPTY_PATH the file is found again by the guest path it was opened by");
     61 wait4 => sys_fork::sys_wait4, Partial("stopped and continued children are never reported; resource usage is zero");
     64 semget => sys_sem::sys_semget, Full;
