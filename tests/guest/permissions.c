@@ -107,6 +107,9 @@ static void as_unprivileged(pid_t root_child, const char *who) {
     snprintf(proc, sizeof proc, "/proc/%d/environ", root_child);
     report("read root environ", open_close(proc, O_RDONLY));
     report("read own environ", open_close("/proc/self/environ", O_RDONLY));
+    snprintf(proc, sizeof proc, "/proc/%d/fd", root_child);
+    report("list root fds", list_dir(proc));
+    report("list own fds", list_dir("/proc/self/fd"));
     /* Its own files in /tmp, and a set-group-ID directory's group. */
     char mine[64];
     snprintf(mine, sizeof mine, "/tmp/own-%d", getuid());

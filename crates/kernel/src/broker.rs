@@ -260,6 +260,29 @@ pub fn retry_with<'a, T>(own: Result<T, Errno>, op: impl FnOnce() -> Op<'a>) -> 
     retry(own.map(drop), op, |_| Ok(()))
 }
 
+/// As [`retry_with`], the broker's call made with capabilities `means` besides the task's
+/// own: those its form of the call needs as a means, not as a right the task must hold (a
+/// link by descriptor, `AT_EMPTY_PATH`, takes CAP_DAC_READ_SEARCH).
+///
+/// # Errors
+/// The holder's errno, or the broker's.
+pub fn retry_adding<'a, T>(
+    own: Result<T, Errno>,
+    means: u8,
+    op: impl FnOnce() -> Op<'a>,
+) -> Result<(), Errno> {
+    match own {
+        Err(e) if e == Errno::EACCES || e == Errno::EPERM => {
+            let caps = crate::fs::identity::broker_caps();
+            match BROKER.get() {
+                Some(b) if caps != 0 => b.call(&op(), caps | means).map(drop),
+                _ => Err(e),
+            }
+        }
+        r => r.map(drop),
+    }
+}
+
 /// As [`retry_with`], for a call that opens a descriptor.
 ///
 /// # Errors

@@ -446,6 +446,54 @@ fn process_user_is_what_the_application_sees() {
     assert_eq!(o.stdout_str(), "uid=1000 gid=100 groups=5,20\n");
 }
 
+/// `process.capabilities` holds root to file modes when it lacks CAP_DAC_OVERRIDE (and
+/// CAP_DAC_READ_SEARCH), as runc's container would be; with runc's default set it is not.
+#[test]
+fn process_capabilities_without_dac_override_hold_root_to_modes() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: needs root (file owners)");
+        return;
+    }
+    let script =
+        "busybox cat /home/private; echo read $?; busybox chown 0 /home/private; echo chown $?";
+    let b = TestBundle::new(&["/bin/busybox", "sh", "-c", script], "");
+    b.root.file("/home/private", "1000's\n");
+    let f = b.root.host_path("/home/private");
+    std::os::unix::fs::chown(&f, Some(1000), Some(1000)).unwrap();
+    std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let caps = r#"["CAP_CHOWN","CAP_FOWNER","CAP_SETUID","CAP_SETGID","CAP_KILL"]"#;
+    let p = b.path().join("config.json");
+    let t = std::fs::read_to_string(&p).unwrap().replace(
+        r#""cwd":"/""#,
+        &format!(
+            r#""cwd":"/","capabilities":{{"bounding":{caps},"effective":{caps},"permitted":{caps}}}"#
+        ),
+    );
+    std::fs::write(&p, t).unwrap();
+    let oci = Oci::new();
+    let o = oci.cmd(&["run", "--bundle", b.path().to_str().unwrap(), "nodac"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert_eq!(o.stdout_str(), "read 1\nchown 0\n", "{}", o.stderr_str());
+    assert!(
+        o.stderr_str().contains("Permission denied"),
+        "{}",
+        o.stderr_str()
+    );
+    // Without capabilities in the configuration: runc's default set, CAP_DAC_OVERRIDE in it.
+    let b = TestBundle::new(&["/bin/busybox", "cat", "/home/private"], "");
+    b.root.file("/home/private", "1000's\n");
+    let f = b.root.host_path("/home/private");
+    std::os::unix::fs::chown(&f, Some(1000), Some(1000)).unwrap();
+    std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let o = oci.cmd(&["run", "--bundle", b.path().to_str().unwrap(), "dac"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert_eq!(o.stdout_str(), "1000's\n");
+}
+
 #[test]
 fn volumes_and_tmpfs_are_mounted_inside_the_root_only() {
     if !testutil::require_kvm() {

@@ -36,7 +36,10 @@ fn root_with_users() -> Rootfs {
         "root:x:0:0::/root:/bin/sh\nu1000:x:1000:1000::/home/u1000:/bin/sh\n\
          nobody:x:65534:65534::/:/bin/sh\n",
     )
-    .file("/etc/group", "root:x:0:\nshadow:x:42:\nstaff:x:50:\nnogroup:x:65534:\n")
+    .file(
+        "/etc/group",
+        "root:x:0:\nshadow:x:42:\nstaff:x:50:\nnogroup:x:65534:\n",
+    )
     .file("/etc/shadow", "root:*:19000:0:99999:7:::\n")
     .file("/root/secret", "root's\n")
     .file("/home/u1000/private", "1000's\n")
@@ -183,4 +186,54 @@ fn run_as_nobody_cannot_touch_roots_files() {
         .output();
     out.assert_code(0);
     assert_eq!(out.stdout_str(), "secret\ndone\n", "{out:?}");
+}
+
+/// A `--volume`'s files are checked with their host owners and modes as seen through the
+/// mount, for the application's user, never the holder's.
+#[test]
+fn volume_files_follow_their_host_owners() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: needs root");
+        return;
+    }
+    let r = root_with_users();
+    let vol = testutil::TempDir::new("torpor-volume");
+    let private = vol.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::write(private.join("data"), "1000's\n").unwrap();
+    for p in [&private, &private.join("data")] {
+        chown(p, Some(1000), Some(1000)).unwrap();
+    }
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let volume = format!("{}:/data", vol.path().display());
+    let script = "busybox cat /data/private/data; echo read $?; \
+                  busybox touch /data/private/new; echo create $?";
+    let run = |user: &str| {
+        torpor()
+            .run(r.path(), "/bin/busybox")
+            .option("--user", user)
+            .option("--volume", &volume)
+            .args(["sh", "-c", script])
+            .host_env("TORPOR_LOG", "off")
+            .output()
+    };
+    let out = run("nobody");
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), "read 1\ncreate 1\n", "{out:?}");
+    let out = run("u1000");
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), "1000's\nread 0\ncreate 0\n", "{out:?}");
+    let made = std::fs::metadata(private.join("new")).expect("the file on the host");
+    assert_eq!(
+        (
+            std::os::unix::fs::MetadataExt::uid(&made),
+            std::os::unix::fs::MetadataExt::gid(&made)
+        ),
+        (1000, 1000),
+        "a file the application made belongs to its user"
+    );
 }

@@ -133,7 +133,11 @@ pub fn export(task: &Task, blobs: &mut BlobWriter) -> Result<SandboxState, Check
             .ok_or_else(|| CheckpointError::Host(format!("process {pid}: no thread")))?;
         let identity = g.identity();
         let (exe, cmdline, environ) = if mine {
-            (task.exe.clone(), task.cmdline.to_vec(), task.environ.to_vec())
+            (
+                task.exe.clone(),
+                task.cmdline.to_vec(),
+                task.environ.to_vec(),
+            )
         } else {
             (
                 identity.exe.clone(),

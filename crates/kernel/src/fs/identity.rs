@@ -267,7 +267,11 @@ mod tests {
             let mut c = Credentials::new(rt.uid, rt.gid, vec![]);
             c.caps.effective = 0;
             let g = act_as(&c).unwrap();
-            assert_eq!(broker_caps(), 0, "a task without capabilities gets no broker");
+            assert_eq!(
+                broker_caps(),
+                0,
+                "a task without capabilities gets no broker"
+            );
             assert!(g.restore.is_none());
             drop(g);
             assert_eq!(broker_caps(), crate::task::creds::BROKER_CAPS as u8);
@@ -285,11 +289,8 @@ mod tests {
             std::fs::create_dir_all(&dir).unwrap();
             let secret = dir.join("secret");
             std::fs::write(&secret, b"x").unwrap();
-            std::fs::set_permissions(
-                &secret,
-                std::os::unix::fs::PermissionsExt::from_mode(0o600),
-            )
-            .unwrap();
+            std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
             let nobody = Credentials::new(65534, 65534, vec![]);
             {
                 let _g = act_as(&nobody).unwrap();
@@ -298,7 +299,11 @@ mod tests {
                 // What it creates is its own.
                 let mine = dir.join("mine");
                 let e = std::fs::write(&mine, b"y").unwrap_err();
-                assert_eq!(e.raw_os_error(), Some(libc::EACCES), "root's 0755 directory");
+                assert_eq!(
+                    e.raw_os_error(),
+                    Some(libc::EACCES),
+                    "root's 0755 directory"
+                );
             }
             // Back to the runtime's identity.
             assert_eq!(std::fs::read(&secret).unwrap(), b"x");

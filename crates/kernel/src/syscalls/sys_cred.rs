@@ -216,7 +216,12 @@ pub fn sys_capset(t: &mut Task, a: &SyscallArgs) -> SysResult {
     t.copy_in(a.gva(1), &mut raw)?;
     let word = |w: usize, k: usize| {
         let o = 12 * w + 4 * k;
-        u64::from(u32::from_le_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]])) << (32 * w)
+        u64::from(u32::from_le_bytes([
+            raw[o],
+            raw[o + 1],
+            raw[o + 2],
+            raw[o + 3],
+        ])) << (32 * w)
     };
     let set = |k: usize| (0..words).fold(0u64, |acc, w| acc | word(w, k));
     let (eff, perm, inh) = (set(0), set(1), set(2));

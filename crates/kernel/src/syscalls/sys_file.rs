@@ -64,6 +64,18 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EISDIR);
         }
+        // Another process's descriptors: its owner's (mode 0500), or CAP_DAC_OVERRIDE's.
+        if fd_dir && pid != t.pid {
+            let owner = t
+                .group
+                .procs
+                .group_of(pid)
+                .map_or((0, 0), |g| g.identity().creds.proc_owner());
+            let dac = crate::task::creds::cap::DAC_OVERRIDE;
+            if t.creds.fsuid != owner.0 && !t.creds.capable(dac) {
+                return Err(Errno::EACCES);
+            }
+        }
         let fd = process_dir_backing(t)?;
         let path = crate::fs::procfs::process_dir_path(pid, fd_dir);
         let file = Arc::new(OpenFile::new(fd, FileKind::Directory, Some(path)));

@@ -230,7 +230,10 @@ fn link_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: i3
     let src = link_source(t, olddir, &old, flags)?;
     let to = parent_of(t, newdir, &new)?;
     // The host links the very inode `src` refers to; AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH,
-    // so a runtime without it goes through the descriptor's /proc link instead.
+    // so a runtime without it goes through the descriptor's /proc link instead (as the task:
+    // the host checks its right to link). A refusal is the broker's to answer for a task with
+    // file capabilities; the broker links by the descriptor (AT_EMPTY_PATH), which takes
+    // CAP_DAC_READ_SEARCH as a means, not as a right: the task already opened `src`.
     // SAFETY: valid fds and NUL-terminated names.
     let r = unsafe {
         libc::linkat(
@@ -245,23 +248,12 @@ fn link_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: i3
         return Ok(0);
     }
     let e = Errno::last();
-    if (e == Errno::ENOENT || e == Errno::EPERM) && broker::installed() {
-        // A confined root holder: the broker kept CAP_DAC_READ_SEARCH.
-        return broker::call(&Op::LinkAt {
-            old_dir: src.as_fd(),
-            old: b"",
-            new_dir: to.dir.as_fd(),
-            new: to.name.to_bytes(),
-            flags: AT_EMPTY_PATH,
-        })
-        .map(|_| 0);
-    }
-    if e != Errno::ENOENT && e != Errno::EPERM || rootful() {
+    if e != Errno::ENOENT && e != Errno::EPERM {
         return Err(e);
     }
     let proc = fs::host_fd_path(&src);
     // SAFETY: as above; the /proc path names one of the runtime's own descriptors.
-    host(unsafe {
+    let own = host(unsafe {
         libc::linkat(
             libc::AT_FDCWD,
             proc.as_ptr(),
@@ -269,13 +261,16 @@ fn link_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: i3
             to.name.as_ptr(),
             AT_SYMLINK_FOLLOW,
         )
+    });
+    let read_search = 1 << crate::task::creds::cap::DAC_READ_SEARCH;
+    broker::retry_adding(own, read_search, || Op::LinkAt {
+        old_dir: src.as_fd(),
+        old: b"",
+        new_dir: to.dir.as_fd(),
+        new: to.name.to_bytes(),
+        flags: AT_EMPTY_PATH,
     })
-}
-
-/// Whether the runtime runs as root (and so has CAP_DAC_READ_SEARCH).
-fn rootful() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    .map(|()| 0)
 }
 
 /// Implements link(2).

@@ -97,6 +97,11 @@ pub mod cap {
         "CHECKPOINT_RESTORE",
     ];
 
+    /// Every capability's name (`CAP_CHOWN`...), by number.
+    pub fn names() -> Vec<String> {
+        NAMES.iter().map(|n| format!("CAP_{n}")).collect()
+    }
+
     /// The number of capability `name` (`CAP_CHOWN` or `chown`, any case).
     pub fn by_name(name: &str) -> Option<u32> {
         let upper = name.to_ascii_uppercase();
@@ -412,9 +417,19 @@ impl Credentials {
 
     fn ids_mut(&mut self, group: bool) -> [&mut u32; 4] {
         if group {
-            [&mut self.gid, &mut self.egid, &mut self.sgid, &mut self.fsgid]
+            [
+                &mut self.gid,
+                &mut self.egid,
+                &mut self.sgid,
+                &mut self.fsgid,
+            ]
         } else {
-            [&mut self.uid, &mut self.euid, &mut self.suid, &mut self.fsuid]
+            [
+                &mut self.uid,
+                &mut self.euid,
+                &mut self.suid,
+                &mut self.fsuid,
+            ]
         }
     }
 
@@ -554,11 +569,7 @@ impl Credentials {
             c.ambient = 0;
         }
         let root = self.euid == 0 || self.uid == 0;
-        c.permitted = if root {
-            c.bounding | c.inheritable
-        } else {
-            0
-        };
+        c.permitted = if root { c.bounding | c.inheritable } else { 0 };
         if root {
             // Root's implicit file capabilities: ambient is moot.
             c.ambient = 0;
@@ -604,7 +615,8 @@ impl Credentials {
             .iter()
             .all(|&g| g == self.fsgid);
         if same_user && same_group {
-            return target.caps.permitted & !self.caps.permitted == 0 || self.capable(cap::SYS_PTRACE);
+            return target.caps.permitted & !self.caps.permitted == 0
+                || self.capable(cap::SYS_PTRACE);
         }
         self.capable(cap::SYS_PTRACE)
     }
@@ -627,7 +639,10 @@ mod tests {
     #[test]
     fn capabilities_by_name() {
         assert_eq!(cap::by_name("CAP_CHOWN"), Some(cap::CHOWN));
-        assert_eq!(cap::by_name("net_bind_service"), Some(cap::NET_BIND_SERVICE));
+        assert_eq!(
+            cap::by_name("net_bind_service"),
+            Some(cap::NET_BIND_SERVICE)
+        );
         assert_eq!(cap::by_name("CAP_CHECKPOINT_RESTORE"), Some(cap::LAST));
         assert_eq!(cap::by_name("CAP_NONSENSE"), None);
     }
@@ -731,7 +746,10 @@ mod tests {
             Err(abi::Errno::EPERM)
         );
         c.set_caps(0, bit(cap::CHOWN), bit(cap::CHOWN)).unwrap();
-        assert_eq!(c.drop_bounding(u64::from(cap::KILL)), Err(abi::Errno::EPERM));
+        assert_eq!(
+            c.drop_bounding(u64::from(cap::KILL)),
+            Err(abi::Errno::EPERM)
+        );
         assert_eq!(c.drop_bounding(99), Err(abi::Errno::EINVAL));
     }
 
@@ -740,7 +758,8 @@ mod tests {
         let mut c = root();
         let nbs = bit(cap::NET_BIND_SERVICE);
         c.set_caps(c.caps.effective, c.caps.permitted, nbs).unwrap();
-        c.set_ambient(u64::from(cap::NET_BIND_SERVICE), true).unwrap();
+        c.set_ambient(u64::from(cap::NET_BIND_SERVICE), true)
+            .unwrap();
         assert_eq!(
             c.set_ambient(u64::from(cap::KILL), true),
             Err(abi::Errno::EPERM)
@@ -750,7 +769,8 @@ mod tests {
         assert_eq!(c.caps.ambient, 0, "leaving root clears ambient, as Linux");
         let mut c = root();
         c.set_caps(c.caps.effective, c.caps.permitted, nbs).unwrap();
-        c.set_ambient(u64::from(cap::NET_BIND_SERVICE), true).unwrap();
+        c.set_ambient(u64::from(cap::NET_BIND_SERVICE), true)
+            .unwrap();
         c.uid = 1000;
         c.euid = 1000;
         c.suid = 1000;

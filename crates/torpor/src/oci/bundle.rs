@@ -30,7 +30,10 @@
 //! - `annotations`: `dev.torpor.wake-mode` (`fault`, `reap`, `auto`) and
 //!   `dev.torpor.hibernate-after` (a duration such as `30s`: the keep-alive policy) and
 //!   `dev.torpor.memory-floor` (a size such as `2G`: hibernate early under memory pressure).
-//! - Everything the application kernel makes moot (capabilities, seccomp, AppArmor, SELinux,
+//! - `process.user` and `process.capabilities` (runc's default set when absent),
+//!   `process.noNewPrivileges`: the first process's credentials, which torpor's kernel holds
+//!   the application to (file modes, set*id, signals: `kernel::task::creds`).
+//! - Everything the application kernel makes moot (seccomp, AppArmor, SELinux,
 //!   devices, sysctl, the standard /proc, /sys, /dev mounts, which torpor's kernel provides
 //!   itself) is logged at debug level. Fields torpor cannot honour yet are named in a warning:
 //!   none of them widens what the application can reach.
