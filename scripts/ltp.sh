@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# Runs the Linux Test Project's syscall tests (testcases/kernel/syscalls, built from LTP's
+# source with its own make) natively and in torpor, on each platform, and writes the
+# per-test comparison to docs/results/ltp.md.
+#
+#   scripts/ltp.sh [--build-only|--report-only] [--platforms "kvm trap"] LTP_SRC [TEST...]
+#
+# LTP_SRC is a checkout of LTP's public repository (it is not in Debian). TESTs are names
+# of runtest/syscalls (open02, setresuid03...) or @SET for a set below (@permissions, the
+# default; @all: every test of runtest/syscalls). Only the directories those tests live in
+# are built (LTP's `make autotools`, `configure`, the library, then each directory's
+# `make install` into $OUT/install). Each test then runs:
+#   natively  in a private mount, PID and UTS namespace: an overlay of the Debian base root
+#             (scripts/build-rootfs.sh base) with /proc, /dev, a tmpfs /tmp and /dev/shm,
+#             LTP's install bound at /opt/ltp, chroot;
+#   torpor    `torpor run --platform P` of the same root, LTP's install as a read-only
+#             volume at /opt/ltp;
+# as root, with the same environment (LTPROOT, PATH, TMPDIR=/tmp, LTP_TIMEOUT_MUL) and an
+# outer time limit. Logs go to $OUT/{native,kvm,trap}/TEST.log (OUT defaults to
+# target/ltp); the report is regenerated from every log present, between the GENERATED
+# markers of docs/results/ltp.md (the rest of that file, the reasons written by hand, is
+# kept). Needs root, a release build of torpor and, for the build, autoconf, automake, make
+# and gcc.
+set -euo pipefail
+{
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$here/target/ltp}
+DOC=$here/docs/results/ltp.md
+TORPOR=${TORPOR:-$here/target/release/torpor}
+LIMIT=${LIMIT:-300}
+
+# The permission-related tests of issue 36 (their 16-bit-id twins, *_16, test the same rules
+# through the legacy calls x86-64 does not have).
+PERMISSIONS="open02 open08 open10 stat03 kill05 access01 access02 access03 access04
+ chmod01 chmod03 chmod05 chmod06 chmod07 chmod08 chmod09
+ chown01 chown02 chown03 chown04 chown05
+ setuid01 setuid03 setuid04 setreuid01 setreuid02 setreuid03 setreuid04 setreuid05
+ setreuid06 setreuid07 setresuid01 setresuid02 setresuid03 setresuid04 setresuid05
+ setfsuid01 setfsuid02 setfsuid03 setfsuid04 setgid01 setgid02 setgid03
+ setregid01 setregid02 setregid03 setregid04 setresgid01 setresgid02 setresgid03
+ setresgid04 setfsgid01 setfsgid02 setfsgid03"
+
+mode=all
+platforms="kvm trap"
+while [ $# -gt 0 ]; do
+    case $1 in
+        --build-only) mode=build; shift ;;
+        --report-only) mode=report; shift ;;
+        --platforms) platforms=$2; shift 2 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        *) break ;;
+    esac
+done
+log() { echo "ltp: $*" >&2; }
+
+if [ "$mode" != report ]; then
+    [ $# -ge 1 ] || { sed -n '2,27p' "$0" >&2; exit 2; }
+    src=$(cd "$1" && pwd); shift
+    [ -f "$src/runtest/syscalls" ] || { log "$src is not an LTP checkout (no runtest/syscalls)"; exit 2; }
+    [ "$(id -u)" -eq 0 ] || { log "must run as root (chroot, mounts, the tests' own set*id)"; exit 1; }
+    wanted=${*:-@permissions}
+    mkdir -p "$OUT"
+    # name -> command line, from LTP's own list.
+    grep -E '^[a-z0-9_]+[[:space:]]' "$src/runtest/syscalls" >"$OUT/runtest"
+    tests=()
+    for w in $wanted; do
+        case $w in
+            @permissions) tests+=($PERMISSIONS) ;;
+            @all) mapfile -t -O "${#tests[@]}" tests < <(awk '{print $1}' "$OUT/runtest") ;;
+            *) tests+=("$w") ;;
+        esac
+    done
+
+    # --- build ---------------------------------------------------------------------------
+    if [ ! -f "$src/include/config.h" ]; then
+        log "configuring LTP"
+        (cd "$src" && make autotools >"$OUT/build.log" 2>&1 &&
+            ./configure --prefix="$OUT/install" >>"$OUT/build.log" 2>&1) ||
+            { log "configure failed: $OUT/build.log"; exit 1; }
+    fi
+    log "building LTP's library"
+    make -C "$src/lib" -j"$(nproc)" >>"$OUT/build.log" 2>&1 || { log "lib: $OUT/build.log"; exit 1; }
+    dirs=$(for t in "${tests[@]}"; do
+        cmd=$(awk -v t="$t" '$1 == t {print $2; exit}' "$OUT/runtest")
+        [ -n "$cmd" ] || continue
+        d=$(echo "$cmd" | sed -E 's/_16$//; s/[0-9]+$//')
+        [ -d "$src/testcases/kernel/syscalls/$d" ] && echo "$d"
+    done | sort -u)
+    for d in $dirs; do
+        make -C "$src/testcases/kernel/syscalls/$d" -j"$(nproc)" install >>"$OUT/build.log" 2>&1 ||
+            log "building $d failed (its tests will be missing): $OUT/build.log"
+    done
+    [ "$mode" = build ] && exit 0
+
+    # --- run -----------------------------------------------------------------------------
+    [ -x "$TORPOR" ] || { log "no $TORPOR: cargo build --release -p torpor"; exit 1; }
+    root=$("$here/scripts/build-rootfs.sh" base)
+    mkdir -p "$OUT/work"
+    ENVV=(LTPROOT=/opt/ltp PATH=/opt/ltp/testcases/bin:/usr/sbin:/usr/bin:/sbin:/bin
+          TMPDIR=/tmp HOME=/root LANG=C LTP_TIMEOUT_MUL=${LTP_TIMEOUT_MUL:-3})
+
+    run_native() { # TEST COMMAND...
+        local t=$1 w; shift
+        w=$(mktemp -d "$OUT/work/native.XXXXXX")
+        mkdir -p "$w/upper" "$w/work" "$w/merged"
+        timeout -k 10 "$LIMIT" unshare --mount --pid --fork --uts --propagation private -- sh -c '
+            root=$1 w=$2 ltp=$3; shift 3
+            mount -t overlay overlay -o "lowerdir=$root,upperdir=$w/upper,workdir=$w/work" "$w/merged"
+            m=$w/merged
+            mount -t proc proc "$m/proc"
+            mount --rbind /dev "$m/dev"
+            mount -t tmpfs -o mode=1777 tmpfs "$m/dev/shm"
+            mount -t tmpfs -o mode=1777 tmpfs "$m/tmp"
+            mkdir -p "$m/opt/ltp" && mount --bind -o ro "$ltp" "$m/opt/ltp"
+            hostname torpor
+            cd "$m" && exec chroot "$m" "$@"' \
+            sh "$root" "$w" "$OUT/install" env -i "${ENVV[@]}" sh -c 'cd /tmp && exec "$@"' sh "$@" \
+            >"$OUT/native/$t.log" 2>&1 </dev/null
+        echo "exit status $?" >>"$OUT/native/$t.log"
+        rm -rf --one-file-system "$w"
+    }
+
+    run_torpor() { # PLATFORM TEST COMMAND...
+        local p=$1 t=$2; shift 2
+        local envs=() e
+        for e in "${ENVV[@]}"; do envs+=(--env "$e"); done
+        TORPOR_LOG=${TORPOR_LOG:-warn} timeout -k 10 "$LIMIT" "$TORPOR" --log "$OUT/$p/$t.torpor-log" \
+            run --platform "$p" --memory 2G --volume "$OUT/install:/opt/ltp:ro" "${envs[@]}" \
+            --cwd /tmp "$root" -- "$@" >"$OUT/$p/$t.log" 2>&1 </dev/null
+        echo "exit status $?" >>"$OUT/$p/$t.log"
+    }
+
+    mkdir -p "$OUT/native"
+    for p in $platforms; do mkdir -p "$OUT/$p"; done
+    for t in "${tests[@]}"; do
+        read -r -a cmd < <(awk -v t="$t" '$1 == t {$1 = ""; print; exit}' "$OUT/runtest")
+        if [ ${#cmd[@]} -eq 0 ] || [ ! -x "$OUT/install/testcases/bin/${cmd[0]}" ]; then
+            log "$t: not built, skipped"
+            continue
+        fi
+        run_native "$t" "${cmd[@]}"
+        line="$t native: $(tail -1 "$OUT/native/$t.log")"
+        for p in $platforms; do
+            run_torpor "$p" "$t" "${cmd[@]}"
+            line="$line; $p: $(tail -1 "$OUT/$p/$t.log")"
+        done
+        log "$line"
+    done
+fi
+
+# --- the report ----------------------------------------------------------------------------
+
+python3 - "$OUT" "$DOC" <<'PYEOF'
+import os, re, sys, datetime
+
+out, doc = sys.argv[1], sys.argv[2]
+runs = [r for r in ("native", "kvm", "trap") if os.path.isdir(os.path.join(out, r))]
+
+def parse(path):
+    """Counts of one test's log: passed, failed, broken, skipped; and its exit status."""
+    if not os.path.exists(path):
+        return None
+    text = open(path, errors="replace").read()
+    status = re.findall(r"^exit status (\d+)$", text, re.M)
+    r = {"exit": int(status[-1]) if status else None}
+    summary = re.search(r"^Summary:\npassed\s+(\d+)\nfailed\s+(\d+)\nbroken\s+(\d+)\nskipped\s+(\d+)", text, re.M)
+    if summary:
+        r.update(zip(("pass", "fail", "brok", "conf"), map(int, summary.groups())))
+    else:
+        # The old API: one line per result.
+        for k, tag in (("pass", "TPASS"), ("fail", "TFAIL"), ("brok", "TBROK"), ("conf", "TCONF")):
+            r[k] = len(re.findall(r"\b%s\b" % tag, text))
+    return r
+
+def verdict(r):
+    if r is None:
+        return "-"
+    e = r["exit"]
+    if e is None:
+        return "no result"
+    if e in (124, 137):
+        return "timeout"
+    if e == 0:
+        return "pass"
+    if e == 32 or (e & ~32 == 0 and r["pass"] == 0):
+        return "conf"
+    if e & 1:
+        return "fail"
+    if e & 2:
+        return "broken"
+    if e & 4:
+        return "warn"
+    return "exit %d" % e
+
+tests = sorted({f[:-4] for r in runs for f in os.listdir(os.path.join(out, r)) if f.endswith(".log")})
+rows, totals = [], {r: {} for r in runs}
+for t in tests:
+    cells, vs = [], {}
+    for r in runs:
+        p = parse(os.path.join(out, r, t + ".log"))
+        v = verdict(p)
+        vs[r] = v
+        totals[r][v] = totals[r].get(v, 0) + 1
+        cells.append("-" if p is None else "%s (%d/%d/%d/%d)" % (v, p["pass"], p["fail"], p["brok"], p["conf"]))
+    same = all(vs[r] == vs.get("native") for r in runs if r != "native")
+    rows.append("| %s | %s | %s |" % (t, " | ".join(cells), "" if same else "**differs**"))
+
+native_pass = [t for t in tests if verdict(parse(os.path.join(out, "native", t + ".log"))) == "pass"]
+lines = ["<!-- GENERATED by scripts/ltp.sh: do not edit between these markers -->", ""]
+lines.append("Generated %s from the logs in `target/ltp` (counts: passed/failed/broken/skipped)." %
+             datetime.date.today().isoformat())
+lines.append("")
+for r in runs:
+    if r == "native":
+        continue
+    ok = sum(1 for t in native_pass
+             if verdict(parse(os.path.join(out, r, t + ".log"))) == "pass")
+    lines.append("- **%s**: %d of the %d tests that pass natively pass in torpor (%s)." %
+                 (r, ok, len(native_pass), ", ".join("%s %d" % kv for kv in sorted(totals[r].items()))))
+lines.append("- **native**: %s." % ", ".join("%s %d" % kv for kv in sorted(totals.get("native", {}).items())))
+lines.append("")
+lines.append("| test | %s | |" % " | ".join(runs))
+lines.append("|---|%s---|" % "---|" * len(runs))
+lines.extend(rows)
+lines.append("")
+lines.append("<!-- END GENERATED -->")
+block = "\n".join(lines)
+
+if os.path.exists(doc):
+    text = open(doc).read()
+    text = re.sub(r"<!-- GENERATED.*?<!-- END GENERATED -->", lambda _: block, text, flags=re.S)
+else:
+    text = "# LTP's syscall tests, natively and in torpor\n\n" + block + "\n"
+open(doc, "w").write(text)
+print("wrote", doc)
+PYEOF
+}
