@@ -58,6 +58,9 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 cargo --version
+# The layering check (scripts/check-layers.py): no crate names one above it, no new circle
+# between the modules of a crate.
+python3 scripts/check-layers.py
 cargo test --workspace --release "$@"
 
 # The same suite on the trap platform (no KVM: every syscall of the application traps in a

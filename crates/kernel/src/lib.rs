@@ -13,6 +13,7 @@
 
 pub mod broker;
 pub mod checkpoint;
+pub mod creds;
 pub mod fd;
 pub mod fs;
 pub mod ipc;

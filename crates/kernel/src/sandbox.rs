@@ -40,7 +40,7 @@ pub struct SandboxConfig {
     /// `publish` and `allow_outbound` are then unused.
     pub own_netns: bool,
     /// The ids the application sees (`None`: the runtime's own).
-    pub creds: Option<crate::task::Credentials>,
+    pub creds: Option<crate::creds::Credentials>,
     /// Resource limits of the first process (`None`: Linux's defaults).
     pub rlimits: Option<crate::task::rlimit::Rlimits>,
     /// Most tasks (threads of every process) the sandbox may hold; fork and clone fail with
@@ -128,7 +128,7 @@ impl Sandbox {
         let creds = Arc::new(
             cfg.creds
                 .clone()
-                .unwrap_or_else(crate::task::Credentials::of_runtime),
+                .unwrap_or_else(crate::creds::Credentials::of_runtime),
         );
         crate::task::affinity::remember();
         let procs = crate::task::ProcessTable::new();
@@ -330,7 +330,7 @@ impl ProcessImage {
         args: &[String],
         env: &[String],
         memory: u64,
-        creds: &crate::task::Credentials,
+        creds: &crate::creds::Credentials,
         files: &Arc<mm::SharedSpace>,
     ) -> Result<ProcessImage, SandboxError> {
         let prog_path = fs::join(b"/", program.as_bytes());
@@ -406,7 +406,7 @@ pub(crate) struct NewProcess<'a> {
     /// The sandbox's network policy.
     pub(crate) net: Arc<NetPolicy>,
     /// The ids it sees.
-    pub(crate) creds: Arc<crate::task::Credentials>,
+    pub(crate) creds: Arc<crate::creds::Credentials>,
     /// Its resource limits.
     pub(crate) rlimits: crate::task::rlimit::Rlimits,
     /// Its descriptors 0-2.

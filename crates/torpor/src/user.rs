@@ -5,8 +5,8 @@
 //! home directory as `HOME`.
 
 use anyhow::{bail, Context, Result};
+use kernel::creds::Credentials;
 use kernel::fs::Root;
-use kernel::task::Credentials;
 
 /// What `--user` resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]

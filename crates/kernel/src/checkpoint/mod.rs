@@ -441,7 +441,7 @@ impl RestoreContext<'_> {
             exe: p.exe.clone(),
             cmdline: p.cmdline.clone().into(),
             environ: p.environ.clone().into(),
-            creds: Arc::new(crate::task::Credentials::of_runtime()),
+            creds: Arc::new(crate::creds::Credentials::of_runtime()),
             slot,
         };
         task::import(&mut task, t, blobs).map_err(bad)?;

@@ -120,7 +120,7 @@ pub struct TaskState {
     /// All of its credentials (ids of every kind, capabilities); a checkpoint without them
     /// (older) restores `uid`, `gid` and `groups` as every id of their kind.
     #[serde(default)]
-    pub creds: Option<crate::task::Credentials>,
+    pub creds: Option<crate::creds::Credentials>,
     /// Thread name, NUL-padded.
     pub comm: Vec<u8>,
     /// set_tid_address(2) pointer.

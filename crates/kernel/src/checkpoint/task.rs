@@ -187,7 +187,7 @@ pub fn import(task: &mut Task, state: &TaskState, blobs: &Blobs) -> Result<(), C
     task.creds = Arc::new(match &state.creds {
         Some(c) => {
             let mut c = c.clone();
-            let all = crate::task::creds::ALL_CAPS;
+            let all = crate::creds::ALL_CAPS;
             for set in [
                 &mut c.caps.effective,
                 &mut c.caps.permitted,

@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 
 use abi::Errno;
 
-use crate::task::Credentials;
+use crate::creds::Credentials;
 
 /// The runtime's own filesystem identity, read once.
 struct Runtime {
@@ -155,7 +155,7 @@ pub fn permits(
     creds: &Credentials,
     mode: i32,
 ) -> Result<(), Errno> {
-    use crate::task::creds::cap;
+    use crate::creds::cap;
     use std::os::fd::AsRawFd;
     // SAFETY: an all-zero stat is valid; fstat fills it from a valid fd.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -207,7 +207,7 @@ pub fn permits(
 pub fn broker_caps() -> u8 {
     ACTING
         .with(Cell::get)
-        .unwrap_or(crate::task::creds::BROKER_CAPS as u8)
+        .unwrap_or(crate::creds::BROKER_CAPS as u8)
 }
 
 /// Sets the calling thread's filesystem ids (the raw calls: per thread, never broadcast).
@@ -274,7 +274,7 @@ mod tests {
             );
             assert!(g.restore.is_none());
             drop(g);
-            assert_eq!(broker_caps(), crate::task::creds::BROKER_CAPS as u8);
+            assert_eq!(broker_caps(), crate::creds::BROKER_CAPS as u8);
         });
     }
 

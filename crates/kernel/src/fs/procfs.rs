@@ -241,7 +241,7 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         }
         // environ is mode 0400 and owned by root once its process is not dumpable.
         let owner = v.identity.creds.proc_owner().0;
-        let dac = crate::task::creds::cap::DAC_OVERRIDE;
+        let dac = crate::creds::cap::DAC_OVERRIDE;
         if which == "environ" && t.creds.fsuid != owner && !t.creds.capable(dac) {
             return Some(Err(Errno::EACCES));
         }

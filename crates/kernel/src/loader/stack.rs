@@ -68,7 +68,7 @@ pub struct AuxIds {
 
 impl AuxIds {
     /// What `creds` (after the exec) tell, with the exec's `secure` flag.
-    pub fn of(creds: &crate::task::Credentials, secure: bool) -> AuxIds {
+    pub fn of(creds: &crate::creds::Credentials, secure: bool) -> AuxIds {
         AuxIds {
             uid: creds.uid,
             euid: creds.euid,

@@ -2,7 +2,7 @@
 //! setgid(2), setreuid(2), setregid(2), setresuid(2), setresgid(2), setgroups(2),
 //! setfsuid(2), setfsgid(2), capget(2), capset(2).
 //!
-//! The rules are Linux's, in [`crate::task::creds`]; each handler decodes its arguments and
+//! The rules are Linux's, in [`crate::creds`]; each handler decodes its arguments and
 //! applies one of them to a copy of the task's credentials. Each thread changes its own (glibc
 //! broadcasts the set*id calls to every thread of the process, as Linux requires). The
 //! filesystem ids are what the host checks the task's file calls against
@@ -146,7 +146,7 @@ pub fn sys_setgroups(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if n > NGROUPS_MAX as u64 {
         return Err(Errno::EINVAL);
     }
-    if !t.creds.capable(crate::task::creds::cap::SETGID) {
+    if !t.creds.capable(crate::creds::cap::SETGID) {
         return Err(Errno::EPERM);
     }
     let mut raw = vec![0u8; n as usize * 4];

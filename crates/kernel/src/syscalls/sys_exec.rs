@@ -143,7 +143,7 @@ fn fstat(fd: &OwnedFd) -> Result<libc::stat, Errno> {
 /// The task's credentials once it runs the program open on `fd` (its set-user-ID and
 /// set-group-ID bits honoured unless the task has `no_new_privs` or the file lies on a
 /// nosuid mount), and whether the exec is secure (AT_SECURE).
-fn creds_after_exec(t: &Task, fd: &OwnedFd) -> Result<(crate::task::Credentials, bool), Errno> {
+fn creds_after_exec(t: &Task, fd: &OwnedFd) -> Result<(crate::creds::Credentials, bool), Errno> {
     let st = fstat(fd)?;
     let mut honour = true;
     if st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {

@@ -71,7 +71,7 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
                 .procs
                 .group_of(pid)
                 .map_or((0, 0), |g| g.identity().creds.proc_owner());
-            let dac = crate::task::creds::cap::DAC_OVERRIDE;
+            let dac = crate::creds::cap::DAC_OVERRIDE;
             if t.creds.fsuid != owner.0 && !t.creds.capable(dac) {
                 return Err(Errno::EACCES);
             }

@@ -262,7 +262,7 @@ fn link_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: i3
             AT_SYMLINK_FOLLOW,
         )
     });
-    let read_search = 1 << crate::task::creds::cap::DAC_READ_SEARCH;
+    let read_search = 1 << crate::creds::cap::DAC_READ_SEARCH;
     broker::retry_adding(own, read_search, || Op::LinkAt {
         old_dir: src.as_fd(),
         old: b"",

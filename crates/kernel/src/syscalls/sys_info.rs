@@ -288,7 +288,7 @@ pub fn sys_setpriority(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Ok(0);
     }
     if nice < NICE.with(|n| n.get())
-        && !t.creds.capable(crate::task::creds::cap::SYS_NICE)
+        && !t.creds.capable(crate::creds::cap::SYS_NICE)
         && t.creds.euid != 0
     {
         return Err(Errno::EACCES);

@@ -419,7 +419,7 @@ pub fn sys_prctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// The prctl(2) options on credentials: KEEPCAPS, NO_NEW_PRIVS, the bounding set, ambient
 /// capabilities and the securebits Linux reports (none set).
 fn prctl_creds(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    use crate::task::creds::cap;
+    use crate::creds::cap;
     let flag = |v: u64| match v {
         0 => Ok(false),
         1 => Ok(true),

@@ -589,7 +589,7 @@ fn send_common(
     };
     let sender = cmsg::Sender {
         cred: ucred(t),
-        privileged: t.creds.capable(crate::task::creds::cap::SETUID),
+        privileged: t.creds.capable(crate::creds::cap::SETUID),
     };
     let out = cmsg::to_host(control, st.family, &t.fds, sender)?;
     if let Some(ino) = unix_ino(&st) {

@@ -4,7 +4,7 @@
 pub mod affinity;
 mod control;
 pub mod cputime;
-pub mod creds;
+
 mod group;
 pub mod itimer;
 mod process;
@@ -13,8 +13,8 @@ pub mod signal;
 pub mod signalfd;
 pub mod spawn;
 
+pub use crate::creds::{CapSets, Credentials};
 pub use control::{IdleHook, ParkHook, TaskControl};
-pub use creds::{CapSets, Credentials};
 pub use group::{FutexTable, ProcIdentity, ProcessResources, ThreadGroup, WaitResult};
 pub use process::{Membership, ProcessTable, TaskSlot, WaitFor};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};

@@ -32,7 +32,7 @@
 //!   `dev.torpor.memory-floor` (a size such as `2G`: hibernate early under memory pressure).
 //! - `process.user` and `process.capabilities` (runc's default set when absent),
 //!   `process.noNewPrivileges`: the first process's credentials, which torpor's kernel holds
-//!   the application to (file modes, set*id, signals: `kernel::task::creds`).
+//!   the application to (file modes, set*id, signals: `kernel::creds`).
 //! - Everything the application kernel makes moot (seccomp, AppArmor, SELinux,
 //!   devices, sysctl, the standard /proc, /sys, /dev mounts, which torpor's kernel provides
 //!   itself) is logged at debug level. Fields torpor cannot honour yet are named in a warning:
@@ -373,9 +373,9 @@ fn credentials(
     caps: Option<&oci_spec::runtime::LinuxCapabilities>,
     no_new_privs: bool,
     warnings: &mut Vec<String>,
-) -> kernel::task::Credentials {
-    use kernel::task::creds::cap;
-    let mut c = kernel::task::Credentials::new(uid, gid, groups);
+) -> kernel::creds::Credentials {
+    use kernel::creds::cap;
+    let mut c = kernel::creds::Credentials::new(uid, gid, groups);
     if let Some(caps) = caps {
         let mut set = |what: &str, list: &Option<oci_spec::runtime::Capabilities>| {
             let mut mask = 0u64;
@@ -391,7 +391,7 @@ fn credentials(
             }
             mask
         };
-        c.caps = kernel::task::CapSets {
+        c.caps = kernel::creds::CapSets {
             effective: set("effective", caps.effective()),
             permitted: set("permitted", caps.permitted()),
             inheritable: set("inheritable", caps.inheritable()),

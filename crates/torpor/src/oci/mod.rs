@@ -374,7 +374,7 @@ pub fn features() -> Result<u8> {
         "mountOptions": [],
         "linux": {
             "namespaces": ["network", "pid", "ipc", "uts", "mount"],
-            "capabilities": kernel::task::creds::cap::names(),
+            "capabilities": kernel::creds::cap::names(),
             "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
             "seccomp": {"enabled": false},
             "apparmor": {"enabled": false},
