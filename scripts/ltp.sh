@@ -88,7 +88,8 @@ if [ "$mode" != report ]; then
         [ -d "$src/testcases/kernel/syscalls/$d" ] && echo "$d"
     done | sort -u)
     for d in $dirs; do
-        make -C "$src/testcases/kernel/syscalls/$d" -j"$(nproc)" install >>"$OUT/build.log" 2>&1 ||
+        { make -C "$src/testcases/kernel/syscalls/$d" -j"$(nproc)" &&
+            make -C "$src/testcases/kernel/syscalls/$d" install; } >>"$OUT/build.log" 2>&1 ||
             log "building $d failed (its tests will be missing): $OUT/build.log"
     done
     [ "$mode" = build ] && exit 0

@@ -18,6 +18,14 @@
 //! calls with its own (warned once), which is what a rootless runtime's user may do anyway.
 //! A holder that is root but cannot take a task's ids (not mapped in its user namespace)
 //! refuses the call with EACCES rather than make it as itself.
+//!
+//! Taking ids costs host calls (two to take them, two to give them back), so the syscall
+//! dispatcher keeps a task's ids on its thread from one file call to the next
+//! ([`become_task`]) and gives them back only before work of the runtime's own that opens
+//! host paths on that thread ([`become_runtime`]: a new VM's `/dev/kvm`, a shared object's
+//! reopening, the deflate's and the checkpoint's files): the calls of
+//! `syscalls::table::needs_runtime_identity`, and the park. Any other call a task makes opens
+//! no host path. [`act_as`] is the scoped form, for a part of a call.
 
 use std::cell::{Cell, RefCell};
 use std::sync::OnceLock;
@@ -201,6 +209,43 @@ pub fn permits(
     Ok(())
 }
 
+/// Keeps the calling thread acting as `creds` for file calls after the call that made it so
+/// (see the module doc): [`act_as`] whose guard gives back the task's capabilities for broker
+/// retries but leaves its ids installed.
+///
+/// # Errors
+/// As [`act_as`].
+pub fn become_task(creds: &Credentials) -> Result<CapsGuard, Errno> {
+    let acting = act_as(creds)?;
+    let previous = acting.previous;
+    // Neither the ids (giving them back is `become_runtime`'s) nor the capabilities (the
+    // returned guard's) are given back here.
+    std::mem::forget(acting);
+    Ok(CapsGuard { previous })
+}
+
+/// Gives the calling thread the runtime's filesystem ids back, if a task's are installed.
+pub fn become_runtime() {
+    if CURRENT.with(Cell::get).is_some() {
+        let rt = runtime();
+        set_fs_ids(rt.uid, rt.gid);
+        CURRENT.with(|c| c.set(None));
+    }
+}
+
+/// While alive, a broker retry on the calling thread may use the capabilities of the task
+/// [`become_task`] was given; dropped, those of the thread's previous actor.
+#[must_use = "the task's capabilities last as long as the guard"]
+pub struct CapsGuard {
+    previous: Option<u8>,
+}
+
+impl Drop for CapsGuard {
+    fn drop(&mut self) {
+        ACTING.with(|a| a.set(self.previous));
+    }
+}
+
 /// The file capabilities a broker retry may use on the calling thread: those of the task it
 /// acts for, or all of them when it acts for the runtime itself (setting a sandbox up,
 /// restoring a checkpoint).
@@ -274,6 +319,30 @@ mod tests {
             );
             assert!(g.restore.is_none());
             drop(g);
+            assert_eq!(broker_caps(), crate::creds::BROKER_CAPS as u8);
+        });
+    }
+
+    #[test]
+    fn a_task_keeps_its_ids_and_capabilities_until_the_runtime_takes_them_back() {
+        if runtime().uid != 0 {
+            eprintln!("skipped: needs root to take other ids");
+            return;
+        }
+        on_thread(|| {
+            let nobody = Credentials::new(65534, 65534, vec![]);
+            let fsuid = || {
+                // SAFETY: setfsuid with -1 changes nothing and answers the id in force.
+                unsafe { libc::syscall(libc::SYS_setfsuid, -1i32) as u32 }
+            };
+            {
+                let _caps = become_task(&nobody).unwrap();
+                assert_eq!(broker_caps(), 0, "nobody has no file capability");
+                assert_eq!(fsuid(), 65534);
+            }
+            assert_eq!(fsuid(), 65534, "the ids stay for the next file call");
+            become_runtime();
+            assert_eq!(fsuid(), 0);
             assert_eq!(broker_caps(), crate::creds::BROKER_CAPS as u8);
         });
     }

@@ -354,6 +354,24 @@ pub fn checks_file_access(nr: u64) -> bool {
     )
 }
 
+/// Whether syscall `nr`'s handler may open host paths as the runtime (a new VM's
+/// `/dev/kvm`, a shared object reopened through `/proc/self/fd`, a stub process): the thread
+/// gives back a task's filesystem ids first ([`crate::fs::identity::become_runtime`]).
+pub fn needs_runtime_identity(nr: u64) -> bool {
+    matches!(
+        nr,
+        9 // mmap
+        | 25 // mremap
+        | 29..=31 // shmget, shmat, shmctl
+        | 56..=59 // clone, fork, vfork, execve
+        | 60 // exit
+        | 231 // exit_group
+        | 319 // memfd_create
+        | 322 // execveat
+        | 435 // clone3
+    )
+}
+
 /// Runs the handler for the syscall in `args`.
 ///
 /// Entries whose note starts "ENOSYS on purpose" answer ENOSYS without the unknown-syscall log.
@@ -362,9 +380,12 @@ pub fn dispatch(task: &mut Task, args: &SyscallArgs) -> SysResult {
         Some(e) => {
             let r = if checks_file_access(args.nr) {
                 let creds = task.creds.clone();
-                let _acting = crate::fs::identity::act_as(&creds)?;
+                let _caps = crate::fs::identity::become_task(&creds)?;
                 (e.handler)(task, args)
             } else {
+                if needs_runtime_identity(args.nr) {
+                    crate::fs::identity::become_runtime();
+                }
                 (e.handler)(task, args)
             };
             tracing::trace!(target: "syscall", name = e.name, a0 = args.a[0], a1 = args.a[1], a2 = args.a[2], ?r);

@@ -409,6 +409,8 @@ impl Task {
     /// Runs the park hook (if any) with the task parked, or waits while another thread of the
     /// group hibernates the process; then withdraws the request.
     fn park(&mut self) {
+        // The deflate and the checkpoint write the runtime's files.
+        crate::fs::identity::become_runtime();
         if let Some(mut hook) = self.park_hook.take() {
             hook.on_park(self);
             self.park_hook = Some(hook);
