@@ -5,9 +5,10 @@
 //!    executed: see 3); run as root, not dumpable (another holder, with the same uid and
 //!    capabilities, cannot read its memory through `/proc`);
 //! 2. capabilities: all dropped from the bounding set and the permitted, effective and
-//!    inheritable sets, but CAP_SETUID and CAP_SETGID of a root holder (its handler threads
-//!    make the application's file calls with the application's filesystem ids, the only use
-//!    the seccomp filter leaves them) and, only where this sandbox needs them ([`Needs`]), binding a port
+//!    inheritable sets, but CAP_SETUID, CAP_SETGID and CAP_FSETID of a root holder (its
+//!    handler threads make the application's file calls with the application's filesystem
+//!    ids, the only use the seccomp filter leaves the first two; the host drops the third
+//!    by itself for a thread whose filesystem uid is not 0) and, only where this sandbox needs them ([`Needs`]), binding a port
 //!    below the host's unprivileged start and creating a userfaultfd with kernel-mode faults
 //!    where `/dev/userfaultfd` cannot be opened. The file capabilities the syscall handlers
 //!    need on behalf of the application ([`KEPT_CAPS`]: file ownership and access checks
@@ -41,6 +42,8 @@ pub const KEPT_CAPS: &[u32] = &[
     4, // CAP_FSETID
 ];
 
+/// `CAP_FSETID`.
+const CAP_FSETID: u32 = 4;
 /// `CAP_SETGID`.
 const CAP_SETGID: u32 = 6;
 /// `CAP_SETUID`.
@@ -170,8 +173,12 @@ pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> 
     if root {
         // The handler threads take the application's filesystem ids and groups for its file
         // calls (`kernel::fs::identity`); the seccomp filter allows setfsuid, setfsgid and
-        // setgroups alone of the calls these two capabilities permit.
-        keep.extend([CAP_SETGID, CAP_SETUID]);
+        // setgroups alone of the calls these two capabilities permit. CAP_FSETID, which the
+        // host drops by itself while a thread's filesystem uid is not 0: a root application's
+        // new file in a set-group-ID directory, or chmod g+s of a file of another group,
+        // keeps its set-group-ID bit (the host clears it silently without, leaving the broker
+        // nothing to retry).
+        keep.extend([CAP_FSETID, CAP_SETGID, CAP_SETUID]);
     }
     drop_capabilities(file_caps, &keep)?;
     if root {
