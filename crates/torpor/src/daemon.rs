@@ -20,7 +20,7 @@ use serde_json::json;
 use crate::control::{Request, Response};
 use crate::oci::mounts::MountSpec;
 use crate::{procfs, statedir};
-use kernel::task::spawn::{SpawnRequest, Spawner};
+use kernel::sandbox::spawn::{SpawnRequest, Spawner};
 
 /// How long a hibernate may wait for the task to pause.
 const PARK_TIMEOUT: Duration = Duration::from_secs(10);

@@ -4,6 +4,7 @@
 //! errnos (`SysResult`); guest input never panics the runtime.
 
 mod args;
+mod iovec;
 mod sys_attr;
 mod sys_cred;
 mod sys_eventfd;

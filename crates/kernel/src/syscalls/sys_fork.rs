@@ -90,7 +90,7 @@ pub(super) fn fork(
         tracing::warn!("fork: {e}");
         Errno::EAGAIN
     })?;
-    super::sys_process::start_like_parent(
+    start_like_parent(
         ctx.as_mut(),
         t,
         newsp,
@@ -385,4 +385,22 @@ pub fn sys_pidfd_send_signal(t: &mut Task, a: &SyscallArgs) -> SysResult {
         g.post_signal(sig);
     }
     Ok(0)
+}
+
+/// Sets a new task's user registers to its creator's, returning 0 from the syscall, on
+/// stack `newsp` (0: the creator's) and with TLS base `tls` if given.
+pub(super) fn start_like_parent(
+    ctx: &mut dyn platform::Context,
+    t: &Task,
+    newsp: u64,
+    tls: Option<u64>,
+) {
+    *ctx.user_mut() = *t.ctx.user();
+    ctx.user_mut().regs.rax = 0;
+    if newsp != 0 {
+        ctx.user_mut().regs.rsp = newsp;
+    }
+    if let Some(tls) = tls {
+        ctx.user_mut().fs_base = tls;
+    }
 }

@@ -309,7 +309,7 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
             return Err(Errno::EAGAIN);
         }
     }
-    start_like_parent(
+    super::sys_fork::start_like_parent(
         ctx.as_mut(),
         t,
         newsp,
@@ -345,24 +345,6 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EAGAIN);
     }
     Ok(tid as u64)
-}
-
-/// Sets a new task's user registers to its creator's, returning 0 from the syscall, on
-/// stack `newsp` (0: the creator's) and with TLS base `tls` if given.
-pub(super) fn start_like_parent(
-    ctx: &mut dyn platform::Context,
-    t: &Task,
-    newsp: u64,
-    tls: Option<u64>,
-) {
-    *ctx.user_mut() = *t.ctx.user();
-    ctx.user_mut().regs.rax = 0;
-    if newsp != 0 {
-        ctx.user_mut().regs.rsp = newsp;
-    }
-    if let Some(tls) = tls {
-        ctx.user_mut().fs_base = tls;
-    }
 }
 
 /// Implements clone3(2) as ENOSYS: glibc and Go fall back to clone(2).

@@ -10,10 +10,7 @@ use super::{SysResult, SyscallArgs};
 use crate::fd::{self, FileKind};
 use crate::task::Task;
 
-/// Most bytes moved by one call (Linux's MAX_RW_COUNT).
-const MAX_RW: u64 = 0x7fff_f000;
-/// Most iovecs (UIO_MAXIOV).
-const UIO_MAXIOV: u64 = 1024;
+use super::iovec::{copy_in_iovecs, MAX_RW};
 
 fn check_rw(t: &Task, fd: i32) -> Result<std::sync::Arc<crate::fd::OpenFile>, Errno> {
     let f = t.fds.get(fd)?;
@@ -139,31 +136,6 @@ pub fn sys_pread64(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_pwrite64(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let off = offset(a, 3)?;
     write_from_user(t, a.int(0), a.gva(1), a.len(2)?, Some(off))
-}
-
-/// Reads an iovec array from the user, capped in count and total length.
-pub fn copy_in_iovecs(t: &Task, addr: Gva, count: u64) -> Result<Vec<(Gva, u64)>, Errno> {
-    if count > UIO_MAXIOV {
-        return Err(Errno::EINVAL);
-    }
-    let mut raw = vec![0u8; count as usize * 16];
-    t.copy_in(addr, &mut raw)?;
-    let mut total = 0u64;
-    let mut out = Vec::with_capacity(count as usize);
-    for c in raw.chunks_exact(16) {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&c[..8]);
-        let base = u64::from_le_bytes(b);
-        b.copy_from_slice(&c[8..]);
-        let len = u64::from_le_bytes(b);
-        if len > isize::MAX as u64 {
-            return Err(Errno::EINVAL);
-        }
-        let len = len.min(MAX_RW - total);
-        total += len;
-        out.push((Gva(base), len));
-    }
-    Ok(out)
 }
 
 fn vectored(t: &mut Task, a: &SyscallArgs, write: bool) -> SysResult {

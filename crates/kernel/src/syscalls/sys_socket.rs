@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use abi::Errno;
 use platform::{Gpa, Gva};
 
+use super::iovec::{MAX_RW, UIO_MAXIOV};
 use super::{SysResult, SyscallArgs};
 use crate::fd::{FileKind, OpenFile, SocketState, MAX_FDS};
 use crate::net::host::{self, family_of, RawSockAddr};
@@ -29,8 +30,6 @@ use crate::task::Task;
 
 /// Most option bytes copied for set/getsockopt (gVisor's `maxOptLen`).
 const MAX_OPT_LEN: usize = 64;
-/// Most bytes moved by one call (Linux's MAX_RW_COUNT).
-const MAX_RW: u64 = 0x7fff_f000;
 /// Most bytes one recv(2) without MSG_WAITALL asks for: a short read is always allowed there,
 /// and this bounds the guest pages faulted in for a huge buffer.
 const MAX_RECV_CHUNK: u64 = 4 << 20;
@@ -44,8 +43,6 @@ const SOCK_MAX: i32 = 11;
 const IPPROTO_MAX: i32 = 263;
 /// `sizeof(struct msghdr)` on x86-64.
 const MSGHDR_LEN: usize = 56;
-/// Most iovecs in a msghdr (UIO_MAXIOV).
-const UIO_MAXIOV: u64 = 1024;
 
 /// send flags passed through (MSG_NOSIGNAL is always added on the host).
 const SEND_FLAGS: i32 = libc::MSG_DONTWAIT
@@ -642,7 +639,7 @@ fn iov_runs(t: &Task, iov: Gva, count: u64, write: bool) -> Result<Vec<(Gpa, u64
         return Err(Errno::EMSGSIZE);
     }
     let mut runs = Vec::new();
-    for (base, len) in super::sys_rw::copy_in_iovecs(t, iov, count)? {
+    for (base, len) in super::iovec::copy_in_iovecs(t, iov, count)? {
         if len > 0 {
             runs.extend(t.user_ranges(base, len, write)?);
         }

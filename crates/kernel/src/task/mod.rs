@@ -11,7 +11,6 @@ mod process;
 pub mod rlimit;
 pub mod signal;
 pub mod signalfd;
-pub mod spawn;
 
 pub use crate::creds::{CapSets, Credentials};
 pub use control::{IdleHook, ParkHook, TaskControl};

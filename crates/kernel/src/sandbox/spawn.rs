@@ -6,9 +6,9 @@
 use std::os::fd::OwnedFd;
 use std::sync::{mpsc, Arc};
 
+use super::{NewProcess, ProcessImage, SandboxError};
 use crate::fs::Root;
 use crate::net::NetPolicy;
-use crate::sandbox::{NewProcess, ProcessImage, SandboxError};
 use crate::task::rlimit::Rlimits;
 use crate::task::{Credentials, ExitStatus, ProcessTable};
 

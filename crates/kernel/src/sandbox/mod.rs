@@ -1,6 +1,8 @@
 //! A sandbox: builds the VM, the address space and the first task from a configuration, and
 //! runs it to completion.
 
+pub mod spawn;
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -283,8 +285,8 @@ impl Sandbox {
     }
 
     /// A handle that starts more processes in this sandbox from outside (OCI `exec`).
-    pub fn spawner(&self) -> crate::task::spawn::Spawner {
-        crate::task::spawn::Spawner::new(
+    pub fn spawner(&self) -> spawn::Spawner {
+        spawn::Spawner::new(
             self.task.group.platform.clone(),
             self.task.root.clone(),
             self.task.net.clone(),
