@@ -35,9 +35,7 @@ KNOWN = {
     ("mm", "cow", "fault", "manager"),
     ("platform-kvm", "context", "space"),
     ("platform-trap", "context", "platform", "space"),
-    ("torpor", "burst", "cli", "density", "keepalive"),
     ("torpor", "broker", "daemon", "oci", "run", "snapshot", "verbs"),
-    ("torpor", "burst::plot", "burst::report"),
 }
 
 

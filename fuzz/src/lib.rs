@@ -27,7 +27,7 @@ pub mod util;
 pub mod control_src;
 
 /// The OCI bundle parser, compiled from the torpor binary crate's own source; the items of
-/// that crate it refers to are provided by [`mounts`], [`cowroot`], [`cli`] and [`run`] below
+/// that crate it refers to are provided by [`mounts`], [`cowroot`], [`units`] and [`run`] below
 /// (when bundle.rs starts using another one, this target needs a stand-in for it too).
 #[path = "../../crates/torpor/src/oci/bundle.rs"]
 #[allow(dead_code, missing_docs)]
@@ -48,35 +48,11 @@ pub mod cowroot {
     }
 }
 
-/// Stand-in for `crates/torpor/src/cli.rs`: the one function `bundle.rs` uses (a copy).
-pub mod cli {
-    /// Parses `512M`, `1G`, `4096K` or a byte count, rounded up to 4 MiB (copy of
-    /// torpor's `cli::parse_size`).
-    pub fn parse_size(s: &str) -> Result<u64, String> {
-        let s = s.trim();
-        let (num, mult) = match s.chars().last() {
-            Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
-            Some('M' | 'm') => (&s[..s.len() - 1], 1u64 << 20),
-            Some('G' | 'g') => (&s[..s.len() - 1], 1u64 << 30),
-            _ => (s, 1),
-        };
-        let n: u64 = num
-            .parse()
-            .map_err(|_| format!("bad size {s:?}: expected e.g. 512M or 1G"))?;
-        let bytes = n
-            .checked_mul(mult)
-            .ok_or_else(|| format!("size {s:?} is too large"))?;
-        let granule = platform::memory::MEMORY_GRANULE;
-        let rounded = bytes.div_ceil(granule).saturating_mul(granule);
-        if rounded < 16 << 20 {
-            return Err(format!("memory {s:?} is too small: at least 16M"));
-        }
-        if rounded > 64 << 30 {
-            return Err(format!("memory {s:?} is too large: at most 64G"));
-        }
-        Ok(rounded)
-    }
-}
+/// The units `bundle.rs` parses sizes with (`crate::units`), compiled from the torpor crate's
+/// source.
+#[path = "../../crates/torpor/src/units.rs"]
+#[allow(dead_code)]
+pub mod units;
 
 /// Stand-in for `crates/torpor/src/run.rs`: the constant `bundle.rs` uses.
 pub mod run {

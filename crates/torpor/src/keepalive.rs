@@ -238,7 +238,7 @@ pub fn tick(after: Duration) -> Duration {
 /// # Errors
 /// Not a duration, or shorter than [`MIN_AFTER`].
 pub fn parse_after(s: &str) -> Result<Duration, String> {
-    let d = crate::cli::parse_duration(s)?;
+    let d = crate::units::parse_duration(s)?;
     if d < MIN_AFTER {
         return Err(format!(
             "{s:?} is too short to hibernate after: at least {}ms",

@@ -25,6 +25,7 @@ mod share;
 mod snapbench;
 mod snapshot;
 mod statedir;
+mod units;
 mod user;
 mod verbs;
 

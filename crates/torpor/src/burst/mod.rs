@@ -56,7 +56,7 @@ pub struct BurstArgs {
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
-    let d = crate::cli::parse_duration(s)?;
+    let d = crate::units::parse_duration(s)?;
     if d.is_zero() || d > Duration::from_secs(600) {
         return Err(format!("timeout {s:?}: between 1ms and 10m"));
     }
@@ -373,4 +373,27 @@ fn many_wakes(
     driver::evict(&files);
     let woken = client::burst_many(&targets, args.timeout);
     Ok((hot, woken))
+}
+
+/// The figures of one kind of burst (workload, where, size), over its repetitions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Workload.
+    pub workload: String,
+    /// Connections.
+    pub n: usize,
+    /// Where it was aimed.
+    pub mode: Mode,
+    /// Median over the repetitions of each burst's p50, p99 and max (ms).
+    pub p50: f64,
+    /// See `p50`.
+    pub p99: f64,
+    /// See `p50`.
+    pub max: f64,
+    /// Failures over all repetitions.
+    pub failures: usize,
+    /// Connections over all repetitions.
+    pub total: usize,
+    /// Listen overflows over all repetitions.
+    pub overflows: u64,
 }

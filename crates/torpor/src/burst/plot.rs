@@ -10,8 +10,8 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::report::Row;
 use super::Mode;
+use super::Row;
 use crate::paper::plot::ensure_font;
 
 const FAMILY: &str = "sans-serif";

@@ -10,28 +10,7 @@ use anyhow::Context;
 use super::client::Burst;
 use super::{Mode, Results, Sample};
 
-/// The figures of one kind of burst (workload, where, size), over its repetitions.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Row {
-    /// Workload.
-    pub workload: String,
-    /// Connections.
-    pub n: usize,
-    /// Where it was aimed.
-    pub mode: Mode,
-    /// Median over the repetitions of each burst's p50, p99 and max (ms).
-    pub p50: f64,
-    /// See `p50`.
-    pub p99: f64,
-    /// See `p50`.
-    pub max: f64,
-    /// Failures over all repetitions.
-    pub failures: usize,
-    /// Connections over all repetitions.
-    pub total: usize,
-    /// Listen overflows over all repetitions.
-    pub overflows: u64,
-}
+pub use super::Row;
 
 /// The median of `v` (NaN if empty; infinities sort last).
 pub fn median(v: &[f64]) -> f64 {

@@ -237,7 +237,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         if let Some(res) = linux.resources() {
             if let Some(limit) = res.memory().as_ref().and_then(|m| m.limit()) {
                 if limit > 0 {
-                    memory = crate::cli::parse_size(&limit.to_string())
+                    memory = crate::units::parse_size(&limit.to_string())
                         .map_err(|e| field(format!("linux.resources.memory.limit {limit}: {e}")))?;
                 }
             }
@@ -314,7 +314,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
     let memory_floor = annotations
         .get(MEMORY_FLOOR_ANNOTATION)
         .map(|v| {
-            crate::cli::parse_bytes(v)
+            crate::units::parse_bytes(v)
                 .map_err(|e| field(format!("annotation {MEMORY_FLOOR_ANNOTATION}: {e}")))
         })
         .transpose()?;
