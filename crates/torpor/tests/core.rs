@@ -663,6 +663,36 @@ fn thousands_of_threads_over_a_process_life() {
     assert_eq!(out.stdout_str(), native.stdout_str());
 }
 
+/// Threads share their working directory and umask (CLONE_FS), a forked child does not:
+/// a server that chdirs after starting its threads serves from the new directory.
+#[test]
+fn threads_share_cwd_and_umask_as_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let bin = testutil::build_static_c(
+        "fs_share",
+        &testutil::guest_source("fs_share"),
+        &["-pthread"],
+    );
+    r.binary("/bin/fs_share", &bin);
+    let native = testutil::native(&bin, &[] as &[&str], r.path(), &[], None);
+    native.assert_code(0);
+    assert_eq!(
+        native.stdout_str(),
+        "thread sees main's chdir: yes\nmain sees thread's umask: 077\n\
+         main sees thread's chdir: yes\nfork child's chdir reaches parent: no\n\
+         fork child's umask reaches parent: no\n"
+    );
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), "/bin/fs_share")
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), native.stdout_str());
+}
+
 #[test]
 fn pthreads_match_native() {
     if !testutil::require_kvm() {

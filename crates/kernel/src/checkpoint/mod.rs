@@ -430,9 +430,8 @@ impl RestoreContext<'_> {
             mm,
             mem,
             fds,
-            cwd: Vec::new(),
+            fs: crate::task::FsContext::new(Vec::new(), 0o022),
             root: root.clone(),
-            umask: 0o022,
             net: self.net.clone(),
             signals,
             clear_child_tid: 0,
@@ -445,7 +444,8 @@ impl RestoreContext<'_> {
             slot,
         };
         task::import(&mut task, t, blobs).map_err(bad)?;
-        task.cwd = resolve_cwd(&task.root, &String::from_utf8_lossy(&task.cwd));
+        let cwd = resolve_cwd(&task.root, &String::from_utf8_lossy(&task.cwd()));
+        task.fs.set_cwd(cwd);
         task.publish_identity();
         // The first thing every thread does is park: the caller's hook holds the sandbox's
         // first thread until the wake, and each group holds its other threads until the hook
@@ -469,9 +469,12 @@ impl RestoreContext<'_> {
                 signals: task.signals.clone(),
                 clear_child_tid: 0,
                 slot,
+                // A process's threads share one (they were cloned with CLONE_FS).
+                share_fs: true,
             });
             task::import(&mut th, ts, blobs).map_err(bad)?;
-            th.cwd = resolve_cwd(&th.root, &String::from_utf8_lossy(&th.cwd));
+            let cwd = resolve_cwd(&th.root, &String::from_utf8_lossy(&th.cwd()));
+            th.fs.set_cwd(cwd);
             th.control.set_park();
             tasks.push(th);
         }

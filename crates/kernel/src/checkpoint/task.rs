@@ -95,8 +95,8 @@ pub fn capture(task: &Task) -> Result<Captured, CheckpointError> {
         saved_mask: task.signals.saved_mask,
         interrupted_syscall: task.signals.interrupted_syscall,
         in_syscall: task.in_syscall,
-        cwd: task.cwd.clone(),
-        umask: task.umask,
+        cwd: task.cwd(),
+        umask: task.umask(),
         uid: task.creds.uid,
         gid: task.creds.gid,
         groups: task.creds.groups.clone(),
@@ -182,8 +182,8 @@ pub fn import(task: &mut Task, state: &TaskState, blobs: &Blobs) -> Result<(), C
     sig.saved_mask = state.saved_mask;
     sig.interrupted_syscall = state.interrupted_syscall;
     task.in_syscall = state.in_syscall;
-    task.cwd = state.cwd.clone();
-    task.umask = state.umask & 0o777;
+    task.fs.set_cwd(state.cwd.clone());
+    task.fs.set_umask(state.umask);
     task.creds = Arc::new(match &state.creds {
         Some(c) => {
             let mut c = c.clone();

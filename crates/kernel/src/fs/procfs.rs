@@ -68,7 +68,7 @@ impl View {
                 comm: t.comm,
                 creds: t.creds.clone(),
             },
-            umask: t.umask,
+            umask: t.umask(),
             sigblk: t.signals.mask,
             sigpnd: t.signals.pending_mask(),
             sigign: t.signals.disposition_masks().0,

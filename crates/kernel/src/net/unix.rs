@@ -429,7 +429,7 @@ pub struct Caller<'a> {
     /// The sandbox's root.
     pub root: &'a Root,
     /// The task's working directory (a guest path).
-    pub cwd: &'a [u8],
+    pub cwd: Vec<u8>,
     /// The task's file mode creation mask (a bound socket file's mode is `0777 & !umask`).
     pub umask: u32,
     /// The task's guest credentials.
@@ -515,7 +515,7 @@ pub fn bind(c: &Caller<'_>, fd: BorrowedFd<'_>, ino: u64, addr: &UnixAddr) -> Re
             Ok(())
         }
         UnixAddr::Path(p) => {
-            let guest = fs::join(c.cwd, p);
+            let guest = fs::join(&c.cwd, p);
             let (parent, base) = split_parent(&guest);
             let bare: &[u8] = {
                 let mut b = base;
@@ -590,7 +590,7 @@ pub fn target(c: &Caller<'_>, addr: &UnixAddr) -> Result<HostTarget, Errno> {
             _pin: None,
         }),
         UnixAddr::Path(p) => {
-            let guest = fs::join(c.cwd, p);
+            let guest = fs::join(&c.cwd, p);
             let pin = c.root.open_at(&guest, libc::O_PATH, 0)?;
             let via = format!("/proc/self/fd/{}", pin.as_raw_fd()).into_bytes();
             Ok(HostTarget {
@@ -771,7 +771,7 @@ mod tests {
         let c = Caller {
             net: &net,
             root: &root,
-            cwd: b"/tmp",
+            cwd: b"/tmp".to_vec(),
             umask: 0o027,
             cred,
         };

@@ -119,7 +119,7 @@ fn load_errno(e: &LoadError) -> Errno {
 /// `may_open` with MAY_EXEC: an execute bit it is granted, or, with CAP_DAC_OVERRIDE, any
 /// execute bit). The caller acts as the task ([`crate::fs::identity`]).
 fn open_executable(t: &Task, path: &[u8]) -> Result<(OwnedFd, Vec<u8>), Errno> {
-    let gpath = fs::join(&t.cwd, path);
+    let gpath = fs::join(&t.cwd(), path);
     let fd = t.root.open_at(&gpath, libc::O_RDONLY, 0)?;
     let st = fstat(&fd)?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_mode & 0o111 == 0 {

@@ -43,7 +43,7 @@ pub fn resolve(t: &Task, dirfd: i32, path: &[u8]) -> Result<Vec<u8>, Errno> {
         return Ok(path.to_vec());
     }
     if dirfd == AT_FDCWD {
-        return Ok(fs::join(&t.cwd, path));
+        return Ok(fs::join(&t.cwd(), path));
     }
     let f = t.fds.get(dirfd)?;
     match (&f.kind, &f.path) {
@@ -109,7 +109,7 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
             refuse_running_program(t, existing.as_fd())?;
         }
     }
-    let mode = mode & !t.umask;
+    let mode = mode & !t.umask();
     // openat2 wants no mode unless the call may create.
     let mode_for = |flags: i32| {
         if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {

@@ -17,6 +17,8 @@ use crate::task::{ChildParts, Task, ThreadGroup, WaitFor};
 
 pub(super) const CLONE_VM: u64 = 0x100;
 pub(super) const CLONE_VFORK: u64 = 0x4000;
+/// Share the working directory and umask.
+const CLONE_FS: u64 = 0x200;
 const CLONE_SETTLS: u64 = 0x8_0000;
 const CLONE_PARENT_SETTID: u64 = 0x10_0000;
 const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
@@ -142,6 +144,7 @@ pub(super) fn fork(
         group: group.clone(),
         signals,
         slot,
+        share_fs: flags & CLONE_FS != 0,
         clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 {
             ctid.raw()
         } else {

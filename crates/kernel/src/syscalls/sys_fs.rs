@@ -20,7 +20,7 @@ use crate::task::Task;
 
 /// Implements getcwd(2).
 pub fn sys_getcwd(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let mut cwd = t.cwd.clone();
+    let mut cwd = t.cwd();
     cwd.push(0);
     if (a.u(1)) < cwd.len() as u64 {
         return Err(Errno::ERANGE);
@@ -33,7 +33,7 @@ fn change_dir(t: &mut Task, guest: &[u8]) -> SysResult {
     let fd = t.root.open_at(guest, libc::O_PATH | libc::O_DIRECTORY, 0)?;
     // The new working directory must be searchable (the dispatcher acts as the task).
     fs::identity::permits(fd.as_fd(), &t.creds, libc::X_OK)?;
-    t.cwd = t.root.guest_path_of(&fd)?;
+    t.fs.set_cwd(t.root.guest_path_of(&fd)?);
     Ok(0)
 }
 
@@ -73,7 +73,7 @@ fn host(r: libc::c_int) -> SysResult {
 
 fn mkdir_at(t: &mut Task, dirfd: i32, path: &[u8], mode: u32) -> SysResult {
     let p = parent_of(t, dirfd, path)?;
-    let mode = mode & 0o7777 & !t.umask;
+    let mode = mode & 0o7777 & !t.umask();
     // SAFETY: valid dirfd and a NUL-terminated last component (no '/' but trailing ones).
     let own = host(unsafe { libc::mkdirat(p.dir.as_raw_fd(), p.name.as_ptr(), mode) });
     broker::retry_with(own, || Op::MkdirAt {
@@ -195,7 +195,7 @@ fn link_source(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result<OwnedFd,
             return Err(Errno::ENOENT);
         }
         if dirfd == AT_FDCWD {
-            return t.root.open_at(&t.cwd, libc::O_PATH, 0);
+            return t.root.open_at(&t.cwd(), libc::O_PATH, 0);
         }
         return t.fds.get(dirfd)?.owned().try_clone().map_err(Errno::from);
     }
@@ -325,7 +325,7 @@ fn mknod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, dev: u64) -> SysResu
     }
     let path = t.copy_in_path(path)?;
     let p = parent_of(t, dirfd, &path)?;
-    let mode = kind | (mode & 0o7777 & !t.umask);
+    let mode = kind | (mode & 0o7777 & !t.umask());
     // SAFETY: valid dirfd, NUL-terminated name; only regular files, FIFOs and sockets.
     let own = host(unsafe { libc::mknodat(p.dir.as_raw_fd(), p.name.as_ptr(), mode, dev) });
     broker::retry_with(own, || Op::MknodAt {
@@ -349,8 +349,7 @@ pub fn sys_mknodat(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Implements umask(2).
 pub fn sys_umask(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let old = t.umask;
-    t.umask = a.u(0) as u32 & 0o777;
+    let old = t.fs.set_umask(a.u(0) as u32);
     Ok(u64::from(old))
 }
 

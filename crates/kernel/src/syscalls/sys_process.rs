@@ -333,6 +333,7 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         group: t.group.clone(),
         signals,
         slot,
+        share_fs: flags & CLONE_FS != 0,
         clear_child_tid: if flags & CLONE_CHILD_CLEARTID != 0 {
             ctid.raw()
         } else {

@@ -273,8 +273,8 @@ fn caller(t: &Task) -> unix::Caller<'_> {
     unix::Caller {
         net: &t.net,
         root: &t.root,
-        cwd: &t.cwd,
-        umask: t.umask,
+        cwd: t.cwd(),
+        umask: t.umask(),
         cred: ucred(t),
     }
 }

@@ -23,7 +23,7 @@ pub(super) fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result
             return Err(Errno::ENOENT);
         }
         if dirfd == AT_FDCWD {
-            return t.root.open_at(&t.cwd, libc::O_PATH, 0);
+            return t.root.open_at(&t.cwd(), libc::O_PATH, 0);
         }
         let f = t.fds.get(dirfd)?;
         return f.owned().try_clone().map_err(Errno::from);

@@ -4,6 +4,7 @@
 pub mod affinity;
 mod control;
 pub mod cputime;
+mod fs_context;
 
 mod group;
 pub mod itimer;
@@ -14,6 +15,7 @@ pub mod signalfd;
 
 pub use crate::creds::{CapSets, Credentials};
 pub use control::{IdleHook, ParkHook, TaskControl};
+pub use fs_context::FsContext;
 pub use group::{FutexTable, ProcIdentity, ProcessResources, ThreadGroup, WaitResult};
 pub use process::{Membership, ProcessTable, TaskSlot, WaitFor};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};
@@ -67,10 +69,8 @@ pub struct Task {
     pub fds: Arc<FdTable>,
     /// The sandbox's root.
     pub root: Arc<Root>,
-    /// Working directory (guest path).
-    pub cwd: Vec<u8>,
-    /// File mode creation mask.
-    pub umask: u32,
+    /// Working directory and umask (shared with the tasks cloned with `CLONE_FS`).
+    pub fs: Arc<FsContext>,
     /// Network policy.
     pub net: Arc<NetPolicy>,
     /// Signal dispositions and mask.
@@ -158,6 +158,8 @@ pub struct ChildParts {
     pub clear_child_tid: u64,
     /// Its place in the task count ([`ProcessTable::reserve_task`]).
     pub slot: process::TaskSlot,
+    /// `CLONE_FS`: it shares its creator's working directory and umask (else a copy).
+    pub share_fs: bool,
 }
 
 impl Task {
@@ -176,6 +178,16 @@ impl Task {
         });
     }
 
+    /// The working directory (a guest path).
+    pub fn cwd(&self) -> Vec<u8> {
+        self.fs.cwd()
+    }
+
+    /// The file mode creation mask.
+    pub fn umask(&self) -> u32 {
+        self.fs.umask()
+    }
+
     /// A new task made by this one (clone, fork): `parts`, and the rest (root, working
     /// directory, umask, network policy, executable, name) from this task. It joins its group.
     pub fn child(&self, parts: ChildParts) -> Task {
@@ -189,8 +201,11 @@ impl Task {
             mem: parts.mem,
             fds: parts.fds,
             root: self.root.clone(),
-            cwd: self.cwd.clone(),
-            umask: self.umask,
+            fs: if parts.share_fs {
+                self.fs.clone()
+            } else {
+                self.fs.copy()
+            },
             net: self.net.clone(),
             signals: parts.signals,
             clear_child_tid: parts.clear_child_tid,
