@@ -22,7 +22,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -69,6 +71,27 @@ static long stat_of(const char *path) {
     return stat(path, &st);
 }
 
+/* A datagram socket at PATH, for which sending needs write permission on the socket file. */
+static struct sockaddr_un unix_addr(const char *path) {
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+    return a;
+}
+
+static long send_to(const char *path) {
+    struct sockaddr_un a = unix_addr(path);
+    int s = socket(AF_UNIX, SOCK_DGRAM, 0);
+    if (s < 0)
+        return -1;
+    long r = sendto(s, "x", 1, 0, (struct sockaddr *)&a, sizeof a);
+    int e = errno;
+    close(s);
+    errno = e;
+    return r;
+}
+
 static int caps(int get, unsigned eff, unsigned perm) {
     struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct d[2];
@@ -102,6 +125,7 @@ static void as_unprivileged(pid_t root_child, const char *who) {
     report("access W /etc/passwd", access("/etc/passwd", W_OK));
     report("access R /etc/passwd", access("/etc/passwd", R_OK));
     report("chdir /root", chdir("/root"));
+    report("sendto root's 0600 socket", send_to("/tmp/root.sock"));
     report("kill root 0", kill(root_child, 0));
     report("kill root TERM", kill(root_child, SIGTERM));
     snprintf(proc, sizeof proc, "/proc/%d/environ", root_child);
@@ -161,6 +185,13 @@ int main(int argc, char **argv) {
         report("setuid program reads /etc/shadow", open_close("/etc/shadow", O_RDONLY));
         return 0;
     }
+    /* Root's datagram socket, mode 0600. */
+    struct sockaddr_un sa = unix_addr("/tmp/root.sock");
+    unlink(sa.sun_path);
+    int rs = socket(AF_UNIX, SOCK_DGRAM, 0);
+    report("bind root socket", bind(rs, (struct sockaddr *)&sa, sizeof sa));
+    report("chmod root socket", chmod(sa.sun_path, 0600));
+    report("root sends to its socket", send_to(sa.sun_path));
     pid_t root_child = fork();
     if (root_child == 0) {
         for (;;)

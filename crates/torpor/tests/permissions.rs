@@ -120,6 +120,8 @@ fn users_are_held_to_linux_permissions_as_natively() {
         "create /usr/bin/evil: EACCES",
         "unlink /tmp/rootfile: EPERM",
         "kill root TERM: EPERM",
+        "sendto root's 0600 socket: EACCES",
+        "root sends to its socket: ok",
         "read root environ: EACCES",
         "root without DAC reads 0600 of 1000: EACCES",
         "setuid program: uid=65534 euid=0 suid=0",

@@ -584,6 +584,12 @@ fn send_common(
     let Some(dest) = send_dest(t, &f, &st, dest)? else {
         return Ok(total);
     };
+    // A datagram to a socket file: the host checks the task's write permission on that file
+    // (the call is not among `table::checks_file_access`, which most sends need not pay for).
+    let _task_ids = match dest {
+        Dest::Unix(_) => Some(crate::fs::identity::become_task(&t.creds)?),
+        _ => None,
+    };
     let sender = cmsg::Sender {
         cred: ucred(t),
         privileged: t.creds.capable(crate::creds::cap::SETUID),
