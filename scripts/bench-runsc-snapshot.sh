@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Checkpoint and restore beside gVisor (issue 14): the Python hello server of `torpor bench
-# paper` (crates/torpor/src/paper/apps/hello.py) in the same Debian root, on this machine:
+# Checkpoint and restore beside gVisor (issue 14): the Python hello server of `torpor-bench
+# paper` (crates/bench/src/paper/apps/hello.py) in the same Debian root, on this machine:
 #   runsc (Debian's package, --platform=ptrace, netstack)   run, checkpoint, restore
 #   torpor                                                  run -d, checkpoint, restore, run --from
 # Each time is from the command's launch to the first correct answer (or to the command's
@@ -41,7 +41,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$root/app/paper" "$work/bundle"
-cp crates/torpor/src/paper/apps/hello.py "$root/app/paper/hello.py"
+cp crates/bench/src/paper/apps/hello.py "$root/app/paper/hello.py"
 gcc -O2 -static -o "$root/app/http_probe" tests/apps/http_probe.c
 ln -s "$root" "$work/bundle/rootfs"
 (cd "$work/bundle" && runsc spec -- /usr/bin/python3 /app/paper/hello.py 8080)
@@ -121,7 +121,7 @@ m() { printf '%s' "${t[$1]:-}" | grep -v '^$' | median; }
 {
     echo "# Checkpoint and restore beside gVisor"
     echo
-    echo "The Python hello server of \`torpor bench paper\` in the same Debian root, $runs runs, median (min–max) in ms:"
+    echo "The Python hello server of \`torpor-bench paper\` in the same Debian root, $runs runs, median (min–max) in ms:"
     echo "launch to the first correct answer (checkpoints: to the command's end). The root's files (and the"
     echo "checkpoint's, before a restore) are evicted from the page cache first. Produced by"
     echo "\`scripts/bench-runsc-snapshot.sh $runs\` on $(date -u +%Y-%m-%d), $(uname -r), $(nproc) CPUs;"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Why a woken Video sandbox holds more memory on trap than on KVM (issue 16): the workload of
-# `torpor bench paper` (FunctionBench's video_processing, OpenCV) in one sandbox, as the
+# `torpor-bench paper` (FunctionBench's video_processing, OpenCV) in one sandbox, as the
 # bench's PSS phase runs it: ready, WARM warm-up requests (default 10, as the bench),
 # hibernated, then two requests. For each platform and each condition, RUNS times (default 3):
 #   as-is      the workload as the bench runs it
@@ -9,7 +9,7 @@
 #   1-cpu      torpor and the application on one host CPU (taskset -c 0)
 # and prints the medians of: the bytes the wake brought back from the swap (`fault_bytes` of
 # `torpor stats`: the pages the requests touched, read in runs) and the sandbox's PSS.
-# Needs the bench's Python root (`torpor bench paper --only video` builds it) and root.
+# Needs the bench's Python root (`torpor-bench paper --only video` builds it) and root.
 #
 #   cargo build --release && sudo scripts/bench-video-woken.sh [RUNS] [WARM]
 set -euo pipefail
@@ -18,7 +18,7 @@ runs=${1:-3}
 warm=${2:-10}
 root=${TORPOR_ROOTFS_CACHE:-$HOME/.cache/torpor/rootfs}/python
 [ -x target/release/torpor ] || { echo "bench-video-woken.sh: build first: cargo build --release" >&2; exit 2; }
-[ -f "$root/app/paper/video_server.py" ] || { echo "bench-video-woken.sh: no $root/app/paper/video_server.py: run torpor bench paper --only video first" >&2; exit 2; }
+[ -f "$root/app/paper/video_server.py" ] || { echo "bench-video-woken.sh: no $root/app/paper/video_server.py: run torpor-bench paper --only video first" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "bench-video-woken.sh: run as root" >&2; exit 2; }
 work=$(mktemp -d)
 # A copy: a build during the run does not change the binary measured.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # torpor on both platforms beside gVisor (issue 16): the Python and Node.js hello servers of
-# `torpor bench paper` (crates/torpor/src/paper/apps/hello.py, hello.js), each in its Debian
+# `torpor-bench paper` (crates/bench/src/paper/apps/hello.py, hello.js), each in its Debian
 # root, on this machine:
 #   native   the runtime in a chroot of the root
 #   runsc    Debian's package, --platform=ptrace, netstack with loopback alone
@@ -47,8 +47,8 @@ for app in python node; do
 done
 # Python is in both roots (Debian's node root has python3 too? if not, the in-sandbox client of
 # the node server runs as a static C client: see client_cmd).
-cp crates/torpor/src/paper/apps/hello.py "$cache/python/app/paper/hello.py"
-cp crates/torpor/src/paper/apps/hello.js "$cache/node/app/paper/hello.js"
+cp crates/bench/src/paper/apps/hello.py "$cache/python/app/paper/hello.py"
+cp crates/bench/src/paper/apps/hello.js "$cache/node/app/paper/hello.js"
 cat >"$work/client.c" <<'C'
 /* REQS sequential GETs of 127.0.0.1:PORT, a new connection each; prints "median_ms p99_ms". */
 #include <arpa/inet.h>
@@ -275,7 +275,7 @@ ratio() { # KEY NATIVE_KEY FIELD(host|inside)
     echo
     echo "\`sudo scripts/bench-vs-gvisor.sh $runs $reqs\`, $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)," \
         "on $(nproc) CPUs ($(uname -r)); runsc $(runsc --version 2>/dev/null | head -1 | awk '{print $NF}') (ptrace platform)."
-    echo "The Python and Node.js hello servers of \`torpor bench paper\`, each in its Debian root. Medians of $runs runs."
+    echo "The Python and Node.js hello servers of \`torpor-bench paper\`, each in its Debian root. Medians of $runs runs."
     echo "Hot latency: $reqs sequential requests, a new connection each, median (p99), in ms, from the host and from"
     echo "a static client inside the same sandbox (both ends then pay the sandbox's costs). runsc cannot be reached"
     echo "from the host here (see the script's header): its start is measured by a probe inside (about 30 ms of it is"

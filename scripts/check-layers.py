@@ -6,7 +6,7 @@ crate::a::b`, `crate::a::b::f()`, `super::x`, `self::x`), then fails (exit 1) wh
 
 - a crate depends on a crate above it in the architecture's order (Cargo.toml's
   dependencies: abi < platform < mm < platform-kvm, platform-trap < kernel < hibernate <
-  torpor; testutil and fuzz may use anything);
+  torpor < bench; testutil and fuzz may use anything);
 - two modules of a crate name each other, directly or through a longer cycle, unless the
   cycle is in KNOWN (the circles left to break, listed by their modules): a new circle fails,
   and so does a KNOWN one that no longer exists (so the list only shrinks).
@@ -24,7 +24,7 @@ import re
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-ORDER = ["abi", "platform", "mm", "platform-kvm", "platform-trap", "kernel", "hibernate", "torpor"]
+ORDER = ["abi", "platform", "mm", "platform-kvm", "platform-trap", "kernel", "hibernate", "torpor", "bench"]
 RANK = {c: i for i, c in enumerate(ORDER)}
 RANK["platform-trap"] = RANK["platform-kvm"]
 FREE = {"testutil"}
@@ -47,13 +47,18 @@ def crate_deps(crate_dir):
 
 
 def modules(src):
-    """module path -> file, for every .rs file under src (lib.rs/main.rs: the root "")."""
+    """module path -> file, for every .rs file under src (lib.rs/main.rs: the root ""; a
+    main.rs beside a lib.rs is a module "main" of its own, the binary on top of the library)."""
     out = {}
+    has_lib = os.path.isfile(os.path.join(src, "lib.rs"))
     for dirpath, _, files in os.walk(src):
         for f in files:
             if not f.endswith(".rs"):
                 continue
             rel = os.path.relpath(os.path.join(dirpath, f), src)[:-3].split(os.sep)
+            if rel == ["main"] and has_lib:
+                out["main"] = os.path.join(dirpath, f)
+                continue
             if rel[-1] in ("mod", "lib", "main"):
                 rel = rel[:-1]
             if rel and rel[0] == "bin":

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 # debootstrap: the Debian root filesystems of the language-runtime tests
 # (scripts/build-rootfs.sh, cached in $HOME/.cache/torpor/rootfs);
 # openjdk-17-jdk-headless: javac, for the Java hello-world those tests run;
-# fonts-dejavu-core: the font `torpor bench paper` draws its plots with;
+# fonts-dejavu-core: the font `torpor-bench paper` draws its plots with;
 # bc: scripts/stress.sh's figures;
 # postgresql-client (psql), redis-tools (redis-cli, redis-benchmark): the real clients of the
 # server tests (crates/torpor/tests/servers.rs; curl serves nginx's);

@@ -1,4 +1,4 @@
-//! `Bundle::load` (crates/torpor/src/oci/bundle.rs, compiled here from its source) on a
+//! `Bundle::load` (the torpor library's `oci::bundle`, crates/torpor/src/oci/bundle.rs) on a
 //! bundle whose config.json is the fuzzer's bytes, and whose root holds a program, symbolic
 //! links (relative, absolute, looping, escaping the root) and directories, so that
 //! `process.args[0]` resolution through PATH and links is exercised. Errors are fine; a
@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::bundle_src::Bundle;
+use torpor::oci::bundle::Bundle;
 
 thread_local! {
     static DIR: PathBuf = {

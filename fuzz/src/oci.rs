@@ -2,13 +2,13 @@
 //!
 //! - [`run_spec`]: `serde_json` → `oci_spec::runtime::Spec`, the step `Bundle::load` starts
 //!   with; a spec that parses must serialize and parse again.
-//! - [`run_control`]: a control-socket request line → `Request` (the real enum, compiled from
-//!   crates/torpor/src/control.rs); what parses must round-trip to the same wire form. The
+//! - [`run_control`]: a control-socket request line → `Request` (the real enum, from the
+//!   torpor library's `control`); what parses must round-trip to the same wire form. The
 //!   response parser (`Response`, read by the CLI) gets the same bytes.
 
 use oci_spec::runtime::Spec;
 
-use crate::control_src::{Request, Response};
+use torpor::control::{Request, Response};
 
 /// The `oci_spec` harness.
 pub fn run_spec(data: &[u8]) {

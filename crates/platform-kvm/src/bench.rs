@@ -1,6 +1,6 @@
 //! Self-contained platform measurements and checks, on a VM with hand-built page tables (no
 //! kernel, no page allocator): the bare exit round trip, the syscall-stub round trip and the
-//! PTE-sync round trip. Used by `torpor bench-exit` and the platform's KVM tests.
+//! PTE-sync round trip. Used by `torpor-bench exit` and the platform's KVM tests.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -140,6 +140,18 @@ pub fn torpor_bin() -> PathBuf {
     profile_dir().join("torpor")
 }
 
+/// [`torpor_bin`] for the benchmarks of `crates/bench`, which cargo does not build `torpor`
+/// for (it is a binary of another package): panics with what to do when it is missing.
+pub fn built_torpor_bin() -> PathBuf {
+    let bin = torpor_bin();
+    assert!(
+        bin.is_file(),
+        "{}: no torpor command; build it first (cargo build --release), or set TORPOR_BIN",
+        bin.display()
+    );
+    bin
+}
+
 /// The median of `v` (the mean of the two middle values for an even count); NaN when empty.
 pub fn median(v: &[f64]) -> f64 {
     if v.is_empty() {

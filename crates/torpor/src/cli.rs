@@ -233,22 +233,9 @@ pub enum Command {
         /// Container ID.
         id: String,
     },
-    /// Benchmarks.
-    Bench {
-        /// Which benchmark.
-        #[command(subcommand)]
-        which: BenchCommand,
-    },
     /// Print the syscall table as Markdown (docs/SYSCALLS.md).
     #[command(hide = true)]
     Syscalls,
-    /// Measure the bare vCPU exit round trip (for the benchmarks).
-    #[command(hide = true)]
-    BenchExit {
-        /// Iterations.
-        #[arg(long, default_value_t = 2000)]
-        iterations: u32,
-    },
 }
 
 impl Command {
@@ -272,31 +259,6 @@ impl Command {
             _ => false,
         }
     }
-}
-
-/// Benchmarks of `torpor bench`.
-#[derive(Subcommand, Debug)]
-pub enum BenchCommand {
-    /// The paper's evaluation (latency: Figure 6; memory: Figure 7) on this machine: CSV files,
-    /// docs/results/paper.md and PNG plots. Needs root (it builds Debian roots with debootstrap).
-    Paper(crate::paper::PaperArgs),
-    /// Bursts of 10, 100 and 1,000 concurrent connections at a hot and at a hibernated
-    /// sandbox (Python, Node.js, Go hello-worlds) beside the same program run natively, and
-    /// 100 sandboxes woken at once: burst.md, CSV files and a plot. Needs root.
-    Burst(crate::burst::BurstArgs),
-    /// Many sandboxes hibernated by the keep-alive policy (10, 100, 1,000): host memory and
-    /// PSS per sandbox, idle CPU, wake latency under a Zipf request stream, every one
-    /// answering: density.md, density.csv, density.png. Needs root.
-    Density(crate::density::DensityArgs),
-    /// Clean pages of program text and libraries shared through the host's page cache
-    /// against copied (`--no-share-files`): the PSS of 10 Python sandboxes hot at once
-    /// against 10 times one's, and Node.js hello's first request after a page-fault wake:
-    /// share.md. Needs root.
-    Share(crate::share::ShareArgs),
-    /// Checkpoints on the paper's eight workloads: restore and clone against cold start (first
-    /// response, page cache dropped), and the memory of many clones of one Python server
-    /// against as many cold-started and woken ones: snapshots.md. Needs root.
-    Snapshots(crate::snapbench::SnapshotsArgs),
 }
 
 /// Arguments of `create` (OCI).

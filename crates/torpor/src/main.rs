@@ -1,37 +1,9 @@
-//! The `torpor` command.
-
-mod broker;
-mod burst;
-mod cli;
-mod confine;
-mod console;
-mod control;
-mod cowroot;
-mod daemon;
-mod demo;
-mod density;
-mod fdpass;
-mod janitor;
-mod keepalive;
-mod logging;
-mod oci;
-mod overview;
-mod paper;
-mod platforms;
-mod procfs;
-mod ready;
-mod run;
-mod share;
-mod snapbench;
-mod snapshot;
-mod statedir;
-mod units;
-mod user;
-mod verbs;
+//! The `torpor` command: parses the command line and hands each verb to the library.
 
 use std::process::ExitCode;
 
 use clap::Parser;
+use torpor::{broker, cli, demo, logging, oci, platforms, run, snapshot, verbs};
 
 fn main() -> ExitCode {
     // As every Unix tool: a verb whose output pipe closes (`torpor stats ID | head`) ends
@@ -140,22 +112,6 @@ fn main() -> ExitCode {
             start,
             restore.as_deref(),
         ),
-        cli::Command::BenchExit { iterations } => run::bench_exit(iterations),
-        cli::Command::Bench {
-            which: cli::BenchCommand::Paper(args),
-        } => paper::run(args),
-        cli::Command::Bench {
-            which: cli::BenchCommand::Burst(args),
-        } => burst::run(args),
-        cli::Command::Bench {
-            which: cli::BenchCommand::Density(args),
-        } => density::run(args),
-        cli::Command::Bench {
-            which: cli::BenchCommand::Share(args),
-        } => share::run(args),
-        cli::Command::Bench {
-            which: cli::BenchCommand::Snapshots(args),
-        } => snapbench::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -13,6 +13,8 @@ pub const EXIT_RUNTIME_ERROR: u8 = 125;
 /// The node name of a sandbox started by `torpor run` (an OCI bundle names its own).
 pub const DEFAULT_HOSTNAME: &str = "torpor";
 
+/// The PATH a program runs with when its image or command line sets none (runc's and
+/// podman's default).
 pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Runs the sandbox described by `args` and returns the application's exit status.
@@ -219,14 +221,3 @@ fn ignore_sigpipe() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
 }
 
-/// `torpor bench-exit`: prints the platform's round trips.
-pub fn bench_exit(iterations: u32) -> Result<u8> {
-    let r = platform_kvm::bench::round_trips(iterations.max(1))?;
-    println!("exit_round_trip_us={:.1}", r.bare_exit_us);
-    println!("platform_syscall_round_trip_us={:.1}", r.syscall_us);
-    println!(
-        "platform_syscall_with_pte_sync_us={:.1}",
-        r.syscall_with_pte_sync_us
-    );
-    Ok(0)
-}

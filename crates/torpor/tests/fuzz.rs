@@ -37,11 +37,9 @@ mod pagefile;
 #[allow(dead_code)]
 mod oci;
 
-/// The control socket's messages, as the `control` target compiles them (the file's own unit
-/// tests run here a second time).
-#[path = "../src/control.rs"]
+#[path = "../../../fuzz/src/bundle.rs"]
 #[allow(dead_code)]
-mod control_src;
+mod bundle;
 
 /// Runs every seed of `target` through `harness`, then mutations of them.
 fn replay(target: &str, harness: fn(&[u8])) {
@@ -112,12 +110,17 @@ fn fuzz_replay_pagefile_corrupt() {
     replay("pagefile_corrupt", pagefile::run_corrupt);
 }
 
-/// config.json: the `oci_spec` seeds and the `bundle` ones (the bundle target itself needs
-/// the torpor crate's private modules and runs only under cargo-fuzz).
+/// config.json: the `oci_spec` seeds and the `bundle` ones, parsed as a spec.
 #[test]
 fn fuzz_replay_oci_spec() {
     replay("oci_spec", oci::run_spec);
     replay("bundle", oci::run_spec);
+}
+
+/// The `bundle` target: `Bundle::load` of the torpor library on a bundle directory.
+#[test]
+fn fuzz_replay_bundle() {
+    replay("bundle", bundle::run);
 }
 
 #[test]

@@ -1,4 +1,4 @@
-// Java hello-world (com.sun.net.httpserver) for the tests, benches and `torpor bench paper`.
+// Java hello-world (com.sun.net.httpserver) for the tests, benches and `torpor-bench paper`.
 import com.sun.net.httpserver.HttpServer;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;

@@ -1,4 +1,4 @@
-//! PNG plots of `torpor bench paper` in the style of the paper's Figures 6 and 7: grouped bars,
+//! PNG plots of `torpor-bench paper` in the style of the paper's Figures 6 and 7: grouped bars,
 //! one group per workload, the median as the bar and the min–max spread as a whisker.
 //!
 //! Drawn with `plotters` on its bitmap backend, text through `ab_glyph` from a TrueType font

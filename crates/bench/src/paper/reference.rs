@@ -74,7 +74,7 @@ pub const REAP_SAVES_MS_RANGE: (f64, f64) = (296.0, 2407.0);
 /// (§4.1), which we read as within 10 %.
 pub const WOKEN_OVER_HOT_LATENCY_LIMIT: f64 = 1.10;
 
-/// The workloads of `torpor bench paper`, by short name, in the paper's order.
+/// The workloads of `torpor-bench paper`, by short name, in the paper's order.
 pub const WORKLOADS: [&str; 8] = [
     "python",
     "node",

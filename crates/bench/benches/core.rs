@@ -1,12 +1,12 @@
 //! Sandbox-core benchmark: prints a table, asserts nothing about speed.
 //!
-//! Run with `cargo bench -p torpor --bench core`. Each figure is the median of
+//! Run with `cargo build --release && cargo bench -p torpor-bench --bench core`. Each figure is the median of
 //! RUNS runs, with the spread (min - max), for each platform (`[kvm]` where
 //! `/dev/kvm` opens, `[trap]`):
 //!
 //! - syscall round trip: (wall time of `getpid_loop 20000` - `getpid_loop 0`)
 //!   / 20000, beside the platform's bare mechanism measured in the same run
-//!   (KVM: the bare ring-3 exit round trip of `torpor bench-exit`; trap: a
+//!   (KVM: the bare ring-3 exit round trip of `torpor-bench exit`; trap: a
 //!   SIGSYS trap and return plus a futex hand-off between two processes on one
 //!   CPU), their ratio, and KVM's round trip over trap's;
 //! - first-touch page fault: (`touch_pages 64` - `touch_pages 0`) / 16384 pages;
@@ -165,11 +165,17 @@ fn timings(t: &Torpor, root: &Path, prog: &str) -> Result<BTreeMap<String, f64>,
     Ok(m)
 }
 
-/// Parses `exit_round_trip_us=N` from `torpor bench-exit`.
-fn bench_exit(t: &Torpor) -> Result<f64, String> {
-    let out = t.cmd(&["bench-exit"]);
+/// Parses `exit_round_trip_us=N` from `torpor-bench exit`.
+fn bench_exit() -> Result<f64, String> {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_torpor-bench"));
+    cmd.arg("exit");
+    let out = testutil::run_command(
+        cmd,
+        None,
+        testutil::DEFAULT_TIMEOUT,
+    );
     if out.code() != 0 {
-        return Err(format!("bench-exit exit {}", out.code()));
+        return Err(format!("torpor-bench exit: exit {}", out.code()));
     }
     out.stdout_str()
         .lines()
@@ -308,7 +314,7 @@ fn main() {
     if !testutil::require_kvm() {
         return;
     }
-    let t = Torpor::new(env!("CARGO_BIN_EXE_torpor"));
+    let t = Torpor::new(testutil::built_torpor_bin());
     let r = Rootfs::new();
     let getpid = r.guest_program("getpid_loop");
     let touch = r.guest_program("touch_pages");
@@ -363,7 +369,7 @@ fn main() {
             }
             match &mechanism {
                 Some((trap, handoff)) => bare.push(trap[i] + handoff[i]),
-                None => match bench_exit(&t) {
+                None => match bench_exit() {
                     Ok(v) => bare.push(v),
                     Err(e) => bare_err = Some(e),
                 },
@@ -382,7 +388,7 @@ fn main() {
         let bare_name = if platform == "trap" {
             "bare mechanism: SIGSYS trap + futex hand-off"
         } else {
-            "bare mechanism: VM exit round trip (torpor bench-exit)"
+            "bare mechanism: VM exit round trip (torpor-bench exit)"
         };
         rows.push(row(&tag(bare_name), "us", bare_err.map_or(Ok(bare), Err)));
         if let Some((trap, handoff)) = mechanism {

@@ -1,4 +1,4 @@
-//! `torpor bench burst`: bursts of concurrent connections at a hot and at a hibernated
+//! `torpor-bench burst`: bursts of concurrent connections at a hot and at a hibernated
 //! sandbox, against the same program run natively in the same run; and many sandboxes
 //! woken at once.
 //!
@@ -26,7 +26,7 @@ use crate::paper::driver::{self, Driver, Sandbox};
 use crate::paper::workloads::{self, Workload};
 use client::{Burst, Target};
 
-/// Options of `torpor bench burst`.
+/// Options of `torpor-bench burst`.
 #[derive(clap::Args, Debug)]
 pub struct BurstArgs {
     /// One burst of each kind (not three) and 20 sandboxes for the simultaneous wakes: a few
@@ -56,7 +56,7 @@ pub struct BurstArgs {
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
-    let d = crate::units::parse_duration(s)?;
+    let d = torpor::units::parse_duration(s)?;
     if d.is_zero() || d > Duration::from_secs(600) {
         return Err(format!("timeout {s:?}: between 1ms and 10m"));
     }
@@ -206,7 +206,7 @@ pub fn run(args: BurstArgs) -> anyhow::Result<u8> {
     let files = report::write(&args.out, &res)?;
     print!("{}", report::summary(&res));
     say(&format!(
-        "torpor bench burst: done; wrote {}",
+        "torpor-bench burst: done; wrote {}",
         files
             .iter()
             .map(|p| p.display().to_string())

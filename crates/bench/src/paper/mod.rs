@@ -1,4 +1,4 @@
-//! `torpor bench paper`: the paper's evaluation (its Figures 6 and 7) on this machine.
+//! `torpor-bench paper`: the paper's evaluation (its Figures 6 and 7) on this machine.
 //!
 //! For each workload (`workloads.rs`) it measures, through the `torpor` command itself:
 //! cold start (launch to the first correct response), hot request latency, the first request
@@ -26,7 +26,7 @@ use driver::{Driver, Sandbox};
 use model::{Metric, RunInfo, WorkloadResult};
 use workloads::Workload;
 
-/// Options of `torpor bench paper`.
+/// Options of `torpor-bench paper`.
 #[derive(clap::Args, Debug)]
 pub struct PaperArgs {
     /// Fewer repetitions and instances (every workload still runs): under 10 minutes.
@@ -196,7 +196,7 @@ pub fn run(args: PaperArgs) -> anyhow::Result<u8> {
     let files = report::write_report(&args.out, &info, &results)?;
     print_summary(&results);
     eprintln!(
-        "torpor bench paper: done in {:.0} s; wrote {} and the plots in {}",
+        "torpor-bench paper: done in {:.0} s; wrote {} and the plots in {}",
         info.took_s,
         files
             .iter()
@@ -370,7 +370,7 @@ fn clone_starts(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
         std::process::id(),
         c.w.name
     ));
-    let _ = crate::cowroot::remove_all(&dir);
+    let _ = torpor::cowroot::remove_all(&dir);
     let result = (|| -> anyhow::Result<()> {
         {
             let sb = c.start_ready("auto", &mut r.retries)?;
@@ -392,7 +392,7 @@ fn clone_starts(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
         }
         Ok(())
     })();
-    let _ = crate::cowroot::remove_all(&dir);
+    let _ = torpor::cowroot::remove_all(&dir);
     result
 }
 
@@ -562,7 +562,7 @@ pub fn run_info(reps: usize, instances: usize, quick: bool) -> RunInfo {
             env!("CARGO_PKG_VERSION"),
             command_line("git", &["rev-parse", "--short", "HEAD"])
         ),
-        platform: crate::platforms::resolved().name().to_string(),
+        platform: torpor::platforms::resolved().name().to_string(),
         ..RunInfo::default()
     }
 }

@@ -32,13 +32,35 @@ pub struct Sandbox<'a> {
     pub addr: SocketAddr,
 }
 
+/// The `torpor` command the benchmarks drive: `$TORPOR_BIN` if set, else the `torpor` beside
+/// this executable (`cargo build --release` puts both in `target/release`).
+///
+/// # Errors
+/// If neither exists, with what to do about it.
+pub fn torpor_executable() -> anyhow::Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("TORPOR_BIN") {
+        let bin = PathBuf::from(bin);
+        anyhow::ensure!(bin.is_file(), "TORPOR_BIN={}: no such file", bin.display());
+        return Ok(bin);
+    }
+    let me = std::env::current_exe().context("this executable's path")?;
+    let bin = me.with_file_name("torpor");
+    anyhow::ensure!(
+        bin.is_file(),
+        "no torpor command beside {} (build it: cargo build --release; or set TORPOR_BIN)",
+        me.display()
+    );
+    Ok(bin)
+}
+
 impl Driver {
-    /// A driver using this executable and a fresh state directory under `base`.
+    /// A driver using the `torpor` command of [`torpor_executable`] and a fresh state
+    /// directory under `base`.
     ///
     /// # Errors
-    /// If the executable's path or the directory cannot be had.
+    /// If the executable cannot be found or the directory cannot be made.
     pub fn new(base: &Path) -> anyhow::Result<Driver> {
-        let bin = std::env::current_exe().context("the torpor executable's path")?;
+        let bin = torpor_executable()?;
         let state = base.join(format!("torpor-paper-{}", std::process::id()));
         std::fs::create_dir_all(&state)
             .with_context(|| format!("create state directory {}", state.display()))?;

@@ -1,4 +1,4 @@
-//! The report of `torpor bench density`: `density.md`, `density.csv` (one row per phase) and
+//! The report of `torpor-bench density`: `density.md`, `density.csv` (one row per phase) and
 //! `density.png` (host memory and PSS per hibernated sandbox against N).
 
 use std::fmt::Write as _;
@@ -117,7 +117,7 @@ pub fn write(out: &Path, res: &Results) -> anyhow::Result<Vec<PathBuf>> {
 pub fn markdown(res: &Results, plot_error: Option<String>) -> String {
     let i = &res.info;
     let mut s = String::new();
-    let _ = writeln!(s, "# Density: `torpor bench density`\n");
+    let _ = writeln!(s, "# Density: `torpor-bench density`\n");
     let _ = writeln!(
         s,
         "Command: `{}`  \nStarted: {} (took {:.0} s)  \nHost: {}  \nVersion: {}\n",

@@ -1,4 +1,4 @@
-//! What `torpor bench paper` measures: raw samples per workload and metric, and their
+//! What `torpor-bench paper` measures: raw samples per workload and metric, and their
 //! summaries. Latencies are in milliseconds, memory in bytes.
 
 use std::collections::BTreeMap;

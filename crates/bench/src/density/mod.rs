@@ -1,4 +1,4 @@
-//! `torpor bench density`: how many hibernated sandboxes one machine holds, and what their
+//! `torpor-bench density`: how many hibernated sandboxes one machine holds, and what their
 //! first requests cost.
 //!
 //! For each count N (`--instances 10,100,1000`), N sandboxes of one workload (the paper's
@@ -22,7 +22,7 @@ use rand_distr::Distribution;
 use crate::paper::driver::{Driver, Sandbox};
 use crate::paper::workloads::{self, Workload};
 
-/// Options of `torpor bench density`.
+/// Options of `torpor-bench density`.
 #[derive(clap::Args, Debug)]
 pub struct DensityArgs {
     /// Sandbox counts, one phase each (comma separated, 1 to 2000).
@@ -32,7 +32,7 @@ pub struct DensityArgs {
     #[arg(long, default_value = "python")]
     pub workload: String,
     /// The keep-alive policy the sandboxes run with.
-    #[arg(long, default_value = "2s", value_parser = crate::keepalive::parse_after)]
+    #[arg(long, default_value = "2s", value_parser = torpor::keepalive::parse_after)]
     pub hibernate_after: Duration,
     /// Requests in the Zipf stream of each phase.
     #[arg(long, default_value_t = 1000)]
@@ -173,7 +173,7 @@ pub fn run(args: DensityArgs) -> anyhow::Result<u8> {
     res.info.took_s = started.elapsed().as_secs_f64();
     let files = report::write(&args.out, &res)?;
     say(&format!(
-        "torpor bench density: done; wrote {}",
+        "torpor-bench density: done; wrote {}",
         files
             .iter()
             .map(|p| p.display().to_string())
@@ -197,7 +197,7 @@ fn measure(
     say: &dyn Fn(&str),
     phase: &mut Phase,
 ) -> anyhow::Result<()> {
-    let mem_before = crate::keepalive::mem_available().context("MemAvailable")?;
+    let mem_before = torpor::keepalive::mem_available().context("MemAvailable")?;
     let after = humantime::format_duration(args.hibernate_after).to_string();
     let t = Instant::now();
     let mut sandboxes: Vec<Sandbox<'_>> = Vec::with_capacity(n);
@@ -231,7 +231,7 @@ fn measure(
         std::thread::sleep(Duration::from_millis(500));
     }
     phase.settle_s = t.elapsed().as_secs_f64();
-    let mem_after = crate::keepalive::mem_available().context("MemAvailable")?;
+    let mem_after = torpor::keepalive::mem_available().context("MemAvailable")?;
     phase.host_bytes = mem_before as i64 - mem_after as i64;
     let mut pids = Vec::with_capacity(n);
     for sb in &sandboxes {
@@ -242,7 +242,7 @@ fn measure(
     }
     let cpu = |pids: &[u32]| -> u64 {
         pids.iter()
-            .filter_map(|&p| crate::procfs::cpu_time_us(p))
+            .filter_map(|&p| torpor::procfs::cpu_time_us(p))
             .sum()
     };
     let (c0, t0) = (cpu(&pids), Instant::now());

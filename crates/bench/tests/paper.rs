@@ -1,4 +1,4 @@
-//! `torpor bench paper` end to end, on the quickest workload: the Go hello-world with
+//! `torpor-bench paper` end to end, on the quickest workload: the Go hello-world with
 //! `--quick --only go` must produce every output file, with every metric measured and a
 //! report that shows them beside the paper's figures.
 //!
@@ -17,11 +17,13 @@ fn quick_run_on_go_writes_every_output() {
         return;
     }
     let out = testutil::TempDir::new("paper-out");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_torpor"));
-    cmd.args(["bench", "paper", "--quick", "--only", "go", "--out"])
+    // The benchmark drives the `torpor` command that `cargo test --workspace` builds beside it.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_torpor-bench"));
+    cmd.env("TORPOR_BIN", testutil::built_torpor_bin())
+        .args(["paper", "--quick", "--only", "go", "--out"])
         .arg(out.path());
     let o = testutil::run_command(cmd, None, Duration::from_secs(600));
-    assert_eq!(o.code(), 0, "bench paper failed: {}", o.stderr_str());
+    assert_eq!(o.code(), 0, "torpor-bench paper failed: {}", o.stderr_str());
     for f in [
         "samples.csv",
         "summary.csv",

@@ -1,6 +1,6 @@
 //! Hibernate benchmark: prints a table, asserts nothing about speed.
 //!
-//! Run with `cargo bench -p torpor --bench hibernate`. Wakes are by page faults (`--wake-mode
+//! Run with `cargo bench -p torpor-bench --bench hibernate`. Wakes are by page faults (`--wake-mode
 //! fault`; `benches/reap.rs` compares REAP). For a small application (pattern_server
 //! with 4 MiB) and a large one (256 MiB), over RUNS hibernate/wake cycles of one sandbox:
 //!
@@ -63,7 +63,7 @@ fn start_pattern(root: &Rootfs, mib: u64, memory: &str) -> (Detached, SocketAddr
         "fault",
     ];
     let sb = Detached::start(
-        &testutil::torpor_bin(),
+        &testutil::built_torpor_bin(),
         &opts,
         root.path(),
         &prog,

@@ -3,7 +3,7 @@
 //! hello-worlds, in torpor beside the same root filesystem run natively (chroot), with ratios.
 //! Prints a table, asserts nothing about speed.
 //!
-//! Run with `cargo bench -p torpor --bench runtimes` (as root: the Debian roots are built with
+//! Run with `cargo bench -p torpor-bench --bench runtimes` (as root: the Debian roots are built with
 //! debootstrap on first use, and the native runs use chroot).
 
 use std::net::SocketAddr;
@@ -63,7 +63,7 @@ fn spawn(native: bool, root: &std::path::Path, argv: &[String], port: u16) -> Ch
             .env("PORT", "8080");
         c
     } else {
-        let mut c = Command::new(testutil::torpor_bin());
+        let mut c = Command::new(testutil::built_torpor_bin());
         c.env("TORPOR_LOG", "off")
             .args([
                 "run",

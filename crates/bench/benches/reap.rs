@@ -1,7 +1,7 @@
 //! REAP benchmark: first request after a hibernate, page-fault wake vs REAP wake, with the
 //! host page cache dropped before each wake. Prints a table, asserts nothing about speed.
 //!
-//! Run with `cargo bench -p torpor --bench reap` (as root: dropping the page cache writes
+//! Run with `cargo bench -p torpor-bench --bench reap` (as root: dropping the page cache writes
 //! /proc/sys/vm/drop_caches). pattern_server holds a 256 MiB heap; its `GET /touch/K` request
 //! touches a working set of K MiB (4, 16, 64). For each K, one sandbox wakes by page faults
 //! (`--wake-mode fault`) and one by REAP (`--wake-mode reap`: the first wake records, later
@@ -43,7 +43,7 @@ fn start(mode: &str) -> App {
     let prog = root.guest_program("pattern_server");
     let port = free_port();
     let publish = format!("127.0.0.1:{port}:8080");
-    let bin = testutil::torpor_bin();
+    let bin = testutil::built_torpor_bin();
     let sb = Detached::start(
         &bin,
         &[

@@ -1,4 +1,4 @@
-//! `torpor bench share`: what sharing the clean pages of program text and libraries through
+//! `torpor-bench share`: what sharing the clean pages of program text and libraries through
 //! the host's page cache (`mm`'s `pagecache.rs`) saves, against copying them into each
 //! sandbox's own memory (`torpor run --no-share-files`).
 //!
@@ -24,7 +24,7 @@ use crate::paper::driver::{Driver, Sandbox};
 use crate::paper::model::Summary;
 use crate::paper::workloads::{self, Workload};
 
-/// Options of `torpor bench share`.
+/// Options of `torpor-bench share`.
 #[derive(clap::Args, Debug)]
 pub struct ShareArgs {
     /// Sandboxes hot at once for the memory measurement.
@@ -173,7 +173,7 @@ pub fn run(args: ShareArgs) -> anyhow::Result<u8> {
     res.info.took_s = started.elapsed().as_secs_f64();
     let file = report::write(&args.out, &res)?;
     say(&format!(
-        "torpor bench share: done; wrote {}",
+        "torpor-bench share: done; wrote {}",
         file.display()
     ));
     Ok(u8::from(res.modes.iter().any(|m| !m.errors.is_empty())))

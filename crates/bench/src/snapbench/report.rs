@@ -1,4 +1,4 @@
-//! `snapshots.md` and `snapshots.csv` of `torpor bench snapshots`.
+//! `snapshots.md` and `snapshots.csv` of `torpor-bench snapshots`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

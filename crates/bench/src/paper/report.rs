@@ -1,4 +1,4 @@
-//! The files `torpor bench paper` leaves in its output directory:
+//! The files `torpor-bench paper` leaves in its output directory:
 //!
 //! ```text
 //! samples.csv        workload,metric,rep,value           one row per sample (rep from 1)
@@ -392,7 +392,7 @@ pub fn markdown(
     md.push_str("by page faults or by prefetch of the recorded working set. Woken: later ");
     md.push_str("requests to the woken sandbox. Clone start: a clone of the warmed-up ");
     md.push_str("sandbox's checkpoint (`torpor run --from`) to its first response, the ");
-    md.push_str("checkpoint's and the root's files evicted first (`torpor bench snapshots` ");
+    md.push_str("checkpoint's and the root's files evicted first (`torpor-bench snapshots` ");
     md.push_str("has restores and more).\n\n");
     md.push_str("| Workload | Cold start | Hot | Fault wake | REAP wake | Woken | Clone start |\n");
     md.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
@@ -479,7 +479,7 @@ pub fn markdown(
          range), some derived from whole-MB values; \"≈1.0×\" stands for \"about the same\" \
          (woken vs hot latency) and \"negligible difference\" (fault vs REAP for the 2.6 MB \
          image). The paper's 2.6 MB image figures are set beside our `image-large`. Details: \
-         `crates/torpor/src/paper/reference.rs`.\n\n",
+         `crates/bench/src/paper/reference.rs`.\n\n",
     );
 
     md.push_str("## Plots\n\n");
@@ -696,7 +696,7 @@ fn latency_why_trap(results: &[WorkloadResult]) -> String {
         "**Why.** On the trap platform the application runs in a host process of its own \
          whose every system call is a SIGSYS trap handed to torpor through shared memory and \
          a futex: a few microseconds where these machines' KVM takes 75-150 µs an exit \
-         (`cargo bench -p torpor --bench core` measures both, with their bare mechanisms). \
+         (`cargo bench -p torpor-bench --bench core` measures both, with their bare mechanisms). \
          Clock reads make no trap at all (the host's vDSO is given to the application), and \
          each application thread and the runtime thread serving it share one CPU while the \
          thread makes calls, so that a hand-off is a context switch, not a wake of another \
@@ -722,7 +722,7 @@ fn median_of(results: &[WorkloadResult], name: &str, m: Metric, scale: f64) -> S
 }
 
 /// Why the latency figures fall where they do (the numbers come from `results`; the costs
-/// of this machine's KVM from `cargo bench -p torpor --bench core`, see README.md).
+/// of this machine's KVM from `cargo bench -p torpor-bench --bench core`, see README.md).
 fn latency_why(results: &[WorkloadResult]) -> String {
     let hot = extremes(results, |w| w.median(Metric::HotMs));
     let hot_range = hot.map_or(MISSING.to_string(), |((lo, _), (hi, _))| {
@@ -738,7 +738,7 @@ fn latency_why(results: &[WorkloadResult]) -> String {
     format!(
         "**Why.** These machines' KVM is a software hypervisor with shadow paging (kvm_pvm): \
          every syscall of the application costs about 150 µs and every first touch of a guest \
-         page about 50 µs (`cargo bench -p torpor --bench core`), where hardware takes 1-2 µs. \
+         page about 50 µs (`cargo bench -p torpor-bench --bench core`), where hardware takes 1-2 µs. \
          A hot request already takes {hot_range} here. A wake adds, whichever way the pages \
          come back, one shadow-MMU fault per page the request touches (the deflate's \
          `MADV_DONTNEED` dropped those entries) on top of reading the pages (REAP: one \
@@ -990,7 +990,7 @@ mod tests {
     #[test]
     fn markdown_report() {
         let info = RunInfo {
-            command: "torpor bench paper --quick".into(),
+            command: "torpor-bench paper --quick".into(),
             quick: true,
             reps: 3,
             instances: 10,

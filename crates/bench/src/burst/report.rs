@@ -1,4 +1,4 @@
-//! The report of `torpor bench burst`: `burst.md` (tables, the bound each hibernated burst is
+//! The report of `torpor-bench burst`: `burst.md` (tables, the bound each hibernated burst is
 //! held to, the simultaneous wakes, the plot), `burst.csv` (one row per burst) and
 //! `burst-wakes.csv`.
 
@@ -147,7 +147,7 @@ pub fn markdown(res: &Results, rows: &[Row], plot_error: Option<String>) -> Stri
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "# Bursts at hibernated sandboxes: `torpor bench burst`\n"
+        "# Bursts at hibernated sandboxes: `torpor-bench burst`\n"
     );
     let _ = writeln!(
         s,

@@ -1,4 +1,4 @@
-//! The report of `torpor bench share`: `share.md`.
+//! The report of `torpor-bench share`: `share.md`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -52,7 +52,7 @@ pub fn markdown(res: &Results) -> String {
     let i = &res.info;
     let n = res.instances;
     let mut s = String::new();
-    let _ = writeln!(s, "# Shared file pages: `torpor bench share`\n");
+    let _ = writeln!(s, "# Shared file pages: `torpor-bench share`\n");
     let _ = writeln!(
         s,
         "Command: `{}`  \nStarted: {} (took {:.0} s)  \nHost: {}  \nVersion: {}\n",

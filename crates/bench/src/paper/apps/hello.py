@@ -1,4 +1,4 @@
-# Python hello-world for `torpor bench paper`: a single-threaded http.server.
+# Python hello-world for `torpor-bench paper`: a single-threaded http.server.
 import http.server
 import sys
 

@@ -1,4 +1,4 @@
-//! `torpor bench snapshots`: what checkpoints buy a serverless platform, on the paper's eight
+//! `torpor-bench snapshots`: what checkpoints buy a serverless platform, on the paper's eight
 //! workloads (issue 14): the first response of a sandbox restored from a checkpoint
 //! (`torpor restore`) and of a clone (`torpor run --from`), against a cold start, each with
 //! the page cache dropped as `bench paper` does; and the memory of many clones of one Python
@@ -16,7 +16,7 @@ use crate::paper::driver::{self, Driver, Sandbox};
 use crate::paper::model::Summary;
 use crate::paper::workloads::{self, Workload};
 
-/// Arguments of `torpor bench snapshots`.
+/// Arguments of `torpor-bench snapshots`.
 #[derive(clap::Args, Debug)]
 pub struct SnapshotsArgs {
     /// Where snapshots.md and snapshots.csv go.
@@ -145,11 +145,11 @@ pub fn run(args: SnapshotsArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    let _ = crate::cowroot::remove_all(&scratch);
+    let _ = torpor::cowroot::remove_all(&scratch);
     info.took_s = started.elapsed().as_secs_f64();
     let files = report::write(&args.out, &info, &rows, &memory)?;
     eprintln!(
-        "torpor bench snapshots: done in {:.0} s; wrote {}",
+        "torpor-bench snapshots: done in {:.0} s; wrote {}",
         info.took_s,
         files
             .iter()
@@ -199,7 +199,7 @@ fn latencies(
     // last one kept).
     let dir = scratch.join(w.name);
     for i in 0..reps {
-        let _ = crate::cowroot::remove_all(&dir);
+        let _ = torpor::cowroot::remove_all(&dir);
         let sb = d.start(w, root, "auto")?;
         sb.wait_ready(w)?;
         for _ in 0..3 {
@@ -276,7 +276,7 @@ fn mem_compare(
     workloads::install(w, root)?;
     let n = m.instances;
     let dir = scratch.join("template");
-    let _ = crate::cowroot::remove_all(&dir);
+    let _ = torpor::cowroot::remove_all(&dir);
     {
         let sb = d.start(w, root, "auto")?;
         sb.wait_ready(w)?;

@@ -1,0 +1,41 @@
+//! The torpor runtime as a library: everything the `torpor` command does, for the command
+//! itself (`main.rs` only parses and dispatches), the benchmarks (`crates/bench`, the
+//! `torpor-bench` command) and the fuzz targets (`fuzz/`).
+//!
+//! | Module | Job |
+//! |---|---|
+//! | [`cli`] | the command line's syntax |
+//! | [`run`], [`demo`] | `torpor run`, `torpor demo`: one sandbox in the foreground |
+//! | [`daemon`] | the holder: builds a sandbox, serves its control socket, runs its task |
+//! | [`control`], [`verbs`], [`overview`] | the control socket and the verbs that use it |
+//! | [`keepalive`] | the keep-alive policy (hibernate after an idle time, memory floor) |
+//! | [`snapshot`] | checkpoint, restore and clone |
+//! | [`oci`], [`console`] | the OCI runtime command line (podman, containerd) and its terminal |
+//! | [`statedir`], [`ready`], [`janitor`] | state directories, readiness pipes, clean-up |
+//! | [`broker`], [`fdpass`] | the file broker of a root holder, descriptor passing |
+//! | [`confine`], [`cowroot`], [`user`] | confinement, the copy-on-write root, `--user` |
+//! | [`platforms`], [`procfs`], [`units`], [`logging`] | platform choice, host /proc, units, logs |
+
+pub mod broker;
+pub mod cli;
+pub mod confine;
+pub mod console;
+pub mod control;
+pub mod cowroot;
+pub mod daemon;
+pub mod demo;
+pub mod fdpass;
+pub mod janitor;
+pub mod keepalive;
+pub mod logging;
+pub mod oci;
+pub mod overview;
+pub mod platforms;
+pub mod procfs;
+pub mod ready;
+pub mod run;
+pub mod snapshot;
+pub mod statedir;
+pub mod units;
+pub mod user;
+pub mod verbs;
