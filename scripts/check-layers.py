@@ -29,14 +29,9 @@ RANK = {c: i for i, c in enumerate(ORDER)}
 RANK["platform-trap"] = RANK["platform-kvm"]
 FREE = {"testutil"}
 
-# Circles not broken yet (issue 33): each the crate and its modules, sorted. Empty it.
-KNOWN = {
-    ("kernel", "checkpoint::task", "task"),
-    ("mm", "cow", "fault", "manager"),
-    ("platform-kvm", "context", "space"),
-    ("platform-trap", "context", "platform", "space"),
-    ("torpor", "broker", "daemon", "oci", "run", "snapshot", "verbs"),
-}
+# Circles not broken yet, each the crate and its modules, sorted: none since issue 33 (any
+# circle fails the check; one that must stay for a while goes here with its reason).
+KNOWN = set()
 
 
 def crate_deps(crate_dir):
@@ -69,8 +64,8 @@ def modules(src):
 
 def strip_tests_and_comments(text):
     text = re.sub(r"//[^\n]*", "", text)
-    # The unit tests of a file: `#[cfg(test)] mod tests { ... }` at its end.
-    m = re.search(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{", text)
+    # The unit tests of a file: `#[cfg(test)] [pub(crate)] mod tests { ... }` at its end.
+    m = re.search(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{", text)
     return text[: m.start()] if m else text
 
 

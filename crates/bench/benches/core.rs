@@ -169,11 +169,7 @@ fn timings(t: &Torpor, root: &Path, prog: &str) -> Result<BTreeMap<String, f64>,
 fn bench_exit() -> Result<f64, String> {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_torpor-bench"));
     cmd.arg("exit");
-    let out = testutil::run_command(
-        cmd,
-        None,
-        testutil::DEFAULT_TIMEOUT,
-    );
+    let out = testutil::run_command(cmd, None, testutil::DEFAULT_TIMEOUT);
     if out.code() != 0 {
         return Err(format!("torpor-bench exit: exit {}", out.code()));
     }

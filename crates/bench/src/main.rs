@@ -17,7 +17,11 @@ use clap::{Parser, Subcommand};
 
 /// The command line of `torpor-bench`.
 #[derive(Parser, Debug)]
-#[command(name = "torpor-bench", version, about = "Benchmarks of the torpor runtime")]
+#[command(
+    name = "torpor-bench",
+    version,
+    about = "Benchmarks of the torpor runtime"
+)]
 struct Cli {
     /// The platform the benchmarked sandboxes run on: kvm, trap or auto (exported as
     /// TORPOR_PLATFORM to every `torpor` command the benchmark runs).

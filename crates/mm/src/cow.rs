@@ -33,13 +33,10 @@ use platform::{Gpa, Gva, PAGE_SIZE};
 
 use crate::fault::FaultError;
 use crate::manager::{MemoryManager, MmError};
+use crate::pagecache::RESERVED_SLOTS;
 use crate::pagetable::PteFlags;
 use crate::shared::SharedObject;
 use crate::vma::VmaKind;
-
-/// Memslots kept free for shared windows that have no fallback (`MAP_SHARED` objects,
-/// System V segments): page-cache windows of private mappings stop short of them.
-pub const RESERVED_SLOTS: usize = 64;
 
 impl MemoryManager {
     /// The entry flags for `frame` in a VMA whose pages get `flags`: never writable for a

@@ -48,13 +48,13 @@ pub mod vma;
 pub use alloc::{
     AllocError, AllocImageError, MemoryBudget, PageAllocator, CHUNK_PAGES, CHUNK_SIZE,
 };
-pub use cow::RESERVED_SLOTS;
 pub use fault::{Access, FaultError, FAULT_AROUND};
 pub use image::{FileId, MmImage, VmaImage, VmaKindImage};
 pub use manager::{
     CleanFilePage, MemoryManager, MmError, MmStats, MmapRequest, DEFAULT_MMAP_BASE, MREMAP_FIXED,
     MREMAP_MAYMOVE, STACK_RESERVE,
 };
+pub use pagecache::RESERVED_SLOTS;
 pub use pagetable::{PageTableError, PageTables, PteFlags, PteRun};
 pub use pod::Pod;
 pub use shared::{SharedObject, SharedSpace};

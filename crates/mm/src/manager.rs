@@ -347,7 +347,7 @@ impl MemoryManager {
                     // A page-cache page of a private file mapping: the child maps the same
                     // page (copy-on-write stays per process), or copies it without a slot.
                     if child
-                        .attach_window_of(&self.mem, frame, crate::cow::RESERVED_SLOTS)
+                        .attach_window_of(&self.mem, frame, crate::pagecache::RESERVED_SLOTS)
                         .is_ok()
                     {
                         child.pt.map(&mut child.alloc, va, frame, flags)?;

@@ -41,6 +41,10 @@ use std::sync::Arc;
 
 use crate::shared::{SharedObject, SharedSpace};
 
+/// Memslots kept free for shared windows that have no fallback (`MAP_SHARED` objects,
+/// System V segments): page-cache windows of private mappings stop short of them.
+pub const RESERVED_SLOTS: usize = 64;
+
 /// Filesystems whose files are not shared through windows (`statfs` magic numbers).
 const UNSHARED_FS: [i64; 4] = [
     0x0102_1994, // TMPFS_MAGIC

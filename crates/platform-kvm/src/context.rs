@@ -8,7 +8,7 @@ use platform::{
     UserContext,
 };
 
-use crate::space::SpaceShared;
+use crate::ptelog::SpaceShared;
 use crate::stubs;
 use crate::vcpu::{RawExit, Vcpu, VcpuError};
 

@@ -17,6 +17,7 @@ pub mod bench;
 pub mod context;
 pub mod gdt;
 pub mod kicker;
+mod ptelog;
 pub mod space;
 pub mod stubs;
 pub mod vcpu;

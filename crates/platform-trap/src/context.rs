@@ -12,13 +12,13 @@ use platform::{
 
 use platform::{pagewalk, PAGE_SIZE};
 
-use crate::space::SpaceInner;
+use crate::process_stub::ProcessStub;
 use crate::{StubThread, TrapError, TrapExit};
 
 /// A thread of a stub. The stub thread (and the space's stub) is started when the context
 /// first runs; until then the context keeps the registers and FPU state it is given.
 pub struct TrapContext {
-    space: Arc<SpaceInner>,
+    space: Arc<ProcessStub>,
     thread: Option<StubThread>,
     /// The registers until the stub thread exists.
     regs: UserContext,
@@ -56,7 +56,7 @@ impl Kick for TrapKick {
 }
 
 impl TrapContext {
-    pub(crate) fn new(space: Arc<SpaceInner>, root: Gpa, index: usize) -> TrapContext {
+    pub(crate) fn new(space: Arc<ProcessStub>, root: Gpa, index: usize) -> TrapContext {
         TrapContext {
             space,
             thread: None,

@@ -78,14 +78,17 @@ pub mod factory;
 pub mod filter;
 pub(crate) mod pair;
 pub mod platform;
+mod process_stub;
 pub mod space;
+mod spawner;
 mod stub;
 pub mod sys;
 pub mod sysmsg;
 pub mod vdso;
 pub(crate) mod walk;
 
-pub use crate::platform::{start_factory, TrapPlatform};
+pub use crate::platform::TrapPlatform;
+pub use crate::spawner::start_factory;
 pub use factory::{FactoryOptions, StubFactory};
 pub use stub::{
     stub_syscall_instructions, StubProcess, StubThread, WindowSlot, DEFAULT_SPIN, DEFAULT_STUB_SPIN,

@@ -3,7 +3,8 @@
 //! process ([`crate::space::TrapSpace`]), each thread a stub thread
 //! ([`crate::context::TrapContext`]).
 //!
-//! Where stubs come from: in a holder, from the stub factory ([`start_factory`]), which the
+//! Where stubs come from (`spawner.rs`): in a holder, from the stub factory
+//! ([`crate::spawner::start_factory`]), which the
 //! holder starts while it confines itself, once it is inside its Landlock domain (so that it
 //! may signal the stubs: kicks and kills) and before it installs its own seccomp filter (which
 //! a stub must not inherit: a filter's KILL outranks the stub's TRAP). Elsewhere (tests, an
@@ -14,116 +15,14 @@
 //! A space's stub is spawned when its first thread first runs, not when the space is made:
 //! the first process's space is built before the holder confines itself.
 
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::os::fd::AsFd;
+use std::sync::Arc;
 
 use platform::{AddressSpace, CpuModel, GuestMemory, Platform, PlatformError, Vdso};
 
 use crate::space::TrapSpace;
-use crate::{StubFactory, StubProcess, TrapError};
-
-/// Whether this process opened the trap platform.
-static OPENED: AtomicBool = AtomicBool::new(false);
-/// The stub factory, once started.
-static FACTORY: OnceLock<StubFactory> = OnceLock::new();
-
-/// Starts the stub factory if this process opened the trap platform (else does nothing):
-/// call it from the holder's main thread once the holder is inside its Landlock domain and
-/// has dropped its capabilities, before it installs its seccomp filter. Stubs spawned later
-/// come from it.
-///
-/// # Errors
-/// [`TrapError`] if the factory cannot start.
-pub fn start_factory() -> Result<(), TrapError> {
-    if !OPENED.load(Ordering::SeqCst) || FACTORY.get().is_some() {
-        return Ok(());
-    }
-    // No namespaces of its own: a holder inside its Landlock domain may not write the
-    // factory's uid_map, and without capabilities it may not make the other namespaces.
-    let f = StubFactory::start_with(crate::FactoryOptions {
-        namespaces: false,
-        ..crate::FactoryOptions::default()
-    })?;
-    let _ = FACTORY.set(f);
-    Ok(())
-}
-
-/// One request to the spawner thread: the guest memfd, and where to send the stub.
-type SpawnRequest = (OwnedFd, mpsc::Sender<Result<StubProcess, TrapError>>);
-
-/// Spawns stubs: through the factory if it runs, else from the spawner thread.
-#[derive(Default)]
-pub(crate) struct Spawner {
-    /// The spawner thread's queue, once started (started at its first use: a holder must
-    /// still be single-threaded after the platform is opened, to enter a mount namespace).
-    thread: Mutex<Option<mpsc::Sender<SpawnRequest>>>,
-    /// The stubs spawned, while they live.
-    stubs: Mutex<Vec<std::sync::Weak<StubProcess>>>,
-}
-
-impl Spawner {
-    /// A stub over `memory`, remembered while it lives.
-    pub(crate) fn spawn(&self, memory: &GuestMemory) -> Result<Arc<StubProcess>, TrapError> {
-        let stub = Arc::new(self.spawn_unlisted(memory)?);
-        let mut stubs = self.stubs.lock().unwrap_or_else(|e| e.into_inner());
-        stubs.retain(|w| w.strong_count() > 0);
-        stubs.push(Arc::downgrade(&stub));
-        Ok(stub)
-    }
-
-    /// The live stubs' process ids.
-    fn pids(&self) -> Vec<u32> {
-        let stubs = self.stubs.lock().unwrap_or_else(|e| e.into_inner());
-        stubs
-            .iter()
-            .filter_map(std::sync::Weak::upgrade)
-            .map(|s| s.pid() as u32)
-            .collect()
-    }
-
-    fn spawn_unlisted(&self, memory: &GuestMemory) -> Result<StubProcess, TrapError> {
-        let fd = memory
-            .backing_fd()
-            .ok_or(TrapError::Invalid("guest memory is not a memfd"))?;
-        if let Some(f) = FACTORY.get() {
-            return f.spawn(fd);
-        }
-        let fd = fd.try_clone_to_owned().map_err(|source| TrapError::Host {
-            call: "dup of the guest memfd",
-            source,
-        })?;
-        let (tx, rx) = mpsc::channel();
-        self.queue()?
-            .send((fd, tx))
-            .map_err(|_| TrapError::Protocol("the stub spawner thread is gone"))?;
-        rx.recv()
-            .map_err(|_| TrapError::Protocol("the stub spawner thread is gone"))?
-    }
-
-    /// The spawner thread's queue, starting the thread the first time.
-    fn queue(&self) -> Result<mpsc::Sender<SpawnRequest>, TrapError> {
-        let mut g = self.thread.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tx) = &*g {
-            return Ok(tx.clone());
-        }
-        let (tx, rx) = mpsc::channel::<SpawnRequest>();
-        std::thread::Builder::new()
-            .name("trap-spawner".into())
-            .spawn(move || {
-                for (memfd, reply) in rx {
-                    let _ = reply.send(StubProcess::spawn(memfd.as_fd()));
-                }
-            })
-            .map_err(|source| TrapError::Host {
-                call: "starting the stub spawner thread",
-                source,
-            })?;
-        *g = Some(tx.clone());
-        Ok(tx)
-    }
-}
+use crate::spawner::Spawner;
+use crate::TrapError;
 
 /// The trap platform.
 pub struct TrapPlatform {
@@ -157,7 +56,7 @@ impl TrapPlatform {
             return Err(TrapError::Unsupported("an XSAVE area larger than 4 KiB"));
         }
         platform::kick::install_kick_handler();
-        OPENED.store(true, Ordering::SeqCst);
+        crate::spawner::opened();
         Ok(TrapPlatform {
             cpu: CpuModel {
                 xcr0: crate::sys::user_xfeatures(),
@@ -193,9 +92,8 @@ impl Platform for TrapPlatform {
     }
 
     fn shared_processes(&self) -> Vec<u32> {
-        FACTORY
-            .get()
-            .map(|f| vec![f.pid() as u32])
+        crate::spawner::factory_pid()
+            .map(|p| vec![p])
             .unwrap_or_default()
     }
 

@@ -18,7 +18,7 @@
 use platform::pagewalk::{self, ACCESSED, ADDR, DIRTY, NO_EXEC, USER, WRITABLE};
 use platform::{Gpa, Gva, PlatformError, PAGE_SIZE};
 
-use crate::space::SpaceInner;
+use crate::process_stub::ProcessStub;
 use crate::StubProcess;
 
 /// A page as the stub must map it.
@@ -80,7 +80,7 @@ fn continues(first: Leaf, next: Leaf, n: u64) -> bool {
     }
 }
 
-impl SpaceInner {
+impl ProcessStub {
     /// Reads the leaf entry for `va` from the memory manager's tables, and sets its accessed
     /// and (writable) dirty bits as the hardware would on the accesses the mapping allows;
     /// `None` (nothing set) for a page of guest memory left out because `skip(gpa)`.
@@ -145,7 +145,7 @@ impl SpaceInner {
         stub.map_many(&maps).map_err(PlatformError::new)
     }
 
-    /// [`SpaceInner::sync_pages`] for `count` pages from `first`, the runs of guest memory
+    /// [`ProcessStub::sync_pages`] for `count` pages from `first`, the runs of guest memory
     /// added to `maps`.
     fn sync_run(
         &self,

@@ -98,10 +98,10 @@ pub enum Origin {
     /// Built from its configuration: the program starts from its entry point.
     Build,
     /// Restored from a checkpoint (`torpor restore`), already opened and checked.
-    Restore(Box<crate::snapshot::Restoring>),
+    Restore(Box<crate::snapshot::restoring::Restoring>),
     /// Cloned from a checkpoint (`torpor run --from`): restored over its memory image mapped
     /// copy-on-write, running at once.
-    Clone(Box<crate::snapshot::Restoring>),
+    Clone(Box<crate::snapshot::restoring::Restoring>),
 }
 
 /// What the control thread knows of its sandbox.
@@ -185,8 +185,11 @@ fn start(
     ready: &mut Option<OwnedFd>,
     origin: &Origin,
 ) -> Result<u8> {
-    let record = serde_json::to_value(crate::snapshot::HolderRecord::of(cfg, policy.wake_mode))
-        .context("recording the sandbox's configuration")?;
+    let record = serde_json::to_value(crate::snapshot::restoring::HolderRecord::of(
+        cfg,
+        policy.wake_mode,
+    ))
+    .context("recording the sandbox's configuration")?;
     let dir = statedir::create(id)?;
     statedir::write_pid(&dir, std::process::id())?;
     let (oci, bundle, start_now) = match holding {
@@ -341,7 +344,7 @@ fn start(
             .name("keepalive".into())
             .spawn(move || keep_alive(&d, registry.as_ref()))?;
     }
-    let status = crate::run::run_timed(sandbox);
+    let status = run_timed(sandbox);
     {
         let mut st = daemon
             .hib
@@ -575,7 +578,7 @@ fn handle(d: &Daemon, req: Request) -> Response {
             if !is_started(d) || d.exit.lock().map(|e| e.is_some()).unwrap_or(false) {
                 return Response::error("only a running sandbox can be checkpointed");
             }
-            let out = d.dir.join(crate::snapshot::HOLDER_OUTPUT);
+            let out = d.dir.join(crate::snapshot::restoring::HOLDER_OUTPUT);
             match d.hib.checkpoint(out, d.record.clone(), PARK_TIMEOUT) {
                 Ok(r) => Response::data(serde_json::to_value(r).unwrap_or_default()),
                 Err(e) => Response::error(e),
@@ -761,4 +764,22 @@ fn stats(d: &Daemon) -> serde_json::Value {
     }
     let _ = &d.dir;
     v
+}
+
+/// Runs a built sandbox to its end; with `TORPOR_TIMINGS=1`, prints the start-up and run
+/// times on stderr as `torpor-timing: NAME_us=N` lines.
+pub fn run_timed(sandbox: Sandbox) -> Result<kernel::ExitStatus, kernel::SandboxError> {
+    let timings = std::env::var("TORPOR_TIMINGS").is_ok_and(|v| v == "1");
+    let started = sandbox.started();
+    if timings {
+        eprintln!(
+            "torpor-timing: start_to_first_instruction_us={}",
+            started.elapsed().as_micros()
+        );
+    }
+    let status = sandbox.run();
+    if timings {
+        eprintln!("torpor-timing: run_us={}", started.elapsed().as_micros());
+    }
+    status
 }

@@ -13,7 +13,7 @@
 //! | [`oci`], [`console`] | the OCI runtime command line (podman, containerd) and its terminal |
 //! | [`statedir`], [`ready`], [`janitor`] | state directories, readiness pipes, clean-up |
 //! | [`broker`], [`fdpass`] | the file broker of a root holder, descriptor passing |
-//! | [`confine`], [`cowroot`], [`user`] | confinement, the copy-on-write root, `--user` |
+//! | [`confine`], [`cowroot`], [`netns`], [`user`] | confinement, the copy-on-write root, network namespaces, `--user` |
 //! | [`platforms`], [`procfs`], [`units`], [`logging`] | platform choice, host /proc, units, logs |
 
 pub mod broker;
@@ -28,6 +28,7 @@ pub mod fdpass;
 pub mod janitor;
 pub mod keepalive;
 pub mod logging;
+pub mod netns;
 pub mod oci;
 pub mod overview;
 pub mod platforms;

@@ -193,26 +193,8 @@ pub fn run_config(cfg: &SandboxConfig) -> Result<u8> {
         Some(&[&cfg.rootfs]),
     )
     .context("confining the runtime")?;
-    let status = run_timed(sandbox).context("sandbox stopped")?;
+    let status = crate::daemon::run_timed(sandbox).context("sandbox stopped")?;
     Ok(status.code() as u8)
-}
-
-/// Runs a built sandbox to its end; with `TORPOR_TIMINGS=1`, prints the start-up and run
-/// times on stderr as `torpor-timing: NAME_us=N` lines.
-pub fn run_timed(sandbox: Sandbox) -> Result<kernel::ExitStatus, kernel::SandboxError> {
-    let timings = std::env::var("TORPOR_TIMINGS").is_ok_and(|v| v == "1");
-    let started = sandbox.started();
-    if timings {
-        eprintln!(
-            "torpor-timing: start_to_first_instruction_us={}",
-            started.elapsed().as_micros()
-        );
-    }
-    let status = sandbox.run();
-    if timings {
-        eprintln!("torpor-timing: run_us={}", started.elapsed().as_micros());
-    }
-    status
 }
 
 /// The runtime must survive writes to closed sockets: the application gets EPIPE instead.
@@ -220,4 +202,3 @@ fn ignore_sigpipe() {
     // SAFETY: setting a signal disposition to SIG_IGN has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
 }
-

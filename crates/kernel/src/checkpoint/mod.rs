@@ -126,10 +126,10 @@ pub fn export(task: &Task, blobs: &mut BlobWriter) -> Result<SandboxState, Check
             captured.push(c.map_err(CheckpointError::Host)?);
         }
         // The leader first (a restored process's first thread), then by thread id.
-        captured.sort_by_key(|c| (c.tid() != *pid, c.tid()));
+        captured.sort_by_key(|c| (c.tid != *pid, c.tid));
         let actions = captured
             .first()
-            .map(|c| c.actions().to_vec())
+            .map(|c| c.actions.clone())
             .ok_or_else(|| CheckpointError::Host(format!("process {pid}: no thread")))?;
         let identity = g.identity();
         let (exe, cmdline, environ) = if mine {
@@ -177,7 +177,10 @@ pub fn export(task: &Task, blobs: &mut BlobWriter) -> Result<SandboxState, Check
             mm,
             allocator: blobs.add(&allocator),
             files,
-            threads: captured.into_iter().map(|c| c.into_state(blobs)).collect(),
+            threads: captured
+                .into_iter()
+                .map(|c| task::into_state(c, blobs))
+                .collect(),
         });
     }
     Ok(SandboxState {

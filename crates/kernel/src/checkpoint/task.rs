@@ -6,49 +6,16 @@ use std::sync::Arc;
 use super::blobs::{BlobWriter, Blobs};
 use super::state::{RegsState, TaskState};
 use super::CheckpointError;
+use crate::task::captured::{Captured, SIGINFO_SIZE};
 use crate::task::{AltStack, Credentials, SigInfo, SignalState, Task};
 
 /// Size of a `siginfo_t`.
-const SIGINFO: usize = 128;
+const SIGINFO: usize = SIGINFO_SIZE;
 
-/// A parked thread's state, taken on its own host thread, before its bulk bytes go to the
-/// checkpoint's blobs ([`Captured::into_state`]).
-#[derive(Debug)]
-pub struct Captured {
-    state: TaskState,
-    xsave: Vec<u8>,
-    pending: Vec<u8>,
-    /// The process's signal dispositions as this thread sees them (shared by its threads).
-    actions: Vec<[u64; 4]>,
-}
-
-impl Captured {
-    /// The thread's id.
-    pub fn tid(&self) -> i32 {
-        self.state.tid
-    }
-
-    /// Its process's signal dispositions, `[handler, flags, restorer, mask]` by signal - 1.
-    pub fn actions(&self) -> &[[u64; 4]] {
-        &self.actions
-    }
-
-    /// The thread's state, its XSAVE area and pending signals put into `blobs`.
-    pub fn into_state(self, blobs: &mut BlobWriter) -> TaskState {
-        let mut state = self.state;
-        state.xsave = blobs.add(&self.xsave);
-        state.pending = blobs.add(&self.pending);
-        state
-    }
-}
-
-/// Takes `task`'s state (parked; on its own host thread, the only one that may read its
-/// vCPU).
-///
-/// # Errors
-/// [`CheckpointError::Host`] if KVM does not give the FPU state.
-pub fn capture(task: &Task) -> Result<Captured, CheckpointError> {
-    let r = &task.ctx.user().regs;
+/// A parked thread's state (taken by [`Task::capture`] on its own host thread) as the
+/// checkpoint stores it: its bulk bytes (XSAVE area, pending signals) put into `blobs`.
+pub fn into_state(c: Captured, blobs: &mut BlobWriter) -> TaskState {
+    let r = &c.user.regs;
     let regs = RegsState {
         rax: r.rax,
         rbx: r.rbx,
@@ -68,54 +35,38 @@ pub fn capture(task: &Task) -> Result<Captured, CheckpointError> {
         r15: r.r15,
         rip: r.rip,
         rflags: r.rflags,
-        fs_base: task.ctx.user().fs_base,
-        gs_base: task.ctx.user().gs_base,
+        fs_base: c.user.fs_base,
+        gs_base: c.user.gs_base,
     };
-    let xsave = task
-        .ctx
-        .fpu()
-        .map_err(|e| CheckpointError::Host(format!("thread {}: XSAVE: {e}", task.tid)))?;
-    let mut pending = Vec::with_capacity(task.signals.pending().len() * SIGINFO);
-    for p in task.signals.pending() {
-        pending.extend_from_slice(&p.0);
-    }
-    let alt = task.signals.altstack;
-    let none = super::blobs::BlobRef {
-        off: 0,
-        len: 0,
-        crc: 0,
-    };
-    let state = TaskState {
-        tid: task.tid,
+    TaskState {
+        tid: c.tid,
         regs,
-        xsave: none,
-        sigmask: task.signals.mask,
-        pending: none,
-        altstack: (alt.sp, alt.size, alt.flags),
-        saved_mask: task.signals.saved_mask,
-        interrupted_syscall: task.signals.interrupted_syscall,
-        in_syscall: task.in_syscall,
-        cwd: task.cwd(),
-        umask: task.umask(),
-        uid: task.creds.uid,
-        gid: task.creds.gid,
-        groups: task.creds.groups.clone(),
-        creds: Some((*task.creds).clone()),
-        comm: task.comm.to_vec(),
-        clear_child_tid: task.clear_child_tid,
-    };
-    let actions = (1..=crate::task::NSIG as i32)
-        .map(|s| {
-            let a = task.signals.action(s);
-            [a.handler, a.flags, a.restorer, a.mask]
-        })
-        .collect();
-    Ok(Captured {
-        state,
-        xsave: xsave.to_vec(),
-        pending,
-        actions,
-    })
+        xsave: blobs.add(&c.xsave),
+        sigmask: c.sigmask,
+        pending: blobs.add(&c.pending),
+        altstack: c.altstack,
+        saved_mask: c.saved_mask,
+        interrupted_syscall: c.interrupted_syscall,
+        in_syscall: c.in_syscall,
+        cwd: c.cwd,
+        umask: c.umask,
+        uid: c.creds.uid,
+        gid: c.creds.gid,
+        groups: c.creds.groups.clone(),
+        creds: Some(c.creds),
+        comm: c.comm,
+        clear_child_tid: c.clear_child_tid,
+    }
+}
+
+/// Takes `task`'s state (parked; on its own host thread, the only one that may read its
+/// vCPU).
+///
+/// # Errors
+/// [`CheckpointError::Host`] if the platform does not give the FPU state.
+pub fn capture(task: &Task) -> Result<Captured, CheckpointError> {
+    task.capture()
+        .map_err(|e| CheckpointError::Host(format!("thread {}: XSAVE: {e}", task.tid)))
 }
 
 /// Sets a restored task's registers, FPU and signal state from `state` (its vCPU, signal

@@ -93,7 +93,7 @@ struct StopState {
     /// Raised to ask every parked thread for its state (a checkpoint).
     capture_gen: u64,
     /// The states the parked threads gave since the last request.
-    captured: Vec<Result<crate::checkpoint::task::Captured, String>>,
+    captured: Vec<Result<super::captured::Captured, String>>,
 }
 
 impl ThreadGroup {
@@ -419,10 +419,7 @@ impl ThreadGroup {
     /// group is stopped. While it waits, a checkpoint may ask for its state
     /// ([`ThreadGroup::capture_others`]): it gives `capture()` (only its own host thread may
     /// read its vCPU).
-    pub fn park_here(
-        &self,
-        capture: impl Fn() -> Result<crate::checkpoint::task::Captured, String>,
-    ) {
+    pub fn park_here(&self, capture: impl Fn() -> Result<super::captured::Captured, String>) {
         let mut st = self.lock_stop();
         if !st.stopped {
             return;
@@ -451,7 +448,7 @@ impl ThreadGroup {
         &self,
         count: usize,
         timeout: Duration,
-    ) -> Option<Vec<Result<crate::checkpoint::task::Captured, String>>> {
+    ) -> Option<Vec<Result<super::captured::Captured, String>>> {
         let start = std::time::Instant::now();
         let mut st = self.lock_stop();
         if !st.stopped {

@@ -2,6 +2,7 @@
 //! `struct task_struct`).
 
 pub mod affinity;
+pub mod captured;
 mod control;
 pub mod cputime;
 mod fs_context;
@@ -430,8 +431,10 @@ impl Task {
             self.park_hook = Some(hook);
         } else {
             // Another thread is hibernating the process: wait until it is done.
-            self.group
-                .park_here(|| crate::checkpoint::task::capture(self).map_err(|e| e.to_string()));
+            self.group.park_here(|| {
+                self.capture()
+                    .map_err(|e| format!("thread {}: XSAVE: {e}", self.tid))
+            });
         }
         self.control.clear_park();
     }

@@ -111,7 +111,7 @@ pub fn start_if_root(cfg: &kernel::SandboxConfig) -> Result<()> {
     };
     start(&cfg.rootfs, &published)?;
     if own_netns {
-        crate::oci::new_netns()?;
+        crate::netns::new()?;
         // The application's unpublished ports are this namespace's own: any of them, as in a
         // container, for a holder that keeps no capability (its published ones are bound by
         // the broker, which keeps CAP_NET_BIND_SERVICE).

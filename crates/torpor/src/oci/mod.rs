@@ -157,7 +157,7 @@ pub fn holder(
     let prepared = (|| -> Result<Bundle> {
         let b = Bundle::load(bundle_dir)?;
         if let Some(dir) = restore {
-            let r = crate::snapshot::Restoring::open(dir)?;
+            let r = crate::snapshot::restoring::Restoring::open(dir)?;
             r.enter_time_namespace()?;
             restoring = Some(r);
         }
@@ -171,9 +171,9 @@ pub fn holder(
             }
         }
         if let Some(p) = &b.netns_path {
-            join_netns(p)?;
+            crate::netns::join(p)?;
         } else if b.new_netns {
-            new_netns()?;
+            crate::netns::new()?;
         }
         if b.terminal {
             let sock = console_socket.context("process.terminal needs --console-socket")?;
@@ -217,54 +217,6 @@ pub fn holder(
         },
         origin,
     )
-}
-
-/// Moves this (single-threaded) process into the network namespace at `path`: its host
-/// sockets, and so the application's, live there.
-fn join_netns(path: &Path) -> Result<()> {
-    let f = std::fs::File::open(path)
-        .with_context(|| format!("opening network namespace {}", path.display()))?;
-    use std::os::fd::AsRawFd;
-    // SAFETY: setns with a valid namespace fd and its type.
-    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("joining network namespace {}", path.display()));
-    }
-    Ok(())
-}
-
-/// Moves this process into a new network namespace with its loopback interface up (an OCI
-/// bundle asking for one; a friendly-form holder without outbound access, `crate::broker`).
-pub(crate) fn new_netns() -> Result<()> {
-    // SAFETY: unshare with a valid flag.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("creating a network namespace");
-    }
-    // Bring `lo` up (SIOCGIFFLAGS / SIOCSIFFLAGS on any socket).
-    // SAFETY: a plain datagram socket; closed below.
-    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if s < 0 {
-        return Err(std::io::Error::last_os_error()).context("socket for lo");
-    }
-    // SAFETY: a zeroed ifreq with the name set; the ioctls read and write only that struct.
-    let r = unsafe {
-        let mut ifr: libc::ifreq = std::mem::zeroed();
-        for (i, b) in b"lo".iter().enumerate() {
-            ifr.ifr_name[i] = *b as libc::c_char;
-        }
-        let mut r = libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr);
-        if r == 0 {
-            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            r = libc::ioctl(s, libc::SIOCSIFFLAGS, &mut ifr);
-        }
-        let e = std::io::Error::last_os_error();
-        libc::close(s);
-        (r, e)
-    };
-    if r.0 != 0 {
-        return Err(r.1).context("bringing lo up");
-    }
-    Ok(())
 }
 
 /// The state directory of container `id`, which must exist.

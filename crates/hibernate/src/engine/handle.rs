@@ -1,0 +1,199 @@
+//! The control thread's side: requests to hibernate, checkpoint, pause, resume, wake and
+//! stop a sandbox, answered by the task's side ([`super::Hibernator`]) at its park point.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::state::State;
+
+use super::{checkpoint, Command, DeflateReport, HibernateError, HibernateHandle, Shared};
+
+impl HibernateHandle {
+    /// The shared state (state machine, metrics).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Deflates the sandbox: parks its task, writes its memory out, and leaves it waiting for a
+    /// wake. Returns once it is hibernated.
+    ///
+    /// # Errors
+    /// [`HibernateError::State`] unless hot, running or woken; [`HibernateError::ParkTimeout`];
+    /// [`HibernateError::Deflate`] (the sandbox stays as it was).
+    pub fn hibernate(&self, timeout: Duration) -> Result<DeflateReport, HibernateError> {
+        self.park_for(Command::Deflate, timeout)
+    }
+
+    /// Pauses the sandbox (as [`Self::pause`]: requests do not wake it) and writes a
+    /// checkpoint of it into `dir` (a new directory: see [`crate::snapshot`]), with `holder`
+    /// (the holder's own record of how the sandbox was started) beside the kernel's state.
+    /// The sandbox stays paused, also when the checkpoint fails (`dir` is then removed),
+    /// until [`Self::resume`]: its files can be copied meanwhile.
+    ///
+    /// # Errors
+    /// As [`Self::hibernate`]; [`HibernateError::Deflate`] naming what could not be saved.
+    pub fn checkpoint(
+        &self,
+        dir: PathBuf,
+        holder: serde_json::Value,
+        timeout: Duration,
+    ) -> Result<DeflateReport, HibernateError> {
+        self.shared.paused.store(true, Ordering::SeqCst);
+        let r = self.park_for(
+            Command::Checkpoint(checkpoint::Job { dir, holder }),
+            timeout,
+        );
+        if matches!(
+            r,
+            Err(HibernateError::State(_) | HibernateError::ParkTimeout(_))
+        ) {
+            self.shared.paused.store(false, Ordering::SeqCst);
+        }
+        r
+    }
+
+    pub(super) fn park_for(
+        &self,
+        cmd: Command,
+        timeout: Duration,
+    ) -> Result<DeflateReport, HibernateError> {
+        {
+            let st = self.shared.lock_state();
+            match st.state() {
+                State::Hot | State::Running | State::Woken | State::HibernateRunning => {}
+                s => {
+                    return Err(HibernateError::State(format!(
+                        "cannot hibernate a sandbox that is {}",
+                        s.as_str()
+                    )))
+                }
+            }
+        }
+        {
+            let mut mb = self.shared.lock_mailbox();
+            mb.command = Some(cmd);
+            mb.reply = None;
+        }
+        let shared = self.shared.clone();
+        // Parked, or already answered (a deflate refused at once may unpark before a poll
+        // sees it parked).
+        let taken = move || {
+            let mb = shared.lock_mailbox();
+            mb.parked || mb.reply.is_some()
+        };
+        if !self.control.request_park(taken, timeout) {
+            self.control.clear_park();
+            let mut mb = self.shared.lock_mailbox();
+            mb.command = None;
+            return Err(HibernateError::ParkTimeout(timeout));
+        }
+        let mut mb = self.shared.lock_mailbox();
+        loop {
+            if let Some(r) = mb.reply.take() {
+                return r;
+            }
+            mb = self.shared.cv.wait(mb).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// [`hibernate`](Self::hibernate) once the sandbox is idle: while it is serving a request
+    /// (running, its first task out of the call that waits for input), waits up to
+    /// `idle_timeout` for it to finish, so that an answer in flight is not frozen with no
+    /// request left to wake it; then refuses with a clear error. Only the first task is
+    /// watched: the caller uses this for a sandbox of one task (a server with threads serves
+    /// on others, and its first thread may never wait for input: the JVM's joins).
+    ///
+    /// # Errors
+    /// [`HibernateError::State`] if it stays busy; as [`Self::hibernate`].
+    pub fn hibernate_when_idle(
+        &self,
+        idle_timeout: Duration,
+        park_timeout: Duration,
+    ) -> Result<DeflateReport, HibernateError> {
+        let deadline = Instant::now() + idle_timeout;
+        while matches!(self.state(), State::Running | State::HibernateRunning) {
+            if Instant::now() >= deadline {
+                return Err(HibernateError::State(format!(
+                    "the sandbox has been serving a request for {:?}: not hibernated (ask \
+                     again when it is idle)",
+                    idle_timeout
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.hibernate(park_timeout)
+    }
+
+    /// Pauses the sandbox (OCI `pause`): a hibernate that requests do not end. Connections
+    /// that arrive meanwhile wait in the host's queues and are served after [`Self::resume`].
+    ///
+    /// # Errors
+    /// As [`Self::hibernate`].
+    pub fn pause(&self, timeout: Duration) -> Result<DeflateReport, HibernateError> {
+        self.shared.paused.store(true, Ordering::SeqCst);
+        let r = self.hibernate(timeout);
+        if r.is_err() {
+            self.shared.paused.store(false, Ordering::SeqCst);
+        }
+        r
+    }
+
+    /// Makes the next deflate write every live page of each process into one fresh swap file
+    /// (a compaction) instead of a new layer of what changed.
+    pub fn compact_next_deflate(&self) {
+        self.shared.compact_next.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends a pause (OCI `resume`), or wakes a hibernated sandbox.
+    ///
+    /// # Errors
+    /// [`HibernateError::State`] unless hibernated.
+    pub fn resume(&self) -> Result<(), HibernateError> {
+        let r = self.wake();
+        if r.is_ok() {
+            self.shared.paused.store(false, Ordering::SeqCst);
+        }
+        r
+    }
+
+    /// Whether the sandbox is hibernated by a pause.
+    pub fn is_paused(&self) -> bool {
+        self.shared.paused.load(Ordering::SeqCst) && self.state() == State::Hibernated
+    }
+
+    /// Wakes a hibernated sandbox without a request (SIGCONT); pages still return on demand.
+    ///
+    /// # Errors
+    /// [`HibernateError::State`] unless hibernated.
+    pub fn wake(&self) -> Result<(), HibernateError> {
+        let s = self.shared.lock_state().state();
+        if s != State::Hibernated {
+            return Err(HibernateError::State(format!(
+                "cannot wake a sandbox that is {}",
+                s.as_str()
+            )));
+        }
+        self.shared.signal_wake();
+        Ok(())
+    }
+
+    /// Wakes the task if it is hibernated, so that it notices a pending signal.
+    pub fn stop_if_hibernated(&self) {
+        if self.shared.lock_state().state() == State::Hibernated {
+            self.shared.signal_wake();
+        }
+    }
+
+    /// Makes a hibernated task leave its wait so that it can be stopped.
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.signal_wake();
+    }
+
+    /// The current state.
+    pub fn state(&self) -> State {
+        self.shared.lock_state().state()
+    }
+}

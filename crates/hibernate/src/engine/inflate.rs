@@ -1,0 +1,150 @@
+//! The inflate after a wake: a REAP prefetch of the recorded working set (or nothing: pages
+//! fault back through the pager), the shared memory put back, the page tables prefaulted.
+
+use std::time::Instant;
+
+use kernel::task::Task;
+use platform::{Gpa, PAGE_SIZE};
+
+use crate::pager::{self};
+use crate::pagestate::{PageIdx, PageState};
+
+use super::{live_processes, Hibernator, ProcessMemory, SharedSwap};
+
+impl Hibernator {
+    /// After the wake trigger, before the task resumes: prefetch each process's REAP file
+    /// (if this wake uses it), and start recording (if this wake records).
+    pub(super) fn inflate(&mut self, woke: Instant) {
+        let error_file = self.dir.join("error");
+        if let Some(sw) = self.shared_swap.take() {
+            if let Err(e) = restore_shared(&sw) {
+                pager::fatal(&error_file, &format!("shared memory swap unreadable: {e}"));
+            }
+            let _ = sw.reader.remove();
+        }
+        let (mut bytes, mut file_bytes) = (0, 0);
+        let mut prefetched = false;
+        for pm in self.processes.values_mut() {
+            if let Some((b, f)) = inflate_process(pm, &error_file) {
+                bytes += b;
+                file_bytes += f;
+                prefetched = true;
+            }
+        }
+        if prefetched {
+            self.shared
+                .metrics
+                .record_prefetch(bytes, file_bytes, woke.elapsed());
+        }
+    }
+
+    /// After a REAP prefetch: has each process's platform map the pages of the prefetched set
+    /// ahead (on the trap platform the application's process maps guest pages itself, and
+    /// would otherwise take a fault for every run of them it touches).
+    pub(super) fn prefault(&self, task: &Task) {
+        for (pid, res) in live_processes(task) {
+            let Some(pm) = self.processes.get(&pid) else {
+                continue;
+            };
+            if !pm.reap_wake || res.space.holder_sees_writes() {
+                // Nothing to map ahead where the application reaches guest memory through the
+                // runtime's own mapping (KVM: the prefetch installed the pages there).
+                continue;
+            }
+            let set: std::collections::HashSet<u64> = pm
+                .reap_set
+                .iter()
+                .map(|p| p.0)
+                .chain(pm.reap_files.iter().map(|g| g.raw() / PAGE_SIZE))
+                .collect();
+            let mm = res.mm.lock().unwrap_or_else(|e| e.into_inner());
+            let pages = mm.present_pages_of(|frame| set.contains(&frame));
+            if let Err(e) = res.space.prefault(mm.cr3(), &pages) {
+                tracing::warn!(pid, "mapping the prefetched pages ahead: {e}");
+            }
+        }
+    }
+}
+
+/// Puts the deflated shared memory back (every page read and verified) before anything runs.
+pub(super) fn restore_shared(sw: &SharedSwap) -> Result<(), String> {
+    let base = platform::SHARED_GPA_BASE.raw();
+    let mut buf = [0u8; PAGE_SIZE as usize];
+    for e in sw.reader.index().entries() {
+        let gpa = Gpa(base + e.page().0 * PAGE_SIZE);
+        let dst = sw
+            .windows
+            .iter()
+            .find_map(|w| w.ptr(gpa, PAGE_SIZE))
+            .ok_or_else(|| format!("no window holds {gpa}"))?;
+        sw.reader
+            .read_page(e.page(), &mut buf)
+            .map_err(|e| e.to_string())?;
+        // SAFETY: `dst` covers one page of a window's writable mapping; no vCPU runs yet.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, PAGE_SIZE as usize) };
+    }
+    Ok(())
+}
+
+/// One process's part of a wake: prefetches its REAP file and its set's file pages and
+/// returns the bytes of each, or starts recording its working set (None).
+pub(super) fn inflate_process(
+    pm: &mut ProcessMemory,
+    error_file: &std::path::Path,
+) -> Option<(u64, u64)> {
+    let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
+    pager.recorder.clear();
+    pm.reap_wake = false;
+    if pm.record_next {
+        pager.recorder.start();
+        pager.reap_wake = false;
+        return None;
+    }
+    let uffd = pm.uffd.clone()?;
+    let base = pm.mem.host_base() as u64;
+    let state = &mut *pager;
+    let reader = state.reap.as_ref()?;
+    reader.advise_sequential();
+    // The file pages of the set go to the disk first, together; waited for after the
+    // memory's.
+    let file_runs = crate::filereap::runs(&pm.mem, &pm.reap_files);
+    crate::filereap::advise(&file_runs);
+    let pages = &mut state.pages;
+    let mut bytes = 0u64;
+    let r = reader.read_batches(8 << 20, |batch: crate::pagefile::PageBatch<'_>| {
+        for (first, data) in batch.runs() {
+            let host = base + first.0 * PAGE_SIZE;
+            // SAFETY: `data` holds verified page bytes; the destination run lies in guest
+            // memory above the reserved chunk (REAP pages are guest pages of the map).
+            let r = unsafe { uffd.copy(data.as_ptr().cast(), host as *mut _, data.len()) };
+            if r.is_err() {
+                // Some page of the run is present already: install page by page.
+                for (k, page) in data.chunks(PAGE_SIZE as usize).enumerate() {
+                    let h = host + k as u64 * PAGE_SIZE;
+                    // SAFETY: as above, one page.
+                    let _ =
+                        unsafe { uffd.copy(page.as_ptr().cast(), h as *mut _, PAGE_SIZE as usize) };
+                }
+            }
+            let n = data.len() as u64 / PAGE_SIZE;
+            for p in first.0..first.0 + n {
+                let _ = pages.set(PageIdx(p), PageState::Resident);
+            }
+            bytes += data.len() as u64;
+        }
+        Ok::<(), crate::reap::ReapError>(())
+    });
+    if let Err(e) = r {
+        pager::fatal(error_file, &format!("REAP file unreadable or corrupt: {e}"));
+    }
+    let file_bytes = crate::filereap::populate(&file_runs);
+    tracing::debug!(
+        memory = bytes,
+        files = file_bytes,
+        runs = file_runs.len(),
+        "REAP prefetch"
+    );
+    state.reap_wake = true;
+    pm.reap_wake = true;
+    Some((bytes, file_bytes))
+}

@@ -1,0 +1,317 @@
+//! The task's side at its park point: every thread of the sandbox stopped, the deflate (and
+//! the checkpoint a job asks for), the wait for a wake, the inflate; then the threads resume.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kernel::fd::FileKind;
+use kernel::task::{ParkHook, Task};
+use platform::PAGE_SIZE;
+
+use crate::state::State;
+use crate::trigger;
+
+use super::{checkpoint, Command, HibernateError, Hibernator, ProcessMemory, WakeReason};
+
+/// How long the other threads of a process have to park before a deflate.
+const THREAD_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl ParkHook for Hibernator {
+    fn on_park(&mut self, task: &mut Task) {
+        let cmd = {
+            let mut mb = self.shared.lock_mailbox();
+            mb.parked = true;
+            mb.command.take()
+        };
+        self.shared.cv.notify_all();
+        // A signal sent to a restored sandbox before its first park made it hibernated found
+        // no hibernated sandbox to wake: it wakes for it at once.
+        let mut wake_now = false;
+        let (hibernated, stopped) = match cmd {
+            Some(Command::Deflate) => self.deflate_all(task, None),
+            Some(Command::Checkpoint(job)) => self.deflate_all(task, Some(&job)),
+            Some(Command::Restored) => {
+                if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {
+                    tracing::warn!("{e}");
+                }
+                wake_now = task.control.signal_pending();
+                if !wake_now {
+                    crate::own_memory::drop_code_pages();
+                }
+                // Every process's threads wait until the wake, as after a deflate.
+                let others = task
+                    .group
+                    .procs
+                    .live_groups()
+                    .into_iter()
+                    .filter(|(pid, _)| *pid != task.pid)
+                    .map(|(_, g)| g)
+                    .collect();
+                (true, others)
+            }
+            None => (false, Vec::new()),
+        };
+        if hibernated {
+            let reason = if wake_now {
+                WakeReason::Explicit
+            } else {
+                self.wait_for_wake(task)
+            };
+            let woke = Instant::now();
+            self.shared.metrics.begin_wake();
+            let to = match reason {
+                WakeReason::Request => State::HibernateRunning,
+                WakeReason::Explicit => State::Woken,
+                WakeReason::Stop => State::Stopped,
+            };
+            if let Err(e) = self.shared.lock_state().transition(to) {
+                tracing::warn!("{e}");
+            }
+            if !matches!(reason, WakeReason::Stop) {
+                self.inflate(woke);
+                self.prefault(task);
+            }
+            self.shared.metrics.record_wake(woke.elapsed());
+        }
+        for g in stopped {
+            g.resume_others();
+        }
+        task.group.resume_others();
+        self.shared.lock_mailbox().parked = false;
+    }
+}
+
+impl Hibernator {
+    /// Parks every other thread of the sandbox and deflates it, then writes the checkpoint
+    /// `job` asks for; answers the control thread. Returns whether the sandbox is hibernated
+    /// (the deflate succeeded: a failed checkpoint leaves it hibernated, nothing lost) and
+    /// the groups to resume.
+    pub(super) fn deflate_all(
+        &mut self,
+        task: &mut Task,
+        job: Option<&checkpoint::Job>,
+    ) -> (bool, Vec<Arc<kernel::task::ThreadGroup>>) {
+        // Every other thread of the sandbox parks first, in every process (they wait in the
+        // kernel until the wake is done); a thread that does not within the timeout fails
+        // the deflate.
+        let mut stopped = Vec::new();
+        let result = if self.stop_sandbox(task, &mut stopped) {
+            if job.is_some() {
+                // No saved page-table entry may point into a file's window (page-cache pages
+                // of private and shared file mappings): a restored process has none where
+                // they were. Those pages fault back from the file. (Before the deflate,
+                // which saves the page tables.)
+                task.mm().drop_file_window_pages();
+                for (pid, g) in task.group.procs.live_groups() {
+                    if pid != task.pid {
+                        if let Some(r) = g.resources() {
+                            r.mm.lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .drop_file_window_pages();
+                        }
+                    }
+                }
+            }
+            self.deflate(task)
+        } else {
+            Err(format!(
+                "the application's threads did not stop within {} s",
+                THREAD_STOP_TIMEOUT.as_secs()
+            ))
+        };
+        let hibernated = result.is_ok();
+        let result = match (result, job) {
+            (Ok(report), Some(job)) => self
+                .write_checkpoint(task, job)
+                .map(|()| report)
+                .map_err(HibernateError::Checkpoint),
+            (r, _) => r.map_err(HibernateError::Deflate),
+        };
+        // What running the sandbox and the deflate touched of the runtime's own memory goes
+        // back to the host before the answer (a `stats` right after it sees the sandbox as it
+        // sleeps).
+        if hibernated {
+            crate::own_memory::drop_code_pages();
+        }
+        crate::own_memory::trim_heap();
+        self.shared.lock_mailbox().reply = Some(result);
+        self.shared.cv.notify_all();
+        (hibernated, stopped)
+    }
+}
+
+impl Hibernator {
+    /// Bounds the bytes the sandbox's swap and REAP files may hold.
+    pub fn set_swap_quota(&mut self, quota: Option<u64>) {
+        self.swap_quota = quota;
+    }
+
+    /// The most bytes a deflate of `live` could write: every page the processes' allocators
+    /// hold (zero pages and clean file pages are not written, so this bounds from above) and
+    /// every resident page of anonymous shared memory.
+    pub(super) fn deflate_bound(
+        live: &[(i32, kernel::task::ProcessResources)],
+        space: &mm::SharedSpace,
+    ) -> u64 {
+        let mut pages = 0u64;
+        for (_, r) in live {
+            let mm = r.mm.lock().unwrap_or_else(|e| e.into_inner());
+            pages += (mm.allocator().total_pages() - mm.allocator().free_pages()) as u64;
+        }
+        for w in space.anonymous_windows() {
+            pages += w.size() / PAGE_SIZE;
+        }
+        pages * PAGE_SIZE
+    }
+
+    /// Parks every thread of the sandbox but the caller's: the other threads of its process,
+    /// then every other process, again until no new process appeared meanwhile (a fork in
+    /// flight). The groups stopped are pushed on `stopped` for the caller to resume, also
+    /// when this fails.
+    pub(super) fn stop_sandbox(
+        &self,
+        task: &Task,
+        stopped: &mut Vec<Arc<kernel::task::ThreadGroup>>,
+    ) -> bool {
+        if task.group.live() > 1 && !task.group.stop_others(task.tid, THREAD_STOP_TIMEOUT) {
+            return false;
+        }
+        loop {
+            let new: Vec<_> = task
+                .group
+                .procs
+                .live_groups()
+                .into_iter()
+                .filter(|(pid, g)| *pid != task.pid && !stopped.iter().any(|s| Arc::ptr_eq(s, g)))
+                .map(|(_, g)| g)
+                .collect();
+            if new.is_empty() {
+                return true;
+            }
+            for g in new {
+                // No thread of that process is exempt (tid 0 is nobody's).
+                let ok = g.stop_others(0, THREAD_STOP_TIMEOUT);
+                if ok {
+                    stopped.push(g);
+                } else {
+                    return false;
+                }
+            }
+        }
+    }
+
+    pub(super) fn file_path(&self, kind: &str, pm: &ProcessMemory, generation: u64) -> PathBuf {
+        self.dir.join(format!("{kind}{}.{generation}", pm.prefix))
+    }
+
+    /// Waits (no CPU) until a connection or bytes arrive on one of the application's sockets,
+    /// or an explicit wake or stop.
+    pub(super) fn wait_for_wake(&mut self, task: &mut Task) -> WakeReason {
+        // SAFETY: epoll_create1 with a valid flag.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            tracing::error!("epoll_create1: {}", std::io::Error::last_os_error());
+            return WakeReason::Explicit;
+        }
+        // SAFETY: a fresh fd owned by nobody else.
+        let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+        let add = |fd: i32, data: u64| {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: data,
+            };
+            // SAFETY: valid epoll fd, fd and event.
+            unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        };
+        add(self.shared.wake_efd.as_raw_fd(), u64::MAX);
+        // Paused: requests wait for the resume.
+        let paused = self.shared.paused.load(Ordering::SeqCst);
+        // The sockets of every process: one wake trigger for the whole sandbox.
+        let mut tables = vec![task.fds.clone()];
+        for (pid, g) in task.group.procs.live_groups() {
+            if pid != task.pid {
+                if let Some(r) = g.resources() {
+                    tables.push(r.fds);
+                }
+            }
+        }
+        let mut sockets: Vec<Arc<kernel::fd::OpenFile>> = Vec::new();
+        for table in &tables {
+            for (_, f) in table.iter() {
+                let shared_file = sockets.iter().any(|s| Arc::ptr_eq(s, &f));
+                if !paused
+                    && matches!(f.kind, FileKind::Socket(_))
+                    && !shared_file
+                    && !trigger::sandbox_internal(f.host())
+                {
+                    sockets.push(f);
+                }
+            }
+        }
+        for (i, f) in sockets.iter().enumerate() {
+            add(f.host().as_raw_fd(), i as u64);
+        }
+        loop {
+            let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
+            // SAFETY: valid epoll fd and output buffer.
+            let n =
+                unsafe { libc::epoll_wait(ep.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, -1) };
+            if n < 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    if task.control.signal_pending() {
+                        return WakeReason::Stop;
+                    }
+                    continue;
+                }
+                tracing::error!("epoll_wait: {}", std::io::Error::last_os_error());
+                return WakeReason::Explicit;
+            }
+            let mut reason = None;
+            for ev in &evs[..n as usize] {
+                if ev.u64 == u64::MAX {
+                    let mut v = 0u64;
+                    // SAFETY: reading 8 bytes from our eventfd into a local.
+                    unsafe {
+                        libc::read(
+                            self.shared.wake_efd.as_raw_fd(),
+                            (&mut v as *mut u64).cast(),
+                            8,
+                        )
+                    };
+                    reason = Some(if self.shared.stop.load(Ordering::SeqCst) {
+                        WakeReason::Stop
+                    } else {
+                        WakeReason::Explicit
+                    });
+                } else if reason.is_none() {
+                    let Some(f) = sockets.get(ev.u64 as usize) else {
+                        continue;
+                    };
+                    let fd = f.host().as_raw_fd();
+                    if trigger::brings_work(f.host()) {
+                        tracing::debug!(fd, "woken by a request");
+                        reason = Some(WakeReason::Request);
+                    } else {
+                        // A peer's close (or an error) the application has not seen yet:
+                        // not a request. Stop watching that socket for this hibernation.
+                        // SAFETY: valid epoll fd; removing an fd is harmless if absent.
+                        unsafe {
+                            libc::epoll_ctl(
+                                ep.as_raw_fd(),
+                                libc::EPOLL_CTL_DEL,
+                                fd,
+                                std::ptr::null_mut(),
+                            )
+                        };
+                    }
+                }
+            }
+            if let Some(r) = reason {
+                return r;
+            }
+        }
+    }
+}
