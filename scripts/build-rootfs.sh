@@ -35,9 +35,10 @@ declare -A PACKAGES=(
     [java]="openjdk-17-jre-headless"
     [go]=""
     # The servers of crates/torpor/tests/servers.rs (nginx master + workers,
-    # PostgreSQL 15, Redis); their clients (curl, psql, redis-benchmark) run
-    # on the host.
-    [servers]="nginx-light postgresql-15 redis-server"
+    # PostgreSQL 15, Redis, memcached); their clients (curl, psql,
+    # redis-benchmark) run on the host. procps: the ps, pgrep and top an
+    # operator runs inside (crates/torpor/tests/proc_tools.rs).
+    [servers]="nginx-light postgresql-15 redis-server memcached procps"
     # CPython's own regression tests (scripts/cpython-tests.sh runs them
     # natively in a chroot and in torpor: docs/results/cpython-tests.md).
     [cpython-tests]="python3 libpython3.11-testsuite"

@@ -13,7 +13,6 @@
 //! | [`swapstore`] | `SwapStore`: a process's swap files of successive deflates as layers over one slot space |
 //! | [`reap`] | `WorkingSetRecorder`, `ReapWriter` / `ReapReader`: record and prefetch |
 //! | [`snapshot`] | the checkpoint format: enveloped manifest, state and blobs, page files; every check before a restore |
-//! | [`sandbox_dir`] | `SandboxDir`: `BASE/ID` (0700) with its `pid` file; orphan cleanup |
 //! | [`metrics`] | `HibernateMetrics` atomics and their JSON snapshot |
 //! | [`engine`] | deflate and the wait for a wake, run by the parked task; the control side's handle |
 //! | [`pager`] | the userfaultfd thread: page-fault swap-in |
@@ -37,7 +36,6 @@ pub mod pagefile;
 pub mod pager;
 pub mod pagestate;
 pub mod reap;
-pub mod sandbox_dir;
 pub mod snapshot;
 pub mod state;
 pub mod swapfile;
@@ -56,7 +54,6 @@ pub use pagestate::{
     PageCounts, PageIdx, PageKind, PageRun, PageState, PageStateError, PageStateMap,
 };
 pub use reap::{ReapError, ReapReader, ReapWriter, RecordOutcome, WorkingSetRecorder};
-pub use sandbox_dir::{cleanup_orphans, SandboxDir, SandboxDirError};
 pub use state::{IllegalTransition, State, StateMachine, StateSnapshot, Transition};
 pub use swapfile::{SwapError, SwapIndex, SwapReader, SwapWriter};
 pub use swapstore::SwapStore;

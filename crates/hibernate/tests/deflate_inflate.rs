@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use hibernate::{
-    PageIdx, PageKind, PageState, PageStateMap, ReapReader, ReapWriter, RecordOutcome, SandboxDir,
-    SwapReader, SwapWriter, WorkingSetRecorder,
+    PageIdx, PageKind, PageState, PageStateMap, ReapReader, ReapWriter, RecordOutcome, SwapReader,
+    SwapWriter, WorkingSetRecorder,
 };
 
 const PAGES: u64 = 300;
@@ -35,7 +35,8 @@ fn memory() -> Vec<u8> {
 #[test]
 fn deflate_then_inflate_restores_memory() {
     let base = Base(std::env::temp_dir().join(format!("hibernate-it-{}", std::process::id())));
-    let dir = SandboxDir::create(&base.0, "sb").unwrap();
+    std::fs::create_dir_all(&base.0).unwrap();
+    let (reap_path, swap_path) = (base.0.join("reap"), base.0.join("swap"));
     let mem = memory();
     let mut map = PageStateMap::new(PAGES).unwrap();
 
@@ -53,7 +54,7 @@ fn deflate_then_inflate_restores_memory() {
     let is_zero = |d: &[u8]| d.iter().all(|&b| b == 0);
 
     // Deflate: REAP pages first (recorded order), then zero pages, then the rest in runs.
-    let mut rw = ReapWriter::create(&dir.reap_path(), PAGES).unwrap();
+    let mut rw = ReapWriter::create(&reap_path, PAGES).unwrap();
     let reap_pages: Vec<(PageIdx, &[u8])> = set
         .iter()
         .filter(|p| !is_zero(page(p.0)))
@@ -75,7 +76,7 @@ fn deflate_then_inflate_restores_memory() {
             map.set(PageIdx(p), PageState::Zero).unwrap();
         }
     }
-    let mut sw = SwapWriter::create(&dir.swap_path(), PAGES).unwrap();
+    let mut sw = SwapWriter::create(&swap_path, PAGES).unwrap();
     let runs: Vec<_> = map.runs(PageKind::Resident, 8).collect();
     for run in runs {
         let batch: Vec<(PageIdx, &[u8])> = (0..run.count)
@@ -99,7 +100,7 @@ fn deflate_then_inflate_restores_memory() {
 
     // Inflate: REAP prefetch in batches, then "faults" for the rest.
     let mut out = vec![0xEEu8; mem.len()];
-    let reap = ReapReader::open(&dir.reap_path()).unwrap();
+    let reap = ReapReader::open(&reap_path).unwrap();
     reap.read_batches(2 * PS, |b| {
         for (p, data) in b.runs() {
             let at = p.0 as usize * PS;
@@ -108,7 +109,7 @@ fn deflate_then_inflate_restores_memory() {
         Ok::<(), hibernate::ReapError>(())
     })
     .unwrap();
-    let swap = SwapReader::open(&dir.swap_path()).unwrap();
+    let swap = SwapReader::open(&swap_path).unwrap();
     let mut buf = [0u8; PS];
     for (p, st) in map.iter() {
         let at = p.0 as usize * PS;
@@ -124,5 +125,4 @@ fn deflate_then_inflate_restores_memory() {
         }
     }
     assert!(out == mem, "inflated memory differs");
-    dir.remove().unwrap();
 }

@@ -264,7 +264,9 @@ pub fn delete(id: &str, force: bool) -> Result<u8> {
         // The holder ends as it deletes: if it ended before its answer was written (its
         // sandbox stopping at that moment), the wait below still makes sure it is gone.
         if let Err(e) = call(&d, &Request::Delete, Duration::from_secs(10)) {
-            tracing::debug!("delete {id}: no answer from the holder ({e:#}); waiting for it to end");
+            tracing::debug!(
+                "delete {id}: no answer from the holder ({e:#}); waiting for it to end"
+            );
         }
         let start = Instant::now();
         while d.exists() && start.elapsed() < Duration::from_secs(10) {

@@ -81,6 +81,20 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         let file = Arc::new(OpenFile::new(fd, FileKind::Directory, Some(path)));
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
+    if crate::fs::procfs::is_root(&guest) {
+        // `/proc`, listed from the sandbox's processes (`sys_getdents64`), whether or not the
+        // root has a `/proc` directory.
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Err(Errno::EISDIR);
+        }
+        let fd = process_dir_backing(t)?;
+        let file = Arc::new(OpenFile::new(
+            fd,
+            FileKind::Directory,
+            Some(b"/proc".to_vec()),
+        ));
+        return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
+    }
     if let Some(r) = crate::fs::procfs::open(t, &guest) {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EACCES);

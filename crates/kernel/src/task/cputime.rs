@@ -32,6 +32,12 @@ pub fn read(clock: libc::clockid_t) -> Option<Duration> {
     Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
+/// The host's boot-time clock (`CLOCK_BOOTTIME`: the uptime `sysinfo` and `/proc/uptime`
+/// give, and the origin of a process's start time in `/proc/PID/stat`).
+pub fn boot_time() -> Duration {
+    read(libc::CLOCK_BOOTTIME).unwrap_or_default()
+}
+
 impl ProcessCpu {
     /// Thread `tid` starts running on the calling host thread.
     pub fn enter(&self, tid: i32) {

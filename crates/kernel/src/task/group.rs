@@ -46,6 +46,9 @@ pub struct ThreadGroup {
     pub cpu: super::cputime::ProcessCpu,
     /// ITIMER_VIRTUAL (SIGVTALRM) and ITIMER_PROF (SIGPROF).
     pub cpu_timers: [Arc<super::itimer::CpuTimer>; 2],
+    /// When the process started, on the host's boot-time clock (`/proc/PID/stat`'s
+    /// `starttime`; a restored process's is its restore).
+    pub started: std::time::Duration,
     /// What other processes see of this one in /proc.
     identity: Mutex<ProcIdentity>,
     /// The (device, inode) of the program it runs: writing to that file is ETXTBSY, as on
@@ -135,6 +138,7 @@ impl ThreadGroup {
                 Arc::new(super::itimer::CpuTimer::new(libc::SIGVTALRM)),
                 Arc::new(super::itimer::CpuTimer::new(libc::SIGPROF)),
             ],
+            started: super::cputime::boot_time(),
             identity: Mutex::new(ProcIdentity::default()),
             exe_key: Mutex::new(None),
             execing: Mutex::new(None),

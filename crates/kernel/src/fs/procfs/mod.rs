@@ -11,6 +11,9 @@
 //! | `/proc/meminfo` | the sandbox's memory limit and free memory |
 //! | `/proc/cpuinfo`, `/sys/devices/system/cpu/online` | the host's (what the vCPUs run on) |
 //! | `/proc/net/dev`, `/proc/net/if_inet6` | the sandbox's own network namespace's interfaces |
+//! | `/proc/stat`, `/proc/uptime`, `/proc/loadavg` | the sandbox's CPU time and processes ([`machine`]) |
+//! | `/proc/mounts`, `/proc/self/mounts`, `/proc/self/mountinfo` | the sandbox's mounts ([`mounts`]) |
+//! | `/proc/self/statm` | the process's memory in pages |
 //!
 //! `/proc/self/…`, `/proc/thread-self/…` and `/proc/PID/…` with the caller's own pid name the
 //! caller's process; `readlink` of `/proc/self/fd/N` and `/proc/self/exe` is answered by the
@@ -18,7 +21,8 @@
 //!
 //! `/proc/PID` and `/proc/PID/fd` are directories ([`process_dir`]): listed from
 //! [`dir_entries`] (the files above, or the process's descriptors), backed on the host by an
-//! empty directory whose entries are never read.
+//! empty directory whose entries are never read. `/proc` itself lists the sandbox's processes
+//! and the machine's files ([`root_entries`]), so `ps`, `top` and `pgrep` find them.
 
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -29,6 +33,9 @@ use mm::{Prot, VmaKind};
 use std::sync::{Arc, Mutex};
 
 use crate::task::{ProcIdentity, Task, ThreadGroup};
+
+pub mod machine;
+pub mod mounts;
 
 /// The part after `/proc/self/`, `/proc/thread-self/` or `/proc/PID/` when PID is `pid` (the
 /// caller's process), e.g. `maps` or `fd/3`.
@@ -54,6 +61,10 @@ struct View {
     sigcgt: u64,
     threads: usize,
     mm: Option<Arc<Mutex<mm::MemoryManager>>>,
+    /// CPU time used.
+    cpu: std::time::Duration,
+    /// Start, on the boot-time clock.
+    started: std::time::Duration,
 }
 
 impl View {
@@ -75,6 +86,8 @@ impl View {
             sigcgt: t.signals.disposition_masks().1,
             threads: t.group.live(),
             mm: Some(t.mm.clone()),
+            cpu: t.group.cpu_time(),
+            started: t.group.started,
         }
     }
 
@@ -90,6 +103,8 @@ impl View {
             sigcgt: 0,
             threads: g.live(),
             mm: g.resources().map(|r| r.mm),
+            cpu: g.cpu_time(),
+            started: g.started,
         }
     }
 
@@ -98,6 +113,14 @@ impl View {
             .as_ref()
             .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).stats())
             .unwrap_or_default()
+    }
+
+    /// Bytes of address space mapped (every VMA's length).
+    fn vsize(&self) -> u64 {
+        self.mm.as_ref().map_or(0, |m| {
+            let m = m.lock().unwrap_or_else(|e| e.into_inner());
+            m.vmas().map(|v| v.end.raw() - v.start.raw()).sum()
+        })
     }
 
     fn comm(&self) -> String {
@@ -122,7 +145,8 @@ pub fn process_relative<'a>(path: &'a [u8], t: &Task) -> Option<(i32, &'a str)> 
 /// The process directory `path` names: `/proc/self`, `/proc/thread-self` or `/proc/PID` of a
 /// live process of the sandbox (`false`), or its `fd` directory (`true`).
 pub fn process_dir(path: &[u8], t: &Task) -> Option<(i32, bool)> {
-    let p = std::str::from_utf8(path).ok()?.trim_end_matches('/');
+    let p = lexical(path)?;
+    let p = p.as_str();
     let rest = p.strip_prefix("/proc/")?;
     let (who, fd_dir) = match rest.split_once('/') {
         None => (rest, false),
@@ -165,7 +189,10 @@ pub fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<DirEntry>> {
             ("exe", libc::DT_LNK),
             ("fd", libc::DT_DIR),
             ("maps", libc::DT_REG),
+            ("mountinfo", libc::DT_REG),
+            ("mounts", libc::DT_REG),
             ("stat", libc::DT_REG),
+            ("statm", libc::DT_REG),
             ("status", libc::DT_REG),
         ];
         for (i, (name, kind)) in files.into_iter().enumerate() {
@@ -186,9 +213,76 @@ pub fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<DirEntry>> {
     Some(out)
 }
 
+/// Whether `path` is `/proc` itself, whose listing [`root_entries`] gives.
+pub fn is_root(path: &[u8]) -> bool {
+    lexical(path).as_deref() == Some("/proc")
+}
+
+/// `path` (absolute) with its `.` and `..` components and repeated or trailing slashes taken
+/// out, as text; `None` if it is not UTF-8. (`/proc/1/.` is `/proc/1`.)
+fn lexical(path: &[u8]) -> Option<String> {
+    let p = std::str::from_utf8(path).ok()?;
+    let mut parts: Vec<&str> = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
+/// Position of the first process in a listing of `/proc` (a process's is this plus its pid;
+/// the machine's files come before, at fixed positions).
+const FIRST_PROCESS: u64 = 100;
+
+/// The entries of `/proc`, `.` and `..` first: the machine's generated files, `self` and
+/// `thread-self`, then a directory per live process of the sandbox, by pid.
+pub fn root_entries(t: &Task) -> Vec<DirEntry> {
+    let mut out = vec![
+        (0, b".".to_vec(), libc::DT_DIR),
+        (1, b"..".to_vec(), libc::DT_DIR),
+    ];
+    let files = [
+        ("cpuinfo", libc::DT_REG),
+        ("loadavg", libc::DT_REG),
+        ("meminfo", libc::DT_REG),
+        ("mounts", libc::DT_REG),
+        ("self", libc::DT_LNK),
+        ("stat", libc::DT_REG),
+        ("thread-self", libc::DT_LNK),
+        ("uptime", libc::DT_REG),
+    ];
+    for (i, (name, kind)) in files.into_iter().enumerate() {
+        out.push((i as u64 + 2, name.as_bytes().to_vec(), kind));
+    }
+    let mut pids: Vec<i32> = t
+        .group
+        .procs
+        .live_groups()
+        .into_iter()
+        .map(|(p, _)| p)
+        .chain(std::iter::once(t.pid))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    for p in pids {
+        out.push((
+            FIRST_PROCESS + p as u64,
+            p.to_string().into_bytes(),
+            libc::DT_DIR,
+        ));
+    }
+    out
+}
+
 /// Which generated file `path` is, and of which process (`None` for the machine's files).
 fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
-    if let Some((pid, what)) = process_relative(path, t) {
+    let clean = lexical(path)?;
+    if let Some((pid, what)) = process_relative(clean.as_bytes(), t) {
         let which = match what {
             "maps" => "maps",
             "status" => "status",
@@ -196,6 +290,10 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
             "cmdline" => "cmdline",
             "environ" => "environ",
             "comm" => "comm",
+            "statm" => "statm",
+            // The same for every process of the sandbox.
+            "mounts" => return Some((None, "mounts")),
+            "mountinfo" => return Some((None, "mountinfo")),
             // The network namespace's, the same for every process of the sandbox.
             "net/dev" => return Some((None, "net/dev")),
             "net/if_inet6" => return Some((None, "net/if_inet6")),
@@ -203,8 +301,7 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
         };
         return Some((Some(pid), which));
     }
-    let p = std::str::from_utf8(path).ok()?;
-    let p = p.trim_end_matches('/');
+    let p = clean.as_str();
     Some((
         None,
         match p {
@@ -212,6 +309,10 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
             "/proc/cpuinfo" => "cpuinfo",
             "/proc/net/dev" => "net/dev",
             "/proc/net/if_inet6" => "net/if_inet6",
+            "/proc/stat" => "machine/stat",
+            "/proc/uptime" => "uptime",
+            "/proc/loadavg" => "loadavg",
+            "/proc/mounts" => "mounts",
             "/sys/devices/system/cpu/online" | "/sys/devices/system/cpu/possible" => "online",
             _ => return None,
         },
@@ -253,7 +354,13 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         ("comm", Some(v)) => format!("{}\n", v.comm()).into_bytes(),
         ("status", Some(v)) => status(v, t),
         ("stat", Some(v)) => stat(v, t),
+        ("statm", Some(v)) => statm(v),
         ("meminfo", _) => meminfo(t),
+        ("machine/stat", _) => machine::stat(t),
+        ("uptime", _) => machine::uptime(t),
+        ("loadavg", _) => machine::loadavg(t),
+        ("mounts", _) => mounts::mounts_file(&mounts::of_root(t.root.host_path())),
+        ("mountinfo", _) => mounts::mountinfo_file(&mounts::of_root(t.root.host_path())),
         ("cpuinfo", _) => std::fs::read("/proc/cpuinfo").unwrap_or_default(),
         ("online", _) => online_cpus().to_vec(),
         // The interfaces of the holder's network namespace, where it is the sandbox's own
@@ -355,9 +462,9 @@ fn status(v: &View, t: &Task) -> Vec<u8> {
     let c = &v.identity.creds;
     let member = t.group.procs.membership(v.pid);
     format!(
-        "Name:\t{}\nUmask:\t{:04o}\nState:\tR (running)\nTgid:\t{pid}\nNgid:\t0\nPid:\t{tid}\nPPid:\t{ppid}\n\
+        "Name:\t{}\nUmask:\t{:04o}\nState:\t{state}\nTgid:\t{pid}\nNgid:\t0\nPid:\t{tid}\nPPid:\t{ppid}\n\
          TracerPid:\t0\nUid:\t{}\t{}\t{}\t{}\nGid:\t{}\t{}\t{}\t{}\nFDSize:\t64\nGroups:\t{groups}\n\
-         NSpgid:\t{pgid}\nNSsid:\t{sid}\nVmRSS:\t{rss_kb} kB\nThreads:\t{threads}\n\
+         NSpgid:\t{pgid}\nNSsid:\t{sid}\nVmSize:\t{vm_kb} kB\nVmRSS:\t{rss_kb} kB\nThreads:\t{threads}\n\
          SigPnd:\t{:016x}\nShdPnd:\t{:016x}\nSigBlk:\t{:016x}\nSigIgn:\t{:016x}\nSigCgt:\t{:016x}\n\
          CapInh:\t{:016x}\nCapPrm:\t{:016x}\nCapEff:\t{:016x}\nCapBnd:\t{:016x}\nCapAmb:\t{:016x}\n\
          NoNewPrivs:\t{}\nCpus_allowed_list:\t0\n",
@@ -394,6 +501,8 @@ fn status(v: &View, t: &Task) -> Vec<u8> {
         pgid = member.map_or(v.pid, |m| m.pgid),
         sid = member.map_or(v.pid, |m| m.sid),
         threads = v.threads,
+        state = if v.pid == t.pid { "R (running)" } else { "S (sleeping)" },
+        vm_kb = v.vsize() / 1024,
     )
     .into_bytes()
 }
@@ -403,18 +512,30 @@ fn stat(v: &View, t: &Task) -> Vec<u8> {
     let mut fields = vec!["0".to_string(); 52];
     fields[0] = v.pid.to_string();
     fields[1] = format!("({})", v.comm());
-    fields[2] = "R".into();
+    // The caller runs; the others, as far as it can tell, wait.
+    fields[2] = if v.pid == t.pid { "R" } else { "S" }.into();
     fields[3] = t.group.procs.parent_of(v.pid).to_string(); // ppid
     let member = t.group.procs.membership(v.pid);
     fields[4] = member.map_or(v.pid, |m| m.pgid).to_string(); // pgrp
     fields[5] = member.map_or(v.pid, |m| m.sid).to_string(); // session
     fields[7] = "-1".into(); // tpgid
+    fields[13] = machine::ticks(v.cpu).to_string(); // utime
+    fields[17] = "20".into(); // priority
     fields[19] = v.threads.to_string(); // num_threads
-    fields[22] = (stats.mapped_pages as u64 * 4096).to_string(); // vsize (approx.)
+    fields[21] = machine::ticks(v.started).to_string(); // starttime
+    fields[22] = v.vsize().to_string(); // vsize
     fields[23] = stats.mapped_pages.to_string(); // rss
+    fields[24] = u64::MAX.to_string(); // rsslim
     let mut s = fields.join(" ");
     s.push('\n');
     s.into_bytes()
+}
+
+/// `/proc/PID/statm`: size, resident, shared, text, lib, data and dirty pages.
+fn statm(v: &View) -> Vec<u8> {
+    let size = v.vsize() / platform::PAGE_SIZE;
+    let resident = v.stats().mapped_pages;
+    format!("{size} {resident} 0 0 0 {resident} 0\n").into_bytes()
 }
 
 fn meminfo(t: &Task) -> Vec<u8> {
@@ -431,6 +552,14 @@ fn meminfo(t: &Task) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lexical_paths() {
+        assert_eq!(lexical(b"/proc/1/.").as_deref(), Some("/proc/1"));
+        assert_eq!(lexical(b"/proc//self/../2/").as_deref(), Some("/proc/2"));
+        assert_eq!(lexical(b"/").as_deref(), Some("/"));
+        assert!(is_root(b"/proc/.") && is_root(b"/proc/") && !is_root(b"/procs"));
+    }
 
     #[test]
     fn names() {
