@@ -19,11 +19,12 @@ cd "$(dirname "$0")/.."
 # openjdk-17-jdk-headless: javac, for the Java hello-world those tests run;
 # fonts-dejavu-core: the font `torpor-bench paper` draws its plots with;
 # bc: scripts/stress.sh's figures;
-# postgresql-client (psql), redis-tools (redis-cli, redis-benchmark): the real clients of the
-# server tests (crates/torpor/tests/servers.rs; curl serves nginx's);
+# postgresql-client (psql), redis-tools (redis-cli, redis-benchmark), libmemcached-tools
+# (memccp, memccat): the real clients of the server tests (crates/torpor/tests/servers.rs;
+# curl serves nginx's);
 # protobuf-compiler (protoc): the k8s-cri crate's build script compiles the CRI's protobuf
 # definitions (the CRI client of crates/torpor/tests/cri.rs).
-base="busybox-static gcc libc6-dev curl debootstrap openjdk-17-jdk-headless fonts-dejavu-core bc postgresql-client redis-tools protobuf-compiler"
+base="busybox-static gcc libc6-dev curl debootstrap openjdk-17-jdk-headless fonts-dejavu-core bc postgresql-client redis-tools libmemcached-tools protobuf-compiler"
 # podman (with its network stack: netavark, aardvark-dns, iptables) and containerd (ctr, the
 # runc shim): the OCI runtime tests drive torpor through them (crates/torpor/tests/podman.rs,
 # containerd.rs; the containerd test starts its own daemon); runc, containernetworking-plugins

@@ -15,6 +15,7 @@
 //! | [`broker`], [`fdpass`] | the file broker of a root holder, descriptor passing |
 //! | [`confine`], [`cowroot`], [`netns`], [`user`] | confinement, the copy-on-write root, network namespaces, `--user` |
 //! | [`platforms`], [`procfs`], [`units`], [`logging`] | platform choice, host /proc, units, logs |
+//! | [`program`] | the program a command line names in a root (PATH search) |
 
 pub mod broker;
 pub mod cli;
@@ -33,6 +34,7 @@ pub mod oci;
 pub mod overview;
 pub mod platforms;
 pub mod procfs;
+pub mod program;
 pub mod ready;
 pub mod run;
 pub mod snapshot;

@@ -38,6 +38,9 @@ pub fn run(args: RunArgs) -> Result<u8> {
             rootfs.display()
         );
     }
+    // As a shell would: `python3` is the first one on the guest's PATH, `./app` is relative
+    // to the working directory; what is not found is the kernel's error to give.
+    let program = crate::program::resolve(&rootfs, &program, &env, &args.cwd).unwrap_or(program);
     let user = match &args.user {
         Some(spec) => {
             let root = kernel::fs::Root::open(&rootfs)

@@ -99,7 +99,7 @@ fn procps_ps_pgrep_top_and_df_see_the_sandbox() {
     };
     let script = "sleep 30 & a=$!; sleep 31 & b=$!; \
          echo '--- ps'; ps -ef; \
-         echo '--- pgrep'; pgrep -f 'sleep 31'; \
+         echo '--- pgrep'; pgrep -x sleep; \
          echo '--- top'; top -bn1; \
          echo '--- df'; df /; \
          echo '--- findmnt'; findmnt -n -o TARGET; \
@@ -115,16 +115,16 @@ fn procps_ps_pgrep_top_and_df_see_the_sandbox() {
     assert!(ps[0].starts_with("UID") && ps[0].contains("CMD"), "{ps:?}");
     assert!(ps.iter().any(|l| l.ends_with("sleep 30")), "{ps:?}");
     assert!(ps.iter().any(|l| l.contains("ps -ef")), "{ps:?}");
-    let sleep31 = ps
+    // pgrep by name finds the two sleeps ps lists, and nothing else.
+    let mut sleeps: Vec<&str> = ps
         .iter()
-        .find(|l| l.ends_with("sleep 31"))
-        .unwrap_or_else(|| panic!("{ps:?}"));
-    let pid = sleep31.split_whitespace().nth(1).unwrap_or("");
-    assert_eq!(
-        section(&out, "pgrep"),
-        [pid],
-        "pgrep finds the sleep ps lists"
-    );
+        .filter(|l| l.ends_with("sleep 30") || l.ends_with("sleep 31"))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    sleeps.sort_unstable();
+    let mut found = section(&out, "pgrep");
+    found.sort_unstable();
+    assert_eq!(found, sleeps, "pgrep -x sleep against ps -ef:\n{out}");
     let top = section(&out, "top");
     assert!(top.iter().any(|l| l.starts_with("top - ")), "{top:?}");
     assert!(top.iter().any(|l| l.contains("sleep")), "{top:?}");

@@ -8,10 +8,14 @@
 //!   and its background processes sharing 128 MiB of shared memory and semaphores, `psql`
 //!   from the host inserting rows and reading them back after each wake;
 //! - Redis: `redis-server`, `redis-cli` and `redis-benchmark` from the host, and a
-//!   connection kept open across every hibernate whose next command wakes the sandbox.
+//!   connection kept open across every hibernate whose next command wakes the sandbox;
+//! - memcached with Debian's default options (it listens on IPv4 and on IPv6 with
+//!   `IPV6_V6ONLY`, IPv6 first), as the `memcache` user, `memccp` and `memccat` from the host
+//!   (libmemcached-tools).
 //!
 //! Each test needs /dev/kvm, the Debian root and the clients (curl, psql from
-//! postgresql-client, redis-cli and redis-benchmark from redis-tools; `scripts/test.sh`
+//! postgresql-client, redis-cli and redis-benchmark from redis-tools, memccp and memccat from
+//! libmemcached-tools; `scripts/test.sh`
 //! installs them): without them it prints "skipped" and passes, unless TORPOR_REQUIRE_KVM=1.
 
 use std::path::PathBuf;
@@ -319,4 +323,65 @@ fn redis_answers_redis_benchmark_across_hibernations() {
     }
     assert_eq!(redis_cli(port, &["get", "counter"]), CYCLES.to_string());
     assert_eq!(sb.stat_u64("wakes"), 2 * CYCLES as u64);
+}
+
+/// A libmemcached tool against the server on `port`; its output without the newline
+/// `memccat` ends a value with.
+fn memc(tool: &str, port: u16, args: &[&str]) -> String {
+    let out = client(
+        tool,
+        Command::new(tool)
+            .arg(format!("--servers=127.0.0.1:{port}"))
+            .args(args),
+    );
+    out.strip_suffix('\n').unwrap_or(&out).to_string()
+}
+
+#[test]
+fn memcached_with_its_default_options_serves_across_hibernations() {
+    let Some(root) = prerequisites(&["memccp", "memccat"]) else {
+        return;
+    };
+    let port = testutil::free_port();
+    let publish = format!("{port}:11211");
+    // No option but the user: memcached binds [::]:11211 (IPV6_V6ONLY) and 0.0.0.0:11211.
+    let sb = Detached::start(
+        &bin(),
+        &["-p", &publish, "--user", "memcache"],
+        &root,
+        "memcached",
+        &[],
+    );
+    let dir = TempDir::new("memcached-client");
+    let file = dir.path().join("greeting");
+    let value: String = (0..2000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    std::fs::write(&file, &value).expect("write the value file");
+    wait_for("memcached", &sb, || {
+        Command::new("memccp")
+            .arg(format!("--servers=127.0.0.1:{port}"))
+            .arg(&file)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    assert_eq!(memc("memccat", port, &["greeting"]), value);
+    for cycle in 0..CYCLES {
+        hibernate(&sb, 1);
+        assert_eq!(
+            memc("memccat", port, &["greeting"]),
+            value,
+            "cycle {cycle}: the value stored before the hibernates"
+        );
+        let f = dir.path().join(format!("k{cycle}"));
+        std::fs::write(&f, format!("v{cycle}")).expect("write");
+        memc("memccp", port, &[f.to_str().expect("utf-8 path")]);
+    }
+    for cycle in 0..CYCLES {
+        assert_eq!(
+            memc("memccat", port, &[&format!("k{cycle}")]),
+            format!("v{cycle}")
+        );
+    }
+    assert_eq!(sb.stat_u64("wakes"), CYCLES as u64);
 }

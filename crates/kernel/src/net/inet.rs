@@ -239,7 +239,13 @@ fn bind_claimed(
     // A published port (or, for an engine's namespace, any given port) of the host; not a port
     // of the holder's own private namespace, which is the guest's own.
     let published = target.port() != 0 && (net.is_namespaced() || !net.port_is_own(guest.port()));
-    let bound = match fit_family(target, family) {
+    // A published IPv6 address other than `[::]` is not an IPv4 socket's: `--publish
+    // [::1]:...` is served by the server's IPv6 listener, not by its IPv4 one on 127.0.0.1.
+    let fitted = match (target, published) {
+        (SocketAddr::V6(v6), true) if family == libc::AF_INET && !v6.ip().is_unspecified() => None,
+        _ => fit_family(target, family),
+    };
+    let bound = match fitted {
         Some(host) => {
             if published {
                 // A published port: let a restarted server rebind while old connections
@@ -256,23 +262,22 @@ fn bind_claimed(
     };
     let host = match bound {
         Ok(h) => h,
-        // The published host address is taken by the server's socket of the other family
-        // (Redis and PostgreSQL bind 0.0.0.0 and [::] with IPV6_V6ONLY), or does not fit this
-        // one: natively both binds succeed, so this socket gets a loopback port of its own
-        // family, reachable from inside the sandbox.
+        // The published host address does not fit this socket's family (an IPv6-only socket
+        // and an IPv4 address, an IPv4 socket and `--publish [::1]:...`), or is taken by the
+        // server's socket of the other family (Redis, PostgreSQL and memcached bind 0.0.0.0
+        // and [::] with IPV6_V6ONLY, in either order): natively both binds succeed, so this
+        // socket gets a loopback port of its own family, reachable from inside the sandbox,
+        // and the other family's socket serves the published port.
         Err(e)
             if published
-                && matches!(e, Errno::EADDRNOTAVAIL | Errno::EINVAL | Errno::EADDRINUSE)
-                && net.is_bound(guest.port()) =>
+                && (matches!(e, Errno::EADDRNOTAVAIL | Errno::EINVAL)
+                    || (e == Errno::EADDRINUSE && net.is_bound(guest.port()))) =>
         {
             let lo = fit_family(wildcard(family), family)
                 .map(|w| SocketAddr::new(guest_loopback_of(w), 0))
                 .ok_or(e)?;
             host::bind(f.host(), &encode_sockaddr(&lo))?;
-            let mut local = guest;
-            local.set_port(guest.port());
-            set_guest_local(f, local);
-            return Ok(());
+            lo
         }
         Err(e) => return Err(e),
     };

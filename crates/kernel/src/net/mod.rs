@@ -79,8 +79,9 @@ pub struct NetPolicy {
     /// The holder is in a network namespace of its own (loopback only) and published ports
     /// are the broker's: unpublished guest ports are the namespace's own ports, unchanged.
     private_loopback: bool,
-    /// Guest port → host address actually bound.
-    bound: Mutex<HashMap<u16, SocketAddr>>,
+    /// (guest port, IPv6 socket) → host address actually bound: a server's IPv4 and IPv6
+    /// listeners on one port are two entries.
+    bound: Mutex<HashMap<(u16, bool), SocketAddr>>,
     /// Guest ports held, by (port, IPv6, socket type): how many sockets hold each (a second
     /// bind is EADDRINUSE, as on Linux, unless it asks for SO_REUSEPORT).
     claims: Mutex<HashMap<(u16, bool, i32), u32>>,
@@ -169,14 +170,15 @@ impl NetPolicy {
     pub fn is_bound(&self, guest_port: u16) -> bool {
         self.bound
             .lock()
-            .map(|b| b.contains_key(&guest_port))
+            .map(|b| b.contains_key(&(guest_port, false)) || b.contains_key(&(guest_port, true)))
             .unwrap_or(false)
     }
 
-    /// Records that guest port `guest_port` is served by host address `host`.
+    /// Records that guest port `guest_port` is served by host address `host` (for sockets of
+    /// `host`'s family).
     pub fn record_bind(&self, guest_port: u16, host: SocketAddr) {
         if let Ok(mut b) = self.bound.lock() {
-            b.insert(guest_port, host);
+            b.insert((guest_port, host.is_ipv6()), host);
         }
     }
 
@@ -191,7 +193,13 @@ impl NetPolicy {
                 return Some(guest);
             }
             let b = self.bound.lock().ok()?;
-            if let Some(h) = b.get(&guest.port()) {
+            // The listener of the connecting socket's family first (`::1` reaches the IPv6
+            // one, `127.0.0.1` the IPv4 one), else the other family's.
+            let v6 = guest.is_ipv6();
+            let found = b
+                .get(&(guest.port(), v6))
+                .or_else(|| b.get(&(guest.port(), !v6)));
+            if let Some(h) = found {
                 let ip = if h.ip().is_unspecified() {
                     guest_loopback(guest)
                 } else {
@@ -230,7 +238,7 @@ impl NetPolicy {
         let b = self.bound.lock().ok()?;
         b.iter()
             .find(|(_, h)| h.port() == host.port())
-            .map(|(g, _)| *g)
+            .map(|((g, _), _)| *g)
     }
 }
 
@@ -269,8 +277,9 @@ impl NetPolicy {
     /// port recorded another host address is left alone.
     pub fn release(&self, guest_port: u16, host: SocketAddr) {
         if let Ok(mut b) = self.bound.lock() {
-            if b.get(&guest_port) == Some(&host) {
-                b.remove(&guest_port);
+            let key = (guest_port, host.is_ipv6());
+            if b.get(&key) == Some(&host) {
+                b.remove(&key);
             }
         }
     }

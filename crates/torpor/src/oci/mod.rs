@@ -431,7 +431,7 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
         env.insert(0, crate::run::DEFAULT_PATH.to_string());
     }
     let cwd = if cwd.is_empty() { "/".to_string() } else { cwd };
-    let program = bundle::resolve_program(&rec.rootfs, arg0, &env, &cwd)
+    let program = crate::program::resolve(&rec.rootfs, arg0, &env, &cwd)
         .with_context(|| format!("exec: {arg0:?} not found in the container"))?;
     let mut args = args;
     args[0] = program;
