@@ -23,4 +23,4 @@ pub mod sandbox;
 pub mod syscalls;
 pub mod task;
 
-pub use sandbox::{ExitStatus, Sandbox, SandboxConfig, SandboxError};
+pub use sandbox::{ExitStatus, ProcessInfo, Sandbox, SandboxConfig, SandboxError};

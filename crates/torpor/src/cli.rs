@@ -169,7 +169,8 @@ pub enum Command {
         /// Container ID.
         id: String,
     },
-    /// OCI: list a container's host processes.
+    /// The sandbox's processes, with their pids inside it (a table, or JSON). For an OCI
+    /// container, `--format json` is runc's: the host processes (its holder).
     Ps {
         /// table or json.
         #[arg(long, short = 'f', default_value = "table")]
@@ -180,7 +181,8 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         ps_args: Vec<String>,
     },
-    /// OCI: run another process in a running container.
+    /// Run another process in a running sandbox (any: `torpor run`'s or an OCI container),
+    /// with this command's standard streams, and exit with its status.
     Exec {
         /// Process JSON file (the runtime spec's process object).
         #[arg(long, short = 'p')]
@@ -191,7 +193,7 @@ pub enum Command {
         /// Working directory (without --process).
         #[arg(long)]
         cwd: Option<String>,
-        /// User (accepted; the process runs with the container's ids).
+        /// User (accepted; the process runs with the sandbox's first process's ids).
         #[arg(long, short = 'u')]
         user: Option<String>,
         /// Detach.
@@ -247,13 +249,17 @@ impl Command {
             | Command::Start { .. }
             | Command::Pause { .. }
             | Command::Resume { .. }
-            | Command::Ps { .. }
-            | Command::Exec { .. }
             | Command::Features
             | Command::OciHolder { .. } => true,
+            Command::Exec { rest, .. } => rest.first().is_some_and(|id| {
+                crate::statedir::dir_of(id).is_ok_and(|d| crate::oci::state::is_oci(&d))
+            }),
             Command::Restore(a) => a.image_path.is_some(),
             Command::Checkpoint(a) => a.image_path.is_some(),
-            Command::State { id } | Command::Delete { id, .. } | Command::Kill { id, .. } => {
+            Command::State { id }
+            | Command::Delete { id, .. }
+            | Command::Kill { id, .. }
+            | Command::Ps { id, .. } => {
                 crate::statedir::dir_of(id).is_ok_and(|d| crate::oci::state::is_oci(&d))
             }
             _ => false,

@@ -31,6 +31,8 @@ pub enum Request {
     State,
     /// Metrics.
     Stats,
+    /// The sandbox's processes (`torpor ps`), pids as the sandbox sees them.
+    Processes,
     /// Deflate, once the request in flight is answered.
     Hibernate {
         /// How long to wait for it (milliseconds; the daemon's default when absent).

@@ -117,6 +117,9 @@ struct Daemon {
     started_cv: Condvar,
     /// Starts `exec`'d processes (set once the sandbox is built).
     spawner: Mutex<Option<Spawner>>,
+    /// The sandbox's root as the holder sees it (a friendly form's overlay, visible only in
+    /// the holder's mount namespace): where an `exec`'s program is looked up.
+    root: PathBuf,
     /// The spawner thread's queue: an `exec` builds its process there, outside the control
     /// role, whose filter allows no new VM (`confine::enter_control_role`).
     spawn_jobs: Mutex<mpsc::Sender<SpawnJob>>,
@@ -127,6 +130,8 @@ struct Daemon {
     hib: HibernateHandle,
     /// How many tasks the sandbox holds now.
     live_tasks: Box<dyn Fn() -> usize + Send + Sync>,
+    /// The sandbox's processes now.
+    processes: Box<dyn Fn() -> Vec<kernel::ProcessInfo> + Send + Sync>,
     exit: Mutex<Option<ExitStatus>>,
     deleted: Mutex<bool>,
     deleted_cv: Condvar,
@@ -268,6 +273,7 @@ fn start(
         started: Mutex::new(Some(start_now)),
         started_cv: Condvar::new(),
         spawner: Mutex::new(Some(sandbox.spawner())),
+        root: cfg.rootfs.clone(),
         spawn_jobs: Mutex::new(start_spawner()?),
         mode,
         keepalive: crate::keepalive::Policy {
@@ -281,6 +287,7 @@ fn start(
         control,
         hib,
         live_tasks: Box::new(sandbox.live_tasks()),
+        processes: Box::new(sandbox.process_list()),
         exit: Mutex::new(None),
         deleted: Mutex::new(false),
         deleted_cv: Condvar::new(),
@@ -465,9 +472,16 @@ fn reply(w: &mut UnixStream, resp: &Response) {
     let _ = w.write_all(out.as_bytes());
 }
 
-/// OCI `exec`: starts the process with the three descriptors that came with the request,
-/// answers with its pid, and once it ends with its exit status.
-fn exec(d: &Daemon, w: &mut UnixStream, req: SpawnRequest, fds: Vec<OwnedFd>) {
+/// `exec` (OCI, and `torpor exec` of any sandbox): starts the process with the three
+/// descriptors that came with the request, answers with its pid, and once it ends with its
+/// exit status. A program named without a path is looked up on its `PATH` in the root.
+fn exec(d: &Daemon, w: &mut UnixStream, mut req: SpawnRequest, fds: Vec<OwnedFd>) {
+    if let Some(arg0) = req.args.first().filter(|a| !a.starts_with('/')) {
+        match crate::program::resolve(&d.root, arg0, &req.env, &req.cwd) {
+            Some(p) => req.args[0] = p,
+            None => return reply(w, &Response::error(format!("exec: {arg0:?} not found"))),
+        }
+    }
     let Some(spawner) = d.spawner.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
         return reply(w, &Response::error("the sandbox is not running"));
     };
@@ -548,6 +562,10 @@ fn handle(d: &Daemon, req: Request) -> Response {
             }))
         }
         Request::Stats => Response::data(stats(d)),
+        // Read from the process table: a hibernated sandbox is listed without waking it.
+        Request::Processes => {
+            Response::data(serde_json::to_value((d.processes)()).unwrap_or_default())
+        }
         Request::Hibernate { wait_ms, compact } => {
             if compact {
                 d.hib.compact_next_deflate();

@@ -59,6 +59,25 @@ pub struct SandboxConfig {
     pub platform: Arc<dyn Platform>,
 }
 
+/// One process of a sandbox, as `torpor ps` shows it.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ProcessInfo {
+    /// Its pid inside the sandbox.
+    pub pid: i32,
+    /// Its parent's (0 for the first process).
+    pub ppid: i32,
+    /// Its real user id.
+    pub uid: u32,
+    /// Its live threads.
+    pub threads: usize,
+    /// CPU time used, in milliseconds.
+    pub cpu_ms: u64,
+    /// Its name (`comm`).
+    pub comm: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
 /// Errors building or running a sandbox.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
@@ -243,6 +262,39 @@ impl Sandbox {
     pub fn live_tasks(&self) -> impl Fn() -> usize + Send + Sync + 'static {
         let procs = self.task.group.procs.clone();
         move || procs.live_tasks()
+    }
+
+    /// The sandbox's processes as a function the holder can call later from any thread
+    /// (`torpor ps`: pids as the sandbox sees them), by pid.
+    pub fn process_list(&self) -> impl Fn() -> Vec<ProcessInfo> + Send + Sync + 'static {
+        let procs = self.task.group.procs.clone();
+        move || {
+            let mut out: Vec<ProcessInfo> = procs
+                .live_groups()
+                .into_iter()
+                .map(|(pid, g)| {
+                    let id = g.identity();
+                    let args: Vec<String> = id
+                        .cmdline
+                        .split(|&b| b == 0)
+                        .filter(|a| !a.is_empty())
+                        .map(|a| String::from_utf8_lossy(a).into_owned())
+                        .collect();
+                    let comm = id.comm.split(|&b| b == 0).next().unwrap_or(&[]);
+                    ProcessInfo {
+                        pid,
+                        ppid: procs.parent_of(pid),
+                        uid: id.creds.uid,
+                        threads: g.live(),
+                        cpu_ms: g.cpu_time().as_millis() as u64,
+                        comm: String::from_utf8_lossy(comm).into_owned(),
+                        args,
+                    }
+                })
+                .collect();
+            out.sort_by_key(|p| p.pid);
+            out
+        }
     }
 
     /// Sets what the first task runs when parked.

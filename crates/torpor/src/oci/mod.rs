@@ -301,20 +301,53 @@ pub fn pause(id: &str, pause: bool) -> Result<u8> {
 
 /// `ps [--format table|json] ID`: the host processes of the container (its holder).
 pub fn ps(id: &str, format: &str) -> Result<u8> {
-    let v = state_json(id)?;
-    let pid = v["pid"].as_u64().unwrap_or(0);
-    let pids: Vec<u64> = if pid > 0 { vec![pid] } else { Vec::new() };
+    let d = container_dir(id)?;
+    let oci = state::is_oci(&d);
+    if oci && format == "json" {
+        // runc's: the container's host processes, which engines read.
+        let v = state_json(id)?;
+        let pid = v["pid"].as_u64().unwrap_or(0);
+        let pids: Vec<u64> = if pid > 0 { vec![pid] } else { Vec::new() };
+        println!("{}", serde_json::to_string(&pids)?);
+        return Ok(0);
+    }
+    if !statedir::owner_alive(&d) {
+        bail!("sandbox {id:?} is not running");
+    }
+    let v = call(&d, &Request::Processes, TIMEOUT)?;
+    let procs: Vec<kernel::ProcessInfo> =
+        serde_json::from_value(v).context("the sandbox's answer to ps")?;
     match format {
-        "json" => println!("{}", serde_json::to_string(&pids)?),
-        "table" => {
-            println!("PID");
-            for p in pids {
-                println!("{p}");
-            }
-        }
+        "json" => println!("{}", serde_json::to_string(&procs)?),
+        "table" => print!("{}", process_table(&procs)),
         other => bail!("unknown format {other:?}: expected table or json"),
     }
     Ok(0)
+}
+
+/// `ps`'s table: pid, parent, user id, threads, CPU time and command line.
+fn process_table(procs: &[kernel::ProcessInfo]) -> String {
+    let mut s = format!(
+        "{:>7} {:>7} {:>6} {:>4} {:>9}  {}\n",
+        "PID", "PPID", "UID", "THR", "TIME", "COMMAND"
+    );
+    for p in procs {
+        let cmd = if p.args.is_empty() {
+            format!("[{}]", p.comm)
+        } else {
+            p.args.join(" ")
+        };
+        s.push_str(&format!(
+            "{:>7} {:>7} {:>6} {:>4} {:>9}  {}\n",
+            p.pid,
+            p.ppid,
+            p.uid,
+            p.threads,
+            format!("{}.{:02}s", p.cpu_ms / 1000, p.cpu_ms % 1000 / 10),
+            cmd
+        ));
+    }
+    s
 }
 
 /// `features`: what this runtime supports, in the runtime spec's features format.
@@ -403,7 +436,9 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
     if !statedir::owner_alive(&d) {
         bail!("container {:?} is not running", o.id);
     }
-    let rec = state::Record::load(&d).context("not an OCI container")?;
+    // A sandbox of `torpor run` has no OCI record: its holder looks the program up in the
+    // root it alone sees (its overlay).
+    let rec = state::Record::load(&d);
     let (args, mut env, cwd, terminal) = match &o.process {
         Some(p) => {
             let t =
@@ -424,17 +459,21 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
             o.tty,
         ),
     };
-    let Some(arg0) = args.first() else {
+    let Some(arg0) = args.first().cloned() else {
         bail!("exec: no command");
     };
     if !env.iter().any(|e| e.starts_with("PATH=")) {
         env.insert(0, crate::run::DEFAULT_PATH.to_string());
     }
     let cwd = if cwd.is_empty() { "/".to_string() } else { cwd };
-    let program = crate::program::resolve(&rec.rootfs, arg0, &env, &cwd)
-        .with_context(|| format!("exec: {arg0:?} not found in the container"))?;
     let mut args = args;
-    args[0] = program;
+    if let Some(rec) = &rec {
+        args[0] = crate::program::resolve(&rec.rootfs, &arg0, &env, &cwd)
+            .with_context(|| format!("exec: {arg0:?} not found in the container"))?;
+    }
+    if terminal && rec.is_none() {
+        bail!("exec -t: a terminal for a sandbox of `torpor run` is not supported yet");
+    }
     if terminal {
         let sock = o
             .console_socket
@@ -505,6 +544,29 @@ fn detach_waiter(pid_file: Option<&Path>) -> Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_process_table_has_a_row_per_process() {
+        let p = |pid, ppid, args: &[&str]| kernel::ProcessInfo {
+            pid,
+            ppid,
+            uid: 0,
+            threads: 1,
+            cpu_ms: 1234,
+            comm: "sh".into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        let t = process_table(&[p(1, 0, &["sh", "-c", "x"]), p(7, 1, &[])]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        assert!(lines[0].contains("PID") && lines[0].ends_with("COMMAND"));
+        assert!(lines[1].trim_start().starts_with("1 ") && lines[1].ends_with("  sh -c x"));
+        assert!(lines[1].contains("1.23s"), "{t}");
+        assert!(
+            lines[2].ends_with("[sh]"),
+            "a process without arguments shows its name: {t}"
+        );
+    }
 
     #[test]
     fn kill_of_a_stopped_container_answers_as_runc() {

@@ -1,0 +1,93 @@
+//! `torpor exec` into a sandbox started with `torpor run` (issue 37): the process joins the
+//! sandbox (its root, its processes), its output and exit status come back to the caller, a
+//! program named without a path is found on its PATH in the sandbox's root, and a hibernated
+//! sandbox is woken for it.
+
+use std::path::PathBuf;
+
+use testutil::{Detached, Rootfs};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_torpor"))
+}
+
+#[test]
+fn exec_joins_a_friendly_sandbox_hot_and_hibernated() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    r.symlink("/bin/sh", "busybox")
+        .symlink("/bin/cat", "busybox")
+        .symlink("/bin/tr", "busybox");
+    let sb = Detached::start(
+        &bin(),
+        &[],
+        r.path(),
+        "/bin/busybox",
+        &[
+            "sh",
+            "-c",
+            "echo only-in-the-sandbox > /tmp/mark; exec busybox nc -l -p 9000",
+        ],
+    );
+    let script = "echo pid=$$; cat /proc/1/cmdline | tr '\\0' ' '; echo; cat /tmp/mark; exit 3";
+    let check = |when: &str| {
+        let o = sb.verb("exec", &["sh", "-c", script]);
+        assert_eq!(
+            o.code(),
+            3,
+            "{when}: exit status passed back: {}",
+            o.stderr_str()
+        );
+        let out = o.stdout_str();
+        let pid: i32 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("pid="))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("{when}: no pid in {out:?}"));
+        assert!(
+            pid > 1,
+            "{when}: a process of the sandbox of its own: {out}"
+        );
+        assert!(
+            out.contains("busybox nc -l -p 9000"),
+            "{when}: sees the sandbox's pid 1: {out}"
+        );
+        assert!(
+            out.contains("only-in-the-sandbox"),
+            "{when}: sees the sandbox's files: {out}"
+        );
+    };
+    // Until its first process has exec'd nc, which waits for a connection (idle, so the
+    // sandbox can hibernate).
+    Detached::wait_until(std::time::Duration::from_secs(30), || {
+        sb.verb("exec", &["cat", "/proc/1/cmdline"])
+            .stdout_str()
+            .contains("nc")
+    });
+    check("hot");
+    sb.ok("hibernate", &[]);
+    assert_eq!(sb.stat("state"), "hibernated");
+    // torpor ps lists the processes with their pids inside, without waking the sandbox.
+    let ps = sb.ok("ps", &[]);
+    let first = ps
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap_or_else(|| panic!("no pid 1 in {ps}"));
+    assert!(first.ends_with("busybox nc -l -p 9000"), "{ps}");
+    assert_eq!(sb.stat("state"), "hibernated", "ps does not wake it");
+    check("hibernated");
+    assert_ne!(sb.stat("state"), "hibernated", "the exec woke it");
+
+    // What it cannot do is said, not half done.
+    let o = sb.verb("exec", &["no-such-program"]);
+    assert_ne!(o.code(), 0);
+    assert!(o.stderr_str().contains("not found"), "{}", o.stderr_str());
+    let mut cmd = std::process::Command::new(bin());
+    cmd.env("TORPOR_STATE_DIR", sb.state_base())
+        .args(["exec", "-t", &sb.id, "sh"]);
+    let o = testutil::run_command(cmd, None, std::time::Duration::from_secs(60));
+    assert_ne!(o.code(), 0);
+    assert!(o.stderr_str().contains("terminal"), "{}", o.stderr_str());
+}
