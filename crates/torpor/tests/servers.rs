@@ -75,10 +75,25 @@ fn wait_for(what: &str, sb: &Detached, mut ready: impl FnMut() -> bool) {
     }
 }
 
-/// Hibernates the sandbox and checks that it is, with one memory report per process.
-fn hibernate(sb: &Detached, processes: usize) {
-    sb.ok("hibernate", &[]);
-    assert_eq!(sb.stat("state"), "hibernated");
+/// Hibernates the sandbox and checks that it is, with one memory report per process. Work
+/// that arrived just as it deflated wakes it at once, as it must (a client's last bytes that a
+/// server process had not read yet: psql's Terminate message to its backend); then it is
+/// hibernated again, at most 3 times. Returns how many such wakes there were.
+fn hibernate(sb: &Detached, processes: usize) -> u64 {
+    let mut early = 0;
+    loop {
+        sb.ok("hibernate", &[]);
+        let state = sb.stat("state");
+        if state == "hibernated" {
+            break;
+        }
+        assert!(
+            early < 3 && (state == "hibernate-running" || state == "woken"),
+            "not hibernated after {early} early wakes: {state}"
+        );
+        early += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let stats = sb.ok("stats", &[]);
     let v: serde_json::Value = serde_json::from_str(&stats).expect("stats is JSON");
     let n = v["processes"].as_array().map_or(0, Vec::len);
@@ -86,6 +101,7 @@ fn hibernate(sb: &Detached, processes: usize) {
         n >= processes,
         "every process is deflated: {n} reports, {processes} processes expected: {stats}"
     );
+    early
 }
 
 fn curl(port: u16, path: &str) -> String {
@@ -142,8 +158,9 @@ fn nginx_master_and_workers_hibernate_and_wake() {
         log.matches("start worker process").count() >= 2,
         "two workers: {log}"
     );
+    let mut early = 0;
     for cycle in 0..CYCLES {
-        hibernate(&sb, 3);
+        early += hibernate(&sb, 3);
         assert_eq!(curl(port, "/hello"), "hello from nginx\n", "cycle {cycle}");
         let page = curl(port, "/");
         assert!(page.contains("Welcome to nginx"), "cycle {cycle}: {page}");
@@ -151,7 +168,7 @@ fn nginx_master_and_workers_hibernate_and_wake() {
             assert_eq!(curl(port, "/hello"), "hello from nginx\n");
         }
     }
-    assert_eq!(sb.stat_u64("wakes"), CYCLES as u64);
+    assert_eq!(sb.stat_u64("wakes"), CYCLES as u64 + early);
 }
 
 fn psql(port: u16, sql: &str) -> String {
@@ -219,10 +236,11 @@ fn postgresql_rows_survive_hibernation() {
         expected.starts_with(&format!("{rows} {sum} ")),
         "{expected}"
     );
+    let mut early = 0;
     for cycle in 0..CYCLES {
         // A postmaster, a checkpointer, a background writer, a WAL writer, an autovacuum
         // launcher and a logical replication launcher.
-        hibernate(&sb, 5);
+        early += hibernate(&sb, 5);
         // The query that wakes it reads every row back.
         assert_eq!(psql(port, digest), expected, "cycle {cycle}: rows changed");
         let id = 100_000 + cycle as u64;
@@ -235,7 +253,7 @@ fn postgresql_rows_survive_hibernation() {
             "cycle {cycle}: {expected}"
         );
     }
-    assert_eq!(sb.stat_u64("wakes"), CYCLES as u64);
+    assert_eq!(sb.stat_u64("wakes"), CYCLES as u64 + early);
 }
 
 fn redis_cli(port: u16, args: &[&str]) -> String {
@@ -287,14 +305,15 @@ fn redis_answers_redis_benchmark_across_hibernations() {
         String::from_utf8_lossy(&buf[..n]).into_owned()
     };
     assert_eq!(ask("PING"), "+PONG\r\n");
+    let mut early = 0;
     for cycle in 0..CYCLES {
-        hibernate(&sb, 1);
+        early += hibernate(&sb, 1);
         assert_eq!(
             ask(&format!("ECHO kept{cycle}")),
             format!("${}\r\nkept{cycle}\r\n", 4 + cycle.to_string().len()),
             "cycle {cycle}: the kept connection"
         );
-        hibernate(&sb, 1);
+        early += hibernate(&sb, 1);
         assert_eq!(redis_cli(port, &["get", "big"]), value, "cycle {cycle}");
         assert_eq!(
             redis_cli(port, &["incr", "counter"]),
@@ -322,7 +341,7 @@ fn redis_answers_redis_benchmark_across_hibernations() {
         }
     }
     assert_eq!(redis_cli(port, &["get", "counter"]), CYCLES.to_string());
-    assert_eq!(sb.stat_u64("wakes"), 2 * CYCLES as u64);
+    assert_eq!(sb.stat_u64("wakes"), 2 * CYCLES as u64 + early);
 }
 
 /// A libmemcached tool against the server on `port`; its output without the newline
@@ -366,8 +385,9 @@ fn memcached_with_its_default_options_serves_across_hibernations() {
             .is_ok_and(|o| o.status.success())
     });
     assert_eq!(memc("memccat", port, &["greeting"]), value);
+    let mut early = 0;
     for cycle in 0..CYCLES {
-        hibernate(&sb, 1);
+        early += hibernate(&sb, 1);
         assert_eq!(
             memc("memccat", port, &["greeting"]),
             value,
@@ -383,5 +403,5 @@ fn memcached_with_its_default_options_serves_across_hibernations() {
             format!("v{cycle}")
         );
     }
-    assert_eq!(sb.stat_u64("wakes"), CYCLES as u64);
+    assert_eq!(sb.stat_u64("wakes"), CYCLES as u64 + early);
 }
