@@ -10,8 +10,9 @@
 //! none of the code the application can reach: it closes every inherited descriptor but its
 //! end of a pipe, ignores the terminal's signals, and waits for one byte (the holder's
 //! [`Janitor::finish`]: unmount and remove the directory) or the end of the pipe (the
-//! holder's death, even by SIGKILL: unmount only, the directory stays for `torpor state` to
-//! report the error and for `delete` to remove).
+//! holder's death, even by SIGKILL: unmount and remove the page files (swap, REAP, a
+//! checkpoint being written); the directory stays, with the output log and the error file,
+//! for `torpor state` to report the error and for `delete` to remove).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -156,7 +157,12 @@ fn janitor_main(
     let _ = crate::cowroot::unmount_path(merged);
     // A holder that died without asking (a corrupt swap file, SIGKILL) leaves its directory
     // for `torpor state` to report (its error file) and for `delete` or the next `list` to
-    // remove, as before there was a janitor.
+    // remove, as before there was a janitor; but its swap and REAP files and a checkpoint it
+    // was writing, which can be gigabytes and explain nothing, go at once.
+    if !asked {
+        hibernate::engine::remove_page_files(dir);
+        let _ = crate::cowroot::remove_all(&dir.join(crate::snapshot::restoring::HOLDER_OUTPUT));
+    }
     if asked {
         let _ = crate::cowroot::remove_all(dir);
         let byte = [1u8];

@@ -1,7 +1,8 @@
-//! `torpor exec` into a sandbox started with `torpor run` (issue 37): the process joins the
-//! sandbox (its root, its processes), its output and exit status come back to the caller, a
-//! program named without a path is found on its PATH in the sandbox's root, and a hibernated
-//! sandbox is woken for it.
+//! A running sandbox seen from outside (issue 37): `torpor exec` into a sandbox started with
+//! `torpor run` (the process joins the sandbox, its root and its processes, its output and
+//! exit status come back to the caller, a program named without a path is found on its PATH
+//! in the sandbox's root, a hibernated sandbox is woken for it), `torpor ps`, and what a
+//! holder killed by SIGKILL leaves: its output, not its swap files.
 
 use std::path::PathBuf;
 
@@ -90,4 +91,50 @@ fn exec_joins_a_friendly_sandbox_hot_and_hibernated() {
     let o = testutil::run_command(cmd, None, std::time::Duration::from_secs(60));
     assert_ne!(o.code(), 0);
     assert!(o.stderr_str().contains("terminal"), "{}", o.stderr_str());
+}
+
+#[test]
+fn a_killed_holder_leaves_its_log_not_its_swap_files() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let sb = Detached::start(
+        &bin(),
+        &[],
+        r.path(),
+        "/bin/busybox",
+        &["sh", "-c", "echo started; exec busybox nc -l -p 9000"],
+    );
+    let dir = sb.dir();
+    let page_files = || -> Vec<String> {
+        std::fs::read_dir(&dir)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| hibernate::engine::is_page_file(n))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Detached::wait_until(std::time::Duration::from_secs(30), || {
+        std::fs::read_to_string(dir.join("output.log")).is_ok_and(|l| l.contains("started"))
+    });
+    sb.ok("hibernate", &[]);
+    assert!(
+        !page_files().is_empty(),
+        "a hibernated sandbox has swap files"
+    );
+    // SAFETY: killing the test's own holder process.
+    unsafe { libc::kill(sb.pid() as i32, libc::SIGKILL) };
+    let gone = Detached::wait_until(std::time::Duration::from_secs(1), || {
+        page_files().is_empty()
+    });
+    assert!(
+        gone,
+        "swap files left after the holder's death: {:?}",
+        page_files()
+    );
+    let log = std::fs::read_to_string(dir.join("output.log")).unwrap_or_default();
+    assert!(log.contains("started"), "the output log stays: {log:?}");
 }

@@ -33,6 +33,14 @@ fn exited_with(sb: &Detached, code: i32) -> bool {
     o.stdout_str().contains(&format!("\"exitStatus\": {code}"))
 }
 
+/// A restored or cloned sandbox is hibernated once its first task has parked, which may be
+/// just after `restore -d` returns (`stats` says `creating` until then).
+fn assert_hibernated(sb: &Detached) {
+    let parked = Detached::wait_until(Duration::from_secs(30), || sb.stat("state") != "creating");
+    assert!(parked, "still creating after 30 s");
+    assert_eq!(sb.stat("state"), "hibernated");
+}
+
 #[test]
 fn a_restored_sandbox_carries_on_with_its_memory_threads_descriptors_and_sockets() {
     if !testutil::require_kvm() {
@@ -56,7 +64,7 @@ fn a_restored_sandbox_carries_on_with_its_memory_threads_descriptors_and_sockets
     let restored = sb
         .restore_beside(&[], &dir)
         .unwrap_or_else(|o| panic!("restore: {}", o.stderr_str()));
-    assert_eq!(restored.stat("state"), "hibernated");
+    assert_hibernated(&restored);
     assert_eq!(restored.stat_u64("faults"), 0);
     restored.ok("kill", &["SIGUSR1"]);
     assert!(
@@ -330,7 +338,7 @@ fn server_round_trip(name: &str, program: &str, args: &[&str], want: &str) {
     let restored = sb
         .restore_beside(&[], &dir)
         .unwrap_or_else(|o| panic!("{name} restore: {}", o.stderr_str()));
-    assert_eq!(restored.stat("state"), "hibernated");
+    assert_hibernated(&restored);
     for what in ["first request after the restore", "second request"] {
         assert!(get(what).contains(want), "{name} {what}");
     }
@@ -409,7 +417,7 @@ fn clones_of_one_checkpoint_run_at_once_sharing_its_memory() {
     // A clone hibernates like any sandbox: its first deflate writes what it holds (the
     // image's pages and its own) and makes its memory anonymous.
     clones[0].ok("hibernate", &[]);
-    assert_eq!(clones[0].stat("state"), "hibernated");
+    assert_hibernated(&clones[0]);
     assert!(clones[0].stat_u64("swap_bytes") > 0);
     for c in &clones {
         c.ok("kill", &["SIGUSR1"]);

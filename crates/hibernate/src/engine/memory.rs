@@ -83,3 +83,82 @@ impl ProcessMemory {
         }
     }
 }
+
+/// Whether `name` is one of the page files the engine writes in a sandbox's state directory:
+/// `swap.N`, `swap-PID.N`, `reap.N`, `reap-PID.N` (a process's layers and working set) and
+/// `shm.N` (the shared memory's).
+pub fn is_page_file(name: &str) -> bool {
+    let Some((stem, generation)) = name.rsplit_once('.') else {
+        return false;
+    };
+    if generation.is_empty() || !generation.bytes().all(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    let kind = match stem.split_once('-') {
+        Some((kind, pid)) if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) => kind,
+        Some(_) => return false,
+        None => stem,
+    };
+    matches!(kind, "swap" | "reap" | "shm")
+}
+
+/// Removes the page files of the state directory `dir` ([`is_page_file`]): what a dead
+/// holder's sandbox no longer needs. Returns how many bytes they held.
+pub fn remove_page_files(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut freed = 0;
+    for e in entries.flatten() {
+        let is_file = e.file_type().is_ok_and(|t| t.is_file());
+        if is_file && e.file_name().to_str().is_some_and(is_page_file) {
+            let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+            if std::fs::remove_file(e.path()).is_ok() {
+                freed += len;
+            }
+        }
+    }
+    freed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_file_names() {
+        for ok in ["swap.1", "swap-42.3", "reap.7", "reap-9.12", "shm.2"] {
+            assert!(is_page_file(ok), "{ok}");
+        }
+        for no in [
+            "swap",
+            "swap.",
+            "swap.x",
+            "swap-.1",
+            "swap-a.1",
+            "output.log",
+            "pid",
+            "error",
+            "reap-1",
+        ] {
+            assert!(!is_page_file(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn only_page_files_are_removed() {
+        let dir = std::env::temp_dir().join(format!("torpor-pagefiles-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["swap.1", "reap-5.2", "output.log", "error"] {
+            std::fs::write(dir.join(f), b"12345").unwrap();
+        }
+        assert_eq!(remove_page_files(&dir), 10);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["error", "output.log"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

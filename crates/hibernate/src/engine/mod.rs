@@ -52,6 +52,7 @@ mod memory;
 mod park;
 
 pub use checkpoint::{memory_image_name, restored, CheckpointState, Clocks};
+pub use memory::{is_page_file, remove_page_files};
 
 /// Pages per swap-file write (2 MiB).
 const BATCH_PAGES: usize = 512;
