@@ -193,7 +193,8 @@ pub enum Command {
         /// Working directory (without --process).
         #[arg(long)]
         cwd: Option<String>,
-        /// User (accepted; the process runs with the sandbox's first process's ids).
+        /// Run as USER[:GROUP] (names from the sandbox's /etc/passwd and /etc/group, or
+        /// numbers); default: the ids of the sandbox's first process.
         #[arg(long, short = 'u')]
         user: Option<String>,
         /// Detach.

@@ -70,6 +70,10 @@ pub enum Request {
         env: Vec<String>,
         /// Working directory.
         cwd: String,
+        /// `USER[:GROUP]` to run as (names from the root's /etc/passwd and /etc/group, or
+        /// numbers); absent: the sandbox's first process's ids.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
     },
 }
 

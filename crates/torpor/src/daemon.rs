@@ -455,8 +455,19 @@ fn handle_conn(d: &Daemon, conn: UnixStream) {
     };
     let mut w = conn;
     let resp = match serde_json::from_str::<Request>(line.trim()) {
-        Ok(Request::Exec { args, env, cwd }) => {
-            return exec(d, &mut w, SpawnRequest { args, env, cwd }, fds);
+        Ok(Request::Exec {
+            args,
+            env,
+            cwd,
+            user,
+        }) => {
+            let req = SpawnRequest {
+                args,
+                env,
+                cwd,
+                creds: None,
+            };
+            return exec(d, &mut w, req, user.as_deref(), fds);
         }
         Ok(req) => handle(d, req),
         Err(e) => Response::error(format!("bad request: {e}")),
@@ -475,7 +486,31 @@ fn reply(w: &mut UnixStream, resp: &Response) {
 /// `exec` (OCI, and `torpor exec` of any sandbox): starts the process with the three
 /// descriptors that came with the request, answers with its pid, and once it ends with its
 /// exit status. A program named without a path is looked up on its `PATH` in the root.
-fn exec(d: &Daemon, w: &mut UnixStream, mut req: SpawnRequest, fds: Vec<OwnedFd>) {
+fn exec(
+    d: &Daemon,
+    w: &mut UnixStream,
+    mut req: SpawnRequest,
+    user: Option<&str>,
+    fds: Vec<OwnedFd>,
+) {
+    if let Some(spec) = user {
+        // Names from the sandbox's own /etc/passwd and /etc/group, as `run --user`.
+        let found = kernel::fs::Root::open(&d.root)
+            .map_err(anyhow::Error::from)
+            .and_then(|root| crate::user::resolve(&root, spec));
+        match found {
+            Ok(u) => {
+                if let Some(home) = u
+                    .home
+                    .filter(|_| !req.env.iter().any(|e| e.starts_with("HOME=")))
+                {
+                    req.env.push(format!("HOME={home}"));
+                }
+                req.creds = Some(u.creds);
+            }
+            Err(e) => return reply(w, &Response::error(format!("exec: {e:#}"))),
+        }
+    }
     if let Some(arg0) = req.args.first().filter(|a| !a.starts_with('/')) {
         match crate::program::resolve(&d.root, arg0, &req.env, &req.cwd) {
             Some(p) => req.args[0] = p,

@@ -20,7 +20,19 @@ fn exec_joins_a_friendly_sandbox_hot_and_hibernated() {
     let r = Rootfs::new();
     r.symlink("/bin/sh", "busybox")
         .symlink("/bin/cat", "busybox")
-        .symlink("/bin/tr", "busybox");
+        .symlink("/bin/tr", "busybox")
+        .symlink("/bin/id", "busybox")
+        .file(
+            "/etc/passwd",
+            "root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/nonexistent:/bin/sh\n",
+        )
+        .file("/etc/group", "root:x:0:\nnogroup:x:65534:\n")
+        .file("/etc/secret", "root's\n");
+    std::fs::set_permissions(
+        r.host_path("/etc/secret"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .expect("chmod");
     let sb = Detached::start(
         &bin(),
         &[],
@@ -80,6 +92,35 @@ fn exec_joins_a_friendly_sandbox_hot_and_hibernated() {
     assert_eq!(sb.stat("state"), "hibernated", "ps does not wake it");
     check("hibernated");
     assert_ne!(sb.stat("state"), "hibernated", "the exec woke it");
+
+    // -u: another user of the sandbox, held to its permissions.
+    let mut cmd = std::process::Command::new(bin());
+    cmd.env("TORPOR_STATE_DIR", sb.state_base()).args([
+        "exec",
+        "-u",
+        "nobody",
+        &sb.id,
+        "sh",
+        "-c",
+        "id -u; echo $HOME; cat /etc/secret",
+    ]);
+    let o = testutil::run_command(cmd, None, std::time::Duration::from_secs(60));
+    assert_eq!(
+        o.stdout_str(),
+        "65534\n/nonexistent\n",
+        "{}",
+        o.stderr_str()
+    );
+    assert!(
+        o.stderr_str().contains("Permission denied"),
+        "{}",
+        o.stderr_str()
+    );
+    assert_eq!(o.code(), 1);
+    assert_eq!(
+        sb.verb("exec", &["cat", "/etc/secret"]).stdout_str(),
+        "root's\n"
+    );
 
     // What it cannot do is said, not half done.
     let o = sb.verb("exec", &["no-such-program"]);

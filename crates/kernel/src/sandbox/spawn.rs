@@ -21,6 +21,8 @@ pub struct SpawnRequest {
     pub env: Vec<String>,
     /// Working directory inside the root.
     pub cwd: String,
+    /// The ids it runs with (`exec --user`); `None`: the sandbox's first process's.
+    pub creds: Option<Credentials>,
 }
 
 /// Starts processes in one sandbox (cheap to clone).
@@ -81,6 +83,20 @@ impl Spawner {
             .procs
             .reserve_task()
             .map_err(|_| SandboxError::Memory("the sandbox's pids limit is reached".into()))?;
+        // Another user's ids, never more capabilities than the sandbox's bounding set.
+        let creds = match &req.creds {
+            Some(c) => {
+                let mut c = c.clone();
+                let bound = self.creds.caps.bounding;
+                c.caps.bounding &= bound;
+                c.caps.permitted &= bound;
+                c.caps.effective &= bound;
+                c.caps.inheritable &= bound;
+                c.caps.ambient &= bound;
+                Arc::new(c)
+            }
+            None => self.creds.clone(),
+        };
         let image = ProcessImage::build(
             &self.platform,
             &self.root,
@@ -88,7 +104,7 @@ impl Spawner {
             &req.args,
             &req.env,
             self.memory,
-            &self.creds,
+            &creds,
             &self.procs.shm,
         )?;
         let pid = self.procs.alloc_id();
@@ -99,7 +115,7 @@ impl Spawner {
             root: self.root.clone(),
             cwd: &req.cwd,
             net: self.net.clone(),
-            creds: self.creds.clone(),
+            creds,
             rlimits: self.rlimits.clone(),
             stdio,
             program,

@@ -419,6 +419,8 @@ pub struct ExecOptions {
     pub cwd: Option<String>,
     /// A terminal (`-t`) when there is no process file.
     pub tty: bool,
+    /// `USER[:GROUP]` to run as (`-u`) when there is no process file.
+    pub user: Option<String>,
     /// Return once the process runs; a child of this command waits for it.
     pub detach: bool,
     /// Where to write the pid of the process that ends with the exec'd one.
@@ -491,7 +493,17 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
             write_pid_file(p, std::process::id())?;
         }
     }
-    let req = Request::Exec { args, env, cwd };
+    let user = if o.process.is_some() {
+        None
+    } else {
+        o.user.clone()
+    };
+    let req = Request::Exec {
+        args,
+        env,
+        cwd,
+        user,
+    };
     let started = crate::control::call_with_fds(&d, &req, &[0, 1, 2]);
     let (mut conn, _) = match started {
         Ok(x) => x,
