@@ -58,6 +58,9 @@ def modules(src):
                 rel = rel[:-1]
             if rel and rel[0] == "bin":
                 continue
+            # A module's unit tests in a file of their own (`a/tests.rs`): not its code.
+            if rel and rel[-1] == "tests":
+                continue
             out["::".join(rel)] = os.path.join(dirpath, f)
     return out
 

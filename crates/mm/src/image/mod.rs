@@ -1,0 +1,676 @@
+//! Checkpoint and restore of an address space: [`MmImage`], the part of a [`MemoryManager`]
+//! that does not live in guest memory, with [`MemoryManager::export`] and
+//! [`MemoryManager::import`].
+//!
+//! A checkpoint saves the guest's pages above [`layout::RESERVED_END`] on its own (the page
+//! tables are guest pages: they come back with them); what remains is the page-table root and
+//! counters, the VMAs, the break and mmap base, the counters of [`MmStats`](crate::MmStats),
+//! and the page allocator's state (bytes: `alloc/image.rs`). A file mapping's `Arc<File>`
+//! cannot be saved: it is recorded as a [`FileId`] (the guest path the VMA is named by, as
+//! Linux's `d_path`, and the file's size and modification time) and reopened through a
+//! caller's function at import, which refuses a file that changed since.
+//!
+//! A `MAP_SHARED` mapping of a file (a regular file of the sandbox's root, `/dev/shm`
+//! included; read-only or writable) is saved the same way: its pages are the file's page
+//! cache, seen through a window of the file's [`SharedObject`], so its bytes are in the file
+//! (the checkpoint keeps the sandbox's files) and an import only maps the file's object again
+//! (from the restoring sandbox's [`SharedSpace`]); its pages attach at the first fault, as
+//! after an mmap.
+//!
+//! [`MemoryManager::import`] builds the manager over a fresh [`GuestMemory`] whose pages are
+//! filled later (lazily, by a pager): it neither reads nor writes guest memory. The image is
+//! untrusted input (a file on disk): every field is checked, and anything inconsistent is an
+//! error, never a panic.
+//!
+//! Not supported yet: anonymous shared memory (`MAP_SHARED | MAP_ANONYMOUS`, System V
+//! segments: memfd objects whose bytes are in no file), refused by `export`. Pages in windows
+//! of file objects (page-cache pages of private file mappings, pages of `MAP_SHARED` file
+//! mappings: frames at guest-physical addresses a new process does not have) must be unmapped
+//! first with [`MemoryManager::drop_file_window_pages`]; they fault back from the file.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use platform::layout;
+use platform::{Gpa, GuestMemory, Gva, PAGE_SIZE};
+
+use crate::alloc::PageAllocator;
+use crate::manager::{MemoryManager, MmError, STACK_RESERVE};
+use crate::pagetable::PageTables;
+use crate::shared::{SharedObject, SharedSpace};
+use crate::vma::{Prot, Vma, VmaKind, VmaSet};
+
+/// Which file a file mapping (private or `MAP_SHARED`) maps, in a form that survives the
+/// process: the guest path to reopen it by, and the size and modification time it had at the
+/// checkpoint, which the reopened file must still have.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash)]
+#[serde(deny_unknown_fields)]
+pub struct FileId {
+    /// The file's path in the sandbox's root, resolved (symlinks followed), as the VMA's
+    /// name shows it in `/proc/PID/maps`.
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its modification time, in nanoseconds since the epoch.
+    pub mtime_ns: i64,
+}
+
+impl FileId {
+    /// The identity of `file` (known to the guest as `path`) as `fstat` gives it now.
+    ///
+    /// # Errors
+    /// The host's errno of fstat.
+    pub fn of_file(path: String, file: &File) -> io::Result<FileId> {
+        let meta = file.metadata()?;
+        Ok(FileId {
+            path,
+            size: meta.size(),
+            mtime_ns: mtime_ns(&meta),
+        })
+    }
+
+    /// Whether `file` (reopened) still has the size and modification time recorded.
+    ///
+    /// # Errors
+    /// The host's errno of fstat.
+    pub fn matches(&self, file: &File) -> io::Result<bool> {
+        let meta = file.metadata()?;
+        Ok(meta.size() == self.size && mtime_ns(&meta) == self.mtime_ns)
+    }
+}
+
+/// The modification time of `meta` in nanoseconds (saturating far from the epoch).
+fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
+    meta.mtime()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(meta.mtime_nsec())
+}
+
+/// What backs a saved VMA (the saveable kinds of [`VmaKind`]).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub enum VmaKindImage {
+    /// Anonymous memory.
+    Anon,
+    /// A private mapping of a file.
+    File {
+        /// The file.
+        file: FileId,
+        /// File offset of the VMA's start (page-aligned).
+        offset: u64,
+        /// Whether the mapping's clean pages were the page cache's (the file's read-only
+        /// object, `pagecache.rs`); restored so when the restoring sandbox shares files.
+        page_cache: bool,
+    },
+    /// A `MAP_SHARED` mapping of a file: its pages are the file's (the file's
+    /// [`SharedObject`] in the sandbox's [`SharedSpace`]), so the bytes are in the file.
+    SharedFile {
+        /// The file.
+        file: FileId,
+        /// File offset of the VMA's start (page-aligned).
+        offset: u64,
+        /// Whether the mapping may be made writable (its descriptor was opened read-write:
+        /// Linux's `VM_MAYWRITE`). A VMA with `PROT_WRITE` needs it, and a restore needs a
+        /// file object it may write.
+        may_write: bool,
+    },
+}
+
+/// A saved VMA: `[start, end)` with its rights, name and backing.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct VmaImage {
+    /// First address (page-aligned).
+    pub start: u64,
+    /// End address, exclusive (page-aligned, above `start`, at most the end of the user half).
+    pub end: u64,
+    /// `PROT_*` bits.
+    pub prot: u32,
+    /// Name shown in `/proc/PID/maps` (the file's path for a file mapping).
+    pub name: Option<String>,
+    /// Backing.
+    pub kind: VmaKindImage,
+}
+
+/// The state of a [`MemoryManager`] outside guest memory (see the module's doc); the page
+/// allocator's state travels beside it as bytes. Invariants, checked by
+/// [`MemoryManager::import`]: `mem_size` is the restoring memory's size; `pt_root` is an
+/// allocated page; every allocated page is a page table or a mapped user frame
+/// (`table_pages + mapped` equals the allocator's used pages); the VMAs are sorted,
+/// page-aligned, non-overlapping and in the user half; a break without a base is 0, one with
+/// a base lies between it and the end of the user half.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MmImage {
+    /// Size of guest memory in bytes.
+    pub mem_size: u64,
+    /// Guest-physical address of the PML4 (CR3).
+    pub pt_root: u64,
+    /// Pages holding page tables (direct map included).
+    pub table_pages: u64,
+    /// User leaf entries owning a frame (present or PROT_NONE).
+    pub mapped: u64,
+    /// Ceiling of the top-down search for new mappings.
+    pub mmap_base: u64,
+    /// Start of the heap, once the loader set it.
+    pub brk_base: Option<u64>,
+    /// The program break.
+    pub brk: u64,
+    /// Faults served.
+    pub faults: u64,
+    /// Pages mapped from the page cache.
+    pub cache_maps: u64,
+    /// Copies-on-write of page-cache pages.
+    pub cow_copies: u64,
+    /// The VMAs, in address order.
+    pub vmas: Vec<VmaImage>,
+}
+
+/// A refused export or import, with its reason.
+fn refuse(why: String) -> MmError {
+    MmError::Checkpoint(why)
+}
+
+impl MemoryManager {
+    /// The address space's state for a checkpoint: the image and the page allocator's bytes
+    /// ([`PageAllocator::export_bytes`]). Guest memory itself is the caller's to save (every
+    /// allocated page above [`layout::RESERVED_END`]; free pages must be left out: they are
+    /// imported as known zero). Guest memory is neither read nor written (it may be deflated).
+    ///
+    /// # Errors
+    /// [`MmError::Checkpoint`] for what cannot be restored: an anonymous `MAP_SHARED` or a
+    /// System V mapping; a file mapping without a path (its VMA has no name) or whose file
+    /// was deleted; a `MAP_SHARED` mapping of something other than a regular file (a
+    /// device); pages of file windows still mapped (call
+    /// [`drop_file_window_pages`](Self::drop_file_window_pages) first: found by counting,
+    /// as mapped pages that are not the allocator's); books that do not balance otherwise
+    /// (allocated pages other than tables and mapped frames); a failed `fstat`.
+    pub fn export(&self) -> Result<(MmImage, Vec<u8>), MmError> {
+        let mut ids: HashMap<*const (), FileId> = HashMap::new();
+        let mut vmas = Vec::with_capacity(self.vmas.len());
+        for v in self.vmas.iter() {
+            let kind = match &v.kind {
+                VmaKind::Anon => VmaKindImage::Anon,
+                VmaKind::Shared { object, .. } if !object.is_file() => {
+                    return Err(refuse(format!(
+                        "MAP_SHARED mapping {}-{} ({}): checkpoints of anonymous shared memory \
+                         (MAP_SHARED|MAP_ANONYMOUS, System V) are not supported yet",
+                        v.start,
+                        v.end,
+                        v.name.as_deref().unwrap_or("anonymous")
+                    )))
+                }
+                VmaKind::Shared {
+                    object,
+                    offset,
+                    may_write,
+                } => VmaKindImage::SharedFile {
+                    file: Self::file_id(
+                        v,
+                        Mapping::Shared,
+                        Arc::as_ptr(object).cast(),
+                        || object.metadata(),
+                        &mut ids,
+                    )?,
+                    offset: *offset,
+                    may_write: *may_write,
+                },
+                VmaKind::File {
+                    file,
+                    offset,
+                    cache,
+                } => VmaKindImage::File {
+                    file: Self::file_id(
+                        v,
+                        Mapping::Private,
+                        Arc::as_ptr(file).cast(),
+                        || file.metadata(),
+                        &mut ids,
+                    )?,
+                    offset: *offset,
+                    page_cache: cache.is_some(),
+                },
+            };
+            vmas.push(VmaImage {
+                start: v.start.0,
+                end: v.end.0,
+                prot: v.prot.bits() as u32,
+                name: v.name.clone(),
+                kind,
+            });
+        }
+        // Every allocated page is a table or a mapped frame, mapped once; any other mapped page
+        // is a window's (a page-cache page, a MAP_SHARED file's page; anonymous shared memory
+        // was refused above), not the allocator's: counted, not looked for, so that guest
+        // memory is not read.
+        let table_pages = self.pt.table_pages();
+        let mapped = self.pt.mapped_pages();
+        let used = self.alloc.used_pages();
+        match (table_pages + mapped).cmp(&used) {
+            std::cmp::Ordering::Equal => {}
+            std::cmp::Ordering::Greater => {
+                return Err(refuse(format!(
+                    "{} mapped pages are not the allocator's: pages of file windows (page \
+                     cache, MAP_SHARED files) are still mapped (call drop_file_window_pages \
+                     first)",
+                    table_pages + mapped - used
+                )))
+            }
+            std::cmp::Ordering::Less => {
+                return Err(refuse(format!(
+                    "{used} pages allocated but {table_pages} page-table pages and {mapped} \
+                     mapped pages"
+                )))
+            }
+        }
+        let image = MmImage {
+            mem_size: self.mem.size(),
+            pt_root: self.pt.root().0,
+            table_pages: table_pages as u64,
+            mapped: mapped as u64,
+            mmap_base: self.mmap_base.0,
+            brk_base: self.brk_base.map(|b| b.0),
+            brk: self.brk.0,
+            faults: self.faults,
+            cache_maps: self.cache_maps,
+            cow_copies: self.cow_copies,
+            vmas,
+        };
+        Ok((image, self.alloc.export_bytes()))
+    }
+
+    /// The [`FileId`] of the file of file mapping `v` (`file` is the address of its
+    /// `Arc<File>` or shared object, which `ids` remembers; `stat` gives its metadata), after
+    /// checking that it can be reopened (a path, a linked file; a regular file, for a shared
+    /// mapping, whose bytes are then the file's).
+    fn file_id(
+        v: &Vma,
+        mapping: Mapping,
+        file: *const (),
+        stat: impl FnOnce() -> io::Result<std::fs::Metadata>,
+        ids: &mut HashMap<*const (), FileId>,
+    ) -> Result<FileId, MmError> {
+        let range = format!("{}-{}", v.start, v.end);
+        let Some(path) = v.name.clone() else {
+            return Err(refuse(format!(
+                "{mapping} {range} has no path: its file cannot be reopened"
+            )));
+        };
+        if let Some(id) = ids.get(&file) {
+            return Ok(FileId { path, ..id.clone() });
+        }
+        let meta = stat().map_err(|e| refuse(format!("{path} ({range}): fstat: {e}")))?;
+        if meta.nlink() == 0 {
+            return Err(refuse(format!(
+                "{path} ({range}) was deleted: checkpoints of deleted mapped files are not \
+                 supported yet"
+            )));
+        }
+        if mapping == Mapping::Shared && !meta.file_type().is_file() {
+            return Err(refuse(format!(
+                "{mapping} {range} ({path}) is not of a regular file: checkpoints of shared \
+                 mappings of devices are not supported yet"
+            )));
+        }
+        let id = FileId {
+            path,
+            size: meta.size(),
+            mtime_ns: mtime_ns(&meta),
+        };
+        ids.insert(file, id.clone());
+        Ok(id)
+    }
+
+    /// The address space `image` and `allocator` (from [`export`](Self::export)) describe,
+    /// over `mem`, a fresh guest memory of the same size whose pages above
+    /// [`layout::RESERVED_END`] are (or will be) the checkpoint's, free pages reading zero.
+    /// Guest memory is neither read nor written. File mappings reopen their files through
+    /// `open` (once per [`FileId`]: one `Arc<File>` for a library's segments), which must
+    /// resolve the guest path in the sandbox's root; with `files`, the sandbox's shared space,
+    /// mappings that used the page cache use it again (when the space shares files and the
+    /// file still qualifies; else their pages are copies, as they would be without sharing).
+    /// A `MAP_SHARED` file mapping maps the reopened file's object from `files`
+    /// ([`SharedSpace::file`], as mmap does: one object per inode, shared with the sandbox's
+    /// other mappings of the file). `open` may open read-only: the object reopens the file
+    /// read-write itself when the runtime may.
+    ///
+    /// The allocator counts against no budget: the caller sets the sandbox's with
+    /// `allocator_mut().set_budget(..)`, which charges the pages in use. Nothing awaits the
+    /// PTE-sync stub (a new VM loads CR3 from [`cr3`](Self::cr3)), and no shared window is
+    /// attached: they attach at the first fault in each.
+    ///
+    /// # Errors
+    /// [`MmError::Checkpoint`] with the reason: a memory of another size (or too large for the
+    /// direct map), allocator bytes refused by [`PageAllocator::import_bytes`], a page-table
+    /// root that is not an allocated page, counters that do not balance with the allocator,
+    /// a break or mmap base out of range, VMAs unsorted, overlapping, unaligned or outside the
+    /// user half, bad rights or file offsets, a file `open` fails for, or a file that changed
+    /// since the checkpoint (size or modification time); for a `MAP_SHARED` file mapping:
+    /// no `files`, `PROT_WRITE` without `may_write`, a file whose object cannot be made
+    /// ([`SharedSpace::file`]) or, with `may_write`, cannot be written here.
+    pub fn import(
+        mem: Arc<GuestMemory>,
+        image: &MmImage,
+        allocator: &[u8],
+        open: &mut dyn FnMut(&FileId) -> Result<File, String>,
+        files: Option<&Arc<SharedSpace>>,
+    ) -> Result<MemoryManager, MmError> {
+        if image.mem_size != mem.size() {
+            return Err(refuse(format!(
+                "image of {} bytes of guest memory, the memory has {}",
+                image.mem_size,
+                mem.size()
+            )));
+        }
+        if mem.size() > layout::DIRECT_MAP_SIZE {
+            return Err(refuse(format!(
+                "guest memory of {} bytes is too large for the direct map",
+                mem.size()
+            )));
+        }
+        let alloc = PageAllocator::import_bytes(mem.size(), allocator)
+            .map_err(|e| refuse(e.to_string()))?;
+        let root = Gpa(image.pt_root);
+        if !mem.is_own(root) || alloc.refcount(root).map_or(true, |rc| rc == 0) {
+            return Err(refuse(format!(
+                "page-table root {root} is not an allocated page of guest memory"
+            )));
+        }
+        let table_pages = usize::try_from(image.table_pages).unwrap_or(usize::MAX);
+        let mapped = usize::try_from(image.mapped).unwrap_or(usize::MAX);
+        if table_pages == 0 || table_pages.checked_add(mapped) != Some(alloc.used_pages()) {
+            return Err(refuse(format!(
+                "{} page-table pages and {} mapped pages, but {} pages allocated",
+                image.table_pages,
+                image.mapped,
+                alloc.used_pages()
+            )));
+        }
+        let (mmap_base, brk_base, brk) = check_scalars(image)?;
+        let vmas = check_vmas(&image.vmas)?;
+        let vmas = reopen(vmas, open, files)?;
+        Ok(MemoryManager {
+            pt: PageTables::from_parts(mem.clone(), root, table_pages, mapped),
+            mem,
+            alloc,
+            vmas,
+            mmap_base,
+            brk_base,
+            brk,
+            faults: image.faults,
+            cache_maps: image.cache_maps,
+            cow_copies: image.cow_copies,
+            replaced: false,
+        })
+    }
+
+    /// Unmaps every page of a file mapping whose frame is in a window of a file object (not
+    /// the VM's own memory: a shared window at or above [`platform::SHARED_GPA_BASE`]),
+    /// present or PROT_NONE, keeping the VMAs; returns how many. Those are the page-cache
+    /// pages of private file mappings and every page of `MAP_SHARED` file mappings (pages of
+    /// anonymous shared memory are left: [`export`](Self::export) refuses them). A checkpoint
+    /// calls it before saving, so that no saved entry points into a window a new process
+    /// would not have; the pages fault back from the file, here or after a restore.
+    ///
+    /// As munmap of those pages: the cleared entries await the PTE-sync stub
+    /// ([`take_pte_sync`](Self::take_pte_sync)), and [`take_replaced`](Self::take_replaced)
+    /// reports them, so that the thread that publishes them kicks the others, which may
+    /// still hold the old translations (a sandbox left running after its checkpoint).
+    /// Window pages are not the allocator's: nothing is freed.
+    pub fn drop_file_window_pages(&mut self) -> usize {
+        let ranges: Vec<(Gva, Gva)> = self
+            .vmas
+            .iter()
+            .filter(|v| match &v.kind {
+                VmaKind::Anon => false,
+                VmaKind::File { .. } => true,
+                VmaKind::Shared { object, .. } => object.is_file(),
+            })
+            .map(|v| (v.start, v.end))
+            .collect();
+        let mut dropped = 0;
+        for (start, end) in ranges {
+            for (va, frame, _) in self.pt.frames_in(start, end) {
+                if !self.mem.is_own(frame) && self.pt.unmap(va).is_some() {
+                    dropped += 1;
+                }
+            }
+        }
+        if dropped > 0 {
+            self.replaced = true;
+        }
+        dropped
+    }
+}
+
+/// The mmap base, break base and break of `image`, checked.
+fn check_scalars(image: &MmImage) -> Result<(Gva, Option<Gva>, Gva), MmError> {
+    let mmap_base = Gva(image.mmap_base);
+    if !mmap_base.is_page_aligned() || mmap_base.0 > layout::USER_END.0 - STACK_RESERVE {
+        return Err(refuse(format!("mmap base {mmap_base} out of range")));
+    }
+    let brk = Gva(image.brk);
+    let brk_base = image.brk_base.map(Gva);
+    let ok = match brk_base {
+        None => brk.0 == 0,
+        Some(base) => base <= brk && brk <= layout::USER_END,
+    };
+    if !ok {
+        let base = brk_base.map_or_else(|| "none".to_string(), |b| b.to_string());
+        return Err(refuse(format!(
+            "break {brk} out of range (heap base: {base})"
+        )));
+    }
+    Ok((mmap_base, brk_base, brk))
+}
+
+/// How a file is mapped (for messages and checks).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mapping {
+    /// `MAP_PRIVATE`.
+    Private,
+    /// `MAP_SHARED`.
+    Shared,
+}
+
+impl std::fmt::Display for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mapping::Private => "private file mapping",
+            Mapping::Shared => "MAP_SHARED file mapping",
+        })
+    }
+}
+
+/// The file of a checked VMA, to reopen.
+struct FileRef<'a> {
+    id: &'a FileId,
+    offset: u64,
+    how: Reopen,
+}
+
+/// What a reopened file backs.
+enum Reopen {
+    /// A private mapping, with its clean pages from the page cache or not.
+    Private { page_cache: bool },
+    /// A `MAP_SHARED` mapping, which may be made writable or not.
+    Shared { may_write: bool },
+}
+
+/// `images` checked (sorted, disjoint, page-aligned ranges of the user half; valid rights
+/// and file offsets), as anonymous VMAs and, for file mappings, the file to reopen.
+fn check_vmas(images: &[VmaImage]) -> Result<Vec<(Vma, Option<FileRef<'_>>)>, MmError> {
+    let mut out = Vec::with_capacity(images.len());
+    let mut prev_end = Gva(0);
+    for v in images {
+        let (start, end) = (Gva(v.start), Gva(v.end));
+        let range = format!("VMA {start}-{end}");
+        if !(start < end && start.is_page_aligned() && end.is_page_aligned())
+            || end > layout::USER_END
+        {
+            return Err(refuse(format!(
+                "{range} is not a page-aligned range of the user half"
+            )));
+        }
+        if start < prev_end {
+            return Err(refuse(format!(
+                "{range} overlaps or precedes the VMA ending at {prev_end}"
+            )));
+        }
+        prev_end = end;
+        let prot = Prot::from_bits(u64::from(v.prot))
+            .ok_or_else(|| refuse(format!("{range} has rights {:#x}", v.prot)))?;
+        let (kind, file) = match &v.kind {
+            VmaKindImage::Anon => (VmaKind::Anon, None),
+            VmaKindImage::File {
+                file,
+                offset,
+                page_cache,
+            } => {
+                check_offset(&range, *offset, end.0 - start.0)?;
+                let file = FileRef {
+                    id: file,
+                    offset: *offset,
+                    how: Reopen::Private {
+                        page_cache: *page_cache,
+                    },
+                };
+                (VmaKind::Anon, Some(file))
+            }
+            VmaKindImage::SharedFile {
+                file,
+                offset,
+                may_write,
+            } => {
+                check_offset(&range, *offset, end.0 - start.0)?;
+                if prot.contains(Prot::WRITE) && !may_write {
+                    return Err(refuse(format!(
+                        "{range} is writable, but its MAP_SHARED file may not be written"
+                    )));
+                }
+                let file = FileRef {
+                    id: file,
+                    offset: *offset,
+                    how: Reopen::Shared {
+                        may_write: *may_write,
+                    },
+                };
+                (VmaKind::Anon, Some(file))
+            }
+        };
+        let vma = Vma {
+            start,
+            end,
+            prot,
+            kind,
+            name: v.name.clone(),
+        };
+        out.push((vma, file));
+    }
+    Ok(out)
+}
+
+/// Refuses a file offset that is unaligned or overflows with the VMA's length `len`.
+fn check_offset(range: &str, offset: u64, len: u64) -> Result<(), MmError> {
+    if !offset.is_multiple_of(PAGE_SIZE) || offset.checked_add(len).is_none() {
+        return Err(refuse(format!("{range} has file offset {offset:#x}")));
+    }
+    Ok(())
+}
+
+/// The VMA set of checked `vmas`, their files reopened through `open` (once per file) and
+/// checked against their [`FileId`], with the page cache of `files` where they had one, and
+/// the objects of `files` for `MAP_SHARED` file mappings.
+fn reopen(
+    vmas: Vec<(Vma, Option<FileRef<'_>>)>,
+    open: &mut dyn FnMut(&FileId) -> Result<File, String>,
+    files: Option<&Arc<SharedSpace>>,
+) -> Result<VmaSet, MmError> {
+    let mut opened: HashMap<&FileId, Arc<File>> = HashMap::new();
+    let mut caches: HashMap<&FileId, Option<Arc<SharedObject>>> = HashMap::new();
+    let mut objects: HashMap<&FileId, Arc<SharedObject>> = HashMap::new();
+    let mut set = VmaSet::new();
+    for (mut vma, file) in vmas {
+        if let Some(FileRef { id, offset, how }) = file {
+            let range = format!("{}-{}", vma.start, vma.end);
+            let f = match opened.get(id) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = open(id).map_err(|e| refuse(format!("{}: {e}", id.path)))?;
+                    match id.matches(&f) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            return Err(refuse(format!("{} changed since the checkpoint", id.path)))
+                        }
+                        Err(e) => return Err(refuse(format!("{}: fstat: {e}", id.path))),
+                    }
+                    let f = Arc::new(f);
+                    opened.insert(id, f.clone());
+                    f
+                }
+            };
+            vma.kind = match how {
+                Reopen::Private { page_cache } => {
+                    let cache = if page_cache {
+                        // As the mmap that made it: the file had a read-only object, so it
+                        // qualifies (`exec`) unless sharing is off or the file is on a
+                        // filesystem that is not shared here.
+                        caches
+                            .entry(id)
+                            .or_insert_with(|| files.and_then(|s| s.private_file(&f, true)))
+                            .clone()
+                    } else {
+                        None
+                    };
+                    VmaKind::File {
+                        file: f,
+                        offset,
+                        cache,
+                    }
+                }
+                Reopen::Shared { may_write } => {
+                    let Some(space) = files else {
+                        return Err(refuse(format!(
+                            "MAP_SHARED file mapping {range} ({}): no shared space to map the \
+                             file in",
+                            id.path
+                        )));
+                    };
+                    let object = match objects.get(id) {
+                        Some(o) => o.clone(),
+                        None => {
+                            let o = space.file(&f).map_err(|e| {
+                                refuse(format!("{} ({range}): its shared object: {e}", id.path))
+                            })?;
+                            objects.insert(id, o.clone());
+                            o
+                        }
+                    };
+                    if may_write && !object.is_writable() {
+                        return Err(refuse(format!(
+                            "{} ({range}) is mapped MAP_SHARED read-write, but this runtime \
+                             cannot write it",
+                            id.path
+                        )));
+                    }
+                    VmaKind::Shared {
+                        object,
+                        offset,
+                        may_write,
+                    }
+                }
+            };
+        }
+        set.insert_unmerged(vma)
+            .map_err(|e| refuse(e.to_string()))?;
+    }
+    Ok(set)
+}
+
+#[cfg(test)]
+mod tests;

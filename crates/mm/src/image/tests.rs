@@ -1,0 +1,1069 @@
+use std::path::PathBuf;
+
+use super::*;
+use crate::fault::{Access, FaultError};
+use crate::manager::tests::{anon, mm, MIB};
+use crate::manager::MmapRequest;
+use crate::pagetable::PteFlags;
+
+/// A file of four pages, page i filled with byte i + 1, beside the test binary (not in
+/// /tmp: a tmpfs's files are not shared through the page cache); removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str) -> TempFile {
+        let exe = std::env::current_exe().unwrap();
+        let path = exe
+            .parent()
+            .unwrap()
+            .join(format!("mm-image-{name}-{}", std::process::id()));
+        let data: Vec<u8> = (0..0x4000u32).map(|i| (i / 0x1000) as u8 + 1).collect();
+        std::fs::write(&path, data).unwrap();
+        TempFile(path)
+    }
+
+    fn open(&self) -> Arc<File> {
+        Arc::new(File::open(&self.0).unwrap())
+    }
+
+    fn name(&self) -> String {
+        self.0.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A fixed private mapping of `file` named by its path.
+#[allow(clippy::too_many_arguments)]
+fn map_file(
+    m: &mut MemoryManager,
+    tf: &TempFile,
+    file: Arc<File>,
+    addr: u64,
+    len: u64,
+    offset: u64,
+    prot: Prot,
+    cache: Option<Arc<SharedObject>>,
+) -> Gva {
+    m.mmap(MmapRequest {
+        addr: Gva(addr),
+        len,
+        prot,
+        fixed: true,
+        fixed_noreplace: false,
+        kind: VmaKind::File {
+            file,
+            offset,
+            cache,
+        },
+        name: Some(tf.name()),
+    })
+    .unwrap()
+}
+
+/// A fixed `MAP_SHARED` mapping of `object` (the object of `tf`), named by its path.
+#[allow(clippy::too_many_arguments)]
+fn map_shared(
+    m: &mut MemoryManager,
+    tf: &TempFile,
+    object: Arc<SharedObject>,
+    addr: u64,
+    len: u64,
+    offset: u64,
+    prot: Prot,
+    may_write: bool,
+) -> Gva {
+    m.mmap(MmapRequest {
+        addr: Gva(addr),
+        len,
+        prot,
+        fixed: true,
+        fixed_noreplace: false,
+        kind: VmaKind::Shared {
+            object,
+            offset,
+            may_write,
+        },
+        name: Some(tf.name()),
+    })
+    .unwrap()
+}
+
+/// A fresh memory of `m`'s size holding `m`'s allocated pages, free pages left as holes:
+/// what a restore's pager provides.
+fn restored_memory(m: &MemoryManager) -> Arc<GuestMemory> {
+    let old = m.memory();
+    let mem = Arc::new(GuestMemory::new(old.size()).unwrap());
+    let mut page = vec![0u8; PAGE_SIZE as usize];
+    for gpa in (layout::RESERVED_END.0..old.size()).step_by(PAGE_SIZE as usize) {
+        if !m.allocator().is_free(Gpa(gpa)) {
+            old.read(Gpa(gpa), &mut page).unwrap();
+            mem.write(Gpa(gpa), &page).unwrap();
+        }
+    }
+    mem
+}
+
+fn reopen_path(id: &FileId) -> Result<File, String> {
+    File::open(&id.path).map_err(|e| e.to_string())
+}
+
+/// The VMAs as comparable values (files by device and inode).
+fn vma_list(m: &MemoryManager) -> Vec<(Gva, Gva, Prot, Option<String>, String)> {
+    m.vmas()
+        .map(|v| {
+            let kind = match &v.kind {
+                VmaKind::Anon => "anon".to_string(),
+                VmaKind::File {
+                    file,
+                    offset,
+                    cache,
+                } => {
+                    let meta = file.metadata().unwrap();
+                    format!(
+                        "file {}:{} at {offset:#x}, cache {}",
+                        meta.dev(),
+                        meta.ino(),
+                        cache.is_some()
+                    )
+                }
+                VmaKind::Shared {
+                    object,
+                    offset,
+                    may_write,
+                } => {
+                    let (dev, ino) = object.file_identity().unwrap_or((0, 0));
+                    format!(
+                        "shared {dev}:{ino} (file {}) at {offset:#x}, may write {may_write}",
+                        object.is_file()
+                    )
+                }
+            };
+            (v.start, v.end, v.prot, v.name.clone(), kind)
+        })
+        .collect()
+}
+
+/// Anonymous memory (split by mprotect, a PROT_NONE page keeping its data, a freed dirty
+/// page), a file's text, its data through a second descriptor (written: a private copy)
+/// and an untouched page of it, a heap and a moved mmap base.
+struct Populated {
+    m: MemoryManager,
+    tf: TempFile,
+    anon: Gva,
+    freed_frame: Gpa,
+    untouched: Gva,
+}
+
+fn populated(name: &str) -> Populated {
+    let tf = TempFile::new(name);
+    let mut m = mm(16 * MIB);
+    let a = m.mmap(anon(0x1000_0000, 0x8000, Prot::RW, true)).unwrap();
+    for p in [0u64, 2, 3, 5] {
+        m.copy_out(a.add(p * PAGE_SIZE), &[p as u8 + 0x10; 100])
+            .unwrap();
+    }
+    m.mprotect(a.add(0x2000), 0x1000, Prot::READ).unwrap();
+    m.mprotect(a.add(0x5000), 0x1000, Prot::NONE).unwrap();
+    let text = map_file(
+        &mut m,
+        &tf,
+        tf.open(),
+        0x3000_0000,
+        0x2000,
+        0,
+        Prot::READ | Prot::EXEC,
+        None,
+    );
+    let data = map_file(
+        &mut m,
+        &tf,
+        tf.open(),
+        0x3000_2000,
+        0x1000,
+        0x2000,
+        Prot::RW,
+        None,
+    );
+    let untouched = map_file(
+        &mut m,
+        &tf,
+        tf.open(),
+        0x3100_0000,
+        0x1000,
+        0x3000,
+        Prot::READ,
+        None,
+    );
+    // Adjacent to the untouched page, the same rights and contiguous offsets, through
+    // another descriptor: apart (a reopened file must not merge them).
+    map_file(
+        &mut m,
+        &tf,
+        tf.open(),
+        0x30ff_f000,
+        0x1000,
+        0x2000,
+        Prot::READ,
+        None,
+    );
+    m.handle_fault(text, Access::EXEC).unwrap();
+    m.copy_out(data.add(8), b"private").unwrap();
+    m.set_brk_base(Gva(0x60_0123));
+    assert_eq!(m.brk(Gva(0x60_5000)), Gva(0x60_5000));
+    m.copy_out(Gva(0x60_1000), &[9; 0x100]).unwrap();
+    m.set_mmap_base(Gva(0x7e00_0000_0000));
+    // Last, so that no later allocation reuses the freed page.
+    let junk = m.mmap(anon(0x2000_0000, 0x1000, Prot::RW, true)).unwrap();
+    m.copy_out(junk, &[0xee; 4096]).unwrap();
+    let freed_frame = m.page_tables().entry(junk).unwrap().0;
+    m.munmap(junk, 0x1000).unwrap();
+    assert!(m
+        .allocator()
+        .dirty_free_runs()
+        .any(|(g, _)| g == freed_frame));
+    Populated {
+        m,
+        tf,
+        anon: a,
+        freed_frame,
+        untouched,
+    }
+}
+
+#[test]
+fn export_json_import_round_trip() {
+    let Populated {
+        mut m,
+        tf: _tf,
+        anon: a,
+        freed_frame,
+        untouched,
+    } = populated("round-trip");
+    let (image, bytes) = m.export().unwrap();
+    assert_eq!(image.vmas.len(), m.stats().vma_count);
+    assert_eq!(
+        image.vmas.len(),
+        10,
+        "anon split in 5, four file VMAs, heap"
+    );
+    let json = serde_json::to_string(&image).unwrap();
+    let image2: MmImage = serde_json::from_str(&json).unwrap();
+    assert_eq!(image2, image);
+
+    let mut opened = Vec::new();
+    let mut open = |id: &FileId| {
+        opened.push(id.clone());
+        reopen_path(id)
+    };
+    let mut r =
+        MemoryManager::import(restored_memory(&m), &image2, &bytes, &mut open, None).unwrap();
+    assert_eq!(opened.len(), 1, "one open for the file's four VMAs");
+    assert_eq!(r.stats(), m.stats());
+    assert_eq!(r.cr3(), m.cr3());
+    assert_eq!(r.current_brk(), m.current_brk());
+    assert_eq!(r.mmap_base(), m.mmap_base());
+    assert_eq!(vma_list(&r), vma_list(&m));
+    let files: Vec<&Arc<File>> = r
+        .vmas()
+        .filter_map(|v| match &v.kind {
+            VmaKind::File { file, .. } => Some(file),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(files.len(), 4);
+    assert!(files.iter().all(|f| Arc::ptr_eq(f, files[0])));
+    assert_eq!(
+        r.allocator().free_page_runs().collect::<Vec<_>>(),
+        m.allocator().free_page_runs().collect::<Vec<_>>()
+    );
+    // Every mapped user page: the same frame, entry and bytes.
+    let frames = m.page_tables().frames_in(Gva(0), layout::USER_END);
+    assert_eq!(r.page_tables().frames_in(Gva(0), layout::USER_END), frames);
+    assert!(frames.len() > 10, "{} pages mapped", frames.len());
+    for (va, frame, flags) in &frames {
+        let (mut x, mut y) = (vec![0u8; 4096], vec![0u8; 4096]);
+        m.memory().read(*frame, &mut x).unwrap();
+        r.memory().read(*frame, &mut y).unwrap();
+        assert_eq!(x, y, "page {va}");
+        if flags.contains(PteFlags::PRESENT) {
+            assert_eq!(
+                r.page_tables().translate(*va),
+                m.page_tables().translate(*va)
+            );
+            r.copy_in(*va, &mut y).unwrap();
+            assert_eq!(x, y, "page {va} through the page tables");
+        }
+    }
+    assert!(!r.has_pte_sync() && !r.take_replaced());
+    // Saving the restored space gives the same image.
+    assert_eq!(r.export().unwrap(), (image.clone(), bytes.clone()));
+
+    // It runs on: PROT_NONE kept its bytes, a new page is zero (the freed one, whose old
+    // bytes were left out), an untouched file page is read from the reopened file, the
+    // heap grows.
+    r.mprotect(a.add(0x5000), 0x1000, Prot::RW).unwrap();
+    assert_eq!(r.read_val::<u8>(a.add(0x5000)).unwrap(), 0x15);
+    let n = r.mmap(anon(0x2000_0000, 0x1000, Prot::RW, true)).unwrap();
+    assert_eq!(r.read_val::<u64>(n).unwrap(), 0);
+    assert_eq!(r.page_tables().entry(n).unwrap().0, freed_frame);
+    r.write_val(n, &0x1234u64).unwrap();
+    assert_eq!(r.read_val::<u64>(n).unwrap(), 0x1234);
+    let top = r.mmap(anon(0, 0x3000, Prot::RW, false)).unwrap();
+    assert_eq!(top, Gva(0x7e00_0000_0000 - 0x3000));
+    r.write_val(top.add(0x2000), &5u8).unwrap();
+    assert_eq!(r.read_val::<u8>(top.add(0x2000)).unwrap(), 5);
+    assert_eq!(r.read_val::<u8>(untouched.add(5)).unwrap(), 4);
+    assert_eq!(r.brk(Gva(0x60_8000)), Gva(0x60_8000));
+    r.write_val(Gva(0x60_7000), &7u32).unwrap();
+    assert_eq!(r.read_val::<u32>(Gva(0x60_1000)).unwrap(), 0x0909_0909);
+    // The counter carried on: four faults (the page at 0x20000000, the new top mapping,
+    // the file page, the heap).
+    assert_eq!(r.stats().faults, m.stats().faults + 4);
+    let s = r.stats();
+    assert_eq!(
+        s.total_pages - s.free_pages,
+        s.page_table_pages + s.mapped_pages
+    );
+    // The original is untouched by all this.
+    assert_eq!(
+        m.read_val::<u8>(a.add(0x5000)).unwrap_err(),
+        MmError::Fault(a.add(0x5000))
+    );
+}
+
+/// Sets the host protection of `mem`'s pages above RESERVED_END.
+fn protect(mem: &GuestMemory, prot: i32) {
+    let len = (mem.size() - layout::RESERVED_END.0) as usize;
+    // SAFETY: the range is the part of `mem`'s own mapping above RESERVED_END; changing its
+    // protection affects no Rust object, and the test does not use this memory while it is
+    // inaccessible.
+    let rc = unsafe {
+        libc::mprotect(
+            mem.host_base().add(layout::RESERVED_END.0 as usize).cast(),
+            len,
+            prot,
+        )
+    };
+    assert_eq!(rc, 0);
+}
+
+/// Guest memory is neither read nor written by an export (the memory may be deflated) or
+/// an import (it is not restored yet): with the pages inaccessible to the host, any
+/// access would kill the test.
+#[test]
+fn export_and_import_touch_no_guest_memory() {
+    let p = populated("no-touch");
+    protect(p.m.memory(), libc::PROT_NONE);
+    let exported = p.m.export();
+    protect(p.m.memory(), libc::PROT_READ | libc::PROT_WRITE);
+    let (image, bytes) = exported.unwrap();
+    let mem = Arc::new(GuestMemory::new(16 * MIB).unwrap());
+    protect(&mem, libc::PROT_NONE);
+    let r = MemoryManager::import(mem.clone(), &image, &bytes, &mut reopen_path, None);
+    protect(&mem, libc::PROT_READ | libc::PROT_WRITE);
+    let r = r.unwrap();
+    assert_eq!(r.stats(), p.m.stats());
+}
+
+#[test]
+fn page_cache_pages_are_dropped_for_export_and_come_back_after_import() {
+    let tf = TempFile::new("cache");
+    let space = SharedSpace::new();
+    let mut m = mm(16 * MIB);
+    m.memory().set_registrar(Box::new(|_, _| Ok(())));
+    let file = tf.open();
+    let cache = space.private_file(&file, true);
+    assert!(cache.is_some());
+    let t = map_file(
+        &mut m,
+        &tf,
+        file,
+        0x3000_0000,
+        0x4000,
+        0,
+        Prot::READ | Prot::EXEC,
+        cache,
+    );
+    m.handle_fault(t, Access::READ).unwrap();
+    // Page 1 copied (made writable, written, read-only again): the VM's own frame. Page
+    // 3 PROT_NONE, keeping its page-cache page.
+    m.mprotect(t.add(0x1000), 0x1000, Prot::RW).unwrap();
+    m.copy_out(t.add(0x1000), b"own").unwrap();
+    m.mprotect(t.add(0x1000), 0x1000, Prot::READ | Prot::EXEC)
+        .unwrap();
+    m.mprotect(t.add(0x3000), 0x1000, Prot::NONE).unwrap();
+    let in_windows = |m: &MemoryManager| {
+        m.page_tables()
+            .frames_in(t, t.add(0x4000))
+            .iter()
+            .filter(|(_, f, _)| !m.memory().is_own(*f))
+            .count()
+    };
+    assert_eq!(in_windows(&m), 3);
+    let err = m.export().unwrap_err();
+    assert!(err.to_string().contains("drop_file_window_pages"), "{err}");
+    m.take_pte_sync();
+    assert!(!m.take_replaced());
+    let (mapped, free) = (m.stats().mapped_pages, m.stats().free_pages);
+
+    assert_eq!(m.drop_file_window_pages(), 3);
+    assert_eq!(in_windows(&m), 0);
+    assert_eq!(m.stats().mapped_pages, mapped - 3);
+    assert_eq!(
+        m.stats().free_pages,
+        free,
+        "window pages are not the allocator's"
+    );
+    assert_eq!(m.stats().vma_count, 2);
+    assert!(
+        m.take_replaced(),
+        "the other threads must drop the old entries"
+    );
+    assert_eq!(m.take_pte_sync().len(), 2, "entries 0 and 2-3");
+    assert!(m
+        .memory()
+        .is_own(m.page_tables().entry(t.add(0x1000)).unwrap().0));
+    assert_eq!(m.drop_file_window_pages(), 0);
+    assert!(!m.take_replaced());
+    // Left running: a touch maps the page cache again.
+    assert_eq!(m.read_val::<u8>(t.add(0x2000)).unwrap(), 3);
+    assert!(m
+        .memory()
+        .is_read_only(m.page_tables().translate(t).unwrap().0));
+    assert_eq!(m.drop_file_window_pages(), 2);
+
+    let (image, bytes) = m.export().unwrap();
+    assert!(image.vmas.iter().all(|v| matches!(
+        v.kind,
+        VmaKindImage::File {
+            page_cache: true,
+            ..
+        }
+    )));
+    // Restored where files are shared: page-cache pages again, the copy kept.
+    let mem = restored_memory(&m);
+    mem.set_registrar(Box::new(|_, _| Ok(())));
+    let space2 = SharedSpace::new();
+    let mut r =
+        MemoryManager::import(mem, &image, &bytes, &mut reopen_path, Some(&space2)).unwrap();
+    assert!(r
+        .vmas()
+        .all(|v| matches!(v.kind, VmaKind::File { cache: Some(_), .. })));
+    assert_eq!(r.read_val::<u8>(t.add(0x2000)).unwrap(), 3);
+    assert!(r
+        .memory()
+        .is_read_only(r.page_tables().translate(t.add(0x2000)).unwrap().0));
+    let mut own = [0u8; 3];
+    r.copy_in(t.add(0x1000), &mut own).unwrap();
+    assert_eq!(&own, b"own");
+    // Restored without sharing: the pages are copies.
+    let mut r =
+        MemoryManager::import(restored_memory(&m), &image, &bytes, &mut reopen_path, None)
+            .unwrap();
+    assert!(r
+        .vmas()
+        .all(|v| matches!(v.kind, VmaKind::File { cache: None, .. })));
+    assert_eq!(r.read_val::<u8>(t.add(0x2000)).unwrap(), 3);
+    assert!(r
+        .memory()
+        .is_own(r.page_tables().translate(t.add(0x2000)).unwrap().0));
+}
+
+/// User pages of `m` whose frames are in shared windows.
+fn window_pages(m: &MemoryManager) -> usize {
+    m.page_tables()
+        .frames_in(Gva(0), layout::USER_END)
+        .iter()
+        .filter(|(_, f, _)| !m.memory().is_own(*f))
+        .count()
+}
+
+/// A read-only `MAP_SHARED` file mapping (glibc's gconv-modules.cache) and a writable
+/// one (a `/dev/shm` segment), faulted in and written: their window pages are dropped,
+/// they are saved as their files, and the imported manager maps the files again, whose
+/// current bytes its faults show.
+#[test]
+fn shared_file_mappings_are_saved_as_their_files() {
+    let ro = TempFile::new("shared-ro");
+    let rw = TempFile::new("shared-rw");
+    let space = SharedSpace::new();
+    let mut m = mm(16 * MIB);
+    m.memory().set_registrar(Box::new(|_, _| Ok(())));
+    let ro_object = space.file(&ro.open()).unwrap();
+    let r_at = map_shared(
+        &mut m,
+        &ro,
+        ro_object,
+        0x4000_0000,
+        0x3000,
+        0x1000,
+        Prot::READ,
+        false,
+    );
+    let rw_object = space.file(&rw.open()).unwrap();
+    assert!(rw_object.is_file() && rw_object.is_writable());
+    let w_at = map_shared(
+        &mut m,
+        &rw,
+        rw_object,
+        0x4100_0000,
+        0x4000,
+        0,
+        Prot::RW,
+        true,
+    );
+    let a = m.mmap(anon(0x1000_0000, 0x1000, Prot::RW, true)).unwrap();
+    m.write_val(a, &0xabcd_u32).unwrap();
+
+    // Faulted in (fault-around maps each whole VMA): the file's bytes at the offsets.
+    assert_eq!(m.read_val::<u8>(r_at).unwrap(), 2);
+    assert_eq!(m.read_val::<u8>(r_at.add(0x2000)).unwrap(), 4);
+    m.copy_out(w_at.add(0x1008), b"through the mapping")
+        .unwrap();
+    assert_eq!(
+        &std::fs::read(&rw.0).unwrap()[0x1008..0x1008 + 19],
+        b"through the mapping",
+        "the file holds what was written through its shared mapping"
+    );
+    // The last page PROT_NONE, keeping its window page.
+    m.mprotect(w_at.add(0x3000), 0x1000, Prot::NONE).unwrap();
+    assert_eq!(window_pages(&m), 7);
+
+    // Still mapped: refused, by counting.
+    let err = m.export().unwrap_err().to_string();
+    assert!(
+        err.contains("7 mapped pages are not the allocator's")
+            && err.contains("drop_file_window_pages"),
+        "{err}"
+    );
+    m.take_pte_sync();
+    assert!(!m.take_replaced());
+    let before = m.stats();
+    assert_eq!(m.drop_file_window_pages(), 7);
+    assert_eq!(window_pages(&m), 0);
+    assert_eq!(m.stats().mapped_pages, before.mapped_pages - 7);
+    assert_eq!(
+        m.stats().free_pages,
+        before.free_pages,
+        "window pages are not the allocator's"
+    );
+    assert_eq!(m.stats().vma_count, before.vma_count);
+    assert!(
+        m.take_replaced(),
+        "the other threads must drop the old entries"
+    );
+    assert!(m.has_pte_sync());
+    assert!(m.page_tables().entry(a).is_some(), "own pages stay");
+    assert!(m.page_tables().entry(w_at.add(0x3000)).is_none());
+    assert_eq!(m.drop_file_window_pages(), 0);
+
+    let (image, bytes) = m.export().unwrap();
+    let ro_id = FileId::of_file(ro.name(), &File::open(&ro.0).unwrap()).unwrap();
+    let rw_id = FileId::of_file(rw.name(), &File::open(&rw.0).unwrap()).unwrap();
+    let shared: Vec<(u64, u64, u32, VmaKindImage)> = image
+        .vmas
+        .iter()
+        .filter(|v| !matches!(v.kind, VmaKindImage::Anon))
+        .map(|v| (v.start, v.end, v.prot, v.kind.clone()))
+        .collect();
+    let kind = |file: &FileId, offset, may_write| VmaKindImage::SharedFile {
+        file: file.clone(),
+        offset,
+        may_write,
+    };
+    let (read, rw_bits) = (Prot::READ.bits() as u32, Prot::RW.bits() as u32);
+    assert_eq!(
+        shared,
+        vec![
+            (0x4000_0000, 0x4000_3000, read, kind(&ro_id, 0x1000, false)),
+            (0x4100_0000, 0x4100_3000, rw_bits, kind(&rw_id, 0, true)),
+            (0x4100_3000, 0x4100_4000, 0, kind(&rw_id, 0x3000, true)),
+        ]
+    );
+    assert_eq!(rw_id.size, 0x4000);
+    let json = serde_json::to_string(&image).unwrap();
+    assert!(json.contains("\"SharedFile\""), "{json}");
+    let image: MmImage = serde_json::from_str(&json).unwrap();
+    let mut value = serde_json::to_value(&image).unwrap();
+    value["vmas"][1]["kind"]["SharedFile"]["extra"] = 1.into();
+    assert!(serde_json::from_value::<MmImage>(value).is_err());
+
+    // Between the checkpoint and the restore the file changes in place, keeping its size
+    // and modification time: the restored mapping shows the file, not a saved copy.
+    let f = std::fs::OpenOptions::new().write(true).open(&ro.0).unwrap();
+    std::os::unix::fs::FileExt::write_at(&f, b"current", 0x2010).unwrap();
+    let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ro_id.mtime_ns as u64);
+    f.set_modified(mtime).unwrap();
+    assert!(ro_id.matches(&File::open(&ro.0).unwrap()).unwrap());
+
+    let import = |files: Option<&Arc<SharedSpace>>, image: &MmImage| {
+        let mem = restored_memory(&m);
+        mem.set_registrar(Box::new(|_, _| Ok(())));
+        MemoryManager::import(mem, image, &bytes, &mut reopen_path, files)
+    };
+    // Refused: no shared space; a writable VMA that may not write.
+    let err = refused(import(None, &image)).to_string();
+    assert!(
+        err.contains("MAP_SHARED file mapping 0x40000000-0x40003000")
+            && err.contains("no shared space"),
+        "{err}"
+    );
+    let mut bad = image.clone();
+    if let VmaKindImage::SharedFile { may_write, .. } = &mut bad.vmas[2].kind {
+        *may_write = false;
+    }
+    let err = refused(import(Some(&SharedSpace::new()), &bad)).to_string();
+    assert!(err.contains("may not be written"), "{err}");
+    bad.vmas[2].prot = Prot::READ.bits() as u32;
+    assert!(import(Some(&SharedSpace::new()), &bad).is_ok());
+    // A file the runtime cannot write (a read-only sysfs attribute, which not even root
+    // may open for writing): refused when mapped read-write, restored read-only else.
+    let ro_attr = "/sys/devices/system/cpu/online";
+    let writable = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(ro_attr)
+        .is_ok();
+    match File::open(ro_attr) {
+        Ok(f) if !writable => {
+            let id = FileId::of_file(ro_attr.into(), &f).unwrap();
+            let mut other = image.clone();
+            for v in &mut other.vmas[2..] {
+                v.name = Some(ro_attr.into());
+                if let VmaKindImage::SharedFile { file, .. } = &mut v.kind {
+                    *file = id.clone();
+                }
+            }
+            let err = refused(import(Some(&SharedSpace::new()), &other)).to_string();
+            assert!(
+                err.contains(&format!(
+                    "{ro_attr} (0x41000000-0x41003000) is mapped MAP_SHARED read-write, but \
+                     this runtime cannot write it"
+                )),
+                "{err}"
+            );
+            for v in &mut other.vmas[2..] {
+                v.prot = Prot::READ.bits() as u32;
+                if let VmaKindImage::SharedFile { may_write, .. } = &mut v.kind {
+                    *may_write = false;
+                }
+            }
+            let r = import(Some(&SharedSpace::new()), &other).unwrap();
+            assert!(r.vmas().any(|v| matches!(
+                &v.kind,
+                VmaKind::Shared { object, may_write: false, .. } if !object.is_writable()
+            )));
+        }
+        _ => eprintln!("{ro_attr}: absent or writable here, not tested"),
+    }
+
+    // Restored in a new sandbox (a new shared space).
+    let space2 = SharedSpace::new();
+    let mut opened = Vec::new();
+    let mut open = |id: &FileId| {
+        opened.push(id.path.clone());
+        reopen_path(id)
+    };
+    let mem = restored_memory(&m);
+    mem.set_registrar(Box::new(|_, _| Ok(())));
+    let mut r = MemoryManager::import(mem, &image, &bytes, &mut open, Some(&space2)).unwrap();
+    assert_eq!(opened, vec![ro.name(), rw.name()], "once per file");
+    assert_eq!(r.stats(), m.stats());
+    assert_eq!(vma_list(&r), vma_list(&m));
+    let objects: Vec<Arc<SharedObject>> = r
+        .vmas()
+        .filter_map(|v| match &v.kind {
+            VmaKind::Shared { object, .. } => Some(object.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(objects.len(), 3);
+    assert!(Arc::ptr_eq(&objects[1], &objects[2]), "one object per file");
+    assert!(Arc::ptr_eq(&objects[1], &space2.file(&rw.open()).unwrap()));
+    assert!(objects[1].is_writable());
+    assert!(
+        r.memory().windows().is_empty(),
+        "windows attach at the first fault"
+    );
+    assert_eq!(window_pages(&r), 0);
+
+    // Faults map the files' pages, at the VMAs' offsets.
+    assert_eq!(r.read_val::<u8>(r_at).unwrap(), 2);
+    let mut cur = [0u8; 7];
+    r.copy_in(r_at.add(0x1010), &mut cur).unwrap();
+    assert_eq!(&cur, b"current");
+    assert_eq!(r.read_val::<u8>(r_at.add(0x1000)).unwrap(), 3);
+    let (frame, _) = r.page_tables().translate(r_at).unwrap();
+    assert!(r.memory().is_shared(frame) && !r.memory().is_own(frame));
+    assert_eq!(
+        r.handle_fault(r_at, Access::WRITE),
+        Err(FaultError::AccessDenied)
+    );
+    let mut back = [0u8; 19];
+    r.copy_in(w_at.add(0x1008), &mut back).unwrap();
+    assert_eq!(&back, b"through the mapping");
+    assert_eq!(r.read_val::<u8>(w_at).unwrap(), 1);
+    // Written through the restored mapping: in the file, and seen by the checkpointed
+    // process (left running, its pages fault back): one file, shared.
+    r.copy_out(w_at.add(0x2000), b"after the restore").unwrap();
+    assert_eq!(
+        &std::fs::read(&rw.0).unwrap()[0x2000..0x2000 + 17],
+        b"after the restore"
+    );
+    let mut seen = [0u8; 17];
+    m.copy_in(w_at.add(0x2000), &mut seen).unwrap();
+    assert_eq!(&seen, b"after the restore");
+    // PROT_NONE stayed so; the page is the file's.
+    assert!(r.read_val::<u8>(w_at.add(0x3000)).is_err());
+    r.mprotect(w_at.add(0x3000), 0x1000, Prot::READ).unwrap();
+    assert_eq!(r.read_val::<u8>(w_at.add(0x3000)).unwrap(), 4);
+    assert_eq!(r.read_val::<u32>(a).unwrap(), 0xabcd);
+    let s = r.stats();
+    assert_eq!(
+        s.total_pages - s.free_pages,
+        s.page_table_pages + s.mapped_pages - window_pages(&r)
+    );
+    drop(r);
+
+    // Refused: a file changed since (here, the size).
+    let f = std::fs::OpenOptions::new().write(true).open(&rw.0).unwrap();
+    f.set_len(0x5000).unwrap();
+    let mem = restored_memory(&m);
+    let err = refused(MemoryManager::import(
+        mem,
+        &image,
+        &bytes,
+        &mut reopen_path,
+        Some(&SharedSpace::new()),
+    ))
+    .to_string();
+    assert!(
+        err.contains(&format!("{} changed since the checkpoint", rw.name())),
+        "{err}"
+    );
+}
+
+#[test]
+fn shared_nameless_and_deleted_mappings_are_refused_at_export() {
+    let space = SharedSpace::new();
+    let mut m = mm(16 * MIB);
+    m.memory().set_registrar(Box::new(|_, _| Ok(())));
+    let object = space.anonymous(0x2000, "anon").unwrap();
+    m.mmap(MmapRequest {
+        addr: Gva(0x5000_0000),
+        len: 0x2000,
+        prot: Prot::RW,
+        fixed: true,
+        fixed_noreplace: false,
+        kind: VmaKind::Shared {
+            object,
+            offset: 0,
+            may_write: true,
+        },
+        name: Some("/dev/shm/x".into()),
+    })
+    .unwrap();
+    // Faulted in: its window pages are not dropped (they are in no file), and the
+    // refusal names the mapping rather than the pages.
+    m.write_val(Gva(0x5000_0000), &1u8).unwrap();
+    assert_eq!(m.drop_file_window_pages(), 0);
+    assert_eq!(window_pages(&m), 2);
+    let err = m.export().unwrap_err().to_string();
+    assert!(
+        err.contains("MAP_SHARED mapping 0x50000000-0x50002000 (/dev/shm/x)")
+            && err.contains("anonymous shared memory")
+            && err.contains("not supported yet"),
+        "{err}"
+    );
+    m.munmap(Gva(0x5000_0000), 0x2000).unwrap();
+    assert!(m.export().is_ok());
+    // A System V segment (shmat): the same.
+    m.mmap(MmapRequest {
+        addr: Gva(0x5000_0000),
+        len: 0x1000,
+        prot: Prot::READ,
+        fixed: true,
+        fixed_noreplace: false,
+        kind: VmaKind::Shared {
+            object: space.anonymous(0x1000, "sysv").unwrap(),
+            offset: 0,
+            may_write: true,
+        },
+        name: None,
+    })
+    .unwrap();
+    let err = m.export().unwrap_err().to_string();
+    assert!(
+        err.contains("MAP_SHARED mapping 0x50000000-0x50001000 (anonymous)")
+            && err.contains("anonymous shared memory"),
+        "{err}"
+    );
+    m.munmap(Gva(0x5000_0000), 0x1000).unwrap();
+    assert!(m.export().is_ok());
+
+    let tf = TempFile::new("nameless");
+    m.mmap(MmapRequest {
+        addr: Gva(0x3000_0000),
+        len: 0x1000,
+        prot: Prot::READ,
+        fixed: true,
+        fixed_noreplace: false,
+        kind: VmaKind::File {
+            file: tf.open(),
+            offset: 0,
+            cache: None,
+        },
+        name: None,
+    })
+    .unwrap();
+    let err = m.export().unwrap_err().to_string();
+    assert!(err.contains("0x30000000-0x30001000 has no path"), "{err}");
+    m.munmap(Gva(0x3000_0000), 0x1000).unwrap();
+
+    map_file(
+        &mut m,
+        &tf,
+        tf.open(),
+        0x3000_0000,
+        0x1000,
+        0,
+        Prot::READ,
+        None,
+    );
+    assert!(m.export().is_ok());
+    std::fs::remove_file(&tf.0).unwrap();
+    let err = m.export().unwrap_err().to_string();
+    assert!(err.contains("was deleted"), "{err}");
+}
+
+/// A `MAP_SHARED` mapping of a file is refused when the file cannot be reopened (no
+/// path, deleted) or its bytes are not in a file (a device).
+#[test]
+fn shared_file_mappings_without_a_file_are_refused_at_export() {
+    let space = SharedSpace::new();
+    let mut m = mm(16 * MIB);
+    let tf = TempFile::new("shared-refused");
+    let shared = |object: Arc<SharedObject>, name: Option<String>| MmapRequest {
+        addr: Gva(0x5000_0000),
+        len: 0x1000,
+        prot: Prot::READ,
+        fixed: true,
+        fixed_noreplace: false,
+        kind: VmaKind::Shared {
+            object,
+            offset: 0,
+            may_write: false,
+        },
+        name,
+    };
+    let object = space.file(&tf.open()).unwrap();
+    m.mmap(shared(object.clone(), None)).unwrap();
+    let err = m.export().unwrap_err().to_string();
+    assert!(
+        err.contains("MAP_SHARED file mapping 0x50000000-0x50001000 has no path"),
+        "{err}"
+    );
+    m.mmap(shared(object, Some(tf.name()))).unwrap();
+    assert!(m.export().is_ok());
+    std::fs::remove_file(&tf.0).unwrap();
+    let err = m.export().unwrap_err().to_string();
+    assert!(
+        err.contains(&format!(
+            "{} (0x50000000-0x50001000) was deleted",
+            tf.name()
+        )),
+        "{err}"
+    );
+    let zero = File::open("/dev/zero").unwrap();
+    m.mmap(shared(space.file(&zero).unwrap(), Some("/dev/zero".into())))
+        .unwrap();
+    let err = m.export().unwrap_err().to_string();
+    assert!(
+        err.contains("0x50000000-0x50001000 (/dev/zero) is not of a regular file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn changed_or_missing_files_are_refused_at_import() {
+    let p = populated("changed");
+    let (image, bytes) = p.m.export().unwrap();
+    let import = |open: &mut dyn FnMut(&FileId) -> Result<File, String>| {
+        MemoryManager::import(restored_memory(&p.m), &image, &bytes, open, None)
+    };
+    assert!(import(&mut reopen_path).is_ok());
+    let err = refused(import(&mut |_| Err("no such file".into())));
+    assert!(err.to_string().contains("no such file"), "{err}");
+    // The same size, another modification time.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p.tf.0)
+        .unwrap();
+    let mtime = f.metadata().unwrap().modified().unwrap();
+    f.set_modified(mtime + std::time::Duration::from_secs(1))
+        .unwrap();
+    let err = refused(import(&mut reopen_path));
+    assert!(
+        err.to_string()
+            .contains(&format!("{} changed since the checkpoint", p.tf.name())),
+        "{err}"
+    );
+    f.set_modified(mtime).unwrap();
+    assert!(import(&mut reopen_path).is_ok());
+    // Another size, the same modification time.
+    f.set_len(0x5000).unwrap();
+    f.set_modified(mtime).unwrap();
+    let err = refused(import(&mut reopen_path));
+    assert!(
+        err.to_string().contains("changed since the checkpoint"),
+        "{err}"
+    );
+}
+
+#[test]
+fn corrupt_images_are_refused() {
+    let p = populated("corrupt");
+    let (good, bytes) = p.m.export().unwrap();
+    let import = |image: &MmImage, bytes: &[u8]| {
+        MemoryManager::import(
+            Arc::new(GuestMemory::new(16 * MIB).unwrap()),
+            image,
+            bytes,
+            &mut reopen_path,
+            None,
+        )
+    };
+    assert!(import(&good, &bytes).is_ok());
+    let cases: Vec<(&str, Edit)> = vec![
+        (
+            "overlapping VMAs",
+            Box::new(|i| i.vmas[1].start = i.vmas[0].end - PAGE_SIZE),
+        ),
+        ("unsorted VMAs", Box::new(|i| i.vmas.swap(0, 1))),
+        ("empty VMA", Box::new(|i| i.vmas[0].end = i.vmas[0].start)),
+        ("unaligned VMA", Box::new(|i| i.vmas[0].start += 8)),
+        (
+            "VMA past the user half",
+            Box::new(|i| {
+                let last = i.vmas.len() - 1;
+                i.vmas[last].end = layout::USER_END.0 + PAGE_SIZE;
+            }),
+        ),
+        ("bad rights", Box::new(|i| i.vmas[0].prot = 8)),
+        ("unaligned file offset", Box::new(|i| set_offset(i, 0x800))),
+        (
+            "overflowing file offset",
+            Box::new(|i| set_offset(i, !0xfff)),
+        ),
+        ("root unaligned", Box::new(|i| i.pt_root += 8)),
+        ("root outside memory", Box::new(|i| i.pt_root = 16 * MIB)),
+        (
+            "root in the reserved region",
+            Box::new(|i| i.pt_root = 0x1000),
+        ),
+        ("root on a free page", Box::new(|i| i.pt_root = 15 * MIB)),
+        ("memory size", Box::new(|i| i.mem_size = 32 * MIB)),
+        ("table pages", Box::new(|i| i.table_pages += 1)),
+        ("mapped pages", Box::new(|i| i.mapped -= 1)),
+        (
+            "no table pages",
+            Box::new(|i| {
+                i.mapped += i.table_pages;
+                i.table_pages = 0;
+            }),
+        ),
+        ("huge counters", Box::new(|i| i.table_pages = u64::MAX)),
+        (
+            "break below its base",
+            Box::new(|i| i.brk = i.brk_base.unwrap() - 1),
+        ),
+        (
+            "break past the user half",
+            Box::new(|i| i.brk = layout::USER_END.0 + 1),
+        ),
+        ("break without a base", Box::new(|i| i.brk_base = None)),
+        ("unaligned mmap base", Box::new(|i| i.mmap_base += 1)),
+        (
+            "mmap base in the stack reserve",
+            Box::new(|i| i.mmap_base = layout::USER_END.0),
+        ),
+    ];
+    for (what, edit) in cases {
+        let mut image = good.clone();
+        edit(&mut image);
+        match import(&image, &bytes) {
+            Err(MmError::Checkpoint(why)) => eprintln!("{what}: {why}"),
+            Err(e) => panic!("{what}: {e}"),
+            Ok(_) => panic!("{what} was accepted"),
+        }
+    }
+    // Allocator bytes truncated, extended, corrupted, or another process's.
+    let mut longer = bytes.clone();
+    longer.push(0);
+    let mut flipped = bytes.clone();
+    flipped[40] ^= 1;
+    let other = mm(16 * MIB).export().unwrap().1;
+    for (what, b) in [
+        ("truncated", &bytes[..bytes.len() - 1]),
+        ("empty", &[][..]),
+        ("extended", &longer[..]),
+        ("corrupted", &flipped[..]),
+        ("another address space's", &other[..]),
+    ] {
+        assert!(
+            matches!(import(&good, b), Err(MmError::Checkpoint(_))),
+            "{what} allocator bytes accepted"
+        );
+    }
+}
+
+/// A change made to a good image.
+type Edit = Box<dyn Fn(&mut MmImage)>;
+
+/// The error of a refused import.
+fn refused(r: Result<MemoryManager, MmError>) -> MmError {
+    match r {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e,
+    }
+}
+
+fn set_offset(image: &mut MmImage, to: u64) {
+    let v = image
+        .vmas
+        .iter_mut()
+        .find(|v| matches!(v.kind, VmaKindImage::File { .. }))
+        .unwrap();
+    if let VmaKindImage::File { offset, .. } = &mut v.kind {
+        *offset = to;
+    }
+}
+
+#[test]
+fn unknown_fields_are_refused() {
+    let p = populated("fields");
+    let (image, _) = p.m.export().unwrap();
+    let json = serde_json::to_value(&image).unwrap();
+    let mut top = json.clone();
+    top["extra"] = 1.into();
+    let mut vma = json.clone();
+    vma["vmas"][0]["extra"] = 1.into();
+    let mut file = json.clone();
+    let i = image
+        .vmas
+        .iter()
+        .position(|v| matches!(v.kind, VmaKindImage::File { .. }))
+        .unwrap();
+    file["vmas"][i]["kind"]["File"]["extra"] = 1.into();
+    let mut id = json.clone();
+    id["vmas"][i]["kind"]["File"]["file"]["extra"] = 1.into();
+    assert!(serde_json::from_value::<MmImage>(json).is_ok());
+    for bad in [top, vma, file, id] {
+        assert!(serde_json::from_value::<MmImage>(bad).is_err());
+    }
+}
