@@ -463,8 +463,7 @@ fn page_cache_pages_are_dropped_for_export_and_come_back_after_import() {
     assert_eq!(&own, b"own");
     // Restored without sharing: the pages are copies.
     let mut r =
-        MemoryManager::import(restored_memory(&m), &image, &bytes, &mut reopen_path, None)
-            .unwrap();
+        MemoryManager::import(restored_memory(&m), &image, &bytes, &mut reopen_path, None).unwrap();
     assert!(r
         .vmas()
         .all(|v| matches!(v.kind, VmaKind::File { cache: None, .. })));

@@ -445,8 +445,7 @@ fn random_operations_keep_the_books_balanced() {
     m.set_brk_base(Gva(region + 40 * PAGE_SIZE + 0x10));
     let (mut max_mapped, mut max_vmas) = (0, 0);
     for _ in 0..3000 {
-        let addr =
-            Gva(region + (next() % 64) * PAGE_SIZE + if next() % 16 == 0 { 1 } else { 0 });
+        let addr = Gva(region + (next() % 64) * PAGE_SIZE + if next() % 16 == 0 { 1 } else { 0 });
         let len = (next() % 12) * PAGE_SIZE + if next() % 8 == 0 { 7 } else { 0 };
         let prot = Prot::from_bits(next() % 8).unwrap();
         match next() % 9 {

@@ -97,8 +97,7 @@ fn msg_flags_and_options() {
 
 #[test]
 fn unix_socket_args() {
-    let s =
-        parse_socket_args(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0).unwrap();
+    let s = parse_socket_args(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0).unwrap();
     assert_eq!(
         (s.family, s.kind, s.cloexec),
         (libc::AF_UNIX, libc::SOCK_SEQPACKET, true)
