@@ -9,9 +9,6 @@ use super::CheckpointError;
 use crate::task::captured::{Captured, SIGINFO_SIZE};
 use crate::task::{AltStack, Credentials, SigInfo, SignalState, Task};
 
-/// Size of a `siginfo_t`.
-const SIGINFO: usize = SIGINFO_SIZE;
-
 /// A parked thread's state (taken by [`Task::capture`] on its own host thread) as the
 /// checkpoint stores it: its bulk bytes (XSAVE area, pending signals) put into `blobs`.
 pub fn into_state(c: Captured, blobs: &mut BlobWriter) -> TaskState {
@@ -110,13 +107,13 @@ pub fn import(task: &mut Task, state: &TaskState, blobs: &Blobs) -> Result<(), C
     let pending = blobs
         .get(state.pending)
         .map_err(|e| bad(format!("pending signals: {e}")))?;
-    if pending.len() % SIGINFO != 0 {
+    if pending.len() % SIGINFO_SIZE != 0 {
         return Err(bad("pending signals of a partial siginfo".into()));
     }
     let infos = pending
-        .chunks_exact(SIGINFO)
+        .chunks_exact(SIGINFO_SIZE)
         .map(|c| {
-            let mut b = [0u8; SIGINFO];
+            let mut b = [0u8; SIGINFO_SIZE];
             b.copy_from_slice(c);
             SigInfo(b)
         })

@@ -274,21 +274,14 @@ impl Sandbox {
                 .into_iter()
                 .map(|(pid, g)| {
                     let id = g.identity();
-                    let args: Vec<String> = id
-                        .cmdline
-                        .split(|&b| b == 0)
-                        .filter(|a| !a.is_empty())
-                        .map(|a| String::from_utf8_lossy(a).into_owned())
-                        .collect();
-                    let comm = id.comm.split(|&b| b == 0).next().unwrap_or(&[]);
                     ProcessInfo {
                         pid,
                         ppid: procs.parent_of(pid),
                         uid: id.creds.uid,
                         threads: g.live(),
                         cpu_ms: g.cpu_time().as_millis() as u64,
-                        comm: String::from_utf8_lossy(comm).into_owned(),
-                        args,
+                        comm: id.name(),
+                        args: id.args(),
                     }
                 })
                 .collect();

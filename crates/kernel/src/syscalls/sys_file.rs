@@ -9,6 +9,7 @@ use abi::Errno;
 use super::{SysResult, SyscallArgs};
 use crate::fd::{FileKind, OpenFile};
 use crate::fs;
+use crate::fs::procfs::GeneratedDir;
 use crate::task::Task;
 
 /// `AT_FDCWD`.
@@ -60,39 +61,28 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     if guest == b"/dev/ptmx" || guest == b"/dev/pts/ptmx" {
         return open_ptmx(t, flags);
     }
-    if let Some((pid, fd_dir)) = crate::fs::procfs::process_dir(&guest, t) {
+    // `/proc`, `/proc/PID` and `/proc/PID/fd`: listed by `sys_getdents64`, whether or not
+    // the root has a `/proc` directory.
+    if let Some(dir) = GeneratedDir::of(&guest, t) {
         if flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(Errno::EISDIR);
         }
         // Another process's descriptors: its owner's (mode 0500), or CAP_DAC_OVERRIDE's.
-        if fd_dir && pid != t.pid {
-            let owner = t
-                .group
-                .procs
-                .group_of(pid)
-                .map_or((0, 0), |g| g.identity().creds.proc_owner());
-            let dac = crate::creds::cap::DAC_OVERRIDE;
-            if t.creds.fsuid != owner.0 && !t.creds.capable(dac) {
-                return Err(Errno::EACCES);
+        if let GeneratedDir::Fds(pid) = dir {
+            if pid != t.pid {
+                let owner = t
+                    .group
+                    .procs
+                    .group_of(pid)
+                    .map_or((0, 0), |g| g.identity().creds.proc_owner());
+                let dac = crate::creds::cap::DAC_OVERRIDE;
+                if t.creds.fsuid != owner.0 && !t.creds.capable(dac) {
+                    return Err(Errno::EACCES);
+                }
             }
         }
         let fd = process_dir_backing(t)?;
-        let path = crate::fs::procfs::process_dir_path(pid, fd_dir);
-        let file = Arc::new(OpenFile::new(fd, FileKind::Directory, Some(path)));
-        return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
-    }
-    if crate::fs::procfs::is_root(&guest) {
-        // `/proc`, listed from the sandbox's processes (`sys_getdents64`), whether or not the
-        // root has a `/proc` directory.
-        if flags & libc::O_ACCMODE != libc::O_RDONLY {
-            return Err(Errno::EISDIR);
-        }
-        let fd = process_dir_backing(t)?;
-        let file = Arc::new(OpenFile::new(
-            fd,
-            FileKind::Directory,
-            Some(b"/proc".to_vec()),
-        ));
+        let file = Arc::new(OpenFile::new(fd, FileKind::Directory, Some(dir.path())));
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
     if let Some(r) = crate::fs::procfs::open(t, &guest) {
@@ -194,7 +184,7 @@ fn refuse_running(t: &Task, key: crate::fd::locks::FileKey) -> Result<(), Errno>
     Ok(())
 }
 
-/// The host directory behind a generated process directory (`/proc/PID`, `/proc/PID/fd`):
+/// The host directory behind a generated directory (`/proc`, `/proc/PID`, `/proc/PID/fd`):
 /// the root's own `/proc` (an empty mount point in an image), else the root. Its entries are
 /// never read (`sys_getdents64` lists the generated ones, its file position counting them);
 /// `*at` calls on it resolve through the guest path.

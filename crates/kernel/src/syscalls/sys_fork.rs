@@ -320,8 +320,8 @@ fn pidfd_target(t: &Task, fd: i32, proc_dir: bool) -> Result<i32, Errno> {
     match (&f.kind, &f.path) {
         (crate::fd::FileKind::Pidfd(pid), _) => Ok(*pid),
         (crate::fd::FileKind::Directory, Some(p)) if proc_dir => {
-            match crate::fs::procfs::process_dir(p, t) {
-                Some((pid, false)) => Ok(pid),
+            match crate::fs::procfs::GeneratedDir::of(p, t) {
+                Some(crate::fs::procfs::GeneratedDir::Process(pid)) => Ok(pid),
                 None if p.starts_with(b"/proc/") && p[6..].iter().all(u8::is_ascii_digit) => {
                     Err(Errno::ESRCH)
                 }

@@ -32,14 +32,8 @@ pub fn sys_getcwd(t: &mut Task, a: &SyscallArgs) -> SysResult {
 fn change_dir(t: &mut Task, guest: &[u8]) -> SysResult {
     // A generated directory (`/proc`, `/proc/PID`): the path is the directory, whether or not
     // the root has a `/proc` (`top` works from there).
-    let generated = if crate::fs::procfs::is_root(guest) {
-        Some(b"/proc".to_vec())
-    } else {
-        crate::fs::procfs::process_dir(guest, t)
-            .map(|(pid, fd_dir)| crate::fs::procfs::process_dir_path(pid, fd_dir))
-    };
-    if let Some(dir) = generated {
-        t.fs.set_cwd(dir);
+    if let Some(dir) = crate::fs::procfs::GeneratedDir::of(guest, t) {
+        t.fs.set_cwd(dir.path());
         return Ok(0);
     }
     let fd = t.root.open_at(guest, libc::O_PATH | libc::O_DIRECTORY, 0)?;
@@ -372,16 +366,12 @@ pub fn sys_getdents64(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::ENOTDIR);
     }
     let len = (a.u(2) as usize).min(1 << 20);
-    if f.path.as_deref().is_some_and(crate::fs::procfs::is_root) {
-        let entries = crate::fs::procfs::root_entries(t);
-        return generated_dirents(t, &f, &entries, a.gva(1), len);
-    }
-    if let Some((pid, fd_dir)) = f
+    if let Some(dir) = f
         .path
         .as_deref()
-        .and_then(|p| crate::fs::procfs::process_dir(p, t))
+        .and_then(|p| crate::fs::procfs::GeneratedDir::of(p, t))
     {
-        let entries = crate::fs::procfs::dir_entries(t, pid, fd_dir).ok_or(Errno::ENOENT)?;
+        let entries = dir.entries(t).ok_or(Errno::ENOENT)?;
         return generated_dirents(t, &f, &entries, a.gva(1), len);
     }
     let mut buf = vec![0u8; len];

@@ -163,18 +163,13 @@ pub fn sys_sysinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let page = platform::PAGE_SIZE;
     let total = stats.total_pages as u64 * page;
     let free = stats.free_pages as u64 * page;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock id and output buffer.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    let uptime = crate::task::cputime::boot_time();
     // struct sysinfo: uptime, loads[3], totalram, freeram, sharedram, bufferram, totalswap,
     // freeswap (longs), procs (u16 + pad), totalhigh, freehigh (longs), mem_unit (u32), pad.
     let mut out = vec![0u8; 112];
     let put =
         |out: &mut Vec<u8>, at: usize, v: u64| out[at..at + 8].copy_from_slice(&v.to_le_bytes());
-    put(&mut out, 0, ts.tv_sec as u64);
+    put(&mut out, 0, uptime.as_secs());
     put(&mut out, 32, total);
     put(&mut out, 40, free);
     out[80..82].copy_from_slice(&1u16.to_le_bytes());

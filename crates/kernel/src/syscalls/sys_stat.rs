@@ -29,7 +29,7 @@ pub(super) fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result
         return f.owned().try_clone().map_err(Errno::from);
     }
     let guest = resolve(t, dirfd, path)?;
-    if crate::fs::procfs::process_dir(&guest, t).is_some() || crate::fs::procfs::is_root(&guest) {
+    if crate::fs::procfs::GeneratedDir::of(&guest, t).is_some() {
         return super::sys_file::process_dir_backing(t);
     }
     // A generated file (`/proc/self/status`...): its contents now, in a memory file.

@@ -74,6 +74,23 @@ pub struct ProcIdentity {
     pub creds: Arc<super::Credentials>,
 }
 
+impl ProcIdentity {
+    /// Its name (`comm` up to its first NUL).
+    pub fn name(&self) -> String {
+        let c = self.comm.split(|&b| b == 0).next().unwrap_or(b"");
+        String::from_utf8_lossy(c).into_owned()
+    }
+
+    /// Its arguments (`cmdline` split at its NULs).
+    pub fn args(&self) -> Vec<String> {
+        self.cmdline
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    }
+}
+
 /// What of a process is reached from outside its own threads: its address space, guest
 /// memory and descriptor table.
 #[derive(Clone)]

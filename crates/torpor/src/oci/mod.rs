@@ -438,9 +438,8 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
     if !statedir::owner_alive(&d) {
         bail!("container {:?} is not running", o.id);
     }
-    // A sandbox of `torpor run` has no OCI record: its holder looks the program up in the
-    // root it alone sees (its overlay).
-    let rec = state::Record::load(&d);
+    // A sandbox of `torpor run` has no OCI record (and no terminal yet).
+    let oci = state::is_oci(&d);
     let (args, mut env, cwd, terminal) = match &o.process {
         Some(p) => {
             let t =
@@ -461,19 +460,14 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
             o.tty,
         ),
     };
-    let Some(arg0) = args.first().cloned() else {
+    if args.is_empty() {
         bail!("exec: no command");
-    };
+    }
     if !env.iter().any(|e| e.starts_with("PATH=")) {
         env.insert(0, crate::run::DEFAULT_PATH.to_string());
     }
     let cwd = if cwd.is_empty() { "/".to_string() } else { cwd };
-    let mut args = args;
-    if let Some(rec) = &rec {
-        args[0] = crate::program::resolve(&rec.rootfs, &arg0, &env, &cwd)
-            .with_context(|| format!("exec: {arg0:?} not found in the container"))?;
-    }
-    if terminal && rec.is_none() {
+    if terminal && !oci {
         bail!("exec -t: a terminal for a sandbox of `torpor run` is not supported yet");
     }
     if terminal {
@@ -498,6 +492,8 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
     } else {
         o.user.clone()
     };
+    // The holder looks the program up on PATH, in the root it sees (a friendly sandbox's
+    // overlay is visible to it alone).
     let req = Request::Exec {
         args,
         env,

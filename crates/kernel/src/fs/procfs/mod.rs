@@ -19,10 +19,9 @@
 //! caller's process; `readlink` of `/proc/self/fd/N` and `/proc/self/exe` is answered by the
 //! syscall layer ([`self_relative`] splits such paths).
 //!
-//! `/proc/PID` and `/proc/PID/fd` are directories ([`process_dir`]): listed from
-//! [`dir_entries`] (the files above, or the process's descriptors), backed on the host by an
-//! empty directory whose entries are never read. `/proc` itself lists the sandbox's processes
-//! and the machine's files ([`root_entries`]), so `ps`, `top` and `pgrep` find them.
+//! `/proc`, `/proc/PID` and `/proc/PID/fd` are directories ([`GeneratedDir`]): `/proc` lists
+//! the sandbox's processes and the machine's files (so `ps`, `top` and `pgrep` find them),
+//! `/proc/PID` the files above, `/proc/PID/fd` the process's descriptors.
 
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -124,8 +123,7 @@ impl View {
     }
 
     fn comm(&self) -> String {
-        let c = &self.identity.comm;
-        String::from_utf8_lossy(c.split(|&b| b == 0).next().unwrap_or(b"")).into_owned()
+        self.identity.name()
     }
 }
 
@@ -142,30 +140,63 @@ pub fn process_relative<'a>(path: &'a [u8], t: &Task) -> Option<(i32, &'a str)> 
     (pid == t.pid || t.group.procs.group_of(pid).is_some()).then_some((pid, what))
 }
 
-/// The process directory `path` names: `/proc/self`, `/proc/thread-self` or `/proc/PID` of a
-/// live process of the sandbox (`false`), or its `fd` directory (`true`).
-pub fn process_dir(path: &[u8], t: &Task) -> Option<(i32, bool)> {
-    let p = lexical(path)?;
-    let p = p.as_str();
-    let rest = p.strip_prefix("/proc/")?;
-    let (who, fd_dir) = match rest.split_once('/') {
-        None => (rest, false),
-        Some((who, "fd")) => (who, true),
-        Some(_) => return None,
-    };
-    let pid = match who {
-        "self" | "thread-self" => t.pid,
-        n => n.parse::<i32>().ok().filter(|&p| p > 0)?,
-    };
-    (pid == t.pid || t.group.procs.group_of(pid).is_some()).then_some((pid, fd_dir))
+/// A directory of /proc the kernel generates: `/proc` itself, a process's `/proc/PID` (also
+/// named `/proc/self` and `/proc/thread-self`) or its `/proc/PID/fd`. Backed on the host by an
+/// empty directory whose entries are never read; [`GeneratedDir::entries`] lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GeneratedDir {
+    /// `/proc`.
+    Proc,
+    /// `/proc/PID` of a live process of the sandbox.
+    Process(i32),
+    /// `/proc/PID/fd`.
+    Fds(i32),
 }
 
-/// The guest path of a process directory, as Linux names it (`/proc/self` is `/proc/PID`).
-pub fn process_dir_path(pid: i32, fd_dir: bool) -> Vec<u8> {
-    if fd_dir {
-        format!("/proc/{pid}/fd").into_bytes()
-    } else {
-        format!("/proc/{pid}").into_bytes()
+impl GeneratedDir {
+    /// The generated directory `path` names, if any (`.` and `..` taken lexically).
+    pub fn of(path: &[u8], t: &Task) -> Option<GeneratedDir> {
+        let p = lexical(path)?;
+        if p == "/proc" {
+            return Some(GeneratedDir::Proc);
+        }
+        let rest = p.strip_prefix("/proc/")?;
+        let (who, fd_dir) = match rest.split_once('/') {
+            None => (rest, false),
+            Some((who, "fd")) => (who, true),
+            Some(_) => return None,
+        };
+        let pid = match who {
+            "self" | "thread-self" => t.pid,
+            n => n.parse::<i32>().ok().filter(|&p| p > 0)?,
+        };
+        if pid != t.pid && t.group.procs.group_of(pid).is_none() {
+            return None;
+        }
+        Some(if fd_dir {
+            GeneratedDir::Fds(pid)
+        } else {
+            GeneratedDir::Process(pid)
+        })
+    }
+
+    /// Its guest path, as Linux names it (`/proc/self` is `/proc/PID`).
+    pub fn path(self) -> Vec<u8> {
+        match self {
+            GeneratedDir::Proc => b"/proc".to_vec(),
+            GeneratedDir::Process(pid) => format!("/proc/{pid}").into_bytes(),
+            GeneratedDir::Fds(pid) => format!("/proc/{pid}/fd").into_bytes(),
+        }
+    }
+
+    /// Its entries, `.` and `..` first ([`root_entries`], [`dir_entries`]); `None` for a
+    /// process that exited meanwhile.
+    pub fn entries(self, t: &Task) -> Option<Vec<DirEntry>> {
+        match self {
+            GeneratedDir::Proc => Some(root_entries(t)),
+            GeneratedDir::Process(pid) => dir_entries(t, pid, false),
+            GeneratedDir::Fds(pid) => dir_entries(t, pid, true),
+        }
     }
 }
 
@@ -173,10 +204,10 @@ pub fn process_dir_path(pid: i32, fd_dir: bool) -> Vec<u8> {
 /// directory changes: a descriptor's is its number plus 2, as Linux's), name and `d_type`.
 pub type DirEntry = (u64, Vec<u8>, u8);
 
-/// The entries of a process directory (see [`process_dir`]), `.` and `..` first: the
-/// generated files and links of `/proc/PID`, or the open descriptors of the process in
-/// `/proc/PID/fd`. `None` for a process that exited meanwhile.
-pub fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<DirEntry>> {
+/// The entries of a process directory, `.` and `..` first: the generated files and links of
+/// `/proc/PID`, or the open descriptors of the process in `/proc/PID/fd`. `None` for a
+/// process that exited meanwhile.
+fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<DirEntry>> {
     let mut out = vec![
         (0, b".".to_vec(), libc::DT_DIR),
         (1, b"..".to_vec(), libc::DT_DIR),
@@ -213,11 +244,6 @@ pub fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<DirEntry>> {
     Some(out)
 }
 
-/// Whether `path` is `/proc` itself, whose listing [`root_entries`] gives.
-pub fn is_root(path: &[u8]) -> bool {
-    lexical(path).as_deref() == Some("/proc")
-}
-
 /// `path` (absolute) with its `.` and `..` components and repeated or trailing slashes taken
 /// out, as text; `None` if it is not UTF-8. (`/proc/1/.` is `/proc/1`.)
 fn lexical(path: &[u8]) -> Option<String> {
@@ -241,7 +267,7 @@ const FIRST_PROCESS: u64 = 100;
 
 /// The entries of `/proc`, `.` and `..` first: the machine's generated files, `self` and
 /// `thread-self`, then a directory per live process of the sandbox, by pid.
-pub fn root_entries(t: &Task) -> Vec<DirEntry> {
+fn root_entries(t: &Task) -> Vec<DirEntry> {
     let mut out = vec![
         (0, b".".to_vec(), libc::DT_DIR),
         (1, b"..".to_vec(), libc::DT_DIR),
@@ -558,7 +584,8 @@ mod tests {
         assert_eq!(lexical(b"/proc/1/.").as_deref(), Some("/proc/1"));
         assert_eq!(lexical(b"/proc//self/../2/").as_deref(), Some("/proc/2"));
         assert_eq!(lexical(b"/").as_deref(), Some("/"));
-        assert!(is_root(b"/proc/.") && is_root(b"/proc/") && !is_root(b"/procs"));
+        assert_eq!(lexical(b"/proc/.").as_deref(), Some("/proc"));
+        assert_eq!(lexical(b"/procs/").as_deref(), Some("/procs"));
     }
 
     #[test]
