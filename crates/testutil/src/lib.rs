@@ -8,6 +8,7 @@
 //! - [`Torpor`] and [`run`]: run `torpor run`, or a program natively, with a
 //!   timeout that kills a hung process so that a hang fails the test instead of
 //!   hanging CI;
+//! - [`Terminal`]: a pseudo-terminal a test types into and reads from;
 //! - [`net`]: a free-port finder and a minimal HTTP/1.1 client;
 //! - [`debian_rootfs`]: Debian root filesystems (debootstrap, cached) for the
 //!   language-runtime tests.
@@ -21,6 +22,7 @@ pub mod net;
 pub mod rootfs;
 pub mod run;
 pub mod tempdir;
+pub mod terminal;
 
 use std::path::PathBuf;
 
@@ -31,6 +33,7 @@ pub use net::{free_port, http_get, read_response, HttpResponse};
 pub use rootfs::{host_busybox, Rootfs};
 pub use run::{native, run_command, Output, RunBuilder, Running, Torpor, DEFAULT_TIMEOUT};
 pub use tempdir::{unique_token, TempDir};
+pub use terminal::Terminal;
 
 /// Environment variable that turns a missing `/dev/kvm` into a failure.
 pub const REQUIRE_KVM_ENV: &str = "TORPOR_REQUIRE_KVM";

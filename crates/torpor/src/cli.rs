@@ -191,7 +191,7 @@ pub enum Command {
         #[arg(long = "env", short = 'e')]
         env: Vec<String>,
         /// Working directory (without --process).
-        #[arg(long)]
+        #[arg(long, short = 'w')]
         cwd: Option<String>,
         /// Run as USER[:GROUP] (names from the sandbox's /etc/passwd and /etc/group, or
         /// numbers); default: the ids of the sandbox's first process.
@@ -206,9 +206,15 @@ pub enum Command {
         /// Console socket.
         #[arg(long)]
         console_socket: Option<PathBuf>,
-        /// Allocate a terminal.
+        /// Give the process a terminal: sent to --console-socket when given (podman,
+        /// containerd), else relayed to this command's own terminal (raw mode, window size,
+        /// Ctrl-C to the process).
         #[arg(long, short = 't')]
         tty: bool,
+        /// Keep standard input attached (it always is, as runc's; accepted for the `-it` of
+        /// docker and podman).
+        #[arg(long, short = 'i')]
+        interactive: bool,
         /// Container ID and command.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         rest: Vec<String>,

@@ -37,7 +37,9 @@ pub fn attach(socket: &Path) -> Result<()> {
     Ok(())
 }
 
-fn openpty() -> Result<(OwnedFd, OwnedFd)> {
+/// A new pseudo-terminal: its controller and its replica (both close-on-exec, neither the
+/// caller's controlling terminal).
+pub(crate) fn openpty() -> Result<(OwnedFd, OwnedFd)> {
     // SAFETY: posix_openpt/grantpt/unlockpt/ptsname_r on a fresh fd, with a local buffer.
     unsafe {
         let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);

@@ -74,7 +74,22 @@ pub enum Request {
         /// numbers); absent: the sandbox's first process's ids.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         user: Option<String>,
+        /// The caller relays a terminal to the process (`exec -t`): the sandbox stays hot
+        /// while it is attached. Either way the caller may send [`ExecMessage`] lines once the
+        /// process runs.
+        #[serde(default)]
+        terminal: bool,
     },
+}
+
+/// What the caller of an `exec` may send on its connection once the process runs, one JSON
+/// object a line.
+#[derive(Serialize, Deserialize, Debug, PartialEq, Eq)]
+pub struct ExecMessage {
+    /// A signal for the foreground process group of the process's terminal (its own group
+    /// unless a shell in it put another in the foreground): Ctrl-C or a window change of an
+    /// attached terminal, or a signal the caller received.
+    pub signal: i32,
 }
 
 /// A response.
@@ -317,5 +332,22 @@ mod tests {
             }
         ));
         assert!(serde_json::from_str::<Request>(r#"{"op":"rm -rf"}"#).is_err());
+    }
+
+    #[test]
+    fn an_exec_of_an_older_caller_has_no_terminal_and_messages_are_signals_only() {
+        let r: Request =
+            serde_json::from_str(r#"{"op":"exec","args":["sh"],"env":[],"cwd":"/"}"#).unwrap();
+        assert!(matches!(
+            r,
+            Request::Exec {
+                terminal: false,
+                ..
+            }
+        ));
+        let m: ExecMessage = serde_json::from_str(r#"{"signal":2}"#).unwrap();
+        assert_eq!(m, ExecMessage { signal: 2 });
+        assert!(serde_json::from_str::<ExecMessage>(r#"{"signal":"INT"}"#).is_err());
+        assert!(serde_json::from_str::<ExecMessage>("{}").is_err());
     }
 }

@@ -24,8 +24,6 @@
 //! the sandbox's whole visible tree through the overlay (harmless to the image, but slow, and
 //! it fails at the end with `EBUSY`); [`remove_all`] refuses that case instead.
 
-// Not called by the holder yet (run.rs/daemon.rs wire it in); drop this allow then.
-
 use std::ffi::{CString, OsString};
 use std::fs::DirBuilder;
 use std::io;

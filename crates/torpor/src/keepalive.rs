@@ -42,6 +42,8 @@ pub const MIN_AFTER: Duration = Duration::from_millis(100);
 pub struct Sample {
     /// The sandbox's state.
     pub state: State,
+    /// Something outside holds the sandbox hot (an attached `exec -t` session): not idle.
+    pub held: bool,
     /// Inputs the sandbox's waiting calls returned so far (connections, bytes, ready
     /// descriptors; not the timeouts of a periodic wake-up).
     pub inputs: u64,
@@ -68,7 +70,7 @@ impl IdleClock {
     /// [`IDLE_CPU_SHARE`] of that time on the CPU (counted over the whole period, so that
     /// the clock's granularity does not matter).
     pub fn tick(&mut self, now: Instant, s: Sample) -> bool {
-        let idle_state = matches!(s.state, State::Hot | State::Woken);
+        let idle_state = !s.held && matches!(s.state, State::Hot | State::Woken);
         let (since, first) = match self.idle {
             Some((since, first))
                 if idle_state && first.state == s.state && first.inputs == s.inputs =>
@@ -336,6 +338,7 @@ mod tests {
     fn s(state: State, busy: u64, cpu_us: u64) -> Sample {
         Sample {
             state,
+            held: false,
             inputs: busy,
             cpu_us,
         }

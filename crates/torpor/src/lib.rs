@@ -17,6 +17,7 @@
 //! | [`platforms`], [`procfs`], [`units`], [`logging`] | platform choice, host /proc, units, logs |
 //! | [`program`] | the program a command line names in a root (PATH search) |
 
+pub mod attach;
 pub mod broker;
 pub mod cli;
 pub mod confine;

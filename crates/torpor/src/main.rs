@@ -82,6 +82,7 @@ fn main() -> ExitCode {
             pid_file,
             console_socket,
             tty,
+            interactive: _,
             rest,
         } => match rest.split_first() {
             None => Err(anyhow::anyhow!("exec: no container ID")),

@@ -2,7 +2,8 @@
 //! `torpor run` (the process joins the sandbox, its root and its processes, its output and
 //! exit status come back to the caller, a program named without a path is found on its PATH
 //! in the sandbox's root, a hibernated sandbox is woken for it), `torpor ps`, and what a
-//! holder killed by SIGKILL leaves: its output, not its swap files.
+//! holder killed by SIGKILL leaves: its output, not its swap files; `exec -it` through a
+//! pseudo-terminal.
 
 use std::path::PathBuf;
 
@@ -126,12 +127,100 @@ fn exec_joins_a_friendly_sandbox_hot_and_hibernated() {
     let o = sb.verb("exec", &["no-such-program"]);
     assert_ne!(o.code(), 0);
     assert!(o.stderr_str().contains("not found"), "{}", o.stderr_str());
+    // A signal the caller gets reaches the process (as `podman exec`'s signal proxy).
     let mut cmd = std::process::Command::new(bin());
     cmd.env("TORPOR_STATE_DIR", sb.state_base())
-        .args(["exec", "-t", &sb.id, "sh"]);
+        .args([
+            "exec",
+            &sb.id,
+            "sh",
+            "-c",
+            "echo waiting; exec busybox sleep 1000",
+        ])
+        .stdout(std::process::Stdio::piped());
+    let mut caller = cmd.spawn().expect("torpor exec");
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(caller.stdout.take().expect("stdout")),
+        &mut first,
+    )
+    .expect("the process's first line");
+    assert_eq!(first, "waiting\n");
+    // SAFETY: signalling the test's own child.
+    unsafe { libc::kill(caller.id() as i32, libc::SIGTERM) };
+    let ended = Detached::wait_until(std::time::Duration::from_secs(30), || {
+        matches!(caller.try_wait(), Ok(Some(_)))
+    });
+    assert!(ended, "SIGTERM did not end the exec'd sleep");
+    let status = caller.wait().expect("wait");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+
+    // -t without a terminal of the caller's: the process gets one all the same.
+    let mut cmd = std::process::Command::new(bin());
+    cmd.env("TORPOR_STATE_DIR", sb.state_base()).args([
+        "exec",
+        "-t",
+        &sb.id,
+        "sh",
+        "-c",
+        "test -t 0 && test -t 1 && echo on-a-tty",
+    ]);
     let o = testutil::run_command(cmd, None, std::time::Duration::from_secs(60));
-    assert_ne!(o.code(), 0);
-    assert!(o.stderr_str().contains("terminal"), "{}", o.stderr_str());
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert!(o.stdout_str().contains("on-a-tty"), "{}", o.stdout_str());
+}
+
+/// `torpor exec -it ID /bin/sh` driven as a user would, through a pseudo-terminal: the shell
+/// prompts, runs a command, sees the caller's window size and its changes, a Ctrl-C ends the
+/// `sleep` it runs (and not the shell), and `exit 3` is this command's status. The sandbox is
+/// hibernated first: the exec wakes it.
+#[test]
+fn exec_it_gives_a_shell_a_terminal() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    r.symlink("/bin/sh", "busybox")
+        .symlink("/bin/sleep", "busybox")
+        .symlink("/bin/stty", "busybox");
+    let sb = Detached::start(
+        &bin(),
+        &[],
+        r.path(),
+        "/bin/busybox",
+        &["nc", "-l", "-p", "9000"],
+    );
+    Detached::wait_until(std::time::Duration::from_secs(30), || {
+        sb.verb("hibernate", &[]).code() == 0
+    });
+    assert_eq!(sb.stat("state"), "hibernated");
+    let mut term = testutil::Terminal::open(30, 100);
+    let mut cmd = std::process::Command::new(bin());
+    cmd.env("TORPOR_STATE_DIR", sb.state_base())
+        .args(["exec", "-it", &sb.id, "/bin/sh"]);
+    let mut child = term.spawn(cmd);
+    term.expect("# ", "the shell's prompt");
+    term.send("echo sum-$((6*7))\r");
+    term.expect("sum-42", "a command's output");
+    term.send("stty size\r");
+    term.expect("30 100", "the caller's window size");
+    term.resize(40, 120);
+    term.send("stty size\r");
+    term.expect("40 120", "the new window size");
+    term.send("sleep 1000\r");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    term.send("\x03");
+    term.send("echo after-$((1+1))\r");
+    term.expect("after-2", "the shell again after Ctrl-C ended its sleep");
+    term.send("exit 3\r");
+    let status = term.wait(&mut child, std::time::Duration::from_secs(30));
+    assert_eq!(
+        status,
+        Some(3),
+        "exit status; the terminal showed:\n{}",
+        term.seen()
+    );
+    assert_ne!(sb.stat("state"), "stopped", "the sandbox outlives the exec");
 }
 
 #[test]

@@ -66,6 +66,14 @@ impl Spawner {
         }
     }
 
+    /// Sends `sig` to the foreground process group of the terminal of `pid`'s session (the
+    /// group an exec'd shell put in the foreground, or the session leader's): Ctrl-C, or a
+    /// window change, from the caller of an attached `exec -t`. Returns how many processes
+    /// it reached.
+    pub fn signal_foreground(&self, pid: i32, sig: i32) -> usize {
+        self.procs.signal_foreground(pid, sig)
+    }
+
     /// Loads and starts `req` with `stdio` as its descriptors 0-2.
     ///
     /// # Errors

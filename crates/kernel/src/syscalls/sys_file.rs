@@ -721,18 +721,20 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let host = f.host().as_raw_fd();
     match req {
         TIOCGPGRP | TIOCSPGRP => {
-            // The sandbox has no job control yet: a process's group is its pid (getpgrp), and
-            // every process of the sandbox is in its terminal's foreground group. (The host's
-            // foreground group means nothing inside; a shell that saw it would stop itself
-            // with SIGTTIN.)
+            // A session's terminal has a foreground group, kept by the process table (what
+            // Ctrl-C through an attached `exec -t` signals); unset, it is the caller's own
+            // group. (The host's foreground group means nothing inside; a shell that saw it
+            // would stop itself with SIGTTIN.)
             if !is_guest_tty(&f) {
                 return Err(Errno::ENOTTY);
             }
+            let procs = t.group.procs.clone();
             if req == TIOCGPGRP {
-                t.write_u32(arg, t.pid as u32)?;
+                t.write_u32(arg, procs.foreground(t.pid)? as u32)?;
             } else {
                 let mut b = [0u8; 4];
                 t.copy_in(arg, &mut b)?;
+                procs.set_foreground(t.pid, i32::from_le_bytes(b))?;
             }
             Ok(0)
         }

@@ -65,7 +65,7 @@ table! {
     13 rt_sigaction => sys_signal::sys_rt_sigaction, Partial("SA_RESTORER required, as on Linux x86-64; stop signals terminate (no job control)");
     14 rt_sigprocmask => sys_signal::sys_rt_sigprocmask, Full;
     15 rt_sigreturn => sys_signal::sys_rt_sigreturn, Full;
-    16 ioctl => sys_file::sys_ioctl, Partial("TCGETS, TCSETS*, TIOCGWINSZ, TIOCSWINSZ, TIOCGPGRP/TIOCSPGRP (no job control: the caller is the foreground group), FIONBIO, FIONREAD, FIOCLEX, FIONCLEX; on a pseudo-terminal the guest opened (/dev/ptmx) also TIOCGPTN, TIOCSPTLCK, TIOCGPTPEER, and TIOCSCTTY/TIOCNOTTY accepted without effect; on a socket the interface queries (SIOCGIFINDEX, SIOCGIFNAME, SIOCGIFFLAGS..., SIOCGIFCONF) in the sandbox's own network namespace");
+    16 ioctl => sys_file::sys_ioctl, Partial("TCGETS, TCSETS*, TIOCGWINSZ, TIOCSWINSZ, TIOCGPGRP/TIOCSPGRP (a foreground group per session, signalled by Ctrl-C through `exec -t`; no SIGTTIN/SIGTTOU for background reads and writes), FIONBIO, FIONREAD, FIOCLEX, FIONCLEX; on a pseudo-terminal the guest opened (/dev/ptmx) also TIOCGPTN, TIOCSPTLCK, TIOCGPTPEER, and TIOCSCTTY/TIOCNOTTY accepted without effect; on a socket the interface queries (SIOCGIFINDEX, SIOCGIFNAME, SIOCGIFFLAGS..., SIOCGIFCONF) in the sandbox's own network namespace");
     17 pread64 => sys_rw::sys_pread64, Full;
     18 pwrite64 => sys_rw::sys_pwrite64, Full;
     19 readv => sys_rw::sys_readv, Full;

@@ -80,6 +80,9 @@ pub struct ProcessTable {
     nodename: Mutex<Vec<u8>>,
     /// The sandbox's NIS domain name (uname's `domainname`, `(none)` until set).
     domainname: Mutex<Vec<u8>>,
+    /// The foreground process group of each session's terminal (TIOCSPGRP), by session id: a
+    /// session without an entry has its leader's group in the foreground.
+    foreground: Mutex<HashMap<i32, i32>>,
 }
 
 /// The process the OOM killer chose.
@@ -140,6 +143,7 @@ impl Default for ProcessTable {
             oom_victim: Mutex::new(None),
             nodename: Mutex::new(b"torpor".to_vec()),
             domainname: Mutex::new(b"(none)".to_vec()),
+            foreground: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -562,6 +566,60 @@ impl ProcessTable {
             sid: pid,
         };
         Ok(pid)
+    }
+
+    /// The foreground process group of the terminal of `caller`'s session (TIOCGPGRP): the
+    /// one TIOCSPGRP set last, or the caller's own group.
+    pub fn foreground(&self, caller: i32) -> Result<i32, Errno> {
+        let me = self.membership(caller).ok_or(Errno::ESRCH)?;
+        let fg = self.foreground.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(fg.get(&me.sid).copied().unwrap_or(me.pgid))
+    }
+
+    /// TIOCSPGRP by `caller`: puts process group `pgid` of its own session in the foreground
+    /// of the session's terminal. EINVAL for a negative id, EPERM for a group not in the
+    /// caller's session (as Linux).
+    pub fn set_foreground(&self, caller: i32, pgid: i32) -> Result<(), Errno> {
+        if pgid < 0 {
+            return Err(Errno::EINVAL);
+        }
+        let me = self.membership(caller).ok_or(Errno::ESRCH)?;
+        let in_session = self
+            .lock()
+            .values()
+            .any(|e| e.status.is_none() && e.member.pgid == pgid && e.member.sid == me.sid);
+        if !in_session {
+            return Err(Errno::EPERM);
+        }
+        self.foreground
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(me.sid, pgid);
+        Ok(())
+    }
+
+    /// Sends `sig` to the foreground process group of the terminal of `pid`'s session, as a
+    /// terminal's line discipline does for Ctrl-C (what an attached `exec -t` forwards).
+    /// Returns how many processes it reached.
+    pub fn signal_foreground(&self, pid: i32, sig: i32) -> usize {
+        let Some(me) = self.membership(pid) else {
+            return 0;
+        };
+        let recorded = self
+            .foreground
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&me.sid)
+            .copied();
+        let mut members = recorded.map_or_else(Vec::new, |g| self.group_members(g));
+        if members.is_empty() {
+            // No group was put in the foreground, or it has gone: the session leader's.
+            members = self.group_members(me.pgid);
+        }
+        for (_, g) in &members {
+            g.post_signal(sig);
+        }
+        members.len()
     }
 
     /// The thread groups of the live processes of process group `pgid`.

@@ -22,7 +22,7 @@ pub mod mounts;
 pub mod state;
 
 use std::io::BufRead;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -438,8 +438,6 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
     if !statedir::owner_alive(&d) {
         bail!("container {:?} is not running", o.id);
     }
-    // A sandbox of `torpor run` has no OCI record (and no terminal yet).
-    let oci = state::is_oci(&d);
     let (args, mut env, cwd, terminal) = match &o.process {
         Some(p) => {
             let t =
@@ -467,16 +465,19 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
         env.insert(0, crate::run::DEFAULT_PATH.to_string());
     }
     let cwd = if cwd.is_empty() { "/".to_string() } else { cwd };
-    if terminal && !oci {
-        bail!("exec -t: a terminal for a sandbox of `torpor run` is not supported yet");
-    }
-    if terminal {
-        let sock = o
-            .console_socket
-            .as_deref()
-            .context("exec: a terminal needs --console-socket")?;
-        crate::console::attach(sock)?;
-    }
+    // With a console socket (podman, containerd) the engine relays the terminal; without
+    // one this command does, from its own terminal (as runc in the foreground).
+    let relay = match (terminal, &o.console_socket) {
+        (true, Some(sock)) => {
+            crate::console::attach(sock)?;
+            None
+        }
+        (true, None) if o.detach => bail!("exec: a detached terminal needs --console-socket"),
+        (true, None) => Some(crate::attach::Pty::open()?),
+        (false, _) => None,
+    };
+    // Blocked now, so that a Ctrl-C while the process starts reaches it once it runs.
+    let signals = crate::attach::forwarded_signals()?;
     let ready = if o.detach {
         Some(detach_waiter(o.pid_file.as_deref())?)
     } else {
@@ -499,9 +500,14 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
         env,
         cwd,
         user,
+        terminal: relay.is_some(),
     };
-    let started = crate::control::call_with_fds(&d, &req, &[0, 1, 2]);
-    let (mut conn, _) = match started {
+    let stdio = match &relay {
+        Some(pty) => [pty.replica.as_raw_fd(); 3],
+        None => [0, 1, 2],
+    };
+    let started = crate::control::call_with_fds(&d, &req, &stdio);
+    let (conn, _) = match started {
         Ok(x) => x,
         Err(e) => {
             crate::ready::report(ready, Err(&e));
@@ -509,8 +515,10 @@ pub fn exec(o: &ExecOptions) -> Result<u8> {
         }
     };
     crate::ready::report(ready, Ok(()));
-    let end = crate::control::read_answer(&mut conn)?;
-    Ok(end["exit"].as_i64().unwrap_or(137) as u8)
+    // The process holds the replica now: its terminal ends when the process and what it
+    // left behind are gone.
+    let controller = relay.map(|pty| pty.controller);
+    crate::attach::run(conn, &signals, controller)
 }
 
 /// For `exec --detach`: forks; the parent waits until the child reports that the process

@@ -22,6 +22,8 @@ use crate::oci::mounts::MountSpec;
 use crate::{procfs, statedir};
 use kernel::sandbox::spawn::{SpawnRequest, Spawner};
 
+mod exec;
+
 /// How long a hibernate may wait for the task to pause.
 const PARK_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -139,6 +141,9 @@ struct Daemon {
     record: serde_json::Value,
     /// What runs the application.
     platform: Arc<dyn platform::Platform>,
+    /// `exec -t` sessions attached now: while there is one, the keep-alive policy leaves the
+    /// sandbox hot (a shell waiting for its operator's next line is not an idle function).
+    attached: std::sync::atomic::AtomicUsize,
     /// CPU time (ns) of the control requests' threads that ended: the holder's housekeeping,
     /// which the keep-alive policy leaves out of the sandbox's CPU time.
     control_cpu_ns: AtomicU64,
@@ -293,6 +298,7 @@ fn start(
         deleted_cv: Condvar::new(),
         record,
         platform: cfg.platform.clone(),
+        attached: std::sync::atomic::AtomicUsize::new(0),
         control_cpu_ns: AtomicU64::new(0),
     });
     {
@@ -460,6 +466,7 @@ fn handle_conn(d: &Daemon, conn: UnixStream) {
             env,
             cwd,
             user,
+            terminal,
         }) => {
             let req = SpawnRequest {
                 args,
@@ -467,7 +474,7 @@ fn handle_conn(d: &Daemon, conn: UnixStream) {
                 cwd,
                 creds: None,
             };
-            return exec(d, &mut w, req, user.as_deref(), fds);
+            return exec::exec(d, w, req, user.as_deref(), terminal, fds);
         }
         Ok(req) => handle(d, req),
         Err(e) => Response::error(format!("bad request: {e}")),
@@ -481,82 +488,6 @@ fn reply(w: &mut UnixStream, resp: &Response) {
     let mut out = serde_json::to_string(resp).unwrap_or_else(|_| r#"{"ok":false}"#.into());
     out.push('\n');
     let _ = w.write_all(out.as_bytes());
-}
-
-/// `exec` (OCI, and `torpor exec` of any sandbox): starts the process with the three
-/// descriptors that came with the request, answers with its pid, and once it ends with its
-/// exit status. A program named without a path is looked up on its `PATH` in the root.
-fn exec(
-    d: &Daemon,
-    w: &mut UnixStream,
-    mut req: SpawnRequest,
-    user: Option<&str>,
-    fds: Vec<OwnedFd>,
-) {
-    if let Some(spec) = user {
-        // Names from the sandbox's own /etc/passwd and /etc/group, as `run --user`.
-        let found = kernel::fs::Root::open(&d.root)
-            .map_err(anyhow::Error::from)
-            .and_then(|root| crate::user::resolve(&root, spec));
-        match found {
-            Ok(u) => {
-                if let Some(home) = u
-                    .home
-                    .filter(|_| !req.env.iter().any(|e| e.starts_with("HOME=")))
-                {
-                    req.env.push(format!("HOME={home}"));
-                }
-                req.creds = Some(u.creds);
-            }
-            Err(e) => return reply(w, &Response::error(format!("exec: {e:#}"))),
-        }
-    }
-    if let Some(arg0) = req.args.first().filter(|a| !a.starts_with('/')) {
-        match crate::program::resolve(&d.root, arg0, &req.env, &req.cwd) {
-            Some(p) => req.args[0] = p,
-            None => return reply(w, &Response::error(format!("exec: {arg0:?} not found"))),
-        }
-    }
-    let Some(spawner) = d.spawner.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
-        return reply(w, &Response::error("the sandbox is not running"));
-    };
-    if !is_started(d) || d.exit.lock().map(|e| e.is_some()).unwrap_or(false) {
-        return reply(w, &Response::error("the sandbox is not running"));
-    }
-    if fds.len() != 3 {
-        return reply(
-            w,
-            &Response::error("exec needs three descriptors (stdin, stdout, stderr)"),
-        );
-    }
-    let mut it = fds.into_iter();
-    let stdio = [it.next(), it.next(), it.next()];
-    // Bytes arriving for a hibernated sandbox would not wake it for this process: wake first.
-    let _ = d.hib.wake();
-    // Built by the spawner thread: the control role may not make a VM.
-    let (tx, rx) = mpsc::channel();
-    let job: SpawnJob = Box::new(move || {
-        let _ = tx.send(spawner.spawn(&req, stdio));
-    });
-    let sent = d
-        .spawn_jobs
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .send(job);
-    let Ok(spawned) = sent
-        .map_err(|_| ())
-        .and_then(|()| rx.recv().map_err(|_| ()))
-    else {
-        return reply(w, &Response::error("exec: the spawner thread is gone"));
-    };
-    match spawned {
-        Err(e) => reply(w, &Response::error(format!("exec: {e}"))),
-        Ok(p) => {
-            reply(w, &Response::data(json!({ "pid": p.pid })));
-            let status = p.exit.recv().unwrap_or(ExitStatus::Signaled(libc::SIGKILL));
-            reply(w, &Response::data(json!({ "exit": status.code() })));
-        }
-    }
 }
 
 fn state_name(d: &Daemon) -> &'static str {
@@ -718,6 +649,7 @@ fn keep_alive(d: &Daemon, registry: Option<&crate::keepalive::Registry>) {
         || d.hib.state(),
         || crate::keepalive::Sample {
             state: d.hib.state(),
+            held: d.attached.load(Ordering::Relaxed) > 0,
             inputs: d.control.inputs(),
             cpu_us: procfs::own_cpu_time_us_except(
                 &CONTROL_THREADS,
