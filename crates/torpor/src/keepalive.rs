@@ -31,8 +31,9 @@ use hibernate::state::State;
 /// The share of one CPU an idle sandbox may use (its runtime's housekeeping).
 pub const IDLE_CPU_SHARE: f64 = 0.02;
 
-/// How often the watcher looks at a hibernated sandbox (only its state, under a lock).
-const HIBERNATED_TICK: Duration = Duration::from_secs(1);
+/// The longest a watcher blocks on a hibernated sandbox before it looks again (the wake, or
+/// the sandbox's end, ends the wait before: this only bounds a missed notification).
+const HIBERNATED_WAIT: Duration = Duration::from_secs(300);
 
 /// The shortest `--hibernate-after`.
 pub const MIN_AFTER: Duration = Duration::from_millis(100);
@@ -257,6 +258,7 @@ pub fn watch(
     policy: &Policy,
     registry: Option<&Registry>,
     state: impl Fn() -> State,
+    wait_while_hibernated: impl Fn(Duration),
     sample: impl Fn() -> Sample,
     hibernate: impl Fn() -> Result<(), String>,
     stopped: impl Fn() -> bool,
@@ -273,8 +275,9 @@ pub fn watch(
     let mut published: Option<Instant> = None;
     while !stopped() {
         std::thread::sleep(every);
-        // A hibernated sandbox costs the host nothing to watch: no /proc reads until it wakes
-        // (a thousand of them sampling five times a second used half a CPU).
+        // A hibernated sandbox costs the host nothing to watch: no /proc reads, no timer,
+        // the watcher blocks until it wakes (a thousand of them sampling five times a second
+        // used half a CPU, and once a second 1,000 wake-ups a second).
         if state() == State::Hibernated {
             clock.restart();
             if published.take().is_some() {
@@ -282,7 +285,7 @@ pub fn watch(
                     reg.withdraw();
                 }
             }
-            std::thread::sleep(HIBERNATED_TICK.saturating_sub(every));
+            wait_while_hibernated(HIBERNATED_WAIT);
             continue;
         }
         let now = Instant::now();

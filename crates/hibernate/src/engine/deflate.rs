@@ -121,9 +121,7 @@ impl Hibernator {
             .processes
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = figures;
-        if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {
-            tracing::warn!("{e}");
-        }
+        self.shared.transition(State::Hibernated);
         tracing::info!(?total, "deflated");
         Ok(total)
     }

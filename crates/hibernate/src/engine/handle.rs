@@ -190,6 +190,23 @@ impl HibernateHandle {
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.signal_wake();
+        let _st = self.shared.lock_state();
+        self.shared.state_changed.notify_all();
+    }
+
+    /// Blocks while the sandbox is in state `s`, at most `timeout`, without polling (a
+    /// hibernated sandbox's watchers cost the host nothing); returns early when asked to
+    /// stop. Returns the state then.
+    pub fn wait_while(&self, s: State, timeout: Duration) -> State {
+        let st = self.shared.lock_state();
+        let (st, _) = self
+            .shared
+            .state_changed
+            .wait_timeout_while(st, timeout, |m| {
+                m.state() == s && !self.shared.stop.load(Ordering::SeqCst)
+            })
+            .unwrap_or_else(|e| e.into_inner());
+        st.state()
     }
 
     /// The current state.

@@ -128,8 +128,12 @@ struct Mailbox {
 
 /// State shared by the control thread's [`HibernateHandle`] and the task's [`Hibernator`].
 pub struct Shared {
-    /// The sandbox state machine.
+    /// The sandbox state machine (moved by [`Shared::transition`], which tells
+    /// `state_changed`).
     pub state: Mutex<StateMachine>,
+    /// Notified at every change of state, and when the sandbox is asked to stop: what
+    /// [`HibernateHandle::wait_while`] waits on.
+    state_changed: Condvar,
     /// Counters.
     pub metrics: Arc<Metrics>,
     mailbox: Mutex<Mailbox>,
@@ -153,6 +157,16 @@ impl Shared {
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, StateMachine> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves the state machine to `to` and tells those waiting for a change; an illegal move
+    /// is logged and changes nothing.
+    fn transition(&self, to: State) {
+        let mut st = self.lock_state();
+        match st.transition(to) {
+            Ok(_) => self.state_changed.notify_all(),
+            Err(e) => tracing::warn!("{e}"),
+        }
     }
 
     fn lock_mailbox(&self) -> std::sync::MutexGuard<'_, Mailbox> {
@@ -276,6 +290,7 @@ pub fn new(
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let shared = Arc::new(Shared {
         state: Mutex::new(StateMachine::new()),
+        state_changed: Condvar::new(),
         metrics: Arc::new(Metrics::default()),
         mailbox: Mutex::new(Mailbox {
             parked: false,
@@ -301,7 +316,9 @@ pub fn new(
                 (State::Woken, false) => State::HibernateRunning,
                 _ => return,
             };
-            let _ = st.transition(to);
+            if st.transition(to).is_ok() {
+                shared.state_changed.notify_all();
+            }
         }));
     }
     let hib = Hibernator {

@@ -34,9 +34,7 @@ impl ParkHook for Hibernator {
             Some(Command::Deflate) => self.deflate_all(task, None),
             Some(Command::Checkpoint(job)) => self.deflate_all(task, Some(&job)),
             Some(Command::Restored) => {
-                if let Err(e) = self.shared.lock_state().transition(State::Hibernated) {
-                    tracing::warn!("{e}");
-                }
+                self.shared.transition(State::Hibernated);
                 wake_now = task.control.signal_pending();
                 if !wake_now {
                     crate::own_memory::drop_code_pages();
@@ -67,9 +65,7 @@ impl ParkHook for Hibernator {
                 WakeReason::Explicit => State::Woken,
                 WakeReason::Stop => State::Stopped,
             };
-            if let Err(e) = self.shared.lock_state().transition(to) {
-                tracing::warn!("{e}");
-            }
+            self.shared.transition(to);
             if !matches!(reason, WakeReason::Stop) {
                 self.inflate(woke);
                 self.prefault(task);

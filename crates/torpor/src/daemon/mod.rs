@@ -647,6 +647,9 @@ fn keep_alive(d: &Daemon, registry: Option<&crate::keepalive::Registry>) {
         &d.keepalive,
         registry,
         || d.hib.state(),
+        |most| {
+            d.hib.wait_while(State::Hibernated, most);
+        },
         || crate::keepalive::Sample {
             state: d.hib.state(),
             held: d.attached.load(Ordering::Relaxed) > 0,
