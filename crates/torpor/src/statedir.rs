@@ -178,7 +178,8 @@ pub fn output_tail(dir: &Path, lines: usize) -> Option<String> {
     (!tail.trim().is_empty()).then_some(tail)
 }
 
-/// Removes the directories of sandboxes whose owner process is gone (swap files included).
+/// Removes the directories of sandboxes whose owner process is gone (swap files included),
+/// and the page files of stopped OCI containers.
 pub fn cleanup_orphans(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
@@ -189,8 +190,18 @@ pub fn cleanup_orphans(base: &Path) {
         if e.file_name().to_string_lossy().starts_with('.') {
             continue;
         }
-        // A stopped OCI container's state stays until `delete`.
-        if p.is_dir() && !owner_alive(&p) && !crate::oci::state::is_oci(&p) {
+        if !p.is_dir() || owner_alive(&p) {
+            continue;
+        }
+        if crate::oci::state::is_oci(&p) {
+            // A stopped OCI container's state stays until `delete` (its engine reads its exit
+            // status), but not its page files: an OCI holder has no janitor to remove them at
+            // its death.
+            let freed = hibernate::engine::remove_page_files(&p);
+            if freed > 0 {
+                tracing::info!("removed {freed} bytes of page files of {}", p.display());
+            }
+        } else {
             tracing::info!("removing orphaned sandbox state {}", p.display());
             let _ = std::fs::remove_dir_all(&p);
         }

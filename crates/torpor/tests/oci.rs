@@ -276,6 +276,60 @@ fn pause_holds_requests_until_resume() {
     oci.ok(&["delete", "p1"]);
 }
 
+/// An OCI holder has no janitor: when it dies by SIGKILL while paused (its memory in its
+/// swap files), its state stays for the engine's `state` and `delete`, but its page files go
+/// at the next torpor command on that state root.
+#[test]
+fn a_killed_oci_holder_loses_its_page_files_at_the_next_command() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let port = free_port().to_string();
+    let b = TestBundle::new(&["/bin/pattern_server", &port, "8"], "");
+    b.root.guest_program("pattern_server");
+    let oci = Oci::new();
+    oci.ok(&["create", "--bundle", b.path().to_str().unwrap(), "k1"]);
+    oci.ok(&["start", "k1"]);
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    assert!(Detached::wait_until(Duration::from_secs(60), || {
+        http_get(addr, "/", Duration::from_secs(5)).is_ok_and(|r| r.body_str() == "hello\n")
+    }));
+    oci.ok(&["pause", "k1"]);
+    let dir = oci.state.path().join("k1");
+    let page_files = || -> Vec<String> {
+        std::fs::read_dir(&dir)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| hibernate::engine::is_page_file(n))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(
+        !page_files().is_empty(),
+        "a paused container has swap files"
+    );
+    let pid = oci.state("k1")["pid"].as_i64().expect("the holder's pid") as i32;
+    // SAFETY: killing the test's own holder process.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert!(Detached::wait_until(Duration::from_secs(30), || {
+        oci.status("k1") == "stopped"
+    }));
+    oci.ok(&["list"]);
+    assert_eq!(
+        page_files(),
+        Vec::<String>::new(),
+        "page files after `list`"
+    );
+    assert!(
+        dir.exists(),
+        "the stopped container's state stays until delete"
+    );
+    oci.ok(&["delete", "k1"]);
+    assert!(!dir.exists());
+}
+
 #[test]
 fn bad_bundles_fail_create_cleanly() {
     if !testutil::require_kvm() {

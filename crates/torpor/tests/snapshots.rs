@@ -33,11 +33,9 @@ fn exited_with(sb: &Detached, code: i32) -> bool {
     o.stdout_str().contains(&format!("\"exitStatus\": {code}"))
 }
 
-/// A restored or cloned sandbox is hibernated once its first task has parked, which may be
-/// just after `restore -d` returns (`stats` says `creating` until then).
+/// A restored sandbox is hibernated once its first task has parked, which `restore -d` waits
+/// for before it returns.
 fn assert_hibernated(sb: &Detached) {
-    let parked = Detached::wait_until(Duration::from_secs(30), || sb.stat("state") != "creating");
-    assert!(parked, "still creating after 30 s");
     assert_eq!(sb.stat("state"), "hibernated");
 }
 

@@ -344,7 +344,20 @@ fn start(
     crate::confine::confine(crate::confine::Mode::from_env()?, needs, Some(&trees[..]))
         .context("confining the runtime")?;
     crate::confine::test_hook();
-    crate::ready::report(ready.take(), Ok(()));
+    if matches!(origin, Origin::Restore(_)) && start_now {
+        // A restored sandbox is ready once its task has parked into `hibernated` (its
+        // first act, at the start of the run below): `restore -d` returns only then, so
+        // that `state` right after says hibernated, not creating.
+        let (d, ready) = (daemon.clone(), ready.take());
+        std::thread::Builder::new()
+            .name("control-req".into())
+            .spawn(move || {
+                d.hib.wait_while(State::Creating, RESTORE_READY_WAIT);
+                crate::ready::report(ready, Ok(()));
+            })?;
+    } else {
+        crate::ready::report(ready.take(), Ok(()));
+    }
     if !wait_for_start(&daemon) {
         // Killed or deleted before it started: the program never ran.
         let status = (*daemon.exit.lock().unwrap_or_else(|e| e.into_inner()))
@@ -674,6 +687,9 @@ fn keep_alive(d: &Daemon, registry: Option<&crate::keepalive::Registry>) {
         },
     );
 }
+
+/// The longest `restore -d` waits for the restored task's first park before it returns.
+const RESTORE_READY_WAIT: Duration = Duration::from_secs(30);
 
 /// How long the keep-alive policy's hibernate waits for a request that began meanwhile.
 const KEEPALIVE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
