@@ -50,12 +50,14 @@ pub const EXIT_SWAP_CORRUPT: i32 = 70;
 
 /// What a userfaultfd thread runs first to confine itself further (the runtime's per-role
 /// seccomp filter); nothing until set.
-static THREAD_CONFINEMENT: std::sync::OnceLock<fn() -> Result<(), String>> =
-    std::sync::OnceLock::new();
+static THREAD_CONFINEMENT: std::sync::OnceLock<ThreadConfinement> = std::sync::OnceLock::new();
+
+/// What confines a userfaultfd thread: its role's filters, or why they could not be applied.
+pub type ThreadConfinement = fn() -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 /// Sets what every userfaultfd thread started from now on runs first to confine itself (its
 /// role's seccomp filter). Set once; later calls are ignored.
-pub fn set_thread_confinement(confine: fn() -> Result<(), String>) {
+pub fn set_thread_confinement(confine: ThreadConfinement) {
     let _ = THREAD_CONFINEMENT.set(confine);
 }
 
@@ -139,18 +141,41 @@ impl FilePage {
     /// Reads the page into `buf` (4 KiB) and checks it.
     ///
     /// # Errors
-    /// A message for an I/O error or a changed file.
-    pub fn read_into(&self, buf: &mut [u8]) -> Result<(), String> {
-        read_file_page(&self.file, self.offset, buf)
-            .map_err(|e| format!("reading a mapped file: {e}"))?;
+    /// [`FilePageError`]: an I/O error, or a file that changed on the host.
+    pub fn read_into(&self, buf: &mut [u8]) -> Result<(), FilePageError> {
+        read_file_page(&self.file, self.offset, buf).map_err(FilePageError::Io)?;
         if crc32c::crc32c(buf) != self.crc {
-            return Err(format!(
-                "mapped file changed on the host (offset {:#x})",
-                self.offset
-            ));
+            return Err(FilePageError::Changed {
+                offset: self.offset,
+            });
         }
         Ok(())
     }
+}
+
+/// Why the pager could not bring a page back (the sandbox then stops: see [`fatal`]).
+#[derive(Debug, thiserror::Error)]
+enum ReadBackError {
+    #[error(transparent)]
+    PageFile(crate::pagefile::PageFileError),
+    #[error(transparent)]
+    FilePage(FilePageError),
+    #[error("no file for a file page")]
+    NoFile,
+}
+
+/// Why a clean page of a mapped file could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum FilePageError {
+    /// The host's read failed.
+    #[error("reading a mapped file: {0}")]
+    Io(#[source] std::io::Error),
+    /// The page no longer has the bytes it had when it was dropped.
+    #[error("mapped file changed on the host (offset {offset:#x})")]
+    Changed {
+        /// Offset of the page in its file.
+        offset: u64,
+    },
 }
 
 /// Reads the 4 KiB of a file page (bytes past the end of the file read as zero, as the demand
@@ -249,7 +274,7 @@ fn serve(
         let read = match store {
             Store::Reap => st.reap.as_ref().map(|r| {
                 r.read_slots_into(first_slot as u32, count as u32, &mut buf[..bytes])
-                    .map_err(|e| e.to_string())
+                    .map_err(ReadBackError::PageFile)
             }),
             Store::Swap => (!st.swap.is_empty()).then(|| {
                 st.swap
@@ -259,13 +284,15 @@ fn serve(
                         count as u32,
                         &mut buf[..bytes],
                     )
-                    .map_err(|e| e.to_string())
+                    .map_err(ReadBackError::PageFile)
             }),
             Store::File => Some((0..count).try_for_each(|k| {
                 let at = (k * PAGE_SIZE) as usize;
                 match st.files.get((first_slot + k) as usize) {
-                    Some(fp) => fp.read_into(&mut buf[at..at + PAGE_SIZE as usize]),
-                    None => Err("no file for a file page".to_string()),
+                    Some(fp) => fp
+                        .read_into(&mut buf[at..at + PAGE_SIZE as usize])
+                        .map_err(ReadBackError::FilePage),
+                    None => Err(ReadBackError::NoFile),
                 }
             })),
         };

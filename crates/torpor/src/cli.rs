@@ -550,6 +550,7 @@ fn parse_hostname(s: &str) -> Result<String, String> {
 
 fn parse_wake_mode(s: &str) -> Result<hibernate::engine::WakeMode, String> {
     s.parse()
+        .map_err(|e: hibernate::engine::UnknownWakeMode| e.to_string())
 }
 
 fn parse_env(s: &str) -> Result<String, String> {

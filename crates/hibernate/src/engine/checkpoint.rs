@@ -19,7 +19,7 @@ use kernel::task::{Task, TaskControl};
 use platform::{Gpa, GuestMemory, PAGE_SIZE};
 use serde::{Deserialize, Serialize};
 
-use super::{Command, Hibernator, ProcessMemory, WakeMode, BATCH_PAGES};
+use super::{Command, EngineError, Hibernator, ProcessMemory, WakeMode, BATCH_PAGES};
 use crate::pagestate::{PageIdx, PageState};
 use crate::snapshot::{self, BlobWriter, Checkpoint, CheckpointWriter, Kind, BLOBS, STATE};
 use crate::swapfile::{SwapReader, SwapWriter};
@@ -86,7 +86,7 @@ pub fn memory_image_name(pid: i32) -> String {
 impl Hibernator {
     /// Writes the checkpoint `job` asks for of the sandbox just deflated (its first task
     /// `task`, every thread parked). A failure removes what was written.
-    pub(super) fn write_checkpoint(&self, task: &Task, job: &Job) -> Result<(), String> {
+    pub(super) fn write_checkpoint(&self, task: &Task, job: &Job) -> Result<(), EngineError> {
         let r = self.try_write_checkpoint(task, job);
         if r.is_err() && job.dir.exists() {
             let _ = std::fs::remove_dir_all(&job.dir);
@@ -94,32 +94,29 @@ impl Hibernator {
         r
     }
 
-    fn try_write_checkpoint(&self, task: &Task, job: &Job) -> Result<(), String> {
+    fn try_write_checkpoint(&self, task: &Task, job: &Job) -> Result<(), EngineError> {
         let mut blobs = BlobWriter::new();
-        let kernel = kernel::checkpoint::export(task, &mut blobs).map_err(|e| e.to_string())?;
-        let mut w = CheckpointWriter::create(&job.dir).map_err(|e| e.to_string())?;
+        let kernel = kernel::checkpoint::export(task, &mut blobs)?;
+        let mut w = CheckpointWriter::create(&job.dir)?;
         for p in &kernel.processes {
-            let pm = self
-                .processes
-                .get(&p.pid)
-                .ok_or_else(|| format!("process {}: not deflated", p.pid))?;
+            let pm = self.processes.get(&p.pid).ok_or_else(|| {
+                EngineError::Inconsistent("not deflated".into()).in_process(p.pid)
+            })?;
             let name = memory_image_name(p.pid);
-            let path = w.path(&name).map_err(|e| e.to_string())?;
-            write_memory_image(pm, &path).map_err(|e| format!("process {}: {e}", p.pid))?;
-            w.add_page_file(&name, snapshot::FileKind::Memory)
-                .map_err(|e| e.to_string())?;
+            let path = w.path(&name)?;
+            write_memory_image(pm, &path).map_err(|e| e.in_process(p.pid))?;
+            w.add_page_file(&name, snapshot::FileKind::Memory)?;
         }
         let state = CheckpointState {
             holder: job.holder.clone(),
             kernel,
             clocks: Some(Clocks::now()),
         };
-        let json = serde_json::to_vec(&state).map_err(|e| format!("encoding the state: {e}"))?;
-        w.write_envelope(STATE, Kind::State, &json)
-            .map_err(|e| e.to_string())?;
-        w.write_envelope(BLOBS, Kind::Blobs, &blobs.into_payload())
-            .map_err(|e| e.to_string())?;
-        w.finish().map_err(|e| e.to_string())?;
+        let json = serde_json::to_vec(&state)
+            .map_err(|e| EngineError::Inconsistent(format!("encoding the state: {e}")))?;
+        w.write_envelope(STATE, Kind::State, &json)?;
+        w.write_envelope(BLOBS, Kind::Blobs, &blobs.into_payload())?;
+        w.finish()?;
         Ok(())
     }
 }
@@ -128,10 +125,10 @@ impl Hibernator {
 /// deflate left it (no guest page is faulted back): swap and REAP slots are read and checked,
 /// clean file pages read from their file and checked, resident pages (none after a deflate
 /// but the ones it could not drop) read from guest memory. Free and zero pages are left out.
-fn write_memory_image(pm: &ProcessMemory, path: &Path) -> Result<(), String> {
+fn write_memory_image(pm: &ProcessMemory, path: &Path) -> Result<(), EngineError> {
     let pager = pm.pager.read().unwrap_or_else(|e| e.into_inner());
     let total = pm.mem.size() / PAGE_SIZE;
-    let mut w = SwapWriter::create(path, total).map_err(|e| e.to_string())?;
+    let mut w = SwapWriter::create(path, total).map_err(EngineError::page_file(path))?;
     let mut idx: Vec<PageIdx> = Vec::with_capacity(BATCH_PAGES);
     let mut data = vec![0u8; BATCH_PAGES * PAGE_SIZE as usize];
     let flush = |w: &mut SwapWriter, idx: &mut Vec<PageIdx>, data: &[u8]| {
@@ -145,7 +142,10 @@ fn write_memory_image(pm: &ProcessMemory, path: &Path) -> Result<(), String> {
                 )
             })
             .collect();
-        let r = w.write_batch(&pages).map(|_| ()).map_err(|e| e.to_string());
+        let r = w
+            .write_batch(&pages)
+            .map(|_| ())
+            .map_err(EngineError::page_file(path));
         idx.clear();
         r
     };
@@ -153,23 +153,23 @@ fn write_memory_image(pm: &ProcessMemory, path: &Path) -> Result<(), String> {
         let at = idx.len() * PAGE_SIZE as usize;
         let buf: &mut [u8; PAGE_SIZE as usize] = (&mut data[at..at + PAGE_SIZE as usize])
             .try_into()
-            .map_err(|_| "page buffer".to_string())?;
+            .map_err(|_| EngineError::Inconsistent("page buffer".into()))?;
         match st {
             PageState::Free | PageState::Zero => continue,
             PageState::Swapped { slot } | PageState::Cached { slot } => pager
                 .swap
                 .read_pages_into(page, slot, 1, buf)
-                .map_err(|e| format!("page {}: {e}", page.0))?,
+                .map_err(EngineError::ReadBack)?,
             PageState::Reap { .. } => pager
                 .reap
                 .as_ref()
-                .ok_or("a REAP page without a REAP file")?
+                .ok_or_else(|| EngineError::Inconsistent("a REAP page without a REAP file".into()))?
                 .read_page(page, buf)
-                .map_err(|e| format!("page {}: {e}", page.0))?,
+                .map_err(EngineError::ReadBack)?,
             PageState::File { slot } => pager
                 .files
                 .get(slot as usize)
-                .ok_or("a file page without its file")?
+                .ok_or_else(|| EngineError::Inconsistent("a file page without its file".into()))?
                 .read_into(buf)?,
             PageState::Resident => {
                 if page.0 * PAGE_SIZE < platform::layout::RESERVED_END.raw() {
@@ -177,7 +177,7 @@ fn write_memory_image(pm: &ProcessMemory, path: &Path) -> Result<(), String> {
                 }
                 pm.mem
                     .read(Gpa(page.0 * PAGE_SIZE), buf)
-                    .map_err(|e| format!("page {}: {e}", page.0))?;
+                    .map_err(EngineError::memory("reading guest memory"))?;
                 if buf.iter().all(|&b| b == 0) {
                     continue;
                 }
@@ -189,7 +189,7 @@ fn write_memory_image(pm: &ProcessMemory, path: &Path) -> Result<(), String> {
         }
     }
     flush(&mut w, &mut idx, &data)?;
-    w.finish().map(|_| ()).map_err(|e| e.to_string())
+    w.finish().map(|_| ()).map_err(EngineError::page_file(path))
 }
 
 /// The park hook of a sandbox just restored from `checkpoint`: each of its processes
@@ -208,22 +208,24 @@ pub fn restored(
     control: Arc<TaskControl>,
     dir: PathBuf,
     mode: WakeMode,
-) -> Result<(Hibernator, super::HibernateHandle), String> {
-    let (first, first_mem) = processes.first().ok_or("a sandbox without processes")?;
-    let (mut hib, handle) =
-        super::new(first_mem.clone(), control, dir, mode).map_err(|e| e.to_string())?;
+) -> Result<(Hibernator, super::HibernateHandle), EngineError> {
+    let (first, first_mem) = processes
+        .first()
+        .ok_or_else(|| EngineError::BadImage("a sandbox without processes".into()))?;
+    let (mut hib, handle) = super::new(first_mem.clone(), control, dir, mode)
+        .map_err(EngineError::host("setting up hibernation"))?;
     for (pid, mem) in processes {
         let name = memory_image_name(*pid);
         let path = checkpoint
             .path(&name)
-            .ok_or_else(|| format!("the checkpoint has no {name}"))?;
-        let image = SwapReader::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            .ok_or_else(|| EngineError::BadImage(format!("the checkpoint has no {name}")))?;
+        let image = SwapReader::open(&path).map_err(EngineError::page_file(&path))?;
         let total = mem.size() / PAGE_SIZE;
         if image.page_count() != total {
-            return Err(format!(
+            return Err(EngineError::BadImage(format!(
                 "{name} holds a memory of {} pages, the sandbox has {total}",
                 image.page_count()
-            ));
+            )));
         }
         // File names as a deflate gives them: `swap.N` for the first process, `swap-PID.N`.
         let prefix = if pid == first {
@@ -237,17 +239,17 @@ pub fn restored(
             let reserved = platform::layout::RESERVED_END.raw() / PAGE_SIZE;
             for (slot, e) in (0u32..).zip(image.index().entries()) {
                 if e.page().0 < reserved {
-                    return Err(format!(
+                    return Err(EngineError::BadImage(format!(
                         "{name} holds page {} of the reserved region",
                         e.page().0
-                    ));
+                    )));
                 }
-                pager
-                    .pages
-                    .set(e.page(), PageState::Swapped { slot })
-                    .map_err(|err| format!("{name}: {err}"))?;
+                pager.pages.set(e.page(), PageState::Swapped { slot })?;
             }
-            pager.swap.push_borrowed(image).map_err(|e| e.to_string())?;
+            pager
+                .swap
+                .push_borrowed(image)
+                .map_err(EngineError::page_file(&path))?;
         }
         pm.uffd = Some(ProcessMemory::start_pager(
             mem,

@@ -16,6 +16,7 @@ use crate::reap::{ReapReader, ReapWriter};
 use crate::state::State;
 use crate::swapfile::{SwapReader, SwapWriter};
 
+use super::EngineError;
 use super::{
     live_processes, DeflateReport, Hibernator, ProcessDeflate, ProcessMemory, SharedSwap, WakeMode,
     BATCH_PAGES,
@@ -25,7 +26,7 @@ impl Hibernator {
     /// Writes the sandbox's memory out and drops it (see the module doc): every process's,
     /// one after the other. A failure stops there: the processes already deflated stay so
     /// (their pages come back on demand, nothing is lost), the failing one stays as it was.
-    pub(super) fn deflate(&mut self, task: &mut Task) -> Result<DeflateReport, String> {
+    pub(super) fn deflate(&mut self, task: &mut Task) -> Result<DeflateReport, EngineError> {
         let start = Instant::now();
         let first = *self.first_pid.get_or_insert(task.pid);
         let live = live_processes(task);
@@ -35,10 +36,7 @@ impl Hibernator {
         if let Some(quota) = self.swap_quota {
             let bound = Self::deflate_bound(&live, &task.group.procs.shm);
             if bound > quota {
-                return Err(format!(
-                    "the swap quota ({quota} bytes) could be exceeded: the sandbox holds \
-                     {bound} bytes of memory to write"
-                ));
+                return Err(EngineError::QuotaExceeded { quota, bound });
             }
             let held: u64 = self
                 .processes
@@ -93,7 +91,7 @@ impl Hibernator {
             };
             let r = self.deflate_process(&mut pm, &res.mm, &*res.space, compact);
             self.processes.insert(pid, pm);
-            let r = r.map_err(|e| format!("process {pid}: {e}"))?;
+            let r = r.map_err(|e| e.in_process(pid))?;
             total.free_pages += r.free_pages;
             total.file_pages += r.file_pages;
             total.zero_pages += r.zero_pages;
@@ -109,7 +107,7 @@ impl Hibernator {
         }
         let shared_bytes = self
             .deflate_shared(&task.group.procs.shm)
-            .map_err(|e| format!("shared memory: {e}"))?;
+            .map_err(|e| EngineError::Shared(Box::new(e)))?;
         total.swap_bytes += shared_bytes;
         total.swap_written_bytes += shared_bytes;
         total.took_us = start.elapsed().as_micros() as u64;
@@ -130,7 +128,7 @@ impl Hibernator {
     /// of the sandbox's anonymous shared memory to `shm.N`, then punches them out of their
     /// memfds (every VM mapping them sees the hole
     /// until the wake restores it; no thread runs meanwhile). Returns the bytes written.
-    pub(super) fn deflate_shared(&mut self, space: &mm::SharedSpace) -> Result<u64, String> {
+    pub(super) fn deflate_shared(&mut self, space: &mm::SharedSpace) -> Result<u64, EngineError> {
         // Shared file mappings: their pages are the file's (page cache), written back by the
         // host; the runtime's mapping of them is dropped, and a touch after the wake maps
         // them again from the page cache or the disk.
@@ -159,11 +157,11 @@ impl Hibernator {
         let _ = crate::swapfile::remove(&path);
         let base = platform::SHARED_GPA_BASE.raw();
         let span = (platform::SHARED_GPA_END.raw() - base) / PAGE_SIZE;
-        let mut writer = SwapWriter::create(&path, span).map_err(|e| e.to_string())?;
+        let mut writer = SwapWriter::create(&path, span).map_err(EngineError::page_file(&path))?;
         let mut idx: Vec<u64> = Vec::with_capacity(BATCH_PAGES);
         let mut data = vec![0u8; BATCH_PAGES * PAGE_SIZE as usize];
         let mut sink = Vec::new();
-        let written = (|| -> Result<(), String> {
+        let written = (|| -> Result<(), EngineError> {
             for w in &windows {
                 let pages = (w.size() / PAGE_SIZE) as usize;
                 let mut resident = vec![0u8; pages];
@@ -176,16 +174,19 @@ impl Hibernator {
                     )
                 };
                 if r != 0 {
-                    return Err(format!("mincore: {}", std::io::Error::last_os_error()));
+                    return Err(EngineError::Host {
+                        op: "mincore",
+                        source: std::io::Error::last_os_error(),
+                    });
                 }
                 for (i, r) in resident.iter().enumerate() {
                     if r & 1 == 0 {
                         continue;
                     }
                     let gpa = w.gpa().raw() + i as u64 * PAGE_SIZE;
-                    let src = w
-                        .ptr(Gpa(gpa), PAGE_SIZE)
-                        .ok_or("a window page out of range")?;
+                    let src = w.ptr(Gpa(gpa), PAGE_SIZE).ok_or_else(|| {
+                        EngineError::Inconsistent("a window page out of range".into())
+                    })?;
                     let at = idx.len() * PAGE_SIZE as usize;
                     // SAFETY: `src` covers one page of the window's mapping; no vCPU runs.
                     let page = unsafe { std::slice::from_raw_parts(src, PAGE_SIZE as usize) };
@@ -201,7 +202,8 @@ impl Hibernator {
                             &data,
                             |s| PageState::Swapped { slot: s },
                             &mut sink,
-                        )?;
+                        )
+                        .map_err(EngineError::page_file(&path))?;
                     }
                 }
             }
@@ -211,13 +213,19 @@ impl Hibernator {
                 &data,
                 |s| PageState::Swapped { slot: s },
                 &mut sink,
-            )?;
+            )
+            .map_err(EngineError::page_file(&path))?;
             Ok(())
         })();
         let bytes = u64::from(writer.pages_written()) * PAGE_SIZE;
-        let finished =
-            written.and_then(|()| writer.finish().map(|_| ()).map_err(|e| e.to_string()));
-        let reader = finished.and_then(|()| SwapReader::open(&path).map_err(|e| e.to_string()));
+        let finished = written.and_then(|()| {
+            writer
+                .finish()
+                .map(|_| ())
+                .map_err(EngineError::page_file(&path))
+        });
+        let reader =
+            finished.and_then(|()| SwapReader::open(&path).map_err(EngineError::page_file(&path)));
         let reader = match reader {
             Ok(r) => r,
             Err(e) => {
@@ -255,14 +263,12 @@ impl Hibernator {
         mm: &Arc<Mutex<mm::MemoryManager>>,
         space: &dyn platform::AddressSpace,
         force_compact: bool,
-    ) -> Result<DeflateReport, String> {
+    ) -> Result<DeflateReport, EngineError> {
         let start = Instant::now();
         // Nothing may reach a page about to be dropped but the runtime's own mapping (which
         // the userfaultfd serves): on the trap platform the application's process maps pages
         // of guest memory itself.
-        space
-            .evict_all()
-            .map_err(|e| format!("evicting the application's mappings: {e}"))?;
+        space.evict_all().map_err(EngineError::Evict)?;
         let mut report = DeflateReport::default();
         let mem = pm.mem.clone();
         let first_page = layout::RESERVED_END.raw() / PAGE_SIZE;
@@ -294,7 +300,7 @@ impl Hibernator {
         // write-protected was then taken for one the guest had dropped, and its bytes lost.)
         let mut resident = vec![0u8; total_pages as usize];
         mem.residency(Gpa(0), &mut resident)
-            .map_err(|e| format!("mincore: {e}"))?;
+            .map_err(EngineError::host("mincore"))?;
         // A clone's memory is a checkpoint's image mapped copy-on-write until this deflate:
         // every page it holds counts as resident (read through the mapping, the image's bytes
         // or the clone's own), all written out, then the memory becomes anonymous.
@@ -337,26 +343,27 @@ impl Hibernator {
             pager: &PagerState,
             page: u64,
             buf: &mut [u8; PAGE_SIZE as usize],
-        ) -> Result<bool, String> {
+        ) -> Result<bool, EngineError> {
             match pager.pages.get(PageIdx(page)) {
                 Ok(PageState::Swapped { slot }) => {
                     pager
                         .swap
                         .read_pages_into(PageIdx(page), slot, 1, buf)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(EngineError::ReadBack)?;
                     Ok(true)
                 }
                 Ok(PageState::Reap { .. }) => {
-                    let old = pager.reap.as_ref().ok_or("REAP page without a REAP file")?;
+                    let old = pager.reap.as_ref().ok_or_else(|| {
+                        EngineError::Inconsistent("REAP page without a REAP file".into())
+                    })?;
                     old.read_page(PageIdx(page), buf)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(EngineError::ReadBack)?;
                     Ok(true)
                 }
                 Ok(PageState::File { slot }) => {
-                    let fp = pager
-                        .files
-                        .get(slot as usize)
-                        .ok_or("file page without its file")?;
+                    let fp = pager.files.get(slot as usize).ok_or_else(|| {
+                        EngineError::Inconsistent("file page without its file".into())
+                    })?;
                     fp.read_into(buf)?;
                     Ok(true)
                 }
@@ -374,7 +381,8 @@ impl Hibernator {
         let base = if compact {
             0
         } else {
-            u32::try_from(pager.swap.next_base()).map_err(|_| "swap slots exhausted")?
+            u32::try_from(pager.swap.next_base())
+                .map_err(|_| EngineError::Inconsistent("swap slots exhausted".into()))?
         };
         // Which pages brought back from the swap were written since (the others still match
         // their slot: see `uffd`).
@@ -384,13 +392,14 @@ impl Hibernator {
             let from = unsafe { mem.host_base().add((first_page * PAGE_SIZE) as usize) };
             Some(
                 crate::uffd::written_pages(from.cast(), (total_pages - first_page) as usize)
-                    .map_err(|e| format!("reading /proc/self/pagemap: {e}"))?,
+                    .map_err(EngineError::host("reading /proc/self/pagemap"))?,
             )
         } else {
             None
         };
         let path = self.file_path("swap", pm, generation);
-        let mut writer = SwapWriter::create(&path, total_pages).map_err(|e| e.to_string())?;
+        let mut writer =
+            SwapWriter::create(&path, total_pages).map_err(EngineError::page_file(&path))?;
         let mut new_states: Vec<(u64, PageState)> = crate::own_memory::vec_in_own_arena();
         let mut batch_idx: Vec<u64> = Vec::with_capacity(BATCH_PAGES);
         let mut batch_data = vec![0u8; BATCH_PAGES * PAGE_SIZE as usize];
@@ -406,6 +415,7 @@ impl Hibernator {
                 |slot| PageState::Swapped { slot: base + slot },
                 out,
             )
+            .map_err(EngineError::page_file(&path))
         };
         for page in first_page..total_pages {
             let gpa = Gpa(page * PAGE_SIZE);
@@ -416,7 +426,8 @@ impl Hibernator {
                 // The checksum of what the page holds: from memory if resident, else kept from
                 // the deflate that dropped it.
                 let crc = if resident[page as usize] & 1 != 0 {
-                    mem.read(gpa, &mut page_buf).map_err(|e| e.to_string())?;
+                    mem.read(gpa, &mut page_buf)
+                        .map_err(EngineError::memory("reading guest memory"))?;
                     Some(crc32c::crc32c(&page_buf))
                 } else {
                     match pager.pages.get(PageIdx(page)) {
@@ -457,7 +468,8 @@ impl Hibernator {
                 }
             }
             if is_resident {
-                mem.read(gpa, &mut page_buf).map_err(|e| e.to_string())?;
+                mem.read(gpa, &mut page_buf)
+                    .map_err(EngineError::memory("reading guest memory"))?;
                 if page_buf.iter().all(|&b| b == 0) {
                     new_states.push((page, PageState::Zero));
                     report.zero_pages += 1;
@@ -475,7 +487,7 @@ impl Hibernator {
                         pager
                             .swap
                             .read_pages_into(PageIdx(page), slot, 1, &mut page_buf)
-                            .map_err(|e| e.to_string())?;
+                            .map_err(EngineError::ReadBack)?;
                         batch_data[slot_data..slot_data + PAGE_SIZE as usize]
                             .copy_from_slice(&page_buf);
                     }
@@ -503,8 +515,8 @@ impl Hibernator {
         flush(&mut writer, &mut batch_idx, &batch_data, &mut new_states)?;
         report.swap_written_bytes = u64::from(writer.pages_written()) * PAGE_SIZE;
         report.compacted = compact;
-        writer.finish().map_err(|e| e.to_string())?;
-        let reader = SwapReader::open(&path).map_err(|e| e.to_string())?;
+        writer.finish().map_err(EngineError::page_file(&path))?;
+        let reader = SwapReader::open(&path).map_err(EngineError::page_file(&path))?;
 
         // The REAP file: the working set's pages, contiguous, in recorded order.
         let mut reap_states: Vec<(u64, PageState)> = crate::own_memory::vec_in_own_arena();
@@ -514,7 +526,7 @@ impl Hibernator {
             let rpath = self.file_path("reap", pm, generation);
             let mut w = ReapWriter::create(&rpath, total_pages).map_err(|e| {
                 let _ = std::fs::remove_file(&path);
-                e.to_string()
+                EngineError::page_file(&rpath)(e)
             })?;
             let mut idx: Vec<u64> = Vec::with_capacity(BATCH_PAGES);
             let write = |w: &mut ReapWriter,
@@ -528,8 +540,9 @@ impl Hibernator {
                     |slot| PageState::Reap { slot },
                     out,
                 )
+                .map_err(EngineError::page_file(&rpath))
             };
-            let result = (|| -> Result<(), String> {
+            let result = (|| -> Result<(), EngineError> {
                 for p in &reap_set {
                     let page = p.0;
                     if page < first_page
@@ -541,7 +554,7 @@ impl Hibernator {
                     let at = idx.len() * PAGE_SIZE as usize;
                     if resident[page as usize] & 1 != 0 {
                         mem.read(Gpa(page * PAGE_SIZE), &mut page_buf)
-                            .map_err(|e| e.to_string())?;
+                            .map_err(EngineError::memory("reading guest memory"))?;
                         if page_buf.iter().all(|&b| b == 0) {
                             reap_states.push((page, PageState::Zero));
                             continue;
@@ -557,7 +570,9 @@ impl Hibernator {
                 }
                 write(&mut w, &mut idx, &batch_data, &mut reap_states)?;
                 report.reap_bytes = u64::from(w.pages_written()) * PAGE_SIZE;
-                w.finish().map(|_| ()).map_err(|e| e.to_string())
+                w.finish()
+                    .map(|_| ())
+                    .map_err(EngineError::page_file(&rpath))
             })();
             if let Err(e) = result {
                 let _ = std::fs::remove_file(&path);
@@ -565,7 +580,7 @@ impl Hibernator {
             }
             Some(ReapReader::open(&rpath).map_err(|e| {
                 let _ = std::fs::remove_file(&path);
-                e.to_string()
+                EngineError::page_file(&rpath)(e)
             })?)
         };
 
@@ -577,7 +592,10 @@ impl Hibernator {
                 if let Some(r) = &reap_reader {
                     let _ = r.remove();
                 }
-                return Err(format!("making the clone's memory anonymous: {e}"));
+                return Err(EngineError::Memory {
+                    op: "making the clone's memory anonymous",
+                    source: e,
+                });
             }
         }
         // The userfaultfd registration comes before anything is dropped (without it, a
@@ -667,13 +685,13 @@ impl Hibernator {
 
 /// Writes the batch `idx` (guest pages; their bytes packed in `data`) with `write`, records
 /// each page's new state (`state(slot)`) in `out`, and empties the batch.
-pub(super) fn write_batch<E: std::fmt::Display>(
+pub(super) fn write_batch<E>(
     write: impl FnOnce(&[(PageIdx, &[u8])]) -> Result<std::ops::Range<u32>, E>,
     idx: &mut Vec<u64>,
     data: &[u8],
     state: impl Fn(u32) -> PageState,
     out: &mut Vec<(u64, PageState)>,
-) -> Result<(), String> {
+) -> Result<(), E> {
     if idx.is_empty() {
         return Ok(());
     }
@@ -683,7 +701,7 @@ pub(super) fn write_batch<E: std::fmt::Display>(
         .enumerate()
         .map(|(i, &p)| (PageIdx(p), &data[i * page..(i + 1) * page]))
         .collect();
-    let slots = write(&pages).map_err(|e| e.to_string())?;
+    let slots = write(&pages)?;
     for (i, &p) in idx.iter().enumerate() {
         out.push((p, state(slots.start + i as u32)));
     }

@@ -9,7 +9,7 @@ use platform::{Gpa, PAGE_SIZE};
 use crate::pager::{self};
 use crate::pagestate::{PageIdx, PageState};
 
-use super::{live_processes, Hibernator, ProcessMemory, SharedSwap};
+use super::{live_processes, EngineError, Hibernator, ProcessMemory, SharedSwap};
 
 impl Hibernator {
     /// After the wake trigger, before the task resumes: prefetch each process's REAP file
@@ -67,7 +67,7 @@ impl Hibernator {
 }
 
 /// Puts the deflated shared memory back (every page read and verified) before anything runs.
-pub(super) fn restore_shared(sw: &SharedSwap) -> Result<(), String> {
+pub(super) fn restore_shared(sw: &SharedSwap) -> Result<(), EngineError> {
     let base = platform::SHARED_GPA_BASE.raw();
     let mut buf = [0u8; PAGE_SIZE as usize];
     for e in sw.reader.index().entries() {
@@ -76,10 +76,10 @@ pub(super) fn restore_shared(sw: &SharedSwap) -> Result<(), String> {
             .windows
             .iter()
             .find_map(|w| w.ptr(gpa, PAGE_SIZE))
-            .ok_or_else(|| format!("no window holds {gpa}"))?;
+            .ok_or_else(|| EngineError::Inconsistent(format!("no window holds {gpa}")))?;
         sw.reader
             .read_page(e.page(), &mut buf)
-            .map_err(|e| e.to_string())?;
+            .map_err(EngineError::ReadBack)?;
         // SAFETY: `dst` covers one page of a window's writable mapping; no vCPU runs yet.
         unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, PAGE_SIZE as usize) };
     }

@@ -13,16 +13,15 @@ use crate::reap::{WorkingSetRecorder, DEFAULT_RECORD_LIMIT};
 use crate::swapstore::SwapStore;
 use crate::uffd::Uffd;
 
-use super::{ProcessMemory, WakeMode};
+use super::{EngineError, ProcessMemory, WakeMode};
 
 impl ProcessMemory {
     pub(super) fn new(
         mem: Arc<GuestMemory>,
         prefix: String,
         mode: WakeMode,
-    ) -> Result<Self, String> {
-        let pages = PageStateMap::new_all_free(mem.size().div_ceil(PAGE_SIZE))
-            .map_err(|e| e.to_string())?;
+    ) -> Result<Self, EngineError> {
+        let pages = PageStateMap::new_all_free(mem.size().div_ceil(PAGE_SIZE))?;
         let page_count = pages.len();
         let pager = Arc::new(RwLock::new(PagerState {
             pages,
@@ -53,15 +52,15 @@ impl ProcessMemory {
         pager: &Arc<RwLock<PagerState>>,
         metrics: &Arc<Metrics>,
         error_file: PathBuf,
-    ) -> Result<Arc<Uffd>, String> {
+    ) -> Result<Arc<Uffd>, EngineError> {
         // Blocking reads, close-on-exec, kernel-mode faults too (the runtime's own copies
         // into guest memory fault like the guest's touches).
-        let mut uffd = Uffd::new().map_err(|e| format!("userfaultfd: {e}"))?;
+        let mut uffd = Uffd::new().map_err(EngineError::host("userfaultfd"))?;
         let start = layout::RESERVED_END.raw();
         // SAFETY: in bounds: guest memory is larger than the reserved chunk.
         let host = unsafe { mem.host_base().add(start as usize) };
         uffd.register(host.cast(), (mem.size() - start) as usize)
-            .map_err(|e| format!("UFFDIO_REGISTER: {e}"))?;
+            .map_err(EngineError::host("UFFDIO_REGISTER"))?;
         let uffd = Arc::new(uffd);
         pager::spawn(
             uffd.clone(),
@@ -70,7 +69,7 @@ impl ProcessMemory {
             metrics.clone(),
             error_file,
         )
-        .map_err(|e| format!("starting the uffd thread: {e}"))?;
+        .map_err(EngineError::host("starting the uffd thread"))?;
         Ok(uffd)
     }
 

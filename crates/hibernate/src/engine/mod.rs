@@ -46,12 +46,15 @@ use crate::uffd::Uffd;
 
 mod checkpoint;
 mod deflate;
+mod error;
 mod handle;
 mod inflate;
 mod memory;
 mod park;
 
 pub use checkpoint::{memory_image_name, restored, CheckpointState, Clocks};
+pub use error::EngineError;
+
 pub use memory::{is_page_file, remove_page_files};
 
 /// Pages per swap-file write (2 MiB).
@@ -68,11 +71,11 @@ pub enum HibernateError {
     ParkTimeout(Duration),
     /// Deflate failed; the sandbox stays hot.
     #[error("deflate failed, the sandbox stays hot: {0}")]
-    Deflate(String),
+    Deflate(#[source] EngineError),
     /// The sandbox was deflated but its checkpoint could not be written (nothing is left of
     /// it); the sandbox stays hibernated.
     #[error("{0}")]
-    Checkpoint(String),
+    Checkpoint(#[source] EngineError),
 }
 
 /// What a deflate did.
@@ -254,18 +257,21 @@ pub enum WakeMode {
 }
 
 impl std::str::FromStr for WakeMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<WakeMode, String> {
+    type Err = UnknownWakeMode;
+    fn from_str(s: &str) -> Result<WakeMode, UnknownWakeMode> {
         match s {
             "fault" => Ok(WakeMode::Fault),
             "reap" => Ok(WakeMode::Reap),
             "auto" => Ok(WakeMode::Auto),
-            _ => Err(format!(
-                "unknown wake mode {s:?}: expected fault, reap or auto"
-            )),
+            _ => Err(UnknownWakeMode(s.to_string())),
         }
     }
 }
+
+/// A wake mode that is none of `fault`, `reap`, `auto`.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown wake mode {0:?}: expected fault, reap or auto")]
+pub struct UnknownWakeMode(pub String);
 
 /// Builds the two sides for a sandbox whose state directory is `dir`.
 ///

@@ -14,7 +14,9 @@ use platform::PAGE_SIZE;
 use crate::state::State;
 use crate::trigger;
 
-use super::{checkpoint, Command, HibernateError, Hibernator, ProcessMemory, WakeReason};
+use super::{
+    checkpoint, Command, EngineError, HibernateError, Hibernator, ProcessMemory, WakeReason,
+};
 
 /// How long the other threads of a process have to park before a deflate.
 const THREAD_STOP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -113,9 +115,8 @@ impl Hibernator {
             }
             self.deflate(task)
         } else {
-            Err(format!(
-                "the application's threads did not stop within {} s",
-                THREAD_STOP_TIMEOUT.as_secs()
+            Err(EngineError::ThreadsDidNotStop(
+                THREAD_STOP_TIMEOUT.as_secs(),
             ))
         };
         let hibernated = result.is_ok();

@@ -249,9 +249,9 @@ pub fn enter_control_role() -> std::result::Result<(), String> {
 static PAGER_LOG_ONLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// Installs the userfaultfd thread's filters on the calling thread (stacked on the process's).
-fn confine_pager_thread() -> std::result::Result<(), String> {
+fn confine_pager_thread() -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
     for bpf in seccomp::pager_filters(PAGER_LOG_ONLY.get().copied().unwrap_or(false))? {
-        seccompiler::apply_filter(&bpf).map_err(|e| e.to_string())?;
+        seccompiler::apply_filter(&bpf)?;
     }
     Ok(())
 }
