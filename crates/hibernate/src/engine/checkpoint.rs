@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use kernel::checkpoint::state::SandboxState;
-use kernel::task::{Task, TaskControl};
+use kernel::task::{ParkedSandbox, TaskControl};
 use platform::{Gpa, GuestMemory, PAGE_SIZE};
 use serde::{Deserialize, Serialize};
 
@@ -86,17 +86,21 @@ pub fn memory_image_name(pid: i32) -> String {
 impl Hibernator {
     /// Writes the checkpoint `job` asks for of the sandbox just deflated (its first task
     /// `task`, every thread parked). A failure removes what was written.
-    pub(super) fn write_checkpoint(&self, task: &Task, job: &Job) -> Result<(), EngineError> {
-        let r = self.try_write_checkpoint(task, job);
+    pub(super) fn write_checkpoint(
+        &self,
+        sb: &ParkedSandbox<'_>,
+        job: &Job,
+    ) -> Result<(), EngineError> {
+        let r = self.try_write_checkpoint(sb, job);
         if r.is_err() && job.dir.exists() {
             let _ = std::fs::remove_dir_all(&job.dir);
         }
         r
     }
 
-    fn try_write_checkpoint(&self, task: &Task, job: &Job) -> Result<(), EngineError> {
+    fn try_write_checkpoint(&self, sb: &ParkedSandbox<'_>, job: &Job) -> Result<(), EngineError> {
         let mut blobs = BlobWriter::new();
-        let kernel = kernel::checkpoint::export(task, &mut blobs)?;
+        let kernel = kernel::checkpoint::export(sb, &mut blobs)?;
         let mut w = CheckpointWriter::create(&job.dir)?;
         for p in &kernel.processes {
             let pm = self.processes.get(&p.pid).ok_or_else(|| {

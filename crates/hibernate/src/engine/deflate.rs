@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use kernel::task::Task;
+use kernel::task::ParkedSandbox;
 use platform::{layout, Gpa, GuestMemory, PAGE_SIZE};
 
 use crate::pager::{self, PagerState};
@@ -18,23 +18,22 @@ use crate::swapfile::{SwapReader, SwapWriter};
 
 use super::EngineError;
 use super::{
-    live_processes, DeflateReport, Hibernator, ProcessDeflate, ProcessMemory, SharedSwap, WakeMode,
-    BATCH_PAGES,
+    DeflateReport, Hibernator, ProcessDeflate, ProcessMemory, SharedSwap, WakeMode, BATCH_PAGES,
 };
 
 impl Hibernator {
     /// Writes the sandbox's memory out and drops it (see the module doc): every process's,
     /// one after the other. A failure stops there: the processes already deflated stay so
     /// (their pages come back on demand, nothing is lost), the failing one stays as it was.
-    pub(super) fn deflate(&mut self, task: &mut Task) -> Result<DeflateReport, EngineError> {
+    pub(super) fn deflate(&mut self, sb: &ParkedSandbox<'_>) -> Result<DeflateReport, EngineError> {
         let start = Instant::now();
-        let first = *self.first_pid.get_or_insert(task.pid);
-        let live = live_processes(task);
+        let first = *self.first_pid.get_or_insert(sb.pid());
+        let live = sb.processes();
         // With the quota in sight, every process compacts its swap: the files then hold no
         // more than the live pages.
         let mut compact = self.shared.compact_next.swap(false, Ordering::SeqCst);
         if let Some(quota) = self.swap_quota {
-            let bound = Self::deflate_bound(&live, &task.group.procs.shm);
+            let bound = Self::deflate_bound(&live, sb.shared_memory());
             if bound > quota {
                 return Err(EngineError::QuotaExceeded { quota, bound });
             }
@@ -106,7 +105,7 @@ impl Hibernator {
             figures.push(ProcessDeflate { pid, report: r });
         }
         let shared_bytes = self
-            .deflate_shared(&task.group.procs.shm)
+            .deflate_shared(sb.shared_memory())
             .map_err(|e| EngineError::Shared(Box::new(e)))?;
         total.swap_bytes += shared_bytes;
         total.swap_written_bytes += shared_bytes;

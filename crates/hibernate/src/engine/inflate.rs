@@ -3,13 +3,13 @@
 
 use std::time::Instant;
 
-use kernel::task::Task;
+use kernel::task::ParkedSandbox;
 use platform::{Gpa, PAGE_SIZE};
 
 use crate::pager::{self};
 use crate::pagestate::{PageIdx, PageState};
 
-use super::{live_processes, EngineError, Hibernator, ProcessMemory, SharedSwap};
+use super::{EngineError, Hibernator, ProcessMemory, SharedSwap};
 
 impl Hibernator {
     /// After the wake trigger, before the task resumes: prefetch each process's REAP file
@@ -41,8 +41,8 @@ impl Hibernator {
     /// After a REAP prefetch: has each process's platform map the pages of the prefetched set
     /// ahead (on the trap platform the application's process maps guest pages itself, and
     /// would otherwise take a fault for every run of them it touches).
-    pub(super) fn prefault(&self, task: &Task) {
-        for (pid, res) in live_processes(task) {
+    pub(super) fn prefault(&self, sb: &ParkedSandbox<'_>) {
+        for (pid, res) in sb.processes() {
             let Some(pm) = self.processes.get(&pid) else {
                 continue;
             };

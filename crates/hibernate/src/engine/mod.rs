@@ -17,7 +17,13 @@
 //! ```
 //!
 //! A failed deflate (disk full, I/O error) leaves every page in place: the new swap file is
-//! removed, nothing was dropped, and the sandbox stays hot.
+//! removed, nothing was dropped, and the sandbox stays hot. Errors are typed
+//! ([`EngineError`], inside [`HibernateError`]).
+//!
+//! The engine sees the kernel only through `kernel::task::ParkedSandbox` (what the park hook
+//! gets: the processes' memories and address spaces, the shared memory, stopping and resuming
+//! threads, the sockets that wake it, the checkpoint export) and `TaskControl`; never a
+//! `Task`.
 //!
 //! | File | Job |
 //! |---|---|
@@ -28,13 +34,14 @@
 //! | `inflate.rs` | REAP prefetch, shared memory put back, page tables prefaulted |
 //! | `memory.rs` | one process's page-state map, files and userfaultfd pager |
 //! | `checkpoint.rs` | a checkpoint written after a deflate; a restored sandbox's pager |
+//! | `error.rs` | [`EngineError`]: what a deflate, a checkpoint or a restore's set-up met |
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
-use kernel::task::{Task, TaskControl};
+use kernel::task::TaskControl;
 use platform::{Gpa, GuestMemory, PAGE_SIZE};
 
 use crate::metrics::HibernateMetrics as Metrics;
@@ -338,27 +345,4 @@ pub fn new(
         swap_quota: None,
     };
     Ok((hib, HibernateHandle { shared, control }))
-}
-
-/// Every live process of `task`'s sandbox with its address space, memory, descriptors and
-/// platform space, `task`'s own last.
-fn live_processes(task: &Task) -> Vec<(i32, kernel::task::ProcessResources)> {
-    let mut live: Vec<(i32, kernel::task::ProcessResources)> = task
-        .group
-        .procs
-        .live_groups()
-        .into_iter()
-        .filter(|(pid, _)| *pid != task.pid)
-        .filter_map(|(pid, g)| g.resources().map(|r| (pid, r)))
-        .collect();
-    live.push((
-        task.pid,
-        kernel::task::ProcessResources {
-            mm: task.mm.clone(),
-            mem: task.mem.clone(),
-            fds: task.fds.clone(),
-            space: task.group.space(),
-        },
-    ));
-    live
 }

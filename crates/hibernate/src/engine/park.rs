@@ -7,8 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kernel::fd::FileKind;
-use kernel::task::{ParkHook, Task};
+use kernel::task::{ParkHook, ParkedSandbox, StoppedProcesses};
 use platform::PAGE_SIZE;
 
 use crate::state::State;
@@ -22,7 +21,7 @@ use super::{
 const THREAD_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl ParkHook for Hibernator {
-    fn on_park(&mut self, task: &mut Task) {
+    fn on_park(&mut self, sb: &ParkedSandbox<'_>) {
         let cmd = {
             let mut mb = self.shared.lock_mailbox();
             mb.parked = true;
@@ -33,32 +32,24 @@ impl ParkHook for Hibernator {
         // no hibernated sandbox to wake: it wakes for it at once.
         let mut wake_now = false;
         let (hibernated, stopped) = match cmd {
-            Some(Command::Deflate) => self.deflate_all(task, None),
-            Some(Command::Checkpoint(job)) => self.deflate_all(task, Some(&job)),
+            Some(Command::Deflate) => self.deflate_all(sb, None),
+            Some(Command::Checkpoint(job)) => self.deflate_all(sb, Some(&job)),
             Some(Command::Restored) => {
                 self.shared.transition(State::Hibernated);
-                wake_now = task.control.signal_pending();
+                wake_now = sb.control().signal_pending();
                 if !wake_now {
                     crate::own_memory::drop_code_pages();
                 }
                 // Every process's threads wait until the wake, as after a deflate.
-                let others = task
-                    .group
-                    .procs
-                    .live_groups()
-                    .into_iter()
-                    .filter(|(pid, _)| *pid != task.pid)
-                    .map(|(_, g)| g)
-                    .collect();
-                (true, others)
+                (true, sb.others_as_stopped())
             }
-            None => (false, Vec::new()),
+            None => (false, StoppedProcesses::default()),
         };
         if hibernated {
             let reason = if wake_now {
                 WakeReason::Explicit
             } else {
-                self.wait_for_wake(task)
+                self.wait_for_wake(sb)
             };
             let woke = Instant::now();
             self.shared.metrics.begin_wake();
@@ -70,14 +61,12 @@ impl ParkHook for Hibernator {
             self.shared.transition(to);
             if !matches!(reason, WakeReason::Stop) {
                 self.inflate(woke);
-                self.prefault(task);
+                self.prefault(sb);
             }
             self.shared.metrics.record_wake(woke.elapsed());
         }
-        for g in stopped {
-            g.resume_others();
-        }
-        task.group.resume_others();
+        stopped.resume();
+        sb.resume_own();
         self.shared.lock_mailbox().parked = false;
     }
 }
@@ -89,31 +78,22 @@ impl Hibernator {
     /// the groups to resume.
     pub(super) fn deflate_all(
         &mut self,
-        task: &mut Task,
+        sb: &ParkedSandbox<'_>,
         job: Option<&checkpoint::Job>,
-    ) -> (bool, Vec<Arc<kernel::task::ThreadGroup>>) {
+    ) -> (bool, StoppedProcesses) {
         // Every other thread of the sandbox parks first, in every process (they wait in the
         // kernel until the wake is done); a thread that does not within the timeout fails
         // the deflate.
-        let mut stopped = Vec::new();
-        let result = if self.stop_sandbox(task, &mut stopped) {
+        let mut stopped = StoppedProcesses::default();
+        let result = if sb.stop_all(THREAD_STOP_TIMEOUT, &mut stopped) {
             if job.is_some() {
                 // No saved page-table entry may point into a file's window (page-cache pages
                 // of private and shared file mappings): a restored process has none where
                 // they were. Those pages fault back from the file. (Before the deflate,
                 // which saves the page tables.)
-                task.mm().drop_file_window_pages();
-                for (pid, g) in task.group.procs.live_groups() {
-                    if pid != task.pid {
-                        if let Some(r) = g.resources() {
-                            r.mm.lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .drop_file_window_pages();
-                        }
-                    }
-                }
+                sb.drop_file_window_pages();
             }
-            self.deflate(task)
+            self.deflate(sb)
         } else {
             Err(EngineError::ThreadsDidNotStop(
                 THREAD_STOP_TIMEOUT.as_secs(),
@@ -122,7 +102,7 @@ impl Hibernator {
         let hibernated = result.is_ok();
         let result = match (result, job) {
             (Ok(report), Some(job)) => self
-                .write_checkpoint(task, job)
+                .write_checkpoint(sb, job)
                 .map(|()| report)
                 .map_err(HibernateError::Checkpoint),
             (r, _) => r.map_err(HibernateError::Deflate),
@@ -164,49 +144,13 @@ impl Hibernator {
         pages * PAGE_SIZE
     }
 
-    /// Parks every thread of the sandbox but the caller's: the other threads of its process,
-    /// then every other process, again until no new process appeared meanwhile (a fork in
-    /// flight). The groups stopped are pushed on `stopped` for the caller to resume, also
-    /// when this fails.
-    pub(super) fn stop_sandbox(
-        &self,
-        task: &Task,
-        stopped: &mut Vec<Arc<kernel::task::ThreadGroup>>,
-    ) -> bool {
-        if task.group.live() > 1 && !task.group.stop_others(task.tid, THREAD_STOP_TIMEOUT) {
-            return false;
-        }
-        loop {
-            let new: Vec<_> = task
-                .group
-                .procs
-                .live_groups()
-                .into_iter()
-                .filter(|(pid, g)| *pid != task.pid && !stopped.iter().any(|s| Arc::ptr_eq(s, g)))
-                .map(|(_, g)| g)
-                .collect();
-            if new.is_empty() {
-                return true;
-            }
-            for g in new {
-                // No thread of that process is exempt (tid 0 is nobody's).
-                let ok = g.stop_others(0, THREAD_STOP_TIMEOUT);
-                if ok {
-                    stopped.push(g);
-                } else {
-                    return false;
-                }
-            }
-        }
-    }
-
     pub(super) fn file_path(&self, kind: &str, pm: &ProcessMemory, generation: u64) -> PathBuf {
         self.dir.join(format!("{kind}{}.{generation}", pm.prefix))
     }
 
     /// Waits (no CPU) until a connection or bytes arrive on one of the application's sockets,
     /// or an explicit wake or stop.
-    pub(super) fn wait_for_wake(&mut self, task: &mut Task) -> WakeReason {
+    pub(super) fn wait_for_wake(&mut self, sb: &ParkedSandbox<'_>) -> WakeReason {
         // SAFETY: epoll_create1 with a valid flag.
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if ep < 0 {
@@ -227,27 +171,14 @@ impl Hibernator {
         // Paused: requests wait for the resume.
         let paused = self.shared.paused.load(Ordering::SeqCst);
         // The sockets of every process: one wake trigger for the whole sandbox.
-        let mut tables = vec![task.fds.clone()];
-        for (pid, g) in task.group.procs.live_groups() {
-            if pid != task.pid {
-                if let Some(r) = g.resources() {
-                    tables.push(r.fds);
-                }
-            }
-        }
-        let mut sockets: Vec<Arc<kernel::fd::OpenFile>> = Vec::new();
-        for table in &tables {
-            for (_, f) in table.iter() {
-                let shared_file = sockets.iter().any(|s| Arc::ptr_eq(s, &f));
-                if !paused
-                    && matches!(f.kind, FileKind::Socket(_))
-                    && !shared_file
-                    && !trigger::sandbox_internal(f.host())
-                {
-                    sockets.push(f);
-                }
-            }
-        }
+        let sockets: Vec<Arc<kernel::fd::OpenFile>> = if paused {
+            Vec::new()
+        } else {
+            sb.sockets()
+                .into_iter()
+                .filter(|f| !trigger::sandbox_internal(f.host()))
+                .collect()
+        };
         for (i, f) in sockets.iter().enumerate() {
             add(f.host().as_raw_fd(), i as u64);
         }
@@ -258,7 +189,7 @@ impl Hibernator {
                 unsafe { libc::epoll_wait(ep.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, -1) };
             if n < 0 {
                 if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                    if task.control.signal_pending() {
+                    if sb.control().signal_pending() {
                         return WakeReason::Stop;
                     }
                     continue;

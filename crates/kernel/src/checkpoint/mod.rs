@@ -51,15 +51,19 @@ pub enum CheckpointError {
     Restore(String),
 }
 
-/// Saves the kernel state of the sandbox whose first thread is `task`, every thread of every
-/// process parked (the caller, the park hook, holds them). The caller has unmapped the file
+/// Saves the kernel state of the parked sandbox `sandbox`, every thread of every process
+/// parked (the caller, the park hook, holds them). The caller has unmapped the file
 /// pages mapped from shared windows ([`mm::MemoryManager::drop_file_window_pages`]) before
 /// saving the memory: a new process has no window where they were.
 ///
 /// # Errors
 /// [`CheckpointError::Unsupported`] for an object not supported yet; the host's error
 /// reading one.
-pub fn export(task: &Task, blobs: &mut BlobWriter) -> Result<SandboxState, CheckpointError> {
+pub fn export(
+    sandbox: &crate::task::ParkedSandbox<'_>,
+    blobs: &mut BlobWriter,
+) -> Result<SandboxState, CheckpointError> {
+    let task = sandbox.task();
     let procs = &task.group.procs;
     if procs.sysv_shm.segment_count() > 0 || procs.sysv_sem.set_count() > 0 {
         return Err(CheckpointError::Unsupported(

@@ -12,12 +12,11 @@ use std::time::Duration;
 
 use platform::Kicker;
 
-use super::Task;
-
 /// What a parked task runs: the hibernate layer deflates, waits for a wake and inflates here.
 pub trait ParkHook: Send {
-    /// Called on the task's thread with the task parked.
-    fn on_park(&mut self, task: &mut Task);
+    /// Called on the task's thread with the task parked: the hook sees the sandbox through
+    /// [`ParkedSandbox`](super::ParkedSandbox) only.
+    fn on_park(&mut self, sandbox: &super::ParkedSandbox<'_>);
 }
 
 /// Cross-thread control of one task.

@@ -9,6 +9,7 @@ mod fs_context;
 
 mod group;
 pub mod itimer;
+mod parked;
 mod process;
 pub mod rlimit;
 pub mod signal;
@@ -18,6 +19,7 @@ pub use crate::creds::{CapSets, Credentials};
 pub use control::{IdleHook, ParkHook, TaskControl};
 pub use fs_context::FsContext;
 pub use group::{FutexTable, ProcIdentity, ProcessResources, ThreadGroup, WaitResult};
+pub use parked::{ParkedSandbox, StoppedProcesses};
 pub use process::{Membership, ProcessTable, TaskSlot, WaitFor};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};
 
@@ -427,7 +429,7 @@ impl Task {
         // The deflate and the checkpoint write the runtime's files.
         crate::fs::identity::become_runtime();
         if let Some(mut hook) = self.park_hook.take() {
-            hook.on_park(self);
+            hook.on_park(&ParkedSandbox::new(self));
             self.park_hook = Some(hook);
         } else {
             // Another thread is hibernating the process: wait until it is done.
