@@ -31,6 +31,7 @@
 //! | `handle.rs` | the control thread's requests: hibernate, checkpoint, pause, wake, stop |
 //! | `park.rs` | the task's side at its park point: stop every thread, deflate, wait, inflate |
 //! | `deflate.rs` | every process's memory and the shared memory written out and dropped |
+//! | `process_deflate.rs` | one process's deflate: plan, write, commit |
 //! | `inflate.rs` | REAP prefetch, shared memory put back, page tables prefaulted |
 //! | `memory.rs` | one process's page-state map, files and userfaultfd pager |
 //! | `checkpoint.rs` | a checkpoint written after a deflate; a restored sandbox's pager |
@@ -58,6 +59,7 @@ mod handle;
 mod inflate;
 mod memory;
 mod park;
+mod process_deflate;
 
 pub use checkpoint::{memory_image_name, restored, CheckpointState, Clocks};
 pub use error::EngineError;
