@@ -7,6 +7,7 @@
 //! that must know what a descriptor is (mmap, ioctl, a checkpoint) asks the kind, not the
 //! host.
 
+pub mod host;
 mod hostio;
 pub mod locks;
 mod table;

@@ -1,13 +1,13 @@
 //! open, openat, creat, close, close_range, dup, dup2, dup3, fcntl (record locks included),
 //! ioctl, flock, fallocate, sync, syncfs.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use abi::Errno;
 
 use super::{SysResult, SyscallArgs};
-use crate::fd::{FileKind, OpenFile};
+use crate::fd::{host, FileKind, OpenFile};
 use crate::fs;
 use crate::fs::procfs::GeneratedDir;
 use crate::task::Task;
@@ -136,12 +136,7 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         Err(e) => Err(e),
     };
     let fd = open(flags)?;
-    // SAFETY: fstat on an fd we own into a zeroed stat buffer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(Errno::last());
-    }
+    let st = host::fstat(fd.as_fd())?;
     if writes(flags) && st.st_mode & libc::S_IFMT == libc::S_IFREG {
         refuse_running(t, (st.st_dev, st.st_ino))?;
     }
@@ -265,12 +260,7 @@ fn reopen_fd(t: &mut Task, fd: i32, flags: i32) -> SysResult {
 
 /// The access mode (`O_RDONLY`, `O_WRONLY`, `O_RDWR`) host descriptor `fd` was opened with.
 fn host_access_mode(fd: std::os::fd::BorrowedFd<'_>) -> Result<i32, Errno> {
-    // SAFETY: F_GETFL on a valid descriptor.
-    let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    if fl < 0 {
-        return Err(Errno::last());
-    }
-    Ok(fl & libc::O_ACCMODE)
+    Ok(host::status_flags(fd)? & libc::O_ACCMODE)
 }
 
 /// The harmless character devices every program expects, taken from the host when the root
@@ -288,15 +278,8 @@ fn host_device(guest: &[u8], flags: i32) -> Option<std::os::fd::OwnedFd> {
     let dev = HOST_DEVICES.iter().find(|d| **d == name)?;
     let access = flags & libc::O_ACCMODE;
     let c = std::ffi::CString::new(*dev).ok()?;
-    // SAFETY: a valid path; no creation flags pass (only the access mode and O_NONBLOCK).
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            access | (flags & libc::O_NONBLOCK) | libc::O_CLOEXEC,
-        )
-    };
-    // SAFETY: a fresh fd owned by nobody else.
-    (fd >= 0).then(|| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    // No creation flags pass (only the access mode and O_NONBLOCK).
+    host::open(&c, access | (flags & libc::O_NONBLOCK)).ok()
 }
 
 /// Opens a new pseudo-terminal master: the host's `/dev/ptmx` (a pty of the host's devpts
@@ -317,13 +300,8 @@ fn open_ptmx(t: &mut Task, flags: i32) -> SysResult {
 }
 
 fn open_host_pty(path: &std::ffi::CStr, flags: i32) -> Result<std::os::fd::OwnedFd, Errno> {
-    // SAFETY: a valid path; the flags are an access mode, O_NONBLOCK and O_NOCTTY.
-    let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: a fresh fd owned by nobody else.
-    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    // The flags are an access mode, O_NONBLOCK and O_NOCTTY.
+    host::open(path, flags)
 }
 
 /// Implements open(2).
@@ -420,27 +398,12 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             t.fds.set_cloexec(fd, arg & libc::FD_CLOEXEC as u64 != 0)?;
             Ok(0)
         }
-        libc::F_GETFL => {
-            // SAFETY: F_GETFL on an fd we own.
-            let r = unsafe { libc::fcntl(f.host().as_raw_fd(), libc::F_GETFL) };
-            if r < 0 {
-                return Err(Errno::last());
-            }
-            Ok((r & !libc::O_CLOEXEC) as u64)
-        }
+        libc::F_GETFL => Ok((host::status_flags(f.host())? & !libc::O_CLOEXEC) as u64),
         libc::F_SETFL => {
             let settable =
                 libc::O_APPEND | libc::O_NONBLOCK | libc::O_NOATIME | libc::O_DIRECT | 0o20000;
-            // SAFETY: F_GETFL/F_SETFL on an fd we own.
-            let cur = unsafe { libc::fcntl(f.host().as_raw_fd(), libc::F_GETFL) };
-            if cur < 0 {
-                return Err(Errno::last());
-            }
-            let new = (cur & !settable) | (arg as i32 & settable);
-            // SAFETY: as above.
-            if unsafe { libc::fcntl(f.host().as_raw_fd(), libc::F_SETFL, new) } < 0 {
-                return Err(Errno::last());
-            }
+            let cur = host::status_flags(f.host())?;
+            host::set_status_flags(f.host(), (cur & !settable) | (arg as i32 & settable))?;
             Ok(0)
         }
         libc::F_GETLK
@@ -463,12 +426,7 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
         libc::F_GETOWN | F_GETSIG => Ok(0),
         libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ => {
-            // SAFETY: a pipe-size query or change on an fd we own, with an integer argument.
-            let r = unsafe { libc::fcntl(f.host().as_raw_fd(), cmd, a.int(2)) };
-            if r < 0 {
-                return Err(Errno::last());
-            }
-            Ok(r as u64)
+            Ok(host::pipe_size(f.host(), cmd, a.int(2))? as u64)
         }
         _ => Err(Errno::EINVAL),
     }
@@ -500,8 +458,7 @@ fn record_lock(t: &Task, f: &OpenFile, cmd: i32, arg: platform::Gva) -> SysResul
         b.copy_from_slice(&raw[o..o + 8]);
         i64::from_le_bytes(b)
     };
-    // SAFETY: `libc::flock` is plain integers; all zeroes is a valid value.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    let mut fl = host::empty_flock();
     fl.l_type = i16_at(0);
     fl.l_whence = i16_at(2);
     fl.l_start = i64_at(8);
@@ -515,15 +472,8 @@ fn record_lock(t: &Task, f: &OpenFile, cmd: i32, arg: platform::Gva) -> SysResul
     };
     let (r, owner) = match per_table {
         Some(key) => table_lock(t, f, key, cmd, &mut fl)?,
-        None => {
-            // SAFETY: a lock command on an fd we own with a valid `struct flock`; F_SETLKW
-            // may block (a kick interrupts it with EINTR).
-            let r = unsafe { libc::fcntl(f.host().as_raw_fd(), cmd, &mut fl as *mut libc::flock) };
-            if r < 0 {
-                return Err(Errno::last());
-            }
-            (r, None)
-        }
+        // F_SETLKW may block (a kick interrupts it with EINTR).
+        None => (host::record_lock(f.host(), cmd, &mut fl)?, None),
     };
     if cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK {
         let pid = match owner {
@@ -553,11 +503,9 @@ fn table_lock(
     fl: &mut libc::flock,
 ) -> Result<(i32, Option<i32>), Errno> {
     use crate::fd::locks::absolute;
-    let host = f.host().as_raw_fd();
     // The descriptor's offset and the file's size only when the request counts from them.
     let cur = if i32::from(fl.l_whence) == libc::SEEK_CUR {
-        // SAFETY: lseek on a valid descriptor.
-        unsafe { libc::lseek(host, 0, libc::SEEK_CUR) }.max(0)
+        host::offset(f.host())
     } else {
         0
     };
@@ -603,21 +551,14 @@ fn table_lock(
     };
     let Some(mine) = mine else {
         if cmd == libc::F_GETLK {
-            // SAFETY: F_OFD_GETLK on a valid descriptor with a valid `struct flock`.
-            let r = unsafe { libc::fcntl(host, libc::F_OFD_GETLK, fl as *mut libc::flock) };
-            if r < 0 {
-                return Err(Errno::last());
-            }
+            let r = host::record_lock(f.host(), libc::F_OFD_GETLK, fl)?;
             return Ok((r, holder(t, key, fl)));
         }
         return Ok((0, None));
     };
-    // SAFETY: an OFD lock command on the table's private description with a valid `struct
-    // flock`; F_OFD_SETLKW may block (a kick interrupts it with EINTR).
-    let r = unsafe { libc::fcntl(mine.ofd().as_raw_fd(), ofd_cmd, fl as *mut libc::flock) };
-    if r < 0 {
-        return Err(Errno::last());
-    }
+    // On the table's private description; F_OFD_SETLKW may block (a kick interrupts it
+    // with EINTR).
+    let r = host::record_lock(mine.ofd(), ofd_cmd, fl)?;
     if cmd == libc::F_GETLK {
         return Ok((r, holder(t, key, fl)));
     }
@@ -650,18 +591,15 @@ fn holder(t: &Task, key: crate::fd::locks::FileKey, fl: &libc::flock) -> Option<
 pub fn sys_fallocate(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
     let (mode, off, len) = (a.int(1), a.u(2) as i64, a.u(3) as i64);
-    // SAFETY: fallocate on an fd we own; the host checks mode, offset and length.
-    if unsafe { libc::fallocate(f.host().as_raw_fd(), mode, off, len) } != 0 {
-        return Err(Errno::last());
-    }
+    host::fallocate(f.host(), mode, off, len)?;
     Ok(0)
 }
 
 /// Implements sync(2): the filesystem holding the root is flushed.
 pub fn sys_sync(t: &mut Task, _a: &SyscallArgs) -> SysResult {
     if let Ok(root) = t.root.open_at(b"/", libc::O_RDONLY | libc::O_DIRECTORY, 0) {
-        // SAFETY: syncfs on an fd we own; sync(2) cannot fail, so neither can this.
-        unsafe { libc::syncfs(root.as_raw_fd()) };
+        // sync(2) cannot fail, so neither can this.
+        let _ = host::syncfs(root.as_fd());
     }
     Ok(0)
 }
@@ -669,10 +607,7 @@ pub fn sys_sync(t: &mut Task, _a: &SyscallArgs) -> SysResult {
 /// Implements syncfs(2).
 pub fn sys_syncfs(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
-    // SAFETY: syncfs on an fd we own.
-    if unsafe { libc::syncfs(f.host().as_raw_fd()) } != 0 {
-        return Err(Errno::last());
-    }
+    host::syncfs(f.host())?;
     Ok(0)
 }
 
@@ -682,13 +617,6 @@ const TCSETSW: u64 = 0x5403;
 const TCSETSF: u64 = 0x5404;
 const TIOCGWINSZ: u64 = 0x5413;
 const TIOCSWINSZ: u64 = 0x5414;
-/// Size of the kernel's `struct termios` (what TCGETS/TCSETS* exchange): four flag words,
-/// `c_line` and 19 control characters. glibc's `struct termios` (`libc::termios`, 60 bytes)
-/// adds speed fields the kernel never reads or writes: copying that many bytes out overran the
-/// application's buffer.
-const KERNEL_TERMIOS_SIZE: usize = 36;
-/// Size of `struct winsize`.
-const WINSIZE_SIZE: usize = 8;
 const TIOCGPGRP: u64 = 0x540f;
 const TIOCSPGRP: u64 = 0x5410;
 const FIONREAD: u64 = 0x541b;
@@ -706,11 +634,10 @@ const TIOCGPTPEER: u64 = 0x5441;
 /// tty, or a pseudo-terminal the guest opened (its `/dev/ptmx` master or that master's slave:
 /// the only host ttys a guest descriptor can lead to).
 fn is_guest_tty(f: &OpenFile) -> bool {
-    // SAFETY: isatty on an fd we own.
     matches!(
         f.kind,
         FileKind::Stdio | FileKind::Pty { .. } | FileKind::Regular
-    ) && unsafe { libc::isatty(f.host().as_raw_fd()) } == 1
+    ) && host::isatty(f.host())
 }
 
 /// Implements ioctl(2) for the requests the C libraries make on ordinary files, terminals
@@ -718,7 +645,6 @@ fn is_guest_tty(f: &OpenFile) -> bool {
 pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (fd, req, arg) = (a.int(0), a.u(1), a.gva(2));
     let f = t.fds.get(fd)?;
-    let host = f.host().as_raw_fd();
     match req {
         TIOCGPGRP | TIOCSPGRP => {
             // A session's terminal has a foreground group, kept by the process table (what
@@ -744,61 +670,36 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             if !is_guest_tty(&f) {
                 return Err(Errno::ENOTTY);
             }
-            let size = if req == TCGETS {
-                KERNEL_TERMIOS_SIZE
+            if req == TCGETS {
+                t.copy_out(arg, &host::terminal_settings(f.host())?)?;
             } else {
-                WINSIZE_SIZE
-            };
-            // Larger than any of them, so the host never writes past it.
-            let mut buf = [0u8; 64];
-            // SAFETY: the buffer is larger than the structure this read-only request fills.
-            if unsafe { libc::ioctl(host, req as _, buf.as_mut_ptr()) } < 0 {
-                return Err(Errno::last());
+                t.copy_out(arg, &host::window_size(f.host())?)?;
             }
-            t.copy_out(arg, &buf[..size])?;
             Ok(0)
         }
         TCSETS | TCSETSW | TCSETSF | TIOCSWINSZ => {
             if !is_guest_tty(&f) {
                 return Err(Errno::ENOTTY);
             }
-            let size = if req == TIOCSWINSZ {
-                WINSIZE_SIZE
+            if req == TIOCSWINSZ {
+                let mut size = [0u8; host::WINSIZE_SIZE];
+                t.copy_in(arg, &mut size)?;
+                host::set_window_size(f.host(), &size)?;
             } else {
-                KERNEL_TERMIOS_SIZE
-            };
-            let mut buf = [0u8; 64];
-            t.copy_in(arg, &mut buf[..size])?;
-            // SAFETY: the request reads `size` bytes, all initialised, from the buffer.
-            if unsafe { libc::ioctl(host, req as _, buf.as_ptr()) } < 0 {
-                return Err(Errno::last());
+                let mut termios = [0u8; host::KERNEL_TERMIOS_SIZE];
+                t.copy_in(arg, &mut termios)?;
+                host::set_terminal_settings(f.host(), req, &termios)?;
             }
             Ok(0)
         }
         FIONREAD => {
-            let mut n: libc::c_int = 0;
-            // SAFETY: FIONREAD writes one int.
-            if unsafe { libc::ioctl(host, FIONREAD as _, &mut n) } < 0 {
-                return Err(Errno::last());
-            }
-            t.write_u32(arg, n as u32)?;
+            t.write_u32(arg, host::bytes_readable(f.host())? as u32)?;
             Ok(0)
         }
         FIONBIO => {
             let mut b = [0u8; 4];
             t.copy_in(arg, &mut b)?;
-            let on = i32::from_le_bytes(b) != 0;
-            // SAFETY: F_GETFL/F_SETFL on an fd we own.
-            let cur = unsafe { libc::fcntl(host, libc::F_GETFL) };
-            let new = if on {
-                cur | libc::O_NONBLOCK
-            } else {
-                cur & !libc::O_NONBLOCK
-            };
-            // SAFETY: as above.
-            if cur < 0 || unsafe { libc::fcntl(host, libc::F_SETFL, new) } < 0 {
-                return Err(Errno::last());
-            }
+            host::set_nonblocking(f.host(), i32::from_le_bytes(b) != 0)?;
             Ok(0)
         }
         FIOCLEX | FIONCLEX => {
@@ -841,25 +742,15 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// TIOCGPTN, TIOCSPTLCK and TIOCGPTPEER on a pty master the guest opened (the host answers
 /// ENOTTY for anything else, a slave included).
 fn pty_master_ioctl(t: &mut Task, f: &OpenFile, req: u64, arg: platform::Gva) -> SysResult {
-    let host = f.host().as_raw_fd();
     match req {
         TIOCGPTN => {
-            let mut n: libc::c_uint = 0;
-            // SAFETY: TIOCGPTN writes one unsigned int.
-            if unsafe { libc::ioctl(host, TIOCGPTN as _, &mut n) } < 0 {
-                return Err(Errno::last());
-            }
-            t.write_u32(arg, n)?;
+            t.write_u32(arg, host::pty_number(f.host())?)?;
             Ok(0)
         }
         TIOCSPTLCK => {
             let mut b = [0u8; 4];
             t.copy_in(arg, &mut b)?;
-            let v: libc::c_int = i32::from_le_bytes(b);
-            // SAFETY: TIOCSPTLCK reads one int.
-            if unsafe { libc::ioctl(host, TIOCSPTLCK as _, &v) } < 0 {
-                return Err(Errno::last());
-            }
+            host::set_pty_lock(f.host(), i32::from_le_bytes(b))?;
             Ok(0)
         }
         _ => {
@@ -869,20 +760,10 @@ fn pty_master_ioctl(t: &mut Task, f: &OpenFile, req: u64, arg: platform::Gva) ->
             let flags = arg.raw() as i32;
             let host_flags =
                 (flags & (libc::O_ACCMODE | libc::O_NONBLOCK)) | libc::O_NOCTTY | libc::O_CLOEXEC;
-            // SAFETY: TIOCGPTPEER takes its flags by value and returns a new fd.
-            let fd = unsafe { libc::ioctl(host, TIOCGPTPEER as _, host_flags as libc::c_ulong) };
-            if fd < 0 {
-                return Err(Errno::last());
-            }
-            // SAFETY: a fresh fd owned by nobody else.
-            let owned =
-                unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-            let mut n: libc::c_uint = 0;
-            // SAFETY: TIOCGPTN writes one unsigned int.
-            let name = if unsafe { libc::ioctl(host, TIOCGPTN as _, &mut n) } == 0 {
-                format!("/dev/pts/{n}").into_bytes()
-            } else {
-                b"/dev/pts/?".to_vec()
+            let owned = host::open_pty_peer(f.host(), host_flags)?;
+            let name = match host::pty_number(f.host()) {
+                Ok(n) => format!("/dev/pts/{n}").into_bytes(),
+                Err(_) => b"/dev/pts/?".to_vec(),
             };
             let file = Arc::new(OpenFile::new(
                 owned,
@@ -902,10 +783,7 @@ pub fn sys_flock(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if op & !(libc::LOCK_SH | libc::LOCK_EX | libc::LOCK_UN | libc::LOCK_NB) != 0 {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: flock on an fd we own with checked flags.
-    if unsafe { libc::flock(f.host().as_raw_fd(), op) } != 0 {
-        return Err(Errno::last());
-    }
+    host::flock(f.host(), op)?;
     Ok(0)
 }
 
