@@ -251,6 +251,93 @@ pub fn open_pty_peer(fd: BorrowedFd<'_>, flags: i32) -> Result<OwnedFd, Errno> {
     owned(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGPTPEER, flags as libc::c_ulong) })
 }
 
+/// A new eventfd (close-on-exec on the host, whatever `flags` say).
+///
+/// # Errors
+/// The host's errno (EINVAL for bad flags).
+pub fn eventfd(initval: u32, flags: i32) -> Result<OwnedFd, Errno> {
+    // SAFETY: integers only; the host checks the flags.
+    owned(unsafe { libc::eventfd(initval, flags | libc::EFD_CLOEXEC) })
+}
+
+/// Size of `struct itimerspec` on x86-64 (two timespecs).
+pub const ITIMERSPEC_SIZE: usize = 32;
+
+/// A new timerfd on `clock` (close-on-exec on the host, whatever `flags` say).
+///
+/// # Errors
+/// The host's errno.
+pub fn timerfd_create(clock: i32, flags: i32) -> Result<OwnedFd, Errno> {
+    // SAFETY: integers only; the host checks the clock and flags.
+    owned(unsafe { libc::timerfd_create(clock, flags | libc::TFD_CLOEXEC) })
+}
+
+fn itimerspec_from(bytes: &[u8; ITIMERSPEC_SIZE]) -> libc::itimerspec {
+    let at = |o: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[o..o + 8]);
+        i64::from_le_bytes(b)
+    };
+    libc::itimerspec {
+        it_interval: libc::timespec {
+            tv_sec: at(0),
+            tv_nsec: at(8),
+        },
+        it_value: libc::timespec {
+            tv_sec: at(16),
+            tv_nsec: at(24),
+        },
+    }
+}
+
+fn itimerspec_bytes(v: &libc::itimerspec) -> [u8; ITIMERSPEC_SIZE] {
+    let mut out = [0u8; ITIMERSPEC_SIZE];
+    for (i, x) in [
+        v.it_interval.tv_sec,
+        v.it_interval.tv_nsec,
+        v.it_value.tv_sec,
+        v.it_value.tv_nsec,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        out[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
+fn zero_itimerspec() -> libc::itimerspec {
+    itimerspec_from(&[0; ITIMERSPEC_SIZE])
+}
+
+/// timerfd_settime(2) with `new` (a `struct itimerspec` as bytes); the old setting, as
+/// bytes.
+///
+/// # Errors
+/// The host's errno (EINVAL for bad values or a descriptor that is no timerfd).
+pub fn timerfd_settime(
+    fd: BorrowedFd<'_>,
+    flags: i32,
+    new: &[u8; ITIMERSPEC_SIZE],
+) -> Result<[u8; ITIMERSPEC_SIZE], Errno> {
+    let new = itimerspec_from(new);
+    let mut old = zero_itimerspec();
+    // SAFETY: valid input and output structures.
+    cvt(unsafe { libc::timerfd_settime(fd.as_raw_fd(), flags, &new, &mut old) })?;
+    Ok(itimerspec_bytes(&old))
+}
+
+/// timerfd_gettime(2): the setting, as `struct itimerspec` bytes.
+///
+/// # Errors
+/// The host's errno.
+pub fn timerfd_gettime(fd: BorrowedFd<'_>) -> Result<[u8; ITIMERSPEC_SIZE], Errno> {
+    let mut cur = zero_itimerspec();
+    // SAFETY: a valid output structure.
+    cvt(unsafe { libc::timerfd_gettime(fd.as_raw_fd(), &mut cur) })?;
+    Ok(itimerspec_bytes(&cur))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,6 +365,24 @@ mod tests {
         assert_eq!(pipe_size(f.as_fd(), libc::F_SETFL, 0), Err(Errno::EINVAL));
         let null = open(c"/dev/null", libc::O_RDONLY).unwrap();
         assert!(fstat(null.as_fd()).is_ok());
+    }
+
+    #[test]
+    fn a_timerfd_setting_round_trips_as_bytes() {
+        let t = timerfd_create(libc::CLOCK_MONOTONIC, 0).unwrap();
+        let mut new = [0u8; ITIMERSPEC_SIZE];
+        new[16..24].copy_from_slice(&100i64.to_le_bytes()); // it_value: 100 s
+        new[0..8].copy_from_slice(&5i64.to_le_bytes()); // it_interval: 5 s
+        assert_eq!(
+            timerfd_settime(t.as_fd(), 0, &new).unwrap(),
+            [0; ITIMERSPEC_SIZE]
+        );
+        let cur = timerfd_gettime(t.as_fd()).unwrap();
+        assert_eq!(&cur[0..8], &5i64.to_le_bytes());
+        let left = i64::from_le_bytes(cur[16..24].try_into().unwrap());
+        assert!((98..=100).contains(&left), "{left}");
+        let e = eventfd(3, 0).unwrap();
+        assert_eq!(timerfd_gettime(e.as_fd()), Err(Errno::EINVAL));
     }
 
     #[test]

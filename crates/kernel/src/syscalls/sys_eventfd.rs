@@ -3,23 +3,18 @@
 //! Reads and writes of these fds go through read(2)/write(2) unchanged: the host enforces
 //! their 8-byte semantics.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use abi::Errno;
 
 use super::{SysResult, SyscallArgs};
-use crate::fd::{FileKind, OpenFile};
+use crate::fd::{host, FileKind, OpenFile};
 use crate::task::Task;
 
-fn install(t: &mut Task, fd: i32, kind: FileKind, cloexec: bool) -> SysResult {
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: a fresh fd owned by nobody else.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+fn install(t: &mut Task, fd: Result<OwnedFd, Errno>, kind: FileKind, cloexec: bool) -> SysResult {
     Ok(t.fds
-        .insert(Arc::new(OpenFile::new(owned, kind, None)), cloexec)? as u64)
+        .insert(Arc::new(OpenFile::new(fd?, kind, None)), cloexec)? as u64)
 }
 
 /// Implements eventfd2(2).
@@ -28,8 +23,8 @@ pub fn sys_eventfd2(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if flags & !(libc::EFD_CLOEXEC | libc::EFD_NONBLOCK | libc::EFD_SEMAPHORE) != 0 {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: eventfd with checked flags; the host fd is always close-on-exec.
-    let fd = unsafe { libc::eventfd(initval, (flags & !libc::EFD_CLOEXEC) | libc::EFD_CLOEXEC) };
+    // The host fd is always close-on-exec.
+    let fd = host::eventfd(initval, flags & !libc::EFD_CLOEXEC);
     let kind = FileKind::EventFd {
         semaphore: flags & libc::EFD_SEMAPHORE != 0,
     };
@@ -38,8 +33,7 @@ pub fn sys_eventfd2(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Implements eventfd(2).
 pub fn sys_eventfd(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    // SAFETY: plain eventfd, close-on-exec on the host.
-    let fd = unsafe { libc::eventfd(a.u(0) as u32, libc::EFD_CLOEXEC) };
+    let fd = host::eventfd(a.u(0) as u32, 0);
     install(t, fd, FileKind::EventFd { semaphore: false }, false)
 }
 
@@ -55,9 +49,7 @@ pub fn sys_timerfd_create(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if flags & !(libc::TFD_CLOEXEC | libc::TFD_NONBLOCK) != 0 {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: checked clock and flags.
-    let fd =
-        unsafe { libc::timerfd_create(clock, (flags & !libc::TFD_CLOEXEC) | libc::TFD_CLOEXEC) };
+    let fd = host::timerfd_create(clock, flags & !libc::TFD_CLOEXEC);
     install(t, fd, FileKind::TimerFd, flags & libc::TFD_CLOEXEC != 0)
 }
 
@@ -70,18 +62,10 @@ pub fn sys_timerfd_settime(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let mut new = [0u8; 32];
     t.copy_in(a.gva(2), &mut new)?;
-    // SAFETY: `itimerspec` is plain data, 32 bytes on x86-64; the host validates the values.
-    let new: libc::itimerspec = unsafe { std::ptr::read_unaligned(new.as_ptr().cast()) };
-    // SAFETY: a zeroed itimerspec is a valid output buffer.
-    let mut old: libc::itimerspec = unsafe { std::mem::zeroed() };
-    // SAFETY: our fd (the host rejects a non-timerfd with EINVAL), valid in and out buffers.
-    if unsafe { libc::timerfd_settime(f.host().as_raw_fd(), flags, &new, &mut old) } != 0 {
-        return Err(Errno::last());
-    }
+    // The host validates the values (and rejects a non-timerfd with EINVAL).
+    let old = host::timerfd_settime(f.host(), flags, &new)?;
     if a.u(3) != 0 {
-        // SAFETY: plain data.
-        let bytes: [u8; 32] = unsafe { std::mem::transmute(old) };
-        t.copy_out(a.gva(3), &bytes)?;
+        t.copy_out(a.gva(3), &old)?;
     }
     Ok(0)
 }
@@ -89,14 +73,6 @@ pub fn sys_timerfd_settime(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Implements timerfd_gettime(2).
 pub fn sys_timerfd_gettime(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
-    // SAFETY: a zeroed itimerspec is a valid output buffer.
-    let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
-    // SAFETY: our fd, valid output buffer.
-    if unsafe { libc::timerfd_gettime(f.host().as_raw_fd(), &mut cur) } != 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: plain data.
-    let bytes: [u8; 32] = unsafe { std::mem::transmute(cur) };
-    t.copy_out(a.gva(1), &bytes)?;
+    t.copy_out(a.gva(1), &host::timerfd_gettime(f.host())?)?;
     Ok(0)
 }
