@@ -237,16 +237,7 @@ fn a_killed_holder_leaves_its_log_not_its_swap_files() {
         &["sh", "-c", "echo started; exec busybox nc -l -p 9000"],
     );
     let dir = sb.dir();
-    let page_files = || -> Vec<String> {
-        std::fs::read_dir(&dir)
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| e.file_name().into_string().ok())
-                    .filter(|n| hibernate::engine::is_page_file(n))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let page_files = || hibernate::engine::page_files(&dir);
     Detached::wait_until(std::time::Duration::from_secs(30), || {
         std::fs::read_to_string(dir.join("output.log")).is_ok_and(|l| l.contains("started"))
     });

@@ -296,16 +296,7 @@ fn a_killed_oci_holder_loses_its_page_files_at_the_next_command() {
     }));
     oci.ok(&["pause", "k1"]);
     let dir = oci.state.path().join("k1");
-    let page_files = || -> Vec<String> {
-        std::fs::read_dir(&dir)
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| e.file_name().into_string().ok())
-                    .filter(|n| hibernate::engine::is_page_file(n))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let page_files = || hibernate::engine::page_files(&dir);
     assert!(
         !page_files().is_empty(),
         "a paused container has swap files"
@@ -319,7 +310,7 @@ fn a_killed_oci_holder_loses_its_page_files_at_the_next_command() {
     oci.ok(&["list"]);
     assert_eq!(
         page_files(),
-        Vec::<String>::new(),
+        Vec::<std::path::PathBuf>::new(),
         "page files after `list`"
     );
     assert!(

@@ -209,6 +209,15 @@ impl HibernateHandle {
         st.state()
     }
 
+    /// Moves the sandbox to `to` from outside the engine (the holder's start and end), telling
+    /// those waiting for a change ([`Self::wait_while`]).
+    ///
+    /// # Errors
+    /// The move is not allowed from the current state; nothing changes.
+    pub fn enter(&self, to: State) -> Result<(), crate::state::IllegalTransition> {
+        self.shared.try_transition(to)
+    }
+
     /// The current state.
     pub fn state(&self) -> State {
         self.shared.lock_state().state()

@@ -101,20 +101,29 @@ pub fn is_page_file(name: &str) -> bool {
     matches!(kind, "swap" | "reap" | "shm")
 }
 
-/// Removes the page files of the state directory `dir` ([`is_page_file`]): what a dead
+/// The page files of the state directory `dir` ([`is_page_file`]: regular files only), sorted.
+pub fn page_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<std::path::PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| e.file_name().to_str().is_some_and(is_page_file))
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Removes the page files of the state directory `dir` ([`page_files`]): what a dead
 /// holder's sandbox no longer needs. Returns how many bytes they held.
 pub fn remove_page_files(dir: &std::path::Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
     let mut freed = 0;
-    for e in entries.flatten() {
-        let is_file = e.file_type().is_ok_and(|t| t.is_file());
-        if is_file && e.file_name().to_str().is_some_and(is_page_file) {
-            let len = e.metadata().map(|m| m.len()).unwrap_or(0);
-            if std::fs::remove_file(e.path()).is_ok() {
-                freed += len;
-            }
+    for path in page_files(dir) {
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if std::fs::remove_file(&path).is_ok() {
+            freed += len;
         }
     }
     freed

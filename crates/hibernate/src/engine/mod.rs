@@ -64,7 +64,7 @@ mod process_deflate;
 pub use checkpoint::{memory_image_name, restored, CheckpointState, Clocks};
 pub use error::EngineError;
 
-pub use memory::{is_page_file, remove_page_files};
+pub use memory::{is_page_file, page_files, remove_page_files};
 
 /// Pages per swap-file write (2 MiB).
 const BATCH_PAGES: usize = 512;
@@ -174,11 +174,16 @@ impl Shared {
     /// Moves the state machine to `to` and tells those waiting for a change; an illegal move
     /// is logged and changes nothing.
     fn transition(&self, to: State) {
-        let mut st = self.lock_state();
-        match st.transition(to) {
-            Ok(_) => self.state_changed.notify_all(),
-            Err(e) => tracing::warn!("{e}"),
+        if let Err(e) = self.try_transition(to) {
+            tracing::warn!("{e}");
         }
+    }
+
+    /// [`Shared::transition`], the illegal move returned instead of logged.
+    fn try_transition(&self, to: State) -> Result<(), crate::state::IllegalTransition> {
+        self.lock_state().transition(to)?;
+        self.state_changed.notify_all();
+        Ok(())
     }
 
     fn lock_mailbox(&self) -> std::sync::MutexGuard<'_, Mailbox> {

@@ -309,14 +309,7 @@ fn start(
     }
     // A restored sandbox goes from creating to hibernated as its task first parks.
     if !matches!(origin, Origin::Restore(_)) {
-        if let Err(e) = daemon
-            .hib
-            .shared()
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .transition(State::Running)
-        {
+        if let Err(e) = daemon.hib.enter(State::Running) {
             tracing::warn!("{e}");
         }
     }
@@ -371,15 +364,7 @@ fn start(
             .spawn(move || keep_alive(&d, registry.as_ref()))?;
     }
     let status = run_timed(sandbox);
-    {
-        let mut st = daemon
-            .hib
-            .shared()
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let _ = st.transition(State::Stopped);
-    }
+    let _ = daemon.hib.enter(State::Stopped);
     let status = match status {
         Ok(s) => s,
         Err(e) => {
