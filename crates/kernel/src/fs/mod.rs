@@ -14,6 +14,7 @@ use abi::Errno;
 
 use crate::broker;
 
+pub mod host;
 pub mod identity;
 pub mod procfs;
 

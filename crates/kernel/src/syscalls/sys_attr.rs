@@ -6,13 +6,13 @@
 //! call takes it, else through the descriptor's `/proc/self/fd/N` link, which the host kernel
 //! follows to the very inode found, never through a path outside the root.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 
 use abi::Errno;
 use platform::Gva;
 
 use super::sys_file::AT_FDCWD;
-use super::sys_stat::{open_path, stat_fd};
+use super::sys_stat::open_path;
 use super::{SysResult, SyscallArgs};
 use crate::broker::{self, Op};
 use crate::fs;
@@ -26,8 +26,8 @@ const AT_EMPTY_PATH: i32 = 0x1000;
 /// only. Device nodes (the host's `/dev/null` handed to a root without `/dev`, a terminal
 /// passed as stdio) and anonymous inodes (eventfds, epoll, memfd-less `anon_inode`s, one
 /// inode shared by the whole host) are EPERM: changing them would change the host's.
-pub(super) fn may_change_metadata(fd: libc::c_int) -> Result<(), Errno> {
-    let st = stat_fd(fd)?;
+pub(super) fn may_change_metadata(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    let st = fs::host::stat(fd)?;
     match st.st_mode & libc::S_IFMT {
         libc::S_IFREG | libc::S_IFDIR | libc::S_IFLNK | libc::S_IFIFO | libc::S_IFSOCK => Ok(()),
         _ => Err(Errno::EPERM),
@@ -41,14 +41,7 @@ pub(super) fn may_change_file(f: &crate::fd::OpenFile) -> Result<(), Errno> {
     if matches!(f.kind, crate::fd::FileKind::Stdio) {
         return Err(Errno::EPERM);
     }
-    may_change_metadata(f.host().as_raw_fd())
-}
-
-fn host(r: libc::c_int) -> SysResult {
-    if r != 0 {
-        return Err(Errno::last());
-    }
-    Ok(0)
+    may_change_metadata(f.host())
 }
 
 fn chmod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, flags: i32) -> SysResult {
@@ -61,18 +54,17 @@ fn chmod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, flags: i32) -> SysRe
         t.copy_in_path(path)?
     };
     let fd = open_path(t, dirfd, &p, flags)?;
-    may_change_metadata(fd.as_raw_fd())?;
+    may_change_metadata(fd.as_fd())?;
     if flags & AT_SYMLINK_NOFOLLOW != 0 {
         // fchmodat2(2): a symlink's mode cannot be changed.
-        let st = stat_fd(fd.as_raw_fd())?;
+        let st = fs::host::stat(fd.as_fd())?;
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
             return Err(Errno::EOPNOTSUPP);
         }
     }
     let proc = fs::host_fd_path(&fd);
     let mode = mode & 0o7777;
-    // SAFETY: a NUL-terminated /proc path to one of our own descriptors.
-    let own = host(unsafe { libc::fchmodat(libc::AT_FDCWD, proc.as_ptr(), mode, 0) });
+    let own = fs::host::chmod_path(&proc, mode);
     broker::retry_with(own, || Op::Chmod {
         file: fd.as_fd(),
         mode,
@@ -100,8 +92,7 @@ pub fn sys_fchmod(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
     may_change_file(&f)?;
     let mode = a.u(1) as u32 & 0o7777;
-    // SAFETY: fchmod on an fd we own.
-    let own = host(unsafe { libc::fchmod(f.host().as_raw_fd(), mode) });
+    let own = fs::host::fchmod(f.host(), mode);
     broker::retry_with(own, || Op::Chmod {
         file: f.host(),
         mode,
@@ -119,11 +110,9 @@ fn chown_at(t: &mut Task, dirfd: i32, path: Gva, uid: u32, gid: u32, flags: i32)
         t.copy_in_path(path)?
     };
     let fd = open_path(t, dirfd, &p, flags)?;
-    may_change_metadata(fd.as_raw_fd())?;
-    // SAFETY: an O_PATH fd we own, the empty path with AT_EMPTY_PATH (acts on the fd's inode,
-    // a symlink itself when it was opened without following).
-    let own =
-        host(unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, AT_EMPTY_PATH) });
+    may_change_metadata(fd.as_fd())?;
+    // The fd's inode, a symlink itself when it was opened without following.
+    let own = fs::host::chown_fd(fd.as_fd(), uid, gid);
     broker::retry_with(own, || Op::FchownAt {
         dir: fd.as_fd(),
         name: b"",
@@ -168,8 +157,7 @@ pub fn sys_fchown(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
     may_change_file(&f)?;
     let (uid, gid) = (a.u(1) as u32, a.u(2) as u32);
-    // SAFETY: fchown on an fd we own.
-    let own = host(unsafe { libc::fchown(f.host().as_raw_fd(), uid, gid) });
+    let own = fs::host::fchown(f.host(), uid, gid);
     broker::retry_with(own, || Op::FchownAt {
         dir: f.host(),
         name: b"",
@@ -220,7 +208,6 @@ fn utimens(
     if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
         return Err(Errno::EINVAL);
     }
-    let tp = times.as_ref().map_or(std::ptr::null(), |ts| ts.as_ptr());
     // What the broker is given for a null `times`: both "now", which Linux treats alike.
     let now = libc::timespec {
         tv_sec: 0,
@@ -236,17 +223,7 @@ fn utimens(
         let f = t.fds.get(dirfd)?;
         may_change_file(&f)?;
         // The raw call: the C library's wrapper refuses a null path.
-        // SAFETY: an fd we own, a null path and two timespecs (or null).
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_utimensat,
-                f.host().as_raw_fd(),
-                std::ptr::null::<libc::c_char>(),
-                tp,
-                0,
-            )
-        };
-        let own = host(r as libc::c_int);
+        let own = fs::host::utimens_fd(f.host(), times.as_ref());
         broker::retry_with(own, || Op::UtimensAt {
             dir: f.host(),
             name: b"",
@@ -261,16 +238,9 @@ fn utimens(
         t.copy_in_path(path)?
     };
     let fd = open_path(t, dirfd, &p, flags)?;
-    may_change_metadata(fd.as_raw_fd())?;
-    // SAFETY: an O_PATH fd we own, the empty path with AT_EMPTY_PATH, two timespecs or null.
-    let own = host(unsafe {
-        libc::utimensat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            tp,
-            AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
-        )
-    });
+    may_change_metadata(fd.as_fd())?;
+    // AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, as the broker's call below.
+    let own = fs::host::utimens_empty_path(fd.as_fd(), times.as_ref());
     broker::retry_with(own, || Op::UtimensAt {
         dir: fd.as_fd(),
         name: b"",
@@ -360,7 +330,7 @@ pub fn sys_truncate(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EINVAL);
     }
     let fd = open_path(t, AT_FDCWD, &p, 0)?;
-    let st = stat_fd(fd.as_raw_fd())?;
+    let st = fs::host::stat(fd.as_fd())?;
     match st.st_mode & libc::S_IFMT {
         libc::S_IFREG => {}
         libc::S_IFDIR => return Err(Errno::EISDIR),
@@ -369,13 +339,6 @@ pub fn sys_truncate(t: &mut Task, a: &SyscallArgs) -> SysResult {
     super::sys_file::refuse_running_program(t, fd.as_fd())?;
     // Reopen the very file for writing (never a FIFO or device: checked above).
     let proc = fs::host_fd_path(&fd);
-    // SAFETY: a NUL-terminated /proc path to one of our own descriptors.
-    let w = unsafe { libc::open(proc.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if w < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: `w` was just opened and is owned by nobody else.
-    let w = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(w) };
-    // SAFETY: ftruncate on the fd just opened.
-    host(unsafe { libc::ftruncate(w.as_raw_fd(), len) })
+    fs::host::truncate_path(&proc, len)?;
+    Ok(0)
 }

@@ -6,7 +6,7 @@
 //! component, so the host kernel gives Linux's errnos and never looks outside the root.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use abi::Errno;
 use platform::Gva;
@@ -69,19 +69,10 @@ fn parent_of(t: &Task, dirfd: i32, path: &[u8]) -> Result<fs::Parent, Errno> {
     t.root.parent_of(&guest)
 }
 
-/// A host `*at` call's return value as a result.
-fn host(r: libc::c_int) -> SysResult {
-    if r != 0 {
-        return Err(Errno::last());
-    }
-    Ok(0)
-}
-
 fn mkdir_at(t: &mut Task, dirfd: i32, path: &[u8], mode: u32) -> SysResult {
     let p = parent_of(t, dirfd, path)?;
     let mode = mode & 0o7777 & !t.umask();
-    // SAFETY: valid dirfd and a NUL-terminated last component (no '/' but trailing ones).
-    let own = host(unsafe { libc::mkdirat(p.dir.as_raw_fd(), p.name.as_ptr(), mode) });
+    let own = fs::host::mkdirat(p.dir.as_fd(), &p.name, mode);
     broker::retry_with(own, || Op::MkdirAt {
         dir: p.dir.as_fd(),
         name: p.name.to_bytes(),
@@ -111,8 +102,7 @@ fn unlink_at(t: &mut Task, dirfd: i32, path: &[u8], flags: i32) -> SysResult {
         // rmdir(2): "EBUSY pathname is currently in use by the system": the root is.
         return Err(Errno::EBUSY);
     }
-    // SAFETY: valid dirfd and a NUL-terminated last component.
-    let own = host(unsafe { libc::unlinkat(p.dir.as_raw_fd(), p.name.as_ptr(), flags) });
+    let own = fs::host::unlinkat(p.dir.as_fd(), &p.name, flags);
     broker::retry_with(own, || Op::UnlinkAt {
         dir: p.dir.as_fd(),
         name: p.name.to_bytes(),
@@ -152,16 +142,13 @@ fn rename_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: 
     let (old, new) = (t.copy_in_path(old)?, t.copy_in_path(new)?);
     let from = parent_of(t, olddir, &old)?;
     let to = parent_of(t, newdir, &new)?;
-    // SAFETY: valid dirfds and NUL-terminated last components; the flags were checked.
-    let own = host(unsafe {
-        libc::renameat2(
-            from.dir.as_raw_fd(),
-            from.name.as_ptr(),
-            to.dir.as_raw_fd(),
-            to.name.as_ptr(),
-            flags,
-        )
-    });
+    let own = fs::host::renameat2(
+        from.dir.as_fd(),
+        &from.name,
+        to.dir.as_fd(),
+        &to.name,
+        flags,
+    );
     broker::retry_with(own, || Op::RenameAt2 {
         old_dir: from.dir.as_fd(),
         old: from.name.to_bytes(),
@@ -240,34 +227,14 @@ fn link_at(t: &mut Task, olddir: i32, old: Gva, newdir: i32, new: Gva, flags: i3
     // the host checks its right to link). A refusal is the broker's to answer for a task with
     // file capabilities; the broker links by the descriptor (AT_EMPTY_PATH), which takes
     // CAP_DAC_READ_SEARCH as a means, not as a right: the task already opened `src`.
-    // SAFETY: valid fds and NUL-terminated names.
-    let r = unsafe {
-        libc::linkat(
-            src.as_raw_fd(),
-            c"".as_ptr(),
-            to.dir.as_raw_fd(),
-            to.name.as_ptr(),
-            AT_EMPTY_PATH,
-        )
-    };
-    if r == 0 {
-        return Ok(0);
+    match fs::host::link_fd(src.as_fd(), to.dir.as_fd(), &to.name) {
+        Ok(()) => return Ok(0),
+        Err(e) if e != Errno::ENOENT && e != Errno::EPERM => return Err(e),
+        Err(_) => {}
     }
-    let e = Errno::last();
-    if e != Errno::ENOENT && e != Errno::EPERM {
-        return Err(e);
-    }
+    // The /proc path names one of the runtime's own descriptors.
     let proc = fs::host_fd_path(&src);
-    // SAFETY: as above; the /proc path names one of the runtime's own descriptors.
-    let own = host(unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            proc.as_ptr(),
-            to.dir.as_raw_fd(),
-            to.name.as_ptr(),
-            AT_SYMLINK_FOLLOW,
-        )
-    });
+    let own = fs::host::link_path(&proc, to.dir.as_fd(), &to.name);
     let read_search = 1 << crate::creds::cap::DAC_READ_SEARCH;
     broker::retry_adding(own, read_search, || Op::LinkAt {
         old_dir: src.as_fd(),
@@ -297,9 +264,7 @@ fn symlink_at(t: &mut Task, target: Gva, newdir: i32, new: Gva) -> SysResult {
     let target = CString::new(target).map_err(|_| Errno::EINVAL)?;
     let new = t.copy_in_path(new)?;
     let to = parent_of(t, newdir, &new)?;
-    // SAFETY: NUL-terminated target and name, valid dirfd.
-    let own =
-        host(unsafe { libc::symlinkat(target.as_ptr(), to.dir.as_raw_fd(), to.name.as_ptr()) });
+    let own = fs::host::symlinkat(&target, to.dir.as_fd(), &to.name);
     broker::retry_with(own, || Op::SymlinkAt {
         target: target.to_bytes(),
         dir: to.dir.as_fd(),
@@ -332,8 +297,8 @@ fn mknod_at(t: &mut Task, dirfd: i32, path: Gva, mode: u32, dev: u64) -> SysResu
     let path = t.copy_in_path(path)?;
     let p = parent_of(t, dirfd, &path)?;
     let mode = kind | (mode & 0o7777 & !t.umask());
-    // SAFETY: valid dirfd, NUL-terminated name; only regular files, FIFOs and sockets.
-    let own = host(unsafe { libc::mknodat(p.dir.as_raw_fd(), p.name.as_ptr(), mode, dev) });
+    // Only regular files, FIFOs and sockets (checked above).
+    let own = fs::host::mknodat(p.dir.as_fd(), &p.name, mode, dev);
     broker::retry_with(own, || Op::MknodAt {
         dir: p.dir.as_fd(),
         name: p.name.to_bytes(),
@@ -375,19 +340,8 @@ pub fn sys_getdents64(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return generated_dirents(t, &f, &entries, a.gva(1), len);
     }
     let mut buf = vec![0u8; len];
-    // SAFETY: getdents64 writes at most `len` bytes into `buf`.
-    let n = unsafe {
-        libc::syscall(
-            libc::SYS_getdents64,
-            f.host().as_raw_fd(),
-            buf.as_mut_ptr(),
-            len,
-        )
-    };
-    if n < 0 {
-        return Err(Errno::last());
-    }
-    t.copy_out(a.gva(1), &buf[..n as usize])?;
+    let n = fs::host::getdents64(f.host(), &mut buf)?;
+    t.copy_out(a.gva(1), &buf[..n])?;
     Ok(n as u64)
 }
 
@@ -401,9 +355,7 @@ fn generated_dirents(
     out: Gva,
     len: usize,
 ) -> SysResult {
-    let host = f.host().as_raw_fd();
-    // SAFETY: lseek on a descriptor we own.
-    let start = unsafe { libc::lseek(host, 0, libc::SEEK_CUR) }.max(0) as u64;
+    let start = crate::fd::host::offset(f.host()) as u64;
     let mut buf = Vec::new();
     let mut next = start;
     let mut left = false;
@@ -427,8 +379,8 @@ fn generated_dirents(
     if buf.is_empty() && left {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: as above; a directory's position is where the next call starts.
-    unsafe { libc::lseek(host, next as i64, libc::SEEK_SET) };
+    // A directory's position is where the next call starts (a failure changes nothing).
+    let _ = fs::host::seek(f.host(), next as i64);
     t.copy_out(out, &buf)?;
     Ok(buf.len() as u64)
 }

@@ -1,13 +1,14 @@
 //! stat, fstat, lstat, newfstatat, statx, access, faccessat, faccessat2, readlink, readlinkat,
 //! statfs, fstatfs.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use abi::Errno;
 use platform::Gva;
 
 use super::sys_file::{resolve, AT_FDCWD};
 use super::{SysResult, SyscallArgs};
+use crate::fs::host;
 use crate::task::Task;
 
 const AT_SYMLINK_NOFOLLOW: i32 = 0x100;
@@ -50,34 +51,14 @@ pub(super) fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result
     t.root.open_at(&guest, oflags, 0)
 }
 
+/// The status of the inode behind descriptor number `fd` (a symlink itself for an `O_PATH |
+/// O_NOFOLLOW` descriptor), for callers holding the number only; see [`host::stat`].
 pub(super) fn stat_fd(fd: i32) -> Result<libc::stat, Errno> {
-    // SAFETY: a zeroed stat is a valid output buffer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let empty = c"";
-    // SAFETY: valid fd, empty NUL-terminated path with AT_EMPTY_PATH, valid buffer.
-    let r = unsafe {
-        libc::fstatat(
-            fd,
-            empty.as_ptr(),
-            &mut st,
-            AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r != 0 {
-        return Err(Errno::last());
-    }
-    Ok(st)
+    host::stat_raw(fd)
 }
 
 fn copy_out_stat(t: &Task, addr: Gva, st: &libc::stat) -> Result<(), Errno> {
-    // SAFETY: `libc::stat` is plain data; its bytes are its Linux x86-64 layout.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            (st as *const libc::stat).cast::<u8>(),
-            std::mem::size_of::<libc::stat>(),
-        )
-    };
-    t.copy_out(addr, bytes)
+    t.copy_out(addr, host::stat_bytes(st))
 }
 
 fn stat_at(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, out: Gva) -> SysResult {
@@ -85,7 +66,7 @@ fn stat_at(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, out: Gva) -> SysRe
         return Err(Errno::EINVAL);
     }
     let fd = open_path(t, dirfd, path, flags)?;
-    let st = stat_fd(fd.as_raw_fd())?;
+    let st = host::stat(fd.as_fd())?;
     copy_out_stat(t, out, &st)?;
     Ok(0)
 }
@@ -105,7 +86,7 @@ pub fn sys_lstat(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Implements fstat(2).
 pub fn sys_fstat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
-    let st = stat_fd(f.host().as_raw_fd())?;
+    let st = host::stat(f.host())?;
     copy_out_stat(t, a.gva(1), &st)?;
     Ok(0)
 }
@@ -126,29 +107,8 @@ pub fn sys_statx(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let p = t.copy_in_str(a.gva(1), libc::PATH_MAX as usize)?;
     let fd = open_path(t, dirfd, &p, flags)?;
-    // SAFETY: a zeroed statx is a valid output buffer.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: valid fd, empty path with AT_EMPTY_PATH, valid buffer.
-    let r = unsafe {
-        libc::statx(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
-            mask,
-            &mut stx,
-        )
-    };
-    if r != 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: `statx` is plain data laid out as on Linux.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            (&stx as *const libc::statx).cast::<u8>(),
-            std::mem::size_of::<libc::statx>(),
-        )
-    };
-    t.copy_out(out, bytes)?;
+    let bytes = host::statx(fd.as_fd(), mask)?;
+    t.copy_out(out, &bytes)?;
     Ok(0)
 }
 
@@ -239,24 +199,14 @@ fn readlink_at(t: &mut Task, dirfd: i32, path: &[u8], buf: Gva, len: u64) -> Sys
     };
     let fd = open_path(t, dirfd, path, flags)?;
     let mut out = vec![0u8; (len as usize).min(libc::PATH_MAX as usize * 4)];
-    // SAFETY: valid fd, empty path (readlinkat on an O_PATH symlink fd), valid buffer.
-    let n = unsafe {
-        libc::readlinkat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            out.as_mut_ptr().cast(),
-            out.len(),
-        )
-    };
-    if n < 0 {
-        let e = Errno::last();
-        return Err(if e == Errno::ENOENT && !path.is_empty() {
+    let n = host::readlink(fd.as_fd(), &mut out).map_err(|e| {
+        if e == Errno::ENOENT && !path.is_empty() {
             Errno::EINVAL
         } else {
             e
-        });
-    }
-    t.copy_out(buf, &out[..n as usize])?;
+        }
+    })?;
+    t.copy_out(buf, &out[..n])?;
     Ok(n as u64)
 }
 
@@ -272,21 +222,9 @@ pub fn sys_readlinkat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     readlink_at(t, a.int(0), &p, a.gva(2), a.u(3))
 }
 
-fn statfs_fd(t: &Task, fd: i32, out: Gva) -> SysResult {
-    // SAFETY: a zeroed statfs is a valid output buffer.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: valid fd and buffer.
-    if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: `libc::statfs` is plain data; its bytes are Linux x86-64's `struct statfs`.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            (&st as *const libc::statfs).cast::<u8>(),
-            std::mem::size_of::<libc::statfs>(),
-        )
-    };
-    t.copy_out(out, bytes)?;
+fn statfs_fd(t: &Task, fd: BorrowedFd<'_>, out: Gva) -> SysResult {
+    let bytes = host::statfs(fd)?;
+    t.copy_out(out, &bytes)?;
     Ok(0)
 }
 
@@ -294,14 +232,13 @@ fn statfs_fd(t: &Task, fd: i32, out: Gva) -> SysResult {
 pub fn sys_statfs(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let p = t.copy_in_path(a.gva(0))?;
     let fd = open_path(t, AT_FDCWD, &p, 0)?;
-    statfs_fd(t, fd.as_raw_fd(), a.gva(1))
+    statfs_fd(t, fd.as_fd(), a.gva(1))
 }
 
 /// Implements fstatfs(2): the host filesystem of the file behind the descriptor.
 pub fn sys_fstatfs(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
-    let host = f.host().as_raw_fd();
-    statfs_fd(t, host, a.gva(1))
+    statfs_fd(t, f.host(), a.gva(1))
 }
 
 /// What `/proc/self/fd/N` points to: the guest path the file was opened by, or for a socket,

@@ -9,7 +9,7 @@
 //! `trusted.overlay.*`, file capabilities live in `security.capability`).
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use abi::Errno;
 use platform::Gva;
@@ -88,18 +88,11 @@ impl Host {
     }
 }
 
-fn ret(r: isize) -> SysResult {
-    if r < 0 {
-        return Err(Errno::last());
-    }
-    Ok(r as u64)
-}
-
 /// EPERM unless the application may change the target's metadata (see
 /// [`super::sys_attr::may_change_metadata`]).
 fn may_change(host: &Host) -> Result<(), Errno> {
     match host {
-        Host::Path { _fd, .. } => super::sys_attr::may_change_metadata(_fd.as_raw_fd()),
+        Host::Path { _fd, .. } => super::sys_attr::may_change_metadata(_fd.as_fd()),
         Host::Fd(f) => super::sys_attr::may_change_file(f),
     }
 }
@@ -120,16 +113,11 @@ fn set(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EPERM);
     }
     may_change(&host)?;
-    let (v, n) = (value.as_ptr().cast(), value.len());
-    let r = match &host {
-        // SAFETY: NUL-terminated path and name, a value buffer of `n` bytes.
-        Host::Path { proc, .. } => unsafe {
-            libc::setxattr(proc.as_ptr(), name.as_ptr(), v, n, flags)
-        },
-        // SAFETY: an fd we own, NUL-terminated name, a value buffer of `n` bytes.
-        Host::Fd(f) => unsafe { libc::fsetxattr(f.host().as_raw_fd(), name.as_ptr(), v, n, flags) },
+    let own = match &host {
+        Host::Path { proc, .. } => fs::host::setxattr(proc, &name, &value, flags),
+        Host::Fd(f) => fs::host::fsetxattr(f.host(), &name, &value, flags),
     };
-    broker::retry_with(ret(r as isize), || Op::SetXattr {
+    broker::retry_with(own, || Op::SetXattr {
         file: host.fd(),
         name: name.to_bytes(),
         value: &value,
@@ -143,36 +131,30 @@ fn get(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
     let size = (a.u(3) as usize).min(SIZE_MAX);
     let host = open_target(t, &target)?;
     let mut value = vec![0u8; size];
-    let (v, n) = (value.as_mut_ptr().cast(), value.len());
-    let r = match &host {
-        // SAFETY: NUL-terminated path and name, a buffer of `n` bytes (a size query if 0).
-        Host::Path { proc, .. } => unsafe { libc::getxattr(proc.as_ptr(), name.as_ptr(), v, n) },
-        // SAFETY: an fd we own, NUL-terminated name, a buffer of `n` bytes.
-        Host::Fd(f) => unsafe { libc::fgetxattr(f.host().as_raw_fd(), name.as_ptr(), v, n) },
-    };
-    let len = ret(r)?;
+    // An empty buffer asks for the size.
+    let len = match &host {
+        Host::Path { proc, .. } => fs::host::getxattr(proc, &name, &mut value),
+        Host::Fd(f) => fs::host::fgetxattr(f.host(), &name, &mut value),
+    }?;
     if size > 0 {
-        t.copy_out(a.gva(2), &value[..len as usize])?;
+        t.copy_out(a.gva(2), &value[..len])?;
     }
-    Ok(len)
+    Ok(len as u64)
 }
 
 fn list(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
     let size = (a.u(2) as usize).min(LIST_MAX);
     let host = open_target(t, &target)?;
     let mut names = vec![0u8; size];
-    let (v, n) = (names.as_mut_ptr().cast(), names.len());
-    let r = match &host {
-        // SAFETY: NUL-terminated path, a buffer of `n` bytes (a size query if 0).
-        Host::Path { proc, .. } => unsafe { libc::listxattr(proc.as_ptr(), v, n) },
-        // SAFETY: an fd we own, a buffer of `n` bytes.
-        Host::Fd(f) => unsafe { libc::flistxattr(f.host().as_raw_fd(), v, n) },
-    };
-    let len = ret(r)?;
+    // An empty buffer asks for the size.
+    let len = match &host {
+        Host::Path { proc, .. } => fs::host::listxattr(proc, &mut names),
+        Host::Fd(f) => fs::host::flistxattr(f.host(), &mut names),
+    }?;
     if size > 0 {
-        t.copy_out(a.gva(1), &names[..len as usize])?;
+        t.copy_out(a.gva(1), &names[..len])?;
     }
-    Ok(len)
+    Ok(len as u64)
 }
 
 fn remove(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
@@ -182,13 +164,11 @@ fn remove(t: &mut Task, target: Target, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EPERM);
     }
     may_change(&host)?;
-    let r = match &host {
-        // SAFETY: NUL-terminated path and name.
-        Host::Path { proc, .. } => unsafe { libc::removexattr(proc.as_ptr(), name.as_ptr()) },
-        // SAFETY: an fd we own, NUL-terminated name.
-        Host::Fd(f) => unsafe { libc::fremovexattr(f.host().as_raw_fd(), name.as_ptr()) },
+    let own = match &host {
+        Host::Path { proc, .. } => fs::host::removexattr(proc, &name),
+        Host::Fd(f) => fs::host::fremovexattr(f.host(), &name),
     };
-    broker::retry_with(ret(r as isize), || Op::RemoveXattr {
+    broker::retry_with(own, || Op::RemoveXattr {
         file: host.fd(),
         name: name.to_bytes(),
     })?;
