@@ -419,6 +419,48 @@ pub fn wait_connected(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     }
 }
 
+/// A read-only interface query (one of [`super::netlink::is_interface_query`]'s `SIOCGIF*`
+/// requests) with a whole `struct ifreq`, which the host fills in.
+///
+/// # Errors
+/// EINVAL for another request; the host's errno (ENODEV for an unknown interface).
+pub fn interface_query(
+    fd: BorrowedFd<'_>,
+    req: u64,
+    ifr: &mut [u8; super::netlink::IFREQ_LEN],
+) -> Result<(), Errno> {
+    if !super::netlink::is_interface_query(req) {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: the query requests read and write one `struct ifreq`, which `ifr` is.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), req as _, ifr.as_mut_ptr()) }).map(|_| ())
+}
+
+/// `SIOCGIFCONF`: the interfaces with an IPv4 address as `struct ifreq`s into `out` (as many
+/// as fit), or only the length the list needs when `out` is None; the bytes written or needed.
+///
+/// # Errors
+/// The host's errno.
+pub fn interface_list(fd: BorrowedFd<'_>, out: Option<&mut [u8]>) -> Result<i32, Errno> {
+    let (cap, ptr) = match out {
+        Some(b) => (b.len().min(i32::MAX as usize), b.as_mut_ptr() as u64),
+        None => (0, 0),
+    };
+    let mut ifc = [0u8; super::netlink::IFCONF_LEN];
+    ifc[0..4].copy_from_slice(&(cap as i32).to_le_bytes());
+    ifc[8..16].copy_from_slice(&ptr.to_le_bytes());
+    // SAFETY: SIOCGIFCONF with a `struct ifconf` whose buffer is `out` (`cap` bytes) or null
+    // (then only the length is written).
+    cvt(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            super::netlink::SIOCGIFCONF as _,
+            ifc.as_mut_ptr(),
+        )
+    })?;
+    Ok(i32::from_le_bytes([ifc[0], ifc[1], ifc[2], ifc[3]]))
+}
+
 /// fstat(2) of a host fd.
 ///
 /// # Errors

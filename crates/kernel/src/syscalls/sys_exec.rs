@@ -6,7 +6,7 @@
 //! return), closes its close-on-exec descriptors and resets its signal handlers; the old
 //! memory is freed when its last reference goes. `#!` scripts run their interpreter.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use abi::Errno;
@@ -63,12 +63,7 @@ pub fn sys_execveat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     };
     if flags & AT_SYMLINK_NOFOLLOW != 0 && !rel.is_empty() {
         let fd = t.root.open_at(&path, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-        // SAFETY: fstat on an fd we own into a zeroed stat buffer.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(Errno::last());
-        }
+        let st = fstat(&fd)?;
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
             return Err(Errno::ELOOP);
         }
@@ -131,13 +126,7 @@ fn open_executable(t: &Task, path: &[u8]) -> Result<(OwnedFd, Vec<u8>), Errno> {
 }
 
 fn fstat(fd: &OwnedFd) -> Result<libc::stat, Errno> {
-    // SAFETY: an all-zero stat is valid; fstat fills it from a valid fd.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid fd and a writable stat.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(Errno::last());
-    }
-    Ok(st)
+    crate::fd::host::fstat(fd.as_fd())
 }
 
 /// The task's credentials once it runs the program open on `fd` (its set-user-ID and
@@ -147,10 +136,7 @@ fn creds_after_exec(t: &Task, fd: &OwnedFd) -> Result<(crate::creds::Credentials
     let st = fstat(fd)?;
     let mut honour = true;
     if st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
-        // SAFETY: an all-zero statvfs is valid; fstatvfs fills it from a valid fd.
-        let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: valid fd and a writable statvfs.
-        if unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut vfs) } == 0 {
+        if let Ok(vfs) = crate::fs::host::fstatvfs(fd.as_fd()) {
             honour = vfs.f_flag & libc::ST_NOSUID == 0;
         }
     }
@@ -235,9 +221,7 @@ pub(crate) fn execve(
     let (fd, exe) = loop {
         let (fd, exe) = open_executable(t, &path)?;
         let mut head = [0u8; SHEBANG_MAX];
-        // SAFETY: valid fd and buffer.
-        let n = unsafe { libc::pread(fd.as_raw_fd(), head.as_mut_ptr().cast(), head.len(), 0) };
-        let n = usize::try_from(n).map_err(|_| Errno::EIO)?;
+        let n = crate::fd::host::pread(fd.as_fd(), &mut head, 0).map_err(|_| Errno::EIO)?;
         let Some((interp, arg)) = parse_shebang(&head[..n]) else {
             break (fd, exe);
         };

@@ -348,13 +348,7 @@ pub fn sys_pidfd_open(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if flags & PIDFD_NONBLOCK != 0 {
         efd_flags |= libc::EFD_NONBLOCK;
     }
-    // SAFETY: eventfd with valid flags; the result is checked.
-    let raw = unsafe { libc::eventfd(0, efd_flags) };
-    if raw < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: a fresh fd that nothing else owns.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    let fd = crate::fd::host::eventfd(0, efd_flags)?;
     let watcher = Arc::new(fd.try_clone().map_err(Errno::from)?);
     t.group.procs.watch_exit(pid, watcher)?;
     let file = crate::fd::OpenFile::new(fd, crate::fd::FileKind::Pidfd(pid), None);

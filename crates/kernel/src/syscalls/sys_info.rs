@@ -14,10 +14,7 @@ use crate::task::Task;
 
 /// Implements uname(2): Linux x86-64 with the host's release, the sandbox's own node name.
 pub fn sys_uname(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    // SAFETY: a zeroed utsname is a valid output buffer.
-    let mut host: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: valid output buffer.
-    unsafe { libc::uname(&mut host) };
+    let host = crate::task::host::uname();
     let field = |s: &[libc::c_char]| -> Vec<u8> {
         s.iter()
             .take_while(|&&c| c != 0)
@@ -78,12 +75,8 @@ pub fn sys_getrandom(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let len = (a.len(1)? as usize).min(1 << 25);
     let mut buf = vec![0u8; len];
-    // SAFETY: `buf` is writable for `len` bytes.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), len, 0) };
-    if n < 0 {
-        return Err(Errno::last());
-    }
-    t.copy_out(a.gva(0), &buf[..n as usize])?;
+    let n = crate::task::host::random(&mut buf, 0)?;
+    t.copy_out(a.gva(0), &buf[..n])?;
     Ok(n as u64)
 }
 
@@ -378,14 +371,7 @@ pub fn sys_sched_setparam(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// time slice).
 pub fn sys_sched_rr_get_interval(t: &mut Task, a: &SyscallArgs) -> SysResult {
     sched_target(t, a.int(0))?;
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid output buffer.
-    if unsafe { libc::sched_rr_get_interval(0, &mut ts) } != 0 {
-        return Err(Errno::last());
-    }
+    let ts = crate::task::host::rr_interval()?;
     let mut b = [0u8; 16];
     b[..8].copy_from_slice(&ts.tv_sec.to_le_bytes());
     b[8..].copy_from_slice(&ts.tv_nsec.to_le_bytes());

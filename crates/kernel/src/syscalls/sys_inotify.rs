@@ -7,7 +7,7 @@
 //! follows to that very inode. Events name entries relative to the watched directory, so they
 //! need no translation; watch descriptors are the host's, numbered per instance as on Linux.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 
 use abi::Errno;
@@ -15,7 +15,7 @@ use abi::Errno;
 use super::sys_file::AT_FDCWD;
 use super::sys_stat::open_path;
 use super::{SysResult, SyscallArgs};
-use crate::fd::{FileKind, OpenFile};
+use crate::fd::{host, FileKind, OpenFile};
 use crate::fs;
 use crate::task::Task;
 
@@ -33,13 +33,8 @@ fn init(t: &mut Task, flags: i32) -> SysResult {
     if flags & !(libc::IN_NONBLOCK | libc::IN_CLOEXEC) != 0 {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: inotify_init1 with checked flags; the runtime's copy is always close-on-exec.
-    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | (flags & libc::IN_NONBLOCK)) };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: a fresh fd owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // The runtime's copy is always close-on-exec (the guest's flag lives in its fd table).
+    let fd = host::inotify_init(flags & libc::IN_NONBLOCK)?;
     let file = Arc::new(OpenFile::new(fd, FileKind::Inotify, None));
     Ok(t.fds.insert(file, flags & libc::IN_CLOEXEC != 0)? as u64)
 }
@@ -88,7 +83,7 @@ pub fn sys_inotify_add_watch(t: &mut Task, a: &SyscallArgs) -> SysResult {
     };
     let target = open_path(t, AT_FDCWD, &p, flags)?;
     if mask & IN_ONLYDIR != 0 {
-        let st = super::sys_stat::stat_fd(target.as_raw_fd())?;
+        let st = crate::fs::host::stat(target.as_fd())?;
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(Errno::ENOTDIR);
         }
@@ -97,20 +92,14 @@ pub fn sys_inotify_add_watch(t: &mut Task, a: &SyscallArgs) -> SysResult {
     // The /proc link is followed (to the inode found above, a symlink itself with
     // IN_DONT_FOLLOW); the rest of the mask is the guest's.
     let host_mask = mask & known & !(IN_DONT_FOLLOW | IN_ONLYDIR);
-    // SAFETY: an inotify fd we own and a NUL-terminated path.
-    let wd = unsafe { libc::inotify_add_watch(f.host().as_raw_fd(), proc.as_ptr(), host_mask) };
-    if wd < 0 {
-        return Err(Errno::last());
-    }
+    let wd = host::inotify_add_watch(f.host(), &proc, host_mask)?;
     Ok(wd as u64)
 }
 
 /// Implements inotify_rm_watch(2).
 pub fn sys_inotify_rm_watch(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
-    // SAFETY: inotify_rm_watch on an fd we own (EINVAL from the host if not an instance).
-    if unsafe { libc::inotify_rm_watch(f.host().as_raw_fd(), a.int(1)) } != 0 {
-        return Err(Errno::last());
-    }
+    // EINVAL from the host if the descriptor is no instance.
+    host::inotify_rm_watch(f.host(), a.int(1))?;
     Ok(0)
 }

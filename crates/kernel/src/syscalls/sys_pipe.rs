@@ -1,6 +1,5 @@
 //! pipe, pipe2: host pipes.
 
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 
 use abi::Errno;
@@ -13,20 +12,8 @@ fn make_pipe(t: &mut Task, a: &SyscallArgs, flags: i32) -> SysResult {
     if flags & !(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_DIRECT) != 0 {
         return Err(Errno::EINVAL);
     }
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` has room for both ends; the host's cloexec is always on (the guest's
-    // lives in the fd table).
-    if unsafe {
-        libc::pipe2(
-            fds.as_mut_ptr(),
-            (flags & !libc::O_CLOEXEC) | libc::O_CLOEXEC,
-        )
-    } != 0
-    {
-        return Err(Errno::last());
-    }
-    // SAFETY: two fresh fds owned by nobody else.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The host's close-on-exec is always on (the guest's lives in the fd table).
+    let (r, w) = crate::fd::host::pipe(flags & !libc::O_CLOEXEC)?;
     let cloexec = flags & libc::O_CLOEXEC != 0;
     let rfd = t
         .fds

@@ -113,22 +113,7 @@ fn pollfd_results(set: &PollSet, raw: &mut [u8]) -> u64 {
 
 /// Host ppoll(2) with `timeout` (None: forever).
 fn host_ppoll(fds: &mut [libc::pollfd], timeout: Option<&libc::timespec>) -> Result<u64, Errno> {
-    let tp = timeout.map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `fds` is a valid array of `fds.len()` pollfds the host may update; `tp` is null
-    // or points at a live timespec; the null sigmask leaves the thread's mask alone.
-    let r = unsafe {
-        libc::ppoll(
-            fds.as_mut_ptr(),
-            fds.len() as libc::nfds_t,
-            tp,
-            std::ptr::null(),
-        )
-    };
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(r as u64)
-    }
+    crate::fd::host::ppoll(fds, timeout).map(|n| n as u64)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -419,13 +404,7 @@ fn epoll_file(t: &Task, epfd: i32) -> Result<Arc<OpenFile>, Errno> {
 }
 
 fn create_epoll(t: &mut Task, cloexec: bool) -> SysResult {
-    // SAFETY: epoll_create1(2) takes no pointers.
-    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: `fd` was just returned by epoll_create1(2) and nothing else owns it.
-    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let owned = crate::fd::host::epoll_create()?;
     let file = Arc::new(OpenFile::new(owned, FileKind::Epoll, None));
     Ok(t.fds.insert(file, cloexec)? as u64)
 }
@@ -443,19 +422,7 @@ fn do_epoll_wait(t: &mut Task, a: &SyscallArgs) -> SysResult {
     // Fault the buffer in now so events taken from the host are not lost to EFAULT later.
     t.user_ranges(events, (batch * EPOLL_EVENT_SIZE) as u64, true)?;
     let mut buf = vec![libc::epoll_event { events: 0, u64: 0 }; batch];
-    // SAFETY: `buf` has room for `batch` events; the host writes at most that many.
-    let r = unsafe {
-        libc::epoll_wait(
-            f.host().as_raw_fd(),
-            buf.as_mut_ptr(),
-            batch as i32,
-            a.int(3),
-        )
-    };
-    if r < 0 {
-        return Err(Errno::last());
-    }
-    let n = (r as usize).min(batch);
+    let n = crate::fd::host::epoll_wait(f.host(), &mut buf, a.int(3))?;
     if n > 0 {
         t.copy_out(events, &encode_epoll_events(&buf[..n]))?;
     }
@@ -494,18 +461,7 @@ pub fn sys_epoll_ctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
     ) {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: `ev` is a live epoll_event the host only reads.
-    let r = unsafe {
-        libc::epoll_ctl(
-            ep.host().as_raw_fd(),
-            op,
-            target.host().as_raw_fd(),
-            &mut ev,
-        )
-    };
-    if r < 0 {
-        return Err(Errno::last());
-    }
+    crate::fd::host::epoll_ctl(ep.host(), op, target.host(), ev)?;
     Ok(0)
 }
 

@@ -183,12 +183,10 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
                     } else {
                         libc::CLOCK_MONOTONIC
                     };
-                    let mut now = libc::timespec {
+                    let now = crate::task::host::clock_now(clock).unwrap_or(libc::timespec {
                         tv_sec: 0,
                         tv_nsec: 0,
-                    };
-                    // SAFETY: valid clock id and output buffer.
-                    unsafe { libc::clock_gettime(clock, &mut now) };
+                    });
                     let now =
                         std::time::Duration::new(now.tv_sec.max(0) as u64, now.tv_nsec as u32);
                     Some(d.saturating_sub(now))

@@ -1,13 +1,11 @@
 //! read, write, readv, writev, pread64, pwrite64, lseek: zero-copy between host fds and guest
 //! memory.
 
-use std::os::fd::AsRawFd;
-
 use abi::Errno;
 use platform::Gva;
 
 use super::{SysResult, SyscallArgs};
-use crate::fd::{self, FileKind};
+use crate::fd::{self, host, FileKind};
 use crate::task::Task;
 
 use super::iovec::{copy_in_iovecs, MAX_RW};
@@ -67,22 +65,17 @@ pub fn write_from_user(
 
 /// Whether `f` is a pipe, socket or character device open in blocking mode.
 fn blocking_stream(f: &crate::fd::OpenFile) -> bool {
-    let host = f.host().as_raw_fd();
-    // SAFETY: F_GETFL on an fd we own.
-    let fl = unsafe { libc::fcntl(host, libc::F_GETFL) };
-    if fl < 0 || fl & libc::O_NONBLOCK != 0 {
-        return false;
+    let host = f.host();
+    match host::status_flags(host) {
+        Ok(fl) if fl & libc::O_NONBLOCK == 0 => {}
+        _ => return false,
     }
-    // SAFETY: fstat on an fd we own into a zeroed stat buffer.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::fstat(host, &mut st) } != 0 {
-        return false;
-    }
-    matches!(
-        st.st_mode & libc::S_IFMT,
-        libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR
-    )
+    host::fstat(host).is_ok_and(|st| {
+        matches!(
+            st.st_mode & libc::S_IFMT,
+            libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR
+        )
+    })
 }
 
 /// Whether the task has a signal to take or a park request: a blocking call returns then.
@@ -236,13 +229,7 @@ pub fn sys_lseek(t: &mut Task, a: &SyscallArgs) -> SysResult {
     ) {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: lseek on an fd we own.
-    let r = unsafe { libc::lseek(f.host().as_raw_fd(), a.u(1) as i64, whence) };
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(r as u64)
-    }
+    host::seek(f.host(), a.u(1) as i64, whence)
 }
 
 /// Implements sendfile(2) between two host fds.
@@ -251,26 +238,12 @@ pub fn sys_sendfile(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let inp = check_rw(t, a.int(1))?;
     let count = a.len(3)?.min(MAX_RW) as usize;
     let off_ptr = a.gva(2);
-    let mut off: i64 = 0;
-    if off_ptr.raw() != 0 {
-        off = t.read_u64(off_ptr)? as i64;
-        if off < 0 {
-            return Err(Errno::EINVAL);
-        }
+    let mut off = get_off(t, off_ptr)?;
+    if off.is_some_and(|o| o < 0) {
+        return Err(Errno::EINVAL);
     }
-    let offp: *mut i64 = if off_ptr.raw() != 0 {
-        &mut off
-    } else {
-        std::ptr::null_mut()
-    };
-    // SAFETY: both fds are ours; `offp` is null or points at a local.
-    let n = unsafe { libc::sendfile(out.host().as_raw_fd(), inp.host().as_raw_fd(), offp, count) };
-    if n < 0 {
-        return Err(Errno::last());
-    }
-    if off_ptr.raw() != 0 {
-        t.write_u64(off_ptr, off as u64)?;
-    }
+    let n = host::sendfile(out.host(), inp.host(), &mut off, count)?;
+    put_off(t, off_ptr, off)?;
     Ok(n as u64)
 }
 
@@ -282,23 +255,14 @@ pub fn sys_ftruncate(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if len < 0 {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: ftruncate on an fd we own.
-    if unsafe { libc::ftruncate(f.host().as_raw_fd(), len) } != 0 {
-        return Err(Errno::last());
-    }
+    host::truncate(f.host(), len)?;
     Ok(0)
 }
 
 /// Implements fadvise64(2): the advice goes to the host file (ESPIPE for a pipe or socket).
 pub fn sys_fadvise64(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
-    // SAFETY: posix_fadvise on an fd we own; it returns the error instead of setting errno.
-    let r = unsafe {
-        libc::posix_fadvise(f.host().as_raw_fd(), a.u(1) as i64, a.u(2) as i64, a.int(3))
-    };
-    if r != 0 {
-        return Err(Errno(r));
-    }
+    host::fadvise(f.host(), a.u(1) as i64, a.u(2) as i64, a.int(3))?;
     Ok(0)
 }
 
@@ -309,22 +273,15 @@ pub fn sys_sync_file_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if off < 0 || n < 0 || flags & !7 != 0 {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: sync_file_range on an fd we own with checked arguments.
-    if unsafe { libc::sync_file_range(f.host().as_raw_fd(), off, n, flags) } != 0 {
-        return Err(Errno::last());
-    }
+    host::sync_range(f.host(), off, n, flags)?;
     Ok(0)
 }
 
 /// Implements fsync(2) and fdatasync(2).
 pub fn sys_fsync(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
-    // SAFETY: fsync on an fd we own.
-    if unsafe { libc::fsync(f.host().as_raw_fd()) } != 0 {
-        let e = Errno::last();
-        // Sockets and pipes: Linux says EINVAL too.
-        return Err(e);
-    }
+    // Sockets and pipes: the host says EINVAL, as Linux does.
+    host::fsync(f.host())?;
     Ok(0)
 }
 
@@ -344,17 +301,6 @@ fn put_off(t: &Task, p: Gva, off: Option<i64>) -> Result<(), Errno> {
     }
 }
 
-fn off_ptr(o: &mut Option<i64>) -> *mut i64 {
-    match o {
-        Some(v) => v,
-        None => std::ptr::null_mut(),
-    }
-}
-
-/// A host call moving `len` bytes between two descriptors at optional offsets (splice,
-/// copy_file_range), whose signature both share.
-type TransferFn = unsafe extern "C" fn(i32, *mut i64, i32, *mut i64, usize, libc::c_uint) -> isize;
-
 /// splice(2) and copy_file_range(2): the guest's offset words (null: the file position) are
 /// read, handed to `call` on the two host files, and written back.
 fn transfer(
@@ -362,26 +308,21 @@ fn transfer(
     a: &SyscallArgs,
     inp: &crate::fd::OpenFile,
     out: &crate::fd::OpenFile,
-    call: TransferFn,
+    call: host::Transfer,
 ) -> SysResult {
     let (pin, pout) = (a.gva(1), a.gva(3));
     let mut off_in = get_off(t, pin)?;
     let mut off_out = get_off(t, pout)?;
     let len = a.len(4)?.min(MAX_RW) as usize;
-    // SAFETY: both fds are ours; the offset pointers are null or point at locals.
-    let n = unsafe {
-        call(
-            inp.host().as_raw_fd(),
-            off_ptr(&mut off_in),
-            out.host().as_raw_fd(),
-            off_ptr(&mut off_out),
-            len,
-            a.u(5) as libc::c_uint,
-        )
-    };
-    if n < 0 {
-        return Err(Errno::last());
-    }
+    let n = host::transfer(
+        call,
+        inp.host(),
+        &mut off_in,
+        out.host(),
+        &mut off_out,
+        len,
+        a.u(5) as u32,
+    )?;
     put_off(t, pin, off_in)?;
     put_off(t, pout, off_out)?;
     Ok(n as u64)
@@ -392,7 +333,7 @@ fn transfer(
 pub fn sys_copy_file_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let inp = t.fds.get(a.int(0))?;
     let out = t.fds.get(a.int(2))?;
-    transfer(t, a, &inp, &out, libc::copy_file_range)
+    transfer(t, a, &inp, &out, host::Transfer::CopyFileRange)
 }
 
 /// Implements splice(2) between the two host files (one of them a pipe, as on Linux: the
@@ -400,7 +341,7 @@ pub fn sys_copy_file_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_splice(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let inp = check_rw(t, a.int(0))?;
     let out = check_rw(t, a.int(2))?;
-    transfer(t, a, &inp, &out, libc::splice)
+    transfer(t, a, &inp, &out, host::Transfer::Splice)
 }
 
 /// Implements tee(2) between two host pipes.
@@ -408,17 +349,6 @@ pub fn sys_tee(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let inp = check_rw(t, a.int(0))?;
     let out = check_rw(t, a.int(1))?;
     let len = a.len(2)?.min(MAX_RW) as usize;
-    // SAFETY: both fds are ours.
-    let n = unsafe {
-        libc::tee(
-            inp.host().as_raw_fd(),
-            out.host().as_raw_fd(),
-            len,
-            a.u(3) as libc::c_uint,
-        )
-    };
-    if n < 0 {
-        return Err(Errno::last());
-    }
+    let n = host::tee(inp.host(), out.host(), len, a.u(3) as u32)?;
     Ok(n as u64)
 }

@@ -1,6 +1,5 @@
 //! signalfd(2), signalfd4(2), and reads of a signalfd (see [`crate::task::signalfd`]).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
 use abi::Errno;
@@ -48,13 +47,7 @@ fn signalfd(t: &mut Task, fd: i32, mask_at: Gva, size: u64, flags: i32) -> SysRe
     if flags & SFD_NONBLOCK != 0 {
         efd_flags |= libc::EFD_NONBLOCK;
     }
-    // SAFETY: eventfd with valid flags; the result is checked.
-    let raw = unsafe { libc::eventfd(0, efd_flags) };
-    if raw < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: a fresh fd owned by nobody else.
-    let event = unsafe { OwnedFd::from_raw_fd(raw) };
+    let event = crate::fd::host::eventfd(0, efd_flags)?;
     let s = Arc::new(SignalFd::new(mask, event.try_clone().map_err(Errno::from)?));
     t.group.add_signalfd(&s);
     refresh(t, &s);
@@ -80,9 +73,8 @@ pub(super) fn read(t: &mut Task, f: &OpenFile, s: &SignalFd, buf: Gva, len: u64)
     if room == 0 {
         return Err(Errno::EINVAL);
     }
-    // SAFETY: F_GETFL on a descriptor we own.
     let nonblocking =
-        unsafe { libc::fcntl(f.host().as_raw_fd(), libc::F_GETFL) } & libc::O_NONBLOCK != 0;
+        crate::fd::host::status_flags(f.host()).is_ok_and(|fl| fl & libc::O_NONBLOCK != 0);
     loop {
         t.absorb_external_signal();
         let mut out = Vec::new();

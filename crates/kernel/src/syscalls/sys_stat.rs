@@ -51,12 +51,6 @@ pub(super) fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result
     t.root.open_at(&guest, oflags, 0)
 }
 
-/// The status of the inode behind descriptor number `fd` (a symlink itself for an `O_PATH |
-/// O_NOFOLLOW` descriptor), for callers holding the number only; see [`host::stat`].
-pub(super) fn stat_fd(fd: i32) -> Result<libc::stat, Errno> {
-    host::stat_raw(fd)
-}
-
 fn copy_out_stat(t: &Task, addr: Gva, st: &libc::stat) -> Result<(), Errno> {
     t.copy_out(addr, host::stat_bytes(st))
 }

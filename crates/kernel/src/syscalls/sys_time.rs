@@ -26,15 +26,7 @@ fn now(id: i32) -> Result<libc::timespec, Errno> {
     if !valid_clock(id) {
         return Err(Errno::EINVAL);
     }
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock id and output buffer.
-    if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
-        return Err(Errno::last());
-    }
-    Ok(ts)
+    crate::task::host::clock_now(id)
 }
 
 fn put_timespec(t: &Task, at: Gva, sec: i64, nsec: i64) -> Result<(), Errno> {
@@ -270,14 +262,8 @@ pub fn sys_alarm(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// the host thread that runs it; the process's other threads and its children are not
 /// counted), in clock ticks; returns the host's tick count.
 pub fn sys_times(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    // SAFETY: a zeroed rusage is a valid output buffer.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid output buffer.
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: sysconf takes no pointers.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as i64;
+    let ru = crate::task::host::thread_usage()?;
+    let hz = crate::task::host::ticks_per_second();
     let ticks = |tv: libc::timeval| tv.tv_sec * hz + tv.tv_usec * hz / 1_000_000;
     if a.u(0) != 0 {
         let mut b = [0u8; 32];
@@ -285,9 +271,7 @@ pub fn sys_times(t: &mut Task, a: &SyscallArgs) -> SysResult {
         b[8..16].copy_from_slice(&ticks(ru.ru_stime).to_le_bytes());
         t.copy_out(a.gva(0), &b)?;
     }
-    // SAFETY: times(2) accepts a null buffer on Linux.
-    let now = unsafe { libc::times(std::ptr::null_mut()) };
-    Ok(now as u64)
+    Ok(crate::task::host::elapsed_ticks() as u64)
 }
 
 /// Implements clock_settime(2): the sandbox may not set the host's clock, so CLOCK_REALTIME
@@ -323,12 +307,7 @@ pub fn sys_getrusage(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut out = [0u8; 144];
     match who {
         libc::RUSAGE_SELF | libc::RUSAGE_THREAD => {
-            // SAFETY: a zeroed rusage is a valid output buffer.
-            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-            // SAFETY: valid output buffer.
-            if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
-                return Err(Errno::last());
-            }
+            let ru = crate::task::host::thread_usage()?;
             let fields: [i64; 18] = [
                 ru.ru_utime.tv_sec,
                 ru.ru_utime.tv_usec,

@@ -21,14 +21,7 @@ pub struct ProcessCpu {
 
 /// Reads the host clock `clock` (a CPU clock among others); `None` if the host refuses.
 pub fn read(clock: libc::clockid_t) -> Option<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a clock id and a valid output buffer.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return None;
-    }
+    let ts = super::host::clock_now(clock).ok()?;
     Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
@@ -41,9 +34,7 @@ pub fn boot_time() -> Duration {
 impl ProcessCpu {
     /// Thread `tid` starts running on the calling host thread.
     pub fn enter(&self, tid: i32) {
-        let mut clock: libc::clockid_t = 0;
-        // SAFETY: the calling thread's own handle and a valid output.
-        if unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0 {
+        if let Some(clock) = super::host::thread_cpu_clock() {
             self.live
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

@@ -8,6 +8,7 @@ pub mod cputime;
 mod fs_context;
 
 mod group;
+pub mod host;
 pub mod itimer;
 mod parked;
 mod process;

@@ -14,7 +14,7 @@
 //! its disposition is the default (it ends the process); handlers are not yet delivered.
 //! sendmmsg and recvmmsg are not implemented.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use abi::Errno;
@@ -958,10 +958,7 @@ pub fn interface_ioctl(t: &Task, f: &OpenFile, req: u64, arg: Gva) -> SysResult 
     if !netlink::allowed(&t.net) {
         return Err(Errno::ENODEV);
     }
-    // SAFETY: a read-only interface request on a socket we own, with a whole `struct ifreq`.
-    if unsafe { libc::ioctl(f.host().as_raw_fd(), req as _, ifr.as_mut_ptr()) } < 0 {
-        return Err(Errno::last());
-    }
+    host::interface_query(f.host(), req, &mut ifr)?;
     t.copy_out(arg, &ifr)?;
     Ok(0)
 }
@@ -989,23 +986,7 @@ pub fn interface_list_ioctl(t: &Task, f: &OpenFile, arg: Gva) -> SysResult {
             (len as usize).min(netlink::IFCONF_MAX)
         };
         let mut out = vec![0u8; cap];
-        let mut host = [0u8; netlink::IFCONF_LEN];
-        host[0..4].copy_from_slice(&(cap as i32).to_le_bytes());
-        let ptr = if buf == 0 { 0 } else { out.as_mut_ptr() as u64 };
-        host[8..16].copy_from_slice(&ptr.to_le_bytes());
-        // SAFETY: SIOCGIFCONF with a `struct ifconf` whose buffer is `out` (`cap` bytes) or
-        // null (then only the length is written).
-        if unsafe {
-            libc::ioctl(
-                f.host().as_raw_fd(),
-                netlink::SIOCGIFCONF as _,
-                host.as_mut_ptr(),
-            )
-        } < 0
-        {
-            return Err(Errno::last());
-        }
-        let n = i32::from_le_bytes([host[0], host[1], host[2], host[3]]);
+        let n = host::interface_list(f.host(), (buf != 0).then_some(&mut out[..]))?;
         if buf != 0 {
             let n = (n.max(0) as usize).min(cap);
             t.copy_out(Gva(buf), &out[..n])?;

@@ -1,13 +1,23 @@
 //! Host calls on the file descriptors the kernel holds (files, directories, devices,
 //! terminals): each function wraps one libc call on a descriptor the caller owns and returns
 //! the host's errno, so that the syscall handlers above stay free of `unsafe`, as sockets'
-//! are with `net::host`. Terminal requests have one function each, sized for the structure
-//! the request reads or writes: no ioctl of an arbitrary request passes through here.
+//! are with `net::host`. By kind: [`terminal`] (one function per terminal request, sized for
+//! the structure it reads or writes: no ioctl of an arbitrary request passes here), [`events`]
+//! (eventfd, timerfd, inotify, epoll, poll, pipes) and [`io`] (seek, truncate, sendfile,
+//! splice, syncs); this file has the calls on any descriptor (status flags, locks, stat).
 
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use abi::Errno;
+
+pub mod events;
+pub mod io;
+pub mod terminal;
+
+pub use events::*;
+pub use io::*;
+pub use terminal::*;
 
 fn cvt(r: libc::c_int) -> Result<libc::c_int, Errno> {
     if r < 0 {
@@ -145,197 +155,6 @@ pub fn syncfs(fd: BorrowedFd<'_>) -> Result<(), Errno> {
 pub fn flock(fd: BorrowedFd<'_>, op: i32) -> Result<(), Errno> {
     // SAFETY: no memory is passed.
     cvt(unsafe { libc::flock(fd.as_raw_fd(), op) }).map(|_| ())
-}
-
-/// Whether the descriptor is a terminal.
-pub fn isatty(fd: BorrowedFd<'_>) -> bool {
-    // SAFETY: no memory is passed.
-    unsafe { libc::isatty(fd.as_raw_fd()) == 1 }
-}
-
-/// Size of the kernel's `struct termios` (what TCGETS/TCSETS* exchange): four flag words,
-/// `c_line` and 19 control characters. glibc's `struct termios` (`libc::termios`, 60 bytes)
-/// adds speed fields the kernel never reads or writes: copying that many bytes out overran the
-/// application's buffer.
-pub const KERNEL_TERMIOS_SIZE: usize = 36;
-/// Size of `struct winsize`.
-pub const WINSIZE_SIZE: usize = 8;
-
-/// A terminal's settings as the kernel's `struct termios` (TCGETS).
-///
-/// # Errors
-/// The host's errno (ENOTTY for a non-terminal).
-pub fn terminal_settings(fd: BorrowedFd<'_>) -> Result<[u8; KERNEL_TERMIOS_SIZE], Errno> {
-    // Larger than the structure, so the host never writes past it.
-    let mut buf = [0u8; 64];
-    // SAFETY: TCGETS writes one kernel termios (36 bytes) into the 64-byte buffer.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TCGETS, buf.as_mut_ptr()) })?;
-    let mut out = [0u8; KERNEL_TERMIOS_SIZE];
-    out.copy_from_slice(&buf[..KERNEL_TERMIOS_SIZE]);
-    Ok(out)
-}
-
-/// Sets a terminal's settings: `req` is TCSETS, TCSETSW or TCSETSF.
-///
-/// # Errors
-/// EINVAL for another request; the host's errno.
-pub fn set_terminal_settings(
-    fd: BorrowedFd<'_>,
-    req: u64,
-    termios: &[u8; KERNEL_TERMIOS_SIZE],
-) -> Result<(), Errno> {
-    if ![libc::TCSETS, libc::TCSETSW, libc::TCSETSF].contains(&req) {
-        return Err(Errno::EINVAL);
-    }
-    // SAFETY: the TCSETS requests read one kernel termios, which `termios` is.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), req as _, termios.as_ptr()) }).map(|_| ())
-}
-
-/// A terminal's window size as `struct winsize` (TIOCGWINSZ).
-///
-/// # Errors
-/// The host's errno.
-pub fn window_size(fd: BorrowedFd<'_>) -> Result<[u8; WINSIZE_SIZE], Errno> {
-    let mut buf = [0u8; WINSIZE_SIZE];
-    // SAFETY: TIOCGWINSZ writes one winsize (8 bytes).
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, buf.as_mut_ptr()) })?;
-    Ok(buf)
-}
-
-/// Sets a terminal's window size (TIOCSWINSZ).
-///
-/// # Errors
-/// The host's errno.
-pub fn set_window_size(fd: BorrowedFd<'_>, size: &[u8; WINSIZE_SIZE]) -> Result<(), Errno> {
-    // SAFETY: TIOCSWINSZ reads one winsize (8 bytes).
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, size.as_ptr()) }).map(|_| ())
-}
-
-/// The bytes waiting to be read (FIONREAD).
-///
-/// # Errors
-/// The host's errno.
-pub fn bytes_readable(fd: BorrowedFd<'_>) -> Result<i32, Errno> {
-    let mut n: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) })?;
-    Ok(n)
-}
-
-/// The number of a pseudo-terminal master's replica (TIOCGPTN).
-///
-/// # Errors
-/// The host's errno (ENOTTY for anything but a master).
-pub fn pty_number(fd: BorrowedFd<'_>) -> Result<u32, Errno> {
-    let mut n: libc::c_uint = 0;
-    // SAFETY: TIOCGPTN writes one unsigned int.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGPTN, &mut n) })?;
-    Ok(n)
-}
-
-/// Locks or unlocks a pseudo-terminal master's replica (TIOCSPTLCK).
-///
-/// # Errors
-/// The host's errno.
-pub fn set_pty_lock(fd: BorrowedFd<'_>, locked: i32) -> Result<(), Errno> {
-    // SAFETY: TIOCSPTLCK reads one int.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSPTLCK, &locked) }).map(|_| ())
-}
-
-/// Opens a pseudo-terminal master's replica (TIOCGPTPEER) with open flags `flags`.
-///
-/// # Errors
-/// The host's errno.
-pub fn open_pty_peer(fd: BorrowedFd<'_>, flags: i32) -> Result<OwnedFd, Errno> {
-    // SAFETY: TIOCGPTPEER takes its flags by value and returns a new descriptor.
-    owned(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGPTPEER, flags as libc::c_ulong) })
-}
-
-/// A new eventfd (close-on-exec on the host, whatever `flags` say).
-///
-/// # Errors
-/// The host's errno (EINVAL for bad flags).
-pub fn eventfd(initval: u32, flags: i32) -> Result<OwnedFd, Errno> {
-    // SAFETY: integers only; the host checks the flags.
-    owned(unsafe { libc::eventfd(initval, flags | libc::EFD_CLOEXEC) })
-}
-
-/// Size of `struct itimerspec` on x86-64 (two timespecs).
-pub const ITIMERSPEC_SIZE: usize = 32;
-
-/// A new timerfd on `clock` (close-on-exec on the host, whatever `flags` say).
-///
-/// # Errors
-/// The host's errno.
-pub fn timerfd_create(clock: i32, flags: i32) -> Result<OwnedFd, Errno> {
-    // SAFETY: integers only; the host checks the clock and flags.
-    owned(unsafe { libc::timerfd_create(clock, flags | libc::TFD_CLOEXEC) })
-}
-
-fn itimerspec_from(bytes: &[u8; ITIMERSPEC_SIZE]) -> libc::itimerspec {
-    let at = |o: usize| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&bytes[o..o + 8]);
-        i64::from_le_bytes(b)
-    };
-    libc::itimerspec {
-        it_interval: libc::timespec {
-            tv_sec: at(0),
-            tv_nsec: at(8),
-        },
-        it_value: libc::timespec {
-            tv_sec: at(16),
-            tv_nsec: at(24),
-        },
-    }
-}
-
-fn itimerspec_bytes(v: &libc::itimerspec) -> [u8; ITIMERSPEC_SIZE] {
-    let mut out = [0u8; ITIMERSPEC_SIZE];
-    for (i, x) in [
-        v.it_interval.tv_sec,
-        v.it_interval.tv_nsec,
-        v.it_value.tv_sec,
-        v.it_value.tv_nsec,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        out[i * 8..i * 8 + 8].copy_from_slice(&x.to_le_bytes());
-    }
-    out
-}
-
-fn zero_itimerspec() -> libc::itimerspec {
-    itimerspec_from(&[0; ITIMERSPEC_SIZE])
-}
-
-/// timerfd_settime(2) with `new` (a `struct itimerspec` as bytes); the old setting, as
-/// bytes.
-///
-/// # Errors
-/// The host's errno (EINVAL for bad values or a descriptor that is no timerfd).
-pub fn timerfd_settime(
-    fd: BorrowedFd<'_>,
-    flags: i32,
-    new: &[u8; ITIMERSPEC_SIZE],
-) -> Result<[u8; ITIMERSPEC_SIZE], Errno> {
-    let new = itimerspec_from(new);
-    let mut old = zero_itimerspec();
-    // SAFETY: valid input and output structures.
-    cvt(unsafe { libc::timerfd_settime(fd.as_raw_fd(), flags, &new, &mut old) })?;
-    Ok(itimerspec_bytes(&old))
-}
-
-/// timerfd_gettime(2): the setting, as `struct itimerspec` bytes.
-///
-/// # Errors
-/// The host's errno.
-pub fn timerfd_gettime(fd: BorrowedFd<'_>) -> Result<[u8; ITIMERSPEC_SIZE], Errno> {
-    let mut cur = zero_itimerspec();
-    // SAFETY: a valid output structure.
-    cvt(unsafe { libc::timerfd_gettime(fd.as_raw_fd(), &mut cur) })?;
-    Ok(itimerspec_bytes(&cur))
 }
 
 #[cfg(test)]
