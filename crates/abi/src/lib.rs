@@ -1,7 +1,11 @@
 //! The Linux x86-64 ABI as torpor's kernel sees it: errnos, flags and `#[repr(C)]`
 //! structures. No logic lives here beyond conversions.
 
+pub mod clone;
 pub mod errno;
+pub mod pod;
+pub mod signal;
 pub mod structs;
 
 pub use errno::Errno;
+pub use pod::Pod;

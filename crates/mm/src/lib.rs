@@ -18,7 +18,7 @@
 //!   runs;
 //! - [`shared`]: memory shared between the sandbox's processes (MAP_SHARED objects, System V
 //!   segments), shown to each VM as shared windows;
-//! - `pod`: the [`Pod`] marker for values copied as raw bytes;
+//! - [`Pod`] (re-exported from `abi`): the marker for values copied as raw bytes;
 //! - [`image`]: checkpoint and restore of an address space ([`MmImage`], export, import).
 //!
 //! Lock order: this crate takes no locks. The kernel wraps each `MemoryManager` in one
@@ -40,11 +40,11 @@ pub mod image;
 mod manager;
 mod pagecache;
 pub mod pagetable;
-mod pod;
 pub mod shared;
 mod usercopy;
 pub mod vma;
 
+pub use abi::Pod;
 pub use alloc::{
     AllocError, AllocImageError, MemoryBudget, PageAllocator, CHUNK_PAGES, CHUNK_SIZE,
 };
@@ -56,6 +56,5 @@ pub use manager::{
 };
 pub use pagecache::RESERVED_SLOTS;
 pub use pagetable::{PageTableError, PageTables, PteFlags, PteRun};
-pub use pod::Pod;
 pub use shared::{SharedObject, SharedSpace};
 pub use vma::{Prot, Vma, VmaError, VmaKind, VmaSet, MMAP_MIN_ADDR};

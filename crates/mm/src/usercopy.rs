@@ -13,7 +13,7 @@ use platform::{Gpa, Gva, PAGE_SIZE};
 use crate::fault::Access;
 use crate::manager::{MemoryManager, MmError};
 use crate::pagetable::PteFlags;
-use crate::pod::{self, Pod};
+use abi::pod::{self, Pod};
 
 impl MemoryManager {
     fn check_user(addr: Gva, len: u64) -> Result<(), MmError> {

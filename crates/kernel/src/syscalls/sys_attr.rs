@@ -8,6 +8,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 
+use abi::structs::{Timespec, Timeval};
 use abi::Errno;
 use platform::Gva;
 
@@ -171,27 +172,20 @@ pub fn sys_fchown(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Reads a guest `struct timespec[2]`, checking each `tv_nsec` (EINVAL unless in range or
 /// UTIME_NOW/UTIME_OMIT).
 fn copy_in_timespecs(t: &Task, addr: Gva) -> Result<[libc::timespec; 2], Errno> {
-    let mut b = [0u8; 32];
-    t.copy_in(addr, &mut b)?;
-    let word = |i: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[i * 8..i * 8 + 8]);
-        i64::from_le_bytes(w)
-    };
+    let guest: [Timespec; 2] = t.read_val(addr)?;
     let mut out = [libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     }; 2];
-    for (i, ts) in out.iter_mut().enumerate() {
-        let (sec, nsec) = (word(2 * i), word(2 * i + 1));
-        if !(0..1_000_000_000).contains(&nsec)
-            && nsec != libc::UTIME_NOW
-            && nsec != libc::UTIME_OMIT
+    for (ts, g) in out.iter_mut().zip(guest) {
+        if !(0..1_000_000_000).contains(&g.nsec)
+            && g.nsec != libc::UTIME_NOW
+            && g.nsec != libc::UTIME_OMIT
         {
             return Err(Errno::EINVAL);
         }
-        ts.tv_sec = sec;
-        ts.tv_nsec = nsec;
+        ts.tv_sec = g.sec;
+        ts.tv_nsec = g.nsec;
     }
     Ok(out)
 }
@@ -265,24 +259,15 @@ fn copy_in_timevals(t: &Task, addr: Gva) -> Result<Option<[libc::timespec; 2]>, 
     if addr.0 == 0 {
         return Ok(None);
     }
-    let mut b = [0u8; 32];
-    t.copy_in(addr, &mut b)?;
-    let word = |i: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[i * 8..i * 8 + 8]);
-        i64::from_le_bytes(w)
-    };
+    let guest: [Timeval; 2] = t.read_val(addr)?;
     let mut out = [libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     }; 2];
-    for (i, ts) in out.iter_mut().enumerate() {
-        let (sec, usec) = (word(2 * i), word(2 * i + 1));
-        if !(0..1_000_000).contains(&usec) {
-            return Err(Errno::EINVAL);
-        }
-        ts.tv_sec = sec;
-        ts.tv_nsec = usec * 1000;
+    for (ts, g) in out.iter_mut().zip(guest) {
+        let g = g.to_timespec()?;
+        ts.tv_sec = g.sec;
+        ts.tv_nsec = g.nsec;
     }
     Ok(Some(out))
 }

@@ -15,15 +15,10 @@ use platform::{AddressSpace, GuestMemory, Platform};
 use super::{SysResult, SyscallArgs};
 use crate::task::{ChildParts, Task, ThreadGroup, WaitFor};
 
-pub(super) const CLONE_VM: u64 = 0x100;
-pub(super) const CLONE_VFORK: u64 = 0x4000;
-/// Share the working directory and umask.
-const CLONE_FS: u64 = 0x200;
-const CLONE_SETTLS: u64 = 0x8_0000;
-const CLONE_PARENT_SETTID: u64 = 0x10_0000;
-const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
-const CLONE_DETACHED: u64 = 0x40_0000;
-const CLONE_CHILD_SETTID: u64 = 0x100_0000;
+use abi::clone::{
+    CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_DETACHED, CLONE_FS, CLONE_PARENT_SETTID,
+    CLONE_SETTLS, CLONE_VFORK, CLONE_VM, CSIGNAL,
+};
 
 /// Implements fork(2).
 pub fn sys_fork(t: &mut Task, _a: &SyscallArgs) -> SysResult {
@@ -67,7 +62,7 @@ pub(super) fn fork(
         | CLONE_CHILD_CLEARTID
         | CLONE_DETACHED
         | CLONE_CHILD_SETTID
-        | 0xff;
+        | CSIGNAL;
     // Sharing memory without sharing a thread group is only accepted with CLONE_VFORK (the
     // parent does not run while the child uses the memory); other sharing flags (files,
     // fs, signal handlers) between processes are not supported.
@@ -81,7 +76,7 @@ pub(super) fn fork(
     if flags & CLONE_SETTLS != 0 && tls >= platform::layout::USER_END.raw() {
         return Err(Errno::EPERM);
     }
-    let exit_signal = (flags & 0xff) as i32;
+    let exit_signal = (flags & CSIGNAL) as i32;
     let slot = t.group.procs.reserve_task()?;
     let (mem, space) = new_space(&t.group.platform, t.mem.size(), "fork")?;
     let mut mm = t.mm().fork_into(mem.clone()).map_err(|e| {

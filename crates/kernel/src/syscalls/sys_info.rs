@@ -372,10 +372,11 @@ pub fn sys_sched_setparam(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_sched_rr_get_interval(t: &mut Task, a: &SyscallArgs) -> SysResult {
     sched_target(t, a.int(0))?;
     let ts = crate::task::host::rr_interval()?;
-    let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&ts.tv_sec.to_le_bytes());
-    b[8..].copy_from_slice(&ts.tv_nsec.to_le_bytes());
-    t.copy_out(a.gva(1), &b)?;
+    let ts = abi::structs::Timespec {
+        sec: ts.tv_sec,
+        nsec: ts.tv_nsec,
+    };
+    t.write_val(a.gva(1), &ts)?;
     Ok(0)
 }
 

@@ -19,6 +19,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use abi::structs::Timespec;
 use abi::Errno;
 use platform::Gva;
 
@@ -119,19 +120,12 @@ fn host_ppoll(fds: &mut [libc::pollfd], timeout: Option<&libc::timespec>) -> Res
 // ---------------------------------------------------------------------------------------------
 // Timeouts.
 
-/// A timespec from guest bytes, checked as Linux's `timespec64_valid` (EINVAL otherwise).
-fn decode_timespec(b: &[u8; 16]) -> Result<libc::timespec, Errno> {
-    let mut s = [0u8; 8];
-    s.copy_from_slice(&b[..8]);
-    let sec = i64::from_le_bytes(s);
-    s.copy_from_slice(&b[8..]);
-    let nsec = i64::from_le_bytes(s);
-    if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
-        return Err(Errno::EINVAL);
-    }
+/// A guest timespec as the host's, checked as Linux's `timespec64_valid` (EINVAL otherwise).
+fn host_timespec(ts: Timespec) -> Result<libc::timespec, Errno> {
+    ts.to_duration()?;
     Ok(libc::timespec {
-        tv_sec: sec,
-        tv_nsec: nsec,
+        tv_sec: ts.sec,
+        tv_nsec: ts.nsec,
     })
 }
 
@@ -143,14 +137,10 @@ fn ms_timeout(ms: i32) -> Option<libc::timespec> {
     })
 }
 
-/// The time left of `ts` after `elapsed`, as guest bytes.
-fn remaining(ts: &libc::timespec, elapsed: Duration) -> [u8; 16] {
+/// The time left of `ts` after `elapsed`.
+fn remaining(ts: &libc::timespec, elapsed: Duration) -> Timespec {
     let total = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
-    let left = total.saturating_sub(elapsed);
-    let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&(left.as_secs() as i64).to_le_bytes());
-    b[8..].copy_from_slice(&i64::from(left.subsec_nanos()).to_le_bytes());
-    b
+    Timespec::from_duration(total.saturating_sub(elapsed))
 }
 
 /// Reads an optional timespec argument.
@@ -158,16 +148,14 @@ fn read_timespec(t: &Task, addr: Gva) -> Result<Option<libc::timespec>, Errno> {
     if addr.0 == 0 {
         return Ok(None);
     }
-    let mut b = [0u8; 16];
-    t.copy_in(addr, &mut b)?;
-    decode_timespec(&b).map(Some)
+    host_timespec(t.read_val(addr)?).map(Some)
 }
 
 /// Stores the time left back into the guest's timespec, as Linux's ppoll and pselect6 do (a
 /// failure to store it is ignored, as there).
 fn write_back_timeout(t: &Task, addr: Gva, ts: Option<&libc::timespec>, start: Instant) {
     if let Some(ts) = ts {
-        let _ = t.copy_out(addr, &remaining(ts, start.elapsed()));
+        let _ = t.write_val(addr, &remaining(ts, start.elapsed()));
     }
 }
 
@@ -533,26 +521,27 @@ mod tests {
 
     #[test]
     fn timeouts() {
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&1i64.to_le_bytes());
-        b[8..].copy_from_slice(&5i64.to_le_bytes());
-        let ts = decode_timespec(&b).unwrap();
+        let ts = host_timespec(Timespec { sec: 1, nsec: 5 }).unwrap();
         assert_eq!((ts.tv_sec, ts.tv_nsec), (1, 5));
-        b[8..].copy_from_slice(&1_000_000_000i64.to_le_bytes());
-        assert_eq!(decode_timespec(&b).err(), Some(Errno::EINVAL));
-        b[..8].copy_from_slice(&(-1i64).to_le_bytes());
-        b[8..].copy_from_slice(&0i64.to_le_bytes());
-        assert_eq!(decode_timespec(&b).err(), Some(Errno::EINVAL));
+        let bad = Timespec {
+            sec: 1,
+            nsec: 1_000_000_000,
+        };
+        assert_eq!(host_timespec(bad).err(), Some(Errno::EINVAL));
+        let bad = Timespec { sec: -1, nsec: 0 };
+        assert_eq!(host_timespec(bad).err(), Some(Errno::EINVAL));
         assert!(ms_timeout(-1).is_none());
         let t = ms_timeout(2500).unwrap();
         assert_eq!((t.tv_sec, t.tv_nsec), (2, 500_000_000));
         let left = remaining(&t, Duration::from_millis(600));
-        assert_eq!(i64::from_le_bytes(left[..8].try_into().unwrap()), 1);
         assert_eq!(
-            i64::from_le_bytes(left[8..].try_into().unwrap()),
-            900_000_000
+            left,
+            Timespec {
+                sec: 1,
+                nsec: 900_000_000
+            }
         );
-        assert_eq!(remaining(&t, Duration::from_secs(9)), [0u8; 16]);
+        assert_eq!(remaining(&t, Duration::from_secs(9)), Timespec::ZERO);
         assert_eq!(check_sigmask(Gva(0), 0), Ok(()));
         assert_eq!(check_sigmask(Gva(0x1000), 8), Ok(()));
         assert_eq!(check_sigmask(Gva(0x1000), 128), Err(Errno::EINVAL));

@@ -168,14 +168,9 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
             let timeout = if a.u(3) == 0 {
                 None
             } else {
-                let mut ts = [0u8; 16];
-                t.copy_in(a.gva(3), &mut ts)?;
-                let sec = i64::from_le_bytes(ts[..8].try_into().unwrap_or([0; 8]));
-                let nsec = i64::from_le_bytes(ts[8..].try_into().unwrap_or([0; 8]));
-                if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
-                    return Err(Errno::EINVAL);
-                }
-                let d = std::time::Duration::new(sec as u64, nsec as u32);
+                let d = t
+                    .read_val::<abi::structs::Timespec>(a.gva(3))?
+                    .to_duration()?;
                 if op == FUTEX_WAIT_BITSET {
                     // An absolute CLOCK_MONOTONIC (or REALTIME with FUTEX_CLOCK_REALTIME) time.
                     let clock = if a.int(1) & 256 != 0 {
@@ -251,17 +246,11 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
 }
 
-const CLONE_VM: u64 = 0x100;
-const CLONE_FS: u64 = 0x200;
-const CLONE_FILES: u64 = 0x400;
-const CLONE_SIGHAND: u64 = 0x800;
-const CLONE_THREAD: u64 = 0x1_0000;
-const CLONE_SYSVSEM: u64 = 0x4_0000;
-const CLONE_SETTLS: u64 = 0x8_0000;
-const CLONE_PARENT_SETTID: u64 = 0x10_0000;
-const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
-const CLONE_DETACHED: u64 = 0x40_0000;
-const CLONE_CHILD_SETTID: u64 = 0x100_0000;
+use abi::clone::{
+    CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_DETACHED, CLONE_FILES, CLONE_FS,
+    CLONE_PARENT_SETTID, CLONE_SETTLS, CLONE_SIGHAND, CLONE_SYSVSEM, CLONE_THREAD, CLONE_VM,
+    CSIGNAL,
+};
 
 /// Implements clone(2). Threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND, as pthread_create
 /// and Go's runtime use it): a new task with its own vCPU on its own host thread, sharing the
@@ -285,7 +274,7 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
         | CLONE_CHILD_CLEARTID
         | CLONE_DETACHED
         | CLONE_CHILD_SETTID
-        | 0xff; // exit signal (ignored for threads)
+        | CSIGNAL; // exit signal (ignored for threads)
     if flags & !known != 0 {
         return Err(Errno::EINVAL);
     }

@@ -31,28 +31,12 @@ pub fn sys_rt_sigaction(t: &mut Task, a: &SyscallArgs) -> SysResult {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             return Err(Errno::EINVAL);
         }
-        let mut b = [0u8; 32];
-        t.copy_in(a.gva(1), &mut b)?;
-        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-        Some(KernelSigaction {
-            handler: w(0),
-            flags: w(1),
-            restorer: w(2),
-            mask: w(3),
-        })
+        Some(t.read_val::<KernelSigaction>(a.gva(1))?)
     } else {
         None
     };
     if a.u(2) != 0 {
-        let old = t.signals.action(sig);
-        let mut b = [0u8; 32];
-        for (i, v) in [old.handler, old.flags, old.restorer, old.mask]
-            .iter()
-            .enumerate()
-        {
-            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-        }
-        t.copy_out(a.gva(2), &b)?;
+        t.write_val(a.gva(2), &t.signals.action(sig))?;
     }
     if let Some(act) = new {
         t.signals.set_action(sig, act);
@@ -96,18 +80,16 @@ pub fn sys_rt_sigreturn(t: &mut Task, _a: &SyscallArgs) -> SysResult {
 pub fn sys_sigaltstack(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let sp = t.ctx.user().regs.rsp;
     let new = if a.u(0) != 0 {
-        let mut b = [0u8; 24];
-        t.copy_in(a.gva(0), &mut b)?;
-        Some(signal::parse_stack_t(&b))
+        Some(t.read_val::<abi::structs::StackT>(a.gva(0))?)
     } else {
         None
     };
     let old = t.signals.altstack.to_user(sp);
-    if let Some((ss_sp, flags, size)) = new {
-        t.signals.altstack.set(sp, ss_sp, flags, size)?;
+    if let Some(s) = new {
+        t.signals.altstack.set(sp, s.sp, s.flags, s.size)?;
     }
     if a.u(1) != 0 {
-        t.copy_out(a.gva(1), &old)?;
+        t.write_val(a.gva(1), &old)?;
     }
     Ok(0)
 }

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use abi::structs::Timespec;
 use abi::Errno;
 use platform::Gva;
 
@@ -30,21 +31,11 @@ fn now(id: i32) -> Result<libc::timespec, Errno> {
 }
 
 fn put_timespec(t: &Task, at: Gva, sec: i64, nsec: i64) -> Result<(), Errno> {
-    let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&sec.to_le_bytes());
-    b[8..].copy_from_slice(&nsec.to_le_bytes());
-    t.copy_out(at, &b)
+    t.write_val(at, &Timespec { sec, nsec })
 }
 
 fn get_timespec(t: &Task, at: Gva) -> Result<Duration, Errno> {
-    let mut b = [0u8; 16];
-    t.copy_in(at, &mut b)?;
-    let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
-    let nsec = i64::from_le_bytes(b[8..].try_into().unwrap_or([0; 8]));
-    if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
-        return Err(Errno::EINVAL);
-    }
-    Ok(Duration::new(sec as u64, nsec as u32))
+    t.read_val::<Timespec>(at)?.to_duration()
 }
 
 /// The host clock for guest clock `id`: the static clocks as they are, and the dynamic CPU

@@ -597,6 +597,24 @@ impl Task {
         Ok(p)
     }
 
+    /// Reads one ABI structure (any [`abi::Pod`] type) whole.
+    ///
+    /// # Errors
+    /// EFAULT for a bad address.
+    pub fn read_val<T: abi::Pod>(&self, addr: Gva) -> Result<T, Errno> {
+        let mut b = vec![0u8; std::mem::size_of::<T>()];
+        self.copy_in(addr, &mut b)?;
+        abi::pod::from_bytes(&b).ok_or(Errno::EFAULT)
+    }
+
+    /// Writes one ABI structure whole.
+    ///
+    /// # Errors
+    /// EFAULT for a bad address.
+    pub fn write_val<T: abi::Pod>(&self, addr: Gva, v: &T) -> Result<(), Errno> {
+        self.copy_out(addr, abi::pod::as_bytes(v))
+    }
+
     /// Reads a little-endian u64.
     ///
     /// # Errors

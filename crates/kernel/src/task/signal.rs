@@ -23,7 +23,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use abi::structs::KernelSigaction;
+use abi::structs::{KernelSigaction, StackT};
 use abi::Errno;
 use platform::Gva;
 use platform::{FpuState, FPU_STATE_SIZE as XSAVE_AREA_SIZE};
@@ -38,27 +38,10 @@ pub const SIG_DFL: u64 = 0;
 /// SIG_IGN.
 pub const SIG_IGN: u64 = 1;
 
-/// sa_flags bits.
-pub const SA_SIGINFO: u64 = 0x4;
-/// The handler runs on the alternate stack if one is set.
-pub const SA_ONSTACK: u64 = 0x0800_0000;
-/// Interrupted syscalls restart.
-pub const SA_RESTART: u64 = 0x1000_0000;
-/// The signal is not blocked in its own handler.
-pub const SA_NODEFER: u64 = 0x4000_0000;
-/// The disposition returns to SIG_DFL on delivery.
-pub const SA_RESETHAND: u64 = 0x8000_0000;
-/// sa_restorer is valid (required on x86-64: it is the handler's return address).
-pub const SA_RESTORER: u64 = 0x0400_0000;
-
-/// ss_flags: the thread runs on the alternate stack.
-pub const SS_ONSTACK: i32 = 1;
-/// ss_flags: no alternate stack.
-pub const SS_DISABLE: i32 = 2;
-/// ss_flags: the alternate stack is disabled while a handler runs on it.
-pub const SS_AUTODISARM: i32 = 1 << 31;
-/// Smallest alternate stack (MINSIGSTKSZ).
-pub const MINSIGSTKSZ: u64 = 2048;
+pub use abi::signal::{
+    MINSIGSTKSZ, SA_NODEFER, SA_ONSTACK, SA_RESETHAND, SA_RESTART, SA_RESTORER, SA_SIGINFO,
+    SS_AUTODISARM, SS_DISABLE, SS_ONSTACK,
+};
 
 /// si_code values.
 pub const SI_USER: i32 = 0;
@@ -246,30 +229,26 @@ impl AltStack {
         Ok(())
     }
 
-    /// The `stack_t` (24 bytes) that sigaltstack(2) reports for stack pointer `sp`.
-    pub fn to_user(&self, sp: u64) -> [u8; 24] {
-        let mut b = [0u8; 24];
-        b[0..8].copy_from_slice(&self.sp.to_le_bytes());
-        let flags = self.state(sp) | (self.flags & SS_AUTODISARM);
-        b[8..12].copy_from_slice(&flags.to_le_bytes());
-        b[16..24].copy_from_slice(&self.size.to_le_bytes());
-        b
+    /// The `stack_t` that sigaltstack(2) reports for stack pointer `sp`.
+    pub fn to_user(&self, sp: u64) -> StackT {
+        StackT {
+            sp: self.sp,
+            flags: self.state(sp) | (self.flags & SS_AUTODISARM),
+            pad: 0,
+            size: self.size,
+        }
     }
 
     /// The `stack_t` saved in a signal frame's `uc_stack` (the flags as set, as Linux saves
     /// them).
-    fn to_frame(self) -> [u8; 24] {
-        let mut b = [0u8; 24];
-        b[0..8].copy_from_slice(&self.sp.to_le_bytes());
-        b[8..12].copy_from_slice(&self.flags.to_le_bytes());
-        b[16..24].copy_from_slice(&self.size.to_le_bytes());
-        b
+    fn to_frame(self) -> StackT {
+        StackT {
+            sp: self.sp,
+            flags: self.flags,
+            pad: 0,
+            size: self.size,
+        }
     }
-}
-
-/// Decodes a user `stack_t`: (ss_sp, ss_flags, ss_size).
-pub fn parse_stack_t(b: &[u8; 24]) -> (u64, i32, u64) {
-    (le64(b, 0), le32(b, 8) as i32, le64(b, 16))
 }
 
 /// The state a fault leaves for the sigcontext of the next frame (Linux's
@@ -512,27 +491,12 @@ impl SignalState {
 // ---------------------------------------------------------------------------------------------
 // Frame layout.
 
-const UC_FP_XSTATE: u64 = 1;
-const UC_SIGCONTEXT_SS: u64 = 2;
-const UC_STRICT_RESTORE_SS: u64 = 4;
-/// Offsets in `struct ucontext`.
-const UC_STACK: usize = 16;
-const UC_MCONTEXT: usize = 40;
-const UC_SIGMASK: usize = 296;
-const UC_SIZE: usize = 304;
-/// `struct rt_sigframe`: pretcode, ucontext, siginfo.
-const FRAME_SIZE: u64 = 8 + UC_SIZE as u64 + 128;
-const SIGCONTEXT_SIZE: usize = 256;
-
-const FP_XSTATE_MAGIC1: u32 = 0x4650_5853;
-const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
-const XFEATURE_FPSSE: u64 = 3;
-const FXSAVE_SIZE: usize = 512;
-const SW_BYTES: usize = 464;
-const XSAVE_HEADER: usize = 512;
-const AVX_OFFSET: usize = 576;
-const MXCSR_DEFAULT: u32 = 0x1f80;
-const FCW_DEFAULT: u16 = 0x37f;
+use abi::signal::{
+    AVX_OFFSET, FCW_DEFAULT, FP_XSTATE_MAGIC1, FP_XSTATE_MAGIC2, FRAME_SIZE, FXSAVE_SIZE,
+    MXCSR_DEFAULT, SIGCONTEXT_SIZE, STACK_T_SIZE, SW_BYTES, UC_FP_XSTATE, UC_MCONTEXT,
+    UC_SIGCONTEXT_SS, UC_SIGMASK, UC_SIZE, UC_STACK, UC_STRICT_RESTORE_SS, XFEATURE_FPSSE,
+    XSAVE_HEADER,
+};
 
 /// rflags bits rt_sigreturn takes from the frame (Linux's FIX_EFLAGS).
 const FIX_EFLAGS: u64 =
@@ -771,7 +735,8 @@ impl Task {
             uc,
             UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS,
         );
-        frame[uc + UC_STACK..uc + UC_STACK + 24].copy_from_slice(&alt.to_frame());
+        frame[uc + UC_STACK..uc + UC_STACK + STACK_T_SIZE]
+            .copy_from_slice(abi::pod::as_bytes(&alt.to_frame()));
         let sc = uc + UC_MCONTEXT;
         let gprs = [
             regs.r8,
@@ -886,8 +851,8 @@ impl Task {
         let fpstate = le64(sc, 184);
         let fpu = self.read_fpstate(fpstate)?;
         let mask = le64(&uc, UC_SIGMASK);
-        let mut stack = [0u8; 24];
-        stack.copy_from_slice(&uc[UC_STACK..UC_STACK + 24]);
+        let stack: StackT =
+            abi::pod::from_bytes(&uc[UC_STACK..UC_STACK + STACK_T_SIZE]).ok_or(BadFrame)?;
 
         if let Err(e) = self.ctx.set_fpu(&fpu) {
             tracing::warn!("rt_sigreturn: the platform refused the FPU state: {e}");
@@ -895,8 +860,10 @@ impl Task {
         }
         self.signals.set_mask(mask);
         // As Linux's restore_altstack: errors (EPERM while still on the stack) are ignored.
-        let (ss_sp, ss_flags, ss_size) = parse_stack_t(&stack);
-        let _ = self.signals.altstack.set(cur.rsp, ss_sp, ss_flags, ss_size);
+        let _ = self
+            .signals
+            .altstack
+            .set(cur.rsp, stack.sp, stack.flags, stack.size);
         self.ctx.user_mut().regs = r;
         Ok(r.rax)
     }
@@ -1079,8 +1046,8 @@ mod tests {
         assert_eq!(a.set(0x11000, 0, SS_DISABLE, 0), Err(Errno::EPERM));
         a.set(0x30000, 0, SS_DISABLE, 0).unwrap();
         assert_eq!(a.state(0x12000), SS_DISABLE);
-        let (sp, flags, size) = parse_stack_t(&a.to_user(0));
-        assert_eq!((sp, flags, size), (0, SS_DISABLE, 0));
+        let s = a.to_user(0);
+        assert_eq!((s.sp, s.flags, s.size), (0, SS_DISABLE, 0));
     }
 
     #[test]

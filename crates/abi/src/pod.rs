@@ -1,5 +1,7 @@
 //! Plain-old-data: the types whose values may be copied to and from guest memory as raw bytes
-//! (the only raw-pointer code of this crate).
+//! (the only raw-pointer code of this crate). The structures of [`crate::structs`] are `Pod`,
+//! so the kernel reads and writes them whole (`Task::read_val`, `Task::write_val`) instead of
+//! decoding bytes at hand-written offsets.
 
 use std::mem::{size_of, MaybeUninit};
 
@@ -25,14 +27,14 @@ pod!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
 unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
 
 /// The bytes of `v`.
-pub(crate) fn as_bytes<T: Pod>(v: &T) -> &[u8] {
+pub fn as_bytes<T: Pod>(v: &T) -> &[u8] {
     // SAFETY: `T: Pod` has no padding, so all `size_of::<T>()` bytes behind `v` are
     // initialised; the slice borrows `v` and lives no longer.
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
 }
 
 /// A `T` built from `bytes` (exactly `size_of::<T>()` long, else `None`).
-pub(crate) fn from_bytes<T: Pod>(bytes: &[u8]) -> Option<T> {
+pub fn from_bytes<T: Pod>(bytes: &[u8]) -> Option<T> {
     if bytes.len() != size_of::<T>() {
         return None;
     }
