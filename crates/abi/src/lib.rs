@@ -3,6 +3,7 @@
 
 pub mod clone;
 pub mod errno;
+pub mod ioctl;
 pub mod pod;
 pub mod signal;
 pub mod structs;

@@ -419,7 +419,7 @@ pub fn wait_connected(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     }
 }
 
-/// A read-only interface query (one of [`super::netlink::is_interface_query`]'s `SIOCGIF*`
+/// A read-only interface query (one of [`abi::ioctl::is_interface_query`]'s `SIOCGIF*`
 /// requests) with a whole `struct ifreq`, which the host fills in.
 ///
 /// # Errors
@@ -427,9 +427,9 @@ pub fn wait_connected(fd: BorrowedFd<'_>) -> Result<(), Errno> {
 pub fn interface_query(
     fd: BorrowedFd<'_>,
     req: u64,
-    ifr: &mut [u8; super::netlink::IFREQ_LEN],
+    ifr: &mut [u8; abi::ioctl::IFREQ_LEN],
 ) -> Result<(), Errno> {
-    if !super::netlink::is_interface_query(req) {
+    if !abi::ioctl::is_interface_query(req) {
         return Err(Errno::EINVAL);
     }
     // SAFETY: the query requests read and write one `struct ifreq`, which `ifr` is.
@@ -446,7 +446,7 @@ pub fn interface_list(fd: BorrowedFd<'_>, out: Option<&mut [u8]>) -> Result<i32,
         Some(b) => (b.len().min(i32::MAX as usize), b.as_mut_ptr() as u64),
         None => (0, 0),
     };
-    let mut ifc = [0u8; super::netlink::IFCONF_LEN];
+    let mut ifc = [0u8; abi::ioctl::IFCONF_LEN];
     ifc[0..4].copy_from_slice(&(cap as i32).to_le_bytes());
     ifc[8..16].copy_from_slice(&ptr.to_le_bytes());
     // SAFETY: SIOCGIFCONF with a `struct ifconf` whose buffer is `out` (`cap` bytes) or null
@@ -454,7 +454,7 @@ pub fn interface_list(fd: BorrowedFd<'_>, out: Option<&mut [u8]>) -> Result<i32,
     cvt(unsafe {
         libc::ioctl(
             fd.as_raw_fd(),
-            super::netlink::SIOCGIFCONF as _,
+            abi::ioctl::SIOCGIFCONF as _,
             ifc.as_mut_ptr(),
         )
     })?;

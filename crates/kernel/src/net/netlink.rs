@@ -74,35 +74,10 @@ pub fn sockopt_allowed(level: i32, name: i32) -> bool {
         )
 }
 
-/// `sizeof(struct ifreq)`.
-pub const IFREQ_LEN: usize = 40;
-
-/// `SIOCGIFCONF`: the list of interfaces with an IPv4 address (`struct ifconf`, whose buffer
-/// is a pointer of the caller's).
-pub const SIOCGIFCONF: u64 = 0x8912;
-
-/// `sizeof(struct ifconf)`: `ifc_len` (int, then 4 bytes of padding) and the buffer pointer.
-pub const IFCONF_LEN: usize = 16;
+pub use abi::ioctl::{is_interface_query, IFCONF_LEN, IFREQ_LEN, SIOCGIFCONF};
 
 /// The largest `SIOCGIFCONF` buffer filled (the rest of a larger one is left alone).
 pub const IFCONF_MAX: usize = 64 * 1024;
-
-/// Whether `req` is an ioctl that reads one interface's name, index, flags, addresses, MTU or
-/// hardware address through a `struct ifreq` (and changes nothing).
-pub fn is_interface_query(req: u64) -> bool {
-    matches!(
-        req,
-        0x8910 // SIOCGIFNAME
-            | 0x8913 // SIOCGIFFLAGS
-            | 0x8915 // SIOCGIFADDR
-            | 0x8919 // SIOCGIFBRDADDR
-            | 0x891b // SIOCGIFNETMASK
-            | 0x8921 // SIOCGIFMTU
-            | 0x8927 // SIOCGIFHWADDR
-            | 0x8933 // SIOCGIFINDEX
-            | 0x8942 // SIOCGIFTXQLEN
-    )
-}
 
 #[cfg(test)]
 mod tests {
