@@ -25,9 +25,13 @@
 //! truncated file is an error, never wrong bytes); a REAP wake streams
 //! [`ReapReader::read_batches`].
 //!
-//! Locks: none inside this crate. `StateMachine`, `PageStateMap` and `WorkingSetRecorder`
-//! are plain data for the caller to own or lock; readers are `Sync` (positioned reads only);
-//! `HibernateMetrics` is lock-free.
+//! Locks: the pieces (`StateMachine`, `PageStateMap`, `WorkingSetRecorder`) are plain data,
+//! their readers `Sync` (positioned reads only), `HibernateMetrics` lock-free. The [`engine`]
+//! owns the crate's locks: the state machine (`Mutex`, with a `Condvar` for waiters), the
+//! mailbox between the control thread and the park point (`Mutex` + `Condvar`), the list of
+//! deflated processes (`Mutex`) and the pager state (`RwLock`: page-state map, swap and REAP
+//! readers, working-set recorder), which the `uffd` thread takes alone. Their order with the
+//! kernel's locks is in `docs/ARCHITECTURE.md` ("Locks").
 
 pub mod engine;
 pub mod filereap;

@@ -1,7 +1,10 @@
 //! The x86-64 syscall table and its handlers, one file per family.
 //!
-//! Handlers are thin: they decode and check arguments, then call the subsystem. Errors are
-//! errnos (`SysResult`); guest input never panics the runtime.
+//! Handlers decode and check their arguments (ABI structures through `abi`, read and written
+//! whole with `Task::read_val` / `write_val`), apply Linux's rules, and call the subsystems
+//! (`mm`, `fs`, `net`, `task`). They make no host call of their own and hold no `unsafe`: the
+//! host is reached through the host layer below them (`fd::host`, `fs::host`, `net::host`,
+//! `task::host`). Errors are errnos (`SysResult`); guest input never panics the runtime.
 
 mod args;
 mod iovec;
