@@ -2,14 +2,13 @@
 //! root, the socket layer (Internet sockets behind a publish policy, Unix sockets named inside
 //! the sandbox), and the ELF loader.
 //!
-//! Lock order (outermost first):
-//!
-//! ```text
-//! Task (owned by its vCPU thread, unlocked)
-//!   MemoryManager (Mutex, shared by a thread group)
-//! ```
-//!
-//! No lock is held across `KVM_RUN` or a blocking host call.
+//! Locks: a `Task` belongs to its host thread, unlocked; the kernel's 36 locks (the process
+//! table, a thread group's members and futex queues, each address space's `MemoryManager`
+//! mutex...) and their order are listed in `docs/ARCHITECTURE.md` ("Locks"). In short: no
+//! lock is held while application code runs; the `MemoryManager` mutex is held for a whole
+//! operation, including the platform's commit of page-table changes (the PTE-sync `KVM_RUN`
+//! on KVM, the mapper's round trips on trap), and taken before the hibernation pager's state;
+//! guest I/O (reads, writes, polls, futex waits) runs with no lock held.
 
 pub mod broker;
 pub mod checkpoint;

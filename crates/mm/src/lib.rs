@@ -21,17 +21,22 @@
 //! - [`Pod`] (re-exported from `abi`): the marker for values copied as raw bytes;
 //! - [`image`]: checkpoint and restore of an address space ([`MmImage`], export, import).
 //!
-//! Lock order: this crate takes no locks. The kernel wraps each `MemoryManager` in one
-//! `Mutex`, shared by the threads of a thread group:
+//! Locks: the kernel wraps each `MemoryManager` in one `Mutex`, shared by the threads of a
+//! thread group; this crate's own locks are those of [`shared`] (the sandbox's shared objects
+//! by kind, each object's windows, the next free shared address), taken under it in that
+//! order and never held while taking anything else:
 //!
 //! ```text
 //! kernel: MemoryManager mutex (one per address space)
-//!     (nothing below it in this crate)
+//!   SharedSpace.files | .readonly_files | .anonymous
+//!     SharedObject.windows
+//!       SharedSpace.next_gpa
 //! ```
 //!
-//! Hold it for a whole operation (a syscall's copies, a fault), never across `KVM_RUN` or a
-//! blocking host call; guest-physical runs from [`MemoryManager::user_ranges`] are valid only
-//! while it is held.
+//! Hold the `MemoryManager` mutex for a whole operation (a syscall's copies, a fault), never
+//! while the application runs or across a blocking host call other than the platform's commit;
+//! guest-physical runs from [`MemoryManager::user_ranges`] are valid only while it is held.
+//! The whole lock order is in `docs/ARCHITECTURE.md` ("Locks").
 
 pub mod alloc;
 mod cow;

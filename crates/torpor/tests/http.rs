@@ -241,3 +241,70 @@ fn the_sandbox_sees_its_own_interfaces_only() {
         .stdout_str()
         .contains("/proc/net/dev: No such file or directory"));
 }
+
+/// Whether process `pid` is still there (not yet reaped, or not a zombie).
+fn process_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let state = s.rsplit(") ").next()?.chars().next()?;
+            Some(state != 'Z' && state != 'X')
+        })
+        .unwrap_or(false)
+}
+
+/// `delete --force` returns only once the sandbox is gone (issue 32 item 6): its holder
+/// ended and its published port free, so a new sandbox publishing the same port at once
+/// starts and answers. The server is Python's threading HTTP server with a client connection
+/// open and idle, so one of its threads is blocked in a read when the delete comes. Three
+/// rounds, each on the port the one before used.
+#[test]
+fn delete_force_returns_once_the_published_port_is_free() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let Some(root) = testutil::debian_rootfs("python") else {
+        return;
+    };
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_torpor"));
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let publish = format!("{port}:{GUEST_PORT}");
+    let start = || {
+        let sb = testutil::Detached::start(
+            &bin,
+            &["-p", &publish],
+            &root,
+            "python3",
+            &["-m", "http.server", "-d", "/", &GUEST_PORT.to_string()],
+        );
+        let up = testutil::Detached::wait_until(Duration::from_secs(60), || {
+            http_get(addr, "/", Duration::from_secs(5)).is_ok()
+        });
+        assert!(up, "the server does not answer on {addr}");
+        sb
+    };
+    let mut sb = start();
+    for round in 0..3 {
+        let pid: i32 = std::fs::read_to_string(sb.dir().join("pid"))
+            .expect("the holder's pid file")
+            .trim()
+            .parse()
+            .expect("a pid");
+        // A connection the server has accepted and waits on.
+        let idle = TcpStream::connect(addr).expect("connect");
+        std::thread::sleep(Duration::from_millis(200));
+        let out = sb.verb("delete", &["--force"]);
+        assert_eq!(out.code(), 0, "delete --force: {}", out.stderr_str());
+        assert!(
+            !process_alive(pid),
+            "round {round}: the holder {pid} outlived delete --force"
+        );
+        // Nothing listens on the port any more (SO_REUSEADDR, as Rust sets it, lets a bind
+        // pass over connections in TIME_WAIT, not over a listener).
+        let probe = std::net::TcpListener::bind(addr)
+            .unwrap_or_else(|e| panic!("round {round}: {addr} still taken after delete: {e}"));
+        drop((probe, idle));
+        sb = start();
+    }
+}

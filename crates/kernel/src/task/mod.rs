@@ -265,13 +265,18 @@ impl Task {
         let mut guard = mm.lock().unwrap_or_else(|e| e.into_inner());
         let result = f(&mut guard);
         let changes = guard.take_changes();
-        if !changes.is_empty() {
-            if let Err(e) = self.ctx.commit(changes, Commit::Restrict) {
-                tracing::error!("applying page-table changes: {e}");
-                self.group.exit_group(ExitStatus::Signaled(libc::SIGKILL));
-            }
-        }
+        let failed = if changes.is_empty() {
+            None
+        } else {
+            self.ctx.commit(changes, Commit::Restrict).err()
+        };
+        // The process ends with the guard dropped: exit_group takes the thread group's members
+        // and futex queues, which a futex wait holds while it takes this mutex.
         drop(guard);
+        if let Some(e) = failed {
+            tracing::error!("applying page-table changes: {e}");
+            self.group.exit_group(ExitStatus::Signaled(libc::SIGKILL));
+        }
         result
     }
 
