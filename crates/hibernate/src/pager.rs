@@ -15,7 +15,7 @@
 //! A page whose checksum fails, or a read error, must never reach the application: the handler
 //! records the error in the sandbox directory and ends the process (the sandbox stops loudly).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use platform::{GuestMemory, PAGE_SIZE};
@@ -200,7 +200,7 @@ fn serve(
     alive: &std::sync::Weak<GuestMemory>,
     state: &RwLock<PagerState>,
     metrics: &Metrics,
-    error_file: &PathBuf,
+    error_file: &Path,
 ) {
     let mut buf = vec![0u8; (FAULT_AROUND * PAGE_SIZE) as usize];
     loop {

@@ -223,7 +223,7 @@ impl SharedObject {
     ///
     /// # Errors
     /// The host's errno of fstat.
-    pub fn len(&self) -> io::Result<u64> {
+    pub fn size(&self) -> io::Result<u64> {
         if let Some(l) = self.fixed_len {
             return Ok(l);
         }
@@ -290,7 +290,7 @@ impl SharedObject {
     /// host's errno if the window cannot be mapped; `ENOMEM` when no addresses are left.
     pub fn page(&self, offset: u64) -> io::Result<(Arc<SharedWindow>, Gpa)> {
         let page = offset & !(PAGE_SIZE - 1);
-        if page >= self.len()? {
+        if page >= self.size()? {
             return Err(io::Error::from_raw_os_error(libc::EFAULT));
         }
         let idx = page / WINDOW_SIZE;
@@ -348,7 +348,7 @@ mod tests {
         let a = s.file(&f1).unwrap();
         let b = s.file(&f2).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
-        assert_eq!(a.len().unwrap(), 5000);
+        assert_eq!(a.size().unwrap(), 5000);
         assert!(a.page(4096).is_ok());
         assert!(a.page(8192).is_err(), "past the end of the file");
         std::fs::remove_file(&dir).unwrap();

@@ -15,7 +15,7 @@
 //! for `torpor state` to report the error and for `delete` to remove).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 
@@ -127,7 +127,7 @@ fn janitor_main(
     request: &OwnedFd,
     done: &OwnedFd,
     merged: &Path,
-    dir: &PathBuf,
+    dir: &Path,
     cgroup: Option<&str>,
 ) -> ! {
     let (rq, dn) = (request.as_raw_fd(), done.as_raw_fd());

@@ -327,7 +327,8 @@ fn bad_bundles_fail_create_cleanly() {
         return;
     }
     let oci = Oci::new();
-    let cases: Vec<(&str, Box<dyn Fn(&TestBundle)>, &str)> = vec![
+    type Case = (&'static str, Box<dyn Fn(&TestBundle)>, &'static str);
+    let cases: Vec<Case> = vec![
         (
             "missing config.json",
             Box::new(|b| std::fs::remove_file(b.path().join("config.json")).unwrap()),

@@ -147,8 +147,10 @@ pub fn run(args: BurstArgs) -> anyhow::Result<u8> {
         .with_context(|| format!("create output directory {}", args.out.display()))?;
     client::raise_fd_limit();
     let started = Instant::now();
-    let mut res = Results::default();
-    res.info = crate::paper::run_info(reps, wakes, args.quick);
+    let mut res = Results {
+        info: crate::paper::run_info(reps, wakes, args.quick),
+        ..Results::default()
+    };
     res.info.notes.push(format!(
         "Each burst opens all its connections at the same instant (one client thread each, \
          released together), sends one `GET` on each and waits up to {} s for the answer; \

@@ -157,7 +157,7 @@ impl Driver {
     ///
     /// # Errors
     /// If the verb fails.
-    pub fn from_checkpoint(
+    pub fn start_from_checkpoint(
         &self,
         w: &Workload,
         dir: &Path,

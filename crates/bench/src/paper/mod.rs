@@ -384,7 +384,7 @@ fn clone_starts(c: &Ctx<'_>, r: &mut WorkloadResult) -> anyhow::Result<()> {
                 driver::evict(&files);
             }
             let t = Instant::now();
-            let sb = c.d.from_checkpoint(c.w, &dir, true)?;
+            let sb = c.d.start_from_checkpoint(c.w, &dir, true)?;
             sb.wait_ready(c.w)?;
             let v = ms(t.elapsed());
             r.push(Metric::CloneMs, v);

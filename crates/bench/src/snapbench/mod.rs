@@ -218,7 +218,7 @@ fn latencies(
     for _ in 0..reps {
         driver::evict(&cold_files);
         let t = Instant::now();
-        let sb = d.from_checkpoint(w, &dir, false)?;
+        let sb = d.start_from_checkpoint(w, &dir, false)?;
         row.restore.push(first_answer(&sb, w, t)?);
     }
     for _ in 0..reps {
@@ -230,12 +230,12 @@ fn latencies(
         }
         driver::evict(&cold_files);
         let t = Instant::now();
-        let sb = d.from_checkpoint(w, &dir, true)?;
+        let sb = d.start_from_checkpoint(w, &dir, true)?;
         row.clone_first.push(first_answer(&sb, w, t)?);
     }
     for _ in 0..reps {
         let t = Instant::now();
-        let sb = d.from_checkpoint(w, &dir, true)?;
+        let sb = d.start_from_checkpoint(w, &dir, true)?;
         row.clone.push(first_answer(&sb, w, t)?);
     }
     Ok(())
@@ -290,7 +290,7 @@ fn mem_compare(
     if let Err(e) = run_many(
         n,
         w,
-        || d.from_checkpoint(w, &dir, true),
+        || d.start_from_checkpoint(w, &dir, true),
         answer,
         &mut m.clones,
     ) {

@@ -28,6 +28,9 @@ use crate::swapfile::{SwapReader, SwapWriter};
 use super::deflate::{discard_pages, write_batch};
 use super::{DeflateReport, EngineError, Hibernator, ProcessMemory, WakeMode, BATCH_PAGES};
 
+/// The clean pages of read-only file mappings: guest page -> (file, offset in it).
+type CleanFilePages = HashMap<u64, (Arc<std::fs::File>, u64)>;
+
 /// What a process's deflate decided before writing anything.
 struct Plan {
     first_page: u64,
@@ -104,10 +107,7 @@ impl Hibernator {
 
     /// The clean pages of read-only file mappings (guest page -> file, offset) and the
     /// page-cache pages touched since the last deflate, from the page tables.
-    fn file_pages(
-        &self,
-        mm: &mut mm::MemoryManager,
-    ) -> (HashMap<u64, (Arc<std::fs::File>, u64)>, Vec<Gpa>) {
+    fn file_pages(&self, mm: &mut mm::MemoryManager) -> (CleanFilePages, Vec<Gpa>) {
         // Clean pages of read-only file mappings (program text, read-only data) are not
         // written: they are dropped, and fault back in from their file.
         let clean: HashMap<u64, (Arc<std::fs::File>, u64)> = mm
@@ -132,7 +132,7 @@ impl Hibernator {
         &self,
         pm: &ProcessMemory,
         pager: &mut PagerState,
-        (clean, touched_files): (HashMap<u64, (Arc<std::fs::File>, u64)>, Vec<Gpa>),
+        (clean, touched_files): (CleanFilePages, Vec<Gpa>),
         space: &dyn platform::AddressSpace,
         force_compact: bool,
     ) -> Result<Plan, EngineError> {
@@ -353,7 +353,7 @@ impl Hibernator {
                         // the file-page table with this deflate's clean pages): its bytes
                         // move to the swap. (A wake that records instead of prefetching
                         // leaves untouched REAP pages where they are.)
-                        if !read_old(&pager, page, &mut page_buf)? {
+                        if !read_old(pager, page, &mut page_buf)? {
                             continue;
                         }
                         batch_data[slot_data..slot_data + PAGE_SIZE as usize]
@@ -415,7 +415,7 @@ impl Hibernator {
                             reap_states.push((page, PageState::Zero));
                             continue;
                         }
-                    } else if !read_old(&pager, page, &mut page_buf)? {
+                    } else if !read_old(pager, page, &mut page_buf)? {
                         continue;
                     }
                     batch_data[at..at + PAGE_SIZE as usize].copy_from_slice(&page_buf);

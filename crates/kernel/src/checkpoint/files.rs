@@ -320,7 +320,14 @@ pub fn import(
             let bytes = blobs
                 .get(*queued)
                 .map_err(|e| bad(format!("a Unix socket's queued bytes: {e}")))?;
-            unix_specs.push((*kind, *flags, *id, *connected, *peer, bytes.to_vec()));
+            unix_specs.push(super::sockets::UnixSocketSpec {
+                kind: *kind,
+                flags: *flags,
+                id: *id,
+                connected: *connected,
+                peer: *peer,
+                queued: bytes.to_vec(),
+            });
         }
     }
     let mut unix = super::sockets::import_unix(&unix_specs, net, owner).map_err(bad)?;

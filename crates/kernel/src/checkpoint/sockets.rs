@@ -246,12 +246,28 @@ fn peek_queue(fd: BorrowedFd<'_>) -> std::io::Result<Vec<u8>> {
     Ok(b)
 }
 
-/// Makes the Unix sockets of a checkpoint: `(kind, flags, id, peer, queued bytes)` each, by
-/// id. A pair whose both ends were saved is one new socket pair, each end's queued bytes
+/// One Unix socket of a checkpoint, as the restore makes it.
+#[derive(Debug)]
+pub(super) struct UnixSocketSpec {
+    /// SOCK_STREAM, SOCK_SEQPACKET or SOCK_DGRAM.
+    pub kind: i32,
+    /// The status flags (F_SETFL).
+    pub flags: i32,
+    /// The socket's id in the checkpoint.
+    pub id: u64,
+    /// Whether it was connected.
+    pub connected: bool,
+    /// The id of its peer, if the peer was saved too.
+    pub peer: Option<u64>,
+    /// The bytes queued to it (sent by its peer, not yet read).
+    pub queued: Vec<u8>,
+}
+
+/// Makes the Unix sockets of a checkpoint, by id. A pair whose both ends were saved is one new socket pair, each end's queued bytes
 /// written from the other; any other connected socket gets a pair whose other end is closed
 /// (after its queued bytes are written); an unconnected one is a fresh socket.
 pub(super) fn import_unix(
-    sockets: &[(i32, i32, u64, bool, Option<u64>, Vec<u8>)],
+    sockets: &[UnixSocketSpec],
     net: &Arc<NetPolicy>,
     owner: crate::net::unix::Ucred,
 ) -> Result<std::collections::HashMap<u64, OpenFile>, String> {
@@ -271,10 +287,16 @@ pub(super) fn import_unix(
             None,
         ))
     };
-    let by_id: HashMap<u64, &(i32, i32, u64, bool, Option<u64>, Vec<u8>)> =
-        sockets.iter().map(|s| (s.2, s)).collect();
+    let by_id: HashMap<u64, &UnixSocketSpec> = sockets.iter().map(|s| (s.id, s)).collect();
     for s in sockets {
-        let (kind, _, id, connected, peer, queued) = s;
+        let UnixSocketSpec {
+            kind,
+            id,
+            connected,
+            peer,
+            queued,
+            ..
+        } = s;
         if made.contains_key(id) {
             continue;
         }
@@ -295,16 +317,16 @@ pub(super) fn import_unix(
         write_all(b.as_fd(), queued).map_err(|e| format!("queued bytes: {e}"))?;
         let partner = peer
             .and_then(|p| by_id.get(&p))
-            .filter(|p| p.4 == Some(*id));
+            .filter(|p| p.peer == Some(*id));
         match partner {
             Some(p) => {
-                write_all(a.as_fd(), &p.5).map_err(|e| format!("queued bytes: {e}"))?;
+                write_all(a.as_fd(), &p.queued).map_err(|e| format!("queued bytes: {e}"))?;
                 let ia = host::inode(a.as_fd()).map_err(|e| e.to_string())?;
                 let ib = host::inode(b.as_fd()).map_err(|e| e.to_string())?;
                 let (fa, fb) = (of(a, *kind)?, of(b, *kind)?);
                 net.unix.note_pair(ia, ib, owner);
                 made.insert(*id, fa);
-                made.insert(p.2, fb);
+                made.insert(p.id, fb);
             }
             None => {
                 made.insert(*id, of(a, *kind)?);
@@ -313,11 +335,9 @@ pub(super) fn import_unix(
         }
     }
     for s in sockets {
-        if let Some(f) = made.get(&s.2) {
-            // SAFETY: F_SETFL on the socket just made.
-            if unsafe { libc::fcntl(f.host().as_raw_fd(), libc::F_SETFL, s.1) } < 0 {
-                return Err(format!("F_SETFL: {}", std::io::Error::last_os_error()));
-            }
+        if let Some(f) = made.get(&s.id) {
+            crate::fd::host::set_status_flags(f.host(), s.flags)
+                .map_err(|e| format!("F_SETFL: {e}"))?;
         }
     }
     Ok(made)

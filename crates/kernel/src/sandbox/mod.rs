@@ -154,12 +154,15 @@ impl Sandbox {
         crate::task::affinity::remember();
         let procs = crate::task::ProcessTable::new();
         procs.shm.set_share_files(cfg.share_files);
+        let program = Program {
+            path: &cfg.program,
+            args: &cfg.args,
+            env: &cfg.env,
+        };
         let image = ProcessImage::build(
             &cfg.platform,
             &root,
-            &cfg.program,
-            &cfg.args,
-            &cfg.env,
+            program,
             cfg.memory,
             &creds,
             &procs.shm,
@@ -367,19 +370,32 @@ pub(crate) struct ProcessImage {
     pub(crate) environ: Arc<[u8]>,
 }
 
+/// The program a new process runs: a guest path in the root, its arguments and environment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Program<'a> {
+    /// The guest path.
+    pub path: &'a str,
+    /// argv.
+    pub args: &'a [String],
+    /// envp.
+    pub env: &'a [String],
+}
+
 impl ProcessImage {
-    /// Loads `program` (a guest path in `root`) with `args` and `env` into `memory` bytes of
-    /// new guest memory.
+    /// Loads `program` (found in `root`) into `memory` bytes of new guest memory.
     pub(crate) fn build(
         platform: &Arc<dyn Platform>,
         root: &Root,
-        program: &str,
-        args: &[String],
-        env: &[String],
+        program: Program<'_>,
         memory: u64,
         creds: &crate::creds::Credentials,
         files: &Arc<mm::SharedSpace>,
     ) -> Result<ProcessImage, SandboxError> {
+        let Program {
+            path: program,
+            args,
+            env,
+        } = program;
         let prog_path = fs::join(b"/", program.as_bytes());
         let prog = match root.open_at(&prog_path, libc::O_RDONLY, 0) {
             Ok(fd) => fd,

@@ -108,9 +108,11 @@ impl Spawner {
         let image = ProcessImage::build(
             &self.platform,
             &self.root,
-            program,
-            &req.args,
-            &req.env,
+            super::Program {
+                path: program,
+                args: &req.args,
+                env: &req.env,
+            },
             self.memory,
             &creds,
             &self.procs.shm,

@@ -128,7 +128,7 @@ pub fn sys_shmdt(t: &mut Task, a: &SyscallArgs) -> SysResult {
         if object.name() != "sysv" {
             return Err(Errno::EINVAL);
         }
-        let size = object.len().map_err(Errno::from)?;
+        let size = object.size().map_err(Errno::from)?;
         (object.clone(), Gva(addr.raw() + size))
     };
     // Every piece of this attach (mprotect may have split it) up to the segment's size.

@@ -155,9 +155,10 @@ impl Bundle {
 fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
     let field = |m: String| BundleError::Field(m);
     let version = spec.version();
-    if !(version.starts_with("1.0.") || version.starts_with("1.1.") || version.starts_with("1.2."))
-        && !matches!(version.as_str(), "1.0" | "1.1" | "1.2")
-    {
+    let known = ["1.0", "1.1", "1.2"]
+        .iter()
+        .any(|v| version == *v || version.starts_with(&format!("{v}.")));
+    if !known {
         return Err(field(format!(
             "ociVersion {version:?} is not supported (1.0.x to 1.2.x are)"
         )));
