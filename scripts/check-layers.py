@@ -24,7 +24,7 @@ import re
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-ORDER = ["abi", "platform", "mm", "platform-kvm", "platform-trap", "kernel", "hibernate", "torpor", "bench"]
+ORDER = ["abi", "platform", "mm", "platform-kvm", "platform-trap", "kernel", "hibernate", "dormant", "torpor", "bench"]
 RANK = {c: i for i, c in enumerate(ORDER)}
 RANK["platform-trap"] = RANK["platform-kvm"]
 FREE = {"testutil"}
