@@ -26,6 +26,7 @@
 //!   and Linux's rules apply unchanged.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
 use abi::Errno;
@@ -252,7 +253,16 @@ fn bind_claimed(
                 // linger.
                 host::set_int_opt(f.host(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
             }
-            if published && crate::broker::publishes() {
+            let v6only = family == libc::AF_INET6
+                && host::int_opt(f.host(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap_or(0) != 0;
+            let kind = host::int_opt(f.host(), libc::SOL_SOCKET, libc::SO_TYPE)?;
+            if let Some(kept) = published
+                .then(|| net.take_kept(|k| kept_fits(k, family, kind, v6only, host)))
+                .flatten()
+            {
+                // A socket kept from before a restore, its waiting connections with it.
+                host::replace(f.host(), kept).map(|()| host)
+            } else if published && crate::broker::publishes() {
                 bind_through_broker(f, family, host)
             } else {
                 host::bind(f.host(), &encode_sockaddr(&host)).map(|()| host)
@@ -299,6 +309,20 @@ fn bind_claimed(
             Some(Arc::new(PortLease::new(net.clone(), guest_port, actual)));
     }
     Ok(())
+}
+
+/// Whether the kept socket `fd` is bound to `addr` with this family, type and
+/// `IPV6_V6ONLY` (see [`NetPolicy::keep_sockets`]).
+fn kept_fits(fd: BorrowedFd<'_>, family: i32, kind: i32, v6only: bool, addr: SocketAddr) -> bool {
+    let opt = |level, name| host::int_opt(fd, level, name).ok();
+    opt(libc::SOL_SOCKET, libc::SO_DOMAIN) == Some(family)
+        && opt(libc::SOL_SOCKET, libc::SO_TYPE) == Some(kind)
+        && (family != libc::AF_INET6
+            || (opt(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) == Some(1)) == v6only)
+        && host::name(fd, false)
+            .ok()
+            .and_then(|r| parse_sockaddr(r.as_bytes()))
+            == Some(addr)
 }
 
 /// A published port's bind when the holder is in a network namespace of its own: the broker
@@ -398,6 +422,8 @@ pub fn peer_of(f: &OpenFile) -> Option<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::Publish;
+    use std::os::fd::OwnedFd;
 
     #[test]
     fn sockaddr_round_trips() {
@@ -547,6 +573,60 @@ mod tests {
             guest_view_of_remote(&n, p("127.0.0.1:5555")),
             p("127.0.0.1:5555")
         );
+    }
+
+    fn guest_socket(family: i32) -> OpenFile {
+        let state = SocketState {
+            family,
+            kind: libc::SOCK_STREAM,
+            ..SocketState::default()
+        };
+        OpenFile::new(
+            host::socket(family, libc::SOCK_STREAM, false, 0).unwrap(),
+            FileKind::Socket(std::sync::Mutex::new(state)),
+            None,
+        )
+    }
+
+    /// A dormant sandbox's published listener, kept across its wake: the restored server's
+    /// bind adopts it, and the connection made while it slept, waiting in its queue with its
+    /// bytes, is the first one the server accepts (docs/design/dormant.md, slice 2).
+    #[test]
+    fn a_published_bind_adopts_a_kept_listener_and_its_waiting_connection() {
+        use std::io::{Read, Write};
+        let kept = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let host_addr = kept.local_addr().unwrap();
+        let publish = vec![Publish {
+            host: host_addr,
+            guest_port: 8080,
+        }];
+        let n = Arc::new(NetPolicy::new(publish, false));
+        // Made while the sandbox slept.
+        let mut client = std::net::TcpStream::connect(host_addr).unwrap();
+        client.write_all(b"sent while dormant").unwrap();
+        // A kept socket of another family, or a socket not bound there, is not taken.
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        n.keep_sockets(vec![OwnedFd::from(other), OwnedFd::from(kept)]);
+        let v6 = guest_socket(libc::AF_INET6);
+        let _ = bind_as_guest(&n, &v6, libc::AF_INET6, "[::]:8080".parse().unwrap());
+        assert_eq!(n.kept_left(), 2, "an IPv6 socket took an IPv4 listener");
+
+        let f = guest_socket(libc::AF_INET);
+        bind_as_guest(&n, &f, libc::AF_INET, "0.0.0.0:8080".parse().unwrap()).unwrap();
+        assert_eq!(n.kept_left(), 1);
+        host::listen(f.host(), host::LISTEN_BACKLOG).unwrap();
+        let local = f.socket_state().unwrap().guest_local.unwrap();
+        assert_eq!(local, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(n.guest_port_of(host_addr), Some(8080));
+        let (conn, _) = host::accept4(f.host(), libc::SOCK_CLOEXEC).unwrap();
+        let mut conn = std::fs::File::from(conn);
+        let mut got = [0u8; 18];
+        conn.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"sent while dormant");
+        conn.write_all(b"answered").unwrap();
+        let mut answer = [0u8; 8];
+        client.read_exact(&mut answer).unwrap();
+        assert_eq!(&answer, b"answered");
     }
 
     #[test]

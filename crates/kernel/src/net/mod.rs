@@ -33,6 +33,7 @@ pub mod unix;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 
 /// One `--publish [HOST_IP:]HOST_PORT:GUEST_PORT` rule.
@@ -87,6 +88,11 @@ pub struct NetPolicy {
     claims: Mutex<HashMap<(u16, bool, i32), u32>>,
     /// The sandbox's Unix socket names (abstract ones tagged on the host) and credentials.
     pub unix: unix::UnixNamespace,
+    /// Host sockets kept from before a restore (a dormant sandbox's published listeners,
+    /// inherited across its wake, `docs/design/dormant.md`): the bind of a published port
+    /// adopts the one bound to the same host address, with the connections waiting in its
+    /// queue, instead of making a new socket. See [`NetPolicy::keep_sockets`].
+    kept: Mutex<Vec<OwnedFd>>,
 }
 
 impl NetPolicy {
@@ -100,6 +106,7 @@ impl NetPolicy {
             bound: Mutex::new(HashMap::new()),
             claims: Mutex::new(HashMap::new()),
             unix: unix::UnixNamespace::new(),
+            kept: Mutex::new(Vec::new()),
         }
     }
 
@@ -107,13 +114,9 @@ impl NetPolicy {
     /// every bind and connect is the application's own address.
     pub fn namespaced() -> NetPolicy {
         NetPolicy {
-            publish: Vec::new(),
             allow_outbound: true,
             namespaced: true,
-            private_loopback: false,
-            bound: Mutex::new(HashMap::new()),
-            claims: Mutex::new(HashMap::new()),
-            unix: unix::UnixNamespace::new(),
+            ..NetPolicy::new(Vec::new(), true)
         }
     }
 
@@ -243,6 +246,28 @@ impl NetPolicy {
 }
 
 impl NetPolicy {
+    /// Hands the policy host sockets to adopt (see the `kept` field): bound sockets, usually
+    /// listening, each taken by the first bind of the sandbox to a published port whose host
+    /// address, family, type and `IPV6_V6ONLY` are the socket's.
+    pub fn keep_sockets(&self, sockets: Vec<OwnedFd>) {
+        self.kept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(sockets);
+    }
+
+    /// How many kept sockets no bind has adopted yet.
+    pub fn kept_left(&self) -> usize {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The first kept socket `fits` accepts, taken out of the pool.
+    pub(crate) fn take_kept(&self, fits: impl Fn(BorrowedFd<'_>) -> bool) -> Option<OwnedFd> {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let i = kept.iter().position(|fd| fits(fd.as_fd()))?;
+        Some(kept.swap_remove(i))
+    }
+
     /// Whether the sandbox has a network namespace of its own (addresses pass through).
     pub fn is_namespaced(&self) -> bool {
         self.namespaced
