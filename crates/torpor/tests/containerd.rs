@@ -91,10 +91,15 @@ impl Containerd {
         assert!(st.success());
         let podman = |args: &[&str]| {
             let mut c = Command::new("podman");
+            // Every state directory of this podman is the test's own: with the default
+            // --tmpdir (/run/libpod), one test's `system reset` removed the directory another
+            // test's `save` was writing its status file to.
             c.arg("--root")
                 .arg(p.join("podman"))
                 .arg("--runroot")
                 .arg(p.join("podman-run"))
+                .arg("--tmpdir")
+                .arg(p.join("podman-tmp"))
                 .arg("--events-backend=file")
                 .args(args);
             testutil::run_command(c, None, Duration::from_secs(120))
