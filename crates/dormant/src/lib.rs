@@ -121,9 +121,18 @@ const PEEK_MAX: usize = 64 << 10;
 /// How long a client has to send its request line.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Peeks at the first line of a control connection without consuming it (empty: the client
-/// closed, or sent no whole line within [`REQUEST_TIMEOUT`]).
-fn peek_line(conn: &UnixStream) -> std::io::Result<Vec<u8>> {
+/// The first line of a control connection, looked at without consuming it.
+enum Peeked {
+    /// The client closed, or sent no whole line within [`REQUEST_TIMEOUT`].
+    Nothing,
+    /// The request line (without its newline).
+    Line(Vec<u8>),
+    /// A line longer than [`PEEK_MAX`]: longer than any verb answered here.
+    Long,
+}
+
+/// Peeks at the first line of a control connection without consuming it.
+fn peek_line(conn: &UnixStream) -> std::io::Result<Peeked> {
     conn.set_read_timeout(Some(REQUEST_TIMEOUT))?;
     let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
     let mut buf = vec![0u8; 4096];
@@ -139,23 +148,22 @@ fn peek_line(conn: &UnixStream) -> std::io::Result<Vec<u8>> {
         };
         let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok(Peeked::Nothing);
         }
         if let Some(end) = buf[..n].iter().position(|&b| b == b'\n') {
             buf.truncate(end);
-            return Ok(buf);
+            return Ok(Peeked::Line(buf));
         }
         if n == buf.len() {
             if buf.len() >= PEEK_MAX {
-                // Longer than any verb answered here: a request for the sandbox.
-                return Ok(b"{\"op\":\"long request\"}".to_vec());
+                return Ok(Peeked::Long);
             }
             buf.resize(buf.len() * 2, 0);
             continue;
         }
         // Part of a line: wait for the rest, within the deadline.
         if std::time::Instant::now() >= deadline {
-            return Ok(Vec::new());
+            return Ok(Peeked::Nothing);
         }
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -164,12 +172,13 @@ fn peek_line(conn: &UnixStream) -> std::io::Result<Vec<u8>> {
 /// Serves one control connection: answers it and returns None, or returns it (unread) when
 /// its request needs the sandbox.
 fn serve_control(conn: UnixStream, status: &serde_json::Value) -> Option<OwnedFd> {
-    let Ok(line) = peek_line(&conn) else {
-        return None; // a client that sent nothing in time, or went away
+    let line = match peek_line(&conn) {
+        Ok(Peeked::Line(line)) if !line.is_empty() => line,
+        // A request for the sandbox, unread.
+        Ok(Peeked::Long) => return Some(OwnedFd::from(conn)),
+        // A client that sent nothing in time, or went away.
+        _ => return None,
     };
-    if line.is_empty() {
-        return None;
-    }
     match answer(&line, status) {
         Some(reply) => {
             let mut conn = conn;

@@ -237,6 +237,22 @@ impl Detached {
         self.stat_u64("pid") as u32
     }
 
+    /// Whether process `pid` has ended: gone, or a zombie its (adoptive) parent has not
+    /// reaped yet (a holder after `delete`).
+    pub fn process_ended(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                Some(
+                    s[s.rfind(')')? + 1..]
+                        .split_whitespace()
+                        .next()?
+                        .to_string(),
+                )
+            })
+            .is_none_or(|state| state == "Z" || state == "X")
+    }
+
     /// Polls `f` every 20 ms until it returns true or `timeout` passes.
     pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         let start = Instant::now();

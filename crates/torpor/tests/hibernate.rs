@@ -233,16 +233,9 @@ fn delete_of_a_hibernated_sandbox_removes_everything() {
         .starts_with("swap")));
     app.sb.ok("delete", &["--force"]);
     assert!(!dir.exists(), "{} still exists", dir.display());
-    // Gone, or a zombie its (adoptive) parent has not reaped yet: it has ended either way.
-    let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string))
-        });
     assert!(
-        matches!(state.as_deref(), None | Some("Z") | Some("X")),
-        "the sandbox process {pid} survived delete (state {state:?})"
+        Detached::process_ended(pid),
+        "the sandbox process {pid} survived delete"
     );
     assert!(
         TcpStream::connect_timeout(&app.addr, Duration::from_secs(2)).is_err(),

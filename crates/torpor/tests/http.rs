@@ -242,17 +242,6 @@ fn the_sandbox_sees_its_own_interfaces_only() {
         .contains("/proc/net/dev: No such file or directory"));
 }
 
-/// Whether process `pid` is still there (not yet reaped, or not a zombie).
-fn process_alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let state = s.rsplit(") ").next()?.chars().next()?;
-            Some(state != 'Z' && state != 'X')
-        })
-        .unwrap_or(false)
-}
-
 /// `delete --force` returns only once the sandbox is gone (issue 32 item 6): its holder
 /// ended and its published port free, so a new sandbox publishing the same port at once
 /// starts and answers. The server is Python's threading HTTP server with a client connection
@@ -286,18 +275,14 @@ fn delete_force_returns_once_the_published_port_is_free() {
     };
     let mut sb = start();
     for round in 0..3 {
-        let pid: i32 = std::fs::read_to_string(sb.dir().join("pid"))
-            .expect("the holder's pid file")
-            .trim()
-            .parse()
-            .expect("a pid");
+        let pid = sb.pid();
         // A connection the server has accepted and waits on.
         let idle = TcpStream::connect(addr).expect("connect");
         std::thread::sleep(Duration::from_millis(200));
         let out = sb.verb("delete", &["--force"]);
         assert_eq!(out.code(), 0, "delete --force: {}", out.stderr_str());
         assert!(
-            !process_alive(pid),
+            testutil::Detached::process_ended(pid),
             "round {round}: the holder {pid} outlived delete --force"
         );
         // Nothing listens on the port any more (SO_REUSEADDR, as Rust sets it, lets a bind

@@ -326,7 +326,7 @@ pub fn import(
                 id: *id,
                 connected: *connected,
                 peer: *peer,
-                queued: bytes.to_vec(),
+                queued: bytes,
             });
         }
     }

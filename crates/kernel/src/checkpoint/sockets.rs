@@ -248,7 +248,7 @@ fn peek_queue(fd: BorrowedFd<'_>) -> std::io::Result<Vec<u8>> {
 
 /// One Unix socket of a checkpoint, as the restore makes it.
 #[derive(Debug)]
-pub(super) struct UnixSocketSpec {
+pub(super) struct UnixSocketSpec<'a> {
     /// SOCK_STREAM, SOCK_SEQPACKET or SOCK_DGRAM.
     pub kind: i32,
     /// The status flags (F_SETFL).
@@ -260,14 +260,14 @@ pub(super) struct UnixSocketSpec {
     /// The id of its peer, if the peer was saved too.
     pub peer: Option<u64>,
     /// The bytes queued to it (sent by its peer, not yet read).
-    pub queued: Vec<u8>,
+    pub queued: &'a [u8],
 }
 
 /// Makes the Unix sockets of a checkpoint, by id. A pair whose both ends were saved is one new socket pair, each end's queued bytes
 /// written from the other; any other connected socket gets a pair whose other end is closed
 /// (after its queued bytes are written); an unconnected one is a fresh socket.
 pub(super) fn import_unix(
-    sockets: &[UnixSocketSpec],
+    sockets: &[UnixSocketSpec<'_>],
     net: &Arc<NetPolicy>,
     owner: crate::net::unix::Ucred,
 ) -> Result<std::collections::HashMap<u64, OpenFile>, String> {
@@ -287,7 +287,7 @@ pub(super) fn import_unix(
             None,
         ))
     };
-    let by_id: HashMap<u64, &UnixSocketSpec> = sockets.iter().map(|s| (s.id, s)).collect();
+    let by_id: HashMap<u64, &UnixSocketSpec<'_>> = sockets.iter().map(|s| (s.id, s)).collect();
     for s in sockets {
         let UnixSocketSpec {
             kind,
@@ -320,7 +320,7 @@ pub(super) fn import_unix(
             .filter(|p| p.peer == Some(*id));
         match partner {
             Some(p) => {
-                write_all(a.as_fd(), &p.queued).map_err(|e| format!("queued bytes: {e}"))?;
+                write_all(a.as_fd(), p.queued).map_err(|e| format!("queued bytes: {e}"))?;
                 let ia = host::inode(a.as_fd()).map_err(|e| e.to_string())?;
                 let ib = host::inode(b.as_fd()).map_err(|e| e.to_string())?;
                 let (fa, fb) = (of(a, *kind)?, of(b, *kind)?);

@@ -341,16 +341,6 @@ pub fn getdents64(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
     cvt_size(r as isize)
 }
 
-/// Moves the descriptor's position to `pos` (lseek(2) with SEEK_SET); the new position.
-///
-/// # Errors
-/// The host's errno (EINVAL for a negative position, ESPIPE for a pipe).
-pub fn seek(fd: BorrowedFd<'_>, pos: i64) -> Result<u64, Errno> {
-    // SAFETY: integers only.
-    let r = unsafe { libc::lseek(fd.as_raw_fd(), pos, libc::SEEK_SET) };
-    u64::try_from(r).map_err(|_| Errno::last())
-}
-
 // --- Status ----------------------------------------------------------------------------------
 
 /// The status of the inode `fd` refers to (fstatat(2) of the empty path with AT_EMPTY_PATH and
@@ -529,7 +519,7 @@ mod tests {
         let n = getdents64(dir.as_fd(), &mut buf).unwrap();
         assert!(n > 0);
         assert_eq!(getdents64(dir.as_fd(), &mut buf), Ok(0));
-        assert_eq!(seek(dir.as_fd(), 0), Ok(0));
+        assert_eq!(crate::fd::host::seek(dir.as_fd(), 0, libc::SEEK_SET), Ok(0));
         assert_eq!(getdents64(dir.as_fd(), &mut [0u8; 8]), Err(Errno::EINVAL));
         assert_eq!(getdents64(dir.as_fd(), &mut buf), Ok(n));
         std::fs::remove_dir_all(&d).unwrap();

@@ -253,11 +253,8 @@ fn bind_claimed(
                 // linger.
                 host::set_int_opt(f.host(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
             }
-            let v6only = family == libc::AF_INET6
-                && host::int_opt(f.host(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY).unwrap_or(0) != 0;
-            let kind = host::int_opt(f.host(), libc::SOL_SOCKET, libc::SO_TYPE)?;
             if let Some(kept) = published
-                .then(|| net.take_kept(|k| kept_fits(k, family, kind, v6only, host)))
+                .then(|| net.take_kept(|k| kept_fits(k, f.host(), family, host)))
                 .flatten()
             {
                 // A socket kept from before a restore, its waiting connections with it.
@@ -311,15 +308,19 @@ fn bind_claimed(
     Ok(())
 }
 
-/// Whether the kept socket `fd` is bound to `addr` with this family, type and
-/// `IPV6_V6ONLY` (see [`NetPolicy::keep_sockets`]).
-fn kept_fits(fd: BorrowedFd<'_>, family: i32, kind: i32, v6only: bool, addr: SocketAddr) -> bool {
-    let opt = |level, name| host::int_opt(fd, level, name).ok();
-    opt(libc::SOL_SOCKET, libc::SO_DOMAIN) == Some(family)
-        && opt(libc::SOL_SOCKET, libc::SO_TYPE) == Some(kind)
-        && (family != libc::AF_INET6
-            || (opt(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) == Some(1)) == v6only)
-        && host::name(fd, false)
+/// Whether the kept socket `kept` is bound to `addr` with this family and the type and
+/// `IPV6_V6ONLY` of `socket` (see [`NetPolicy::keep_sockets`]). Asked only while kept sockets
+/// remain: a bind without them reads no option.
+fn kept_fits(kept: BorrowedFd<'_>, socket: BorrowedFd<'_>, family: i32, addr: SocketAddr) -> bool {
+    let opt = |fd, level, name| host::int_opt(fd, level, name).ok();
+    let same = |level, name| {
+        let k = opt(kept, level, name);
+        k.is_some() && k == opt(socket, level, name)
+    };
+    opt(kept, libc::SOL_SOCKET, libc::SO_DOMAIN) == Some(family)
+        && same(libc::SOL_SOCKET, libc::SO_TYPE)
+        && (family != libc::AF_INET6 || same(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY))
+        && host::name(kept, false)
             .ok()
             .and_then(|r| parse_sockaddr(r.as_bytes()))
             == Some(addr)

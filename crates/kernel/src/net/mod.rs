@@ -114,7 +114,6 @@ impl NetPolicy {
     /// every bind and connect is the application's own address.
     pub fn namespaced() -> NetPolicy {
         NetPolicy {
-            allow_outbound: true,
             namespaced: true,
             ..NetPolicy::new(Vec::new(), true)
         }

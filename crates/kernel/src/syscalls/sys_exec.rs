@@ -63,7 +63,7 @@ pub fn sys_execveat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     };
     if flags & AT_SYMLINK_NOFOLLOW != 0 && !rel.is_empty() {
         let fd = t.root.open_at(&path, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-        let st = fstat(&fd)?;
+        let st = crate::fd::host::fstat(fd.as_fd())?;
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
             return Err(Errno::ELOOP);
         }
@@ -116,7 +116,7 @@ fn load_errno(e: &LoadError) -> Errno {
 fn open_executable(t: &Task, path: &[u8]) -> Result<(OwnedFd, Vec<u8>), Errno> {
     let gpath = fs::join(&t.cwd(), path);
     let fd = t.root.open_at(&gpath, libc::O_RDONLY, 0)?;
-    let st = fstat(&fd)?;
+    let st = crate::fd::host::fstat(fd.as_fd())?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_mode & 0o111 == 0 {
         return Err(Errno::EACCES);
     }
@@ -125,15 +125,11 @@ fn open_executable(t: &Task, path: &[u8]) -> Result<(OwnedFd, Vec<u8>), Errno> {
     Ok((fd, shown))
 }
 
-fn fstat(fd: &OwnedFd) -> Result<libc::stat, Errno> {
-    crate::fd::host::fstat(fd.as_fd())
-}
-
 /// The task's credentials once it runs the program open on `fd` (its set-user-ID and
 /// set-group-ID bits honoured unless the task has `no_new_privs` or the file lies on a
 /// nosuid mount), and whether the exec is secure (AT_SECURE).
 fn creds_after_exec(t: &Task, fd: &OwnedFd) -> Result<(crate::creds::Credentials, bool), Errno> {
-    let st = fstat(fd)?;
+    let st = crate::fd::host::fstat(fd.as_fd())?;
     let mut honour = true;
     if st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
         if let Ok(vfs) = crate::fs::host::fstatvfs(fd.as_fd()) {

@@ -380,7 +380,7 @@ fn generated_dirents(
         return Err(Errno::EINVAL);
     }
     // A directory's position is where the next call starts (a failure changes nothing).
-    let _ = fs::host::seek(f.host(), next as i64);
+    let _ = crate::fd::host::seek(f.host(), next as i64, libc::SEEK_SET);
     t.copy_out(out, &buf)?;
     Ok(buf.len() as u64)
 }

@@ -112,11 +112,6 @@ fn pollfd_results(set: &PollSet, raw: &mut [u8]) -> u64 {
     count
 }
 
-/// Host ppoll(2) with `timeout` (None: forever).
-fn host_ppoll(fds: &mut [libc::pollfd], timeout: Option<&libc::timespec>) -> Result<u64, Errno> {
-    crate::fd::host::ppoll(fds, timeout).map(|n| n as u64)
-}
-
 // ---------------------------------------------------------------------------------------------
 // Timeouts.
 
@@ -189,7 +184,7 @@ fn do_poll(t: &mut Task, ufds: Gva, nfds: u32, timeout: Option<libc::timespec>) 
     } else {
         timeout
     };
-    host_ppoll(&mut set.host, timeout.as_ref())?;
+    crate::fd::host::ppoll(&mut set.host, timeout.as_ref())?;
     let n = pollfd_results(&set, &mut raw);
     if !raw.is_empty() {
         t.copy_out(ufds, &raw)?;
@@ -332,7 +327,7 @@ pub fn sys_pselect6(t: &mut Task, a: &SyscallArgs) -> SysResult {
         })
         .collect();
     let start = Instant::now();
-    let r = host_ppoll(&mut host, ts.as_ref());
+    let r = crate::fd::host::ppoll(&mut host, ts.as_ref());
     write_back_timeout(t, ts_addr, ts.as_ref(), start);
     r?;
     let revents: Vec<i16> = host.iter().map(|h| h.revents).collect();
@@ -501,7 +496,7 @@ mod tests {
         assert!(set.host[0].fd >= 0);
         assert_eq!((set.host[1].fd, set.host[2].fd), (-1, -1));
         assert_eq!(set.nval, vec![false, false, true]);
-        host_ppoll(
+        crate::fd::host::ppoll(
             &mut set.host,
             Some(&libc::timespec {
                 tv_sec: 0,
