@@ -7,8 +7,9 @@ mod stack;
 use std::fs::File;
 use std::sync::Arc;
 
-use goblin::elf::program_header::{PF_R, PF_W, PF_X, PT_LOAD, PT_PHDR};
-use goblin::elf::Elf;
+use goblin::container::{Container, Ctx, Endian};
+use goblin::elf::program_header::{PF_R, PF_W, PF_X, PT_INTERP, PT_LOAD, PT_PHDR};
+use goblin::elf::{Elf, Header, ProgramHeader};
 use mm::{MemoryManager, MmapRequest, Prot, VmaKind};
 use platform::{Gva, PAGE_SIZE};
 
@@ -77,8 +78,11 @@ pub struct LoadedImage {
 /// ELF_ET_DYN_BASE.
 const PIE_BASE: u64 = 0x5555_5555_4000;
 
-/// Largest ELF file the loader reads whole (the segments themselves are mapped, not read).
-const MAX_ELF_BYTES: u64 = 1 << 30;
+/// Most bytes of program headers an ELF file may have (Linux refuses a larger table).
+const MAX_PHDR_BYTES: usize = 64 << 10;
+
+/// Longest PT_INTERP path (PATH_MAX).
+const MAX_INTERP_BYTES: u64 = 4096;
 
 /// One mapped ELF object.
 struct Mapped {
@@ -88,41 +92,107 @@ struct Mapped {
     end: u64,
 }
 
-fn read_all(path: &str, file: &File) -> Result<Vec<u8>, LoadError> {
-    use std::io::Read;
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    if len > MAX_ELF_BYTES {
-        return Err(LoadError::Unsupported {
-            path: path.into(),
-            why: "file too large".into(),
-        });
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    let mut f = file;
-    f.read_to_end(&mut bytes)
-        .map_err(|source| LoadError::Read {
-            path: path.into(),
-            source,
-        })?;
-    if bytes.len() < 4 || &bytes[..4] != b"\x7fELF" {
-        return Err(LoadError::NotElf(path.into()));
-    }
-    Ok(bytes)
+/// What the loader reads of an ELF file: its header, its program headers and the interpreter
+/// it names. Nothing else is read: the segments are mapped (through the page cache), not
+/// copied, so starting a large program costs a few hundred bytes of reads, not its size.
+struct ElfImage {
+    header: Header,
+    program_headers: Vec<ProgramHeader>,
+    interpreter: Option<String>,
 }
 
-fn parse<'a>(path: &str, bytes: &'a [u8]) -> Result<Elf<'a>, LoadError> {
+/// Reads `len` bytes at `offset` of `file`; a file too short is a malformed ELF.
+fn read_at(path: &str, file: &File, offset: u64, len: usize) -> Result<Vec<u8>, LoadError> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, offset).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::UnexpectedEof {
+            LoadError::Unsupported {
+                path: path.into(),
+                why: "malformed ELF: truncated".into(),
+            }
+        } else {
+            LoadError::Read {
+                path: path.into(),
+                source,
+            }
+        }
+    })?;
+    Ok(buf)
+}
+
+/// Reads and checks the header, program headers and interpreter of the x86-64 executable
+/// `file`.
+fn read_image(path: &str, file: &File) -> Result<ElfImage, LoadError> {
+    use goblin::elf::header::{EI_CLASS, EI_DATA, ELFCLASS64, ELFDATA2LSB};
+    use std::os::unix::fs::FileExt;
     let unsupported = |why: String| LoadError::Unsupported {
         path: path.into(),
         why,
     };
-    let elf = Elf::parse(bytes).map_err(|e| unsupported(format!("malformed ELF: {e}")))?;
-    if !elf.is_64 || elf.header.e_machine != goblin::elf::header::EM_X86_64 {
+    let mut head = [0u8; goblin::elf::header::header64::SIZEOF_EHDR];
+    let mut got = 0;
+    while got < head.len() {
+        match file.read_at(&mut head[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(LoadError::Read {
+                    path: path.into(),
+                    source,
+                })
+            }
+        }
+    }
+    if got < 4 || head[..4] != *b"\x7fELF" {
+        return Err(LoadError::NotElf(path.into()));
+    }
+    if got < head.len() || head[EI_CLASS] != ELFCLASS64 || head[EI_DATA] != ELFDATA2LSB {
         return Err(unsupported("not an x86-64 ELF".into()));
     }
-    match elf.header.e_type {
-        goblin::elf::header::ET_EXEC | goblin::elf::header::ET_DYN => Ok(elf),
-        t => Err(unsupported(format!("ELF type {t} is not executable"))),
+    let header =
+        Elf::parse_header(&head).map_err(|e| unsupported(format!("malformed ELF: {e}")))?;
+    if header.e_machine != goblin::elf::header::EM_X86_64 {
+        return Err(unsupported("not an x86-64 ELF".into()));
     }
+    match header.e_type {
+        goblin::elf::header::ET_EXEC | goblin::elf::header::ET_DYN => {}
+        t => return Err(unsupported(format!("ELF type {t} is not executable"))),
+    }
+    let ctx = Ctx::new(Container::Big, Endian::Little);
+    if usize::from(header.e_phentsize) != ProgramHeader::size(ctx) {
+        return Err(unsupported("malformed ELF: program header size".into()));
+    }
+    let table = usize::from(header.e_phnum) * ProgramHeader::size(ctx);
+    if table == 0 || table > MAX_PHDR_BYTES {
+        return Err(unsupported("malformed ELF: program header table".into()));
+    }
+    let bytes = read_at(path, file, header.e_phoff, table)?;
+    let program_headers = ProgramHeader::parse(&bytes, 0, usize::from(header.e_phnum), ctx)
+        .map_err(|e| unsupported(format!("malformed ELF: {e}")))?;
+    let interpreter = match program_headers.iter().find(|p| p.p_type == PT_INTERP) {
+        None => None,
+        Some(p) => {
+            if p.p_filesz < 2 || p.p_filesz > MAX_INTERP_BYTES {
+                return Err(unsupported("malformed ELF: PT_INTERP".into()));
+            }
+            let mut name = read_at(path, file, p.p_offset, p.p_filesz as usize)?;
+            // The path ends at its first NUL.
+            if let Some(nul) = name.iter().position(|&b| b == 0) {
+                name.truncate(nul);
+            }
+            Some(
+                String::from_utf8(name)
+                    .map_err(|_| unsupported("malformed ELF: PT_INTERP is not UTF-8".into()))?,
+            )
+        }
+    };
+    Ok(ElfImage {
+        header,
+        program_headers,
+        interpreter,
+    })
 }
 
 /// Loads the executable at `path` (opened as `file`) into `mm`; a dynamic one gets its
@@ -139,9 +209,8 @@ pub fn load_elf(
     file: File,
     files: Option<&Arc<mm::SharedSpace>>,
 ) -> Result<LoadedImage, LoadError> {
-    let bytes = read_all(path, &file)?;
-    let elf = parse(path, &bytes)?;
-    let interp = elf.interpreter.map(str::to_string);
+    let elf = read_image(path, &file)?;
+    let interp = elf.interpreter.clone();
     let is_dyn = elf.header.e_type == goblin::elf::header::ET_DYN;
     let bias = if is_dyn { PIE_BASE } else { 0 };
     let cache = files.and_then(|s| s.private_file(&file, true));
@@ -159,8 +228,7 @@ pub fn load_elf(
                     errno,
                 })?;
             let ifile = File::from(fd);
-            let ibytes = read_all(&ip, &ifile)?;
-            let ielf = parse(&ip, &ibytes)?;
+            let ielf = read_image(&ip, &ifile)?;
             if ielf.header.e_type != goblin::elf::header::ET_DYN || ielf.interpreter.is_some() {
                 return Err(LoadError::Unsupported {
                     path: ip,
@@ -212,7 +280,7 @@ pub fn load_elf(
 }
 
 /// The page-aligned `[low, high)` the PT_LOAD segments span (before relocation).
-fn span(elf: &Elf<'_>) -> Option<(u64, u64)> {
+fn span(elf: &ElfImage) -> Option<(u64, u64)> {
     let loads = elf.program_headers.iter().filter(|p| p.p_type == PT_LOAD);
     let lo = loads.clone().map(|p| p.p_vaddr & !(PAGE_SIZE - 1)).min()?;
     let hi = loads.map(|p| p.p_vaddr.saturating_add(p.p_memsz)).max()?;
@@ -232,7 +300,7 @@ fn map_object(
     mm: &mut MemoryManager,
     path: &str,
     (file, cache): (Arc<File>, Option<Arc<mm::SharedObject>>),
-    elf: &Elf<'_>,
+    elf: &ElfImage,
     bias: u64,
 ) -> Result<Mapped, LoadError> {
     let unsupported = |why: String| LoadError::Unsupported {
@@ -422,6 +490,46 @@ mod tests {
         );
         let _ = std::fs::remove_dir_all(&dir);
         r
+    }
+
+    /// The loader reads only the header, the program headers and the interpreter's name: each
+    /// of them malformed or cut short is a clear error, not a panic or a partial load.
+    #[test]
+    fn malformed_headers_are_clear_errors() {
+        let good = elf(2, &[(PT_LOAD, 0x40_0000, 0, 0x100, 0x1000)], b"");
+        assert!(load("good", &good, None).is_ok());
+        assert!(matches!(
+            load("notelf", b"#!/bin/sh\n", None),
+            Err(LoadError::NotElf(_))
+        ));
+        let why = |r: Result<LoadedImage, LoadError>| match r {
+            Err(LoadError::Unsupported { why, .. }) => why,
+            other => panic!("{:?}", other.map(|i| i.entry)),
+        };
+        // 32-bit class.
+        let mut p = good.clone();
+        p[4] = 1;
+        assert_eq!(why(load("class", &p, None)), "not an x86-64 ELF");
+        // Only the ELF header.
+        assert!(why(load("short", &good[..64], None)).contains("truncated"));
+        // Program headers of another size.
+        let mut p = good.clone();
+        p[54] = 32;
+        assert!(why(load("phentsize", &p, None)).contains("program header size"));
+        // No program headers.
+        let mut p = good.clone();
+        p[56] = 0;
+        assert!(why(load("phnum", &p, None)).contains("program header table"));
+        // A PT_INTERP longer than PATH_MAX.
+        let p = elf(
+            2,
+            &[
+                (3, 0, 0x100, 8192, 8192),
+                (PT_LOAD, 0x40_0000, 0, 0x100, 0x1000),
+            ],
+            b"",
+        );
+        assert!(why(load("interp", &p, None)).contains("PT_INTERP"));
     }
 
     /// Found by the `elf` fuzz target: an interpreter whose segments are linked above the
