@@ -125,6 +125,9 @@ static void as_unprivileged(pid_t root_child, const char *who) {
     report("access W /etc/passwd", access("/etc/passwd", W_OK));
     report("access R /etc/passwd", access("/etc/passwd", R_OK));
     report("chdir /root", chdir("/root"));
+    report("chroot /tmp", chroot("/tmp"));
+    report("read pid_max", open_close("/proc/sys/kernel/pid_max", O_RDONLY));
+    report("write pipe-max-size", open_close("/proc/sys/fs/pipe-max-size", O_WRONLY));
     report("sendto root's 0600 socket", send_to("/tmp/root.sock"));
     report("kill root 0", kill(root_child, 0));
     report("kill root TERM", kill(root_child, SIGTERM));
@@ -215,6 +218,22 @@ int main(int argc, char **argv) {
         d[0].effective = (unsigned)eff;
         report("capset raise DAC", syscall(SYS_capset, &h, d));
         report("root reads 0600 of 1000", open_close("/home/u1000/private", O_RDONLY));
+        _exit(0);
+    }
+    waitpid(p, NULL, 0);
+
+    /* chroot: root moves into a directory of its root, whose outside it no longer sees. */
+    p = fork();
+    if (p == 0) {
+        char cwd[256];
+        report("chroot missing", chroot("/nonexistent"));
+        report("chroot a file", chroot("/etc/passwd"));
+        report("chdir /home", chdir("/home"));
+        report("chroot /home", chroot("/home"));
+        printf("cwd in chroot: %s\n", getcwd(cwd, sizeof cwd) ? cwd : errname(errno));
+        report("chroot reads /u1000/private", open_close("/u1000/private", O_RDONLY));
+        report("chroot reads /etc/passwd", open_close("/etc/passwd", O_RDONLY));
+        report("chroot reads ../etc/passwd", open_close("../etc/passwd", O_RDONLY));
         _exit(0);
     }
     waitpid(p, NULL, 0);

@@ -128,6 +128,10 @@ fn users_are_held_to_linux_permissions_as_natively() {
         "setuid program: uid=65534 euid=65534 suid=65534",
         "seteuid 0 from saved 0: ok",
         "sgid dir file group: 50",
+        "chroot /tmp: EPERM",
+        "chroot reads /u1000/private: ok",
+        "chroot reads /etc/passwd: ENOENT",
+        "write pipe-max-size: EACCES",
     ] {
         assert!(want.contains(line), "native run lacks {line:?}:\n{want}");
     }

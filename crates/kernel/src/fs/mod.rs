@@ -68,6 +68,16 @@ impl Root {
         Ok(Root { dir, host_path })
     }
 
+    /// A root at directory `dir` (opened inside another root, as chroot(2) does).
+    ///
+    /// # Errors
+    /// EBADF if the directory's host path cannot be read.
+    pub fn of_dir(dir: OwnedFd) -> Result<Root, Errno> {
+        let host_path = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+            .map_err(|_| Errno::EBADF)?;
+        Ok(Root { dir, host_path })
+    }
+
     /// The root's host path.
     pub fn host_path(&self) -> &Path {
         &self.host_path

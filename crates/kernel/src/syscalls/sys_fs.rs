@@ -50,6 +50,39 @@ pub fn sys_chdir(t: &mut Task, a: &SyscallArgs) -> SysResult {
     change_dir(t, &guest)
 }
 
+/// Implements chroot(2): the task's root becomes a directory inside it (needs
+/// CAP_SYS_CHROOT; the directory must be searchable). Children made after it inherit it.
+///
+/// The working directory is kept where the new root can see it (`/srv/x` after
+/// `chroot("/srv")` is `/x`); one outside the new root becomes the new root, where Linux
+/// leaves it outside and a chrooted program could walk out through it. Only the calling task
+/// changes root, not the threads it shares its working directory with.
+pub fn sys_chroot(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let p = t.copy_in_path(a.gva(0))?;
+    let guest = resolve(t, AT_FDCWD, &p)?;
+    let fd = t.root.open_at(&guest, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    fs::identity::permits(fd.as_fd(), &t.creds, libc::X_OK)?;
+    if !t.creds.capable(crate::creds::cap::SYS_CHROOT) {
+        return Err(Errno::EPERM);
+    }
+    let at = t.root.guest_path_of(&fd)?;
+    let root = fs::Root::of_dir(fd)?;
+    let cwd = t.cwd();
+    let inside = if at == b"/" {
+        Some(cwd.as_slice())
+    } else {
+        cwd.strip_prefix(at.as_slice())
+            .filter(|rest| rest.is_empty() || rest.starts_with(b"/"))
+    };
+    let new_cwd = match inside {
+        Some(rest) if !rest.is_empty() => rest.to_vec(),
+        _ => b"/".to_vec(),
+    };
+    t.root = std::sync::Arc::new(root);
+    t.fs.set_cwd(new_cwd);
+    Ok(0)
+}
+
 /// Implements fchdir(2).
 pub fn sys_fchdir(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;

@@ -105,6 +105,7 @@ table! {
     79 getcwd => sys_fs::sys_getcwd, Full;
     80 chdir => sys_fs::sys_chdir, Full;
     81 fchdir => sys_fs::sys_fchdir, Full;
+    161 chroot => sys_fs::sys_chroot, Partial("the calling thread only; a working directory outside the new root moves to it");
     83 mkdir => sys_fs::sys_mkdir, Full;
     84 rmdir => sys_fs::sys_rmdir, Full;
     87 unlink => sys_fs::sys_unlink, Full;

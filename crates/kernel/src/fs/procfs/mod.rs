@@ -14,6 +14,7 @@
 //! | `/proc/stat`, `/proc/uptime`, `/proc/loadavg` | the sandbox's CPU time and processes ([`machine`]) |
 //! | `/proc/mounts`, `/proc/self/mounts`, `/proc/self/mountinfo` | the sandbox's mounts ([`mounts`]) |
 //! | `/proc/self/statm` | the process's memory in pages |
+//! | `/proc/sys/…` | the tunables programs size themselves by ([`sysctl`]) |
 //!
 //! `/proc/self/…`, `/proc/thread-self/…` and `/proc/PID/…` with the caller's own pid name the
 //! caller's process; `readlink` of `/proc/self/fd/N` and `/proc/self/exe` is answered by the
@@ -35,6 +36,7 @@ use crate::task::{ProcIdentity, Task, ThreadGroup};
 
 pub mod machine;
 pub mod mounts;
+pub mod sysctl;
 
 /// The part after `/proc/self/`, `/proc/thread-self/` or `/proc/PID/` when PID is `pid` (the
 /// caller's process), e.g. `maps` or `fd/3`.
@@ -328,6 +330,9 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
         return Some((Some(pid), which));
     }
     let p = clean.as_str();
+    if let Some(name) = sysctl::name_of(p) {
+        return Some((None, name));
+    }
     Some((
         None,
         match p {
@@ -389,6 +394,9 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         ("mountinfo", _) => mounts::mountinfo_file(&mounts::of_root(t.root.host_path())),
         ("cpuinfo", _) => std::fs::read("/proc/cpuinfo").unwrap_or_default(),
         ("online", _) => online_cpus().to_vec(),
+        (name, None) if sysctl::name_of(&format!("/proc/sys/{name}")).is_some() => {
+            sysctl::value(t, name)
+        }
         // The interfaces of the holder's network namespace, where it is the sandbox's own
         // (see `net::netlink`); none of the host's.
         ("net/dev" | "net/if_inet6", _) => {
@@ -417,6 +425,7 @@ fn online_cpus() -> &'static [u8] {
 /// no longer open (`/sys`).
 pub fn prime_host_files() {
     online_cpus();
+    sysctl::prime_host_values();
 }
 
 fn memfd_with(content: &[u8]) -> Result<OwnedFd, Errno> {

@@ -1,0 +1,187 @@
+//! `/proc/sys`: the kernel tunables programs read to size themselves (`pid_max`, the pipe and
+//! inotify limits, the System V IPC limits, `somaxconn`), read-only as a container's
+//! `/proc/sys` is.
+//!
+//! Each value is what bounds the sandbox: torpor's own for what torpor implements (pids,
+//! threads, System V shared memory and semaphores, the lowest mappable address), the host
+//! kernel's for what the host enforces on the sandbox's behalf (pipes, inotify, descriptors,
+//! listen backlogs), read once before the holder is confined ([`prime_host_values`]).
+
+use std::sync::OnceLock;
+
+use crate::task::Task;
+
+/// What a tunable's value comes from.
+enum Source {
+    /// A fixed value of torpor's.
+    Fixed(&'static str),
+    /// Computed for the caller's sandbox.
+    Sandbox(fn(&Task) -> String),
+    /// The host's file of the same name (the host enforces that limit).
+    Host,
+}
+
+/// The tunables, by their path under `/proc/sys/`.
+const TUNABLES: &[(&str, Source)] = &[
+    ("kernel/pid_max", Source::Fixed("4194304")),
+    ("kernel/threads-max", Source::Sandbox(threads_max)),
+    ("kernel/ngroups_max", Source::Fixed("65536")),
+    ("kernel/cap_last_cap", Source::Sandbox(cap_last_cap)),
+    ("kernel/overflowuid", Source::Fixed("65534")),
+    ("kernel/overflowgid", Source::Fixed("65534")),
+    ("kernel/ostype", Source::Fixed("Linux")),
+    ("kernel/osrelease", Source::Sandbox(osrelease)),
+    ("kernel/hostname", Source::Sandbox(hostname)),
+    ("kernel/domainname", Source::Sandbox(domainname)),
+    ("kernel/shmmax", Source::Sandbox(shmmax)),
+    ("kernel/shmall", Source::Sandbox(shmall)),
+    ("kernel/shmmni", Source::Sandbox(shmmni)),
+    ("kernel/sem", Source::Sandbox(sem)),
+    ("kernel/random/uuid", Source::Sandbox(uuid)),
+    ("vm/mmap_min_addr", Source::Sandbox(mmap_min_addr)),
+    ("vm/overcommit_memory", Source::Fixed("0")),
+    ("fs/pipe-max-size", Source::Host),
+    ("fs/nr_open", Source::Host),
+    ("fs/file-max", Source::Host),
+    ("fs/inotify/max_queued_events", Source::Host),
+    ("fs/inotify/max_user_instances", Source::Host),
+    ("fs/inotify/max_user_watches", Source::Host),
+    ("net/core/somaxconn", Source::Host),
+];
+
+/// The name under `/proc/sys/` of the tunable at `path` (a lexically clean path), if torpor
+/// has it.
+pub fn name_of(path: &str) -> Option<&'static str> {
+    let rest = path.strip_prefix("/proc/sys/")?;
+    TUNABLES.iter().map(|(n, _)| *n).find(|n| *n == rest)
+}
+
+/// The content of tunable `name` (one of [`name_of`]'s) for `t`'s sandbox, newline-ended.
+pub fn value(t: &Task, name: &str) -> Vec<u8> {
+    let v = match TUNABLES.iter().find(|(n, _)| *n == name).map(|(_, s)| s) {
+        Some(Source::Fixed(v)) => v.to_string(),
+        Some(Source::Sandbox(f)) => f(t),
+        Some(Source::Host) => host_value(name).unwrap_or_default(),
+        None => String::new(),
+    };
+    format!("{v}\n").into_bytes()
+}
+
+/// The host's tunables torpor passes on, read once.
+fn host_values() -> &'static Vec<(&'static str, String)> {
+    static VALUES: OnceLock<Vec<(&'static str, String)>> = OnceLock::new();
+    VALUES.get_or_init(|| {
+        TUNABLES
+            .iter()
+            .filter(|(_, s)| matches!(s, Source::Host))
+            .filter_map(|(n, _)| {
+                let v = std::fs::read_to_string(format!("/proc/sys/{n}")).ok()?;
+                Some((*n, v.trim_end().to_string()))
+            })
+            .collect()
+    })
+}
+
+fn host_value(name: &str) -> Option<String> {
+    host_values()
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.clone())
+}
+
+/// Reads the host's tunables now, while the holder may still open `/proc/sys`.
+pub fn prime_host_values() {
+    host_values();
+}
+
+fn threads_max(t: &Task) -> String {
+    t.group.procs.task_limit().to_string()
+}
+
+fn cap_last_cap(_: &Task) -> String {
+    crate::creds::cap::LAST.to_string()
+}
+
+fn osrelease(_: &Task) -> String {
+    let u = crate::task::host::uname();
+    u.release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8 as char)
+        .collect()
+}
+
+fn hostname(t: &Task) -> String {
+    String::from_utf8_lossy(&t.group.procs.nodename()).into_owned()
+}
+
+fn domainname(t: &Task) -> String {
+    String::from_utf8_lossy(&t.group.procs.domainname()).into_owned()
+}
+
+fn shmmax(_: &Task) -> String {
+    crate::ipc::SHMMAX.to_string()
+}
+
+fn shmall(_: &Task) -> String {
+    // In pages, as Linux's: the total of all segments torpor allows.
+    (crate::ipc::SHMMAX / platform::PAGE_SIZE * crate::ipc::SHMMNI as u64).to_string()
+}
+
+fn shmmni(_: &Task) -> String {
+    crate::ipc::SHMMNI.to_string()
+}
+
+fn sem(_: &Task) -> String {
+    use crate::ipc::{SEMMNI, SEMMSL, SEMOPM};
+    // SEMMSL, SEMMNS (all semaphores: every set full), SEMOPM, SEMMNI.
+    format!(
+        "{SEMMSL}\t{}\t{SEMOPM}\t{SEMMNI}",
+        (SEMMSL as u64) * (SEMMNI as u64)
+    )
+}
+
+fn uuid(_: &Task) -> String {
+    // A random (version 4) UUID on every read, as Linux's.
+    let mut b = [0u8; 16];
+    let _ = crate::task::host::random(&mut b, 0);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+fn mmap_min_addr(_: &Task) -> String {
+    mm::MMAP_MIN_ADDR.raw().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_listed_tunables_are_found() {
+        assert_eq!(name_of("/proc/sys/kernel/pid_max"), Some("kernel/pid_max"));
+        assert_eq!(
+            name_of("/proc/sys/fs/inotify/max_user_watches"),
+            Some("fs/inotify/max_user_watches")
+        );
+        assert_eq!(name_of("/proc/sys/kernel"), None);
+        assert_eq!(name_of("/proc/sys/kernel/core_pattern"), None);
+        assert_eq!(name_of("/proc/kernel/pid_max"), None);
+    }
+
+    #[test]
+    fn host_tunables_are_the_hosts() {
+        let ours = host_value("fs/pipe-max-size").expect("the host has pipe-max-size");
+        let host = std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap();
+        assert_eq!(ours, host.trim_end());
+    }
+}
