@@ -23,7 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -261,6 +264,68 @@ static void mask_handler(int sig, siginfo_t *si, void *uc) {
     blocked_in_handler = sigismember(&cur, sig);
     other_blocked_in_handler = sigismember(&cur, SIGTERM);
     hits++;
+}
+
+/* ppoll, pselect and epoll_pwait wait with their own signal mask, put in place atomically:
+ * a pending signal the temporary mask unblocks interrupts the wait at once (its handler runs,
+ * the caller's mask is back afterwards); one the temporary mask blocks does not. select has
+ * no mask and stores the time left back. */
+static volatile sig_atomic_t wait_hits;
+static void wait_handler(int sig, siginfo_t *si, void *uc) {
+    (void)sig; (void)si; (void)uc;
+    wait_hits++;
+}
+
+static void test_wait_masks(void) {
+    install(SIGUSR2, wait_handler, 0);
+    sigset_t usr2, empty, now;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    sigemptyset(&empty);
+    sigprocmask(SIG_BLOCK, &usr2, NULL);
+    int ep = epoll_create1(0);
+    for (int call = 0; call < 3; call++) {
+        const char *name = call == 0 ? "ppoll" : call == 1 ? "pselect" : "epoll_pwait";
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        struct epoll_event ev;
+        int r;
+        wait_hits = 0;
+        raise(SIGUSR2);
+        /* Still blocked by the temporary mask: the wait times out. */
+        if (call == 0)
+            r = ppoll(NULL, 0, &ts, &usr2);
+        else if (call == 1)
+            r = pselect(0, NULL, NULL, NULL, &ts, &usr2);
+        else
+            r = epoll_pwait(ep, &ev, 1, 20, &usr2);
+        say("%s masked: r=%d hits=%d\n", name, r, (int)wait_hits);
+        /* Unblocked by it: interrupted at once, the handler run, the caller's mask back. */
+        ts.tv_sec = 5;
+        errno = 0;
+        if (call == 0)
+            r = ppoll(NULL, 0, &ts, &empty);
+        else if (call == 1)
+            r = pselect(0, NULL, NULL, NULL, &ts, &empty);
+        else
+            r = epoll_pwait(ep, &ev, 1, 5000, &empty);
+        sigprocmask(SIG_BLOCK, NULL, &now);
+        say("%s unmasked: r=%d errno=%s hits=%d usr2_blocked_after=%d\n", name, r,
+            errno == EINTR ? "EINTR" : "other", (int)wait_hits, sigismember(&now, SIGUSR2));
+    }
+    /* A bad mask pointer is EFAULT, a bad size EINVAL. */
+    struct epoll_event ev;
+    errno = 0;
+    int r = (int)syscall(SYS_epoll_pwait, ep, &ev, 1, 0, (void *)8, 8);
+    say("epoll_pwait bad mask: r=%d efault=%d\n", r, errno == EFAULT);
+    errno = 0;
+    r = (int)syscall(SYS_ppoll, NULL, 0, NULL, &empty, 4);
+    say("ppoll bad size: r=%d einval=%d\n", r, errno == EINVAL);
+    close(ep);
+    sigprocmask(SIG_UNBLOCK, &usr2, NULL);
+    /* select: the time left is stored back. */
+    struct timeval tv = {0, 30 * 1000};
+    r = select(0, NULL, NULL, NULL, &tv);
+    say("select: r=%d left=%ld.%06ld\n", r, (long)tv.tv_sec, (long)tv.tv_usec);
 }
 
 static void test_blocked_pending(void) {
@@ -604,6 +669,7 @@ int main(int argc, char **argv) {
     test_raise_siginfo();
     test_registers_preserved();
     test_blocked_pending();
+    test_wait_masks();
     test_sigsuspend_and_wait();
     test_altstack();
     sigaltstack(&ss, NULL);

@@ -60,7 +60,9 @@ pub fn sys_chdir(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_chroot(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let p = t.copy_in_path(a.gva(0))?;
     let guest = resolve(t, AT_FDCWD, &p)?;
-    let fd = t.root.open_at(&guest, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    let fd = t
+        .root
+        .open_at(&guest, libc::O_PATH | libc::O_DIRECTORY, 0)?;
     fs::identity::permits(fd.as_fd(), &t.creds, libc::X_OK)?;
     if !t.creds.capable(crate::creds::cap::SYS_CHROOT) {
         return Err(Errno::EPERM);

@@ -154,12 +154,48 @@ fn write_back_timeout(t: &Task, addr: Gva, ts: Option<&libc::timespec>, start: I
     }
 }
 
-/// Checks a sigmask argument's size (the mask itself is ignored).
-fn check_sigmask(mask: Gva, size: u64) -> Result<(), Errno> {
-    if mask.0 != 0 && size != SIGSET_SIZE {
+/// Reads the optional signal mask argument of ppoll, pselect6 and epoll_pwait: EINVAL for a
+/// size other than a sigset's, EFAULT for a bad pointer.
+fn read_sigmask(t: &Task, mask: Gva, size: u64) -> Result<Option<u64>, Errno> {
+    if mask.0 == 0 {
+        return Ok(None);
+    }
+    if size != SIGSET_SIZE {
         return Err(Errno::EINVAL);
     }
-    Ok(())
+    t.read_u64(mask).map(Some)
+}
+
+/// Runs `wait` with the signal mask `mask` in place of the caller's, as ppoll, pselect6 and
+/// epoll_pwait do atomically: a signal the temporary mask unblocks interrupts the wait
+/// (EINTR, at once if one is already pending), one it blocks does not. The caller's mask is
+/// back when the call returns, or, when a handler interrupted it, once that handler returns
+/// (its frame saves the caller's mask, as for rt_sigsuspend).
+fn with_sigmask(
+    t: &mut Task,
+    mask: Option<u64>,
+    wait: impl FnOnce(&mut Task) -> SysResult,
+) -> SysResult {
+    let Some(m) = mask else {
+        return wait(t);
+    };
+    // Restarted after an interruption nobody handled: the caller's mask is already saved.
+    if t.signals.saved_mask.is_none() {
+        t.signals.saved_mask = Some(t.signals.mask);
+    }
+    t.signals.set_mask(m);
+    t.absorb_external_signal();
+    let r = if t.signals.has_deliverable() {
+        Err(Errno::EINTR)
+    } else {
+        wait(t)
+    };
+    if r != Err(Errno::EINTR) {
+        if let Some(old) = t.signals.saved_mask.take() {
+            t.signals.set_mask(old);
+        }
+    }
+    r
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -197,13 +233,13 @@ pub fn sys_poll(t: &mut Task, a: &SyscallArgs) -> SysResult {
     do_poll(t, a.gva(0), a.u(1) as u32, ms_timeout(a.int(2)))
 }
 
-/// Implements ppoll(2). The signal mask is checked and ignored; the time left is stored back
-/// into `*tmo_p`, as Linux does.
+/// Implements ppoll(2), with its signal mask in place while it waits; the time left is
+/// stored back into `*tmo_p`, as Linux does.
 pub fn sys_ppoll(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    check_sigmask(a.gva(3), a.u(4))?;
     let ts = read_timespec(t, a.gva(2))?;
+    let mask = read_sigmask(t, a.gva(3), a.u(4))?;
     let start = Instant::now();
-    let r = do_poll(t, a.gva(0), a.u(1) as u32, ts);
+    let r = with_sigmask(t, mask, |t| do_poll(t, a.gva(0), a.u(1) as u32, ts));
     write_back_timeout(t, a.gva(2), ts.as_ref(), start);
     r
 }
@@ -278,10 +314,70 @@ fn poll_to_select(
     (out, count)
 }
 
-/// Implements pselect6(2) on top of the host's ppoll(2). The signal mask is checked and
-/// ignored; the time left is stored back, as Linux does.
+/// Implements pselect6(2) on top of the host's ppoll(2), with its signal mask in place while
+/// it waits; the time left is stored back, as Linux does.
 pub fn sys_pselect6(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let nfds = a.int(0);
+    let ts_addr = a.gva(4);
+    let ts = read_timespec(t, ts_addr)?;
+    // The sixth argument points at { const sigset_t *ss; size_t ss_len; }.
+    let sig = a.gva(5);
+    let mask = if sig.0 != 0 {
+        let mut b = [0u8; 16];
+        t.copy_in(sig, &mut b)?;
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[..8]);
+        let ss = u64::from_le_bytes(w);
+        w.copy_from_slice(&b[8..]);
+        read_sigmask(t, Gva(ss), u64::from_le_bytes(w))?
+    } else {
+        None
+    };
+    let sets = [a.gva(1), a.gva(2), a.gva(3)];
+    let start = Instant::now();
+    let r = with_sigmask(t, mask, |t| do_select(t, a.int(0), sets, ts));
+    write_back_timeout(t, ts_addr, ts.as_ref(), start);
+    r
+}
+
+/// Implements select(2): pselect6 with a `timeval` timeout (the time left stored back, as
+/// Linux does) and no signal mask.
+pub fn sys_select(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let tv_addr = a.gva(4);
+    let ts = if tv_addr.0 == 0 {
+        None
+    } else {
+        let tv: abi::structs::Timeval = t.read_val(tv_addr)?;
+        if tv.sec < 0 || !(0..1_000_000).contains(&tv.usec) {
+            return Err(Errno::EINVAL);
+        }
+        Some(libc::timespec {
+            tv_sec: tv.sec,
+            tv_nsec: tv.usec * 1000,
+        })
+    };
+    let start = Instant::now();
+    let r = do_select(t, a.int(0), [a.gva(1), a.gva(2), a.gva(3)], ts);
+    if let Some(ts) = ts {
+        let left = remaining(&ts, start.elapsed());
+        let _ = t.write_val(
+            tv_addr,
+            &abi::structs::Timeval {
+                sec: left.sec,
+                usec: left.nsec / 1000,
+            },
+        );
+    }
+    r
+}
+
+/// select's work: waits for the descriptors of the three sets (`readfds`, `writefds`,
+/// `exceptfds`; null pointers for absent ones) and writes back those ready.
+fn do_select(
+    t: &mut Task,
+    nfds: i32,
+    set_addrs: [Gva; 3],
+    ts: Option<libc::timespec>,
+) -> SysResult {
     if nfds < 0 {
         return Err(Errno::EINVAL);
     }
@@ -290,7 +386,7 @@ pub fn sys_pselect6(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let size = fd_set_bytes(n);
     let mut sets: [Option<Vec<u8>>; 3] = [None, None, None];
     for (i, s) in sets.iter_mut().enumerate() {
-        let p = a.gva(1 + i);
+        let p = set_addrs[i];
         if p.0 != 0 {
             let mut b = vec![0u8; size];
             if size > 0 {
@@ -298,19 +394,6 @@ pub fn sys_pselect6(t: &mut Task, a: &SyscallArgs) -> SysResult {
             }
             *s = Some(b);
         }
-    }
-    let ts_addr = a.gva(4);
-    let ts = read_timespec(t, ts_addr)?;
-    // The sixth argument points at { const sigset_t *ss; size_t ss_len; }.
-    let sig = a.gva(5);
-    if sig.0 != 0 {
-        let mut b = [0u8; 16];
-        t.copy_in(sig, &mut b)?;
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[..8]);
-        let ss = u64::from_le_bytes(w);
-        w.copy_from_slice(&b[8..]);
-        check_sigmask(Gva(ss), u64::from_le_bytes(w))?;
     }
     let polled = select_to_poll(n, &sets, |fd| t.fds.get(fd).is_ok())?;
     let files: Vec<Arc<OpenFile>> = polled
@@ -326,16 +409,13 @@ pub fn sys_pselect6(t: &mut Task, a: &SyscallArgs) -> SysResult {
             revents: 0,
         })
         .collect();
-    let start = Instant::now();
-    let r = crate::fd::host::ppoll(&mut host, ts.as_ref());
-    write_back_timeout(t, ts_addr, ts.as_ref(), start);
-    r?;
+    crate::fd::host::ppoll(&mut host, ts.as_ref())?;
     let revents: Vec<i16> = host.iter().map(|h| h.revents).collect();
     let (out, count) = poll_to_select(n, &polled, &revents, &sets);
     for (i, o) in out.iter().enumerate() {
         if let Some(o) = o {
             if !o.is_empty() {
-                t.copy_out(a.gva(1 + i), o)?;
+                t.copy_out(set_addrs[i], o)?;
             }
         }
     }
@@ -392,7 +472,7 @@ fn create_epoll(t: &mut Task, cloexec: bool) -> SysResult {
     Ok(t.fds.insert(file, cloexec)? as u64)
 }
 
-fn do_epoll_wait(t: &mut Task, a: &SyscallArgs) -> SysResult {
+fn do_epoll_wait(t: &mut Task, a: &SyscallArgs, timeout_ms: i32) -> SysResult {
     // Counting the open descriptors walks the table: only when the cap matters.
     let open = if a.int(2) as usize > MAX_EPOLL_EVENTS {
         t.fds.len()
@@ -405,7 +485,7 @@ fn do_epoll_wait(t: &mut Task, a: &SyscallArgs) -> SysResult {
     // Fault the buffer in now so events taken from the host are not lost to EFAULT later.
     t.user_ranges(events, (batch * EPOLL_EVENT_SIZE) as u64, true)?;
     let mut buf = vec![libc::epoll_event { events: 0, u64: 0 }; batch];
-    let n = crate::fd::host::epoll_wait(f.host(), &mut buf, a.int(3))?;
+    let n = crate::fd::host::epoll_wait(f.host(), &mut buf, timeout_ms)?;
     if n > 0 {
         t.copy_out(events, &encode_epoll_events(&buf[..n]))?;
     }
@@ -414,13 +494,27 @@ fn do_epoll_wait(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Implements epoll_wait(2).
 pub fn sys_epoll_wait(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    do_epoll_wait(t, a)
+    do_epoll_wait(t, a, a.int(3))
 }
 
-/// Implements epoll_pwait(2). The signal mask is checked and ignored.
+/// Implements epoll_pwait(2): epoll_wait with its signal mask in place while it waits.
 pub fn sys_epoll_pwait(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    check_sigmask(a.gva(4), a.u(5))?;
-    do_epoll_wait(t, a)
+    let mask = read_sigmask(t, a.gva(4), a.u(5))?;
+    with_sigmask(t, mask, |t| do_epoll_wait(t, a, a.int(3)))
+}
+
+/// Implements epoll_pwait2(2): epoll_pwait with a `timespec` timeout (null: forever),
+/// rounded up to whole milliseconds.
+pub fn sys_epoll_pwait2(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let ms = match read_timespec(t, a.gva(3))? {
+        None => -1,
+        Some(ts) => {
+            let ns = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
+            i32::try_from((ns + 999_999) / 1_000_000).unwrap_or(i32::MAX)
+        }
+    };
+    let mask = read_sigmask(t, a.gva(4), a.u(5))?;
+    with_sigmask(t, mask, |t| do_epoll_wait(t, a, ms))
 }
 
 /// Implements epoll_ctl(2): the guest fd's host fd is registered with the guest's `data`.

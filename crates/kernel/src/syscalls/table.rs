@@ -195,10 +195,12 @@ table! {
     263 unlinkat => sys_fs::sys_unlinkat, Full;
     267 readlinkat => sys_stat::sys_readlinkat, Full;
     269 faccessat => sys_stat::sys_faccessat, Full;
-    270 pselect6 => sys_poll::sys_pselect6, Partial("the signal mask argument is ignored");
-    271 ppoll => sys_poll::sys_ppoll, Partial("the signal mask argument is ignored");
+    23 select => sys_poll::sys_select, Full;
+    270 pselect6 => sys_poll::sys_pselect6, Full;
+    271 ppoll => sys_poll::sys_ppoll, Full;
     273 set_robust_list => sys_process::sys_set_robust_list, Full;
-    281 epoll_pwait => sys_poll::sys_epoll_pwait, Partial("the signal mask argument is ignored");
+    281 epoll_pwait => sys_poll::sys_epoll_pwait, Full;
+    441 epoll_pwait2 => sys_poll::sys_epoll_pwait2, Partial("the timeout is rounded up to whole milliseconds");
     288 accept4 => sys_socket::sys_accept4, Full;
     291 epoll_create1 => sys_poll::sys_epoll_create1, Full;
     213 epoll_create => sys_poll::sys_epoll_create, Full;
