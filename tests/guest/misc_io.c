@@ -503,6 +503,100 @@ static void inet_extras(void) {
     close(v);
 }
 
+static const char *err_name(int r) {
+    if (r >= 0)
+        return "ok";
+    switch (errno) {
+    case EINVAL: return "EINVAL";
+    case ENOMEM: return "ENOMEM";
+    case EACCES: return "EACCES";
+    case EOPNOTSUPP: return "EOPNOTSUPP";
+    case ENOPROTOOPT: return "ENOPROTOOPT";
+    case ENOSYS: return "ENOSYS";
+    case EFAULT: return "EFAULT";
+    default: return "other";
+    }
+}
+
+/* Calls the Linux Test Project found missing or answering the wrong errno: mincore,
+ * mlockall, readahead, sendmmsg/recvmmsg, getsockopt at a foreign level, a privileged port
+ * bound by an unprivileged user. */
+static void ltp_findings(void) {
+    long pg = sysconf(_SC_PAGESIZE);
+    char *m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    m[pg] = 1;
+    unsigned char vec[4] = {0};
+    int r = mincore(m, 4 * pg, vec);
+    printf("mincore: %s, touched page resident %d\n", err_name(r), vec[1] & 1);
+    printf("mincore unaligned: %s\n", err_name(mincore(m + 1, pg, vec)));
+    printf("mincore bad vector: %s\n", err_name(mincore(m, pg, (unsigned char *)8)));
+    munmap(m + 2 * pg, pg);
+    printf("mincore over a hole: %s\n", err_name(mincore(m, 4 * pg, vec)));
+    printf("mlockall current: %s\n", err_name(mlockall(MCL_CURRENT)));
+    printf("munlockall: %s\n", err_name(munlockall()));
+    printf("mlockall 0: %s\n", err_name(mlockall(0)));
+    int f = open("/ra", O_RDWR | O_CREAT | O_TRUNC, 0600);
+    write(f, "readahead", 9);
+    printf("readahead file: %s\n", err_name((int)readahead(f, 0, 4096)));
+    close(f);
+    unlink("/ra");
+    int p[2];
+    pipe(p);
+    printf("readahead pipe: %s\n", err_name((int)readahead(p[0], 0, 4096)));
+    close(p[0]);
+    close(p[1]);
+    int sv[2];
+    socketpair(AF_UNIX, SOCK_DGRAM, 0, sv);
+    char a[] = "one", b[] = "three", c[] = "seven!";
+    struct iovec iov[3] = {{a, 3}, {b, 5}, {c, 6}};
+    struct mmsghdr out[3];
+    memset(out, 0, sizeof out);
+    for (int i = 0; i < 3; i++) {
+        out[i].msg_hdr.msg_iov = &iov[i];
+        out[i].msg_hdr.msg_iovlen = 1;
+    }
+    r = sendmmsg(sv[0], out, 3, 0);
+    printf("sendmmsg: %d, lengths %u %u %u\n", r, out[0].msg_len, out[1].msg_len, out[2].msg_len);
+    char bufs[5][16];
+    struct iovec riov[5];
+    struct mmsghdr in[5];
+    memset(in, 0, sizeof in);
+    for (int i = 0; i < 5; i++) {
+        riov[i].iov_base = bufs[i];
+        riov[i].iov_len = sizeof bufs[i];
+        in[i].msg_hdr.msg_iov = &riov[i];
+        in[i].msg_hdr.msg_iovlen = 1;
+    }
+    r = recvmmsg(sv[1], in, 5, MSG_WAITFORONE, NULL);
+    printf("recvmmsg: %d, lengths %u %u %u, third %.6s\n", r, in[0].msg_len, in[1].msg_len,
+           in[2].msg_len, bufs[2]);
+    r = recvmmsg(sv[1], in, 5, MSG_DONTWAIT, NULL);
+    printf("recvmmsg empty: %d %s\n", r, errno == EAGAIN ? "EAGAIN" : "other");
+    close(sv[0]);
+    close(sv[1]);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    int v;
+    socklen_t len = sizeof v;
+    printf("getsockopt level 500: %s\n", err_name(getsockopt(s, 500, SO_OOBINLINE, &v, &len)));
+    printf("getsockopt UDP level on TCP: %s\n",
+           err_name(getsockopt(s, IPPROTO_UDP, SO_OOBINLINE, &v, &len)));
+    printf("getsockopt TCP -1: %s\n", err_name(getsockopt(s, IPPROTO_TCP, -1, &v, &len)));
+    close(s);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setgid(65534);
+        setuid(65534);
+        int u = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(81)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        printf("nobody binds port 81: %s\n", err_name(bind(u, (struct sockaddr *)&sa, sizeof sa)));
+        fflush(stdout);
+        _exit(0);
+    }
+    waitpid(pid, NULL, 0);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "pty") == 0) {
         pty_checks();
@@ -559,5 +653,6 @@ int main(int argc, char **argv) {
     reopen_fds();
     proc_dirs();
     text_busy();
+    ltp_findings();
     return 0;
 }

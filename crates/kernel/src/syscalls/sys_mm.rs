@@ -271,6 +271,105 @@ pub fn sys_mlock2(t: &mut Task, a: &SyscallArgs) -> SysResult {
     mlock_range(t, a.u(0), a.u(1), a.u(2))
 }
 
+/// mlockall's flags.
+const MCL_CURRENT: u64 = 1;
+const MCL_FUTURE: u64 = 2;
+const MCL_ONFAULT: u64 = 4;
+
+/// Implements mlockall(2): with MCL_CURRENT every accessible mapping is faulted in now, as
+/// mlock of each would (MCL_ONFAULT: nothing now). MCL_FUTURE is accepted: later mappings
+/// are not faulted in at once (they stay resident once touched, as every page does while the
+/// sandbox runs).
+pub fn sys_mlockall(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let flags = a.u(0);
+    if flags == 0 || flags & !(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) != 0 || flags == MCL_ONFAULT
+    {
+        return Err(Errno::EINVAL);
+    }
+    if flags & MCL_CURRENT == 0 || flags & MCL_ONFAULT != 0 {
+        return Ok(0);
+    }
+    let mut mm = t.mm();
+    let parts: Vec<(Gva, u64, bool)> = mm
+        .vmas()
+        .filter(|v| v.prot.is_accessible())
+        .map(|v| {
+            (
+                v.start,
+                v.end.raw() - v.start.raw(),
+                v.prot.contains(Prot::WRITE),
+            )
+        })
+        .collect();
+    for (at, len, write) in parts {
+        mm.populate(at, len, write).map_err(|e| match e.errno() {
+            libc::ENOMEM => Errno::ENOMEM,
+            libc::EFAULT => Errno::ENOMEM,
+            other => Errno(other),
+        })?;
+    }
+    Ok(0)
+}
+
+/// Implements munlockall(2): nothing is locked apart from what mlock and mlockall fault in.
+pub fn sys_munlockall(_t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    Ok(0)
+}
+
+/// Implements mincore(2): one byte per page of `[addr, addr + len)` (`addr` page-aligned,
+/// every page mapped), bit 0 set for a page resident now.
+pub fn sys_mincore(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (addr, len, vec) = (a.u(0), a.u(1), a.gva(2));
+    if addr % PAGE_SIZE != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let pages = len.div_ceil(PAGE_SIZE);
+    let end = pages
+        .checked_mul(PAGE_SIZE)
+        .and_then(|l| addr.checked_add(l))
+        .filter(|&e| e <= platform::layout::USER_END.raw())
+        .ok_or(Errno::ENOMEM)?;
+    if pages == 0 {
+        return Ok(0);
+    }
+    let (start, end) = (Gva(addr), Gva(end));
+    {
+        // Every page of the range mapped, whatever its protection (else ENOMEM).
+        let mm = t.mm();
+        let mut next = start;
+        for v in mm.vmas() {
+            if next >= end {
+                break;
+            }
+            if v.end <= next {
+                continue;
+            }
+            if v.start > next {
+                return Err(Errno::ENOMEM);
+            }
+            next = if v.end < end { v.end } else { end };
+        }
+        if next < end {
+            return Err(Errno::ENOMEM);
+        }
+    }
+    // In chunks: a mapped range may be a reservation of terabytes.
+    const CHUNK: u64 = 1 << 16;
+    let mut first = 0;
+    while first < pages {
+        let n = (pages - first).min(CHUNK);
+        let from = Gva(addr + first * PAGE_SIZE);
+        let to = Gva(from.raw() + n * PAGE_SIZE);
+        let mut out = vec![0u8; n as usize];
+        for va in t.mm().resident_pages(from, to) {
+            out[((va.raw() - from.raw()) / PAGE_SIZE) as usize] = 1;
+        }
+        t.copy_out(Gva(vec.raw().wrapping_add(first)), &out)?;
+        first += n;
+    }
+    Ok(0)
+}
+
 /// Implements munlock(2): the range must be mapped; nothing else to undo.
 pub fn sys_munlock(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (start, end) = lock_range(a.u(0), a.u(1))?;

@@ -266,6 +266,13 @@ pub fn sys_fadvise64(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(0)
 }
 
+/// Implements readahead(2) on the host file (the guest's files are the host's).
+pub fn sys_readahead(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let f = t.fds.get(a.int(0))?;
+    host::readahead(f.host(), a.u(1) as i64, a.u(2) as usize)?;
+    Ok(0)
+}
+
 /// Implements sync_file_range(2) on the host file.
 pub fn sys_sync_file_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;

@@ -87,6 +87,8 @@ table! {
     45 recvfrom => sys_socket::sys_recvfrom, Full;
     46 sendmsg => sys_socket::sys_sendmsg, Partial("SCM_RIGHTS and SCM_CREDENTIALS on Unix sockets (credentials checked, recorded for the receiver); other control messages on Internet sockets passed to the host");
     47 recvmsg => sys_socket::sys_recvmsg, Partial("SCM_CREDENTIALS show the guest ids of the task that last sent on the sending socket, not of each message's sending thread");
+    307 sendmmsg => sys_socket::sys_sendmmsg, Full;
+    299 recvmmsg => sys_socket::sys_recvmmsg, Partial("the timeout is checked after each message, as on Linux; the time left is not stored back");
     48 shutdown => sys_socket::sys_shutdown, Full;
     53 socketpair => sys_socket::sys_socketpair, Partial("AF_UNIX only (EOPNOTSUPP for the others, as Linux for AF_INET)");
     49 bind => sys_socket::sys_bind, Partial("Internet ports map to published host addresses or loopback; Unix names are created in the root or a sandbox-private abstract namespace");
@@ -167,6 +169,7 @@ table! {
     38 setitimer => sys_time::sys_setitimer, Partial("ITIMER_VIRTUAL counts the process's whole CPU time, like ITIMER_PROF; CPU timers fire up to about 1 ms late");
     37 alarm => sys_time::sys_alarm, Full;
     221 fadvise64 => sys_rw::sys_fadvise64, Full;
+    187 readahead => sys_rw::sys_readahead, Full;
     277 sync_file_range => sys_rw::sys_sync_file_range, Full;
     247 waitid => sys_fork::sys_waitid, Partial("exited children only (the sandbox has no job control); resource usage is zero");
     434 pidfd_open => sys_fork::sys_pidfd_open, Full;
@@ -245,6 +248,9 @@ table! {
     149 mlock => sys_mm::sys_mlock, Partial("pages are faulted in and stay resident while the sandbox runs; hibernation writes them to the swap file too");
     325 mlock2 => sys_mm::sys_mlock2, Partial("as mlock; MLOCK_ONFAULT faults nothing in");
     150 munlock => sys_mm::sys_munlock, Full;
+    151 mlockall => sys_mm::sys_mlockall, Partial("MCL_FUTURE is accepted; later mappings are faulted in as they are touched");
+    152 munlockall => sys_mm::sys_munlockall, Full;
+    27 mincore => sys_mm::sys_mincore, Full;
     239 get_mempolicy => sys_mm::sys_get_mempolicy, Partial("one NUMA node (0); MPOL_F_ADDR reports the default policy (mbind is ENOSYS)");
     76 truncate => sys_attr::sys_truncate, Full;
     82 rename => sys_fs::sys_rename, Full;

@@ -43,6 +43,16 @@ pub fn fadvise(fd: BorrowedFd<'_>, offset: i64, len: i64, advice: i32) -> Result
     }
 }
 
+/// readahead(2) of `count` bytes at `offset` into the host's page cache.
+///
+/// # Errors
+/// The host's errno (EBADF for a descriptor not open for reading, EINVAL for one whose file
+/// cannot be read ahead).
+pub fn readahead(fd: BorrowedFd<'_>, offset: i64, count: usize) -> Result<(), Errno> {
+    // SAFETY: integers only.
+    cvt_size(unsafe { libc::readahead(fd.as_raw_fd(), offset, count) }).map(|_| ())
+}
+
 /// sync_file_range(2) (the caller checks the flags).
 ///
 /// # Errors

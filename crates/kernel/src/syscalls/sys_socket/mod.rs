@@ -28,6 +28,9 @@ use crate::net::unix::{self, Ucred, UnixAddr, UnixRef};
 use crate::net::{cmsg, inet, netlink};
 use crate::task::Task;
 
+mod mmsg;
+pub use mmsg::{sys_recvmmsg, sys_sendmmsg};
+
 /// Most option bytes copied for set/getsockopt (gVisor's `maxOptLen`).
 const MAX_OPT_LEN: usize = 64;
 /// Most bytes one recv(2) without MSG_WAITALL asks for: a short read is always allowed there,
@@ -41,6 +44,8 @@ const AF_MAX: i32 = 46;
 const SOCK_MAX: i32 = 11;
 /// Linux's IPPROTO_MAX.
 const IPPROTO_MAX: i32 = 263;
+/// The first port any user may bind (Linux's default `ip_unprivileged_port_start`).
+const PRIVILEGED_PORTS_END: u16 = 1024;
 /// `sizeof(struct msghdr)` on x86-64.
 const MSGHDR_LEN: usize = 56;
 
@@ -139,6 +144,30 @@ const UDPLITE_SEND_CSCOV: i32 = 10;
 const UDPLITE_RECV_CSCOV: i32 = 11;
 
 /// Whether (level, optname) is passed through to the host, for setting or getting.
+/// The errno of an option torpor does not pass on, as Linux answers one it does not know:
+/// ENOPROTOOPT at a level of the socket's own protocols (the socket layer, IP or IPv6, its
+/// transport), EOPNOTSUPP at any other level.
+fn refused_sockopt(st: &SocketState, level: i32) -> Errno {
+    let transport = match st.kind {
+        libc::SOCK_STREAM => libc::IPPROTO_TCP,
+        libc::SOCK_DGRAM => libc::IPPROTO_UDP,
+        _ => -1,
+    };
+    let own = level == libc::SOL_SOCKET
+        || match st.family {
+            libc::AF_INET => level == libc::IPPROTO_IP || level == transport,
+            libc::AF_INET6 => {
+                level == libc::IPPROTO_IPV6 || level == libc::IPPROTO_IP || level == transport
+            }
+            _ => false,
+        };
+    if own {
+        Errno::ENOPROTOOPT
+    } else {
+        Errno::EOPNOTSUPP
+    }
+}
+
 fn sockopt_allowed(level: i32, name: i32, set: bool) -> bool {
     match level {
         libc::SOL_SOCKET => match name {
@@ -869,6 +898,13 @@ pub fn sys_bind(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if st.guest_local.is_some() {
         return Err(Errno::EINVAL);
     }
+    // A port below 1024 (Linux's default net.ipv4.ip_unprivileged_port_start) needs
+    // CAP_NET_BIND_SERVICE, which a container's root has and its other users have not.
+    if (1..PRIVILEGED_PORTS_END).contains(&guest.port())
+        && !t.creds.capable(crate::creds::cap::NET_BIND_SERVICE)
+    {
+        return Err(Errno::EACCES);
+    }
     inet::bind_as_guest(&t.net, &f, st.family, guest)?;
     Ok(0)
 }
@@ -1000,10 +1036,10 @@ pub fn interface_list_ioctl(t: &Task, f: &OpenFile, arg: Gva) -> SysResult {
 /// Implements setsockopt(2) for a whitelist of options, passed to the host socket.
 /// Anything else is ENOPROTOOPT.
 pub fn sys_setsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let (f, _) = socket_file(t, a.int(0))?;
+    let (f, st) = socket_file(t, a.int(0))?;
     let (level, name) = (a.int(1), a.int(2));
     if !sockopt_allowed(level, name, true) {
-        return Err(Errno::ENOPROTOOPT);
+        return Err(refused_sockopt(&st, level));
     }
     let len = usize::try_from(a.int(4))
         .map_err(|_| Errno::EINVAL)?
@@ -1023,7 +1059,7 @@ pub fn sys_getsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (f, st) = socket_file(t, a.int(0))?;
     let (level, name) = (a.int(1), a.int(2));
     if !sockopt_allowed(level, name, false) {
-        return Err(Errno::ENOPROTOOPT);
+        return Err(refused_sockopt(&st, level));
     }
     let ulen = usize::try_from(read_len(t, a.gva(4))?).map_err(|_| Errno::EINVAL)?;
     let mut val = vec![0u8; ulen.min(MAX_OPT_LEN)];
