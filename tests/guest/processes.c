@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -220,6 +221,70 @@ static void spawn_checks(void) {
     show_status("vfork + exec", st);
 }
 
+/* What clone's sharing flags share between two processes: CLONE_FILES the descriptor table
+ * (close_range's CLOSE_RANGE_UNSHARE takes a copy), CLONE_FS the working directory and
+ * umask, CLONE_PARENT the parent (the grandparent reaps the grandchild). */
+static char clone_stack[256 * 1024];
+static int opened_fd = -1;
+
+static int open_and_move(void *arg) {
+    (void)arg;
+    opened_fd = open("/", O_RDONLY | O_DIRECTORY);
+    chdir("/tmp");
+    umask(027);
+    return opened_fd;
+}
+
+static int unshare_and_close(void *arg) {
+    int fd = *(int *)arg;
+    return syscall(SYS_close_range, fd, fd, 2 /* CLOSE_RANGE_UNSHARE */) == 0 ? 0 : 1;
+}
+
+static int sibling(void *arg) {
+    (void)arg;
+    _exit(7);
+}
+
+static void sharing_flags(void) {
+    char *top = clone_stack + sizeof clone_stack;
+    int status;
+    char cwd[64];
+    pid_t p = clone(open_and_move, top, CLONE_FILES | CLONE_FS | SIGCHLD, NULL);
+    waitpid(p, &status, 0);
+    int fd = WEXITSTATUS(status);
+    mode_t old = umask(022);
+    printf("CLONE_FILES|CLONE_FS: child's fd open here %d, cwd %s, umask %03o\n",
+           fcntl(fd, F_GETFD) >= 0, getcwd(cwd, sizeof cwd) ? cwd : "?", (unsigned)old);
+    p = clone(unshare_and_close, top, CLONE_FILES | SIGCHLD, &fd);
+    waitpid(p, &status, 0);
+    printf("close_range UNSHARE in a CLONE_FILES child: %d, still open here %d\n",
+           WEXITSTATUS(status), fcntl(fd, F_GETFD) >= 0);
+    close(fd);
+    chdir("/");
+    p = clone(open_and_move, top, SIGCHLD, NULL);
+    waitpid(p, &status, 0);
+    fd = WEXITSTATUS(status);
+    old = umask(022);
+    printf("no flags: child's fd open here %d, cwd %s, umask %03o\n",
+           fcntl(fd, F_GETFD) >= 0, getcwd(cwd, sizeof cwd) ? cwd : "?", (unsigned)old);
+    int pipefd[2];
+    pipe(pipefd);
+    p = fork();
+    if (p == 0) {
+        pid_t g = clone(sibling, top, CLONE_PARENT | SIGCHLD, NULL);
+        write(pipefd[1], &g, sizeof g);
+        _exit(0);
+    }
+    waitpid(p, NULL, 0);
+    pid_t g = -1;
+    read(pipefd[0], &g, sizeof g);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    pid_t r = waitpid(g, &status, 0);
+    printf("CLONE_PARENT: grandchild reaped by its grandparent %d, status %d\n", r == g,
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 3 && strcmp(argv[1], "child") == 0) {
@@ -234,6 +299,7 @@ int main(int argc, char **argv) {
     pipeline();
     exec_checks();
     spawn_checks();
+    sharing_flags();
     printf("done\n");
     return 0;
 }

@@ -9,6 +9,8 @@ pub const CLONE_FS: u64 = 0x200;
 pub const CLONE_FILES: u64 = 0x400;
 /// Share the signal handlers.
 pub const CLONE_SIGHAND: u64 = 0x800;
+/// The child's parent is the caller's parent.
+pub const CLONE_PARENT: u64 = 0x8000;
 /// The parent sleeps until the child execs or exits.
 pub const CLONE_VFORK: u64 = 0x4000;
 /// A thread of the caller's thread group.
@@ -25,5 +27,7 @@ pub const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
 pub const CLONE_DETACHED: u64 = 0x40_0000;
 /// Store the child's tid at `child_tid` in the child.
 pub const CLONE_CHILD_SETTID: u64 = 0x100_0000;
+/// Share the I/O context (I/O scheduling; nothing to share in a sandbox).
+pub const CLONE_IO: u64 = 0x8000_0000;
 /// The exit signal's bits.
 pub const CSIGNAL: u64 = 0xff;

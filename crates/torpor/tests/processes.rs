@@ -69,6 +69,10 @@ fn fork_exec_wait_match_native() {
     for line in [
         "[by execveat] env FROM_PARENT=dirfd",
         "[by fexecve] env FROM_PARENT=fd",
+        // clone's sharing flags between processes (EINVAL before).
+        "CLONE_FILES|CLONE_FS: child's fd open here 1, cwd /tmp, umask 027",
+        "close_range UNSHARE in a CLONE_FILES child: 0, still open here 1",
+        "CLONE_PARENT: grandchild reaped by its grandparent 1, status 7",
     ] {
         assert!(
             got.stdout_str().contains(line),

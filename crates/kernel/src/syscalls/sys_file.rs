@@ -326,12 +326,16 @@ pub fn sys_creat(t: &mut Task, a: &SyscallArgs) -> SysResult {
 const CLOSE_RANGE_UNSHARE: u32 = 2;
 const CLOSE_RANGE_CLOEXEC: u32 = 4;
 
-/// Implements close_range(2). CLOSE_RANGE_UNSHARE is accepted but the table stays shared with
-/// the process's other threads (a table is never shared between processes here).
+/// Implements close_range(2). CLOSE_RANGE_UNSHARE first gives the process a table of its own
+/// if it shares one with another process (CLONE_FILES); the process's threads keep sharing
+/// it.
 pub fn sys_close_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (first, last, flags) = (a.u(0) as u32, a.u(1) as u32, a.u(2) as u32);
     if flags & !(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC) != 0 || first > last {
         return Err(Errno::EINVAL);
+    }
+    if flags & CLOSE_RANGE_UNSHARE != 0 {
+        super::sys_fork::unshare_files(t);
     }
     let open: Vec<i32> = t
         .fds
@@ -483,10 +487,14 @@ fn record_lock(t: &Task, f: &OpenFile, cmd: i32, arg: platform::Gva) -> SysResul
         };
         let mut out = raw;
         out[0..2].copy_from_slice(&fl.l_type.to_le_bytes());
-        out[2..4].copy_from_slice(&fl.l_whence.to_le_bytes());
-        out[8..16].copy_from_slice(&fl.l_start.to_le_bytes());
-        out[16..24].copy_from_slice(&fl.l_len.to_le_bytes());
-        out[24..28].copy_from_slice(&pid.to_le_bytes());
+        // No conflict: only the type changes (F_UNLCK), the request's other fields stay as
+        // the caller wrote them, as Linux's fcntl_getlk leaves them.
+        if i32::from(fl.l_type) != libc::F_UNLCK {
+            out[2..4].copy_from_slice(&fl.l_whence.to_le_bytes());
+            out[8..16].copy_from_slice(&fl.l_start.to_le_bytes());
+            out[16..24].copy_from_slice(&fl.l_len.to_le_bytes());
+            out[24..28].copy_from_slice(&pid.to_le_bytes());
+        }
         t.copy_out(arg, &out)?;
     }
     Ok(r as u64)

@@ -16,8 +16,8 @@ use super::{SysResult, SyscallArgs};
 use crate::task::{ChildParts, Task, ThreadGroup, WaitFor};
 
 use abi::clone::{
-    CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_DETACHED, CLONE_FS, CLONE_PARENT_SETTID,
-    CLONE_SETTLS, CLONE_VFORK, CLONE_VM, CSIGNAL,
+    CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_DETACHED, CLONE_FILES, CLONE_FS, CLONE_IO,
+    CLONE_PARENT, CLONE_PARENT_SETTID, CLONE_SETTLS, CLONE_SYSVSEM, CLONE_VFORK, CLONE_VM, CSIGNAL,
 };
 
 /// Implements fork(2).
@@ -57,6 +57,11 @@ pub(super) fn fork(
 ) -> SysResult {
     let known = CLONE_VM
         | CLONE_VFORK
+        | CLONE_FS
+        | CLONE_FILES
+        | CLONE_PARENT
+        | CLONE_SYSVSEM
+        | CLONE_IO
         | CLONE_SETTLS
         | CLONE_PARENT_SETTID
         | CLONE_CHILD_CLEARTID
@@ -64,8 +69,10 @@ pub(super) fn fork(
         | CLONE_CHILD_SETTID
         | CSIGNAL;
     // Sharing memory without sharing a thread group is only accepted with CLONE_VFORK (the
-    // parent does not run while the child uses the memory); other sharing flags (files,
-    // fs, signal handlers) between processes are not supported.
+    // parent does not run while the child uses the memory): each process has its own address
+    // space. Signal handlers go with memory (CLONE_SIGHAND needs CLONE_VM). The working
+    // directory and umask (CLONE_FS) and the descriptor table (CLONE_FILES) may be shared;
+    // CLONE_SYSVSEM and CLONE_IO are accepted (semaphore undo lists stay per process).
     if flags & !known != 0 || (flags & CLONE_VM != 0 && flags & CLONE_VFORK == 0) {
         tracing::warn!(
             flags = format_args!("{flags:#x}"),
@@ -76,7 +83,16 @@ pub(super) fn fork(
     if flags & CLONE_SETTLS != 0 && tls >= platform::layout::USER_END.raw() {
         return Err(Errno::EPERM);
     }
-    let exit_signal = (flags & CSIGNAL) as i32;
+    // CLONE_PARENT: the child is the caller's sibling and inherits the caller's exit signal;
+    // the sandbox's init has no parent to give (EINVAL, as for a namespace's init).
+    let (parent, exit_signal) = if flags & CLONE_PARENT != 0 {
+        match t.group.procs.entry_of(t.pid) {
+            Some((ppid, _, sig)) if t.pid != 1 && ppid > 0 => (ppid, sig),
+            _ => return Err(Errno::EINVAL),
+        }
+    } else {
+        (t.pid, (flags & CSIGNAL) as i32)
+    };
     let slot = t.group.procs.reserve_task()?;
     let (mem, space) = new_space(&t.group.platform, t.mem.size(), "fork")?;
     let mut mm = t.mm().fork_into(mem.clone()).map_err(|e| {
@@ -122,7 +138,11 @@ pub(super) fn fork(
     let mut signals = t.signals.clone();
     signals.reset_for_fork();
     let mm = Arc::new(Mutex::new(mm));
-    let fds = Arc::new(t.fds.fork_copy());
+    let fds = if flags & CLONE_FILES != 0 {
+        t.fds.clone()
+    } else {
+        Arc::new(t.fds.fork_copy())
+    };
     group.set_resources(crate::task::ProcessResources {
         mm: mm.clone(),
         mem: mem.clone(),
@@ -147,12 +167,12 @@ pub(super) fn fork(
         },
     });
     child.publish_identity();
-    procs.add(pid, t.pid, group.clone(), exit_signal);
+    procs.add(pid, parent, group.clone(), exit_signal);
     if let Err(e) = child.spawn(format!("proc-{pid}")) {
         tracing::warn!("fork: cannot start a host thread: {e}");
         group.exit_group(crate::task::ExitStatus::Signaled(libc::SIGKILL));
         group.leave(pid);
-        let _ = procs.wait_child(t.pid, WaitFor::Pid(pid), true, || false);
+        let _ = procs.wait_child(parent, WaitFor::Pid(pid), true, || false);
         return Err(Errno::EAGAIN);
     }
     if flags & CLONE_VFORK != 0 {
@@ -160,6 +180,28 @@ pub(super) fn fork(
         procs.wait_vfork(pid, || control.park_requested());
     }
     Ok(pid as u64)
+}
+
+/// Gives the caller's process a descriptor table of its own when it shares one with another
+/// process (clone with CLONE_FILES), as Linux's unshare_files: at execve, and for
+/// close_range's CLOSE_RANGE_UNSHARE. The copy holds the same open file descriptions.
+pub(super) fn unshare_files(t: &mut Task) {
+    let shared = t
+        .group
+        .procs
+        .live_groups()
+        .into_iter()
+        .filter(|(pid, _)| *pid != t.pid)
+        .filter_map(|(_, g)| g.resources())
+        .any(|r| Arc::ptr_eq(&r.fds, &t.fds));
+    if !shared {
+        return;
+    }
+    t.fds = Arc::new(t.fds.fork_copy());
+    if let Some(mut r) = t.group.resources() {
+        r.fds = t.fds.clone();
+        t.group.set_resources(r);
+    }
 }
 
 /// Fresh guest memory of `size` bytes and an address space over it, for a new process
