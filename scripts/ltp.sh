@@ -3,7 +3,7 @@
 # source with its own make) natively and in torpor, on each platform, and writes the
 # per-test comparison to docs/results/ltp.md.
 #
-#   scripts/ltp.sh [--build-only|--report-only] [--platforms "kvm trap"] LTP_SRC [TEST...]
+#   scripts/ltp.sh [--build-only|--run-only|--report-only] [--platforms "kvm trap"] LTP_SRC [TEST...]
 #
 # LTP_SRC is a checkout of LTP's public repository (it is not in Debian). TESTs are names
 # of runtest/syscalls (open02, setresuid03...) or @SET for a set below (@permissions, the
@@ -48,6 +48,8 @@ while [ $# -gt 0 ]; do
     case $1 in
         --build-only) mode=build; shift ;;
         --report-only) mode=report; shift ;;
+        # Runs without building: for several runs of one build side by side.
+        --run-only) mode=run; shift ;;
         --platforms) platforms=$2; shift 2 ;;
         -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) break ;;
@@ -74,6 +76,7 @@ if [ "$mode" != report ]; then
     done
 
     # --- build ---------------------------------------------------------------------------
+    if [ "$mode" != run ]; then
     if [ ! -f "$src/include/config.h" ]; then
         log "configuring LTP"
         (cd "$src" && make autotools >"$OUT/build.log" 2>&1 &&
@@ -82,10 +85,18 @@ if [ "$mode" != report ]; then
     fi
     log "building LTP's library"
     make -C "$src/lib" -j"$(nproc)" >>"$OUT/build.log" 2>&1 || { log "lib: $OUT/build.log"; exit 1; }
+    # Each test's directory is the one holding its source (dup201.c in dup2/, futex_wait01.c
+    # in futex/); a _16 or _64 twin is built from its plain source.
+    declare -A dir_of
+    while read -r f; do
+        b=${f##*/}
+        dir_of[${b%.c}]=$(dirname "${f#"$src/testcases/kernel/syscalls/"}")
+    done < <(find "$src/testcases/kernel/syscalls" -name '*.c')
     dirs=$(for t in "${tests[@]}"; do
         cmd=$(awk -v t="$t" '$1 == t {print $2; exit}' "$OUT/runtest")
         [ -n "$cmd" ] || continue
-        d=$(echo "$cmd" | sed -E 's/_16$//; s/[0-9]+$//')
+        base=$(echo "$cmd" | sed -E 's/_(16|64)$//')
+        d=${dir_of[$base]:-$(echo "$base" | sed -E 's/[0-9]+$//')}
         [ -d "$src/testcases/kernel/syscalls/$d" ] && echo "$d"
     done | sort -u)
     for d in $dirs; do
@@ -93,6 +104,7 @@ if [ "$mode" != report ]; then
             make -C "$src/testcases/kernel/syscalls/$d" install; } >>"$OUT/build.log" 2>&1 ||
             log "building $d failed (its tests will be missing): $OUT/build.log"
     done
+    fi
     [ "$mode" = build ] && exit 0
 
     # --- run -----------------------------------------------------------------------------

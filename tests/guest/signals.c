@@ -30,6 +30,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -512,6 +513,71 @@ static void test_process_signal_to_sigwait(void) {
     sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
+/* The siginfo of a signal from another process: kill's SI_USER with the sender's pid and
+ * uid, SIGCHLD's CLD_EXITED with the child's pid and status, rt_sigqueueinfo's own value,
+ * pidfd_send_signal's; rt_sigqueueinfo claiming SI_USER to another process is EPERM. */
+static void test_process_siginfo(void) {
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGRTMIN);
+    sigprocmask(SIG_BLOCK, &set, &old);
+    pid_t parent = getpid();
+    pid_t c = fork();
+    if (c == 0) {
+        kill(parent, SIGUSR1);
+        siginfo_t q;
+        memset(&q, 0, sizeof q);
+        q.si_code = SI_QUEUE;
+        q.si_value.sival_int = 42;
+        syscall(SYS_rt_sigqueueinfo, parent, SIGRTMIN, &q);
+        q.si_code = SI_USER;
+        errno = 0;
+        long r = syscall(SYS_rt_sigqueueinfo, parent, SIGRTMIN, &q);
+        _exit(r == -1 && errno == EPERM ? 5 : 6);
+    }
+    siginfo_t si;
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, SIGUSR1);
+    sigwaitinfo(&one, &si);
+    say("kill from a child: code SI_USER %d, pid is the child's %d, uid %d\n",
+        si.si_code == SI_USER, si.si_pid == c, (int)si.si_uid);
+    sigemptyset(&one);
+    sigaddset(&one, SIGRTMIN);
+    sigwaitinfo(&one, &si);
+    say("rt_sigqueueinfo from a child: code SI_QUEUE %d, value %d, pid %d\n",
+        si.si_code == SI_QUEUE, si.si_value.sival_int, si.si_pid == c);
+    sigemptyset(&one);
+    sigaddset(&one, SIGCHLD);
+    sigwaitinfo(&one, &si);
+    say("SIGCHLD: code CLD_EXITED %d, pid is the child's %d, status %d\n",
+        si.si_code == CLD_EXITED, si.si_pid == c, si.si_status);
+    waitpid(c, NULL, 0);
+    c = fork();
+    if (c == 0) {
+        for (;;)
+            pause();
+    }
+    int pfd = (int)syscall(SYS_pidfd_open, c, 0);
+    errno = 0;
+    long r = syscall(SYS_pidfd_send_signal, -1, SIGKILL, NULL, 0);
+    say("pidfd_send_signal bad fd: %ld %s\n", r, errno == EBADF ? "EBADF" : "other");
+    r = syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+    int status;
+    waitpid(c, &status, 0);
+    say("pidfd_send_signal SIGKILL: %ld, killed %d\n", r,
+        WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    sigemptyset(&one);
+    sigaddset(&one, SIGCHLD);
+    sigwaitinfo(&one, &si);
+    say("SIGCHLD of a killed child: code CLD_KILLED %d, status %d\n", si.si_code == CLD_KILLED,
+        si.si_status);
+    close(pfd);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
 /* A blocking write to a full pipe returns early only for a signal: another thread's munmap
  * (which makes the runtime kick every thread) does not cut it short; SIGALRM then does, with
  * the partial count. */
@@ -677,6 +743,7 @@ int main(int argc, char **argv) {
     test_resethand();
     test_ignore();
     test_process_signal_to_sigwait();
+    test_process_siginfo();
     test_partial_pipe_write();
     test_cpu_timers();
     install(SIGABRT, abrt_handler, 0);

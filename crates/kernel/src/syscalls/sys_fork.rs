@@ -395,28 +395,40 @@ pub fn sys_pidfd_open(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Implements pidfd_send_signal(2) (no siginfo, no flags).
 pub fn sys_pidfd_send_signal(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let (fd, sig, info, flags) = (a.int(0), a.int(1), a.u(2), a.u(3));
-    if flags != 0 || info != 0 {
-        return Err(Errno::EINVAL);
-    }
-    if !(0..=crate::task::NSIG as i32).contains(&sig) {
+    use crate::task::signal::{SI_TKILL, SI_USER};
+    use crate::task::SigInfo;
+    let (fd, sig, uinfo, flags) = (a.int(0), a.int(1), a.gva(2), a.u(3));
+    // Linux's order: flags, the signal, the descriptor, the siginfo, then permission.
+    if flags != 0 || !(0..=crate::task::NSIG as i32).contains(&sig) {
         return Err(Errno::EINVAL);
     }
     let pid = pidfd_target(t, fd, true)?;
+    let info = if uinfo.raw() == 0 {
+        SigInfo::user(sig, SI_USER, t.pid, t.creds.uid)
+    } else {
+        let mut info = SigInfo([0; 128]);
+        t.copy_in(uinfo, &mut info.0)?;
+        if info.signo() != sig {
+            return Err(Errno::EINVAL);
+        }
+        // Only a process itself may claim a siginfo of the kernel or of kill(2).
+        if pid != t.pid && (info.code() >= 0 || info.code() == SI_TKILL) {
+            return Err(Errno::EPERM);
+        }
+        info
+    };
     if pid == t.pid {
         if sig != 0 {
-            t.queue_signal(crate::task::SigInfo::user(
-                sig,
-                crate::task::signal::SI_USER,
-                t.pid,
-                t.creds.uid,
-            ));
+            t.queue_signal(info);
         }
         return Ok(0);
     }
     let g = t.group.procs.group_of(pid).ok_or(Errno::ESRCH)?;
+    if !super::sys_signal::may_signal(t, pid, &g, sig) {
+        return Err(Errno::EPERM);
+    }
     if sig != 0 {
-        g.post_signal(sig);
+        g.post_siginfo(info);
     }
     Ok(0)
 }

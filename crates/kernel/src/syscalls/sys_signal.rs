@@ -212,7 +212,7 @@ fn send_self(t: &mut Task, info: SigInfo) -> SysResult {
 /// Whether the caller may send `sig` to process `pid` (Linux's `check_kill_permission`: its
 /// real or effective uid is the target's real or saved one, or it has CAP_KILL; SIGCONT within
 /// its session always).
-fn may_signal(t: &Task, pid: i32, g: &crate::task::ThreadGroup, sig: i32) -> bool {
+pub(super) fn may_signal(t: &Task, pid: i32, g: &crate::task::ThreadGroup, sig: i32) -> bool {
     if t.creds.may_signal(&g.identity().creds) {
         return true;
     }
@@ -227,6 +227,11 @@ fn may_signal(t: &Task, pid: i32, g: &crate::task::ThreadGroup, sig: i32) -> boo
 /// Implements kill(2): a process of the sandbox (pid > 0), the caller's process group (0),
 /// process group -pid (pid < -1), or every process the caller may signal but the first one
 /// and itself (-1). Signal 0 checks that the target exists.
+/// The siginfo of kill(2)'s `sig` from `t`: SI_USER, its pid and real uid.
+fn from_me(t: &Task, sig: i32) -> SigInfo {
+    SigInfo::user(sig, signal::SI_USER, t.pid, t.creds.uid)
+}
+
 pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (pid, sig) = (a.int(0), a.int(1));
     if !(0..=NSIG as i32).contains(&sig) {
@@ -280,7 +285,7 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
                 .collect();
             if sig != 0 {
                 for (_, g) in &others {
-                    g.post_signal(sig);
+                    g.post_siginfo(from_me(t, sig));
                 }
             }
             if mine {
@@ -295,7 +300,7 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     };
     if sig != 0 {
         for (_, g) in &targets {
-            g.post_signal(sig);
+            g.post_siginfo(from_me(t, sig));
         }
     }
     Ok(0)
@@ -387,12 +392,35 @@ fn queue_user_info(t: &mut Task, sig: i32, uinfo: platform::Gva) -> SysResult {
     send_self(t, info)
 }
 
-/// Implements rt_sigqueueinfo(2) to the calling process.
+/// Implements rt_sigqueueinfo(2): a signal with the caller's siginfo, to itself or to
+/// another process of the sandbox. To another process the siginfo must claim to come from
+/// user space (si_code negative, not SI_TKILL), else EPERM, as Linux.
 pub fn sys_rt_sigqueueinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    if a.int(0) != t.pid {
-        return Err(Errno::ESRCH);
+    let (pid, sig) = (a.int(0), a.int(1));
+    if pid == t.pid {
+        return queue_user_info(t, sig, a.gva(2));
     }
-    queue_user_info(t, a.int(1), a.gva(2))
+    if !(0..=NSIG as i32).contains(&sig) {
+        return Err(Errno::EINVAL);
+    }
+    let mut info = SigInfo([0; 128]);
+    t.copy_in(a.gva(2), &mut info.0)?;
+    if info.code() >= 0 || info.code() == signal::SI_TKILL {
+        return Err(Errno::EPERM);
+    }
+    let g = if pid > 0 {
+        t.group.procs.group_of(pid).ok_or(Errno::ESRCH)?
+    } else {
+        return Err(Errno::ESRCH);
+    };
+    if !may_signal(t, pid, &g, sig) {
+        return Err(Errno::EPERM);
+    }
+    if sig != 0 {
+        info.0[0..4].copy_from_slice(&sig.to_le_bytes());
+        g.post_siginfo(info);
+    }
+    Ok(0)
 }
 
 /// Implements rt_tgsigqueueinfo(2) to the calling thread.

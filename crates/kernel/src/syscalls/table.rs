@@ -173,7 +173,7 @@ table! {
     277 sync_file_range => sys_rw::sys_sync_file_range, Full;
     247 waitid => sys_fork::sys_waitid, Partial("exited children only (the sandbox has no job control); resource usage is zero");
     434 pidfd_open => sys_fork::sys_pidfd_open, Full;
-    424 pidfd_send_signal => sys_fork::sys_pidfd_send_signal, Partial("no siginfo argument (EINVAL)");
+    424 pidfd_send_signal => sys_fork::sys_pidfd_send_signal, Full;
     217 getdents64 => sys_fs::sys_getdents64, Full;
     218 set_tid_address => sys_process::sys_set_tid_address, Full;
     228 clock_gettime => sys_time::sys_clock_gettime, Partial("CPU-time clocks of the caller's own thread and process only (the process clock counts the whole sandbox's host process)");
@@ -188,7 +188,7 @@ table! {
     34 pause => sys_signal::sys_pause, Full;
     127 rt_sigpending => sys_signal::sys_rt_sigpending, Full;
     128 rt_sigtimedwait => sys_signal::sys_rt_sigtimedwait, Partial("restarted with the full timeout after a hibernation");
-    129 rt_sigqueueinfo => sys_signal::sys_rt_sigqueueinfo, Partial("single process: only itself");
+    129 rt_sigqueueinfo => sys_signal::sys_rt_sigqueueinfo, Full;
     130 rt_sigsuspend => sys_signal::sys_rt_sigsuspend, Full;
     131 sigaltstack => sys_signal::sys_sigaltstack, Full;
     297 rt_tgsigqueueinfo => sys_signal::sys_rt_tgsigqueueinfo, Partial("single process: only the calling thread");

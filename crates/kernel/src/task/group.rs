@@ -313,6 +313,15 @@ impl ThreadGroup {
         self.notify_signalfds(sig);
     }
 
+    /// [`post_signal`](Self::post_signal) with the siginfo the process must see (the sender's
+    /// pid and uid, a child's exit status).
+    pub fn post_siginfo(&self, info: super::SigInfo) {
+        if let Some(m) = self.lock_members().first() {
+            m.control.send_siginfo(info);
+        }
+        self.notify_signalfds(info.signo());
+    }
+
     /// Registers a thread. A thread created while the group is stopped parks before it
     /// first runs.
     pub fn join(&self, tid: i32, control: Arc<TaskControl>) {
@@ -344,7 +353,8 @@ impl ThreadGroup {
             .unwrap_or(ExitStatus::Signaled(libc::SIGKILL));
         if let Some((parent, sig)) = self.procs.exited(self.pid, status) {
             if sig != 0 {
-                parent.post_signal(sig);
+                let uid = self.identity().creds.uid;
+                parent.post_siginfo(super::SigInfo::child(sig, self.pid, uid, status));
             }
         }
         let _m = self.lock_members();

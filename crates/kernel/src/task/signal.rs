@@ -127,6 +127,21 @@ impl SigInfo {
         s
     }
 
+    /// The signal a parent gets when its child `pid` (owned by `uid`) ends with `status`
+    /// (SIGCHLD, or the child's exit signal): si_code CLD_EXITED with the exit code, or
+    /// CLD_KILLED with the signal.
+    pub fn child(sig: i32, pid: i32, uid: u32, status: super::ExitStatus) -> SigInfo {
+        const CLD_EXITED: i32 = 1;
+        const CLD_KILLED: i32 = 2;
+        let (code, value) = match status {
+            super::ExitStatus::Exited(c) => (CLD_EXITED, c & 0xff),
+            super::ExitStatus::Signaled(s) => (CLD_KILLED, s),
+        };
+        let mut s = SigInfo::user(sig, code, pid, uid);
+        s.0[24..28].copy_from_slice(&value.to_le_bytes());
+        s
+    }
+
     /// A fault signal with its address (si_addr).
     pub fn fault(sig: i32, code: i32, addr: u64) -> SigInfo {
         let mut s = SigInfo::new(sig, code);
