@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -285,6 +286,51 @@ static void sharing_flags(void) {
            WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
 
+/* Robust mutexes: a process-shared one in shared memory, left locked by a child that exits,
+ * and a private one left locked by a thread that exits, are taken by the next locker with
+ * EOWNERDEAD (the kernel walks the dead thread's robust list). */
+static pthread_mutex_t *robust_init(pthread_mutex_t *m, int shared) {
+    pthread_mutexattr_t at;
+    pthread_mutexattr_init(&at);
+    pthread_mutexattr_setrobust(&at, PTHREAD_MUTEX_ROBUST);
+    if (shared)
+        pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
+    pthread_mutex_init(m, &at);
+    return m;
+}
+
+static void *lock_and_leave(void *arg) {
+    pthread_mutex_lock(arg);
+    return NULL;
+}
+
+static void robust_mutexes(void) {
+    pthread_mutex_t *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    robust_init(m, 1);
+    pid_t p = fork();
+    if (p == 0) {
+        pthread_mutex_lock(m);
+        _exit(0);
+    }
+    waitpid(p, NULL, 0);
+    int r = pthread_mutex_lock(m);
+    printf("robust mutex of a dead process: %s", r == EOWNERDEAD ? "EOWNERDEAD" : r == 0 ? "0" : "other");
+    int c = pthread_mutex_consistent(m);
+    printf(", consistent %d, unlock %d\n", c, pthread_mutex_unlock(m));
+    static pthread_mutex_t private_m;
+    robust_init(&private_m, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, lock_and_leave, &private_m);
+    pthread_join(th, NULL);
+    r = pthread_mutex_lock(&private_m);
+    printf("robust mutex of a dead thread: %s\n", r == EOWNERDEAD ? "EOWNERDEAD" : r == 0 ? "0" : "other");
+    void *head = NULL;
+    size_t len = 0;
+    long g = syscall(SYS_get_robust_list, 0, &head, &len);
+    printf("get_robust_list: %ld, head set %d, len %zu\n", g, head != NULL, len);
+    munmap(m, 4096);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 3 && strcmp(argv[1], "child") == 0) {
@@ -300,6 +346,7 @@ int main(int argc, char **argv) {
     exec_checks();
     spawn_checks();
     sharing_flags();
+    robust_mutexes();
     printf("done\n");
     return 0;
 }

@@ -73,6 +73,10 @@ fn fork_exec_wait_match_native() {
         "CLONE_FILES|CLONE_FS: child's fd open here 1, cwd /tmp, umask 027",
         "close_range UNSHARE in a CLONE_FILES child: 0, still open here 1",
         "CLONE_PARENT: grandchild reaped by its grandparent 1, status 7",
+        // Robust mutexes (set_robust_list was recorded nowhere: the next locker hung).
+        "robust mutex of a dead process: EOWNERDEAD, consistent 0, unlock 0",
+        "robust mutex of a dead thread: EOWNERDEAD",
+        "get_robust_list: 0, head set 1, len 24",
     ] {
         assert!(
             got.stdout_str().contains(line),

@@ -35,6 +35,7 @@ pub mod table;
 
 pub use args::SyscallArgs;
 pub use sys_exec::parse_shebang;
+pub(crate) use sys_process::exit_robust_list;
 pub use table::{dispatch, Support, TABLE};
 
 /// What a handler returns: the value for `rax`, or an errno.

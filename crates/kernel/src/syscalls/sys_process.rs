@@ -80,12 +80,106 @@ pub fn sys_set_tid_address(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(t.tid as u64)
 }
 
-/// Implements set_robust_list(2): recorded nowhere yet (no other thread can inherit a lock).
-pub fn sys_set_robust_list(_t: &mut Task, a: &SyscallArgs) -> SysResult {
-    if a.u(1) != 24 {
+/// `sizeof(struct robust_list_head)`: the list, the futex word's offset, the pending entry.
+const ROBUST_HEAD_SIZE: u64 = 24;
+
+/// Implements set_robust_list(2): the head is recorded; at the thread's exit the robust
+/// mutexes it still holds are marked and a waiter of each woken ([`exit_robust_list`]).
+pub fn sys_set_robust_list(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    if a.u(1) != ROBUST_HEAD_SIZE {
         return Err(Errno::EINVAL);
     }
+    t.control.set_robust_list(a.u(0));
     Ok(0)
+}
+
+/// Implements get_robust_list(2): the head and its size, of the caller (pid 0) or of thread
+/// `pid` of the sandbox, whose process the caller must be allowed to inspect (EPERM).
+pub fn sys_get_robust_list(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    let (tid, head_at, len_at) = (a.int(0), a.gva(1), a.gva(2));
+    let head = if tid == 0 || tid == t.tid {
+        t.control.robust_list()
+    } else {
+        let (group, control) = t
+            .group
+            .procs
+            .live_groups()
+            .into_iter()
+            .find_map(|(_, g)| g.member_control(tid).map(|c| (g, c)))
+            .ok_or(Errno::ESRCH)?;
+        if !t.creds.may_inspect(&group.identity().creds) {
+            return Err(Errno::EPERM);
+        }
+        control.robust_list()
+    };
+    t.write_val(head_at, &head)?;
+    t.write_val(len_at, &ROBUST_HEAD_SIZE)?;
+    Ok(0)
+}
+
+/// Linux's futex word bits: a waiter sleeps on it; its owner died; the owner's tid.
+const FUTEX_WAITERS: u32 = 0x8000_0000;
+const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+/// Most entries walked (Linux's ROBUST_LIST_LIMIT): a corrupted or circular list ends.
+const ROBUST_LIST_LIMIT: usize = 2048;
+
+/// At a thread's exit: each robust mutex still held by it (its futex word's owner is the
+/// thread) gets FUTEX_OWNER_DIED and a waiter is woken, who takes the mutex with EOWNERDEAD
+/// (Linux's exit_robust_list). The list is the application's memory, read with every check:
+/// a bad pointer ends the walk. The word is read and written, not exchanged atomically: a
+/// waiter that queues in between is still woken, as one waiter always is.
+pub fn exit_robust_list(t: &mut Task) {
+    let head = t.control.robust_list();
+    if head == 0 {
+        return;
+    }
+    let word = |t: &Task, at: u64| t.read_u64(Gva(at)).ok();
+    let (Some(mut entry), Some(offset), Some(pending)) =
+        (word(t, head), word(t, head + 8), word(t, head + 16))
+    else {
+        return;
+    };
+    for _ in 0..ROBUST_LIST_LIMIT {
+        if entry == head || entry == 0 {
+            break;
+        }
+        // The next entry is read before the word is released, as Linux does.
+        let Some(next) = word(t, entry) else {
+            return;
+        };
+        if entry != pending {
+            futex_owner_died(t, entry.wrapping_add(offset));
+        }
+        entry = next;
+    }
+    if pending != 0 {
+        futex_owner_died(t, pending.wrapping_add(offset));
+    }
+}
+
+/// Linux's handle_futex_death for the word at `addr`.
+fn futex_owner_died(t: &mut Task, addr: u64) {
+    let at = Gva(addr);
+    if !addr.is_multiple_of(4) {
+        return;
+    }
+    let mut b = [0u8; 4];
+    if t.copy_in(at, &mut b).is_err() {
+        return;
+    }
+    let val = u32::from_le_bytes(b);
+    if val & FUTEX_TID_MASK != t.tid as u32 {
+        return;
+    }
+    if t.write_u32(at, (val & FUTEX_WAITERS) | FUTEX_OWNER_DIED)
+        .is_err()
+    {
+        return;
+    }
+    if let Ok((queues, key)) = futex_queues(t, at, 0) {
+        queues.table().wake(key, 1, u32::MAX);
+    }
 }
 
 const FUTEX_WAIT: i32 = 0;

@@ -202,6 +202,7 @@ table! {
     270 pselect6 => sys_poll::sys_pselect6, Full;
     271 ppoll => sys_poll::sys_ppoll, Full;
     273 set_robust_list => sys_process::sys_set_robust_list, Full;
+    274 get_robust_list => sys_process::sys_get_robust_list, Full;
     281 epoll_pwait => sys_poll::sys_epoll_pwait, Full;
     441 epoll_pwait2 => sys_poll::sys_epoll_pwait2, Partial("the timeout is rounded up to whole milliseconds");
     288 accept4 => sys_socket::sys_accept4, Full;

@@ -36,6 +36,9 @@ pub struct TaskControl {
     infos: Mutex<Vec<super::SigInfo>>,
     kicker: Mutex<Kicker>,
     idle_hook: Mutex<Option<IdleHook>>,
+    /// The head of the task's robust futex list (set_robust_list), 0 for none: read at its
+    /// exit, and by get_robust_list of another thread.
+    robust_list: AtomicU64,
 }
 
 /// Called on the task's thread when it goes idle (`true`) or busy (`false`).
@@ -53,7 +56,18 @@ impl TaskControl {
             infos: Mutex::new(Vec::new()),
             kicker: Mutex::new(kicker),
             idle_hook: Mutex::new(None),
+            robust_list: AtomicU64::new(0),
         }
+    }
+
+    /// Records the head of the task's robust futex list (set_robust_list).
+    pub fn set_robust_list(&self, head: u64) {
+        self.robust_list.store(head, Ordering::Relaxed);
+    }
+
+    /// The head of the task's robust futex list, 0 for none.
+    pub fn robust_list(&self) -> u64 {
+        self.robust_list.load(Ordering::Relaxed)
     }
 
     /// Asks the task to park; kicks it until it does or `timeout` passes. Returns whether the

@@ -305,6 +305,14 @@ impl ThreadGroup {
         *self.exe_key.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The control of live thread `tid` of the process, if it is one.
+    pub fn member_control(&self, tid: i32) -> Option<Arc<TaskControl>> {
+        self.lock_members()
+            .iter()
+            .find(|m| m.tid == tid)
+            .map(|m| m.control.clone())
+    }
+
     /// Sends the process a signal from another process (the first thread takes it).
     pub fn post_signal(&self, sig: i32) {
         if let Some(m) = self.lock_members().first() {

@@ -297,6 +297,8 @@ impl Task {
             Ok(_) => {}
             Err(_) => self.group.exit_group(ExitStatus::Signaled(libc::SIGKILL)),
         }
+        // Robust mutexes it still holds are released to their waiters (EOWNERDEAD).
+        syscalls::exit_robust_list(self);
         // CLONE_CHILD_CLEARTID: zero the tid word and wake a joiner.
         if self.clear_child_tid != 0 {
             let at = Gva(self.clear_child_tid);
