@@ -50,6 +50,7 @@ errnos!(
     EPIPE,
     ERANGE,
     EIDRM,
+    ENOMSG,
     ENAMETOOLONG,
     ENOSYS,
     ENOTEMPTY,

@@ -35,12 +35,18 @@ pub mod cap {
     pub const NET_BIND_SERVICE: u32 = 10;
     /// Raw and packet sockets.
     pub const NET_RAW: u32 = 13;
+    /// Bypass System V IPC permission checks.
+    pub const IPC_OWNER: u32 = 15;
     /// chroot(2).
     pub const SYS_CHROOT: u32 = 18;
     /// Trace any process, read its `/proc` files.
     pub const SYS_PTRACE: u32 = 19;
+    /// Administration, among it changing or removing others' System V IPC objects.
+    pub const SYS_ADMIN: u32 = 21;
     /// Raise priorities, set other users' priorities.
     pub const SYS_NICE: u32 = 23;
+    /// Override resource limits, among them a message queue's size past `msgmnb`.
+    pub const SYS_RESOURCE: u32 = 24;
     /// Device nodes.
     pub const MKNOD: u32 = 27;
     /// Write the audit log.

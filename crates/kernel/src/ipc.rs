@@ -1,6 +1,6 @@
 //! System V IPC of a sandbox: shared memory segments (`shmget`, `shmat`, `shmctl`) and
-//! semaphore sets (`semget`, `semop`, `semctl`), private to the sandbox like Linux's IPC
-//! namespace.
+//! semaphore sets (`semget`, `semop`, `semctl`) here, message queues in [`msg`], private to
+//! the sandbox like Linux's IPC namespace.
 //!
 //! A segment's memory is an anonymous [`SharedObject`] of the sandbox's shared space, so
 //! attaching it in any process maps the same pages ([`mm::shared`]). Its attach count is the
@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use abi::Errno;
 use mm::SharedObject;
+
+pub mod msg;
 
 /// `IPC_PRIVATE`: always a new segment.
 pub const IPC_PRIVATE: i32 = 0;

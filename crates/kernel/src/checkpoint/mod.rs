@@ -9,11 +9,13 @@
 //! Supported so far: every process with its threads; its descriptors may be the standard
 //! streams, files, directories, host devices, pipes (with their buffered bytes), eventfds,
 //! Internet sockets (listening ones listen again; connected ones come back reset) and epoll
-//! instances watching them. Anything else makes the checkpoint fail with the descriptor, process or mapping
+//! instances watching them; the sandbox's System V message queues with their messages
+//! ([`ipc`]). Anything else makes the checkpoint fail with the descriptor, process or mapping
 //! it could not save, and the sandbox goes on as before.
 
 pub mod blobs;
 pub mod files;
+pub mod ipc;
 mod sockets;
 pub mod state;
 pub mod task;
@@ -195,6 +197,7 @@ pub fn export(
         open_files,
         processes,
         vdso: task.group.platform.vdso().map(VdsoState::from),
+        msg_queues: ipc::export_msg_queues(&procs.sysv_msg, blobs),
     })
 }
 
@@ -251,6 +254,7 @@ pub fn restore(
     procs.memory.set_limit(cfg.memory / platform::PAGE_SIZE);
     procs.set_nodename(&state.nodename);
     procs.set_domainname(&state.domainname);
+    ipc::import_msg_queues(&state.msg_queues, blobs, &procs.sysv_msg).map_err(bad)?;
     let net = Arc::new(crate::sandbox::net_policy(cfg));
     let owner = crate::net::unix::Ucred {
         pid: first.pid,

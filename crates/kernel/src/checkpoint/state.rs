@@ -26,6 +26,75 @@ pub struct SandboxState {
     /// own). Programs keep pointers into it, so a restore needs the same.
     #[serde(default)]
     pub vdso: Option<VdsoState>,
+    /// Its System V message queues (none in older checkpoints).
+    #[serde(default)]
+    pub msg_queues: MsgQueuesState,
+}
+
+/// The sandbox's System V message queues ([`crate::ipc::msg`]) and where their next id comes
+/// from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MsgQueuesState {
+    /// The sequence number of new ids.
+    pub seq: i32,
+    /// The index last given (-1: none yet).
+    pub last_idx: i32,
+    /// Where the search for a free index starts.
+    pub next_idx: u32,
+    /// The queues.
+    pub queues: Vec<MsgQueueState>,
+}
+
+impl Default for MsgQueuesState {
+    fn default() -> Self {
+        MsgQueuesState {
+            seq: 0,
+            last_idx: -1,
+            next_idx: 0,
+            queues: Vec::new(),
+        }
+    }
+}
+
+/// One message queue: its id, permission, times, size, last processes and messages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MsgQueueState {
+    /// Its id.
+    pub id: i32,
+    /// Its key (0: IPC_PRIVATE).
+    pub key: i32,
+    /// Owner's user id.
+    pub uid: u32,
+    /// Owner's group id.
+    pub gid: u32,
+    /// Creator's user id.
+    pub cuid: u32,
+    /// Creator's group id.
+    pub cgid: u32,
+    /// Permission bits.
+    pub mode: u16,
+    /// Last msgsnd, msgrcv and change times (seconds since the epoch).
+    pub times: [i64; 3],
+    /// Most bytes it holds (`msg_qbytes`).
+    pub qbytes: u64,
+    /// Processes of the last msgsnd and msgrcv.
+    pub pids: [i32; 2],
+    /// Each message's type and text length, in queue order.
+    pub messages: Vec<MsgState>,
+    /// The messages' texts, one after another.
+    pub texts: BlobRef,
+}
+
+/// One queued message: its type and the length of its text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MsgState {
+    /// Its type.
+    pub mtype: i64,
+    /// Its text's length.
+    pub len: u32,
 }
 
 /// A platform's vDSO: where its ELF header is and a digest of its code.

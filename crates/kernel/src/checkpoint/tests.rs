@@ -280,3 +280,80 @@ fn a_malformed_table_is_refused() {
     // Unknown fields are refused by the decoder itself.
     assert!(serde_json::from_str::<FilesState>(r#"{"limit":1,"fds":[],"x":1}"#).is_err());
 }
+
+#[test]
+fn message_queues_come_back_with_their_messages_and_ids() {
+    use super::ipc::{export_msg_queues, import_msg_queues};
+    use super::state::MsgQueuesState;
+    use crate::ipc::msg::{Caller, Message, MsgTable, Selector, StatBy, IPC_CREAT, IPC_NOWAIT};
+
+    let who = Caller {
+        pid: 7,
+        euid: 1000,
+        egid: 1000,
+        fsgid: 1000,
+        ..Caller::default()
+    };
+    let t = MsgTable::default();
+    let keyed = t.get(0x5151, IPC_CREAT | 0o640, &who).unwrap();
+    let private = t.get(0, 0o600, &who).unwrap();
+    let empty = t.get(0, 0o600, &who).unwrap();
+    t.remove(empty, &who).unwrap();
+    for (ty, text) in [(2, &b"two"[..]), (1, b""), (9, &[0xffu8; 8192][..])] {
+        t.send(
+            keyed,
+            Message {
+                mtype: ty,
+                text: text.to_vec(),
+            },
+            true,
+            &who,
+            || false,
+        )
+        .unwrap();
+    }
+    let m = Message {
+        mtype: 4,
+        text: b"private".to_vec(),
+    };
+    t.send(private, m, true, &who, || false).unwrap();
+
+    let mut blobs = BlobWriter::new();
+    let state = export_msg_queues(&t, &mut blobs);
+    let json = serde_json::to_string(&state).unwrap();
+    let state: MsgQueuesState = serde_json::from_str(&json).unwrap();
+    let blobs = Blobs::new(blobs.into_payload());
+    let u = MsgTable::default();
+    import_msg_queues(&state, &blobs, &u).unwrap();
+
+    for id in [keyed, private] {
+        assert_eq!(
+            u.stat(id, StatBy::Id, &who).unwrap(),
+            t.stat(id, StatBy::Id, &who).unwrap()
+        );
+    }
+    assert_eq!(u.get(0x5151, 0, &who), Ok(keyed));
+    // The next id is the one the sandbox would have given.
+    assert_eq!(u.get(0, 0o600, &who), t.get(0, 0o600, &who));
+    let take = |table: &MsgTable, id, sel| {
+        table
+            .receive(id, sel, 8192, IPC_NOWAIT, &who, || false)
+            .map(|m| (m.mtype, m.text.len()))
+    };
+    assert_eq!(take(&u, keyed, Selector::AtMost(5)), Ok((1, 0)));
+    assert_eq!(take(&u, keyed, Selector::First), Ok((2, 3)));
+    assert_eq!(take(&u, keyed, Selector::First), Ok((9, 8192)));
+    assert_eq!(
+        u.receive(private, Selector::First, 100, 0, &who, || false)
+            .map(|m| m.text),
+        Ok(b"private".to_vec())
+    );
+
+    // A state whose texts do not match its messages is refused.
+    let mut bad = state.clone();
+    bad.queues[0].messages[0].len += 1;
+    assert!(import_msg_queues(&bad, &blobs, &MsgTable::default()).is_err());
+    let mut bad = state;
+    bad.queues[1].messages.clear();
+    assert!(import_msg_queues(&bad, &blobs, &MsgTable::default()).is_err());
+}

@@ -8,8 +8,8 @@ use abi::Errno;
 
 use super::{
     sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_inotify,
-    sys_mm, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem, sys_session, sys_shm, sys_signal,
-    sys_signalfd, sys_socket, sys_stat, sys_time, sys_xattr, SysResult, SyscallArgs,
+    sys_mm, sys_msg, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem, sys_session, sys_shm,
+    sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -155,6 +155,10 @@ table! {
     65 semop => sys_sem::sys_semop, Full;
     220 semtimedop => sys_sem::sys_semtimedop, Full;
     66 semctl => sys_sem::sys_semctl, Partial("GETNCNT and GETZCNT report 0; no IPC_INFO/SEM_INFO");
+    68 msgget => sys_msg::sys_msgget, Full;
+    69 msgsnd => sys_msg::sys_msgsnd, Full;
+    70 msgrcv => sys_msg::sys_msgrcv, Full;
+    71 msgctl => sys_msg::sys_msgctl, Full;
     29 shmget => sys_shm::sys_shmget, Full;
     30 shmat => sys_shm::sys_shmat, Full;
     67 shmdt => sys_shm::sys_shmdt, Full;

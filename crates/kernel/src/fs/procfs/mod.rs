@@ -15,6 +15,7 @@
 //! | `/proc/mounts`, `/proc/self/mounts`, `/proc/self/mountinfo` | the sandbox's mounts ([`mounts`]) |
 //! | `/proc/self/statm` | the process's memory in pages |
 //! | `/proc/sys/…` | the tunables programs size themselves by ([`sysctl`]) |
+//! | `/proc/sysvipc/msg` | the sandbox's System V message queues ([`crate::ipc::msg`]) |
 //!
 //! `/proc/self/…`, `/proc/thread-self/…` and `/proc/PID/…` with the caller's own pid name the
 //! caller's process; `readlink` of `/proc/self/fd/N` and `/proc/self/exe` is answered by the
@@ -344,6 +345,7 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
             "/proc/uptime" => "uptime",
             "/proc/loadavg" => "loadavg",
             "/proc/mounts" => "mounts",
+            "/proc/sysvipc/msg" => "sysvipc/msg",
             "/sys/devices/system/cpu/online" | "/sys/devices/system/cpu/possible" => "online",
             _ => return None,
         },
@@ -394,6 +396,7 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         ("mountinfo", _) => mounts::mountinfo_file(&mounts::of_root(t.root.host_path())),
         ("cpuinfo", _) => std::fs::read("/proc/cpuinfo").unwrap_or_default(),
         ("online", _) => online_cpus().to_vec(),
+        ("sysvipc/msg", _) => t.group.procs.sysv_msg.proc_file(),
         (name, None) if sysctl::name_of(&format!("/proc/sys/{name}")).is_some() => {
             sysctl::value(t, name)
         }

@@ -3,9 +3,10 @@
 //! `/proc/sys` is.
 //!
 //! Each value is what bounds the sandbox: torpor's own for what torpor implements (pids,
-//! threads, System V shared memory and semaphores, the lowest mappable address), the host
-//! kernel's for what the host enforces on the sandbox's behalf (pipes, inotify, descriptors,
-//! listen backlogs), read once before the holder is confined ([`prime_host_values`]).
+//! threads, System V shared memory, semaphores and message queues, the lowest mappable
+//! address), the host kernel's for what the host enforces on the sandbox's behalf (pipes,
+//! inotify, descriptors, listen backlogs), read once before the holder is confined
+//! ([`prime_host_values`]).
 
 use std::sync::OnceLock;
 
@@ -37,6 +38,9 @@ const TUNABLES: &[(&str, Source)] = &[
     ("kernel/shmall", Source::Sandbox(shmall)),
     ("kernel/shmmni", Source::Sandbox(shmmni)),
     ("kernel/sem", Source::Sandbox(sem)),
+    ("kernel/msgmax", Source::Sandbox(msgmax)),
+    ("kernel/msgmnb", Source::Sandbox(msgmnb)),
+    ("kernel/msgmni", Source::Sandbox(msgmni)),
     ("kernel/random/uuid", Source::Sandbox(uuid)),
     ("vm/mmap_min_addr", Source::Sandbox(mmap_min_addr)),
     ("vm/overcommit_memory", Source::Fixed("0")),
@@ -141,6 +145,18 @@ fn sem(_: &Task) -> String {
     )
 }
 
+fn msgmax(_: &Task) -> String {
+    crate::ipc::msg::MSGMAX.to_string()
+}
+
+fn msgmnb(_: &Task) -> String {
+    crate::ipc::msg::MSGMNB.to_string()
+}
+
+fn msgmni(_: &Task) -> String {
+    crate::ipc::msg::MSGMNI.to_string()
+}
+
 fn uuid(_: &Task) -> String {
     // A random (version 4) UUID on every read, as Linux's.
     let mut b = [0u8; 16];
@@ -173,6 +189,7 @@ mod tests {
             name_of("/proc/sys/fs/inotify/max_user_watches"),
             Some("fs/inotify/max_user_watches")
         );
+        assert_eq!(name_of("/proc/sys/kernel/msgmnb"), Some("kernel/msgmnb"));
         assert_eq!(name_of("/proc/sys/kernel"), None);
         assert_eq!(name_of("/proc/sys/kernel/core_pattern"), None);
         assert_eq!(name_of("/proc/kernel/pid_max"), None);
