@@ -39,6 +39,8 @@ pub struct TaskControl {
     /// The head of the task's robust futex list (set_robust_list), 0 for none: read at its
     /// exit, and by get_robust_list of another thread.
     robust_list: AtomicU64,
+    /// The task is inside a syscall (what /proc/PID/stat shows as sleeping, not running).
+    in_syscall: AtomicBool,
 }
 
 /// Called on the task's thread when it goes idle (`true`) or busy (`false`).
@@ -57,7 +59,18 @@ impl TaskControl {
             kicker: Mutex::new(kicker),
             idle_hook: Mutex::new(None),
             robust_list: AtomicU64::new(0),
+            in_syscall: AtomicBool::new(false),
         }
+    }
+
+    /// Records that the task entered (`true`) or left a syscall.
+    pub fn set_in_syscall(&self, inside: bool) {
+        self.in_syscall.store(inside, Ordering::Relaxed);
+    }
+
+    /// Whether the task is inside a syscall now.
+    pub fn in_syscall(&self) -> bool {
+        self.in_syscall.load(Ordering::Relaxed)
     }
 
     /// Records the head of the task's robust futex list (set_robust_list).

@@ -305,6 +305,12 @@ impl ThreadGroup {
         *self.exe_key.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether every thread of the process is inside a syscall (waiting, as far as another
+    /// process can tell: /proc/PID/stat's `S`), not running its own code (`R`).
+    pub fn all_in_syscall(&self) -> bool {
+        self.lock_members().iter().all(|m| m.control.in_syscall())
+    }
+
     /// The control of live thread `tid` of the process, if it is one.
     pub fn member_control(&self, tid: i32) -> Option<Arc<TaskControl>> {
         self.lock_members()

@@ -392,7 +392,9 @@ impl Task {
         if waits {
             self.control.set_idle(true);
         }
+        self.control.set_in_syscall(true);
         let ret = self.dispatch_restarting(&args);
+        self.control.set_in_syscall(false);
         self.control.set_idle(false);
         if waits && brought_input(args.nr, &ret) {
             self.control.note_input();

@@ -62,6 +62,8 @@ struct View {
     sigign: u64,
     sigcgt: u64,
     threads: usize,
+    /// It runs its own code (`R`), or all its threads are in syscalls (`S`); the caller runs.
+    running: bool,
     mm: Option<Arc<Mutex<mm::MemoryManager>>>,
     /// CPU time used.
     cpu: std::time::Duration,
@@ -87,6 +89,7 @@ impl View {
             sigign: t.signals.disposition_masks().0,
             sigcgt: t.signals.disposition_masks().1,
             threads: t.group.live(),
+            running: true,
             mm: Some(t.mm.clone()),
             cpu: t.group.cpu_time(),
             started: t.group.started,
@@ -104,6 +107,7 @@ impl View {
             sigign: 0,
             sigcgt: 0,
             threads: g.live(),
+            running: !g.all_in_syscall(),
             mm: g.resources().map(|r| r.mm),
             cpu: g.cpu_time(),
             started: g.started,
@@ -539,7 +543,7 @@ fn status(v: &View, t: &Task) -> Vec<u8> {
         pgid = member.map_or(v.pid, |m| m.pgid),
         sid = member.map_or(v.pid, |m| m.sid),
         threads = v.threads,
-        state = if v.pid == t.pid { "R (running)" } else { "S (sleeping)" },
+        state = if v.running { "R (running)" } else { "S (sleeping)" },
         vm_kb = v.vsize() / 1024,
     )
     .into_bytes()
@@ -550,8 +554,8 @@ fn stat(v: &View, t: &Task) -> Vec<u8> {
     let mut fields = vec!["0".to_string(); 52];
     fields[0] = v.pid.to_string();
     fields[1] = format!("({})", v.comm());
-    // The caller runs; the others, as far as it can tell, wait.
-    fields[2] = if v.pid == t.pid { "R" } else { "S" }.into();
+    // The caller runs; another process runs unless all its threads are in syscalls.
+    fields[2] = if v.running { "R" } else { "S" }.into();
     fields[3] = t.group.procs.parent_of(v.pid).to_string(); // ppid
     let member = t.group.procs.membership(v.pid);
     fields[4] = member.map_or(v.pid, |m| m.pgid).to_string(); // pgrp
