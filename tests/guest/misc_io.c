@@ -28,6 +28,8 @@
 #include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <sys/stat.h>
+#include <sys/personality.h>
+#include <sys/utsname.h>
 #include <dirent.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -582,6 +584,15 @@ static void ltp_findings(void) {
            err_name(getsockopt(s, IPPROTO_UDP, SO_OOBINLINE, &v, &len)));
     printf("getsockopt TCP -1: %s\n", err_name(getsockopt(s, IPPROTO_TCP, -1, &v, &len)));
     close(s);
+    int before = personality(0xffffffff);
+    int set = personality(ADDR_NO_RANDOMIZE);
+    int now = personality(0xffffffff);
+    personality(UNAME26);
+    struct utsname un;
+    uname(&un);
+    personality(0);
+    printf("personality: query %#x, set returns %#x, now %#x, UNAME26 release 2.6 %d, bad domain %s\n",
+           before, set, now, strncmp(un.release, "2.6.", 4) == 0, err_name(personality(0x42)));
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {

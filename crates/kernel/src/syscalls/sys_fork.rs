@@ -129,6 +129,12 @@ pub(super) fn fork(
     }
     let group = ThreadGroup::new(t.group.platform.clone(), space.clone(), pid, procs.clone());
     group.set_exe_key(t.group.exe_key());
+    group.personality.store(
+        t.group
+            .personality
+            .load(std::sync::atomic::Ordering::Relaxed),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = t
         .group
         .rlimits

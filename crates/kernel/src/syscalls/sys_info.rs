@@ -12,6 +12,24 @@ use crate::task::rlimit::Limit;
 use super::{SysResult, SyscallArgs};
 use crate::task::Task;
 
+/// personality(2)'s query value.
+const PERSONALITY_QUERY: u32 = 0xffff_ffff;
+/// The UNAME26 flag: uname reports a 2.6 release (for programs that parse only 2.6.x).
+const UNAME26: u32 = 0x002_0000;
+
+/// Implements personality(2): the process's persona is kept, inherited by fork and reported
+/// (0xffffffff queries); as on Linux any value is taken. Programs run as Linux ones whatever
+/// it says: but for UNAME26 (uname's release), the domain and flags change nothing.
+pub fn sys_personality(t: &mut Task, a: &SyscallArgs) -> SysResult {
+    use std::sync::atomic::Ordering;
+    let want = a.u(0) as u32;
+    let old = t.group.personality.load(Ordering::Relaxed);
+    if want != PERSONALITY_QUERY {
+        t.group.personality.store(want, Ordering::Relaxed);
+    }
+    Ok(u64::from(old))
+}
+
 /// Implements uname(2): Linux x86-64 with the host's release, the sandbox's own node name.
 pub fn sys_uname(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let host = crate::task::host::uname();
@@ -21,10 +39,20 @@ pub fn sys_uname(t: &mut Task, a: &SyscallArgs) -> SysResult {
             .map(|&c| c as u8)
             .collect()
     };
+    let uname26 = t
+        .group
+        .personality
+        .load(std::sync::atomic::Ordering::Relaxed)
+        & UNAME26
+        != 0;
     let fields: [Vec<u8>; 6] = [
         b"Linux".to_vec(),
         t.group.procs.nodename(),
-        field(&host.release),
+        if uname26 {
+            uname26_release(&field(&host.release))
+        } else {
+            field(&host.release)
+        },
         field(&host.version),
         b"x86_64".to_vec(),
         t.group.procs.domainname(),
@@ -36,6 +64,22 @@ pub fn sys_uname(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     t.copy_out(a.gva(0), &out)?;
     Ok(0)
+}
+
+/// The 2.6 release Linux's UNAME26 reports for `release` ("6.18.44-x" is "2.6.78-x": 2.6.60
+/// plus the minor version).
+fn uname26_release(release: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(release);
+    let (nums, rest) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(text.len()),
+    );
+    let minor: u32 = nums
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    format!("2.6.{}{}", 60 + minor, rest).into_bytes()
 }
 
 /// Copies in a new node or domain name for sethostname(2)/setdomainname(2): root's only (the
@@ -406,4 +450,15 @@ pub fn sys_sched_setaffinity(t: &mut Task, a: &SyscallArgs) -> SysResult {
         AFFINITY.with(|m| *m.borrow_mut() = Some(eff));
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod personality_tests {
+    use super::uname26_release;
+
+    #[test]
+    fn uname26_reports_a_2_6_release_as_linux_does() {
+        assert_eq!(uname26_release(b"6.18.44-fc-v1272"), b"2.6.78-fc-v1272");
+        assert_eq!(uname26_release(b"5.10.0"), b"2.6.70");
+    }
 }

@@ -99,6 +99,7 @@ table! {
     55 getsockopt => sys_socket::sys_getsockopt, Full;
     60 exit => sys_process::sys_exit, Full;
     63 uname => sys_info::sys_uname, Full;
+    135 personality => sys_info::sys_personality, Partial("the persona is kept and reported; but for UNAME26 (uname's release) it changes nothing");
     73 flock => sys_file::sys_flock, Full;
     74 fsync => sys_rw::sys_fsync, Full;
     75 fdatasync => sys_rw::sys_fsync, Partial("as fsync");

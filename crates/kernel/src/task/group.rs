@@ -56,6 +56,8 @@ pub struct ThreadGroup {
     exe_key: Mutex<Option<(u64, u64)>>,
     /// The thread running an execve that ends every other thread (Linux's `de_thread`).
     execing: Mutex<Option<i32>>,
+    /// The execution domain and flags of personality(2), inherited by fork and kept by exec.
+    pub personality: std::sync::atomic::AtomicU32,
 }
 
 /// What /proc shows of a process to the sandbox's other processes (its own threads read their
@@ -159,6 +161,7 @@ impl ThreadGroup {
             identity: Mutex::new(ProcIdentity::default()),
             exe_key: Mutex::new(None),
             execing: Mutex::new(None),
+            personality: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
