@@ -512,6 +512,7 @@ static const char *err_name(int r) {
     case EINVAL: return "EINVAL";
     case ENOMEM: return "ENOMEM";
     case EACCES: return "EACCES";
+    case EPERM: return "EPERM";
     case EOPNOTSUPP: return "EOPNOTSUPP";
     case ENOPROTOOPT: return "ENOPROTOOPT";
     case ENOSYS: return "ENOSYS";
@@ -602,6 +603,10 @@ static void ltp_findings(void) {
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(81)};
         sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         printf("nobody binds port 81: %s\n", err_name(bind(u, (struct sockaddr *)&sa, sizeof sa)));
+        struct rlimit lim;
+        getrlimit(RLIMIT_NOFILE, &lim);
+        lim.rlim_max += 1;
+        printf("nobody raises a hard limit: %s\n", err_name(setrlimit(RLIMIT_NOFILE, &lim)));
         fflush(stdout);
         _exit(0);
     }

@@ -146,9 +146,15 @@ fn decode(b: &[u8; 16]) -> Limit {
     }
 }
 
-/// Sets a limit of the calling process; the descriptor table follows RLIMIT_NOFILE.
+/// Sets a limit of the calling process; the descriptor table follows RLIMIT_NOFILE. Raising
+/// a hard limit needs CAP_SYS_RESOURCE (EPERM), as on Linux.
 fn set_limit(t: &Task, resource: u32, new: Limit) -> Result<(), Errno> {
     let mut l = limits(t);
+    let old = l.get(resource)?;
+    if new.cur <= new.max && new.max > old.max && !t.creds.capable(crate::creds::cap::SYS_RESOURCE)
+    {
+        return Err(Errno::EPERM);
+    }
     l.set(resource, new)?;
     t.fds.set_limit(l.nofile());
     Ok(())
