@@ -5,9 +5,10 @@
  * Fills MIB MiB of anonymous memory with a pattern (each 8-byte word its own index mixed
  * with a seed), writes 17 bytes into a pipe it never reads, adds 42 to an eventfd, writes a
  * file in the root and leaves its offset at 2, installs a SIGUSR1 handler (SA_RESTART) and a
- * blocked, pending SIGUSR2, says "ready" and waits in pause() for SIGUSR1. Then it checks
- * everything (the whole pattern, the pipe's bytes, the counter, the file's bytes from its
- * offset, the pending signal, its own pid and working directory), prints one line each,
+ * blocked, pending SIGUSR2 and a POSIX timer whose one shot has fired, its (blocked) signal
+ * pending, says "ready" and waits in pause() for SIGUSR1. Then it checks everything (the
+ * whole pattern, the pipe's bytes, the counter, the file's bytes from its offset, the pending
+ * signals, the timer, its own pid and working directory), prints one line each,
  * and exits 0 if all hold, 1 otherwise. Run straight through, it passes natively too.
  *
  * With THREADS (1 to 3), as many threads wait meanwhile, each in another blocking call: a
@@ -32,6 +33,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t got_usr1;
@@ -87,6 +89,11 @@ int main(int argc, char **argv) {
     pthread_t th[3];
     if (pipe(wake_pipe) != 0)
         return 1;
+    /* The POSIX timer's signal, blocked in every thread (natively any thread may take it). */
+    sigset_t rt;
+    sigemptyset(&rt);
+    sigaddset(&rt, SIGRTMIN + 3);
+    sigprocmask(SIG_BLOCK, &rt, NULL);
     for (long i = 0; i < nthreads; i++)
         pthread_create(&th[i], NULL, waiter, (void *)i);
     uint64_t *mem = mmap(NULL, mib << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -142,6 +149,24 @@ int main(int argc, char **argv) {
     sigprocmask(SIG_BLOCK, &block, NULL);
     raise(SIGUSR2);
     pid_t pid = getpid();
+    struct sigevent sev = {0};
+    sev.sigev_notify = SIGEV_SIGNAL;
+    sev.sigev_signo = SIGRTMIN + 3;
+    sev.sigev_value.sival_int = 1717;
+    timer_t timer;
+    struct itimerspec once = {.it_value = {0, 1000000}};
+    if (timer_create(CLOCK_MONOTONIC, &sev, &timer) != 0 ||
+        timer_settime(timer, 0, &once, NULL) != 0) {
+        perror("timer");
+        return 1;
+    }
+    for (int i = 0; i < 2000; i++) {
+        sigset_t p;
+        sigpending(&p);
+        if (sigismember(&p, SIGRTMIN + 3))
+            break;
+        usleep(1000);
+    }
 
     printf("ready\n");
     fflush(stdout);
@@ -181,6 +206,16 @@ int main(int argc, char **argv) {
     int usr2 = sigismember(&pending, SIGUSR2);
     printf("SIGUSR2 pending: %d\n", usr2);
     ok &= usr2 == 1;
+
+    siginfo_t si = {0};
+    struct timespec zero = {0, 0};
+    int timer_sig = sigtimedwait(&rt, &si, &zero) == SIGRTMIN + 3 && si.si_code == SI_TIMER &&
+                    si.si_value.sival_int == 1717;
+    struct itimerspec later = {.it_value = {10, 0}}, cur = {0};
+    int timer_kept = timer_settime(timer, 0, &later, NULL) == 0 &&
+                     timer_gettime(timer, &cur) == 0 && cur.it_value.tv_sec >= 9;
+    printf("POSIX timer: kept %d, its signal pending: %d\n", timer_kept, timer_sig);
+    ok &= timer_kept && timer_sig;
 
     if (nthreads > 0) {
         pthread_mutex_lock(&lock);

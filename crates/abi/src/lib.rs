@@ -7,6 +7,7 @@ pub mod ioctl;
 pub mod pod;
 pub mod signal;
 pub mod structs;
+pub mod timer;
 
 pub use errno::Errno;
 pub use pod::Pod;

@@ -55,6 +55,8 @@ pub mod cap {
     pub const SETFCAP: u32 = 31;
     /// Override mandatory access control.
     pub const MAC_OVERRIDE: u32 = 32;
+    /// Timers on the `_ALARM` clocks.
+    pub const WAKE_ALARM: u32 = 35;
     /// The highest capability Linux knows (CAP_CHECKPOINT_RESTORE, Linux 5.9).
     pub const LAST: u32 = 40;
 

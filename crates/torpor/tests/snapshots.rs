@@ -91,6 +91,7 @@ fn a_restored_sandbox_carries_on_with_its_memory_threads_descriptors_and_sockets
          eventfd: 42\n\
          file: \"llo world\"\n\
          SIGUSR2 pending: 1\n\
+         POSIX timer: kept 1, its signal pending: 1\n\
          threads: 3 of 3 kept their state\n\
          pid unchanged: 1\n\
          all state kept\n\

@@ -10,8 +10,9 @@
 //! streams, files, directories, host devices, pipes (with their buffered bytes), eventfds,
 //! Internet sockets (listening ones listen again; connected ones come back reset) and epoll
 //! instances watching them; the sandbox's System V message queues with their messages
-//! ([`ipc`]). Anything else makes the checkpoint fail with the descriptor, process or mapping
-//! it could not save, and the sandbox goes on as before.
+//! ([`ipc`]); its processes' disarmed POSIX timers. Anything else makes the checkpoint fail
+//! with the descriptor, process, timer or mapping it could not save, and the sandbox goes on
+//! as before.
 
 pub mod blobs;
 pub mod files;
@@ -86,6 +87,7 @@ pub fn export(
         ));
     }
     let mut resources = Vec::with_capacity(groups.len());
+    let mut timers = Vec::with_capacity(groups.len());
     for (pid, g) in &groups {
         let armed = g.real_timer.get().0 != std::time::Duration::ZERO
             || g.cpu_timers
@@ -96,6 +98,7 @@ pub fn export(
                 "process {pid}: an armed interval timer (setitimer, alarm; not supported yet)"
             )));
         }
+        timers.push(saved_timers(*pid, g)?);
         let r = g
             .resources()
             .ok_or_else(|| CheckpointError::Host(format!("process {pid} has no threads")))?;
@@ -114,7 +117,8 @@ pub fn export(
         resources.iter().map(|(pid, r)| (*pid, &*r.fds)).collect();
     let (files, open_files) = files::export(&tables, &task.root, &task.net, blobs)?;
     let mut processes = Vec::with_capacity(groups.len());
-    for (((pid, g), (_, res)), files) in groups.iter().zip(&resources).zip(files) {
+    let each = groups.iter().zip(&resources).zip(files).zip(timers);
+    for ((((pid, g), (_, res)), files), posix_timers) in each {
         // Each parked thread gives its state from its own host thread; the caller's is here.
         let mine = *pid == task.pid;
         let others = g
@@ -183,6 +187,7 @@ pub fn export(
             mm,
             allocator: blobs.add(&allocator),
             files,
+            posix_timers,
             threads: captured
                 .into_iter()
                 .map(|c| task::into_state(c, blobs))
@@ -198,6 +203,18 @@ pub fn export(
         processes,
         vdso: task.group.platform.vdso().map(VdsoState::from),
         msg_queues: ipc::export_msg_queues(&procs.sysv_msg, blobs),
+    })
+}
+
+/// The POSIX timers of process `pid` as a checkpoint saves them: the disarmed ones.
+fn saved_timers(
+    pid: i32,
+    g: &ThreadGroup,
+) -> Result<Vec<crate::task::posix_timer::SavedTimer>, CheckpointError> {
+    g.posix_timers.export(g).map_err(|e| {
+        CheckpointError::Unsupported(format!(
+            "process {pid}: an armed POSIX timer ({e}; not supported yet)"
+        ))
     })
 }
 
@@ -398,6 +415,10 @@ impl RestoreContext<'_> {
             }
             *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = limits;
         }
+        group
+            .posix_timers
+            .import(&p.posix_timers)
+            .map_err(|e| SandboxError::Restore(format!("process {}: {e}", p.pid)))?;
         procs.add(p.pid, p.ppid, group.clone(), p.exit_signal);
         procs.restore_entry(
             p.pid,

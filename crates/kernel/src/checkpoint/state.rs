@@ -150,6 +150,10 @@ pub struct ProcessState {
     pub allocator: BlobRef,
     /// The descriptor table.
     pub files: FilesState,
+    /// Its POSIX timers, all disarmed (none in older checkpoints; not written when there
+    /// are none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub posix_timers: Vec<crate::task::posix_timer::SavedTimer>,
     /// Its threads, the leader first.
     pub threads: Vec<TaskState>,
 }

@@ -31,6 +31,7 @@ mod sys_signalfd;
 mod sys_socket;
 mod sys_stat;
 mod sys_time;
+mod sys_timer;
 mod sys_xattr;
 pub mod table;
 

@@ -298,6 +298,7 @@ pub(crate) fn execve(
     });
     t.fds.close_on_exec();
     t.signals.reset_for_exec();
+    t.group.posix_timers.clear();
     t.clear_child_tid = 0;
     // The old program's robust list is gone with its memory (glibc registers the new one).
     t.control.set_robust_list(0);

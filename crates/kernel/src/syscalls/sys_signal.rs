@@ -42,7 +42,17 @@ pub fn sys_rt_sigaction(t: &mut Task, a: &SyscallArgs) -> SysResult {
         t.signals.set_action(sig, act);
         // A signal whose disposition becomes "ignore" is dropped even while pending.
         if t.signals.is_ignored(sig) {
+            let timers: Vec<SigInfo> = t
+                .signals
+                .pending()
+                .iter()
+                .filter(|i| i.signo() == sig && i.code() == abi::timer::SI_TIMER)
+                .copied()
+                .collect();
             t.signals.discard(sig);
+            for info in &timers {
+                t.group.posix_timers.dropped(&t.group, info);
+            }
         }
     }
     Ok(0)
@@ -187,7 +197,7 @@ pub fn sys_rt_sigtimedwait(t: &mut Task, a: &SyscallArgs) -> SysResult {
     };
     loop {
         t.absorb_external_signal();
-        if let Some(info) = t.signals.dequeue(set) {
+        if let Some(info) = t.dequeue_signal(set) {
             if a.u(1) != 0 {
                 t.copy_out(a.gva(1), &info.0)?;
             }

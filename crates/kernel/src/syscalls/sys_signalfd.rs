@@ -79,7 +79,7 @@ pub(super) fn read(t: &mut Task, f: &OpenFile, s: &SignalFd, buf: Gva, len: u64)
         t.absorb_external_signal();
         let mut out = Vec::new();
         while out.len() < room * SSI_SIZE {
-            match t.signals.dequeue(s.mask()) {
+            match t.dequeue_signal(s.mask()) {
                 Some(info) => out.extend_from_slice(&to_ssi(&info)),
                 None => break,
             }
@@ -111,6 +111,11 @@ fn to_ssi(info: &SigInfo) -> [u8; SSI_SIZE] {
     );
     if fault {
         o[72..80].copy_from_slice(&b[16..24]); // ssi_addr
+    } else if info.code() == abi::timer::SI_TIMER {
+        o[24..28].copy_from_slice(&word(16)); // ssi_tid: the timer's id
+        o[32..36].copy_from_slice(&word(20)); // ssi_overrun
+        o[44..48].copy_from_slice(&word(24)); // ssi_int
+        o[48..56].copy_from_slice(&b[24..32]); // ssi_ptr
     } else {
         o[12..16].copy_from_slice(&word(16)); // ssi_pid
         o[16..20].copy_from_slice(&word(20)); // ssi_uid

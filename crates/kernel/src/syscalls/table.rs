@@ -9,7 +9,8 @@ use abi::Errno;
 use super::{
     sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_inotify,
     sys_mm, sys_msg, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem, sys_session, sys_shm,
-    sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_xattr, SysResult, SyscallArgs,
+    sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_xattr, SysResult,
+    SyscallArgs,
 };
 use crate::task::Task;
 
@@ -220,6 +221,11 @@ table! {
     283 timerfd_create => sys_eventfd::sys_timerfd_create, Full;
     286 timerfd_settime => sys_eventfd::sys_timerfd_settime, Full;
     287 timerfd_gettime => sys_eventfd::sys_timerfd_gettime, Full;
+    222 timer_create => sys_timer::sys_timer_create, Partial("CLOCK_REALTIME, _MONOTONIC, _BOOTTIME, _TAI (the _ALARM clocks as their base clock, EPERM without CAP_WAKE_ALARM) and the CPU clocks of the process and its threads (a CPU timer fires up to about 1 ms late; a thread's clock is its host thread's, as clock_gettime reads it; other processes' CPU clocks are EINVAL); at most 4096 timers per process (then EAGAIN); a signal for the process goes to its first thread; an ignored signal's timer is queued again at its next expiry, not when the signal stops being ignored; a checkpoint keeps disarmed timers and fails on an armed one");
+    223 timer_settime => sys_timer::sys_timer_settime, Full;
+    224 timer_gettime => sys_timer::sys_timer_gettime, Full;
+    225 timer_getoverrun => sys_timer::sys_timer_getoverrun, Full;
+    226 timer_delete => sys_timer::sys_timer_delete, Full;
     99 sysinfo => sys_info::sys_sysinfo, Partial("memory figures are the sandbox's limit and allocator, load averages zero");
     204 sched_getaffinity => sys_info::sys_sched_getaffinity, Partial("the host CPUs, or the mask the calling thread set; other tasks report the host CPUs");
     302 prlimit64 => sys_info::sys_prlimit64, Partial("the calling process only; RLIMIT_NOFILE bounds the descriptor table, other limits are kept and reported");

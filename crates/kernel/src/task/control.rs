@@ -186,13 +186,22 @@ impl TaskControl {
         self.send_signal(sig);
     }
 
-    /// The siginfo sent with external signal `sig`, if one was (the first; the others of the
-    /// same signal are dropped, as a standard signal is pending once).
+    /// The siginfo sent with external signal `sig`, if one was (the first). The others of a
+    /// standard signal are dropped, as a standard signal is pending once; those of a
+    /// real-time signal, and POSIX timers' signals, which Linux queues each, stay for the
+    /// next [`take_signal`](Self::take_signal).
     pub fn take_info(&self, sig: i32) -> Option<super::SigInfo> {
         let mut infos = self.infos.lock().unwrap_or_else(|e| e.into_inner());
         let first = infos.iter().position(|i| i.signo() == sig)?;
         let info = infos.remove(first);
-        infos.retain(|i| i.signo() != sig);
+        let apart = |i: &super::SigInfo| {
+            i.signo() >= super::signal::SIGRTMIN || i.code() == abi::timer::SI_TIMER
+        };
+        infos.retain(|i| i.signo() != sig || apart(i));
+        if infos.iter().any(|i| i.signo() == sig) {
+            self.pending_signals
+                .fetch_or(1u64 << (sig - 1), Ordering::SeqCst);
+        }
         Some(info)
     }
 

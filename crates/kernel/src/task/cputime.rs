@@ -61,6 +61,17 @@ impl ProcessCpu {
         running + elsewhere + *self.ended.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The CPU time of live thread `tid` (its host thread's clock, as clock_gettime's
+    /// `CLOCK_THREAD_CPUTIME_ID` reads it); `None` once it ended.
+    pub fn thread_time(&self, tid: i32) -> Option<Duration> {
+        let clock = *self
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&tid)?;
+        read(clock)
+    }
+
     /// How many threads are running (to pace a CPU timer: the clock advances at most that
     /// many times faster than wall time).
     pub fn threads(&self) -> usize {

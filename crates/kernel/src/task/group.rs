@@ -46,6 +46,8 @@ pub struct ThreadGroup {
     pub cpu: super::cputime::ProcessCpu,
     /// ITIMER_VIRTUAL (SIGVTALRM) and ITIMER_PROF (SIGPROF).
     pub cpu_timers: [Arc<super::itimer::CpuTimer>; 2],
+    /// The POSIX timers (timer_create).
+    pub posix_timers: Arc<super::posix_timer::PosixTimers>,
     /// When the process started, on the host's boot-time clock (`/proc/PID/stat`'s
     /// `starttime`; a restored process's is its restore).
     pub started: std::time::Duration,
@@ -157,6 +159,7 @@ impl ThreadGroup {
                 Arc::new(super::itimer::CpuTimer::new(libc::SIGVTALRM)),
                 Arc::new(super::itimer::CpuTimer::new(libc::SIGPROF)),
             ],
+            posix_timers: Arc::default(),
             started: super::cputime::boot_time(),
             identity: Mutex::new(ProcIdentity::default()),
             exe_key: Mutex::new(None),
@@ -360,6 +363,8 @@ impl ThreadGroup {
             return;
         }
         drop(m);
+        // Its timers end with it (Linux's `exit_itimers`).
+        self.posix_timers.clear();
         // The memory of an exited process goes now, not when its parent reaps it.
         self.resources
             .lock()

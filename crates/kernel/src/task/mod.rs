@@ -11,6 +11,7 @@ mod group;
 pub mod host;
 pub mod itimer;
 mod parked;
+pub mod posix_timer;
 mod process;
 pub mod rlimit;
 pub mod signal;

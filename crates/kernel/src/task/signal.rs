@@ -65,7 +65,7 @@ pub const FPE_INTDIV: i32 = 1;
 pub const TRAP_TRACE: i32 = 2;
 
 /// The first real-time signal (the kernel's; the C libraries reserve 32-34).
-const SIGRTMIN: i32 = 32;
+pub const SIGRTMIN: i32 = 32;
 
 const UNBLOCKABLE: u64 = (1 << (libc::SIGKILL - 1)) | (1 << (libc::SIGSTOP - 1));
 /// Signals that faults raise: dequeued before the others, as Linux does.
@@ -445,7 +445,9 @@ impl SignalState {
         if self.is_ignored(sig) && self.mask & bit(sig) == 0 {
             return true;
         }
-        if sig < SIGRTMIN && self.pending_set() & bit(sig) != 0 {
+        // Each timer's signal is queued apart, as Linux's `posixtimer_send_sigqueue`.
+        let timer = info.code() == abi::timer::SI_TIMER;
+        if sig < SIGRTMIN && !timer && self.pending_set() & bit(sig) != 0 {
             return true;
         }
         if self.pending.len() >= MAX_QUEUED {
@@ -583,11 +585,28 @@ impl Task {
             return true;
         }
         let sig = info.signo();
+        let before = self.signals.pending().len();
         let queued = self.signals.queue(info);
+        if self.signals.pending().len() == before {
+            // Discarded: a POSIX timer's re-arms without waiting for its delivery.
+            self.group.posix_timers.dropped(&self.group, &info);
+        }
         if queued {
             self.group.notify_signalfds(sig);
         }
         queued
+    }
+
+    /// Takes the next pending signal among `allowed` ([`SignalState::dequeue`]) as the
+    /// application sees it: a POSIX timer's signal with its overrun count, none of a timer
+    /// deleted or re-armed since ([`super::posix_timer::PosixTimers::deliver`]).
+    pub fn dequeue_signal(&mut self, allowed: u64) -> Option<SigInfo> {
+        loop {
+            let mut info = self.signals.dequeue(allowed)?;
+            if self.group.posix_timers.deliver(&self.group, &mut info) {
+                return Some(info);
+            }
+        }
     }
 
     /// Queues a signal raised by the task itself that it cannot block or ignore (a fault):
@@ -623,7 +642,7 @@ impl Task {
             if self.exit.is_some() {
                 return Ok(());
             }
-            let Some(info) = self.signals.dequeue(!self.signals.mask) else {
+            let Some(info) = self.dequeue_signal(!self.signals.mask) else {
                 break;
             };
             let sig = info.signo();
