@@ -333,26 +333,8 @@ pub fn sys_mincore(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Ok(0);
     }
     let (start, end) = (Gva(addr), Gva(end));
-    {
-        // Every page of the range mapped, whatever its protection (else ENOMEM).
-        let mm = t.mm();
-        let mut next = start;
-        for v in mm.vmas() {
-            if next >= end {
-                break;
-            }
-            if v.end <= next {
-                continue;
-            }
-            if v.start > next {
-                return Err(Errno::ENOMEM);
-            }
-            next = if v.end < end { v.end } else { end };
-        }
-        if next < end {
-            return Err(Errno::ENOMEM);
-        }
-    }
+    // Every page of the range mapped, whatever its protection (else ENOMEM), as mlock's.
+    locked_parts(&t.mm(), start, end)?;
     // In chunks: a mapped range may be a reservation of terabytes.
     const CHUNK: u64 = 1 << 16;
     let mut first = 0;
