@@ -4,7 +4,8 @@
 //!
 //! A timer measures one clock ([`TimerClock`]): a host clock (`CLOCK_REALTIME`,
 //! `CLOCK_MONOTONIC`, `CLOCK_BOOTTIME`, `CLOCK_TAI`; the `_ALARM` clocks as their base clock,
-//! for a caller with `CAP_WAKE_ALARM`: nothing in a sandbox suspends the machine), the
+//! on a host with a real-time clock (else EOPNOTSUPP, as Linux) for a caller with
+//! `CAP_WAKE_ALARM`: nothing in a sandbox suspends the machine), the
 //! process's CPU time ([`ThreadGroup::cpu_time`]) or one of its threads'
 //! ([`super::cputime::ProcessCpu::thread_time`]). At expiry it queues its signal for the
 //! process (`SIGEV_SIGNAL`) or one of its threads (`SIGEV_THREAD_ID`) with `si_code`
@@ -187,6 +188,11 @@ impl TimerClock {
         match id {
             libc::CLOCK_PROCESS_CPUTIME_ID => Ok(TimerClock::ProcessCpu),
             libc::CLOCK_THREAD_CPUTIME_ID => Ok(TimerClock::ThreadCpu(who.tid)),
+            // As Linux: no real-time clock device to wake the machine, no alarm timers
+            // (EOPNOTSUPP), before the capability is asked for.
+            libc::CLOCK_REALTIME_ALARM | libc::CLOCK_BOOTTIME_ALARM if !host_has_rtc() => {
+                Err(TimerError::NoTimers(id))
+            }
             libc::CLOCK_REALTIME_ALARM | libc::CLOCK_BOOTTIME_ALARM if !who.wake_alarm => {
                 Err(TimerError::AlarmNotPermitted)
             }
@@ -890,6 +896,18 @@ fn send(g: &ThreadGroup, to: Notify, info: SigInfo) {
             g.signal_thread_info(tid, info.signo(), Some(info));
         }
     }
+}
+
+/// Whether the host has a real-time clock device (`/sys/class/rtc/rtc0`), which Linux's alarm
+/// timers need; read once ([`prime_host_rtc`] reads it before the holder is confined).
+fn host_has_rtc() -> bool {
+    static RTC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *RTC.get_or_init(|| std::path::Path::new("/sys/class/rtc/rtc0").exists())
+}
+
+/// Reads now whether the host has a real-time clock, while the holder may still look.
+pub fn prime_host_rtc() {
+    host_has_rtc();
 }
 
 #[cfg(test)]

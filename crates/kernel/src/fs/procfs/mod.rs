@@ -433,6 +433,7 @@ fn online_cpus() -> &'static [u8] {
 pub fn prime_host_files() {
     online_cpus();
     sysctl::prime_host_values();
+    crate::task::posix_timer::prime_host_rtc();
 }
 
 fn memfd_with(content: &[u8]) -> Result<OwnedFd, Errno> {

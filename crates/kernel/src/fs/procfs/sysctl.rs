@@ -32,6 +32,7 @@ const TUNABLES: &[(&str, Source)] = &[
     ("kernel/overflowgid", Source::Fixed("65534")),
     ("kernel/ostype", Source::Fixed("Linux")),
     ("kernel/osrelease", Source::Sandbox(osrelease)),
+    ("kernel/version", Source::Sandbox(version)),
     ("kernel/hostname", Source::Sandbox(hostname)),
     ("kernel/domainname", Source::Sandbox(domainname)),
     ("kernel/shmmax", Source::Sandbox(shmmax)),
@@ -109,6 +110,15 @@ fn cap_last_cap(_: &Task) -> String {
 fn osrelease(_: &Task) -> String {
     let u = crate::task::host::uname();
     u.release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8 as char)
+        .collect()
+}
+
+fn version(_: &Task) -> String {
+    let u = crate::task::host::uname();
+    u.version
         .iter()
         .take_while(|&&c| c != 0)
         .map(|&c| c as u8 as char)

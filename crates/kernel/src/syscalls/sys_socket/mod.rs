@@ -62,6 +62,7 @@ const RECV_FLAGS: i32 = libc::MSG_DONTWAIT
     | libc::MSG_WAITALL
     | libc::MSG_TRUNC
     | libc::MSG_OOB
+    | libc::MSG_ERRQUEUE
     | libc::MSG_CMSG_CLOEXEC;
 
 // ---------------------------------------------------------------------------------------------
@@ -123,6 +124,9 @@ fn parse_socket_args(domain: i32, ty: i32, protocol: i32) -> Result<SocketSpec, 
         // UDP-Lite: datagrams with partial checksums, ports as UDP's.
         (libc::SOCK_DGRAM, libc::IPPROTO_UDPLITE) => Ok(spec(kind, libc::IPPROTO_UDPLITE)),
         (libc::SOCK_STREAM | libc::SOCK_DGRAM, _) => Err(Errno::EPROTONOSUPPORT),
+        // Linux's inet_create: a raw socket names its protocol (0 is EPROTONOSUPPORT); torpor
+        // gives none (raw packets would reach the host's network as the runtime).
+        (libc::SOCK_RAW, 0) => Err(Errno::EPROTONOSUPPORT),
         (libc::SOCK_RAW, _) => Err(Errno::EPERM),
         _ => Err(Errno(libc::ESOCKTNOSUPPORT)),
     }
