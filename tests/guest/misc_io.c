@@ -585,6 +585,8 @@ static void ltp_findings(void) {
            err_name(getsockopt(s, IPPROTO_UDP, SO_OOBINLINE, &v, &len)));
     printf("getsockopt TCP -1: %s\n", err_name(getsockopt(s, IPPROTO_TCP, -1, &v, &len)));
     close(s);
+    struct timespec tai;
+    printf("clock_gettime TAI: %s\n", err_name(clock_gettime(CLOCK_TAI, &tai)));
     int before = personality(0xffffffff);
     int set = personality(ADDR_NO_RANDOMIZE);
     int now = personality(0xffffffff);

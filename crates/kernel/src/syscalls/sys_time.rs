@@ -20,6 +20,7 @@ fn valid_clock(id: i32) -> bool {
             | libc::CLOCK_REALTIME_COARSE
             | libc::CLOCK_MONOTONIC_COARSE
             | libc::CLOCK_BOOTTIME
+            | libc::CLOCK_TAI
     )
 }
 
