@@ -399,9 +399,10 @@ pub fn sys_pidfd_open(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(n as u64)
 }
 
-/// Implements pidfd_send_signal(2) (no siginfo, no flags).
+/// Implements pidfd_send_signal(2): kill(2)'s signal, or one with the caller's siginfo, to
+/// the process of a pidfd (or a `/proc/PID` directory); no flags.
 pub fn sys_pidfd_send_signal(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    use crate::task::signal::{SI_TKILL, SI_USER};
+    use super::sys_signal::{from_me, may_queue_to_others, signal_process};
     use crate::task::SigInfo;
     let (fd, sig, uinfo, flags) = (a.int(0), a.int(1), a.gva(2), a.u(3));
     // Linux's order: flags, the signal, the descriptor, the siginfo, then permission.
@@ -410,15 +411,14 @@ pub fn sys_pidfd_send_signal(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let pid = pidfd_target(t, fd, true)?;
     let info = if uinfo.raw() == 0 {
-        SigInfo::user(sig, SI_USER, t.pid, t.creds.uid)
+        from_me(t, sig)
     } else {
         let mut info = SigInfo([0; 128]);
         t.copy_in(uinfo, &mut info.0)?;
         if info.signo() != sig {
             return Err(Errno::EINVAL);
         }
-        // Only a process itself may claim a siginfo of the kernel or of kill(2).
-        if pid != t.pid && (info.code() >= 0 || info.code() == SI_TKILL) {
+        if pid != t.pid && !may_queue_to_others(&info) {
             return Err(Errno::EPERM);
         }
         info
@@ -429,14 +429,7 @@ pub fn sys_pidfd_send_signal(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
         return Ok(0);
     }
-    let g = t.group.procs.group_of(pid).ok_or(Errno::ESRCH)?;
-    if !super::sys_signal::may_signal(t, pid, &g, sig) {
-        return Err(Errno::EPERM);
-    }
-    if sig != 0 {
-        g.post_siginfo(info);
-    }
-    Ok(0)
+    signal_process(t, pid, sig, info)
 }
 
 /// Sets a new task's user registers to its creator's, returning 0 from the syscall, on

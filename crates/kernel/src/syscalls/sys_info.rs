@@ -33,12 +33,7 @@ pub fn sys_personality(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Implements uname(2): Linux x86-64 with the host's release, the sandbox's own node name.
 pub fn sys_uname(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let host = crate::task::host::uname();
-    let field = |s: &[libc::c_char]| -> Vec<u8> {
-        s.iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect()
-    };
+    let field = crate::task::host::uts_field;
     let uname26 = t
         .group
         .personality

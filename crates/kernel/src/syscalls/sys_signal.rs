@@ -222,7 +222,7 @@ fn send_self(t: &mut Task, info: SigInfo) -> SysResult {
 /// Whether the caller may send `sig` to process `pid` (Linux's `check_kill_permission`: its
 /// real or effective uid is the target's real or saved one, or it has CAP_KILL; SIGCONT within
 /// its session always).
-pub(super) fn may_signal(t: &Task, pid: i32, g: &crate::task::ThreadGroup, sig: i32) -> bool {
+fn may_signal(t: &Task, pid: i32, g: &crate::task::ThreadGroup, sig: i32) -> bool {
     if t.creds.may_signal(&g.identity().creds) {
         return true;
     }
@@ -238,8 +238,28 @@ pub(super) fn may_signal(t: &Task, pid: i32, g: &crate::task::ThreadGroup, sig: 
 /// process group -pid (pid < -1), or every process the caller may signal but the first one
 /// and itself (-1). Signal 0 checks that the target exists.
 /// The siginfo of kill(2)'s `sig` from `t`: SI_USER, its pid and real uid.
-fn from_me(t: &Task, sig: i32) -> SigInfo {
+pub(super) fn from_me(t: &Task, sig: i32) -> SigInfo {
     SigInfo::user(sig, signal::SI_USER, t.pid, t.creds.uid)
+}
+
+/// Whether a siginfo the application wrote may be queued to another process: it must claim to
+/// come from user space (si_code negative, not SI_TKILL), as Linux's rt_sigqueueinfo and
+/// pidfd_send_signal require (else EPERM); a process may send itself any.
+pub(super) fn may_queue_to_others(info: &SigInfo) -> bool {
+    info.code() < 0 && info.code() != signal::SI_TKILL
+}
+
+/// Sends `info` (signal `sig`; 0 only checks) to process `pid` of the sandbox, not the
+/// caller's: ESRCH if there is none, EPERM if the caller may not signal it (kill(2)'s rules).
+pub(super) fn signal_process(t: &Task, pid: i32, sig: i32, info: SigInfo) -> SysResult {
+    let g = t.group.procs.group_of(pid).ok_or(Errno::ESRCH)?;
+    if !may_signal(t, pid, &g, sig) {
+        return Err(Errno::EPERM);
+    }
+    if sig != 0 {
+        g.post_siginfo(info);
+    }
+    Ok(0)
 }
 
 pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
@@ -326,7 +346,7 @@ fn self_signal(t: &mut Task, sig: i32) -> SysResult {
     }
     let blocked =
         sig != libc::SIGKILL && sig != libc::SIGSTOP && t.signals.mask & (1u64 << (sig - 1)) != 0;
-    let info = SigInfo::user(sig, signal::SI_USER, t.pid, t.creds.uid);
+    let info = from_me(t, sig);
     if blocked
         && t.tid != t.pid
         && t.group.live() > 1
@@ -334,7 +354,7 @@ fn self_signal(t: &mut Task, sig: i32) -> SysResult {
     {
         return Ok(0);
     }
-    send_self(t, SigInfo::user(sig, signal::SI_USER, t.pid, t.creds.uid))
+    send_self(t, info)
 }
 
 /// Implements tkill(2).
@@ -415,22 +435,11 @@ pub fn sys_rt_sigqueueinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let mut info = SigInfo([0; 128]);
     t.copy_in(a.gva(2), &mut info.0)?;
-    if info.code() >= 0 || info.code() == signal::SI_TKILL {
+    if !may_queue_to_others(&info) {
         return Err(Errno::EPERM);
     }
-    let g = if pid > 0 {
-        t.group.procs.group_of(pid).ok_or(Errno::ESRCH)?
-    } else {
-        return Err(Errno::ESRCH);
-    };
-    if !may_signal(t, pid, &g, sig) {
-        return Err(Errno::EPERM);
-    }
-    if sig != 0 {
-        info.0[0..4].copy_from_slice(&sig.to_le_bytes());
-        g.post_siginfo(info);
-    }
-    Ok(0)
+    info.0[0..4].copy_from_slice(&sig.to_le_bytes());
+    signal_process(t, pid, sig, info)
 }
 
 /// Implements rt_tgsigqueueinfo(2) to the calling thread.

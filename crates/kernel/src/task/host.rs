@@ -65,6 +65,15 @@ pub fn uname() -> libc::utsname {
     u
 }
 
+/// The bytes of a `utsname` field, up to its NUL.
+pub fn uts_field(field: &[libc::c_char]) -> Vec<u8> {
+    field
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect()
+}
+
 /// Random bytes from the host's pool into `buf` (getrandom(2) with `flags`); how many.
 ///
 /// # Errors

@@ -109,20 +109,12 @@ fn cap_last_cap(_: &Task) -> String {
 
 fn osrelease(_: &Task) -> String {
     let u = crate::task::host::uname();
-    u.release
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8 as char)
-        .collect()
+    String::from_utf8_lossy(&crate::task::host::uts_field(&u.release)).into_owned()
 }
 
 fn version(_: &Task) -> String {
     let u = crate::task::host::uname();
-    u.version
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8 as char)
-        .collect()
+    String::from_utf8_lossy(&crate::task::host::uts_field(&u.version)).into_owned()
 }
 
 fn hostname(t: &Task) -> String {
