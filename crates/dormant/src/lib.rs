@@ -17,7 +17,8 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The command line: `torpor-dormant --status FILE --control FD [--watch FD]... -- WAKE...`.
+/// The command line: `torpor-dormant --status FILE --control FD [--watch FD]... [--exec-fd FD]
+/// -- WAKE...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     /// The status file: a JSON object with the answers to `state` and `stats`
@@ -29,6 +30,10 @@ pub struct Options {
     pub watch: Vec<RawFd>,
     /// The wake command and its arguments; `--woken-by FD` is appended.
     pub wake: Vec<String>,
+    /// The wake command's executable as an open descriptor (`execveat` with an empty path:
+    /// the only exec a confined holder's seccomp filter allows); `WAKE[0]` is then only its
+    /// name. Without it, `WAKE[0]` is looked up in `PATH`.
+    pub exec_fd: Option<RawFd>,
 }
 
 /// What a bad command line lacks or has wrong.
@@ -56,7 +61,7 @@ impl Options {
                 .filter(|&n| n >= 0)
                 .ok_or_else(|| UsageError(format!("{what} needs a descriptor number")))
         };
-        let (mut status, mut control, mut watch) = (None, None, Vec::new());
+        let (mut status, mut control, mut watch, mut exec_fd) = (None, None, Vec::new(), None);
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
@@ -68,6 +73,7 @@ impl Options {
                 }
                 "--control" => control = Some(fd(it.next(), "--control")?),
                 "--watch" => watch.push(fd(it.next(), "--watch")?),
+                "--exec-fd" => exec_fd = Some(fd(it.next(), "--exec-fd")?),
                 "--" => break,
                 other => return Err(UsageError(format!("unknown argument {other:?}"))),
             }
@@ -81,6 +87,7 @@ impl Options {
             control: control.ok_or_else(|| UsageError("--control is required".into()))?,
             watch,
             wake,
+            exec_fd,
         })
     }
 }
@@ -92,6 +99,9 @@ pub enum Wake {
     Watched(RawFd),
     /// A control request that needs the sandbox itself, still unread in this connection.
     Request(OwnedFd),
+    /// `delete`: answered; the process ends without waking the sandbox (its janitor cleans
+    /// up when it sees the process gone, and the `delete` verb removes the directory).
+    Deleted,
 }
 
 /// The answer to the control request `line` from the status `status`, or None when the
@@ -169,25 +179,51 @@ fn peek_line(conn: &UnixStream) -> std::io::Result<Peeked> {
     }
 }
 
-/// Serves one control connection: answers it and returns None, or returns it (unread) when
-/// its request needs the sandbox.
-fn serve_control(conn: UnixStream, status: &serde_json::Value) -> Option<OwnedFd> {
+/// What one control connection asks of the dormant process.
+enum Served {
+    /// Answered.
+    Answered,
+    /// A request for the sandbox, unread in this connection.
+    Wake(OwnedFd),
+    /// `delete`, answered.
+    Deleted,
+}
+
+/// Whether the request line is `delete`.
+fn is_delete(line: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v.get("op").and_then(|o| o.as_str()).map(|o| o == "delete"))
+        .unwrap_or(false)
+}
+
+/// Serves one control connection.
+fn serve_control(conn: UnixStream, status: &serde_json::Value) -> Served {
     let line = match peek_line(&conn) {
         Ok(Peeked::Line(line)) if !line.is_empty() => line,
         // A request for the sandbox, unread.
-        Ok(Peeked::Long) => return Some(OwnedFd::from(conn)),
+        Ok(Peeked::Long) => return Served::Wake(OwnedFd::from(conn)),
         // A client that sent nothing in time, or went away.
-        _ => return None,
+        _ => return Served::Answered,
     };
-    match answer(&line, status) {
+    let reply = if is_delete(&line) {
+        Some(serde_json::json!({"ok": true}).to_string())
+    } else {
+        answer(&line, status)
+    };
+    match reply {
         Some(reply) => {
             let mut conn = conn;
             let mut discard = vec![0u8; line.len() + 1];
             let _ = conn.read_exact(&mut discard);
             let _ = conn.write_all(format!("{reply}\n").as_bytes());
-            None
+            if is_delete(&line) {
+                Served::Deleted
+            } else {
+                Served::Answered
+            }
         }
-        None => Some(OwnedFd::from(conn)),
+        None => Served::Wake(OwnedFd::from(conn)),
     }
 }
 
@@ -256,8 +292,10 @@ pub fn serve(opts: &Options) -> std::io::Result<Wake> {
             }
             // SAFETY: a fresh descriptor owned by nobody else.
             let conn = UnixStream::from(unsafe { OwnedFd::from_raw_fd(c) });
-            if let Some(pending) = serve_control(conn, &status) {
-                return Ok(Wake::Request(pending));
+            match serve_control(conn, &status) {
+                Served::Answered => {}
+                Served::Wake(pending) => return Ok(Wake::Request(pending)),
+                Served::Deleted => return Ok(Wake::Deleted),
             }
         }
     }
@@ -280,6 +318,10 @@ mod tests {
         assert_eq!(o.control, 3);
         assert_eq!(o.watch, vec![4, 5]);
         assert_eq!(o.wake, args("w -x"));
+        assert_eq!(o.exec_fd, None);
+        let o = Options::parse(&args("--status s --control 3 --exec-fd 9 -- w")).unwrap();
+        assert_eq!(o.exec_fd, Some(9));
+        assert!(Options::parse(&args("--status s --control 3 --exec-fd -- w")).is_err());
         assert!(Options::parse(&args("--status s --control 3")).is_err());
         assert!(Options::parse(&args("--status s --control x -- w")).is_err());
         assert!(Options::parse(&args("--control 3 -- w")).is_err());

@@ -11,6 +11,17 @@ fn keep_across_exec(fd: RawFd) {
     unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
 }
 
+extern "C" {
+    /// The C library's environment of this process.
+    static environ: *const *const libc::c_char;
+}
+
+/// This process's environment, as `execve` takes it.
+fn environment() -> *const *const libc::c_char {
+    // SAFETY: reading the C library's `environ` pointer (no thread changes it here).
+    unsafe { environ }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let opts = match dormant::Options::parse(&args) {
@@ -23,6 +34,7 @@ fn main() -> ExitCode {
     let woken_by = match dormant::serve(&opts) {
         Ok(dormant::Wake::Watched(fd)) => fd,
         Ok(dormant::Wake::Request(conn)) => conn.into_raw_fd(),
+        Ok(dormant::Wake::Deleted) => return ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("torpor-dormant: {e}");
             return ExitCode::from(1);
@@ -42,9 +54,27 @@ fn main() -> ExitCode {
     };
     let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
-    // SAFETY: a NUL-terminated path and a null-terminated array of NUL-terminated strings,
-    // all alive across the call; the environment is ours.
-    unsafe { libc::execvp(ptrs[0], ptrs.as_ptr()) };
+    match opts.exec_fd {
+        // SAFETY: an empty NUL-terminated path with AT_EMPTY_PATH (the descriptor is the
+        // file), a null-terminated array of NUL-terminated strings alive across the call,
+        // and our own environment.
+        Some(fd) => unsafe {
+            keep_across_exec(fd);
+            libc::syscall(
+                libc::SYS_execveat,
+                fd,
+                c"".as_ptr(),
+                ptrs.as_ptr(),
+                environment(),
+                libc::AT_EMPTY_PATH,
+            );
+        },
+        // SAFETY: a NUL-terminated path and a null-terminated array of NUL-terminated
+        // strings, all alive across the call; the environment is ours.
+        None => unsafe {
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+        },
+    }
     eprintln!(
         "torpor-dormant: exec {:?}: {}",
         opts.wake[0],

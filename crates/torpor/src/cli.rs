@@ -104,6 +104,17 @@ pub enum Command {
         /// Sandbox ID.
         id: String,
     },
+    /// Make a sandbox dormant: its state goes to its state directory and its holder becomes
+    /// one small process (no VM, no guest memory) keeping its published ports and control
+    /// socket, until a connection or a request wakes it in place. `state`, `list` and
+    /// `stats` answer without waking it.
+    Dormant {
+        /// Sandbox ID.
+        id: String,
+    },
+    /// Internal: a dormant holder waking in place (started by `torpor-dormant`).
+    #[command(name = "__wake", hide = true)]
+    WakeInPlace(WakeArgs),
     /// Send a signal: SIGSTOP hibernates, SIGCONT wakes, others go to the application.
     Kill {
         /// Send it to every process of the container (OCI form; the sandbox's processes end
@@ -592,4 +603,26 @@ mod tests {
         assert!(parse_env("=b").is_err());
         assert!(parse_env("AB").is_err());
     }
+}
+
+/// The arguments `torpor-dormant` starts the wake with.
+#[derive(clap::Args, Debug)]
+pub struct WakeArgs {
+    /// Sandbox ID.
+    pub id: String,
+    /// The control socket's listener.
+    #[arg(long)]
+    pub control: i32,
+    /// The janitor's request and answer pipes, `REQUEST,DONE`.
+    #[arg(long)]
+    pub janitor: Option<String>,
+    /// The file broker's socket.
+    #[arg(long)]
+    pub broker: Option<i32>,
+    /// A published listener kept while dormant (repeated).
+    #[arg(long)]
+    pub listener: Vec<i32>,
+    /// What woke it: one of the listeners, or a control connection with its request unread.
+    #[arg(long)]
+    pub woken_by: Option<i32>,
 }

@@ -10,6 +10,7 @@
 //! → {"op":"start"}            ← {"ok":true}   (OCI: a created sandbox starts its program)
 //! → {"op":"pause"}            ← {"ok":true,"data":{…deflate report…}}   (OCI pause)
 //! → {"op":"resume"}           ← {"ok":true}
+//! → {"op":"dormant"}          ← {"ok":true}   (the holder then becomes torpor-dormant)
 //! → {"op":"exec","args":[…],"env":[…],"cwd":"/"} + 3 fds (SCM_RIGHTS: the process's
 //!   stdin, stdout, stderr)     ← {"ok":true,"data":{"pid":N}} then, when it ends,
 //!                                {"ok":true,"data":{"exit":STATUS}}
@@ -57,6 +58,9 @@ pub enum Request {
     Pause,
     /// End a pause (OCI `resume`).
     Resume,
+    /// Write the sandbox's state into its state directory and become dormant
+    /// (`crate::dormancy`): answered before the holder's exec.
+    Dormant,
     /// Pause the sandbox and write a checkpoint of it into `checkpoint/` in its state
     /// directory (`torpor checkpoint` moves it where the user asked); it stays paused until
     /// `resume`.

@@ -32,6 +32,7 @@ pub fn demo() -> Result<u8> {
         hostname: crate::run::DEFAULT_HOSTNAME.into(),
         share_files: crate::run::share_files_from_env(),
         platform: crate::platforms::open()?,
+        kept_sockets: Default::default(),
     };
     let r = crate::run::run_config(&cfg);
     let _ = std::fs::remove_dir_all(&dir);

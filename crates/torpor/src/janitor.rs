@@ -84,6 +84,43 @@ impl Janitor {
     pub fn finish(self) {
         drop(self);
     }
+
+    /// The holder's two pipe ends, made to survive an `execve` (a holder going dormant): the
+    /// janitor keeps waiting for the process, whatever image it runs. Give them back with
+    /// [`Janitor::from_raw_fds`] in the new image.
+    ///
+    /// # Errors
+    /// The host's refusal to change a descriptor's flags (the janitor then stays as it was).
+    pub fn into_raw_fds(mut self) -> std::io::Result<(i32, i32)> {
+        let (Some(request), Some(done)) = (self.request.as_ref(), self.done.as_ref()) else {
+            return Err(std::io::Error::from_raw_os_error(libc::EBADF));
+        };
+        for fd in [request.as_raw_fd(), done.as_raw_fd()] {
+            crate::dormancy::set_cloexec(fd, false)?;
+        }
+        let request = self.request.take().map(std::os::fd::IntoRawFd::into_raw_fd);
+        let done = self.done.take().map(std::os::fd::IntoRawFd::into_raw_fd);
+        Ok((request.unwrap_or(-1), done.unwrap_or(-1)))
+    }
+
+    /// The janitor of a holder that went dormant and woke in this image, from the pipe ends
+    /// [`Janitor::into_raw_fds`] kept (close-on-exec again from here).
+    ///
+    /// # Errors
+    /// A descriptor that is not open.
+    pub fn from_raw_fds(request: i32, done: i32) -> std::io::Result<Janitor> {
+        for fd in [request, done] {
+            crate::dormancy::set_cloexec(fd, true)?;
+        }
+        // SAFETY: the two descriptors were handed over by the image this process ran before
+        // (`into_raw_fds`), open and owned by nobody else in this one.
+        Ok(unsafe {
+            Janitor {
+                request: Some(OwnedFd::from_raw_fd(request)),
+                done: Some(OwnedFd::from_raw_fd(done)),
+            }
+        })
+    }
 }
 
 impl Drop for Janitor {
@@ -162,6 +199,8 @@ fn janitor_main(
     if !asked {
         hibernate::engine::remove_page_files(dir);
         let _ = crate::cowroot::remove_all(&dir.join(crate::snapshot::restoring::HOLDER_OUTPUT));
+        // A dormant sandbox's state (its checkpoint) goes with its process.
+        crate::dormancy::remove_state(dir);
     }
     if asked {
         let _ = crate::cowroot::remove_all(dir);

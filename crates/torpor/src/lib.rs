@@ -9,6 +9,7 @@
 //! | [`daemon`] | the holder: builds a sandbox, serves its control socket, runs its task |
 //! | [`control`], [`verbs`], [`overview`] | the control socket and the verbs that use it |
 //! | [`keepalive`] | the keep-alive policy (hibernate after an idle time, memory floor) |
+//! | [`dormancy`] | dormant sandboxes: a holder's exec into `torpor-dormant` and its wake in place |
 //! | [`snapshot`] | checkpoint, restore and clone |
 //! | [`oci`], [`console`] | the OCI runtime command line (podman, containerd) and its terminal |
 //! | [`statedir`], [`ready`], [`janitor`] | state directories, readiness pipes, clean-up |
@@ -26,6 +27,7 @@ pub mod control;
 pub mod cowroot;
 pub mod daemon;
 pub mod demo;
+pub mod dormancy;
 pub mod fdpass;
 pub mod janitor;
 pub mod keepalive;

@@ -54,6 +54,8 @@ fn main() -> ExitCode {
         }
         cli::Command::Hibernate { id, wait, compact } => verbs::hibernate(&id, wait, compact),
         cli::Command::Wake { id } => verbs::wake(&id),
+        cli::Command::Dormant { id } => verbs::dormant(&id),
+        cli::Command::WakeInPlace(args) => torpor::daemon::wake_in_place(args),
         cli::Command::Kill { id, signal, all } => verbs::kill(&id, &signal, all),
         cli::Command::State { id } => verbs::state(&id),
         cli::Command::Stats { id, prometheus } => verbs::stats(id.as_deref(), prometheus),

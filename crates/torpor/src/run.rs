@@ -73,6 +73,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
             .unwrap_or_else(|| DEFAULT_HOSTNAME.into()),
         share_files: !args.no_share_files && share_files_from_env(),
         platform: crate::platforms::open()?,
+        kept_sockets: Default::default(),
     };
     if !cfg.rootfs.is_dir() {
         anyhow::bail!(

@@ -1,5 +1,5 @@
 //! The sandbox verbs that talk to a running sandbox through its control socket:
-//! `hibernate`, `wake`, `kill`, `state`, `stats`, `list`, `delete`.
+//! `hibernate`, `wake`, `dormant`, `kill`, `state`, `stats`, `list`, `delete`.
 
 use std::time::{Duration, Instant};
 
@@ -63,6 +63,31 @@ pub fn wake(id: &str) -> Result<u8> {
     Ok(0)
 }
 
+/// `torpor dormant ID`: asks the holder to go dormant and waits until the dormant process
+/// answers.
+///
+/// # Errors
+/// The sandbox does not exist, refuses (a state or a platform that cannot go dormant), or
+/// its dormant process does not answer.
+pub fn dormant(id: &str) -> Result<u8> {
+    let dir = dir(id)?;
+    call(&dir, &Request::Dormant, std::time::Duration::from_secs(120))?;
+    // The holder answers before its exec: the dormant process answers `state` once it runs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let st = call(&dir, &Request::State, std::time::Duration::from_secs(10));
+        if let Ok(v) = &st {
+            if v.get("status").and_then(|s| s.as_str()) == Some("dormant") {
+                return Ok(0);
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!("sandbox {id:?} did not become dormant: {st:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// Parses `SIGSTOP`, `STOP`, `stop` or `19`.
 pub fn parse_signal(s: &str) -> Result<i32> {
     if let Ok(n) = s.parse::<i32>() {
@@ -118,6 +143,7 @@ pub fn stats(id: Option<&str>, prometheus: bool) -> Result<u8> {
     if !prometheus {
         let id = id.context("a sandbox ID is needed (or --prometheus for all of them)")?;
         let mut v = call(&dir(id)?, &Request::Stats, TIMEOUT)?;
+        crate::dormancy::with_own_figures(&mut v);
         with_platform(&mut v);
         with_helpers(&mut v);
         println!("{}", serde_json::to_string(&v)?);
@@ -132,6 +158,7 @@ pub fn stats(id: Option<&str>, prometheus: bool) -> Result<u8> {
         let d = statedir::dir_of(&id)?;
         match call(&d, &Request::Stats, Duration::from_secs(5)) {
             Ok(mut v) => {
+                crate::dormancy::with_own_figures(&mut v);
                 with_platform(&mut v);
                 answered.push((id, v))
             }
@@ -269,7 +296,11 @@ pub fn delete(id: &str, force: bool) -> Result<u8> {
             );
         }
         let start = Instant::now();
-        while d.exists() && start.elapsed() < Duration::from_secs(10) {
+        // A dormant sandbox's process ends at once, leaving the directory to this verb.
+        while d.exists()
+            && start.elapsed() < Duration::from_secs(10)
+            && pid.is_none_or(statedir::pid_alive)
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
         if d.exists() {

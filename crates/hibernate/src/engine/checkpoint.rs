@@ -30,6 +30,24 @@ pub(super) struct Job {
     pub(super) dir: PathBuf,
     /// The holder's record of how the sandbox was started.
     pub(super) holder: serde_json::Value,
+    /// For a checkpoint the holder goes dormant with: where copies of the sandbox's listening
+    /// Internet sockets go once it is written (see [`listening_sockets`]).
+    pub(super) keep: Option<std::sync::Arc<std::sync::Mutex<Vec<std::os::fd::OwnedFd>>>>,
+}
+
+/// Copies (close-on-exec) of the host sockets of `sb` that listen for Internet connections:
+/// what a holder going dormant keeps, their waiting connections with them.
+fn listening_sockets(sb: &ParkedSandbox<'_>) -> Vec<std::os::fd::OwnedFd> {
+    use kernel::net::host;
+    sb.sockets()
+        .iter()
+        .filter(|f| {
+            let opt = |name| host::int_opt(f.host(), libc::SOL_SOCKET, name).ok();
+            matches!(opt(libc::SO_DOMAIN), Some(libc::AF_INET | libc::AF_INET6))
+                && opt(libc::SO_ACCEPTCONN) == Some(1)
+        })
+        .filter_map(|f| f.host().try_clone_to_owned().ok())
+        .collect()
 }
 
 /// What a checkpoint's `state.json` holds.
@@ -121,6 +139,9 @@ impl Hibernator {
         w.write_envelope(STATE, Kind::State, &json)?;
         w.write_envelope(BLOBS, Kind::Blobs, &blobs.into_payload())?;
         w.finish()?;
+        if let Some(keep) = &job.keep {
+            *keep.lock().unwrap_or_else(|e| e.into_inner()) = listening_sockets(sb);
+        }
         Ok(())
     }
 }

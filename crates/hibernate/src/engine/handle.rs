@@ -42,7 +42,11 @@ impl HibernateHandle {
     ) -> Result<DeflateReport, HibernateError> {
         self.shared.paused.store(true, Ordering::SeqCst);
         let r = self.park_for(
-            Command::Checkpoint(checkpoint::Job { dir, holder }),
+            Command::Checkpoint(checkpoint::Job {
+                dir,
+                holder,
+                keep: None,
+            }),
             timeout,
         );
         if matches!(
@@ -52,6 +56,40 @@ impl HibernateHandle {
             self.shared.paused.store(false, Ordering::SeqCst);
         }
         r
+    }
+
+    /// [`Self::checkpoint`] for a holder about to go dormant: also returns copies
+    /// (close-on-exec) of the sandbox's listening Internet sockets, taken once the checkpoint
+    /// is written, which the holder keeps while dormant and hands to the woken sandbox. The
+    /// sandbox stays paused: connections wait in those sockets' queues.
+    ///
+    /// # Errors
+    /// As [`Self::checkpoint`].
+    pub fn checkpoint_for_dormancy(
+        &self,
+        dir: PathBuf,
+        holder: serde_json::Value,
+        timeout: Duration,
+    ) -> Result<(DeflateReport, Vec<std::os::fd::OwnedFd>), HibernateError> {
+        let keep = Arc::new(std::sync::Mutex::new(Vec::new()));
+        self.shared.paused.store(true, Ordering::SeqCst);
+        let r = self.park_for(
+            Command::Checkpoint(checkpoint::Job {
+                dir,
+                holder,
+                keep: Some(keep.clone()),
+            }),
+            timeout,
+        );
+        if matches!(
+            r,
+            Err(HibernateError::State(_) | HibernateError::ParkTimeout(_))
+        ) {
+            self.shared.paused.store(false, Ordering::SeqCst);
+        }
+        let report = r?;
+        let fds = std::mem::take(&mut *keep.lock().unwrap_or_else(|e| e.into_inner()));
+        Ok((report, fds))
     }
 
     pub(super) fn park_for(

@@ -244,6 +244,25 @@ impl NetPolicy {
     }
 }
 
+/// Host sockets handed to a sandbox's network policy when it is built (a dormant sandbox's
+/// published listeners, inherited across its wake): shared, so that the configuration that
+/// carries them stays cloneable; the first policy built takes them all
+/// ([`NetPolicy::keep_sockets`]).
+#[derive(Clone, Debug, Default)]
+pub struct KeptSockets(std::sync::Arc<Mutex<Vec<OwnedFd>>>);
+
+impl KeptSockets {
+    /// These sockets, to be kept.
+    pub fn new(sockets: Vec<OwnedFd>) -> KeptSockets {
+        KeptSockets(std::sync::Arc::new(Mutex::new(sockets)))
+    }
+
+    /// Takes every socket (none are left for a second policy).
+    pub fn take(&self) -> Vec<OwnedFd> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 impl NetPolicy {
     /// Hands the policy host sockets to adopt (see the `kept` field): bound sockets, usually
     /// listening, each taken by the first bind of the sandbox to a published port whose host

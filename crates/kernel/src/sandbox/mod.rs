@@ -57,6 +57,9 @@ pub struct SandboxConfig {
     pub share_files: bool,
     /// What runs the application (`torpor run --platform`).
     pub platform: Arc<dyn Platform>,
+    /// Host sockets kept from before this start, which the binds of published ports adopt
+    /// (a dormant sandbox waking: its listeners with their waiting connections).
+    pub kept_sockets: crate::net::KeptSockets,
 }
 
 /// One process of a sandbox, as `torpor ps` shows it.
@@ -549,13 +552,15 @@ pub fn runtime_stdio() -> [Option<std::os::fd::OwnedFd>; 3] {
 
 /// The network policy `cfg` asks for.
 pub(crate) fn net_policy(cfg: &SandboxConfig) -> NetPolicy {
-    if cfg.own_netns {
+    let net = if cfg.own_netns {
         NetPolicy::namespaced()
     } else if crate::broker::publishes() {
         NetPolicy::private_loopback(cfg.publish.clone())
     } else {
         NetPolicy::new(cfg.publish.clone(), cfg.allow_outbound)
-    }
+    };
+    net.keep_sockets(cfg.kept_sockets.take());
+    net
 }
 
 /// The guest working directory `cwd` resolved in `root` (`/` if it is not a directory there).

@@ -89,6 +89,30 @@ impl Broker for Client {
     }
 }
 
+/// The holder's end of its broker's socket, once installed: kept open across a holder's exec
+/// into dormancy ([`client_fd`]) and adopted again by the woken holder ([`adopt`]).
+static CLIENT_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Installs `sock` as the kernel's broker client.
+fn install(sock: OwnedFd) {
+    CLIENT_FD.store(sock.as_raw_fd(), std::sync::atomic::Ordering::SeqCst);
+    kernel::broker::install(Box::new(Client {
+        sock: Mutex::new(sock),
+    }));
+}
+
+/// The descriptor of this holder's end of its broker's socket, if it has a broker.
+pub fn client_fd() -> Option<i32> {
+    let fd = CLIENT_FD.load(std::sync::atomic::Ordering::SeqCst);
+    (fd >= 0).then_some(fd)
+}
+
+/// Installs the broker a holder had before its exec (dormancy and its wake): `sock` is its
+/// end of the broker's socket, which stayed open.
+pub fn adopt(sock: OwnedFd) {
+    install(sock);
+}
+
 /// Starts the broker of a root holder (nothing for a rootless one, which has no capability
 /// to hand over) of the sandbox `cfg`; then, for a friendly-form sandbox without outbound
 /// access, moves the holder into a network namespace of its own (loopback only), leaving its
@@ -155,9 +179,7 @@ pub fn start(root: &Path, published: &[std::net::SocketAddr]) -> Result<()> {
             }
             _ => {
                 drop(theirs);
-                kernel::broker::install(Box::new(Client {
-                    sock: Mutex::new(ours),
-                }));
+                install(ours);
                 return Ok(());
             }
         }
@@ -185,8 +207,6 @@ pub fn start(root: &Path, published: &[std::net::SocketAddr]) -> Result<()> {
     drop(theirs);
     // The broker is reaped by whoever reaps the holder's children (it ends with the holder).
     std::mem::forget(child);
-    kernel::broker::install(Box::new(Client {
-        sock: Mutex::new(ours),
-    }));
+    install(ours);
     Ok(())
 }

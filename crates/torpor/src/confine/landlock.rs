@@ -16,7 +16,7 @@
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
@@ -123,8 +123,8 @@ const DEVICE: u64 = READ_FILE | WRITE_FILE | IOCTL_DEV;
 ///
 /// # Errors
 /// When Landlock is there but the ruleset cannot be built or enforced.
-pub fn restrict(trees: &[&Path]) -> Result<bool> {
-    restrict_with(trees, true)
+pub fn restrict(trees: &[&Path], executables: &[PathBuf], libraries: &[PathBuf]) -> Result<bool> {
+    restrict_with(trees, Some((executables, libraries)))
 }
 
 /// Restricts the calling process's filesystem access to `trees` alone (the file broker: its
@@ -133,10 +133,15 @@ pub fn restrict(trees: &[&Path]) -> Result<bool> {
 /// # Errors
 /// As [`restrict`].
 pub fn restrict_to_trees(trees: &[&Path]) -> Result<bool> {
-    restrict_with(trees, false)
+    restrict_with(trees, None)
 }
 
-fn restrict_with(trees: &[&Path], host_files: bool) -> Result<bool> {
+/// The host files beside the trees: none (the broker), or the holder's, with the binaries it
+/// may execute (a holder that may go dormant: the runtime's own two) and the libraries those
+/// load (read only).
+type HostFiles<'a> = Option<(&'a [PathBuf], &'a [PathBuf])>;
+
+fn restrict_with(trees: &[&Path], host_files: HostFiles<'_>) -> Result<bool> {
     // SAFETY: the version query takes no pointer.
     let abi = unsafe {
         libc::syscall(
@@ -180,14 +185,35 @@ fn restrict_with(trees: &[&Path], host_files: bool) -> Result<bool> {
     for t in trees {
         allow(&ruleset, t, FULL & known)?;
     }
-    if host_files {
+    if let Some((executables, libraries)) = host_files {
         allow_host_files(&ruleset, known)?;
+        // Executing needs reading the file and its interpreter (the host opens both for
+        // execution); the interpreter reads the libraries.
+        for exe in executables {
+            allow(&ruleset, exe, (EXECUTE | READ_FILE) & known)?;
+        }
+        for lib in libraries {
+            let rights = if is_interpreter(lib) {
+                EXECUTE | READ_FILE
+            } else {
+                READ_FILE
+            };
+            allow(&ruleset, lib, rights & known)?;
+        }
     }
     // SAFETY: the ruleset fd is valid; no flags.
     if unsafe { libc::syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset.as_raw_fd(), 0u32) } != 0 {
         return Err(std::io::Error::last_os_error()).context("landlock_restrict_self");
     }
     Ok(true)
+}
+
+/// Whether `path` is an ELF interpreter (`ld-linux*.so*`), which the host opens for
+/// execution with the program.
+fn is_interpreter(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("ld-linux") || n.starts_with("ld64"))
 }
 
 /// The holder's host files: devices (its own, `crate::confine::devices`, for a root holder),

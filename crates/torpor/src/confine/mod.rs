@@ -62,6 +62,50 @@ pub struct Needs {
     /// the device not accessible) while `vm.unprivileged_userfaultfd` is 0:
     /// `CAP_SYS_PTRACE`.
     pub uffd_ptrace: bool,
+    /// Going dormant (`crate::dormancy`): executing the runtime's own two binaries, through
+    /// the descriptors [`EXEC_FDS`] only.
+    pub dormancy: bool,
+}
+
+/// Where a holder that may go dormant keeps its two executables open (`O_PATH`):
+/// `torpor-dormant` and `torpor`. Its seccomp filter allows `execveat` of these two
+/// descriptors alone, and Landlock the execution of those two files alone
+/// ([`exec_allowed`]). Fixed numbers, high enough to be free when they are placed (before the
+/// application runs) and below any `RLIMIT_NOFILE`.
+pub const EXEC_FDS: [std::os::fd::RawFd; 2] = [990, 991];
+
+/// Whether this holder may exec its dormant process: its filter and Landlock say so.
+static EXEC_ALLOWED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this holder's confinement lets it go dormant ([`Needs::dormancy`] was asked for,
+/// Landlock enforces what it may execute, and both binaries are open at [`EXEC_FDS`]).
+pub fn exec_allowed() -> bool {
+    EXEC_ALLOWED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Opens the runtime's two binaries at [`EXEC_FDS`] (close-on-exec; kept across the execs
+/// of dormancy by `crate::dormancy::close_others_on_exec`).
+fn pin_executables(exes: &[std::path::PathBuf]) -> Result<()> {
+    for (path, &at) in exes.iter().zip(EXEC_FDS.iter()) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .with_context(|| format!("{}: NUL in path", path.display()))?;
+        // SAFETY: a NUL-terminated path; O_PATH opens nothing's contents.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("opening {}", path.display()));
+        }
+        // SAFETY: dup3 of our fresh descriptor onto a fixed number no one uses yet (the
+        // application has not run); then the fresh one is closed.
+        let r = unsafe { libc::dup3(fd, at, libc::O_CLOEXEC) };
+        let e = std::io::Error::last_os_error();
+        // SAFETY: closing the descriptor opened above.
+        unsafe { libc::close(fd) };
+        if r < 0 {
+            return Err(e).with_context(|| format!("placing {} at {at}", path.display()));
+        }
+    }
+    Ok(())
 }
 
 impl Needs {
@@ -89,6 +133,7 @@ impl Needs {
         Needs {
             low_ports,
             uffd_ptrace: !unprivileged_uffd && !device,
+            dormancy: false,
         }
     }
 
@@ -149,9 +194,29 @@ pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> 
     }
     // What the kernel reads of the host's /sys, read now: /sys stays closed.
     kernel::fs::procfs::prime_host_files();
+    // A holder that may go dormant executes its two binaries (and their interpreter and
+    // libraries are read again): only where Landlock can say that nothing else executes.
+    let exes = if needs.dormancy {
+        crate::dormancy::executables()
+    } else {
+        Vec::new()
+    };
+    let mut landlocked = false;
     if let (Some(trees), true) = (trees, mode != Mode::Off) {
-        landlock::restrict(trees)?;
+        let libs = if exes.is_empty() {
+            Vec::new()
+        } else {
+            crate::dormancy::shared_objects()
+        };
+        landlocked = landlock::restrict(trees, &exes, &libs)?;
     }
+    let exec_fds = if needs.dormancy && exes.len() == EXEC_FDS.len() && landlocked {
+        pin_executables(&exes)?;
+        EXEC_ALLOWED.store(true, std::sync::atomic::Ordering::SeqCst);
+        Some(EXEC_FDS)
+    } else {
+        None
+    };
     // In a network namespace of its own, the holder binds no published port itself.
     let needs = if kernel::broker::publishes() {
         Needs {
@@ -200,10 +265,39 @@ pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> 
         mark_confined(Some(mode));
         return Ok(());
     }
-    let bpf = seccomp::filter(mode == Mode::Log).map_err(anyhow::Error::msg)?;
+    let bpf = seccomp::filter(mode == Mode::Log, exec_fds).map_err(anyhow::Error::msg)?;
     seccompiler::apply_filter_all_threads(&bpf).context("installing the seccomp filter")?;
     mark_confined(Some(mode));
     // Per role: the userfaultfd threads (started at the first deflate) add a narrower filter.
+    let _ = PAGER_LOG_ONLY.set(mode == Mode::Log);
+    hibernate::pager::set_thread_confinement(confine_pager_thread);
+    Ok(())
+}
+
+/// The confinement of a holder woken from dormancy (`crate::dormancy::wake`): its filters,
+/// Landlock domain, capabilities and `no_new_privs` carried over its execs; what is per
+/// image is done again (not dumpable as root, the roles' filters to come, the kernel's host
+/// files read as far as the domain lets it).
+///
+/// # Errors
+/// A step the host refuses.
+pub fn inherited(mode: Mode) -> Result<()> {
+    kernel::fs::procfs::prime_host_files();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // An exec made the process dumpable again.
+        // SAFETY: prctl with constant arguments.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("PR_SET_DUMPABLE");
+        }
+    }
+    // The executables stay where the filter names them, closed to the application's
+    // processes.
+    let pinned = EXEC_FDS
+        .iter()
+        .all(|&fd| crate::dormancy::set_cloexec(fd, true).is_ok());
+    EXEC_ALLOWED.store(pinned, std::sync::atomic::Ordering::SeqCst);
+    mark_confined(Some(mode));
     let _ = PAGER_LOG_ONLY.set(mode == Mode::Log);
     hibernate::pager::set_thread_confinement(confine_pager_thread);
     Ok(())
@@ -475,7 +569,8 @@ mod tests {
         assert_eq!(
             Needs {
                 low_ports: true,
-                uffd_ptrace: true
+                uffd_ptrace: true,
+                dormancy: false,
             }
             .caps(),
             [CAP_NET_BIND_SERVICE, CAP_SYS_PTRACE]

@@ -252,7 +252,10 @@ const SOCKET_FAMILIES: &[libc::c_int] = &[libc::AF_INET, libc::AF_INET6, libc::A
 ///
 /// # Errors
 /// A message if the filter cannot be built (a bug).
-pub fn filter(log_only: bool) -> Result<BpfProgram, String> {
+pub fn filter(
+    log_only: bool,
+    exec_fds: Option<[std::os::fd::RawFd; 2]>,
+) -> Result<BpfProgram, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for &nr in ALLOWED {
         rules.insert(nr, Vec::new());
@@ -289,6 +292,18 @@ pub fn filter(log_only: bool) -> Result<BpfProgram, String> {
         ])
         .map_err(|e| e.to_string())?],
     );
+    // A holder that may go dormant: `execveat` of its two pinned binaries with an empty path
+    // (`super::EXEC_FDS`; Landlock lets nothing else execute, also by an absolute path).
+    if let Some(fds) = exec_fds {
+        let mut exec = Vec::new();
+        for fd in fds {
+            exec.push(
+                SeccompRule::new(vec![eq(0, fd as u64)?, eq(4, libc::AT_EMPTY_PATH as u64)?])
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        rules.insert(libc::SYS_execveat, exec);
+    }
     compile(rules, log_only)
 }
 
@@ -730,7 +745,8 @@ mod tests {
 
     #[test]
     fn the_filter_builds_and_leaves_out_the_dangerous_calls() {
-        assert!(filter(false).is_ok());
+        assert!(filter(false, None).is_ok());
+        assert!(filter(false, Some(super::super::EXEC_FDS)).is_ok());
         for nr in [
             libc::SYS_execve,
             libc::SYS_execveat,

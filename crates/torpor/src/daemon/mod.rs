@@ -22,7 +22,11 @@ use crate::oci::mounts::MountSpec;
 use crate::{procfs, statedir};
 use kernel::sandbox::spawn::{SpawnRequest, Spawner};
 
+mod dormant;
 mod exec;
+mod wake;
+
+pub use wake::wake_in_place;
 
 /// How long a hibernate may wait for the task to pause.
 const PARK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -104,6 +108,9 @@ pub enum Origin {
     /// Cloned from a checkpoint (`torpor run --from`): restored over its memory image mapped
     /// copy-on-write, running at once.
     Clone(Box<crate::snapshot::restoring::Restoring>),
+    /// A dormant holder waking in place (`crate::dormancy::wake`): restored from its own
+    /// checkpoint, with what the holder kept across its execs.
+    Wake(Box<wake::Woken>),
 }
 
 /// What the control thread knows of its sandbox.
@@ -147,6 +154,17 @@ struct Daemon {
     /// CPU time (ns) of the control requests' threads that ended: the holder's housekeeping,
     /// which the keep-alive policy leaves out of the sandbox's CPU time.
     control_cpu_ns: AtomicU64,
+    /// Started by `run -d` (a sandbox in the foreground or an OCI one cannot go dormant yet).
+    detached: bool,
+    /// How it hibernates, as started (recorded for a wake from dormancy).
+    policy: Policy,
+    /// The published ports' host addresses.
+    published: Vec<std::net::SocketAddr>,
+    /// The control socket's listener's descriptor (kept across the exec into dormancy).
+    control_fd: std::os::fd::RawFd,
+    /// Set by a `dormant` request that succeeded: the main thread execs the dormant process
+    /// once the sandbox has stopped.
+    dormancy: Mutex<Option<dormant::Prepared>>,
 }
 
 /// The names of the holder's threads that serve its control socket (not the sandbox's work).
@@ -200,7 +218,16 @@ fn start(
         policy.wake_mode,
     ))
     .context("recording the sandbox's configuration")?;
-    let dir = statedir::create(id)?;
+    let woken = match origin {
+        Origin::Wake(w) => Some(w),
+        _ => None,
+    };
+    // A holder waking from dormancy has its directory, root, janitor and broker already.
+    let dir = if woken.is_some() {
+        statedir::dir_of(id)?
+    } else {
+        statedir::create(id)?
+    };
     statedir::write_pid(&dir, std::process::id())?;
     let (oci, bundle, start_now) = match holding {
         Holding::Oci { bundle, start_now } => (true, bundle.clone(), *start_now),
@@ -216,10 +243,12 @@ fn start(
     let mut cfg = cfg.clone();
     let janitor = if oci {
         None
+    } else if let Some(w) = woken {
+        w.take_janitor()
     } else {
         let seed = match origin {
             Origin::Restore(r) | Origin::Clone(r) => r.upper(),
-            Origin::Build => None,
+            Origin::Build | Origin::Wake(_) => None,
         };
         let cow = crate::cowroot::prepare_seeded(&cfg.rootfs, &dir.join("root"), seed.as_deref())?;
         cfg.rootfs = cow.merged().to_path_buf();
@@ -233,13 +262,17 @@ fn start(
         }
         Some(janitor)
     };
-    if let Holding::Foreground { volumes } | Holding::Detached { volumes } = holding {
+    if let (Holding::Foreground { volumes } | Holding::Detached { volumes }, None) =
+        (holding, woken)
+    {
         crate::oci::mounts::apply(&cfg.rootfs, volumes)?;
     }
     let cfg = &cfg;
     // Still single-threaded: the broker is a plain fork (and the network namespace is left
     // before the sandbox makes any socket).
-    crate::broker::start_if_root(cfg)?;
+    if woken.is_none() {
+        crate::broker::start_if_root(cfg)?;
+    }
     let mode = policy.wake_mode;
     let (mut sandbox, mut hook, hib) = match origin {
         Origin::Build => {
@@ -251,6 +284,11 @@ fn start(
         Origin::Restore(r) => {
             let sandbox = r.sandbox(cfg)?;
             let (hook, hib) = r.hibernator(&sandbox, dir.clone(), mode)?;
+            (sandbox, hook, hib)
+        }
+        Origin::Wake(w) => {
+            let sandbox = w.restoring.sandbox(cfg)?;
+            let (hook, hib) = w.restoring.hibernator(&sandbox, dir.clone(), mode)?;
             (sandbox, hook, hib)
         }
         Origin::Clone(r) => {
@@ -265,11 +303,17 @@ fn start(
     hook.set_swap_quota(policy.swap_quota);
     sandbox.set_park_hook(Box::new(hook));
     let sock = dir.join("control.sock");
-    let listener = {
-        let (path, _dirfd) = crate::control::short_path(&sock)?;
-        UnixListener::bind(&path).with_context(|| format!("binding {}", sock.display()))?
+    let listener = match woken.and_then(|w| w.take_control()) {
+        Some(l) => l,
+        None => {
+            let (path, _dirfd) = crate::control::short_path(&sock)?;
+            let l =
+                UnixListener::bind(&path).with_context(|| format!("binding {}", sock.display()))?;
+            std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
+            l
+        }
     };
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
+    let control_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     let daemon = Arc::new(Daemon {
         id: id.to_string(),
         dir: dir.clone(),
@@ -285,10 +329,15 @@ fn start(
             after: policy.hibernate_after,
             memory_floor: policy.memory_floor,
         },
-        created: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        created: woken.map_or_else(
+            || {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0)
+            },
+            |w| w.created,
+        ),
         control,
         hib,
         live_tasks: Box::new(sandbox.live_tasks()),
@@ -300,15 +349,22 @@ fn start(
         platform: cfg.platform.clone(),
         attached: std::sync::atomic::AtomicUsize::new(0),
         control_cpu_ns: AtomicU64::new(0),
+        detached: matches!(holding, Holding::Detached { .. }),
+        policy: *policy,
+        published: cfg.publish.iter().map(|p| p.host).collect(),
+        control_fd,
+        dormancy: Mutex::new(None),
     });
     {
         let d = daemon.clone();
+        // The request that woke a dormant holder, unread: served first.
+        let pending = woken.and_then(|w| w.take_pending());
         std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || control_loop(&d, listener))?;
+            .spawn(move || control_loop(&d, listener, pending))?;
     }
     // A restored sandbox goes from creating to hibernated as its task first parks.
-    if !matches!(origin, Origin::Restore(_)) {
+    if !matches!(origin, Origin::Restore(_) | Origin::Wake(_)) {
         if let Err(e) = daemon.hib.enter(State::Running) {
             tracing::warn!("{e}");
         }
@@ -333,9 +389,16 @@ fn start(
     if let Some(l) = &log {
         trees.push(l);
     }
-    let needs = crate::confine::Needs::of(&cfg.publish, cfg.own_netns);
-    crate::confine::confine(crate::confine::Mode::from_env()?, needs, Some(&trees[..]))
-        .context("confining the runtime")?;
+    if woken.is_some() {
+        // Confined since before its exec: the filters and the Landlock domain carried over.
+        crate::confine::inherited(crate::confine::Mode::from_env()?)
+            .context("confining the runtime")?;
+    } else {
+        let mut needs = crate::confine::Needs::of(&cfg.publish, cfg.own_netns);
+        needs.dormancy = dormant::possible(oci, holding, &cfg.platform);
+        crate::confine::confine(crate::confine::Mode::from_env()?, needs, Some(&trees[..]))
+            .context("confining the runtime")?;
+    }
     crate::confine::test_hook();
     if matches!(origin, Origin::Restore(_)) && start_now {
         // A restored sandbox is ready once its task has parked into `hibernated` (its
@@ -364,6 +427,14 @@ fn start(
             .spawn(move || keep_alive(&d, registry.as_ref()))?;
     }
     let status = run_timed(sandbox);
+    // A sandbox stopped to go dormant: this process becomes the dormant one (no return).
+    let janitor = match dormant::exec_if_prepared(&daemon, janitor) {
+        Ok(j) => j,
+        Err(e) => {
+            // Its state stays in `dormant/` (the janitor removes it with the rest).
+            return Err(e).context("the sandbox stopped to go dormant, and could not");
+        }
+    };
     let _ = daemon.hib.enter(State::Stopped);
     let status = match status {
         Ok(s) => s,
@@ -430,7 +501,7 @@ fn cancel_start(d: &Daemon, status: ExitStatus) -> bool {
     true
 }
 
-fn control_loop(d: &Arc<Daemon>, listener: UnixListener) {
+fn control_loop(d: &Arc<Daemon>, listener: UnixListener, pending: Option<UnixStream>) {
     // The control role's own filter, once the process is confined; its request threads
     // inherit it. Without it the control thread does not serve.
     if let Err(e) = crate::confine::enter_control_role() {
@@ -438,7 +509,7 @@ fn control_loop(d: &Arc<Daemon>, listener: UnixListener) {
         return;
     }
     crate::confine::control_test_hook();
-    for conn in listener.incoming() {
+    for conn in pending.into_iter().map(Ok).chain(listener.incoming()) {
         let Ok(conn) = conn else { continue };
         let d = d.clone();
         // One thread per request: a hibernate must not block `state` or `stats`.
@@ -473,6 +544,13 @@ fn handle_conn(d: &Daemon, conn: UnixStream) {
                 creds: None,
             };
             return exec::exec(d, w, req, user.as_deref(), terminal, fds);
+        }
+        Ok(Request::Dormant) => {
+            let resp = dormant::prepare(d);
+            reply(&mut w, &resp);
+            drop(w);
+            dormant::stop_after_answer(d);
+            return;
         }
         Ok(req) => handle(d, req),
         Err(e) => Response::error(format!("bad request: {e}")),
@@ -544,6 +622,8 @@ fn handle(d: &Daemon, req: Request) -> Response {
             Err(e) => Response::error(e),
         },
         Request::Exec { .. } => Response::error("exec requests carry descriptors"),
+        // Answered by `handle_conn`, which stops the sandbox once the answer is out.
+        Request::Dormant => Response::error("a dormant request is served on its connection"),
         Request::Start => {
             let mut st = d.started.lock().unwrap_or_else(|e| e.into_inner());
             match *st {

@@ -346,6 +346,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
             hostname,
             share_files: crate::run::share_files_from_env(),
             platform: crate::platforms::open().map_err(|e| BundleError::Platform(e.to_string()))?,
+            kept_sockets: Default::default(),
         },
         wake_mode,
         hibernate_after,

@@ -106,6 +106,7 @@ impl HolderRecord {
             hostname: self.hostname.clone(),
             share_files: self.share_files,
             platform: crate::platforms::open()?,
+            kept_sockets: Default::default(),
         })
     }
 }

@@ -1,0 +1,295 @@
+//! The holder's side of going dormant (`crate::dormancy`): the `dormant` request writes the
+//! sandbox's state into `DIR/dormant/` and stops the sandbox; the main thread, once the
+//! sandbox's run has returned, execs `torpor-dormant` with the descriptors the outside world
+//! sees.
+
+use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result};
+use hibernate::state::State;
+use serde_json::json;
+
+use super::{Daemon, PARK_TIMEOUT};
+use crate::control::Response;
+use crate::dormancy::{self, WakeRecord};
+use crate::janitor::Janitor;
+
+/// What the main thread needs to exec the dormant process: the published listeners kept.
+pub(super) struct Prepared {
+    listeners: Vec<OwnedFd>,
+}
+
+/// Whether a sandbox held as `holding` on `platform` can go dormant at all (its holder is then
+/// confined so that it can exec its dormant process).
+pub(super) fn possible(
+    oci: bool,
+    holding: &super::Holding,
+    platform: &std::sync::Arc<dyn platform::Platform>,
+) -> bool {
+    !oci && matches!(holding, super::Holding::Detached { .. }) && platform.name() == "kvm"
+}
+
+/// Why this sandbox cannot go dormant, if it cannot.
+fn refusal(d: &Daemon) -> Option<String> {
+    if d.oci {
+        return Some(
+            "an OCI container cannot go dormant yet (only `torpor run -d` sandboxes)".into(),
+        );
+    }
+    if !d.detached {
+        return Some("a sandbox in the foreground cannot go dormant (start it with run -d)".into());
+    }
+    if d.platform.name() != "kvm" {
+        return Some(format!(
+            "the {} platform cannot go dormant yet: its woken holder could not make the stub \
+             factory without the holder's seccomp filter (docs/design/dormant.md)",
+            d.platform.name()
+        ));
+    }
+    if d.exit.lock().map(|e| e.is_some()).unwrap_or(true) {
+        return Some("the sandbox has stopped".into());
+    }
+    if d.attached.load(Ordering::Relaxed) > 0 {
+        return Some("a terminal is attached (exec -t): the sandbox stays hot".into());
+    }
+    if !crate::confine::exec_allowed() {
+        return Some(format!(
+            "this holder's confinement does not let it exec its dormant process ({} beside \
+             torpor, and Landlock to allow only that)",
+            dormancy::DORMANT_BINARY
+        ));
+    }
+    None
+}
+
+/// The `dormant` request: checkpoints the sandbox into `DIR/dormant/` (waking it first if it
+/// is hibernated: the checkpoint is written from a deflate), keeps its published listeners,
+/// and records what the dormant process answers. The sandbox is stopped once the answer is
+/// out ([`stop_after_answer`]).
+pub(super) fn prepare(d: &Daemon) -> Response {
+    if let Some(why) = refusal(d) {
+        return Response::error(why);
+    }
+    match try_prepare(d) {
+        Ok(p) => {
+            *d.dormancy.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+            Response::ok()
+        }
+        Err(e) => {
+            dormancy::remove_state(&d.dir);
+            // The checkpoint left the sandbox paused: it carries on.
+            if d.hib.is_paused() {
+                let _ = d.hib.resume();
+            }
+            Response::error(format!("{e:#}"))
+        }
+    }
+}
+
+fn try_prepare(d: &Daemon) -> Result<Prepared> {
+    if d.hib.state() == State::Hibernated {
+        d.hib.wake().map_err(anyhow::Error::msg)?;
+        d.hib.wait_while(State::Hibernated, PARK_TIMEOUT);
+    }
+    dormancy::remove_state(&d.dir);
+    let tmp = d.dir.join(format!("{}.tmp", dormancy::DIR));
+    std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let (_, listeners) = d
+        .hib
+        .checkpoint_for_dormancy(
+            tmp.join(dormancy::CHECKPOINT),
+            d.record.clone(),
+            PARK_TIMEOUT,
+        )
+        .map_err(|e| anyhow::anyhow!("checkpointing the sandbox: {e}"))?;
+    // Only the published ones: a listener the application bound for itself is made again by
+    // the restore (inside a private namespace, a kept copy would hold its port).
+    let listeners: Vec<OwnedFd> = listeners
+        .into_iter()
+        .filter(|fd| {
+            kernel::net::host::name(std::os::fd::AsFd::as_fd(fd), false)
+                .ok()
+                .and_then(|a| kernel::net::inet::parse_sockaddr(a.as_bytes()))
+                .is_some_and(|a| {
+                    // An IPv6 socket serves a published IPv4 address as its mapped form.
+                    let a = std::net::SocketAddr::new(a.ip().to_canonical(), a.port());
+                    d.published.contains(&a)
+                })
+        })
+        .collect();
+    let record = WakeRecord {
+        root: d.root.clone(),
+        wake_mode: d.mode,
+        swap_quota: d.policy.swap_quota,
+        hibernate_after_ms: d.policy.hibernate_after.map(|t| t.as_millis() as u64),
+        memory_floor: d.policy.memory_floor,
+        broker_publishes: kernel::broker::publishes(),
+        created: d.created,
+    };
+    std::fs::write(
+        tmp.join(dormancy::WAKE_RECORD),
+        serde_json::to_vec(&record).context("encoding the wake record")?,
+    )
+    .context("writing the wake record")?;
+    let status = status(d);
+    std::fs::write(tmp.join(dormancy::STATUS), status.to_string())
+        .context("writing the dormant status")?;
+    sync_dir(&tmp)?;
+    let dest = d.dir.join(dormancy::DIR);
+    std::fs::rename(&tmp, &dest).with_context(|| format!("renaming to {}", dest.display()))?;
+    sync_dir(&d.dir)?;
+    Ok(Prepared { listeners })
+}
+
+/// fsync of a directory (its entries are on disk before the sandbox is stopped).
+fn sync_dir(dir: &std::path::Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("syncing {}", dir.display()))
+}
+
+/// What the dormant process answers `state` and `stats` with.
+fn status(d: &Daemon) -> serde_json::Value {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|t| t.as_micros() as u64)
+        .unwrap_or(0);
+    json!({
+        "state": {
+            "ociVersion": "1.0.2",
+            "id": d.id,
+            "status": "dormant",
+            "pid": std::process::id(),
+            "bundle": d.bundle,
+            "created": d.created,
+            "exitStatus": null,
+        },
+        "stats": {
+            "id": d.id,
+            "state": "dormant",
+            "hibernate_state": "dormant",
+            "pid": std::process::id(),
+            "platform": d.platform.name(),
+            "platform_pids": [],
+            "platform_shared_pids": [],
+            // The dormant process's own figures are read by `torpor stats` (verbs.rs).
+            "pss_bytes": 0,
+            "holder_pss_bytes": 0,
+            "rss_bytes": 0,
+            "wake_mode": d.mode,
+            "state_since_unix_us": since,
+        },
+    })
+}
+
+/// Once the `dormant` request is answered: stops the sandbox (its state is on disk), which
+/// ends its run on the main thread ([`exec_if_prepared`] then runs there).
+pub(super) fn stop_after_answer(d: &Daemon) {
+    if d.dormancy.lock().map(|p| p.is_some()).unwrap_or(false) {
+        d.control.send_signal(libc::SIGKILL);
+        d.hib.stop();
+    }
+}
+
+/// On the main thread, once the sandbox's run has returned: if the sandbox went dormant,
+/// execs the dormant process (no return). Returns otherwise, or with the error of an exec
+/// that failed (the sandbox's state stays on disk for the next attempt's `restore`).
+pub(super) fn exec_if_prepared(d: &Daemon, janitor: Option<Janitor>) -> Result<Option<Janitor>> {
+    let Some(p) = d.dormancy.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return Ok(janitor);
+    };
+    let [dormant_fd, torpor_fd] = crate::confine::EXEC_FDS;
+    let mut keep: Vec<RawFd> = vec![d.control_fd, dormant_fd, torpor_fd];
+    let listeners: Vec<RawFd> = p
+        .listeners
+        .into_iter()
+        .map(IntoRawFd::into_raw_fd)
+        .collect();
+    keep.extend(&listeners);
+    let mut wake_args: Vec<String> = Vec::new();
+    if let Some(j) = janitor {
+        let (r, w) = j.into_raw_fds().context("keeping the janitor's pipes")?;
+        keep.extend([r, w]);
+        wake_args.extend(["--janitor".into(), format!("{r},{w}")]);
+    }
+    if let Some(b) = crate::broker::client_fd() {
+        keep.push(b);
+        wake_args.extend(["--broker".into(), b.to_string()]);
+    }
+    for l in &listeners {
+        wake_args.extend(["--listener".into(), l.to_string()]);
+    }
+    // The hibernation's page files held the stopped sandbox's memory: the checkpoint has its
+    // own copy.
+    hibernate::engine::remove_page_files(&d.dir);
+    dormancy::close_others_on_exec(&keep)?;
+    let mut argv: Vec<String> = vec![
+        dormancy::DORMANT_BINARY.into(),
+        "--status".into(),
+        d.dir
+            .join(dormancy::DIR)
+            .join(dormancy::STATUS)
+            .to_string_lossy()
+            .into_owned(),
+        "--control".into(),
+        d.control_fd.to_string(),
+    ];
+    for l in &listeners {
+        argv.extend(["--watch".into(), l.to_string()]);
+    }
+    argv.extend(["--exec-fd".into(), torpor_fd.to_string(), "--".into()]);
+    argv.push("torpor".into());
+    argv.extend(
+        crate::cli::global_args()
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    argv.extend([
+        "__wake".into(),
+        d.id.clone(),
+        "--control".into(),
+        d.control_fd.to_string(),
+    ]);
+    argv.extend(wake_args);
+    tracing::debug!(?argv, "going dormant");
+    let err = exec_fd(dormant_fd, &argv);
+    Err(err).with_context(|| format!("executing {}", dormancy::DORMANT_BINARY))
+}
+
+/// `execveat(fd, "", argv, environ, AT_EMPTY_PATH)`: the only exec the holder's filter allows
+/// (`crate::confine::EXEC_FDS`). Returns only on failure.
+fn exec_fd(fd: RawFd, argv: &[String]) -> std::io::Error {
+    let Ok(args) = argv
+        .iter()
+        .map(|a| std::ffi::CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+    else {
+        return std::io::Error::from_raw_os_error(libc::EINVAL);
+    };
+    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let env: Vec<std::ffi::CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.into_encoded_bytes();
+            kv.push(b'=');
+            kv.extend(v.into_encoded_bytes());
+            std::ffi::CString::new(kv).ok()
+        })
+        .collect();
+    let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    // SAFETY: an empty NUL-terminated path with AT_EMPTY_PATH (the descriptor is the file),
+    // and null-terminated arrays of NUL-terminated strings alive across the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            fd,
+            c"".as_ptr(),
+            ptrs.as_ptr(),
+            envp.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    std::io::Error::last_os_error()
+}

@@ -1,0 +1,161 @@
+//! Dormant sandboxes (issue 30): `torpor dormant ID` turns the holder into one small process
+//! (`torpor-dormant`: one thread, no VM) that keeps the published port and the control
+//! socket; a connection wakes the sandbox in place with its memory as it was, `state` and
+//! `stats` answer without a wake, `delete` ends it without one, and a SIGKILL leaves no page
+//! files and no mount behind. On the trap platform `dormant` is refused with the reason.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use testutil::{free_port, http_get, Detached, Rootfs};
+
+const GUEST_PORT: &str = "8080";
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_torpor"))
+}
+
+/// The request counter in a body of the guest's `http_server`.
+fn counter(body: &str) -> u64 {
+    body.strip_prefix("hello from http_server: request ")
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected body {body:?}"))
+}
+
+/// A counting HTTP server in a detached sandbox, answering on `addr`.
+fn start(r: &Rootfs) -> (Detached, SocketAddr) {
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let publish = format!("127.0.0.1:{port}:{GUEST_PORT}");
+    let prog = r.guest_program("http_server");
+    let sb = Detached::start(&bin(), &["-p", &publish], r.path(), &prog, &[GUEST_PORT]);
+    let up = Detached::wait_until(Duration::from_secs(60), || {
+        http_get(addr, "/up", Duration::from_secs(5)).is_ok()
+    });
+    assert!(up, "the server does not answer on {addr}");
+    (sb, addr)
+}
+
+fn get_counter(addr: SocketAddr) -> u64 {
+    let resp = http_get(addr, "/n", Duration::from_secs(30)).expect("a response");
+    assert_eq!(resp.status, 200, "{resp:?}");
+    counter(&resp.body_str())
+}
+
+fn status(sb: &Detached) -> String {
+    let out = sb.verb("state", &[]);
+    assert_eq!(out.code(), 0, "state: {}", out.stderr_str());
+    testutil::json_field(&out.stdout_str(), "status").unwrap_or_default()
+}
+
+/// The process's executable's file name and its thread count.
+fn process(pid: u32) -> (String, u32) {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .unwrap_or_default();
+    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0);
+    (exe, threads)
+}
+
+/// Makes the sandbox dormant and checks what it has become.
+fn go_dormant(sb: &Detached, pid: u32) {
+    let out = sb.verb("dormant", &[]);
+    assert_eq!(out.code(), 0, "dormant: {}", out.stderr_str());
+    assert_eq!(status(sb), "dormant");
+    assert_eq!(
+        process(pid),
+        ("torpor-dormant".to_string(), 1),
+        "the same process, one thread of torpor-dormant"
+    );
+    assert!(sb.dir().join("dormant/checkpoint/MANIFEST").is_file());
+}
+
+#[test]
+fn a_dormant_sandbox_wakes_in_place_on_a_connection() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let (sb, addr) = start(&r);
+    let pid = sb.pid();
+    let before = get_counter(addr);
+    if testutil::platform_is_trap() {
+        let out = sb.verb("dormant", &[]);
+        assert_ne!(out.code(), 0, "the trap platform cannot go dormant yet");
+        assert!(
+            out.stderr_str().contains("trap platform cannot go dormant"),
+            "{}",
+            out.stderr_str()
+        );
+        assert_eq!(get_counter(addr), before + 1, "and the sandbox serves on");
+        return;
+    }
+    for round in 1..=2 {
+        go_dormant(&sb, pid);
+        // Read-only verbs are answered by the dormant process itself.
+        let stats = sb.verb("stats", &[]);
+        assert_eq!(stats.code(), 0, "stats: {}", stats.stderr_str());
+        assert!(stats.stdout_str().contains("\"state\":\"dormant\""));
+        assert_eq!(process(pid).0, "torpor-dormant", "stats did not wake it");
+        // A connection wakes it: the same process, the server's memory as it was.
+        assert_eq!(get_counter(addr), before + round, "round {round}");
+        assert_eq!(process(pid).0, "torpor", "round {round}: woken in place");
+        assert_ne!(status(&sb), "dormant");
+        assert_eq!(sb.pid(), pid);
+    }
+}
+
+#[test]
+fn delete_and_sigkill_of_a_dormant_sandbox_leave_nothing() {
+    if !testutil::require_kvm() || testutil::platform_is_trap() {
+        return;
+    }
+    let r = Rootfs::new();
+    // delete: answered by the dormant process, which ends without a wake.
+    let (sb, addr) = start(&r);
+    let pid = sb.pid();
+    get_counter(addr);
+    go_dormant(&sb, pid);
+    let out = sb.verb("delete", &["--force"]);
+    assert_eq!(out.code(), 0, "delete: {}", out.stderr_str());
+    assert!(Detached::process_ended(pid), "the dormant process ended");
+    assert!(!sb.dir().exists(), "its state directory is gone");
+    assert!(
+        std::net::TcpListener::bind(addr).is_ok(),
+        "its published port is free"
+    );
+    // SIGKILL: its janitor removes the checkpoint and unmounts the root; the directory stays
+    // for `state` to report, and the next verb removes it.
+    let (sb, addr) = start(&r);
+    let pid = sb.pid();
+    get_counter(addr);
+    go_dormant(&sb, pid);
+    // SAFETY: killing the sandbox's own process, as an operator's kill -9 would.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let cleaned = Detached::wait_until(Duration::from_secs(10), || {
+        Detached::process_ended(pid) && !sb.dir().join("dormant").exists()
+    });
+    assert!(cleaned, "the dormant state outlived its process");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    assert!(
+        !mounts.contains(&sb.dir().to_string_lossy().into_owned()),
+        "a mount of the sandbox is left"
+    );
+    let out = sb.verb("state", &[]);
+    assert_ne!(out.code(), 0, "a killed sandbox is reported gone");
+    assert!(!sb.dir().exists(), "and its directory removed");
+}
