@@ -619,9 +619,10 @@ pub struct WakeArgs {
     /// The file broker's socket.
     #[arg(long)]
     pub broker: Option<i32>,
-    /// A published listener kept while dormant (repeated).
+    /// A host socket kept while dormant (repeated): a published listener, or a connection
+    /// the checkpoint names by this number.
     #[arg(long)]
-    pub listener: Vec<i32>,
+    pub keep: Vec<i32>,
     /// What woke it: one of the listeners, or a control connection with its request unread.
     #[arg(long)]
     pub woken_by: Option<i32>,

@@ -117,6 +117,13 @@ fn a_dormant_sandbox_wakes_in_place_on_a_connection() {
         assert_ne!(status(&sb), "dormant");
         assert_eq!(sb.pid(), pid);
     }
+    // A control verb that needs the guest wakes it too, and is served.
+    go_dormant(&sb, pid);
+    let out = sb.verb("exec", &["/bin/busybox", "echo", "woken by exec"]);
+    assert_eq!(out.code(), 0, "exec: {}", out.stderr_str());
+    assert_eq!(out.stdout_str().trim(), "woken by exec");
+    assert_eq!(process(pid).0, "torpor", "woken in place");
+    assert_eq!(get_counter(addr), before + 3, "the server's memory intact");
 }
 
 #[test]
@@ -158,4 +165,79 @@ fn delete_and_sigkill_of_a_dormant_sandbox_leave_nothing() {
     let out = sb.verb("state", &[]);
     assert_ne!(out.code(), 0, "a killed sandbox is reported gone");
     assert!(!sb.dir().exists(), "and its directory removed");
+}
+
+/// A line-counting server in Python: each line it reads on a connection comes back numbered
+/// (one count for the whole server), connections served one after the other.
+const COUNTER_SERVER: &str = r#"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8080))
+s.listen(16)
+n = 0
+while True:
+    c, _ = s.accept()
+    with c, c.makefile("rb") as r:
+        for line in r:
+            n += 1
+            c.sendall(b"%d %s" % (n, line))
+"#;
+
+/// Sends `line` on `c` and reads the numbered answer.
+fn exchange(c: &mut std::net::TcpStream, line: &str) -> String {
+    use std::io::{BufRead, Write};
+    c.write_all(format!("{line}\n").as_bytes()).expect("send");
+    let mut r = std::io::BufReader::new(c.try_clone().expect("clone"));
+    let mut answer = String::new();
+    r.read_line(&mut answer).expect("an answer");
+    answer.trim_end().to_string()
+}
+
+/// A connection opened before the sandbox went dormant is kept open by the dormant process:
+/// bytes sent on it wake the sandbox, and the server answers on the same connection, its
+/// count intact; a new connection is served after it.
+#[test]
+fn a_kept_connection_wakes_a_dormant_sandbox_and_is_answered() {
+    if !testutil::require_kvm() || testutil::platform_is_trap() {
+        return;
+    }
+    let Some(root) = testutil::debian_rootfs("python") else {
+        return;
+    };
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let publish = format!("127.0.0.1:{port}:{GUEST_PORT}");
+    let sb = Detached::start(
+        &bin(),
+        &["-p", &publish],
+        &root,
+        "python3",
+        &["-c", COUNTER_SERVER],
+    );
+    let mut kept = None;
+    let up = Detached::wait_until(Duration::from_secs(60), || {
+        kept = std::net::TcpStream::connect(addr).ok();
+        kept.is_some()
+    });
+    assert!(up, "the server does not listen on {addr}");
+    let mut kept = kept.expect("a connection");
+    kept.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    assert_eq!(exchange(&mut kept, "before"), "1 before");
+    let pid = sb.pid();
+    go_dormant(&sb, pid);
+    assert_eq!(
+        exchange(&mut kept, "while dormant"),
+        "2 while dormant",
+        "the kept connection is answered after the wake"
+    );
+    assert_eq!(process(pid).0, "torpor", "woken in place");
+    assert_eq!(exchange(&mut kept, "after"), "3 after");
+    drop(kept);
+    let mut fresh = std::net::TcpStream::connect(addr).expect("a new connection");
+    fresh
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    assert_eq!(exchange(&mut fresh, "new"), "4 new");
 }

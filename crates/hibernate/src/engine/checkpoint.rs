@@ -30,9 +30,20 @@ pub(super) struct Job {
     pub(super) dir: PathBuf,
     /// The holder's record of how the sandbox was started.
     pub(super) holder: serde_json::Value,
-    /// For a checkpoint the holder goes dormant with: where copies of the sandbox's listening
-    /// Internet sockets go once it is written (see [`listening_sockets`]).
-    pub(super) keep: Option<std::sync::Arc<std::sync::Mutex<Vec<std::os::fd::OwnedFd>>>>,
+    /// For a checkpoint the holder goes dormant with: where copies of the sandbox's host
+    /// sockets it keeps go once it is written.
+    pub(super) keep: Option<std::sync::Arc<std::sync::Mutex<KeptSockets>>>,
+}
+
+/// The host sockets a holder going dormant keeps open (copies, close-on-exec), which its wake
+/// adopts: the listeners with their waiting connections, and the connections the checkpoint
+/// saved as kept (by these descriptors' numbers).
+#[derive(Debug, Default)]
+pub struct KeptSockets {
+    /// The sandbox's listening Internet sockets ([`listening_sockets`]).
+    pub listeners: Vec<std::os::fd::OwnedFd>,
+    /// Its connected Internet sockets.
+    pub connections: Vec<std::os::fd::OwnedFd>,
 }
 
 /// Copies (close-on-exec) of the host sockets of `sb` that listen for Internet connections:
@@ -118,7 +129,11 @@ impl Hibernator {
 
     fn try_write_checkpoint(&self, sb: &ParkedSandbox<'_>, job: &Job) -> Result<(), EngineError> {
         let mut blobs = BlobWriter::new();
-        let kernel = kernel::checkpoint::export(sb, &mut blobs)?;
+        let (kernel, connections) = if job.keep.is_some() {
+            kernel::checkpoint::export_keeping_connections(sb, &mut blobs)?
+        } else {
+            (kernel::checkpoint::export(sb, &mut blobs)?, Vec::new())
+        };
         let mut w = CheckpointWriter::create(&job.dir)?;
         for p in &kernel.processes {
             let pm = self.processes.get(&p.pid).ok_or_else(|| {
@@ -140,7 +155,10 @@ impl Hibernator {
         w.write_envelope(BLOBS, Kind::Blobs, &blobs.into_payload())?;
         w.finish()?;
         if let Some(keep) = &job.keep {
-            *keep.lock().unwrap_or_else(|e| e.into_inner()) = listening_sockets(sb);
+            *keep.lock().unwrap_or_else(|e| e.into_inner()) = KeptSockets {
+                listeners: listening_sockets(sb),
+                connections,
+            };
         }
         Ok(())
     }

@@ -59,9 +59,10 @@ impl HibernateHandle {
     }
 
     /// [`Self::checkpoint`] for a holder about to go dormant: also returns copies
-    /// (close-on-exec) of the sandbox's listening Internet sockets, taken once the checkpoint
-    /// is written, which the holder keeps while dormant and hands to the woken sandbox. The
-    /// sandbox stays paused: connections wait in those sockets' queues.
+    /// (close-on-exec) of the sandbox's listening and connected Internet sockets, which the
+    /// holder keeps while dormant and hands to the woken sandbox (the checkpoint saves the
+    /// connections as kept). The sandbox stays paused: connections and bytes wait in those
+    /// sockets' queues.
     ///
     /// # Errors
     /// As [`Self::checkpoint`].
@@ -70,8 +71,8 @@ impl HibernateHandle {
         dir: PathBuf,
         holder: serde_json::Value,
         timeout: Duration,
-    ) -> Result<(DeflateReport, Vec<std::os::fd::OwnedFd>), HibernateError> {
-        let keep = Arc::new(std::sync::Mutex::new(Vec::new()));
+    ) -> Result<(DeflateReport, checkpoint::KeptSockets), HibernateError> {
+        let keep = Arc::new(std::sync::Mutex::new(checkpoint::KeptSockets::default()));
         self.shared.paused.store(true, Ordering::SeqCst);
         let r = self.park_for(
             Command::Checkpoint(checkpoint::Job {

@@ -61,7 +61,7 @@ mod memory;
 mod park;
 mod process_deflate;
 
-pub use checkpoint::{memory_image_name, restored, CheckpointState, Clocks};
+pub use checkpoint::{memory_image_name, restored, CheckpointState, Clocks, KeptSockets};
 pub use error::EngineError;
 
 pub use memory::{is_page_file, page_files, remove_page_files};

@@ -28,6 +28,7 @@ pub fn export(
     root: &Root,
     net: &crate::net::NetPolicy,
     blobs: &mut BlobWriter,
+    keep: Option<&std::cell::RefCell<Vec<OwnedFd>>>,
 ) -> Result<(Vec<FilesState>, Vec<OpenFileState>), CheckpointError> {
     let mut index: HashMap<*const OpenFile, usize> = HashMap::new();
     let mut open_files: Vec<Option<OpenFileState>> = Vec::new();
@@ -73,6 +74,7 @@ pub fn export(
         net,
         unix: &unix,
         pipes: std::cell::RefCell::new(HashMap::new()),
+        keep,
     };
     // Every open file once; epoll instances once the files they watch have their places.
     let by_host: HashMap<i32, usize> = all
@@ -155,6 +157,8 @@ struct Context<'a> {
     /// The bytes of each pipe saved so far, by pipe inode: its two ends share them, read
     /// once.
     pipes: std::cell::RefCell<HashMap<u64, super::blobs::BlobRef>>,
+    /// Where a dormant holder's checkpoint puts copies of the connected sockets it keeps.
+    keep: Option<&'a std::cell::RefCell<Vec<OwnedFd>>>,
 }
 
 fn export_file(
@@ -257,7 +261,7 @@ fn export_file(
                     &unsupported,
                 )?
             } else {
-                super::sockets::export(file, &st, flags, &unsupported)?
+                super::sockets::export(file, &st, flags, cx.keep, &unsupported)?
             }
         }
         other => {
@@ -488,6 +492,7 @@ pub fn import(
                 connected,
                 peer: _,
                 options,
+                kept,
             } => super::sockets::import(
                 &super::sockets::SocketSpec {
                     family: *family,
@@ -498,6 +503,7 @@ pub fn import(
                     listening: *listening,
                     connected: *connected,
                     options,
+                    kept: *kept,
                 },
                 net,
             )

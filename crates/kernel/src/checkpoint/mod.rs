@@ -66,6 +66,29 @@ pub fn export(
     sandbox: &crate::task::ParkedSandbox<'_>,
     blobs: &mut BlobWriter,
 ) -> Result<SandboxState, CheckpointError> {
+    export_with(sandbox, blobs, None)
+}
+
+/// [`export`] for a holder going dormant: its connected Internet sockets are saved as *kept*
+/// (their host descriptors' numbers) and returned as copies, which the holder keeps open
+/// through its dormancy for the restore to adopt ([`crate::net::KeptSockets`]).
+///
+/// # Errors
+/// As [`export`].
+pub fn export_keeping_connections(
+    sandbox: &crate::task::ParkedSandbox<'_>,
+    blobs: &mut BlobWriter,
+) -> Result<(SandboxState, Vec<OwnedFd>), CheckpointError> {
+    let keep = std::cell::RefCell::new(Vec::new());
+    let state = export_with(sandbox, blobs, Some(&keep))?;
+    Ok((state, keep.into_inner()))
+}
+
+fn export_with(
+    sandbox: &crate::task::ParkedSandbox<'_>,
+    blobs: &mut BlobWriter,
+    keep: Option<&std::cell::RefCell<Vec<OwnedFd>>>,
+) -> Result<SandboxState, CheckpointError> {
     let task = sandbox.task();
     let procs = &task.group.procs;
     if procs.sysv_shm.segment_count() > 0 || procs.sysv_sem.set_count() > 0 {
@@ -115,7 +138,7 @@ pub fn export(
     }
     let tables: Vec<(i32, &crate::fd::FdTable)> =
         resources.iter().map(|(pid, r)| (*pid, &*r.fds)).collect();
-    let (files, open_files) = files::export(&tables, &task.root, &task.net, blobs)?;
+    let (files, open_files) = files::export(&tables, &task.root, &task.net, blobs, keep)?;
     let mut processes = Vec::with_capacity(groups.len());
     let each = groups.iter().zip(&resources).zip(files).zip(timers);
     for ((((pid, g), (_, res)), files), posix_timers) in each {

@@ -14,7 +14,7 @@
 //! needs privileges and the same addresses).
 
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use super::state::OpenFileState;
@@ -44,6 +44,7 @@ pub(super) fn export(
     file: &OpenFile,
     st: &SocketState,
     flags: i32,
+    keep: Option<&std::cell::RefCell<Vec<OwnedFd>>>,
     unsupported: &dyn Fn(&str) -> CheckpointError,
 ) -> Result<OpenFileState, CheckpointError> {
     let fd = file.host();
@@ -69,6 +70,18 @@ pub(super) fn export(
         .into_iter()
         .filter_map(|(level, name)| opt(level, name).ok().map(|v| [level, name, v]))
         .collect();
+    // A dormant holder keeps its connections open (a copy, recorded by its number).
+    let kept = match keep {
+        Some(keep) if connected => {
+            let copy = fd
+                .try_clone_to_owned()
+                .map_err(|e| CheckpointError::Host(format!("keeping a connection: {e}")))?;
+            let n = copy.as_raw_fd();
+            keep.borrow_mut().push(copy);
+            Some(n)
+        }
+        _ => None,
+    };
     Ok(OpenFileState::InetSocket {
         family: st.family,
         kind: st.kind,
@@ -79,6 +92,7 @@ pub(super) fn export(
         connected,
         peer,
         options,
+        kept,
     })
 }
 
@@ -92,6 +106,8 @@ pub(super) struct SocketSpec<'a> {
     pub(super) listening: bool,
     pub(super) connected: bool,
     pub(super) options: &'a [[i32; 3]],
+    /// A kept connection's host descriptor (a dormant holder's wake).
+    pub(super) kept: Option<i32>,
 }
 
 /// Makes the socket `s` describes, bound and listening through `net` as the application's
@@ -106,6 +122,28 @@ pub(super) fn import(s: &SocketSpec<'_>, net: &Arc<NetPolicy>) -> Result<OpenFil
         ));
     }
     let allowed = options(s.family, s.kind);
+    if let Some(kept) = s
+        .kept
+        .filter(|_| s.connected)
+        .and_then(|n| net.take_kept(|k| k.as_raw_fd() == n))
+    {
+        // The very connection, kept open while the sandbox was dormant: bytes its peer sent
+        // meanwhile wait in it.
+        let file = OpenFile::new(
+            kept,
+            FileKind::Socket(Mutex::new(SocketState {
+                family: s.family,
+                kind: s.kind,
+                ..SocketState::default()
+            })),
+            None,
+        );
+        // SAFETY: F_SETFL on the socket just adopted.
+        if unsafe { libc::fcntl(file.host().as_raw_fd(), libc::F_SETFL, s.flags) } < 0 {
+            return Err(format!("F_SETFL: {}", std::io::Error::last_os_error()));
+        }
+        return Ok(file);
+    }
     let fd =
         host::socket(s.family, s.kind, false, s.protocol).map_err(|e| format!("socket: {e}"))?;
     for [level, name, v] in s.options {

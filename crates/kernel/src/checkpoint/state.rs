@@ -326,6 +326,10 @@ pub enum OpenFileState {
         peer: Option<String>,
         /// Options kept: `[level, name, value]`.
         options: Vec<[i32; 3]>,
+        /// A connection a dormant holder kept open (format 1.2): the host descriptor it
+        /// holds it at, which its wake adopts instead of a reset (`docs/design/dormant.md`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kept: Option<i32>,
     },
     /// An unnamed Unix socket: unconnected, or connected to another socket of the sandbox
     /// (its pair), or to one gone or outside (it comes back with its peer closed).

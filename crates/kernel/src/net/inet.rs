@@ -318,6 +318,8 @@ fn kept_fits(kept: BorrowedFd<'_>, socket: BorrowedFd<'_>, family: i32, addr: So
         k.is_some() && k == opt(socket, level, name)
     };
     opt(kept, libc::SOL_SOCKET, libc::SO_DOMAIN) == Some(family)
+        // A listener (a kept connection has the same local address).
+        && opt(kept, libc::SOL_SOCKET, libc::SO_ACCEPTCONN) == Some(1)
         && same(libc::SOL_SOCKET, libc::SO_TYPE)
         && (family != libc::AF_INET6 || same(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY))
         && host::name(kept, false)

@@ -15,9 +15,11 @@ use crate::control::Response;
 use crate::dormancy::{self, WakeRecord};
 use crate::janitor::Janitor;
 
-/// What the main thread needs to exec the dormant process: the published listeners kept.
+/// What the main thread needs to exec the dormant process: the published listeners and the
+/// connections kept.
 pub(super) struct Prepared {
     listeners: Vec<OwnedFd>,
+    connections: Vec<OwnedFd>,
 }
 
 /// Whether a sandbox held as `holding` on `platform` can go dormant at all (its holder is then
@@ -95,7 +97,7 @@ fn try_prepare(d: &Daemon) -> Result<Prepared> {
     dormancy::remove_state(&d.dir);
     let tmp = d.dir.join(format!("{}.tmp", dormancy::DIR));
     std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let (_, listeners) = d
+    let (_, kept) = d
         .hib
         .checkpoint_for_dormancy(
             tmp.join(dormancy::CHECKPOINT),
@@ -105,7 +107,8 @@ fn try_prepare(d: &Daemon) -> Result<Prepared> {
         .map_err(|e| anyhow::anyhow!("checkpointing the sandbox: {e}"))?;
     // Only the published ones: a listener the application bound for itself is made again by
     // the restore (inside a private namespace, a kept copy would hold its port).
-    let listeners: Vec<OwnedFd> = listeners
+    let listeners: Vec<OwnedFd> = kept
+        .listeners
         .into_iter()
         .filter(|fd| {
             kernel::net::host::name(std::os::fd::AsFd::as_fd(fd), false)
@@ -139,7 +142,10 @@ fn try_prepare(d: &Daemon) -> Result<Prepared> {
     let dest = d.dir.join(dormancy::DIR);
     std::fs::rename(&tmp, &dest).with_context(|| format!("renaming to {}", dest.display()))?;
     sync_dir(&d.dir)?;
-    Ok(Prepared { listeners })
+    Ok(Prepared {
+        listeners,
+        connections: kept.connections,
+    })
 }
 
 /// fsync of a directory (its entries are on disk before the sandbox is stopped).
@@ -206,6 +212,12 @@ pub(super) fn exec_if_prepared(d: &Daemon, janitor: Option<Janitor>) -> Result<O
         .into_iter()
         .map(IntoRawFd::into_raw_fd)
         .collect();
+    let connections: Vec<RawFd> = p
+        .connections
+        .into_iter()
+        .map(IntoRawFd::into_raw_fd)
+        .collect();
+    keep.extend(&connections);
     keep.extend(&listeners);
     let mut wake_args: Vec<String> = Vec::new();
     if let Some(j) = janitor {
@@ -217,8 +229,8 @@ pub(super) fn exec_if_prepared(d: &Daemon, janitor: Option<Janitor>) -> Result<O
         keep.push(b);
         wake_args.extend(["--broker".into(), b.to_string()]);
     }
-    for l in &listeners {
-        wake_args.extend(["--listener".into(), l.to_string()]);
+    for l in listeners.iter().chain(&connections) {
+        wake_args.extend(["--keep".into(), l.to_string()]);
     }
     // The hibernation's page files held the stopped sandbox's memory: the checkpoint has its
     // own copy.
@@ -235,7 +247,8 @@ pub(super) fn exec_if_prepared(d: &Daemon, janitor: Option<Janitor>) -> Result<O
         "--control".into(),
         d.control_fd.to_string(),
     ];
-    for l in &listeners {
+    // A connection, or bytes (or the peer's close) on a kept connection, wakes it.
+    for l in listeners.iter().chain(&connections) {
         argv.extend(["--watch".into(), l.to_string()]);
     }
     argv.extend(["--exec-fd".into(), torpor_fd.to_string(), "--".into()]);

@@ -74,7 +74,7 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
     let dir = crate::statedir::dir_of(&a.id)?;
     let record = crate::dormancy::read_record(&dir)?;
     let mut numbers = vec![a.control];
-    numbers.extend(&a.listener);
+    numbers.extend(&a.keep);
     numbers.extend(a.broker);
     let mut seen = numbers.clone();
     seen.sort_unstable();
@@ -83,13 +83,13 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
         bail!("a descriptor is named twice: {numbers:?}");
     }
     let control = UnixListener::from(inherited(a.control)?);
-    let listeners = a
-        .listener
+    let kept = a
+        .keep
         .iter()
         .map(|&fd| inherited(fd))
         .collect::<Result<Vec<_>>>()?;
     let pending = match a.woken_by {
-        Some(fd) if fd != a.control && !a.listener.contains(&fd) => {
+        Some(fd) if fd != a.control && !a.keep.contains(&fd) => {
             Some(UnixStream::from(inherited(fd)?))
         }
         _ => None,
@@ -115,7 +115,7 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
             .join(crate::dormancy::CHECKPOINT),
     )?;
     let (_, mut cfg) = restoring.config(Some(&record.root))?;
-    cfg.kept_sockets = kernel::net::KeptSockets::new(listeners);
+    cfg.kept_sockets = kernel::net::KeptSockets::new(kept);
     let policy = super::Policy {
         wake_mode: record.wake_mode,
         swap_quota: record.swap_quota,
