@@ -168,7 +168,7 @@ fn a_descriptor_table_comes_back_with_its_objects_and_bytes() {
     insert(&t, 2, OpenFile::new(ep, FileKind::Epoll, None));
 
     let mut blobs = BlobWriter::new();
-    let (tables, open_files) = files::export(&[(1, &t)], &root, &net, &mut blobs).unwrap();
+    let (tables, open_files) = files::export(&[(1, &t)], &root, &net, &mut blobs, None).unwrap();
     assert_eq!(open_files.len(), 10, "the dup'ed read end is one open file");
     let json = serde_json::to_string(&(tables, open_files)).unwrap();
     let (tables, open_files): (Vec<FilesState>, Vec<OpenFileState>) =
@@ -228,6 +228,78 @@ fn a_descriptor_table_comes_back_with_its_objects_and_bytes() {
     );
 }
 
+/// A dormant holder's checkpoint keeps a TCP connection open instead of saving it as reset:
+/// the copy the export hands back, adopted by the restore through its number, is the very
+/// connection (bytes its peer sent after the checkpoint are read from it). Without the copy
+/// the connection comes back reset.
+#[test]
+fn a_kept_connection_is_the_same_connection_after_the_restore() {
+    use std::io::{Read, Write};
+    let dir = Dir::new();
+    let root = Arc::new(Root::open(&dir.0).unwrap());
+    let net = NetPolicy::new(Vec::new(), false);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (conn, _) = listener.accept().unwrap();
+    let t = FdTable::new();
+    insert(
+        &t,
+        5,
+        OpenFile::new(
+            OwnedFd::from(conn),
+            FileKind::Socket(Mutex::new(SocketState {
+                family: libc::AF_INET,
+                kind: libc::SOCK_STREAM,
+                ..SocketState::default()
+            })),
+            None,
+        ),
+    );
+    let keep = std::cell::RefCell::new(Vec::new());
+    let mut blobs = BlobWriter::new();
+    let (tables, open_files) =
+        files::export(&[(1, &t)], &root, &net, &mut blobs, Some(&keep)).unwrap();
+    let kept = keep.into_inner();
+    assert_eq!(kept.len(), 1, "one connection kept");
+    let OpenFileState::InetSocket { kept: Some(n), .. } = &open_files[0] else {
+        panic!("saved as kept: {:?}", open_files[0]);
+    };
+    assert_eq!(*n, kept[0].as_raw_fd());
+    drop(t);
+    peer.write_all(b"sent while dormant").unwrap();
+    let blobs = Blobs::new(blobs.into_payload());
+    let restore = |kept: Vec<OwnedFd>| {
+        let net = Arc::new(NetPolicy::new(Vec::new(), false));
+        net.keep_sockets(kept);
+        let made =
+            files::import(&open_files, &root, &net, OWNER, &blobs, &[None, None, None]).unwrap();
+        files::table(&tables[0], &made).unwrap()
+    };
+    let t2 = restore(kept);
+    let fd = t2.get(5).unwrap().host().as_raw_fd();
+    assert_eq!(read_some(fd, 64), b"sent while dormant");
+    // SAFETY: writing from a literal into the restored connection.
+    assert_eq!(unsafe { libc::write(fd, b"answer".as_ptr().cast(), 6) }, 6);
+    let mut got = [0u8; 6];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"answer");
+    // Without the kept descriptor: reset, as any checkpoint's connection.
+    let t3 = restore(Vec::new());
+    let mut b = [0u8; 4];
+    // SAFETY: reading into a local buffer from the restored socket.
+    let r = unsafe {
+        libc::read(
+            t3.get(5).unwrap().host().as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            4,
+        )
+    };
+    assert_eq!(
+        (r, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::ECONNRESET))
+    );
+}
+
 #[test]
 fn what_cannot_be_saved_yet_is_named() {
     let d = Dir::new();
@@ -241,6 +313,7 @@ fn what_cannot_be_saved_yet_is_named() {
         &root,
         &NetPolicy::new(Vec::new(), false),
         &mut BlobWriter::new(),
+        None,
     )
     .unwrap_err();
     let msg = e.to_string();
