@@ -7,6 +7,7 @@
 
 mod burst;
 mod density;
+mod dormantbench;
 mod paper;
 mod share;
 mod snapbench;
@@ -46,6 +47,10 @@ enum Benchmark {
     /// PSS per sandbox, idle CPU, wake latency under a Zipf request stream, every one
     /// answering: density.md, density.csv, density.png. Needs root.
     Density(density::DensityArgs),
+    /// The dormant tier against the hibernated one: the first response after a wake from each
+    /// (Python, Node.js, Go hellos), the time to go dormant, what each tier keeps on the host,
+    /// and many Python sandboxes dormant at once: dormant.md, dormant.csv. Needs root.
+    Dormant(dormantbench::DormantArgs),
     /// Clean pages of program text and libraries shared through the host's page cache
     /// against copied (`--no-share-files`): the PSS of 10 Python sandboxes hot at once
     /// against 10 times one's, and Node.js hello's first request after a page-fault wake:
@@ -74,6 +79,7 @@ fn main() -> ExitCode {
         Benchmark::Paper(args) => paper::run(args),
         Benchmark::Burst(args) => burst::run(args),
         Benchmark::Density(args) => density::run(args),
+        Benchmark::Dormant(args) => dormantbench::run(args),
         Benchmark::Share(args) => share::run(args),
         Benchmark::Snapshots(args) => snapbench::run(args),
         Benchmark::Exit { iterations } => exit_round_trips(iterations),

@@ -252,6 +252,15 @@ impl Sandbox<'_> {
             .to_string())
     }
 
+    /// Makes the sandbox dormant (`torpor dormant`, which returns once the dormant process
+    /// answers).
+    ///
+    /// # Errors
+    /// If `torpor dormant` fails.
+    pub fn dormant(&self) -> anyhow::Result<()> {
+        self.driver.verb(&["dormant", &self.id]).map(|_| ())
+    }
+
     /// Hibernates the sandbox. A socket with bytes to read (a request still being handled)
     /// wakes it at once; then it waits a little and tries again, until it stays hibernated.
     ///

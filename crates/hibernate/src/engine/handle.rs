@@ -112,6 +112,22 @@ impl HibernateHandle {
         }
         {
             let mut mb = self.shared.lock_mailbox();
+            // A park still finishing (the inflate of a wake that has just begun: the state
+            // says woken already) takes no new command and would be mistaken for this one's:
+            // its end comes first.
+            let deadline = Instant::now() + timeout;
+            while mb.parked {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(HibernateError::ParkTimeout(timeout));
+                }
+                mb = self
+                    .shared
+                    .cv
+                    .wait_timeout(mb, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
             mb.command = Some(cmd);
             mb.reply = None;
         }

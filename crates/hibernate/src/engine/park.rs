@@ -68,6 +68,8 @@ impl ParkHook for Hibernator {
         stopped.resume();
         sb.resume_own();
         self.shared.lock_mailbox().parked = false;
+        // A request that waits for this park's end (`HibernateHandle::park_for`).
+        self.shared.cv.notify_all();
     }
 }
 

@@ -1,0 +1,177 @@
+//! `dormant.md` and `dormant.csv` of `torpor-bench dormant`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::{Many, Row};
+use crate::paper::model::{RunInfo, Summary};
+
+/// `median (p90)`, or a dash.
+fn cell(v: &[f64]) -> String {
+    match Summary::of(v) {
+        Some(s) => format!("{} ({})", fmt(s.median), fmt(p90(v))),
+        None => "—".into(),
+    }
+}
+
+/// The 90th percentile (nearest rank).
+fn p90(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((s.len() as f64 * 0.9).ceil() as usize).clamp(1, s.len()) - 1;
+    s[i]
+}
+
+/// Three significant figures.
+fn fmt(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn mib(b: f64) -> String {
+    format!("{:.2}", b / (1024.0 * 1024.0))
+}
+
+/// Writes the report into `out`; returns the files written.
+///
+/// # Errors
+/// If a file cannot be written.
+pub fn write(out: &Path, info: &RunInfo, rows: &[Row], m: &Many) -> anyhow::Result<Vec<PathBuf>> {
+    let mut md = String::new();
+    let _ = writeln!(md, "# Dormant sandboxes against hibernated ones\n");
+    let _ = writeln!(
+        md,
+        "Issue 30's third tier: `torpor dormant ID` writes the sandbox's state into its state \
+         directory and turns its holder into `torpor-dormant` (same pid, one thread, no VM, no \
+         guest memory), which keeps the published port, the kept connections and the control \
+         socket; the next request restores the sandbox in place. Here each hello is woken \
+         from either tier by its next request, in one run; then many Python sandboxes are \
+         made dormant at once. Raw samples: `dormant.csv`.\n"
+    );
+    let _ = writeln!(md, "## How this was produced\n");
+    let _ = writeln!(md, "- command: `{}`", info.command);
+    let _ = writeln!(md, "- started: {} ({:.0} s)", info.started, info.took_s);
+    let _ = writeln!(md, "- host: {}", info.host);
+    let _ = writeln!(md, "- torpor: {}, platform {}", info.version, info.platform);
+    let _ = writeln!(
+        md,
+        "- each workload: one sandbox (`run -d --wake-mode auto`), 5 warm-up requests, then \
+         {} hot requests, {} hibernate + request, {} dormant + request (a new connection \
+         each); memory from `torpor stats` (PSS of the holder or the dormant process, and of \
+         its helper processes: the janitor, and the file broker of a root holder)\n",
+        info.reps, info.reps, info.reps
+    );
+    let _ = writeln!(md, "## First response after a wake, ms: median (p90)\n");
+    let _ = writeln!(
+        md,
+        "| workload | hot request | hibernated wake | dormant wake | dormant / hibernated | go dormant |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let ratio = match (
+            Summary::of(&r.dormant_wake),
+            Summary::of(&r.hibernated_wake),
+        ) {
+            (Some(d), Some(h)) if h.median > 0.0 => format!("{:.2}", d.median / h.median),
+            _ => "—".into(),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} |",
+            r.label,
+            cell(&r.hot),
+            cell(&r.hibernated_wake),
+            cell(&r.dormant_wake),
+            ratio,
+            cell(&r.go_dormant)
+        );
+    }
+    let _ = writeln!(md, "\n## What each tier keeps\n");
+    let _ = writeln!(
+        md,
+        "| workload | tier | holder PSS, MiB | helpers PSS, MiB | processes | holder threads |"
+    );
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|");
+    for r in rows {
+        for t in &r.memory {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} |",
+                r.label,
+                t.tier,
+                mib(t.holder_pss),
+                mib(t.helpers_pss),
+                t.processes,
+                t.threads
+            );
+        }
+    }
+    if m.n > 0 {
+        let _ = writeln!(md, "\n## {} Python sandboxes dormant at once\n", m.n);
+        let _ = writeln!(md, "| | per sandbox |");
+        let _ = writeln!(md, "|---|---:|");
+        let _ = writeln!(
+            md,
+            "| host memory, all hibernated (MemAvailable drop / N), MiB | {} |",
+            mib(m.hibernated_host_per_sandbox)
+        );
+        let _ = writeln!(
+            md,
+            "| host memory, all dormant (MemAvailable drop / N), MiB | {} |",
+            mib(m.host_per_sandbox)
+        );
+        let _ = writeln!(
+            md,
+            "| PSS of the dormant process and its helpers, MiB | {} |",
+            mib(m.pss_per_sandbox)
+        );
+        let _ = writeln!(
+            md,
+            "| first request to each afterwards, ms: median (p90) | {} |",
+            cell(&m.wakes)
+        );
+        let _ = writeln!(md, "| answered | {} of {} |", m.wakes.len(), m.n);
+    }
+    let errors: Vec<String> = rows
+        .iter()
+        .flat_map(|r| r.errors.iter().map(move |e| format!("{}: {e}", r.label)))
+        .chain(m.errors.iter().map(|e| format!("many: {e}")))
+        .collect();
+    if !errors.is_empty() {
+        let _ = writeln!(md, "\n## Errors\n");
+        for e in errors {
+            let _ = writeln!(md, "- {e}");
+        }
+    }
+    let md_path = out.join("dormant.md");
+    std::fs::write(&md_path, md).with_context(|| format!("writing {}", md_path.display()))?;
+    let mut csv = String::from("workload,kind,ms\n");
+    for r in rows {
+        for (kind, v) in [
+            ("hot", &r.hot),
+            ("hibernated_wake", &r.hibernated_wake),
+            ("dormant_wake", &r.dormant_wake),
+            ("go_dormant", &r.go_dormant),
+        ] {
+            for x in v {
+                let _ = writeln!(csv, "{},{kind},{x:.3}", r.label);
+            }
+        }
+    }
+    for x in &m.wakes {
+        let _ = writeln!(csv, "many,dormant_wake,{x:.3}");
+    }
+    let csv_path = out.join("dormant.csv");
+    std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
+    Ok(vec![md_path, csv_path])
+}
+
+use anyhow::Context as _;
