@@ -347,8 +347,8 @@ pub fn sys_close_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
         // A descriptor another thread closed meanwhile is simply gone: nothing to report.
         if flags & CLOSE_RANGE_CLOEXEC != 0 {
             let _ = t.fds.set_cloexec(fd, true);
-        } else {
-            let _ = t.fds.remove(fd);
+        } else if let Ok(f) = t.fds.remove(fd) {
+            super::sys_mq::closed(t, &f);
         }
     }
     Ok(0)
@@ -356,7 +356,8 @@ pub fn sys_close_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Implements close(2).
 pub fn sys_close(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    t.fds.remove(a.int(0))?;
+    let f = t.fds.remove(a.int(0))?;
+    super::sys_mq::closed(t, &f);
     Ok(0)
 }
 
