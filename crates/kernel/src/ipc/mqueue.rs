@@ -899,19 +899,19 @@ impl MqNamespace {
     }
 
     /// mq_unlink(2) by `who`: removes the name; the queue lives on while a descriptor holds
-    /// it. In the sticky root, only its owner (or CAP_FOWNER) may.
+    /// it. Only its owner (or CAP_FOWNER) may.
     ///
     /// # Errors
-    /// As [`check_name`]; ENOENT, EPERM.
+    /// As [`check_name`]; ENOENT, EACCES.
     pub fn unlink(&self, name: &[u8], who: &MqCaller) -> Result<(), Errno> {
         check_name(name)?;
         let mut names = lock(&self.names);
         let q = names.by_name.get(name).ok_or(Errno::ENOENT)?;
         {
             let mut s = q.lock();
-            // The mqueue root is 01777 and owned by root.
-            if who.fsuid != s.uid && who.fsuid != 0 && !who.fowner {
-                return Err(Errno::EPERM);
+            // Linux answers EACCES (not the sticky directory's EPERM) for another's queue.
+            if who.fsuid != s.uid && !who.fowner {
+                return Err(Errno::EACCES);
             }
             s.linked = false;
             s.times.ctime = now();

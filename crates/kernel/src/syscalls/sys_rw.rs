@@ -54,6 +54,19 @@ pub fn write_from_user(
             Errno::EBADF
         });
     }
+    if matches!(f.kind, FileKind::ProcFile) {
+        let name = f
+            .path
+            .as_deref()
+            .and_then(crate::fs::procfs::writable_tunable_name);
+        if let Some(name) = name {
+            // A tunable takes one short number.
+            let mut text = vec![0u8; len.min(64) as usize];
+            t.copy_in(buf, &mut text)?;
+            crate::fs::procfs::sysctl::write(t, name, &text)?;
+            return Ok(len);
+        }
+    }
     let len = len.min(MAX_RW);
     let runs = t.user_ranges(buf, len, false)?;
     let mut done = fd::write_from_guest(&t.mem, f.host(), &runs, offset)?;
