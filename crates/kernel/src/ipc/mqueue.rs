@@ -741,7 +741,9 @@ impl MqFile {
         let mut pos = lock(&self.pos);
         let at = offset.map_or(*pos, |o| o as u64);
         let start = usize::try_from(at).unwrap_or(usize::MAX).min(line.len());
-        let end = start.saturating_add(usize::try_from(len).unwrap_or(usize::MAX)).min(line.len());
+        let end = start
+            .saturating_add(usize::try_from(len).unwrap_or(usize::MAX))
+            .min(line.len());
         if offset.is_none() {
             *pos += (end - start) as u64;
         }
@@ -952,7 +954,8 @@ impl MqNamespace {
             if check_name(&name).is_err() || made.contains_key(&name) {
                 return bad("a name Linux could not have given, or given twice");
             }
-            if !(1..=HARD_MSGMAX).contains(&im.maxmsg) || !(1..=HARD_MSGSIZEMAX).contains(&im.msgsize)
+            if !(1..=HARD_MSGMAX).contains(&im.maxmsg)
+                || !(1..=HARD_MSGSIZEMAX).contains(&im.msgsize)
             {
                 return bad("attributes out of range");
             }

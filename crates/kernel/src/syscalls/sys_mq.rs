@@ -154,14 +154,9 @@ pub fn sys_mq_timedsend(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut text = vec![0u8; len as usize];
     t.copy_in(text_at, &mut text)?;
     let who = caller(t);
-    let fired = m.queue.send(
-        prio,
-        text,
-        nonblocking(&f),
-        deadline,
-        &who,
-        interruption(t),
-    )?;
+    let fired = m
+        .queue
+        .send(prio, text, nonblocking(&f), deadline, &who, interruption(t))?;
     if let Some(fired) = fired {
         post_notification(t, fired);
     }
@@ -216,12 +211,10 @@ pub fn sys_mq_notify(t: &mut Task, a: &SyscallArgs) -> SysResult {
         let ev: Sigevent = t.read_val(a.gva(1))?;
         Some(match ev.notify {
             SIGEV_NONE => Notify::Nothing,
-            SIGEV_SIGNAL if (0..=crate::task::NSIG as i32).contains(&ev.signo) => {
-                Notify::Signal {
-                    signo: ev.signo,
-                    value: ev.value,
-                }
-            }
+            SIGEV_SIGNAL if (0..=crate::task::NSIG as i32).contains(&ev.signo) => Notify::Signal {
+                signo: ev.signo,
+                value: ev.value,
+            },
             SIGEV_THREAD => return thread_notification(t, &ev),
             _ => return Err(Errno::EINVAL),
         })

@@ -8,9 +8,9 @@ use abi::Errno;
 
 use super::{
     sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_inotify,
-    sys_mm, sys_mq, sys_msg, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem, sys_session, sys_shm,
-    sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_xattr, SysResult,
-    SyscallArgs,
+    sys_mm, sys_mq, sys_msg, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem, sys_session,
+    sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_xattr,
+    SysResult, SyscallArgs,
 };
 use crate::task::Task;
 

@@ -48,7 +48,10 @@ const TUNABLES: &[(&str, Source)] = &[
     ("fs/mqueue/msg_max", Source::Sandbox(mq_msg_max)),
     ("fs/mqueue/msgsize_max", Source::Sandbox(mq_msgsize_max)),
     ("fs/mqueue/msg_default", Source::Sandbox(mq_msg_default)),
-    ("fs/mqueue/msgsize_default", Source::Sandbox(mq_msgsize_default)),
+    (
+        "fs/mqueue/msgsize_default",
+        Source::Sandbox(mq_msgsize_default),
+    ),
     ("vm/mmap_min_addr", Source::Sandbox(mmap_min_addr)),
     ("vm/overcommit_memory", Source::Fixed("0")),
     ("fs/pipe-max-size", Source::Host),

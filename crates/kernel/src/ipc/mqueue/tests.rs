@@ -62,7 +62,8 @@ fn names_and_creation() {
     let q = ns.open(b"q", creat, 0o640, None, &root()).unwrap();
     assert_eq!(q.limits(), (10, 8192));
     assert_eq!(
-        ns.open(b"q", creat | libc::O_EXCL, 0o600, None, &root()).err(),
+        ns.open(b"q", creat | libc::O_EXCL, 0o600, None, &root())
+            .err(),
         Some(Errno::EEXIST)
     );
     // Another user may not read a 0640 queue of root's.
@@ -71,7 +72,8 @@ fn names_and_creation() {
         Some(Errno::EACCES)
     );
     assert_eq!(
-        ns.open(b"q", libc::O_WRONLY | libc::O_RDWR, 0, None, &root()).err(),
+        ns.open(b"q", libc::O_WRONLY | libc::O_RDWR, 0, None, &root())
+            .err(),
         Some(Errno::EINVAL)
     );
     // Attributes: positive, within msg_max and msgsize_max without CAP_SYS_RESOURCE.
@@ -82,7 +84,9 @@ fn names_and_creation() {
             Some(Errno::EINVAL)
         );
     }
-    assert!(ns.open(b"big", creat, 0o600, attr(20, 16384), &root()).is_ok());
+    assert!(ns
+        .open(b"big", creat, 0o600, attr(20, 16384), &root())
+        .is_ok());
     // RLIMIT_MSGQUEUE: EMFILE past it.
     let mut poor = user(1001);
     poor.msgqueue_limit = 1000;
@@ -113,7 +117,13 @@ fn names_and_creation() {
 fn priorities_order_messages() {
     let ns = MqNamespace::default();
     let q = ns
-        .open(b"p", libc::O_CREAT | libc::O_RDWR, 0o600, attr(4, 16), &root())
+        .open(
+            b"p",
+            libc::O_CREAT | libc::O_RDWR,
+            0o600,
+            attr(4, 16),
+            &root(),
+        )
         .unwrap();
     send(&q, 1, b"one-a").unwrap();
     send(&q, 5, b"five").unwrap();
@@ -144,10 +154,23 @@ fn priorities_order_messages() {
 fn waiters_are_served_in_turn() {
     let ns = MqNamespace::default();
     let q = ns
-        .open(b"w", libc::O_CREAT | libc::O_RDWR, 0o600, attr(1, 16), &root())
+        .open(
+            b"w",
+            libc::O_CREAT | libc::O_RDWR,
+            0o600,
+            attr(1, 16),
+            &root(),
+        )
         .unwrap();
-    q.notify(1, Some(Notify::Signal { signo: 10, value: 7 }), |_| true)
-        .unwrap();
+    q.notify(
+        1,
+        Some(Notify::Signal {
+            signo: 10,
+            value: 7,
+        }),
+        |_| true,
+    )
+    .unwrap();
     // A waiting receiver gets the message directly: no notification.
     let q2 = q.clone();
     let waiter = std::thread::spawn(move || q2.receive(false, None, || false));
@@ -163,9 +186,8 @@ fn waiters_are_served_in_turn() {
     assert_eq!((fired.owner, fired.signo, fired.value), (1, 10, 7));
     // A sender waiting on the full queue is let in by a receive.
     let q2 = q.clone();
-    let sender = std::thread::spawn(move || {
-        q2.send(9, b"late".to_vec(), false, None, &root(), || false)
-    });
+    let sender =
+        std::thread::spawn(move || q2.send(9, b"late".to_vec(), false, None, &root(), || false));
     while q.lock().senders.is_empty() {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -188,9 +210,13 @@ fn one_registration_per_queue() {
     // Another process's removal is ignored; a dead owner's registration is free.
     q.notify(6, None, |_| true).unwrap();
     assert_eq!(q.notify(6, Some(Notify::Nothing), |p| p != 5), Ok(()));
-    assert!(q.status_line().ends_with(b"NOTIFY:1     SIGNO:0     NOTIFY_PID:6     \n"));
+    assert!(q
+        .status_line()
+        .ends_with(b"NOTIFY:1     SIGNO:0     NOTIFY_PID:6     \n"));
     q.flush(6);
-    assert!(q.status_line().ends_with(b"NOTIFY:0     SIGNO:0     NOTIFY_PID:0     \n"));
+    assert!(q
+        .status_line()
+        .ends_with(b"NOTIFY:0     SIGNO:0     NOTIFY_PID:0     \n"));
     // SIGEV_NONE: nothing fires, the registration goes all the same.
     q.notify(6, Some(Notify::Nothing), |_| true).unwrap();
     assert_eq!(send(&q, 0, b"m"), Ok(None));
@@ -201,16 +227,20 @@ fn one_registration_per_queue() {
 fn export_and_import_keep_queues() {
     let ns = MqNamespace::default();
     let q = ns
-        .open(b"keep", libc::O_CREAT | libc::O_RDWR, 0o640, attr(3, 8), &root())
+        .open(
+            b"keep",
+            libc::O_CREAT | libc::O_RDWR,
+            0o640,
+            attr(3, 8),
+            &root(),
+        )
         .unwrap();
     send(&q, 1, b"a").unwrap();
     send(&q, 4, b"b").unwrap();
     let image = ns.export();
     let other = MqNamespace::default();
     other.import(image.clone()).unwrap();
-    let r = other
-        .open(b"keep", libc::O_RDWR, 0, None, &root())
-        .unwrap();
+    let r = other.open(b"keep", libc::O_RDWR, 0, None, &root()).unwrap();
     assert_eq!(r.limits(), (3, 8));
     assert_eq!(recv(&r).unwrap(), (4, b"b".to_vec()));
     assert_eq!(other.import(image.clone()), Err(MqImportError::NotEmpty));
