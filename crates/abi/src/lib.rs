@@ -4,6 +4,7 @@
 pub mod clone;
 pub mod errno;
 pub mod ioctl;
+pub mod mqueue;
 pub mod pod;
 pub mod signal;
 pub mod structs;

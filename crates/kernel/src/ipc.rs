@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use abi::Errno;
 use mm::SharedObject;
 
+pub mod mqueue;
 pub mod msg;
 
 /// `IPC_PRIVATE`: always a new segment.

@@ -291,6 +291,7 @@ fn kind_name(kind: &FileKind) -> &'static str {
         FileKind::Epoll => "an epoll instance",
         FileKind::Pidfd(_) => "a pidfd",
         FileKind::Signalfd(_) => "a signalfd",
+        FileKind::Mqueue(_) => "a POSIX message queue descriptor",
     }
 }
 

@@ -60,6 +60,8 @@ pub enum FileKind {
     Pidfd(i32),
     /// A signalfd (a host eventfd written when a signal of its mask is queued).
     Signalfd(std::sync::Arc<crate::task::signalfd::SignalFd>),
+    /// A POSIX message queue descriptor (a host eventfd carrying the queue's readiness).
+    Mqueue(std::sync::Arc<crate::ipc::mqueue::MqFile>),
 }
 
 impl FileKind {

@@ -99,6 +99,14 @@ impl FdTable {
         Ok(idx as i32)
     }
 
+    /// Whether a descriptor is free below the limit (a call that makes an object before
+    /// installing it checks first: EMFILE, as Linux's `get_unused_fd_flags`).
+    pub fn has_room(&self) -> bool {
+        let max = self.max();
+        let slots = self.lock();
+        (0..max).any(|i| slots.get(i).is_none_or(|s| s.is_none()))
+    }
+
     /// Installs `file` at the lowest free descriptor.
     ///
     /// # Errors

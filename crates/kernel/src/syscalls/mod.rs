@@ -18,6 +18,7 @@ mod sys_fs;
 mod sys_info;
 mod sys_inotify;
 mod sys_mm;
+mod sys_mq;
 mod sys_msg;
 mod sys_pipe;
 mod sys_poll;

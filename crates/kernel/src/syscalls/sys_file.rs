@@ -86,7 +86,7 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
     if let Some(r) = crate::fs::procfs::open(t, &guest) {
-        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY && !writable_tunable(t, &guest) {
             return Err(Errno::EACCES);
         }
         let file = Arc::new(OpenFile::new(r?, FileKind::ProcFile, Some(guest)));
@@ -347,16 +347,24 @@ pub fn sys_close_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
         // A descriptor another thread closed meanwhile is simply gone: nothing to report.
         if flags & CLOSE_RANGE_CLOEXEC != 0 {
             let _ = t.fds.set_cloexec(fd, true);
-        } else {
-            let _ = t.fds.remove(fd);
+        } else if let Ok(f) = t.fds.remove(fd) {
+            super::sys_mq::closed(t, &f);
         }
     }
     Ok(0)
 }
 
+/// Whether `path` names a tunable of `/proc/sys` that the caller may write (mode 0644,
+/// root's: uid 0 or CAP_DAC_OVERRIDE).
+fn writable_tunable(t: &Task, path: &[u8]) -> bool {
+    crate::fs::procfs::writable_tunable(path)
+        && (t.creds.fsuid == 0 || t.creds.capable(crate::creds::cap::DAC_OVERRIDE))
+}
+
 /// Implements close(2).
 pub fn sys_close(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    t.fds.remove(a.int(0))?;
+    let f = t.fds.remove(a.int(0))?;
+    super::sys_mq::closed(t, &f);
     Ok(0)
 }
 

@@ -27,6 +27,11 @@ pub fn read_to_user(t: &mut Task, fd: i32, buf: Gva, len: u64, offset: Option<i6
         }
         return super::sys_signalfd::read(t, &f, s, buf, len);
     }
+    if let FileKind::Mqueue(m) = &f.kind {
+        let bytes = m.read(len, offset)?;
+        t.copy_out(buf, &bytes)?;
+        return Ok(bytes.len() as u64);
+    }
     let len = len.min(MAX_RW);
     let runs = t.user_ranges(buf, len, true)?;
     fd::read_into_guest(&t.mem, f.host(), &runs, offset)
@@ -41,6 +46,27 @@ pub fn write_from_user(
     offset: Option<i64>,
 ) -> SysResult {
     let f = check_rw(t, fd)?;
+    if let FileKind::Mqueue(m) = &f.kind {
+        // Linux's queue file has no write: EINVAL, after the access check.
+        return Err(if m.access.write {
+            Errno::EINVAL
+        } else {
+            Errno::EBADF
+        });
+    }
+    if matches!(f.kind, FileKind::ProcFile) {
+        let name = f
+            .path
+            .as_deref()
+            .and_then(crate::fs::procfs::writable_tunable_name);
+        if let Some(name) = name {
+            // A tunable takes one short number.
+            let mut text = vec![0u8; len.min(64) as usize];
+            t.copy_in(buf, &mut text)?;
+            crate::fs::procfs::sysctl::write(t, name, &text)?;
+            return Ok(len);
+        }
+    }
     let len = len.min(MAX_RW);
     let runs = t.user_ranges(buf, len, false)?;
     let mut done = fd::write_from_guest(&t.mem, f.host(), &runs, offset)?;
@@ -141,6 +167,10 @@ fn vectored_at(t: &mut Task, a: &SyscallArgs, write: bool, offset: Option<i64>) 
     let f = check_rw(t, fd)?;
     if offset.is_some() && (f.is_socket() || matches!(f.kind, FileKind::Signalfd(_))) {
         return Err(Errno::ESPIPE);
+    }
+    if matches!(f.kind, FileKind::Mqueue(_)) {
+        // The queue's status line is for read(2) (the host eventfd is not the guest's).
+        return Err(Errno::EINVAL);
     }
     let iov = copy_in_iovecs(t, a.gva(1), a.u(2))?;
     let mut runs = Vec::new();

@@ -59,10 +59,26 @@ fn stat_at(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, out: Gva) -> SysRe
     if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT) != 0 {
         return Err(Errno::EINVAL);
     }
+    if path.is_empty() && flags & AT_EMPTY_PATH != 0 && dirfd != AT_FDCWD {
+        if let Some(st) = mq_stat(t, dirfd) {
+            copy_out_stat(t, out, &st)?;
+            return Ok(0);
+        }
+    }
     let fd = open_path(t, dirfd, path, flags)?;
     let st = host::stat(fd.as_fd())?;
     copy_out_stat(t, out, &st)?;
     Ok(0)
+}
+
+/// The `struct stat` of descriptor `fd` if it is a message queue's (which the kernel
+/// describes itself).
+fn mq_stat(t: &Task, fd: i32) -> Option<libc::stat> {
+    let f = t.fds.get(fd).ok()?;
+    match &f.kind {
+        crate::fd::FileKind::Mqueue(m) => Some(super::sys_mq::stat(m)),
+        _ => None,
+    }
 }
 
 /// Implements stat(2).
@@ -80,7 +96,10 @@ pub fn sys_lstat(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Implements fstat(2).
 pub fn sys_fstat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
-    let st = host::stat(f.host())?;
+    let st = match &f.kind {
+        crate::fd::FileKind::Mqueue(m) => super::sys_mq::stat(m),
+        _ => host::stat(f.host())?,
+    };
     copy_out_stat(t, a.gva(1), &st)?;
     Ok(0)
 }

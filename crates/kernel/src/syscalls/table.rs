@@ -8,9 +8,9 @@ use abi::Errno;
 
 use super::{
     sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_inotify,
-    sys_mm, sys_msg, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem, sys_session, sys_shm,
-    sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_xattr, SysResult,
-    SyscallArgs,
+    sys_mm, sys_mq, sys_msg, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem, sys_session,
+    sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_xattr,
+    SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -161,6 +161,12 @@ table! {
     69 msgsnd => sys_msg::sys_msgsnd, Full;
     70 msgrcv => sys_msg::sys_msgrcv, Full;
     71 msgctl => sys_msg::sys_msgctl, Full;
+    240 mq_open => sys_mq::sys_mq_open, Full;
+    241 mq_unlink => sys_mq::sys_mq_unlink, Full;
+    242 mq_timedsend => sys_mq::sys_mq_timedsend, Full;
+    243 mq_timedreceive => sys_mq::sys_mq_timedreceive, Full;
+    244 mq_notify => sys_mq::sys_mq_notify, Partial("SIGEV_THREAD (the C library's, through a netlink socket) is ENOSYS, as where netlink is missing");
+    245 mq_getsetattr => sys_mq::sys_mq_getsetattr, Full;
     29 shmget => sys_shm::sys_shmget, Full;
     30 shmat => sys_shm::sys_shmat, Full;
     67 shmdt => sys_shm::sys_shmdt, Full;

@@ -118,6 +118,12 @@ pub fn record_lock(fd: BorrowedFd<'_>, cmd: i32, fl: &mut libc::flock) -> Result
     cvt(unsafe { libc::fcntl(fd.as_raw_fd(), cmd, fl as *mut libc::flock) })
 }
 
+/// A zeroed `struct stat`, for a file the kernel describes itself (a message queue).
+pub fn empty_stat() -> libc::stat {
+    // SAFETY: `struct stat` is plain integers; all zeroes is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
 /// A zeroed `struct flock`, for [`record_lock`].
 pub fn empty_flock() -> libc::flock {
     // SAFETY: `libc::flock` is plain integers; all zeroes is a valid value.

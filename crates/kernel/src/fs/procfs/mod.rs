@@ -356,6 +356,18 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
     ))
 }
 
+/// The name under `/proc/sys/` of the writable tunable `path` names, if it names one
+/// ([`sysctl::writable`]).
+pub fn writable_tunable_name(path: &[u8]) -> Option<&'static str> {
+    let clean = lexical(path)?;
+    sysctl::name_of(&clean).filter(|n| sysctl::writable(n))
+}
+
+/// Whether `path` names a writable tunable.
+pub fn writable_tunable(path: &[u8]) -> bool {
+    writable_tunable_name(path).is_some()
+}
+
 /// Opens a generated file, if `path` names one.
 ///
 /// # Errors

@@ -1,6 +1,7 @@
 //! `/proc/sys`: the kernel tunables programs read to size themselves (`pid_max`, the pipe and
 //! inotify limits, the System V IPC limits, `somaxconn`), read-only as a container's
-//! `/proc/sys` is.
+//! `/proc/sys` is, but for the POSIX message queue limits of `fs/mqueue`, which belong to
+//! the sandbox's IPC namespace and which its root may write ([`write`]).
 //!
 //! Each value is what bounds the sandbox: torpor's own for what torpor implements (pids,
 //! threads, System V shared memory, semaphores and message queues, the lowest mappable
@@ -43,6 +44,14 @@ const TUNABLES: &[(&str, Source)] = &[
     ("kernel/msgmnb", Source::Sandbox(msgmnb)),
     ("kernel/msgmni", Source::Sandbox(msgmni)),
     ("kernel/random/uuid", Source::Sandbox(uuid)),
+    ("fs/mqueue/queues_max", Source::Sandbox(mq_queues_max)),
+    ("fs/mqueue/msg_max", Source::Sandbox(mq_msg_max)),
+    ("fs/mqueue/msgsize_max", Source::Sandbox(mq_msgsize_max)),
+    ("fs/mqueue/msg_default", Source::Sandbox(mq_msg_default)),
+    (
+        "fs/mqueue/msgsize_default",
+        Source::Sandbox(mq_msgsize_default),
+    ),
     ("vm/mmap_min_addr", Source::Sandbox(mmap_min_addr)),
     ("vm/overcommit_memory", Source::Fixed("0")),
     ("fs/pipe-max-size", Source::Host),
@@ -157,6 +166,64 @@ fn msgmnb(_: &Task) -> String {
 
 fn msgmni(_: &Task) -> String {
     crate::ipc::msg::MSGMNI.to_string()
+}
+
+fn mq_queues_max(t: &Task) -> String {
+    t.group.procs.posix_mq.limits().queues_max.to_string()
+}
+
+fn mq_msg_max(t: &Task) -> String {
+    t.group.procs.posix_mq.limits().msg_max.to_string()
+}
+
+fn mq_msgsize_max(t: &Task) -> String {
+    t.group.procs.posix_mq.limits().msgsize_max.to_string()
+}
+
+fn mq_msg_default(t: &Task) -> String {
+    t.group.procs.posix_mq.limits().msg_default.to_string()
+}
+
+fn mq_msgsize_default(t: &Task) -> String {
+    t.group.procs.posix_mq.limits().msgsize_default.to_string()
+}
+
+/// Whether tunable `name` may be written: the POSIX message queue limits, which belong to
+/// the sandbox's IPC namespace (its root may change them, as a container's root may).
+pub fn writable(name: &str) -> bool {
+    name.starts_with("fs/mqueue/")
+}
+
+/// A write of `text` to writable tunable `name`: a decimal integer within Linux's bounds
+/// for it (`ipc/mq_sysctl.c`).
+///
+/// # Errors
+/// EINVAL for text that is not such a number, or a tunable that is not writable.
+pub fn write(t: &Task, name: &str, text: &[u8]) -> Result<(), abi::Errno> {
+    use abi::mqueue::{HARD_MSGMAX, HARD_MSGSIZEMAX};
+    let v: i64 = std::str::from_utf8(text)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or(abi::Errno::EINVAL)?;
+    let within = |lo: i64, hi: i64| {
+        if (lo..=hi).contains(&v) {
+            Ok(v)
+        } else {
+            Err(abi::Errno::EINVAL)
+        }
+    };
+    let ns = &t.group.procs.posix_mq;
+    let mut l = ns.limits();
+    match name {
+        "fs/mqueue/queues_max" => l.queues_max = within(0, i64::from(i32::MAX))? as u64,
+        "fs/mqueue/msg_max" => l.msg_max = within(1, HARD_MSGMAX)?,
+        "fs/mqueue/msgsize_max" => l.msgsize_max = within(128, HARD_MSGSIZEMAX)?,
+        "fs/mqueue/msg_default" => l.msg_default = within(1, HARD_MSGMAX)?,
+        "fs/mqueue/msgsize_default" => l.msgsize_default = within(128, HARD_MSGSIZEMAX)?,
+        _ => return Err(abi::Errno::EINVAL),
+    }
+    ns.set_limits(l);
+    Ok(())
 }
 
 fn uuid(_: &Task) -> String {

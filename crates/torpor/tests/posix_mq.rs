@@ -1,0 +1,88 @@
+//! POSIX message queues (`tests/guest/mq.c`): mq_open's names, flags, attributes and errors,
+//! priorities, O_NONBLOCK and mq_setattr, EMSGSIZE, EBADF, absolute timeouts, a blocked
+//! receive woken by a forked child's send and a blocked send woken by its receive, EINTR,
+//! poll's readiness, read(2) and fstat of a descriptor, mq_unlink while open, mq_notify
+//! (SIGEV_SIGNAL's siginfo, SIGEV_NONE, EBUSY, removal by mq_notify(NULL) and by a close),
+//! another user's permissions and `/proc/sys/fs/mqueue`.
+//!
+//! The program's output in torpor must be the native one: a chroot of the same root in fresh
+//! IPC, PID and mount namespaces. The native run needs root on the host; without it only
+//! torpor's output is checked. Needs /dev/kvm (or the trap platform).
+
+use std::process::Command;
+
+use testutil::{Output, Rootfs, Torpor};
+
+/// The test program natively: in a chroot of `r`, in new IPC, PID and mount namespaces.
+fn native(r: &Rootfs) -> Output {
+    let mut cmd = Command::new("unshare");
+    cmd.arg("--fork")
+        .arg("--ipc")
+        .arg("--pid")
+        .arg("--mount")
+        .arg(format!("--mount-proc={}", r.host_path("/proc").display()))
+        .arg("/usr/sbin/chroot")
+        .arg(r.path())
+        .arg("/bin/mq")
+        .env_clear()
+        .env("PATH", "/bin");
+    testutil::run_command(cmd, None, std::time::Duration::from_secs(60))
+}
+
+#[test]
+fn posix_message_queues_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    r.dir("/proc").dir("/tmp");
+    let prog = r.guest_program("mq");
+    let got = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
+    let out = got.stdout_str();
+    // The checks themselves, so that a run that does nothing cannot pass.
+    for line in [
+        "queues_max: 256\n",
+        "defaults: ok flags 0 maxmsg 10 msgsize 8192 curmsgs 0\n",
+        "fstat: ok mode 100644 size 80 nlink 1\n",
+        "again, O_EXCL: EEXIST\n",
+        "raw with a slash: EACCES\n",
+        "256-byte name: ENAMETOOLONG\n",
+        "maxmsg 11: EINVAL\n",
+        "full: poll 1 IN\n",
+        "send, full: EAGAIN\n",
+        "send 17 bytes: EMSGSIZE\n",
+        "read: 10 \"QSIZE:4   \", then 50, write EINVAL\n",
+        "first: prio 5 len 2 \"bb\"\n",
+        "third: prio 1 len 1 \"c\"\n",
+        "timed receive: ETIMEDOUT after >= 90 ms 1\n",
+        "timed send, full: ETIMEDOUT\n",
+        "send on O_RDONLY: EBADF\n",
+        "blocked receive: prio 7 len 10 \"from child\"\n",
+        "blocked send: ok, waited >= 50 ms 1\n",
+        "receive interrupted: EINTR, handler ran 1\n",
+        "signal 10 code SI_MESGQ 1 pid is me 1 uid 0 value 0x1234\n",
+        "from the child: signal 10 pid is the child 1\n",
+        "child: register: EBUSY\n",
+        "no signal: 1\n",
+        "after a close: 60 bytes \"QSIZE:0          NOTIFY:0     SIGNO:0     \" pid is me 0, is 0 1\n",
+        "raw SIGEV_THREAD, stdout: ENOTSOCK\n",
+        "still there: prio 3 len 4 \"kept\"\n",
+        "user: open 0600: EACCES\n",
+        "user: unlink root's: EACCES\n",
+        "done\n",
+    ] {
+        assert!(out.contains(line), "torpor's output lacks {line:?}:\n{out}");
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("native comparison skipped: needs root");
+        return;
+    }
+    let want = native(&r);
+    want.assert_code(0);
+    got.assert_same_stdout(&want, "POSIX message queues");
+}
