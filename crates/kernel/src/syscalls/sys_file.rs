@@ -86,10 +86,19 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
     if let Some(r) = crate::fs::procfs::open(t, &guest) {
-        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+        let access = flags & libc::O_ACCMODE;
+        let mut fd = r?;
+        if crate::fs::procfs::writable_tunable(&guest).is_some() {
+            // The IPC namespace's tunables (mode 0644, its root's): the host descriptor gets
+            // the access asked for, which a write checks (`procfs::write`).
+            if access != libc::O_RDONLY && t.creds.euid != 0 {
+                return Err(Errno::EACCES);
+            }
+            fd = crate::fs::reopen(&fd, access)?;
+        } else if access != libc::O_RDONLY {
             return Err(Errno::EACCES);
         }
-        let file = Arc::new(OpenFile::new(r?, FileKind::ProcFile, Some(guest)));
+        let file = Arc::new(OpenFile::new(fd, FileKind::ProcFile, Some(guest)));
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
     if let Some(fd) = fd_named_by(&guest, t.pid) {

@@ -1,6 +1,7 @@
 //! `/proc/sys`: the kernel tunables programs read to size themselves (`pid_max`, the pipe and
 //! inotify limits, the System V IPC limits, `somaxconn`), read-only as a container's
-//! `/proc/sys` is.
+//! `/proc/sys` is, but for the System V IPC limits: those are the sandbox's IPC namespace's,
+//! which its root may write as a container's root may ([`write`]).
 //!
 //! Each value is what bounds the sandbox: torpor's own for what torpor implements (pids,
 //! threads, System V shared memory, semaphores and message queues, the lowest mappable
@@ -9,6 +10,8 @@
 //! ([`prime_host_values`]).
 
 use std::sync::OnceLock;
+
+use abi::Errno;
 
 use crate::task::Task;
 
@@ -125,38 +128,87 @@ fn domainname(t: &Task) -> String {
     String::from_utf8_lossy(&t.group.procs.domainname()).into_owned()
 }
 
-fn shmmax(_: &Task) -> String {
-    crate::ipc::SHMMAX.to_string()
+fn shmmax(t: &Task) -> String {
+    ipc_value(t, "kernel/shmmax")
 }
 
-fn shmall(_: &Task) -> String {
-    // In pages, as Linux's: the total of all segments torpor allows.
-    (crate::ipc::SHMMAX / platform::PAGE_SIZE * crate::ipc::SHMMNI as u64).to_string()
+fn shmall(t: &Task) -> String {
+    ipc_value(t, "kernel/shmall")
 }
 
-fn shmmni(_: &Task) -> String {
-    crate::ipc::SHMMNI.to_string()
+fn shmmni(t: &Task) -> String {
+    ipc_value(t, "kernel/shmmni")
 }
 
-fn sem(_: &Task) -> String {
-    use crate::ipc::{SEMMNI, SEMMSL, SEMOPM};
-    // SEMMSL, SEMMNS (all semaphores: every set full), SEMOPM, SEMMNI.
-    format!(
-        "{SEMMSL}\t{}\t{SEMOPM}\t{SEMMNI}",
-        (SEMMSL as u64) * (SEMMNI as u64)
-    )
+fn sem(t: &Task) -> String {
+    ipc_value(t, "kernel/sem")
 }
 
-fn msgmax(_: &Task) -> String {
-    crate::ipc::msg::MSGMAX.to_string()
+fn msgmax(t: &Task) -> String {
+    ipc_value(t, "kernel/msgmax")
 }
 
-fn msgmnb(_: &Task) -> String {
-    crate::ipc::msg::MSGMNB.to_string()
+fn msgmnb(t: &Task) -> String {
+    ipc_value(t, "kernel/msgmnb")
 }
 
-fn msgmni(_: &Task) -> String {
-    crate::ipc::msg::MSGMNI.to_string()
+fn msgmni(t: &Task) -> String {
+    ipc_value(t, "kernel/msgmni")
+}
+
+/// The System V IPC tunable `name` of `t`'s sandbox.
+fn ipc_value(t: &Task, name: &str) -> String {
+    let procs = &t.group.procs;
+    match name.strip_prefix("kernel/").unwrap_or(name) {
+        "sem" => procs.sysv_sem.limits().show(),
+        n @ ("shmmax" | "shmall" | "shmmni") => {
+            procs.sysv_shm.limits().show(n).unwrap_or_default()
+        }
+        n => procs.sysv_msg.limits().show(n).unwrap_or_default(),
+    }
+}
+
+/// The tunables the sandbox's root may write: its IPC namespace's.
+const WRITABLE: [&str; 7] = [
+    "kernel/shmmax",
+    "kernel/shmall",
+    "kernel/shmmni",
+    "kernel/sem",
+    "kernel/msgmax",
+    "kernel/msgmnb",
+    "kernel/msgmni",
+];
+
+/// Whether tunable `name` (one of [`name_of`]'s) may be written.
+pub fn writable(name: &str) -> bool {
+    WRITABLE.contains(&name)
+}
+
+/// Writes `text` to tunable `name` of `t`'s sandbox, as Linux's `proc_dointvec_minmax`,
+/// `proc_doulongvec_minmax` and `proc_ipc_sem_dointvec` read it: the new value applies to
+/// the calls made from now on.
+///
+/// # Errors
+/// EINVAL for text that is not a value in the tunable's range, ERANGE for a SEMMNI beyond
+/// 32768 (Linux's), EACCES for a tunable that cannot be written.
+pub fn write(t: &Task, name: &str, text: &[u8]) -> Result<(), Errno> {
+    let procs = &t.group.procs;
+    match name {
+        "kernel/sem" => {
+            let l = procs.sysv_sem.limits().with(text)?;
+            procs.sysv_sem.set_limits(l);
+        }
+        "kernel/shmmax" | "kernel/shmall" | "kernel/shmmni" => {
+            let l = procs.sysv_shm.limits().with(&name[7..], text)?;
+            procs.sysv_shm.set_limits(l);
+        }
+        "kernel/msgmax" | "kernel/msgmnb" | "kernel/msgmni" => {
+            let l = procs.sysv_msg.limits().with(&name[7..], text)?;
+            procs.sysv_msg.set_limits(l);
+        }
+        _ => return Err(Errno::EACCES),
+    }
+    Ok(())
 }
 
 fn uuid(_: &Task) -> String {
