@@ -606,13 +606,17 @@ fn statm(v: &View) -> Vec<u8> {
     format!("{size} {resident} 0 0 0 {resident} 0\n").into_bytes()
 }
 
+/// `/proc/meminfo`: the sandbox's memory, and no huge pages (as a host that reserved none:
+/// SHM_HUGETLB fails, see [`crate::ipc::shm`]).
 fn meminfo(t: &Task) -> Vec<u8> {
     let stats = t.mm().stats();
     let total = stats.total_pages as u64 * 4;
     let free = stats.free_pages as u64 * 4;
     format!(
         "MemTotal:       {total:>8} kB\nMemFree:        {free:>8} kB\nMemAvailable:   {free:>8} kB\n\
-         Buffers:               0 kB\nCached:                0 kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n"
+         Buffers:               0 kB\nCached:                0 kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n\
+         HugePages_Total:       0\nHugePages_Free:        0\nHugePages_Rsvd:        0\n\
+         HugePages_Surp:        0\nHugepagesize:       2048 kB\nHugetlb:               0 kB\n"
     )
     .into_bytes()
 }
