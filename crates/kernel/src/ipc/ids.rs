@@ -3,7 +3,7 @@
 //! free one at or after the last given, cycling within `max(64, 3/2 * objects)`) plus a
 //! sequence number, raised each time the index wraps, times [`IPCMNI`]. A fresh sandbox's
 //! objects are thus numbered 0, 1, 2... as in a fresh IPC namespace, and an id whose object
-//! was removed and whose index was given again names nothing (EIDRM), not the new object.
+//! was removed and whose index was given again names nothing, not the new object.
 
 use abi::Errno;
 

@@ -105,15 +105,15 @@ struct SemInner {
 }
 
 impl SemInner {
-    /// Linux's `sem_obtain_object_check`: EINVAL when the index is free, EIDRM when another
-    /// set has it now.
+    /// Linux's `sem_obtain_object_check`: EINVAL when the index is free, also when another
+    /// set has it now (`ipc_checkid`).
     fn checked(&mut self, id: i32) -> Result<&mut SemSet, Errno> {
         if id < 0 {
             return Err(Errno::EINVAL);
         }
         let s = self.by_index.get_mut(&index_of(id)).ok_or(Errno::EINVAL)?;
         if s.id != id {
-            return Err(Errno::EIDRM);
+            return Err(Errno::EINVAL);
         }
         Ok(s)
     }
@@ -210,7 +210,7 @@ impl SemTable {
     /// values may have changed.
     ///
     /// # Errors
-    /// EINVAL (no such set), EIDRM (another has its index now).
+    /// EINVAL (no such set, or another has its index now).
     pub fn with<R>(&self, id: i32, f: impl FnOnce(&mut SemSet) -> R) -> Result<R, Errno> {
         let r = self.lock().checked(id).map(f);
         self.changed.notify_all();
@@ -220,8 +220,7 @@ impl SemTable {
     /// IPC_STAT, SEM_STAT, SEM_STAT_ANY: the set's `struct semid64_ds` and its id.
     ///
     /// # Errors
-    /// EINVAL (no such set or index), EIDRM (IPC_STAT of an id whose index another has),
-    /// EACCES (no read permission, but with SEM_STAT_ANY).
+    /// EINVAL (no such set or index), EACCES (no read permission, but with SEM_STAT_ANY).
     pub fn stat(&self, id: i32, by: StatBy, who: &Caller) -> Result<([u8; 104], i32), Errno> {
         if id < 0 {
             return Err(Errno::EINVAL);
@@ -242,7 +241,7 @@ impl SemTable {
     /// IPC_SET from the guest's `struct semid64_ds` `ds`: owner, group and permission bits.
     ///
     /// # Errors
-    /// EINVAL, EIDRM (as [`SemTable::with`]); EPERM unless `who` owns or created it or has
+    /// EINVAL (as [`SemTable::with`]); EPERM unless `who` owns or created it or has
     /// CAP_SYS_ADMIN; EINVAL for the uid or gid -1.
     pub fn set(&self, id: i32, ds: &[u8; 104], who: &Caller) -> Result<(), Errno> {
         let mut t = self.lock();
@@ -260,7 +259,7 @@ impl SemTable {
     /// IPC_RMID: removes set `id`; its waiters fail with EIDRM.
     ///
     /// # Errors
-    /// EINVAL, EIDRM; EPERM unless `who` owns or created it or has CAP_SYS_ADMIN.
+    /// EINVAL; EPERM unless `who` owns or created it or has CAP_SYS_ADMIN.
     pub fn remove(&self, id: i32, who: &Caller) -> Result<(), Errno> {
         let mut t = self.lock();
         if !who.controls(&t.checked(id)?.perm) {

@@ -109,15 +109,15 @@ struct Table {
 }
 
 impl Table {
-    /// Linux's `shm_obtain_object_check`: EINVAL when the index is free, EIDRM when another
-    /// segment has it now.
+    /// Linux's `shm_obtain_object_check`: EINVAL when the index is free, also when another
+    /// segment has it now (`ipc_checkid`).
     fn checked(&mut self, id: i32) -> Result<&mut Segment, Errno> {
         if id < 0 {
             return Err(Errno::EINVAL);
         }
         let s = self.by_index.get_mut(&index_of(id)).ok_or(Errno::EINVAL)?;
         if s.id != id {
-            return Err(Errno::EIDRM);
+            return Err(Errno::EINVAL);
         }
         Ok(s)
     }
@@ -229,7 +229,7 @@ impl ShmTable {
     /// A copy of segment `id`.
     ///
     /// # Errors
-    /// EINVAL (no such segment), EIDRM (another has its index now).
+    /// EINVAL (no such segment, or another has its index now).
     pub fn segment(&self, id: i32) -> Result<Segment, Errno> {
         self.lock().checked(id).cloned()
     }
@@ -237,8 +237,7 @@ impl ShmTable {
     /// IPC_STAT, SHM_STAT, SHM_STAT_ANY: the segment's `struct shmid64_ds` and its id.
     ///
     /// # Errors
-    /// EINVAL (no such segment or index), EIDRM (IPC_STAT of an id whose index another has),
-    /// EACCES (no read permission, but with SHM_STAT_ANY).
+    /// EINVAL (no such segment or index), EACCES (no read permission, but with SHM_STAT_ANY).
     pub fn stat(&self, id: i32, by: StatBy, who: &Caller) -> Result<([u8; 112], i32), Errno> {
         if id < 0 {
             return Err(Errno::EINVAL);
@@ -259,7 +258,7 @@ impl ShmTable {
     /// IPC_SET from the guest's `struct shmid64_ds` `ds`: owner, group and permission bits.
     ///
     /// # Errors
-    /// EINVAL, EIDRM (as [`ShmTable::segment`]); EPERM unless `who` owns or created it or has
+    /// EINVAL (as [`ShmTable::segment`]); EPERM unless `who` owns or created it or has
     /// CAP_SYS_ADMIN; EINVAL for the uid or gid -1.
     pub fn set(&self, id: i32, ds: &[u8; 112], who: &Caller) -> Result<(), Errno> {
         let mut t = self.lock();
@@ -275,7 +274,7 @@ impl ShmTable {
     /// IPC_RMID: removes segment `id` from the table (its memory lives on while attached).
     ///
     /// # Errors
-    /// EINVAL, EIDRM; EPERM unless `who` owns or created it or has CAP_SYS_ADMIN.
+    /// EINVAL; EPERM unless `who` owns or created it or has CAP_SYS_ADMIN.
     pub fn remove(&self, id: i32, who: &Caller) -> Result<(), Errno> {
         let mut t = self.lock();
         if !who.controls(&t.checked(id)?.perm) {
@@ -288,7 +287,7 @@ impl ShmTable {
     /// SHM_LOCK (`lock`) or SHM_UNLOCK of segment `id`, as Linux's `shmctl_do_lock`.
     ///
     /// # Errors
-    /// EINVAL, EIDRM; without CAP_IPC_LOCK, EPERM unless `who` owns or created it, EPERM for
+    /// EINVAL; without CAP_IPC_LOCK, EPERM unless `who` owns or created it, EPERM for
     /// SHM_LOCK with an `RLIMIT_MEMLOCK` of 0 and ENOMEM when the locked segments would
     /// exceed it.
     pub fn lock_segment(&self, id: i32, lock: bool, who: &Caller) -> Result<(), Errno> {
@@ -325,7 +324,7 @@ impl ShmTable {
     /// Changes segment `id` under the table's lock.
     ///
     /// # Errors
-    /// EINVAL, EIDRM (as [`ShmTable::segment`]).
+    /// EINVAL (as [`ShmTable::segment`]).
     pub fn update<R>(&self, id: i32, f: impl FnOnce(&mut Segment) -> R) -> Result<R, Errno> {
         self.lock().checked(id).map(f)
     }
