@@ -5,9 +5,9 @@
 use super::blobs::{BlobWriter, Blobs};
 use super::state::{IpcLimitsState, MsgQueueState, MsgQueuesState, MsgState};
 use super::CheckpointError;
-use crate::ipc::msg::{IdCursor, Message, MsgImage, MsgQueue, MsgTable, MSGPOOL, MSG_HEADER};
 use crate::ipc::ids::IPCMNI;
 use crate::ipc::limits::{MsgLimits, SemLimits, ShmLimits};
+use crate::ipc::msg::{IdCursor, Message, MsgImage, MsgQueue, MsgTable, MSGPOOL, MSG_HEADER};
 use crate::ipc::IpcPerm;
 use crate::task::ProcessTable;
 

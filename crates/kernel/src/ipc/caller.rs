@@ -53,4 +53,3 @@ impl Caller {
         self.fsgid == gid || self.groups.contains(&gid)
     }
 }
-

@@ -113,7 +113,10 @@ mod tests {
         }
         used.remove(&0);
         // Index 0 is free but the search goes on from 3, up to the cycle's end (64).
-        assert_eq!(c.allocate(used.len(), 100, |i| used.contains(&i)), Ok((3, 3)));
+        assert_eq!(
+            c.allocate(used.len(), 100, |i| used.contains(&i)),
+            Ok((3, 3))
+        );
         used.insert(3);
         c.next_idx = 64;
         // Wrapped: index 0 again, with the next sequence.
@@ -122,11 +125,7 @@ mod tests {
             Ok((0, 1 << 15))
         );
         assert_eq!((index_of(1 << 15), seq_of(1 << 15)), (0, 1));
-        assert_eq!(
-            c.allocate(4, 4, |_| false),
-            Err(Errno::ENOSPC),
-            "the limit"
-        );
+        assert_eq!(c.allocate(4, 4, |_| false), Err(Errno::ENOSPC), "the limit");
         assert!(c.is_valid());
     }
 }

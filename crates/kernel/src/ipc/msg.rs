@@ -27,8 +27,8 @@ use std::time::Duration;
 use abi::Errno;
 
 pub use super::caller::Caller;
-pub use super::ids::{IdCursor, StatBy};
 use super::ids::{index_of, IPCMNI};
+pub use super::ids::{IdCursor, StatBy};
 use super::{now, IpcPerm, IPC_PRIVATE};
 
 pub use super::limits::{MsgLimits, MSGMAX, MSGMNB, MSGMNI};
@@ -279,9 +279,11 @@ impl Queues {
     /// Linux's `ipc_addid`: gives `q` an id and takes it (ENOSPC when the table is full).
     fn add(&mut self, mut q: MsgQueue) -> Result<i32, Errno> {
         let by_index = &self.by_index;
-        let (idx, id) = self.cursor.allocate(by_index.len(), self.limits.mni as usize, |i| {
-            by_index.contains_key(&i)
-        })?;
+        let (idx, id) = self
+            .cursor
+            .allocate(by_index.len(), self.limits.mni as usize, |i| {
+                by_index.contains_key(&i)
+            })?;
         q.id = id;
         self.by_index.insert(idx, q);
         Ok(id)

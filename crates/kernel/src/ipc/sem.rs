@@ -437,10 +437,7 @@ impl SemTable {
         }
         for ((_, id, num), v) in adj {
             t.undo.remove(&(pid, id, num));
-            if let Some(s) = t
-                .live(id)
-                .and_then(|s| s.sems.get_mut(usize::from(num)))
-            {
+            if let Some(s) = t.live(id).and_then(|s| s.sems.get_mut(usize::from(num))) {
                 s.value = (s.value + v).clamp(0, SEMVMX);
                 s.pid = pid;
             }
@@ -530,7 +527,10 @@ mod tests {
         assert_eq!((max, int(7), int(9)), (1, 2, 5));
         let (info, _) = t.info(false);
         let int = |i: usize| i32::from_le_bytes(info[i * 4..i * 4 + 4].try_into().unwrap());
-        assert_eq!((int(1), int(4), int(5), int(7), int(9)), (32000, 32000, 500, 20, 32767));
+        assert_eq!(
+            (int(1), int(4), int(5), int(7), int(9)),
+            (32000, 32000, 500, 20, 32767)
+        );
         // kernel/sem lowered: SEMMSL, SEMMNS, SEMMNI bound new sets.
         t.set_limits(t.limits().with(b"3 6 10 3").unwrap());
         assert_eq!(t.get(IPC_PRIVATE, 4, 0, &root()), Err(Errno::EINVAL));

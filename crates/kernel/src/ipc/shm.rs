@@ -459,7 +459,10 @@ mod tests {
         let r = root();
         let a = get(&t, 42, 100, IPC_CREAT | IPC_EXCL | 0o600, &r).unwrap();
         assert_eq!(a, 0);
-        assert_eq!(get(&t, 42, 100, IPC_CREAT | IPC_EXCL, &r), Err(Errno::EEXIST));
+        assert_eq!(
+            get(&t, 42, 100, IPC_CREAT | IPC_EXCL, &r),
+            Err(Errno::EEXIST)
+        );
         assert_eq!(get(&t, 42, 50, 0, &r), Ok(a));
         assert_eq!(get(&t, 42, 200, 0, &r), Err(Errno::EINVAL));
         // Asking for permissions the segment does not grant: EACCES.

@@ -5,10 +5,10 @@ use abi::Errno;
 use mm::{MmapRequest, Prot, VmaKind};
 use platform::{Gva, PAGE_SIZE};
 
-use super::{SysResult, SyscallArgs};
 use super::sys_msg::caller;
-use crate::ipc::ids::StatBy;
+use super::{SysResult, SyscallArgs};
 use crate::ipc;
+use crate::ipc::ids::StatBy;
 use crate::task::Task;
 
 const IPC_RMID: i32 = 0;
@@ -34,15 +34,11 @@ pub fn sys_shmget(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (key, size, flags) = (a.int(0), a.u(1), a.int(2));
     let space = t.group.procs.shm.clone();
     let who = caller(t);
-    let id = t
-        .group
-        .procs
-        .sysv_shm
-        .get(key, size, flags, &who, |size| {
-            space
-                .anonymous(size, "sysv")
-                .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::ENOMEM)))
-        })?;
+    let id = t.group.procs.sysv_shm.get(key, size, flags, &who, |size| {
+        space
+            .anonymous(size, "sysv")
+            .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::ENOMEM)))
+    })?;
     Ok(id as u64)
 }
 

@@ -379,7 +379,9 @@ impl ThreadGroup {
                 *pid != self.pid && g.resources().is_some_and(|o| Arc::ptr_eq(&o.mm, &r.mm))
             });
             if !shared_with_another {
-                r.mm.lock().unwrap_or_else(|e| e.into_inner()).unmap_shared();
+                r.mm.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .unmap_shared();
             }
         }
         let status = self

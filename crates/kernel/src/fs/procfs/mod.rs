@@ -423,7 +423,11 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
     };
     // Read-only for everyone, as /proc's files are (stat shows it), but for the tunables
     // root may write.
-    let mode = if sysctl::writable(which) { 0o644 } else { 0o444 };
+    let mode = if sysctl::writable(which) {
+        0o644
+    } else {
+        0o444
+    };
     Some(memfd_with(&content, mode))
 }
 

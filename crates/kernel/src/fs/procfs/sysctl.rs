@@ -161,9 +161,7 @@ fn ipc_value(t: &Task, name: &str) -> String {
     let procs = &t.group.procs;
     match name.strip_prefix("kernel/").unwrap_or(name) {
         "sem" => procs.sysv_sem.limits().show(),
-        n @ ("shmmax" | "shmall" | "shmmni") => {
-            procs.sysv_shm.limits().show(n).unwrap_or_default()
-        }
+        n @ ("shmmax" | "shmall" | "shmmni") => procs.sysv_shm.limits().show(n).unwrap_or_default(),
         n => procs.sysv_msg.limits().show(n).unwrap_or_default(),
     }
 }
