@@ -35,6 +35,8 @@ pub mod cap {
     pub const NET_BIND_SERVICE: u32 = 10;
     /// Raw and packet sockets.
     pub const NET_RAW: u32 = 13;
+    /// Lock memory past RLIMIT_MEMLOCK, among it System V segments (SHM_LOCK).
+    pub const IPC_LOCK: u32 = 14;
     /// Bypass System V IPC permission checks.
     pub const IPC_OWNER: u32 = 15;
     /// chroot(2).

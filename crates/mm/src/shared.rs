@@ -236,6 +236,21 @@ impl SharedObject {
         Ok(st.st_size as u64)
     }
 
+    /// Bytes of the object the host has allocated (its `st_blocks`): the pages written so
+    /// far of an anonymous object.
+    ///
+    /// # Errors
+    /// The host's errno of fstat.
+    pub fn allocated(&self) -> io::Result<u64> {
+        // SAFETY: an all-zero stat is valid; fstat fills it from a valid fd.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid fd and a writable stat.
+        if unsafe { libc::fstat(self.file.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((st.st_blocks as u64).saturating_mul(512))
+    }
+
     /// What made an anonymous object (the name given to [`SharedSpace::anonymous`]).
     pub fn name(&self) -> &str {
         &self.name

@@ -233,6 +233,7 @@ fn export_with(
         processes,
         vdso: task.group.platform.vdso().map(VdsoState::from),
         msg_queues: ipc::export_msg_queues(&procs.sysv_msg, blobs),
+        ipc_limits: ipc::export_limits(procs),
     })
 }
 
@@ -302,6 +303,7 @@ pub fn restore(
     procs.set_nodename(&state.nodename);
     procs.set_domainname(&state.domainname);
     ipc::import_msg_queues(&state.msg_queues, blobs, &procs.sysv_msg).map_err(bad)?;
+    ipc::import_limits(&state.ipc_limits, &procs).map_err(bad)?;
     let net = Arc::new(crate::sandbox::net_policy(cfg));
     let owner = crate::net::unix::Ucred {
         pid: first.pid,

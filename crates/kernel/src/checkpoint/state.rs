@@ -29,6 +29,38 @@ pub struct SandboxState {
     /// Its System V message queues (none in older checkpoints).
     #[serde(default)]
     pub msg_queues: MsgQueuesState,
+    /// Its System V IPC tunables (Linux's defaults in older checkpoints).
+    #[serde(default)]
+    pub ipc_limits: IpcLimitsState,
+}
+
+/// The sandbox's System V IPC tunables, as `/proc/sys/kernel` shows them
+/// ([`crate::ipc::limits`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IpcLimitsState {
+    /// `shmmax`, `shmall`, `shmmni`.
+    pub shm: [u64; 3],
+    /// `sem`: SEMMSL, SEMMNS, SEMOPM, SEMMNI.
+    pub sem: [i32; 4],
+    /// `msgmax`, `msgmnb`, `msgmni`.
+    pub msg: [u32; 3],
+}
+
+impl Default for IpcLimitsState {
+    fn default() -> Self {
+        use crate::ipc::limits::{MsgLimits, SemLimits, ShmLimits};
+        let (shm, sem, msg) = (
+            ShmLimits::default(),
+            SemLimits::default(),
+            MsgLimits::default(),
+        );
+        IpcLimitsState {
+            shm: [shm.max, shm.all, shm.mni as u64],
+            sem: [sem.msl, sem.mns, sem.opm, sem.mni],
+            msg: [msg.max, msg.mnb, msg.mni],
+        }
+    }
 }
 
 /// The sandbox's System V message queues ([`crate::ipc::msg`]) and where their next id comes

@@ -26,14 +26,12 @@ use std::time::Duration;
 
 use abi::Errno;
 
+pub use super::caller::Caller;
+use super::ids::{index_of, IPCMNI};
+pub use super::ids::{IdCursor, StatBy};
 use super::{now, IpcPerm, IPC_PRIVATE};
 
-/// Largest message text (Linux's MSGMAX, `/proc/sys/kernel/msgmax`).
-pub const MSGMAX: usize = 8192;
-/// Bytes a new queue may hold, its `msg_qbytes` (Linux's MSGMNB, `kernel/msgmnb`).
-pub const MSGMNB: u64 = 16384;
-/// Most queues in one sandbox (Linux's MSGMNI, `kernel/msgmni`).
-pub const MSGMNI: usize = 32000;
+pub use super::limits::{MsgLimits, MSGMAX, MSGMNB, MSGMNI};
 /// Linux's nominal message pool in KiB (MSGPOOL), which IPC_INFO reports; here the bound on
 /// all the sandbox's queued messages together.
 pub const MSGPOOL: u64 = MSGMNI as u64 * MSGMNB / 1024;
@@ -43,12 +41,6 @@ pub const MSG_HEADER: u64 = 48;
 const MSGSSZ: i32 = 16;
 /// Linux's MSGSEG (segments, capped to an unsigned short), reported by IPC_INFO.
 const MSGSEG: u16 = 0xffff;
-/// An id is its sequence number times IPCMNI plus its index (Linux's IPCMNI, `1 << 15`).
-const IPCMNI: usize = 1 << 15;
-/// Sequence numbers wrap to 0 here (Linux's `ipcid_seq_max()`).
-const SEQ_MAX: i32 = i32::MAX >> 15;
-/// Indices cycle within at least this many (Linux's `ipc_min_cycle`).
-const MIN_CYCLE: usize = 64;
 /// How often a blocked send or receive checks whether it was interrupted.
 const POLL: Duration = Duration::from_millis(10);
 
@@ -70,53 +62,7 @@ const READ: i32 = 4;
 /// Permission bit asked for by a write (msgsnd).
 const WRITE: i32 = 2;
 
-/// Who makes a call, as Linux's IPC checks (`ipcperms`, `ipcctl_obtain_check`) see them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Caller {
-    /// Its process id (a queue's `msg_lspid`, `msg_lrpid`).
-    pub pid: i32,
-    /// Effective user id: the owner of what it creates, matched against owner and creator.
-    pub euid: u32,
-    /// Effective group id: the group of what it creates.
-    pub egid: u32,
-    /// Filesystem group id, matched with `groups` against the queue's groups (`in_group_p`).
-    pub fsgid: u32,
-    /// Supplementary groups.
-    pub groups: Vec<u32>,
-    /// CAP_IPC_OWNER: permission bits do not apply.
-    pub ipc_owner: bool,
-    /// CAP_SYS_ADMIN: may change or remove others' queues.
-    pub sys_admin: bool,
-    /// CAP_SYS_RESOURCE: may raise `msg_qbytes` past [`MSGMNB`].
-    pub sys_resource: bool,
-}
-
-impl Caller {
-    /// Linux's `ipcperms`: whether the `rwx` bits of `flag` (repeated in the user, group and
-    /// other positions, as in msgget's flags; read 4, write 2) are all granted on `perm`.
-    pub fn may(&self, perm: &IpcPerm, flag: i32) -> bool {
-        let requested = ((flag >> 6) | (flag >> 3) | flag) & 0o7;
-        let mut granted = i32::from(perm.mode);
-        if self.euid == perm.uid || self.euid == perm.cuid {
-            granted >>= 6;
-        } else if self.in_group(perm.gid) || self.in_group(perm.cgid) {
-            granted >>= 3;
-        }
-        requested & !granted & 0o7 == 0 || self.ipc_owner
-    }
-
-    /// Whether it may change or remove the object (IPC_SET, IPC_RMID): its owner, its
-    /// creator, or CAP_SYS_ADMIN.
-    pub fn controls(&self, perm: &IpcPerm) -> bool {
-        self.euid == perm.uid || self.euid == perm.cuid || self.sys_admin
-    }
-
-    fn in_group(&self, gid: u32) -> bool {
-        self.fsgid == gid || self.groups.contains(&gid)
-    }
-}
-
-/// One message: its type (at least 1) and text (at most [`MSGMAX`] bytes).
+/// One message: its type (at least 1) and text (at most `msgmax` bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
     /// Its type.
@@ -203,7 +149,8 @@ pub struct MsgQueue {
 }
 
 impl MsgQueue {
-    /// An empty queue with `perm`, created now, holding up to [`MSGMNB`] bytes.
+    /// An empty queue with `perm`, created now, holding up to [`MSGMNB`] bytes (msgget gives
+    /// it the sandbox's `msgmnb`).
     pub fn new(perm: IpcPerm) -> MsgQueue {
         MsgQueue {
             id: -1,
@@ -264,39 +211,6 @@ impl MsgQueue {
     }
 }
 
-/// Where the next id comes from (Linux's `ipc_ids`: `seq`, `last_idx` and the cyclic
-/// allocator's next index).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdCursor {
-    /// The sequence number of new ids.
-    pub seq: i32,
-    /// The index last given (-1: none yet).
-    pub last_idx: i32,
-    /// Where the search for a free index starts.
-    pub next_idx: u32,
-}
-
-impl Default for IdCursor {
-    fn default() -> Self {
-        IdCursor {
-            seq: 0,
-            last_idx: -1,
-            next_idx: 0,
-        }
-    }
-}
-
-/// How msgctl's stat commands name a queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StatBy {
-    /// IPC_STAT: by id; read permission needed.
-    Id,
-    /// MSG_STAT: by index in the table; read permission needed.
-    Index,
-    /// MSG_STAT_ANY: by index, whatever the permissions.
-    IndexAny,
-}
-
 /// A table's queues and id state, as a checkpoint saves and restores them.
 #[derive(Debug, Clone, Default)]
 pub struct MsgImage {
@@ -312,7 +226,7 @@ pub enum ImportError {
     /// The table already holds queues.
     #[error("the message queue table is not empty")]
     NotEmpty,
-    /// More queues than [`MSGMNI`], or more bytes than [`MSGPOOL`] KiB.
+    /// More queues than [`IPCMNI`], or more bytes than [`MSGPOOL`] KiB.
     #[error("more message queues or queued bytes than a sandbox may hold")]
     TooMuch,
     /// The id state is out of range.
@@ -335,13 +249,9 @@ pub struct MsgTable {
 struct Queues {
     by_index: BTreeMap<usize, MsgQueue>,
     cursor: IdCursor,
+    limits: MsgLimits,
     /// What all queued messages cost (text plus [`MSG_HEADER`] each).
     pooled: u64,
-}
-
-/// The index part of an id (non-negative).
-fn index_of(id: i32) -> usize {
-    (id as u32 as usize) & (IPCMNI - 1)
 }
 
 impl Queues {
@@ -368,26 +278,13 @@ impl Queues {
 
     /// Linux's `ipc_addid`: gives `q` an id and takes it (ENOSPC when the table is full).
     fn add(&mut self, mut q: MsgQueue) -> Result<i32, Errno> {
-        let used = self.by_index.len();
-        if used >= MSGMNI {
-            return Err(Errno::ENOSPC);
-        }
-        let end = (used * 3 / 2).clamp(MIN_CYCLE, IPCMNI);
-        let free_from = |start: usize| (start..end).find(|i| !self.by_index.contains_key(i));
-        let idx = free_from(self.cursor.next_idx as usize)
-            .or_else(|| free_from(0))
-            .ok_or(Errno::ENOSPC)?;
-        let c = &mut self.cursor;
-        if idx as i32 <= c.last_idx {
-            c.seq += 1;
-            if c.seq >= SEQ_MAX {
-                c.seq = 0;
-            }
-        }
-        c.last_idx = idx as i32;
-        c.next_idx = idx as u32 + 1;
-        q.id = (c.seq << 15) + idx as i32;
-        let id = q.id;
+        let by_index = &self.by_index;
+        let (idx, id) = self
+            .cursor
+            .allocate(by_index.len(), self.limits.mni as usize, |i| {
+                by_index.contains_key(&i)
+            })?;
+        q.id = id;
         self.by_index.insert(idx, q);
         Ok(id)
     }
@@ -411,13 +308,24 @@ impl MsgTable {
         self.lock().by_index.len()
     }
 
+    /// The tunables (`kernel/msgmax`, `msgmnb`, `msgmni`).
+    pub fn limits(&self) -> MsgLimits {
+        self.lock().limits
+    }
+
+    /// Changes the tunables (a write to `/proc/sys/kernel/msg*`); queues already made keep
+    /// their `msg_qbytes`.
+    pub fn set_limits(&self, limits: MsgLimits) {
+        self.lock().limits = limits;
+    }
+
     /// msgget(2): the id of the queue with `key`, made for `who` with the permission bits of
     /// `flags` when the key is IPC_PRIVATE or new with IPC_CREAT.
     ///
     /// # Errors
     /// EEXIST with IPC_CREAT|IPC_EXCL on an existing key, ENOENT without IPC_CREAT on a
     /// missing one, EACCES when `flags` ask for permissions the queue does not grant,
-    /// ENOSPC when the sandbox has [`MSGMNI`] queues.
+    /// ENOSPC when the sandbox has `msgmni` queues.
     pub fn get(&self, key: i32, flags: i32, who: &Caller) -> Result<i32, Errno> {
         let mut t = self.lock();
         if key != IPC_PRIVATE {
@@ -434,7 +342,9 @@ impl MsgTable {
                 return Err(Errno::ENOENT);
             }
         }
-        t.add(MsgQueue::new(IpcPerm::new(key, who.euid, who.egid, flags)))
+        let mut q = MsgQueue::new(IpcPerm::new(key, who.euid, who.egid, flags));
+        q.qbytes = u64::from(t.limits.mnb);
+        t.add(q)
     }
 
     /// msgsnd(2) by `who`: appends `msg` to queue `id`, waiting while the queue is full
@@ -505,6 +415,7 @@ impl MsgTable {
         let mut t = self.lock();
         t.checked(id)?;
         loop {
+            let msgmax = t.limits.max as usize;
             let q = t.live(id)?;
             if !who.may(&q.perm, READ) {
                 return Err(Errno::EACCES);
@@ -516,7 +427,7 @@ impl MsgTable {
                 }
                 if copy {
                     // Linux copies into a message of min(bufsz, MSGMAX) bytes.
-                    if size > bufsz.min(MSGMAX) {
+                    if size > bufsz.min(msgmax) {
                         return Err(Errno::EINVAL);
                     }
                     return Ok(q.messages[i].clone());
@@ -571,7 +482,7 @@ impl MsgTable {
     ///
     /// # Errors
     /// EINVAL, EIDRM (as [`MsgTable::stat`]); EPERM unless `who` owns or created it or has
-    /// CAP_SYS_ADMIN, and for `msg_qbytes` past [`MSGMNB`] without CAP_SYS_RESOURCE; EINVAL
+    /// CAP_SYS_ADMIN, and for `msg_qbytes` past `msgmnb` without CAP_SYS_RESOURCE; EINVAL
     /// for the uid or gid -1.
     pub fn set(&self, id: i32, ds: &[u8; 120], who: &Caller) -> Result<(), Errno> {
         let u32_at = |at: usize| u32::from_le_bytes([ds[at], ds[at + 1], ds[at + 2], ds[at + 3]]);
@@ -580,11 +491,12 @@ impl MsgTable {
         // Linux passes msg_qbytes on as an int: the check and the value are the int's.
         let qbytes = u32_at(88) as i32;
         let mut t = self.lock();
+        let mnb = i64::from(t.limits.mnb);
         let q = t.checked(id)?;
         if !who.controls(&q.perm) {
             return Err(Errno::EPERM);
         }
-        if i64::from(qbytes) > MSGMNB as i64 && !who.sys_resource {
+        if i64::from(qbytes) > mnb && !who.sys_resource {
             return Err(Errno::EPERM);
         }
         if uid == u32::MAX || gid == u32::MAX {
@@ -638,9 +550,9 @@ impl MsgTable {
         for (i, v) in [
             pool,
             map,
-            MSGMAX as i32,
-            MSGMNB as i32,
-            MSGMNI as i32,
+            t.limits.max as i32,
+            t.limits.mnb as i32,
+            t.limits.mni as i32,
             MSGSSZ,
             tql,
         ]
@@ -708,13 +620,10 @@ impl MsgTable {
             return Err(ImportError::NotEmpty);
         }
         let c = image.cursor;
-        if !(0..SEQ_MAX).contains(&c.seq)
-            || !(-1..IPCMNI as i32).contains(&c.last_idx)
-            || c.next_idx as usize > IPCMNI
-        {
+        if !c.is_valid() {
             return Err(ImportError::BadCursor);
         }
-        if image.queues.len() > MSGMNI {
+        if image.queues.len() > IPCMNI {
             return Err(ImportError::TooMuch);
         }
         let mut queues = BTreeMap::new();
@@ -729,9 +638,9 @@ impl MsgTable {
             }
             if q.messages
                 .iter()
-                .any(|m| m.mtype < 1 || m.text.len() > MSGMAX)
+                .any(|m| m.mtype < 1 || m.text.len() as u64 > MSGPOOL * 1024)
             {
-                return bad("a message of type below 1 or longer than msgmax");
+                return bad("a message of type below 1 or longer than the pool");
             }
             if q.cbytes != q.messages.iter().map(|m| m.text.len() as u64).sum::<u64>() {
                 return bad("a byte count that is not its messages'");

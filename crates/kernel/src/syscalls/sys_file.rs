@@ -86,10 +86,19 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
     if let Some(r) = crate::fs::procfs::open(t, &guest) {
-        if flags & libc::O_ACCMODE != libc::O_RDONLY && !writable_tunable(t, &guest) {
+        let access = flags & libc::O_ACCMODE;
+        let mut fd = r?;
+        if crate::fs::procfs::writable_tunable(&guest).is_some() {
+            // The IPC namespace's tunables (mode 0644, its root's): the host descriptor gets
+            // the access asked for, which a write checks (`procfs::write`).
+            if access != libc::O_RDONLY && !may_write_tunables(t) {
+                return Err(Errno::EACCES);
+            }
+            fd = crate::fs::reopen(&fd, access)?;
+        } else if access != libc::O_RDONLY {
             return Err(Errno::EACCES);
         }
-        let file = Arc::new(OpenFile::new(r?, FileKind::ProcFile, Some(guest)));
+        let file = Arc::new(OpenFile::new(fd, FileKind::ProcFile, Some(guest)));
         return Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64);
     }
     if let Some(fd) = fd_named_by(&guest, t.pid) {
@@ -354,11 +363,10 @@ pub fn sys_close_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(0)
 }
 
-/// Whether `path` names a tunable of `/proc/sys` that the caller may write (mode 0644,
-/// root's: uid 0 or CAP_DAC_OVERRIDE).
-fn writable_tunable(t: &Task, path: &[u8]) -> bool {
-    crate::fs::procfs::writable_tunable(path)
-        && (t.creds.fsuid == 0 || t.creds.capable(crate::creds::cap::DAC_OVERRIDE))
+/// Whether the caller may write the tunables of `/proc/sys` (mode 0644, root's: uid 0 or
+/// CAP_DAC_OVERRIDE).
+fn may_write_tunables(t: &Task) -> bool {
+    t.creds.fsuid == 0 || t.creds.capable(crate::creds::cap::DAC_OVERRIDE)
 }
 
 /// Implements close(2).

@@ -20,9 +20,16 @@ const MSG_STAT: i32 = 11;
 const MSG_INFO: i32 = 12;
 const MSG_STAT_ANY: i32 = 13;
 
-/// The caller as the IPC permission checks see it.
-fn caller(t: &Task) -> Caller {
+/// The caller as the IPC permission checks see it (also for segments and semaphores).
+pub(super) fn caller(t: &Task) -> Caller {
     let c = &t.creds;
+    let memlock = t
+        .group
+        .rlimits
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(libc::RLIMIT_MEMLOCK)
+        .map_or(0, |l| l.cur);
     Caller {
         pid: t.pid,
         euid: c.euid,
@@ -32,6 +39,8 @@ fn caller(t: &Task) -> Caller {
         ipc_owner: c.capable(cap::IPC_OWNER),
         sys_admin: c.capable(cap::SYS_ADMIN),
         sys_resource: c.capable(cap::SYS_RESOURCE),
+        ipc_lock: c.capable(cap::IPC_LOCK),
+        memlock,
     }
 }
 
@@ -51,21 +60,26 @@ pub fn sys_msgget(t: &mut Task, a: &SyscallArgs) -> SysResult {
 }
 
 /// Implements msgsnd(2): the type is read first (EFAULT), then the size checked (EINVAL
-/// past MSGMAX or negative), the type (EINVAL below 1), and the text copied in.
+/// past `msgmax` or negative), the type (EINVAL below 1), and the text copied in.
 pub fn sys_msgsnd(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (id, msgp, msgsz, flags) = (a.int(0), a.gva(1), a.u(2), a.int(3));
     let mut mtype = [0u8; 8];
     t.copy_in(msgp, &mut mtype)?;
     let mtype = i64::from_le_bytes(mtype);
-    if msgsz > msg::MSGMAX as u64 || id < 0 {
+    let table = t.group.procs.sysv_msg.clone();
+    if msgsz > u64::from(table.limits().max) || id < 0 {
         return Err(Errno::EINVAL);
     }
     if mtype < 1 {
         return Err(Errno::EINVAL);
     }
+    // Past the pool no queue can ever hold it: torpor's ceiling on the text it allocates,
+    // whatever `msgmax` a privileged guest set.
+    if msgsz > msg::MSGPOOL * 1024 {
+        return Err(Errno::ENOMEM);
+    }
     let mut text = vec![0u8; msgsz as usize];
     t.copy_in(msgp.checked_add(8).ok_or(Errno::EFAULT)?, &mut text)?;
-    let table = t.group.procs.sysv_msg.clone();
     table.send(
         id,
         Message { mtype, text },

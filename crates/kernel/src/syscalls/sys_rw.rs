@@ -55,17 +55,7 @@ pub fn write_from_user(
         });
     }
     if matches!(f.kind, FileKind::ProcFile) {
-        let name = f
-            .path
-            .as_deref()
-            .and_then(crate::fs::procfs::writable_tunable_name);
-        if let Some(name) = name {
-            // A tunable takes one short number.
-            let mut text = vec![0u8; len.min(64) as usize];
-            t.copy_in(buf, &mut text)?;
-            crate::fs::procfs::sysctl::write(t, name, &text)?;
-            return Ok(len);
-        }
+        return write_proc_file(t, &f, &[(buf, len)]);
     }
     let len = len.min(MAX_RW);
     let runs = t.user_ranges(buf, len, false)?;
@@ -87,6 +77,31 @@ pub fn write_from_user(
         }
     }
     Ok(done)
+}
+
+/// Most bytes one write to a /proc file may carry (a tunable's value is a few numbers).
+const PROC_WRITE_MAX: u64 = platform::PAGE_SIZE;
+
+/// A write of the guest buffers `iov` to `f`, a file of the runtime's /proc: to a tunable
+/// opened for writing, gathered (at most [`PROC_WRITE_MAX`] bytes, EINVAL past it) and
+/// written as its new value; EBADF for the rest.
+fn write_proc_file(t: &mut Task, f: &crate::fd::OpenFile, iov: &[(Gva, u64)]) -> SysResult {
+    let name = crate::fs::procfs::written_tunable(f)?;
+    let total = iov
+        .iter()
+        .try_fold(0u64, |n, &(_, len)| n.checked_add(len))
+        .ok_or(Errno::EINVAL)?;
+    if total > PROC_WRITE_MAX {
+        return Err(Errno::EINVAL);
+    }
+    let mut data = Vec::with_capacity(total as usize);
+    for &(base, len) in iov {
+        let mut part = vec![0u8; len as usize];
+        t.copy_in(base, &mut part)?;
+        data.extend_from_slice(&part);
+    }
+    crate::fs::procfs::sysctl::write(t, name, &data)?;
+    Ok(total)
 }
 
 /// Whether `f` is a pipe, socket or character device open in blocking mode.
@@ -173,6 +188,9 @@ fn vectored_at(t: &mut Task, a: &SyscallArgs, write: bool, offset: Option<i64>) 
         return Err(Errno::EINVAL);
     }
     let iov = copy_in_iovecs(t, a.gva(1), a.u(2))?;
+    if write && matches!(f.kind, FileKind::ProcFile) {
+        return write_proc_file(t, &f, &iov);
+    }
     let mut runs = Vec::new();
     for (base, len) in iov {
         if len > 0 {

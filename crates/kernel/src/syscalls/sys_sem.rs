@@ -4,15 +4,18 @@
 
 use abi::Errno;
 
+use super::sys_msg::caller;
 use super::{SysResult, SyscallArgs};
+use crate::ipc::ids::StatBy;
+use crate::ipc::sem::{ALTER, READ};
 use crate::ipc::{self, SemOp, SemSet};
 use crate::task::Task;
 
-const IPC_CREAT: i32 = 0o1000;
-const IPC_EXCL: i32 = 0o2000;
 const IPC_RMID: i32 = 0;
 const IPC_SET: i32 = 1;
 const IPC_STAT: i32 = 2;
+const IPC_INFO: i32 = 3;
+/// Set by C libraries that ask for the 64-bit structures (the only ones on x86-64).
 const IPC_64: i32 = 0x100;
 const GETPID: i32 = 11;
 const GETVAL: i32 = 12;
@@ -22,30 +25,23 @@ const GETZCNT: i32 = 15;
 const SETVAL: i32 = 16;
 const SETALL: i32 = 17;
 const SEM_STAT: i32 = 18;
+const SEM_INFO: i32 = 19;
 const SEM_STAT_ANY: i32 = 20;
 
 /// Implements semget(2).
 pub fn sys_semget(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let (key, nsems, flags) = (a.int(0), a.int(1), a.int(2));
-    let (uid, gid) = (t.creds.euid, t.creds.egid);
-    let id = t.group.procs.sysv_sem.get(
-        key,
-        nsems,
-        key == ipc::IPC_PRIVATE || flags & IPC_CREAT != 0,
-        flags & IPC_EXCL != 0,
-        || SemSet {
-            perm: ipc::IpcPerm::new(key, uid, gid, flags),
-            otime: 0,
-            ctime: ipc::now(),
-            sems: Vec::new(),
-        },
-    )?;
+    let who = caller(t);
+    let id = t
+        .group
+        .procs
+        .sysv_sem
+        .get(a.int(0), a.int(1), a.int(2), &who)?;
     Ok(id as u64)
 }
 
-/// Whether the caller may read (and, if `write`, alter) the set.
+/// Whether the caller may read (and, if `write`, alter) the set (Linux's `ipcperms`).
 fn permitted(t: &Task, s: &SemSet, write: bool) -> bool {
-    s.perm.allows(t.creds.euid, t.creds.egid, write)
+    caller(t).may(&s.perm, if write { ALTER } else { READ })
 }
 
 /// Implements semop(2).
@@ -81,8 +77,13 @@ fn semop(
     if nsops == 0 {
         return Err(Errno::EINVAL);
     }
-    if nsops > ipc::SEMOPM as u64 {
+    let opm = t.group.procs.sysv_sem.limits().opm;
+    if nsops > u64::try_from(opm).unwrap_or(0) {
         return Err(Errno::E2BIG);
+    }
+    // torpor's ceiling on what it allocates, whatever `kernel/sem` a privileged guest set.
+    if nsops > ipc::limits::SEM_CEILING as u64 {
+        return Err(Errno::ENOMEM);
     }
     let mut raw = vec![0u8; nsops as usize * 6];
     t.copy_in(sops, &mut raw)?;
@@ -109,10 +110,15 @@ fn semop(
     Ok(0)
 }
 
-/// Implements semctl(2): IPC_STAT/SEM_STAT, IPC_SET, IPC_RMID, GETVAL, SETVAL, GETALL,
-/// SETALL, GETPID, GETNCNT/GETZCNT (0).
+/// Implements semctl(2): IPC_STAT, SEM_STAT and SEM_STAT_ANY (by index; they return the
+/// id), IPC_SET, IPC_RMID, IPC_INFO and SEM_INFO (they return the highest index in use),
+/// GETVAL, SETVAL, GETALL, SETALL, GETPID, GETNCNT/GETZCNT (0).
 pub fn sys_semctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let (id, num, cmd, arg) = (a.int(0), a.int(1), a.int(2) & !IPC_64, a.u(3));
+    let (id, num, cmd, arg) = (a.int(0), a.int(1), a.int(2), a.u(3));
+    if id < 0 || cmd < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let cmd = cmd & !IPC_64;
     let table = t.group.procs.sysv_sem.clone();
     let sem_index = |s: &SemSet| -> Result<usize, Errno> {
         usize::try_from(num)
@@ -121,33 +127,29 @@ pub fn sys_semctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             .ok_or(Errno::EINVAL)
     };
     match cmd {
-        IPC_STAT | SEM_STAT | SEM_STAT_ANY => {
-            let (ds, ok) =
-                table.with(id, |s| (s.to_semid_ds(id as u16), permitted(t, s, false)))?;
-            if !ok {
-                return Err(Errno::EACCES);
-            }
+        c @ (IPC_INFO | SEM_INFO) => {
+            let (info, max_idx) = table.info(c == SEM_INFO);
+            t.copy_out(platform::Gva(arg), &info)?;
+            Ok(max_idx as u64)
+        }
+        c @ (IPC_STAT | SEM_STAT | SEM_STAT_ANY) => {
+            let by = match c {
+                IPC_STAT => StatBy::Id,
+                SEM_STAT => StatBy::Index,
+                _ => StatBy::IndexAny,
+            };
+            let (ds, full_id) = table.stat(id, by, &caller(t))?;
             t.copy_out(platform::Gva(arg), &ds)?;
-            Ok(if cmd == IPC_STAT { 0 } else { id as u64 })
+            Ok(if c == IPC_STAT { 0 } else { full_id as u64 })
         }
         IPC_SET => {
             let mut ds = [0u8; 104];
             t.copy_in(platform::Gva(arg), &mut ds)?;
-            let me = t.creds.euid;
-            table.with(id, |s| {
-                s.perm.set_from(me, &ds)?;
-                s.ctime = ipc::now();
-                Ok::<(), Errno>(())
-            })??;
+            table.set(id, &ds, &caller(t))?;
             Ok(0)
         }
         IPC_RMID => {
-            let me = t.creds.euid;
-            let owner = table.with(id, |s| s.perm.owned_by(me))?;
-            if !owner {
-                return Err(Errno::EPERM);
-            }
-            table.remove(id)?;
+            table.remove(id, &caller(t))?;
             Ok(0)
         }
         GETVAL | GETPID | GETNCNT | GETZCNT => {

@@ -5,19 +5,22 @@ use abi::Errno;
 use mm::{MmapRequest, Prot, VmaKind};
 use platform::{Gva, PAGE_SIZE};
 
+use super::sys_msg::caller;
 use super::{SysResult, SyscallArgs};
-use crate::ipc::{self, Segment};
+use crate::ipc;
+use crate::ipc::ids::StatBy;
 use crate::task::Task;
 
-const IPC_CREAT: i32 = 0o1000;
-const IPC_EXCL: i32 = 0o2000;
 const IPC_RMID: i32 = 0;
 const IPC_SET: i32 = 1;
 const IPC_STAT: i32 = 2;
+const IPC_INFO: i32 = 3;
+/// Set by C libraries that ask for the 64-bit structures (the only ones on x86-64).
 const IPC_64: i32 = 0x100;
 const SHM_LOCK: i32 = 11;
 const SHM_UNLOCK: i32 = 12;
 const SHM_STAT: i32 = 13;
+const SHM_INFO: i32 = 14;
 const SHM_STAT_ANY: i32 = 15;
 const SHM_RDONLY: i32 = 0o10000;
 const SHM_RND: i32 = 0o20000;
@@ -29,29 +32,13 @@ const SHMLBA: u64 = PAGE_SIZE;
 /// Implements shmget(2).
 pub fn sys_shmget(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (key, size, flags) = (a.int(0), a.u(1), a.int(2));
-    let (uid, gid, pid) = (t.creds.euid, t.creds.egid, t.pid);
     let space = t.group.procs.shm.clone();
-    let id = t.group.procs.sysv_shm.get(
-        key,
-        size,
-        key == ipc::IPC_PRIVATE || flags & IPC_CREAT != 0,
-        flags & IPC_EXCL != 0,
-        || {
-            let object = space
-                .anonymous(size, "sysv")
-                .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::ENOMEM)))?;
-            Ok(Segment {
-                perm: ipc::IpcPerm::new(key, uid, gid, flags),
-                size,
-                cpid: pid,
-                lpid: 0,
-                atime: 0,
-                dtime: 0,
-                ctime: ipc::now(),
-                object,
-            })
-        },
-    )?;
+    let who = caller(t);
+    let id = t.group.procs.sysv_shm.get(key, size, flags, &who, |size| {
+        space
+            .anonymous(size, "sysv")
+            .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::ENOMEM)))
+    })?;
     Ok(id as u64)
 }
 
@@ -60,7 +47,9 @@ pub fn sys_shmget(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// kernel picks.
 pub fn sys_shmat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (id, addr, flags) = (a.int(0), a.u(1), a.int(2));
-    let seg = t.group.procs.sysv_shm.segment(id)?;
+    if id < 0 {
+        return Err(Errno::EINVAL);
+    }
     let mut addr = addr;
     if addr != 0 && addr % SHMLBA != 0 {
         if flags & SHM_RND == 0 {
@@ -71,12 +60,19 @@ pub fn sys_shmat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if flags & SHM_REMAP != 0 && addr == 0 {
         return Err(Errno::EINVAL);
     }
+    let seg = t.group.procs.sysv_shm.segment(id)?;
     let readonly = flags & SHM_RDONLY != 0;
-    let mut prot = if readonly { Prot::READ } else { Prot::RW };
+    // Linux's ipcperms with S_IRUGO, S_IWUGO if writable, S_IXUGO with SHM_EXEC.
+    let (mut prot, mut wanted) = if readonly {
+        (Prot::READ, 0o444)
+    } else {
+        (Prot::RW, 0o666)
+    };
     if flags & SHM_EXEC != 0 {
         prot = prot | Prot::EXEC;
+        wanted |= 0o111;
     }
-    if !seg.perm.allows(t.creds.euid, t.creds.egid, !readonly) {
+    if !caller(t).may(&seg.perm, wanted) {
         return Err(Errno::EACCES);
     }
     let request = MmapRequest {
@@ -152,37 +148,51 @@ pub fn sys_shmdt(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(0)
 }
 
-/// Implements shmctl(2): IPC_STAT (and SHM_STAT), IPC_SET (owner and mode), IPC_RMID,
-/// SHM_LOCK/SHM_UNLOCK (accepted: nothing is swapped but by hibernation).
+/// Implements shmctl(2): IPC_STAT, SHM_STAT and SHM_STAT_ANY (by index; they return the
+/// id), IPC_SET (owner, group, mode), IPC_RMID, IPC_INFO and SHM_INFO (they return the
+/// highest index in use), SHM_LOCK and SHM_UNLOCK (see [`crate::ipc::shm`]).
 pub fn sys_shmctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let (id, cmd, buf) = (a.int(0), a.int(1) & !IPC_64, a.gva(2));
+    let (id, cmd, buf) = (a.int(0), a.int(1), a.gva(2));
+    if id < 0 || cmd < 0 {
+        return Err(Errno::EINVAL);
+    }
     let table = t.group.procs.sysv_shm.clone();
-    match cmd {
-        IPC_STAT | SHM_STAT | SHM_STAT_ANY => {
-            let ds = table.stat(id)?;
+    let who = caller(t);
+    match cmd & !IPC_64 {
+        IPC_INFO => {
+            let (info, max_idx) = table.ipc_info();
+            t.copy_out(buf, &info)?;
+            Ok(max_idx as u64)
+        }
+        SHM_INFO => {
+            let (info, max_idx) = table.shm_info();
+            t.copy_out(buf, &info)?;
+            Ok(max_idx as u64)
+        }
+        c @ (IPC_STAT | SHM_STAT | SHM_STAT_ANY) => {
+            let by = match c {
+                IPC_STAT => StatBy::Id,
+                SHM_STAT => StatBy::Index,
+                _ => StatBy::IndexAny,
+            };
+            let (ds, full_id) = table.stat(id, by, &who)?;
             t.copy_out(buf, &ds)?;
-            Ok(if cmd == IPC_STAT { 0 } else { id as u64 })
+            Ok(if c == IPC_STAT { 0 } else { full_id as u64 })
         }
         IPC_SET => {
             let mut ds = [0u8; 112];
             t.copy_in(buf, &mut ds)?;
-            let me = t.creds.euid;
-            table.update(id, |s| {
-                s.perm.set_from(me, &ds)?;
-                s.ctime = ipc::now();
-                Ok::<(), Errno>(())
-            })??;
+            table.set(id, &ds, &who)?;
             Ok(0)
         }
         IPC_RMID => {
-            let seg = table.segment(id)?;
-            if !seg.perm.owned_by(t.creds.euid) {
-                return Err(Errno::EPERM);
-            }
-            table.remove(id)?;
+            table.remove(id, &who)?;
             Ok(0)
         }
-        SHM_LOCK | SHM_UNLOCK => table.segment(id).map(|_| 0),
+        c @ (SHM_LOCK | SHM_UNLOCK) => {
+            table.lock_segment(id, c == SHM_LOCK, &who)?;
+            Ok(0)
+        }
         _ => Err(Errno::EINVAL),
     }
 }

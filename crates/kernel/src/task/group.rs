@@ -365,11 +365,25 @@ impl ThreadGroup {
         drop(m);
         // Its timers end with it (Linux's `exit_itimers`).
         self.posix_timers.clear();
-        // The memory of an exited process goes now, not when its parent reaps it.
-        self.resources
+        // The memory of an exited process goes now, not when its parent reaps it; its shared
+        // mappings too, before the parent may ask a segment's attach count (its threads' tasks
+        // may hold the address space a while longer), unless another process shares it
+        // (CLONE_VM).
+        let resources = self
+            .resources
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        if let Some(r) = resources {
+            let shared_with_another = self.procs.live_groups().iter().any(|(pid, g)| {
+                *pid != self.pid && g.resources().is_some_and(|o| Arc::ptr_eq(&o.mm, &r.mm))
+            });
+            if !shared_with_another {
+                r.mm.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .unmap_shared();
+            }
+        }
         let status = self
             .exit_status()
             .unwrap_or(ExitStatus::Signaled(libc::SIGKILL));

@@ -28,15 +28,16 @@ pub struct Limit {
 pub struct Rlimits([Limit; NLIMITS]);
 
 impl Default for Rlimits {
-    /// Linux's defaults for a process started by root: 8 MiB of stack, no core files,
-    /// [`MAX_FDS`] descriptors, everything else unlimited.
+    /// Linux's defaults for a process started by root (`INIT_RLIMITS`): 8 MiB of stack, no
+    /// core files (a soft limit of 0 under an unlimited hard one, which a process may lower
+    /// or raise to), [`MAX_FDS`] descriptors, everything else unlimited.
     fn default() -> Rlimits {
         let mut l = [Limit {
             cur: INFINITY,
             max: INFINITY,
         }; NLIMITS];
         l[libc::RLIMIT_STACK as usize].cur = 8 << 20;
-        l[libc::RLIMIT_CORE as usize] = Limit { cur: 0, max: 0 };
+        l[libc::RLIMIT_CORE as usize].cur = 0;
         l[libc::RLIMIT_NOFILE as usize] = Limit {
             cur: MAX_FDS as u64,
             max: MAX_FDS as u64,

@@ -613,6 +613,22 @@ impl MemoryManager {
         self.unmap_range(addr, end)
     }
 
+    /// Unmaps every shared mapping (`MAP_SHARED`, System V segments): the process has
+    /// exited, and the objects it held must go before its parent hears of it (a segment's
+    /// attach count is its mappings). The page-table changes are left uncommitted: no thread
+    /// runs in this address space any more.
+    pub fn unmap_shared(&mut self) {
+        let ranges: Vec<(Gva, Gva)> = self
+            .vmas()
+            .filter(|v| matches!(v.kind, VmaKind::Shared { .. }))
+            .map(|v| (v.start, v.end))
+            .collect();
+        for (start, end) in ranges {
+            // A range of a VMA found just above: in the user half, page-aligned.
+            let _ = self.unmap_range(start, end);
+        }
+    }
+
     /// Implements mprotect(2): changes the rights of every VMA and present page in the range.
     ///
     /// # Errors

@@ -14,8 +14,8 @@
 //! | `/proc/stat`, `/proc/uptime`, `/proc/loadavg` | the sandbox's CPU time and processes ([`machine`]) |
 //! | `/proc/mounts`, `/proc/self/mounts`, `/proc/self/mountinfo` | the sandbox's mounts ([`mounts`]) |
 //! | `/proc/self/statm` | the process's memory in pages |
-//! | `/proc/sys/…` | the tunables programs size themselves by ([`sysctl`]) |
-//! | `/proc/sysvipc/msg` | the sandbox's System V message queues ([`crate::ipc::msg`]) |
+//! | `/proc/sys/…` | the tunables programs size themselves by ([`sysctl`]); the IPC ones writable by root |
+//! | `/proc/sysvipc/msg`, `shm`, `sem` | the sandbox's System V message queues, segments and semaphore sets ([`crate::ipc`]) |
 //!
 //! `/proc/self/…`, `/proc/thread-self/…` and `/proc/PID/…` with the caller's own pid name the
 //! caller's process; `readlink` of `/proc/self/fd/N` and `/proc/self/exe` is answered by the
@@ -350,22 +350,12 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
             "/proc/loadavg" => "loadavg",
             "/proc/mounts" => "mounts",
             "/proc/sysvipc/msg" => "sysvipc/msg",
+            "/proc/sysvipc/shm" => "sysvipc/shm",
+            "/proc/sysvipc/sem" => "sysvipc/sem",
             "/sys/devices/system/cpu/online" | "/sys/devices/system/cpu/possible" => "online",
             _ => return None,
         },
     ))
-}
-
-/// The name under `/proc/sys/` of the writable tunable `path` names, if it names one
-/// ([`sysctl::writable`]).
-pub fn writable_tunable_name(path: &[u8]) -> Option<&'static str> {
-    let clean = lexical(path)?;
-    sysctl::name_of(&clean).filter(|n| sysctl::writable(n))
-}
-
-/// Whether `path` names a writable tunable.
-pub fn writable_tunable(path: &[u8]) -> bool {
-    writable_tunable_name(path).is_some()
 }
 
 /// Opens a generated file, if `path` names one.
@@ -413,6 +403,8 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         ("cpuinfo", _) => std::fs::read("/proc/cpuinfo").unwrap_or_default(),
         ("online", _) => online_cpus().to_vec(),
         ("sysvipc/msg", _) => t.group.procs.sysv_msg.proc_file(),
+        ("sysvipc/shm", _) => t.group.procs.sysv_shm.proc_file(),
+        ("sysvipc/sem", _) => t.group.procs.sysv_sem.proc_file(),
         (name, None) if sysctl::name_of(&format!("/proc/sys/{name}")).is_some() => {
             sysctl::value(t, name)
         }
@@ -429,7 +421,33 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         }
         _ => return None,
     };
-    Some(memfd_with(&content))
+    // Read-only for everyone, as /proc's files are (stat shows it), but for the tunables
+    // root may write.
+    let mode = if sysctl::writable(which) {
+        0o644
+    } else {
+        0o444
+    };
+    Some(memfd_with(&content, mode))
+}
+
+/// The tunable under `/proc/sys/` that `path` (a guest path) names, if root may write it.
+pub fn writable_tunable(path: &[u8]) -> Option<&'static str> {
+    sysctl::name_of(&lexical(path)?).filter(|n| sysctl::writable(n))
+}
+
+/// The tunable a write(2) to `f`, a file of this /proc, changes ([`sysctl::write`]): one
+/// opened for writing (its host descriptor's access mode says so). Every other file of /proc
+/// was opened read-only.
+///
+/// # Errors
+/// EBADF.
+pub fn written_tunable(f: &crate::fd::OpenFile) -> Result<&'static str, Errno> {
+    let access = crate::fd::host::status_flags(f.host())? & libc::O_ACCMODE;
+    match f.path.as_deref().and_then(writable_tunable) {
+        Some(name) if access != libc::O_RDONLY => Ok(name),
+        _ => Err(Errno::EBADF),
+    }
 }
 
 /// The host's `/sys/devices/system/cpu/online`, read once.
@@ -448,7 +466,7 @@ pub fn prime_host_files() {
     crate::task::posix_timer::prime_host_rtc();
 }
 
-fn memfd_with(content: &[u8]) -> Result<OwnedFd, Errno> {
+fn memfd_with(content: &[u8], mode: libc::mode_t) -> Result<OwnedFd, Errno> {
     // SAFETY: a valid NUL-terminated name and flags.
     let fd = unsafe { libc::memfd_create(c"torpor-proc".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -456,9 +474,8 @@ fn memfd_with(content: &[u8]) -> Result<OwnedFd, Errno> {
     }
     // SAFETY: a fresh fd owned by nobody else.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    // Read-only for everyone, as /proc's files are (stat shows it).
     // SAFETY: fchmod on the descriptor just made.
-    if unsafe { libc::fchmod(fd, 0o444) } != 0 {
+    if unsafe { libc::fchmod(fd, mode) } != 0 {
         return Err(Errno::last());
     }
     let mut f = std::fs::File::from(owned);
@@ -593,13 +610,17 @@ fn statm(v: &View) -> Vec<u8> {
     format!("{size} {resident} 0 0 0 {resident} 0\n").into_bytes()
 }
 
+/// `/proc/meminfo`: the sandbox's memory, and no huge pages (as a host that reserved none:
+/// SHM_HUGETLB fails, see [`crate::ipc::shm`]).
 fn meminfo(t: &Task) -> Vec<u8> {
     let stats = t.mm().stats();
     let total = stats.total_pages as u64 * 4;
     let free = stats.free_pages as u64 * 4;
     format!(
         "MemTotal:       {total:>8} kB\nMemFree:        {free:>8} kB\nMemAvailable:   {free:>8} kB\n\
-         Buffers:               0 kB\nCached:                0 kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n"
+         Buffers:               0 kB\nCached:                0 kB\nSwapTotal:             0 kB\nSwapFree:              0 kB\n\
+         HugePages_Total:       0\nHugePages_Free:        0\nHugePages_Rsvd:        0\n\
+         HugePages_Surp:        0\nHugepagesize:       2048 kB\nHugetlb:               0 kB\n"
     )
     .into_bytes()
 }
@@ -627,7 +648,7 @@ mod tests {
     #[test]
     fn memfd_round_trip() {
         use std::io::Read;
-        let fd = memfd_with(b"hello").unwrap();
+        let fd = memfd_with(b"hello", 0o444).unwrap();
         let mut s = String::new();
         std::fs::File::from(fd).read_to_string(&mut s).unwrap();
         assert_eq!(s, "hello");

@@ -1,7 +1,8 @@
 //! `/proc/sys`: the kernel tunables programs read to size themselves (`pid_max`, the pipe and
 //! inotify limits, the System V IPC limits, `somaxconn`), read-only as a container's
-//! `/proc/sys` is, but for the POSIX message queue limits of `fs/mqueue`, which belong to
-//! the sandbox's IPC namespace and which its root may write ([`write`]).
+//! `/proc/sys` is, but for the System V IPC limits and the POSIX message queue limits of
+//! `fs/mqueue`: those are the sandbox's IPC namespace's, which its root may write as a
+//! container's root may ([`write`]).
 //!
 //! Each value is what bounds the sandbox: torpor's own for what torpor implements (pids,
 //! threads, System V shared memory, semaphores and message queues, the lowest mappable
@@ -10,6 +11,8 @@
 //! ([`prime_host_values`]).
 
 use std::sync::OnceLock;
+
+use abi::Errno;
 
 use crate::task::Task;
 
@@ -134,38 +137,87 @@ fn domainname(t: &Task) -> String {
     String::from_utf8_lossy(&t.group.procs.domainname()).into_owned()
 }
 
-fn shmmax(_: &Task) -> String {
-    crate::ipc::SHMMAX.to_string()
+fn shmmax(t: &Task) -> String {
+    ipc_value(t, "kernel/shmmax")
 }
 
-fn shmall(_: &Task) -> String {
-    // In pages, as Linux's: the total of all segments torpor allows.
-    (crate::ipc::SHMMAX / platform::PAGE_SIZE * crate::ipc::SHMMNI as u64).to_string()
+fn shmall(t: &Task) -> String {
+    ipc_value(t, "kernel/shmall")
 }
 
-fn shmmni(_: &Task) -> String {
-    crate::ipc::SHMMNI.to_string()
+fn shmmni(t: &Task) -> String {
+    ipc_value(t, "kernel/shmmni")
 }
 
-fn sem(_: &Task) -> String {
-    use crate::ipc::{SEMMNI, SEMMSL, SEMOPM};
-    // SEMMSL, SEMMNS (all semaphores: every set full), SEMOPM, SEMMNI.
-    format!(
-        "{SEMMSL}\t{}\t{SEMOPM}\t{SEMMNI}",
-        (SEMMSL as u64) * (SEMMNI as u64)
-    )
+fn sem(t: &Task) -> String {
+    ipc_value(t, "kernel/sem")
 }
 
-fn msgmax(_: &Task) -> String {
-    crate::ipc::msg::MSGMAX.to_string()
+fn msgmax(t: &Task) -> String {
+    ipc_value(t, "kernel/msgmax")
 }
 
-fn msgmnb(_: &Task) -> String {
-    crate::ipc::msg::MSGMNB.to_string()
+fn msgmnb(t: &Task) -> String {
+    ipc_value(t, "kernel/msgmnb")
 }
 
-fn msgmni(_: &Task) -> String {
-    crate::ipc::msg::MSGMNI.to_string()
+fn msgmni(t: &Task) -> String {
+    ipc_value(t, "kernel/msgmni")
+}
+
+/// The System V IPC tunable `name` of `t`'s sandbox.
+fn ipc_value(t: &Task, name: &str) -> String {
+    let procs = &t.group.procs;
+    match name.strip_prefix("kernel/").unwrap_or(name) {
+        "sem" => procs.sysv_sem.limits().show(),
+        n @ ("shmmax" | "shmall" | "shmmni") => procs.sysv_shm.limits().show(n).unwrap_or_default(),
+        n => procs.sysv_msg.limits().show(n).unwrap_or_default(),
+    }
+}
+
+/// The System V tunables the sandbox's root may write: its IPC namespace's (and the POSIX
+/// message queue limits, `fs/mqueue/*`).
+const WRITABLE: [&str; 7] = [
+    "kernel/shmmax",
+    "kernel/shmall",
+    "kernel/shmmni",
+    "kernel/sem",
+    "kernel/msgmax",
+    "kernel/msgmnb",
+    "kernel/msgmni",
+];
+
+/// Whether tunable `name` (one of [`name_of`]'s) may be written.
+pub fn writable(name: &str) -> bool {
+    WRITABLE.contains(&name) || name.starts_with("fs/mqueue/")
+}
+
+/// Writes `text` to tunable `name` of `t`'s sandbox, as Linux's `proc_dointvec_minmax`,
+/// `proc_doulongvec_minmax` and `proc_ipc_sem_dointvec` read it: the new value applies to
+/// the calls made from now on.
+///
+/// # Errors
+/// EINVAL for text that is not a value in the tunable's range, ERANGE for a SEMMNI beyond
+/// 32768 (Linux's), EACCES for a tunable that cannot be written.
+pub fn write(t: &Task, name: &str, text: &[u8]) -> Result<(), Errno> {
+    let procs = &t.group.procs;
+    match name {
+        "kernel/sem" => {
+            let l = procs.sysv_sem.limits().with(text)?;
+            procs.sysv_sem.set_limits(l);
+        }
+        "kernel/shmmax" | "kernel/shmall" | "kernel/shmmni" => {
+            let l = procs.sysv_shm.limits().with(&name[7..], text)?;
+            procs.sysv_shm.set_limits(l);
+        }
+        "kernel/msgmax" | "kernel/msgmnb" | "kernel/msgmni" => {
+            let l = procs.sysv_msg.limits().with(&name[7..], text)?;
+            procs.sysv_msg.set_limits(l);
+        }
+        n if n.starts_with("fs/mqueue/") => write_mqueue(t, n, text)?,
+        _ => return Err(Errno::EACCES),
+    }
+    Ok(())
 }
 
 fn mq_queues_max(t: &Task) -> String {
@@ -188,18 +240,12 @@ fn mq_msgsize_default(t: &Task) -> String {
     t.group.procs.posix_mq.limits().msgsize_default.to_string()
 }
 
-/// Whether tunable `name` may be written: the POSIX message queue limits, which belong to
-/// the sandbox's IPC namespace (its root may change them, as a container's root may).
-pub fn writable(name: &str) -> bool {
-    name.starts_with("fs/mqueue/")
-}
-
-/// A write of `text` to writable tunable `name`: a decimal integer within Linux's bounds
-/// for it (`ipc/mq_sysctl.c`).
+/// A write of `text` to POSIX message queue tunable `name`: a decimal integer within
+/// Linux's bounds for it (`ipc/mq_sysctl.c`).
 ///
 /// # Errors
-/// EINVAL for text that is not such a number, or a tunable that is not writable.
-pub fn write(t: &Task, name: &str, text: &[u8]) -> Result<(), abi::Errno> {
+/// EINVAL for text that is not such a number, or a tunable that is not one of these.
+fn write_mqueue(t: &Task, name: &str, text: &[u8]) -> Result<(), abi::Errno> {
     use abi::mqueue::{HARD_MSGMAX, HARD_MSGSIZEMAX};
     let v: i64 = std::str::from_utf8(text)
         .ok()
