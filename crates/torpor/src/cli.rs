@@ -380,6 +380,12 @@ pub struct RunArgs {
     /// (e.g. 2G), idle sandboxes that set this hibernate, longest idle first.
     #[arg(long, value_parser = parse_bytes)]
     pub memory_floor: Option<u64>,
+    /// Go dormant once hibernated this long (e.g. 10m): the sandbox's state goes to its state
+    /// directory and its holder becomes one small process until the next request (see
+    /// `torpor dormant`). With --hibernate-after the sandbox hibernates by itself first.
+    /// Detached (-d) sandboxes on the KVM platform.
+    #[arg(long, value_parser = crate::keepalive::parse_after)]
+    pub dormant_after: Option<std::time::Duration>,
     /// Limit the sandbox to this many CPUs (e.g. 0.5, 2): a cgroup of its own with a CFS
     /// quota (needs root and a cpu controller, v1 or v2).
     #[arg(long, value_parser = parse_cpus)]

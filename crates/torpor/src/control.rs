@@ -136,8 +136,36 @@ impl Response {
     }
 }
 
-/// Sends `req` to the sandbox whose directory is `dir` and returns its payload.
+/// Sends `req` to the sandbox whose directory is `dir` and returns its payload. A read-only
+/// request whose connection is reset before any answer (a holder that was just becoming
+/// dormant: its exec ends the connections it had accepted) is sent again, a few times.
 pub fn call(dir: &Path, req: &Request, timeout: Duration) -> Result<serde_json::Value> {
+    let read_only = matches!(req, Request::State | Request::Stats | Request::Processes);
+    let mut tries = 0;
+    loop {
+        match call_once(dir, req, timeout) {
+            Err(e) if read_only && tries < 5 && reset_before_answer(&e) => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Whether `e` is a connection reset or closed before the answer came.
+fn reset_before_answer(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
+            )
+        })
+    })
+}
+
+fn call_once(dir: &Path, req: &Request, timeout: Duration) -> Result<serde_json::Value> {
     let s = connect(dir)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
@@ -176,8 +204,16 @@ fn request_line(req: &Request) -> Result<String> {
 /// Reads one answer line: its payload, or its error.
 pub fn read_answer(r: &mut BufReader<UnixStream>) -> Result<serde_json::Value> {
     let mut resp = String::new();
-    r.read_line(&mut resp)
+    let n = r
+        .read_line(&mut resp)
         .context("reading the sandbox's answer")?;
+    if n == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the sandbox closed the connection without an answer",
+        ))
+        .context("reading the sandbox's answer");
+    }
     let a: Response = serde_json::from_str(resp.trim()).context("decoding the sandbox's answer")?;
     if a.ok {
         Ok(a.data.unwrap_or(serde_json::Value::Null))

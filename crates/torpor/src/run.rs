@@ -90,6 +90,7 @@ pub fn run(args: RunArgs) -> Result<u8> {
             swap_quota: args.swap_quota,
             hibernate_after: args.hibernate_after,
             memory_floor: args.memory_floor,
+            dormant_after: args.dormant_after,
             cpus: args.cpus,
         },
         crate::ready::from_fd(args.ready_fd),

@@ -241,3 +241,45 @@ fn a_kept_connection_wakes_a_dormant_sandbox_and_is_answered() {
         .expect("timeout");
     assert_eq!(exchange(&mut fresh, "new"), "4 new");
 }
+
+/// `--hibernate-after` and `--dormant-after`: an idle sandbox hibernates by itself, then goes
+/// dormant by itself, and its next request is served with its memory intact.
+#[test]
+fn an_idle_sandbox_goes_dormant_by_itself() {
+    if !testutil::require_kvm() || testutil::platform_is_trap() {
+        return;
+    }
+    let r = Rootfs::new();
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let publish = format!("127.0.0.1:{port}:{GUEST_PORT}");
+    let prog = r.guest_program("http_server");
+    let sb = Detached::start(
+        &bin(),
+        &[
+            "-p",
+            &publish,
+            "--hibernate-after",
+            "1s",
+            "--dormant-after",
+            "1s",
+        ],
+        r.path(),
+        &prog,
+        &[GUEST_PORT],
+    );
+    let up = Detached::wait_until(Duration::from_secs(60), || {
+        http_get(addr, "/up", Duration::from_secs(5)).is_ok()
+    });
+    assert!(up, "the server does not answer on {addr}");
+    let pid = sb.pid();
+    let before = get_counter(addr);
+    let dormant = Detached::wait_until(Duration::from_secs(60), || status(&sb) == "dormant");
+    assert!(dormant, "not dormant after 60 s idle: {}", status(&sb));
+    assert_eq!(process(pid), ("torpor-dormant".to_string(), 1));
+    assert_eq!(get_counter(addr), before + 1);
+    // Woken, the policy holds again: dormant once more.
+    let again = Detached::wait_until(Duration::from_secs(60), || status(&sb) == "dormant");
+    assert!(again, "not dormant again after the wake: {}", status(&sb));
+    assert_eq!(get_counter(addr), before + 2);
+}

@@ -127,6 +127,7 @@ fn try_prepare(d: &Daemon) -> Result<Prepared> {
         swap_quota: d.policy.swap_quota,
         hibernate_after_ms: d.policy.hibernate_after.map(|t| t.as_millis() as u64),
         memory_floor: d.policy.memory_floor,
+        dormant_after_ms: d.policy.dormant_after.map(|t| t.as_millis() as u64),
         broker_publishes: kernel::broker::publishes(),
         created: d.created,
     };
@@ -189,6 +190,45 @@ fn status(d: &Daemon) -> serde_json::Value {
     })
 }
 
+/// The `--dormant-after` policy, on a thread of its own: once the sandbox has stayed
+/// hibernated for `after`, it goes dormant. Waits on the state machine (no polling: a
+/// hibernated sandbox's wait costs nothing).
+pub(super) fn after_hibernated(d: &Daemon, after: std::time::Duration) {
+    // The longest wait for a change out of a state other than hibernated.
+    const WATCH: std::time::Duration = std::time::Duration::from_secs(3600);
+    loop {
+        if d.exit.lock().map_or(true, |e| e.is_some()) {
+            return;
+        }
+        let state = d.hib.state();
+        if state == State::Stopped {
+            return;
+        }
+        if state != State::Hibernated {
+            d.hib.wait_while(state, WATCH);
+            continue;
+        }
+        let since = std::time::Instant::now();
+        if d.hib.wait_while(State::Hibernated, after) != State::Hibernated
+            || since.elapsed() < after
+        {
+            continue;
+        }
+        let r = prepare(d);
+        if r.ok {
+            tracing::debug!("hibernated for {after:?}: going dormant");
+            stop_after_answer(d);
+            return;
+        }
+        tracing::warn!(
+            "--dormant-after: {}",
+            r.error.unwrap_or_else(|| "refused".into())
+        );
+        // Not again until the sandbox has been woken and hibernated anew.
+        d.hib.wait_while(State::Hibernated, WATCH);
+    }
+}
+
 /// Once the `dormant` request is answered: stops the sandbox (its state is on disk), which
 /// ends its run on the main thread ([`exec_if_prepared`] then runs there).
 pub(super) fn stop_after_answer(d: &Daemon) {
@@ -205,6 +245,12 @@ pub(super) fn exec_if_prepared(d: &Daemon, janitor: Option<Janitor>) -> Result<O
     let Some(p) = d.dormancy.lock().unwrap_or_else(|e| e.into_inner()).take() else {
         return Ok(janitor);
     };
+    // Requests being answered finish first (the exec would end their connections; a
+    // client retries a read-only one that is cut anyway).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while d.in_flight.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     let [dormant_fd, torpor_fd] = crate::confine::EXEC_FDS;
     let mut keep: Vec<RawFd> = vec![d.control_fd, dormant_fd, torpor_fd];
     let listeners: Vec<RawFd> = p

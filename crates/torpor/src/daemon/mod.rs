@@ -77,6 +77,8 @@ pub struct Policy {
     pub hibernate_after: Option<std::time::Duration>,
     /// Hibernate early, longest idle first, while the host's MemAvailable is below this.
     pub memory_floor: Option<u64>,
+    /// Go dormant after this long hibernated (`crate::dormancy`).
+    pub dormant_after: Option<std::time::Duration>,
     /// The friendly form's CPU limit (`--cpus`): the holder joins a cgroup of its own,
     /// `/torpor/ID`, with that quota; its janitor removes it at the end.
     pub cpus: Option<f64>,
@@ -165,6 +167,8 @@ struct Daemon {
     /// Set by a `dormant` request that succeeded: the main thread execs the dormant process
     /// once the sandbox has stopped.
     dormancy: Mutex<Option<dormant::Prepared>>,
+    /// Control requests being served (an exec into dormancy lets them finish first).
+    in_flight: std::sync::atomic::AtomicUsize,
 }
 
 /// The names of the holder's threads that serve its control socket (not the sandbox's work).
@@ -354,6 +358,7 @@ fn start(
         published: cfg.publish.iter().map(|p| p.host).collect(),
         control_fd,
         dormancy: Mutex::new(None),
+        in_flight: std::sync::atomic::AtomicUsize::new(0),
     });
     {
         let d = daemon.clone();
@@ -419,6 +424,19 @@ fn start(
         let status = (*daemon.exit.lock().unwrap_or_else(|e| e.into_inner()))
             .unwrap_or(ExitStatus::Signaled(libc::SIGKILL));
         return Ok(finish_oci(&daemon, status));
+    }
+    if let Some(after) = policy.dormant_after {
+        if !dormant::possible(oci, holding, &cfg.platform) {
+            tracing::warn!(
+                "--dormant-after: this sandbox cannot go dormant (a detached sandbox on the KVM \
+                 platform can)"
+            );
+        } else {
+            let d = daemon.clone();
+            std::thread::Builder::new()
+                .name("keepalive".into())
+                .spawn(move || dormant::after_hibernated(&d, after))?;
+        }
     }
     if daemon.keepalive.after.is_some() || daemon.keepalive.memory_floor.is_some() {
         let d = daemon.clone();
@@ -512,11 +530,13 @@ fn control_loop(d: &Arc<Daemon>, listener: UnixListener, pending: Option<UnixStr
     for conn in pending.into_iter().map(Ok).chain(listener.incoming()) {
         let Ok(conn) = conn else { continue };
         let d = d.clone();
+        d.in_flight.fetch_add(1, Ordering::SeqCst);
         // One thread per request: a hibernate must not block `state` or `stats`.
         let _ = std::thread::Builder::new()
             .name("control-req".into())
             .spawn(move || {
                 handle_conn(&d, conn);
+                d.in_flight.fetch_sub(1, Ordering::SeqCst);
                 d.control_cpu_ns
                     .fetch_add(procfs::thread_cpu_ns(), Ordering::Relaxed);
             });

@@ -123,6 +123,9 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
             .hibernate_after_ms
             .map(std::time::Duration::from_millis),
         memory_floor: record.memory_floor,
+        dormant_after: record
+            .dormant_after_ms
+            .map(std::time::Duration::from_millis),
         cpus: None,
     };
     let woken = Woken {

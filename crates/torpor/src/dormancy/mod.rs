@@ -51,6 +51,9 @@ pub struct WakeRecord {
     pub hibernate_after_ms: Option<u64>,
     /// `--memory-floor`.
     pub memory_floor: Option<u64>,
+    /// `--dormant-after`, in milliseconds.
+    #[serde(default)]
+    pub dormant_after_ms: Option<u64>,
     /// Whether the broker binds the published ports (the holder lives in a network
     /// namespace of its own).
     pub broker_publishes: bool,

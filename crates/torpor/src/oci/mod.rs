@@ -208,6 +208,7 @@ pub fn holder(
             swap_quota: None,
             hibernate_after: b.hibernate_after,
             memory_floor: b.memory_floor,
+            dormant_after: None,
             cpus: None,
         },
         ready,
