@@ -297,6 +297,11 @@ impl ReapReader {
         Ok(out)
     }
 
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+
     /// Removes the file (this reader keeps working until dropped).
     ///
     /// # Errors

@@ -106,6 +106,15 @@ fn a_dormant_sandbox_wakes_in_place_on_a_connection() {
     }
     for round in 1..=2 {
         go_dormant(&sb, pid);
+        if round == 2 {
+            // The first wake recorded a working set: the checkpoint carries it, and the next
+            // wake prefetches it in one batch.
+            let reap = std::fs::read_dir(sb.dir().join("dormant/checkpoint"))
+                .expect("the checkpoint")
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("reap-"));
+            assert!(reap, "round 2: no working set in the checkpoint");
+        }
         // Read-only verbs are answered by the dormant process itself.
         let stats = sb.verb("stats", &[]);
         assert_eq!(stats.code(), 0, "stats: {}", stats.stderr_str());

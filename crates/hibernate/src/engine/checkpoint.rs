@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Command, EngineError, Hibernator, ProcessMemory, WakeMode, BATCH_PAGES};
 use crate::pagestate::{PageIdx, PageState};
+use crate::reap::ReapReader;
 use crate::snapshot::{self, BlobWriter, Checkpoint, CheckpointWriter, Kind, BLOBS, STATE};
 use crate::swapfile::{SwapReader, SwapWriter};
 
@@ -112,6 +113,11 @@ pub fn memory_image_name(pid: i32) -> String {
     format!("mem-{pid}.img")
 }
 
+/// The name of process `pid`'s recorded working set (its REAP file) in a checkpoint.
+pub fn working_set_name(pid: i32) -> String {
+    format!("reap-{pid}.img")
+}
+
 impl Hibernator {
     /// Writes the checkpoint `job` asks for of the sandbox just deflated (its first task
     /// `task`, every thread parked). A failure removes what was written.
@@ -143,6 +149,23 @@ impl Hibernator {
             let path = w.path(&name)?;
             write_memory_image(pm, &path).map_err(|e| e.in_process(p.pid))?;
             w.add_page_file(&name, snapshot::FileKind::Memory)?;
+            // The recorded working set, as the deflate just wrote it (its pages are the
+            // image's): a restore prefetches it in one batch, as a REAP wake does. Linked,
+            // not copied, where the checkpoint is on the state directory's file system.
+            let reap = {
+                let pager = pm.pager.read().unwrap_or_else(|e| e.into_inner());
+                pager.reap.as_ref().map(|r| r.path().to_path_buf())
+            };
+            if let Some(reap) = reap {
+                let name = working_set_name(p.pid);
+                let dest = w.path(&name)?;
+                std::fs::hard_link(&reap, &dest)
+                    .or_else(|_| std::fs::copy(&reap, &dest).map(|_| ()))
+                    .map_err(EngineError::host(
+                        "linking the working set into the checkpoint",
+                    ))?;
+                w.add_page_file(&name, snapshot::FileKind::Reap)?;
+            }
         }
         let state = CheckpointState {
             holder: job.holder.clone(),
@@ -293,6 +316,21 @@ pub fn restored(
                 .swap
                 .push_borrowed(image)
                 .map_err(EngineError::page_file(&path))?;
+            // A recorded working set: the first wake prefetches it instead of recording.
+            let reap = checkpoint.path(&working_set_name(*pid));
+            if let (Some(reap), true) = (reap, mode != WakeMode::Fault) {
+                let reader = ReapReader::open(&reap).map_err(EngineError::page_file(&reap))?;
+                if reader.page_count() != total {
+                    return Err(EngineError::BadImage(format!(
+                        "{} holds a working set of a memory of {} pages, the sandbox has {total}",
+                        working_set_name(*pid),
+                        reader.page_count()
+                    )));
+                }
+                pm.reap_set = reader.working_set();
+                pager.reap = Some(reader);
+                pm.record_next = false;
+            }
         }
         pm.uffd = Some(ProcessMemory::start_pager(
             mem,
