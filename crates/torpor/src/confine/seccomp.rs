@@ -4,7 +4,8 @@
 //! the process (`SECCOMP_RET_KILL_PROCESS`, logged by the host kernel's audit as type 1326 with
 //! the call's number).
 //!
-//! What is not here, on purpose: `execve`/`execveat` (a compromised handler cannot start a
+//! What is not here, on purpose: `execve`/`execveat` (but `execveat` of the two descriptors
+//! of a holder that may go dormant, `super::EXEC_FDS`; a compromised handler cannot start a
 //! program), `ptrace`, `process_vm_readv`/`process_vm_writev`, `mount`, `umount2`,
 //! `pivot_root`, `chroot`, `setns`, `unshare` with new namespaces, the `set*id` family (but
 //! `setfsuid`, `setfsgid` and `setgroups`, which change only what the thread's file calls may
