@@ -73,6 +73,30 @@ impl Rootfs {
         self.dir.path().join(rel.trim_start_matches('/'))
     }
 
+    /// Runs `program` (a path inside the root) natively, as the guest tests compare torpor
+    /// with: in a chroot of this root, in new PID and mount namespaces (with this root's
+    /// `/proc` mounted), and a new IPC namespace too with `ipc`; empty environment but
+    /// `PATH=/bin`. Needs root on the host.
+    pub fn run_natively(&self, program: &str, ipc: bool) -> crate::Output {
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.arg("--fork");
+        if ipc {
+            cmd.arg("--ipc");
+        }
+        cmd.arg("--pid")
+            .arg("--mount")
+            .arg(format!(
+                "--mount-proc={}",
+                self.host_path("/proc").display()
+            ))
+            .arg("/usr/sbin/chroot")
+            .arg(self.path())
+            .arg(program)
+            .env_clear()
+            .env("PATH", "/bin");
+        crate::run_command(cmd, None, std::time::Duration::from_secs(60))
+    }
+
     fn parent_dirs(&self, rel: &str) -> PathBuf {
         let p = self.host_path(rel);
         if let Some(parent) = p.parent() {

@@ -14,25 +14,13 @@
 //! root on the host; without it only torpor's output is checked. Needs /dev/kvm (or the trap
 //! platform).
 
-use std::process::Command;
 use std::time::Duration;
 
 use testutil::{Detached, Output, Rootfs, TempDir, Torpor};
 
-/// The test program natively: in a chroot of `r`, in new IPC, PID and mount namespaces.
+/// The test program natively (see [`Rootfs::run_natively`]).
 fn native(r: &Rootfs) -> Output {
-    let mut cmd = Command::new("unshare");
-    cmd.arg("--fork")
-        .arg("--ipc")
-        .arg("--pid")
-        .arg("--mount")
-        .arg(format!("--mount-proc={}", r.host_path("/proc").display()))
-        .arg("/usr/sbin/chroot")
-        .arg(r.path())
-        .arg("/bin/msg_queues")
-        .env_clear()
-        .env("PATH", "/bin");
-    testutil::run_command(cmd, None, std::time::Duration::from_secs(60))
+    r.run_natively("/bin/msg_queues", true)
 }
 
 #[test]

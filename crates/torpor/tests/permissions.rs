@@ -9,7 +9,6 @@
 //! owners) and /dev/kvm (or the trap platform).
 
 use std::os::unix::fs::{chown, PermissionsExt};
-use std::process::Command;
 
 use testutil::{Output, Rootfs, Torpor};
 
@@ -71,19 +70,9 @@ fn root_with_users() -> Rootfs {
     r
 }
 
-/// The test program natively: in a chroot of `r`, in a PID namespace with its own `/proc`.
+/// The test program natively (see [`Rootfs::run_natively`]).
 fn native(r: &Rootfs) -> Output {
-    let mut cmd = Command::new("unshare");
-    cmd.arg("--fork")
-        .arg("--pid")
-        .arg("--mount")
-        .arg(format!("--mount-proc={}", r.host_path("/proc").display()))
-        .arg("/usr/sbin/chroot")
-        .arg(r.path())
-        .arg("/bin/permissions")
-        .env_clear()
-        .env("PATH", "/bin");
-    testutil::run_command(cmd, None, std::time::Duration::from_secs(60))
+    r.run_natively("/bin/permissions", false)
 }
 
 #[test]

@@ -9,24 +9,11 @@
 //! the namespace's). The native run needs root on the host; without it only torpor's output
 //! is checked. Needs /dev/kvm (or the trap platform).
 
-use std::process::Command;
-
 use testutil::{Output, Rootfs, Torpor};
 
-/// The test program natively: in a chroot of `r`, in new IPC, PID and mount namespaces.
+/// The test program natively (see [`Rootfs::run_natively`]).
 fn native(r: &Rootfs) -> Output {
-    let mut cmd = Command::new("unshare");
-    cmd.arg("--fork")
-        .arg("--ipc")
-        .arg("--pid")
-        .arg("--mount")
-        .arg(format!("--mount-proc={}", r.host_path("/proc").display()))
-        .arg("/usr/sbin/chroot")
-        .arg(r.path())
-        .arg("/bin/sysv_info")
-        .env_clear()
-        .env("PATH", "/bin");
-    testutil::run_command(cmd, None, std::time::Duration::from_secs(60))
+    r.run_natively("/bin/sysv_info", true)
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Many, Row};
 use crate::paper::model::{RunInfo, Summary};
+use crate::snapbench::report::fmt;
 
 /// `median (p90)`, or a dash.
 fn cell(v: &[f64]) -> String {
@@ -23,17 +24,6 @@ fn p90(v: &[f64]) -> f64 {
     }
     let i = ((s.len() as f64 * 0.9).ceil() as usize).clamp(1, s.len()) - 1;
     s[i]
-}
-
-/// Three significant figures.
-fn fmt(x: f64) -> String {
-    if x >= 100.0 {
-        format!("{x:.0}")
-    } else if x >= 10.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.2}")
-    }
 }
 
 fn mib(b: f64) -> String {

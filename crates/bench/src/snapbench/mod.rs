@@ -5,7 +5,7 @@
 //! server running at once against as many cold-started and as many hibernated-then-woken
 //! servers. Writes `snapshots.md` and `snapshots.csv`.
 
-mod report;
+pub(crate) mod report;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -15,7 +15,7 @@ fn cell(v: &[f64]) -> String {
 }
 
 /// Three significant figures.
-fn fmt(x: f64) -> String {
+pub(crate) fn fmt(x: f64) -> String {
     if x >= 100.0 {
         format!("{x:.0}")
     } else if x >= 10.0 {
