@@ -85,6 +85,22 @@ impl Janitor {
         drop(self);
     }
 
+    /// Lets the janitor go without cleaning anything (a holder going dormant: one process
+    /// less while it sleeps). From then on the sandbox's end is `delete`'s to clean up (it
+    /// removes the directory once the holder is gone; its mount namespace, and the root
+    /// mounted in it, end with the holder), or the next sandbox's start's
+    /// (`statedir::cleanup_orphans`) after a SIGKILL. Returns once the janitor has exited.
+    pub fn dismiss(mut self) {
+        let (Some(request), Some(done)) = (self.request.take(), self.done.take()) else {
+            return;
+        };
+        let byte = [DISMISS];
+        // SAFETY: one byte from a local buffer to our pipe.
+        unsafe { libc::write(request.as_raw_fd(), byte.as_ptr().cast(), 1) };
+        // Its exit closes its end of the answer pipe.
+        while read_byte(done.as_raw_fd()).is_some() {}
+    }
+
     /// The holder's two pipe ends, made to survive an `execve` (a holder going dormant): the
     /// janitor keeps waiting for the process, whatever image it runs. Give them back with
     /// [`Janitor::from_raw_fds`] in the new image.
@@ -128,7 +144,7 @@ impl Drop for Janitor {
         let (Some(request), Some(done)) = (self.request.take(), self.done.take()) else {
             return;
         };
-        let byte = [1u8];
+        let byte = [FINISH];
         // SAFETY: one byte from a local buffer to our pipe.
         unsafe { libc::write(request.as_raw_fd(), byte.as_ptr().cast(), 1) };
         // Its answer, or the end of the pipe if it died.
@@ -146,8 +162,13 @@ impl Drop for Janitor {
     }
 }
 
-/// Reads one byte from `fd`: true for a byte, false at the end of the pipe (or an error).
-fn read_byte(fd: i32) -> bool {
+/// The request byte that asks for the clean-up.
+const FINISH: u8 = 1;
+/// The request byte that lets the janitor go without cleaning ([`Janitor::dismiss`]).
+const DISMISS: u8 = 2;
+
+/// Reads one byte from `fd`: the byte, or None at the end of the pipe (or an error).
+fn read_byte(fd: i32) -> Option<u8> {
     let mut b = [0u8; 1];
     loop {
         // SAFETY: reading one byte into a local buffer from our pipe.
@@ -155,7 +176,7 @@ fn read_byte(fd: i32) -> bool {
         if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;
         }
-        return n == 1;
+        return (n == 1).then_some(b[0]);
     }
 }
 
@@ -190,7 +211,12 @@ fn janitor_main(
             libc::signal(sig, libc::SIG_IGN);
         }
     }
-    let asked = read_byte(rq);
+    let request = read_byte(rq);
+    if request == Some(DISMISS) {
+        // SAFETY: ending the child without running the parent's exit handlers.
+        unsafe { libc::_exit(0) }
+    }
+    let asked = request.is_some();
     let _ = crate::cowroot::unmount_path(merged);
     // A holder that died without asking (a corrupt swap file, SIGKILL) leaves its directory
     // for `torpor state` to report (its error file) and for `delete` or the next `list` to
@@ -208,7 +234,7 @@ fn janitor_main(
         // SAFETY: one byte from a local buffer to our pipe.
         unsafe { libc::write(dn, byte.as_ptr().cast(), 1) };
         // Then the holder's exit.
-        while read_byte(rq) {}
+        while read_byte(rq).is_some() {}
     }
     // The sandbox's cgroup (`--cpus`) is empty once the holder is gone.
     if let Some(path) = cgroup {

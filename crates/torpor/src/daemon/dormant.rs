@@ -266,10 +266,17 @@ pub(super) fn exec_if_prepared(d: &Daemon, janitor: Option<Janitor>) -> Result<O
     keep.extend(&connections);
     keep.extend(&listeners);
     let mut wake_args: Vec<String> = Vec::new();
-    if let Some(j) = janitor {
-        let (r, w) = j.into_raw_fds().context("keeping the janitor's pipes")?;
-        keep.extend([r, w]);
-        wake_args.extend(["--janitor".into(), format!("{r},{w}")]);
+    match janitor {
+        // One process less while dormant: `delete` cleans up after the woken holder (or the
+        // next start's `cleanup_orphans` after a SIGKILL).
+        Some(j) if d.policy.cpus.is_none() => j.dismiss(),
+        // A sandbox with a cgroup of its own keeps the janitor that removes it.
+        Some(j) => {
+            let (r, w) = j.into_raw_fds().context("keeping the janitor's pipes")?;
+            keep.extend([r, w]);
+            wake_args.extend(["--janitor".into(), format!("{r},{w}")]);
+        }
+        None => {}
     }
     if let Some(b) = crate::broker::client_fd() {
         keep.push(b);
