@@ -404,6 +404,11 @@ pub struct RunArgs {
     /// ROOTFS may then be left out (default: the checkpointed sandbox's).
     #[arg(long, value_name = "DIR")]
     pub from: Option<PathBuf>,
+    /// With --from and -d: start the instance dormant (see `torpor dormant`): nothing runs
+    /// and no memory is used until its first request restores it in place. A platform can
+    /// provision many instances of one function this way.
+    #[arg(long, requires = "from")]
+    pub dormant: bool,
     /// Host directory used as the sandbox's root filesystem (in the OCI form: the container
     /// ID).
     #[arg(value_name = "ROOTFS", required_unless_present = "from")]

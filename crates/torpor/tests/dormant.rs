@@ -295,3 +295,55 @@ fn an_idle_sandbox_goes_dormant_by_itself() {
     assert!(again, "not dormant again after the wake: {}", status(&sb));
     assert_eq!(get_counter(addr), before + 2);
 }
+
+/// `run --from DIR --dormant`: instances of one checkpoint started dormant (nothing run, no
+/// VM), each on its own port; each one's first request restores it in place, carrying on
+/// from the checkpointed count on its own.
+#[test]
+fn instances_of_a_checkpoint_start_dormant_and_count_on_their_own() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let (template, addr) = start(&r);
+    let at_checkpoint = get_counter(addr);
+    let ckpt = testutil::TempDir::new("torpor-dormant-ckpt");
+    let dir = ckpt.path().join("c");
+    let out = template.verb("checkpoint", &[dir.to_str().expect("utf-8")]);
+    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        let port = free_port();
+        let publish = format!("127.0.0.1:{port}:{GUEST_PORT}");
+        match template.clone_beside(&["--dormant", "-p", &publish], &dir) {
+            Err(out) if testutil::platform_is_trap() => {
+                assert!(
+                    out.stderr_str().contains("cannot go dormant"),
+                    "the trap platform's refusal: {}",
+                    out.stderr_str()
+                );
+                return;
+            }
+            Err(out) => panic!("run --from --dormant: {}", out.stderr_str()),
+            Ok(sb) => instances.push((sb, SocketAddr::from(([127, 0, 0, 1], port)))),
+        }
+    }
+    assert!(!testutil::platform_is_trap(), "the trap platform refuses");
+    for (sb, _) in &instances {
+        assert_eq!(status(sb), "dormant", "{} starts dormant", sb.id);
+        assert_eq!(process(sb.pid()), ("torpor-dormant".to_string(), 1));
+    }
+    for (n, (sb, a)) in instances.iter().enumerate() {
+        assert_eq!(
+            get_counter(*a),
+            at_checkpoint + 1,
+            "instance {n} carries on from the checkpoint"
+        );
+        assert_eq!(
+            get_counter(*a),
+            at_checkpoint + 2,
+            "instance {n} counts on its own"
+        );
+        assert_eq!(process(sb.pid()).0, "torpor", "{} woken", sb.id);
+    }
+}

@@ -35,7 +35,7 @@ use crate::task::rlimit::{Limit, Rlimits, NLIMITS};
 use crate::task::Membership;
 use crate::task::{ProcessResources, ProcessTable, SignalState, Task, TaskControl, ThreadGroup};
 use blobs::{BlobWriter, Blobs};
-use state::{ProcessState, SandboxState, VdsoState};
+use state::{OpenFileState, ProcessState, SandboxState, VdsoState};
 
 /// How long the parked threads have to give their state.
 const THREAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -247,6 +247,56 @@ fn saved_timers(
             "process {pid}: an armed POSIX timer ({e}; not supported yet)"
         ))
     })
+}
+
+/// The host sockets a sandbox restored from `state` with `cfg` would listen on, made now as
+/// its restore makes them (each listening Internet socket of the state bound through `cfg`'s
+/// network policy, listening): for a dormant sandbox started from a checkpoint without
+/// running it (`run --from --dormant`), whose wake adopts them, with the connections that
+/// arrived meanwhile ([`crate::net::KeptSockets`]). Sockets bound only inside the sandbox's
+/// own namespace are made too; the caller keeps those it publishes.
+///
+/// # Errors
+/// [`SandboxError::Restore`] naming the socket that cannot be made.
+pub fn listeners(cfg: &SandboxConfig, state: &SandboxState) -> Result<Vec<OwnedFd>, SandboxError> {
+    let net = Arc::new(crate::sandbox::net_policy(cfg));
+    let mut out = Vec::new();
+    for (i, of) in state.open_files.iter().enumerate() {
+        let OpenFileState::InetSocket {
+            family,
+            kind,
+            protocol,
+            flags,
+            local,
+            listening: true,
+            options,
+            ..
+        } = of
+        else {
+            continue;
+        };
+        let file = sockets::import(
+            &sockets::SocketSpec {
+                family: *family,
+                kind: *kind,
+                protocol: *protocol,
+                flags: *flags,
+                local: local.as_deref(),
+                listening: true,
+                connected: false,
+                options,
+                kept: None,
+            },
+            &net,
+        )
+        .map_err(|e| SandboxError::Restore(format!("open file {i}: {e}")))?;
+        let fd = file
+            .host()
+            .try_clone_to_owned()
+            .map_err(|e| SandboxError::Restore(format!("open file {i}: {e}")))?;
+        out.push(fd);
+    }
+    Ok(out)
 }
 
 /// Builds the sandbox `state` describes over `cfg`'s root, memory size and policies. Each

@@ -94,33 +94,6 @@ fn try_prepare(d: &Daemon) -> Result<Prepared> {
         d.hib.wake().map_err(anyhow::Error::msg)?;
         d.hib.wait_while(State::Hibernated, PARK_TIMEOUT);
     }
-    dormancy::remove_state(&d.dir);
-    let tmp = d.dir.join(format!("{}.tmp", dormancy::DIR));
-    std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let (_, kept) = d
-        .hib
-        .checkpoint_for_dormancy(
-            tmp.join(dormancy::CHECKPOINT),
-            d.record.clone(),
-            PARK_TIMEOUT,
-        )
-        .map_err(|e| anyhow::anyhow!("checkpointing the sandbox: {e}"))?;
-    // Only the published ones: a listener the application bound for itself is made again by
-    // the restore (inside a private namespace, a kept copy would hold its port).
-    let listeners: Vec<OwnedFd> = kept
-        .listeners
-        .into_iter()
-        .filter(|fd| {
-            kernel::net::host::name(std::os::fd::AsFd::as_fd(fd), false)
-                .ok()
-                .and_then(|a| kernel::net::inet::parse_sockaddr(a.as_bytes()))
-                .is_some_and(|a| {
-                    // An IPv6 socket serves a published IPv4 address as its mapped form.
-                    let a = std::net::SocketAddr::new(a.ip().to_canonical(), a.port());
-                    d.published.contains(&a)
-                })
-        })
-        .collect();
     let record = WakeRecord {
         root: d.root.clone(),
         wake_mode: d.mode,
@@ -130,23 +103,74 @@ fn try_prepare(d: &Daemon) -> Result<Prepared> {
         dormant_after_ms: d.policy.dormant_after.map(|t| t.as_millis() as u64),
         broker_publishes: kernel::broker::publishes(),
         created: d.created,
+        instance: None,
     };
+    let status = status(&d.id, &d.bundle, d.created, d.platform.name(), d.mode);
+    let mut kept = None;
+    write_state(&d.dir, &record, &status, |checkpoint| {
+        let (_, k) = d
+            .hib
+            .checkpoint_for_dormancy(checkpoint.to_path_buf(), d.record.clone(), PARK_TIMEOUT)
+            .map_err(|e| anyhow::anyhow!("checkpointing the sandbox: {e}"))?;
+        kept = Some(k);
+        Ok(())
+    })?;
+    let kept = kept.unwrap_or_default();
+    Ok(Prepared {
+        listeners: published_only(kept.listeners, &d.published),
+        connections: kept.connections,
+    })
+}
+
+/// Of `listeners`, those bound to one of the `published` host addresses: a listener the
+/// application bound for itself is made again by the restore (inside a private namespace, a
+/// kept copy would hold its port).
+pub(super) fn published_only(
+    listeners: Vec<OwnedFd>,
+    published: &[std::net::SocketAddr],
+) -> Vec<OwnedFd> {
+    listeners
+        .into_iter()
+        .filter(|fd| {
+            kernel::net::host::name(std::os::fd::AsFd::as_fd(fd), false)
+                .ok()
+                .and_then(|a| kernel::net::inet::parse_sockaddr(a.as_bytes()))
+                .is_some_and(|a| {
+                    // An IPv6 socket serves a published IPv4 address as its mapped form.
+                    let a = std::net::SocketAddr::new(a.ip().to_canonical(), a.port());
+                    published.contains(&a)
+                })
+        })
+        .collect()
+}
+
+/// Writes a dormant sandbox's state into `dir/dormant`: the checkpoint (`checkpoint` writes
+/// it into the directory it is given), the wake record and the status, synced, under a
+/// temporary name renamed last (a failure leaves no `dormant/`).
+///
+/// # Errors
+/// What `checkpoint` returns; a write, sync or rename the host refuses.
+pub(super) fn write_state(
+    dir: &std::path::Path,
+    record: &WakeRecord,
+    status: &serde_json::Value,
+    checkpoint: impl FnOnce(&std::path::Path) -> Result<()>,
+) -> Result<()> {
+    dormancy::remove_state(dir);
+    let tmp = dir.join(format!("{}.tmp", dormancy::DIR));
+    std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    checkpoint(&tmp.join(dormancy::CHECKPOINT))?;
     std::fs::write(
         tmp.join(dormancy::WAKE_RECORD),
-        serde_json::to_vec(&record).context("encoding the wake record")?,
+        serde_json::to_vec(record).context("encoding the wake record")?,
     )
     .context("writing the wake record")?;
-    let status = status(d);
     std::fs::write(tmp.join(dormancy::STATUS), status.to_string())
         .context("writing the dormant status")?;
     sync_dir(&tmp)?;
-    let dest = d.dir.join(dormancy::DIR);
+    let dest = dir.join(dormancy::DIR);
     std::fs::rename(&tmp, &dest).with_context(|| format!("renaming to {}", dest.display()))?;
-    sync_dir(&d.dir)?;
-    Ok(Prepared {
-        listeners,
-        connections: kept.connections,
-    })
+    sync_dir(dir)
 }
 
 /// fsync of a directory (its entries are on disk before the sandbox is stopped).
@@ -157,7 +181,13 @@ fn sync_dir(dir: &std::path::Path) -> Result<()> {
 }
 
 /// What the dormant process answers `state` and `stats` with.
-fn status(d: &Daemon) -> serde_json::Value {
+pub(super) fn status(
+    id: &str,
+    bundle: &std::path::Path,
+    created: u64,
+    platform: &str,
+    mode: hibernate::engine::WakeMode,
+) -> serde_json::Value {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|t| t.as_micros() as u64)
@@ -165,26 +195,26 @@ fn status(d: &Daemon) -> serde_json::Value {
     json!({
         "state": {
             "ociVersion": "1.0.2",
-            "id": d.id,
+            "id": id,
             "status": "dormant",
             "pid": std::process::id(),
-            "bundle": d.bundle,
-            "created": d.created,
+            "bundle": bundle,
+            "created": created,
             "exitStatus": null,
         },
         "stats": {
-            "id": d.id,
+            "id": id,
             "state": "dormant",
             "hibernate_state": "dormant",
             "pid": std::process::id(),
-            "platform": d.platform.name(),
+            "platform": platform,
             "platform_pids": [],
             "platform_shared_pids": [],
             // The dormant process's own figures are read by `torpor stats` (verbs.rs).
             "pss_bytes": 0,
             "holder_pss_bytes": 0,
             "rss_bytes": 0,
-            "wake_mode": d.mode,
+            "wake_mode": mode,
             "state_since_unix_us": since,
         },
     })
@@ -251,14 +281,54 @@ pub(super) fn exec_if_prepared(d: &Daemon, janitor: Option<Janitor>) -> Result<O
     while d.in_flight.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
+    Err(exec_dormant(Handover {
+        dir: &d.dir,
+        id: &d.id,
+        control_fd: d.control_fd,
+        listeners: p.listeners,
+        connections: p.connections,
+        janitor,
+        keep_janitor: d.policy.cpus.is_some(),
+    }))
+}
+
+/// What the exec into the dormant process keeps.
+pub(super) struct Handover<'a> {
+    /// The sandbox's state directory.
+    pub dir: &'a std::path::Path,
+    /// Its ID.
+    pub id: &'a str,
+    /// The control socket's listener.
+    pub control_fd: RawFd,
+    /// The published listeners.
+    pub listeners: Vec<OwnedFd>,
+    /// The connections the checkpoint saved as kept.
+    pub connections: Vec<OwnedFd>,
+    /// The janitor, dismissed unless `keep_janitor` (a sandbox with a cgroup of its own,
+    /// which the janitor removes at the end).
+    pub janitor: Option<Janitor>,
+    /// Whether the janitor stays through dormancy.
+    pub keep_janitor: bool,
+}
+
+/// Execs `torpor-dormant` with what `h` keeps (everything else closed at the exec); returns
+/// only the error of a step or of the exec.
+pub(super) fn exec_dormant(h: Handover<'_>) -> anyhow::Error {
+    match try_exec_dormant(h) {
+        Err(e) => e,
+        Ok(never) => match never {},
+    }
+}
+
+fn try_exec_dormant(h: Handover<'_>) -> Result<std::convert::Infallible> {
     let [dormant_fd, torpor_fd] = crate::confine::EXEC_FDS;
-    let mut keep: Vec<RawFd> = vec![d.control_fd, dormant_fd, torpor_fd];
-    let listeners: Vec<RawFd> = p
+    let mut keep: Vec<RawFd> = vec![h.control_fd, dormant_fd, torpor_fd];
+    let listeners: Vec<RawFd> = h
         .listeners
         .into_iter()
         .map(IntoRawFd::into_raw_fd)
         .collect();
-    let connections: Vec<RawFd> = p
+    let connections: Vec<RawFd> = h
         .connections
         .into_iter()
         .map(IntoRawFd::into_raw_fd)
@@ -266,10 +336,10 @@ pub(super) fn exec_if_prepared(d: &Daemon, janitor: Option<Janitor>) -> Result<O
     keep.extend(&connections);
     keep.extend(&listeners);
     let mut wake_args: Vec<String> = Vec::new();
-    match janitor {
+    match h.janitor {
         // One process less while dormant: `delete` cleans up after the woken holder (or the
         // next start's `cleanup_orphans` after a SIGKILL).
-        Some(j) if d.policy.cpus.is_none() => j.dismiss(),
+        Some(j) if !h.keep_janitor => j.dismiss(),
         // A sandbox with a cgroup of its own keeps the janitor that removes it.
         Some(j) => {
             let (r, w) = j.into_raw_fds().context("keeping the janitor's pipes")?;
@@ -287,18 +357,18 @@ pub(super) fn exec_if_prepared(d: &Daemon, janitor: Option<Janitor>) -> Result<O
     }
     // The hibernation's page files held the stopped sandbox's memory: the checkpoint has its
     // own copy.
-    hibernate::engine::remove_page_files(&d.dir);
+    hibernate::engine::remove_page_files(h.dir);
     dormancy::close_others_on_exec(&keep)?;
     let mut argv: Vec<String> = vec![
         dormancy::DORMANT_BINARY.into(),
         "--status".into(),
-        d.dir
+        h.dir
             .join(dormancy::DIR)
             .join(dormancy::STATUS)
             .to_string_lossy()
             .into_owned(),
         "--control".into(),
-        d.control_fd.to_string(),
+        h.control_fd.to_string(),
     ];
     // A connection, or bytes (or the peer's close) on a kept connection, wakes it.
     for l in listeners.iter().chain(&connections) {
@@ -313,9 +383,9 @@ pub(super) fn exec_if_prepared(d: &Daemon, janitor: Option<Janitor>) -> Result<O
     );
     argv.extend([
         "__wake".into(),
-        d.id.clone(),
+        h.id.to_string(),
         "--control".into(),
-        d.control_fd.to_string(),
+        h.control_fd.to_string(),
     ]);
     argv.extend(wake_args);
     tracing::debug!(?argv, "going dormant");

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use hibernate::engine::{self, HibernateHandle, WakeMode};
 use hibernate::state::State;
 use kernel::task::TaskControl;
@@ -24,6 +24,7 @@ use kernel::sandbox::spawn::{SpawnRequest, Spawner};
 
 mod dormant;
 mod exec;
+mod provision;
 mod wake;
 
 pub use wake::wake_in_place;
@@ -113,6 +114,10 @@ pub enum Origin {
     /// A dormant holder waking in place (`crate::dormancy::wake`): restored from its own
     /// checkpoint, with what the holder kept across its execs.
     Wake(Box<wake::Woken>),
+    /// An instance of a checkpoint started dormant (`torpor run --from DIR --dormant`): the
+    /// holder sets up its root and ports and goes dormant at once, nothing run; its first
+    /// request restores it (`provision.rs`).
+    Provision(Box<crate::snapshot::restoring::Restoring>),
 }
 
 /// What the control thread knows of its sandbox.
@@ -251,7 +256,7 @@ fn start(
         w.take_janitor()
     } else {
         let seed = match origin {
-            Origin::Restore(r) | Origin::Clone(r) => r.upper(),
+            Origin::Restore(r) | Origin::Clone(r) | Origin::Provision(r) => r.upper(),
             Origin::Build | Origin::Wake(_) => None,
         };
         let cow = crate::cowroot::prepare_seeded(&cfg.rootfs, &dir.join("root"), seed.as_deref())?;
@@ -277,6 +282,21 @@ fn start(
     if woken.is_none() {
         crate::broker::start_if_root(cfg)?;
     }
+    if let Origin::Provision(r) = origin {
+        // Nothing of the sandbox is built: its state goes to `dormant/` and this process
+        // becomes the dormant one.
+        return Err(provision::provision(
+            &provision::Instance {
+                cfg,
+                id,
+                dir: &dir,
+                policy,
+                checkpoint: r,
+            },
+            ready,
+            janitor,
+        ));
+    }
     let mode = policy.wake_mode;
     let (mut sandbox, mut hook, hib) = match origin {
         Origin::Build => {
@@ -285,6 +305,7 @@ fn start(
                 .context("setting up hibernation")?;
             (sandbox, hook, hib)
         }
+        Origin::Provision(_) => bail!("a dormant instance builds no sandbox"),
         Origin::Restore(r) => {
             let sandbox = r.sandbox(cfg)?;
             let (hook, hib) = r.hibernator(&sandbox, dir.clone(), mode)?;
@@ -292,6 +313,9 @@ fn start(
         }
         Origin::Wake(w) => {
             let sandbox = w.restoring.sandbox(cfg)?;
+            if let Some(h) = &w.restoring.hostname {
+                sandbox.set_hostname(h.as_bytes());
+            }
             let (hook, hib) = w.restoring.hibernator(&sandbox, dir.clone(), mode)?;
             (sandbox, hook, hib)
         }
@@ -306,16 +330,9 @@ fn start(
     let control = sandbox.control();
     hook.set_swap_quota(policy.swap_quota);
     sandbox.set_park_hook(Box::new(hook));
-    let sock = dir.join("control.sock");
     let listener = match woken.and_then(|w| w.take_control()) {
         Some(l) => l,
-        None => {
-            let (path, _dirfd) = crate::control::short_path(&sock)?;
-            let l =
-                UnixListener::bind(&path).with_context(|| format!("binding {}", sock.display()))?;
-            std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
-            l
-        }
+        None => bind_control(&dir)?,
     };
     let control_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     let daemon = Arc::new(Daemon {
@@ -376,33 +393,25 @@ fn start(
     }
     // Everything the sandbox needs is open or mapped: the holder confines itself before the
     // application can run (docs/SECURITY.md).
-    // The engine's --log file stays writable (an error after this point still reaches it).
-    let log = crate::cli::global().log.clone();
     // The keep-alive registry is shared by the sandboxes of this state root.
-    let registry_dir = statedir::base_dir().join(".keepalive");
     let registry = if policy.memory_floor.is_some() {
-        let r = crate::keepalive::Registry::open(registry_dir.clone(), id)
+        let r = crate::keepalive::Registry::open(registry_dir(), id)
             .context("opening the keep-alive registry")?;
         Some(r)
     } else {
         None
     };
-    let mut trees: Vec<&std::path::Path> = vec![&cfg.rootfs, &dir];
-    if registry.is_some() {
-        trees.push(&registry_dir);
-    }
-    if let Some(l) = &log {
-        trees.push(l);
-    }
     if woken.is_some() {
         // Confined since before its exec: the filters and the Landlock domain carried over.
         crate::confine::inherited(crate::confine::Mode::from_env()?)
             .context("confining the runtime")?;
     } else {
-        let mut needs = crate::confine::Needs::of(&cfg.publish, cfg.own_netns);
-        needs.dormancy = dormant::possible(oci, holding, &cfg.platform);
-        crate::confine::confine(crate::confine::Mode::from_env()?, needs, Some(&trees[..]))
-            .context("confining the runtime")?;
+        confine_holder(
+            cfg,
+            &dir,
+            policy,
+            dormant::possible(oci, holding, &cfg.platform),
+        )?;
     }
     crate::confine::test_hook();
     if matches!(origin, Origin::Restore(_)) && start_now {
@@ -479,6 +488,51 @@ fn start(
         j.finish();
     }
     Ok(status.code() as u8)
+}
+
+/// Binds the control socket of the sandbox whose state directory is `dir` (mode 0600).
+///
+/// # Errors
+/// The host's refusal.
+fn bind_control(dir: &std::path::Path) -> Result<UnixListener> {
+    let sock = dir.join("control.sock");
+    let (path, _dirfd) = crate::control::short_path(&sock)?;
+    let l = UnixListener::bind(&path).with_context(|| format!("binding {}", sock.display()))?;
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+/// The keep-alive registry's directory, shared by the sandboxes of this state root.
+fn registry_dir() -> PathBuf {
+    statedir::base_dir().join(".keepalive")
+}
+
+/// Confines the holder of sandbox `cfg` (docs/SECURITY.md): its files are the sandbox's root,
+/// its state directory `dir`, the keep-alive registry (with a memory floor) and the engine's
+/// `--log` file (an error after this point still reaches it); with `dormancy`, it may exec
+/// its dormant process.
+///
+/// # Errors
+/// A step of the confinement fails: the sandbox must not run unconfined.
+fn confine_holder(
+    cfg: &SandboxConfig,
+    dir: &std::path::Path,
+    policy: &Policy,
+    dormancy: bool,
+) -> Result<()> {
+    let log = crate::cli::global().log.clone();
+    let registry = registry_dir();
+    let mut trees: Vec<&std::path::Path> = vec![&cfg.rootfs, dir];
+    if policy.memory_floor.is_some() {
+        trees.push(&registry);
+    }
+    if let Some(l) = &log {
+        trees.push(l);
+    }
+    let mut needs = crate::confine::Needs::of(&cfg.publish, cfg.own_netns);
+    needs.dormancy = dormancy;
+    crate::confine::confine(crate::confine::Mode::from_env()?, needs, Some(&trees[..]))
+        .context("confining the runtime")
 }
 
 /// Waits (OCI `created`) until `start`; false if a kill or delete came first.

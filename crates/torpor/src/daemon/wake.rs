@@ -110,11 +110,23 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
     if record.broker_publishes {
         kernel::broker::set_publishes();
     }
-    let restoring = Restoring::open(
+    let mut restoring = Restoring::open(
         &dir.join(crate::dormancy::DIR)
             .join(crate::dormancy::CHECKPOINT),
     )?;
     let (_, mut cfg) = restoring.config(Some(&record.root))?;
+    if let Some(i) = &record.instance {
+        cfg.publish = i
+            .publish
+            .iter()
+            .map(|p| {
+                p.parse()
+                    .map_err(|e| anyhow::anyhow!("published port {p:?}: {e}"))
+            })
+            .collect::<Result<_>>()?;
+        cfg.allow_outbound = i.allow_outbound;
+        restoring.hostname = i.hostname.clone();
+    }
     cfg.kept_sockets = kernel::net::KeptSockets::new(kept);
     let policy = super::Policy {
         wake_mode: record.wake_mode,

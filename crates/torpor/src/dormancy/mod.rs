@@ -59,6 +59,22 @@ pub struct WakeRecord {
     pub broker_publishes: bool,
     /// When the sandbox was created (seconds since the epoch).
     pub created: u64,
+    /// For an instance started dormant from another sandbox's checkpoint (`run --from DIR
+    /// --dormant`): what it has of its own, where the checkpoint's record says the other's.
+    #[serde(default)]
+    pub instance: Option<Instance>,
+}
+
+/// What an instance started dormant from a checkpoint has of its own.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Instance {
+    /// Its published ports, `HOST_IP:HOST_PORT:GUEST_PORT`.
+    pub publish: Vec<String>,
+    /// Outbound connections allowed.
+    pub allow_outbound: bool,
+    /// Its node name (`--hostname`), if it has one of its own.
+    pub hostname: Option<String>,
 }
 
 /// The stats of a dormant sandbox (answered by its dormant process from the figures written

@@ -193,6 +193,9 @@ pub fn clone(args: crate::cli::RunArgs) -> Result<u8> {
     if !args.command.is_empty() {
         bail!("run --from starts the checkpoint's program: give no PROGRAM");
     }
+    if args.dormant && !args.detach && args.ready_fd < 0 {
+        bail!("run --from --dormant starts a detached instance: add -d");
+    }
     let id = crate::statedir::id_or_new(args.name.as_deref())?;
     let mut restoring = Restoring::open(&from)?;
     restoring.hostname = args.hostname.clone();
@@ -205,19 +208,24 @@ pub fn clone(args: crate::cli::RunArgs) -> Result<u8> {
     cfg.publish = args.publish.clone();
     cfg.allow_outbound = args.allow_outbound || record.allow_outbound;
     let holding = crate::daemon::Holding::friendly(args.ready_fd, args.volume.clone());
+    let origin = if args.dormant {
+        crate::daemon::Origin::Provision(Box::new(restoring))
+    } else {
+        crate::daemon::Origin::Clone(Box::new(restoring))
+    };
     crate::daemon::serve_from(
         &cfg,
         &id,
         &crate::daemon::Policy {
             wake_mode: args.wake_mode,
             swap_quota: args.swap_quota,
-            hibernate_after: None,
-            memory_floor: None,
-            dormant_after: None,
+            hibernate_after: args.hibernate_after,
+            memory_floor: args.memory_floor,
+            dormant_after: args.dormant_after,
             cpus: args.cpus,
         },
         crate::ready::from_fd(args.ready_fd),
         holding,
-        crate::daemon::Origin::Clone(Box::new(restoring)),
+        origin,
     )
 }

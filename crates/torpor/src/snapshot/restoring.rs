@@ -341,6 +341,44 @@ impl Restoring {
         std::fs::File::open(&raw).with_context(|| format!("opening {}", raw.display()))
     }
 
+    /// The host sockets the sandbox restored with `cfg` listens on, made now (bound through
+    /// its network policy, listening): a dormant instance keeps them until its wake adopts
+    /// them ([`kernel::checkpoint::listeners`]).
+    ///
+    /// # Errors
+    /// A socket that cannot be made or bound.
+    pub fn listeners(&self, cfg: &SandboxConfig) -> Result<Vec<std::os::fd::OwnedFd>> {
+        Ok(kernel::checkpoint::listeners(cfg, &self.state.kernel)?)
+    }
+
+    /// Puts this checkpoint's files (those its manifest lists, and the manifest) into the new
+    /// directory `dest`: hard links where both are on one file system (no copy of the pages),
+    /// copies otherwise.
+    ///
+    /// # Errors
+    /// The directory or a file cannot be made.
+    pub fn link_into(&self, dest: &Path) -> Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dest)
+            .with_context(|| format!("creating {}", dest.display()))?;
+        let names = self
+            .checkpoint
+            .manifest()
+            .files
+            .iter()
+            .map(|f| f.name.as_str())
+            .chain([hibernate::snapshot::MANIFEST]);
+        for name in names {
+            let (from, to) = (self.dir.join(name), dest.join(name));
+            std::fs::hard_link(&from, &to)
+                .or_else(|_| std::fs::copy(&from, &to).map(|_| ()))
+                .with_context(|| format!("putting {} into {}", from.display(), dest.display()))?;
+        }
+        Ok(())
+    }
+
     /// The park hook and handle of `sandbox` just restored: hibernated, paging in from the
     /// checkpoint's memory image.
     ///
