@@ -30,6 +30,8 @@ pub struct Janitor {
     request: Option<OwnedFd>,
     /// Where the janitor says it is done with the directory.
     done: Option<OwnedFd>,
+    /// Its process id (0: not known, as in a holder woken from dormancy).
+    pid: libc::pid_t,
 }
 
 /// A pipe: (read end, write end), close-on-exec.
@@ -75,6 +77,7 @@ pub fn spawn(cow: CowRoot, dir: &Path, cgroup: Option<String>) -> Result<Janitor
     Ok(Janitor {
         request: Some(request_w),
         done: Some(done_r),
+        pid,
     })
 }
 
@@ -97,8 +100,13 @@ impl Janitor {
         let byte = [DISMISS];
         // SAFETY: one byte from a local buffer to our pipe.
         unsafe { libc::write(request.as_raw_fd(), byte.as_ptr().cast(), 1) };
-        // Its exit closes its end of the answer pipe.
+        // Its exit closes its end of the answer pipe; then it is reaped (the dormant process
+        // waits for no child).
         while read_byte(done.as_raw_fd()).is_some() {}
+        if self.pid > 0 {
+            // SAFETY: waitpid of our own child, which has exited.
+            unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
+        }
     }
 
     /// The holder's two pipe ends, made to survive an `execve` (a holder going dormant): the
@@ -134,6 +142,7 @@ impl Janitor {
             Janitor {
                 request: Some(OwnedFd::from_raw_fd(request)),
                 done: Some(OwnedFd::from_raw_fd(done)),
+                pid: 0,
             }
         })
     }

@@ -2,9 +2,13 @@
 //! Python, Node.js and Go hellos: the first response after a wake from each (the dormant
 //! wake restores the sandbox in place from its state directory), the time to go dormant, and
 //! what each tier keeps on the host (PSS of the holder or dormant process, and of its helper
-//! processes; threads; processes); then `--instances` Python sandboxes made dormant at once:
-//! host memory per sandbox (MemAvailable before and after) beside the sum of PSS, and every
-//! one answering a request afterwards. Writes `dormant.md` and `dormant.csv`.
+//! processes; threads; processes); then the dormant tier's density: `--instances` instances
+//! of one Python checkpoint started dormant (`run --from DIR --dormant`, as a platform
+//! provisions many instances of one function), with `--hibernate-after` and
+//! `--dormant-after` so that a woken one goes back to sleep: host memory per instance
+//! (MemAvailable before and after) beside the sum of PSS, processes, idle CPU, a seeded Zipf
+//! stream of requests over all of them (first-request latency of dormant targets), and a
+//! final request to every one. Writes `dormant.md` and `dormant.csv`.
 
 mod report;
 
@@ -25,9 +29,18 @@ pub struct DormantArgs {
     /// Wakes of each kind per workload.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=200))]
     pub reps: u32,
-    /// Python sandboxes made dormant at once for the memory figures (0: none).
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=2000))]
+    /// Python instances started dormant at once for the density figures (0: none).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=20000))]
     pub instances: u32,
+    /// Requests in the Zipf stream over the dormant instances.
+    #[arg(long, default_value_t = 2000)]
+    pub requests: usize,
+    /// The Zipf exponent of the instances' popularity.
+    #[arg(long, default_value_t = 1.1)]
+    pub zipf: f64,
+    /// Seed of the request stream.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
     /// Only these workloads (comma separated: python,node,go).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
@@ -68,20 +81,34 @@ pub struct TierMemory {
     pub threads: u64,
 }
 
-/// The many-sandboxes run.
+/// The density run: many instances started dormant.
 #[derive(Debug, Default)]
 pub struct Many {
-    /// Sandboxes.
+    /// Instances.
     pub n: usize,
-    /// MemAvailable fell by this much per sandbox from before their start to all dormant,
+    /// Seconds to start them all.
+    pub start_s: f64,
+    /// MemAvailable fell by this much per instance from before their start to all dormant,
     /// bytes.
     pub host_per_sandbox: f64,
     /// Mean PSS of a dormant process plus its helpers, bytes.
     pub pss_per_sandbox: f64,
-    /// The same while all were hibernated, before going dormant.
-    pub hibernated_host_per_sandbox: f64,
-    /// First request to each after all were dormant, ms.
-    pub wakes: Vec<f64>,
+    /// Mean processes per instance (the dormant process and its helpers).
+    pub processes_per_sandbox: f64,
+    /// CPU of all the dormant processes and their helpers while idle, in CPUs.
+    pub idle_cpu: f64,
+    /// The stream's requests to dormant instances (first requests), ms (failed ones: NaN).
+    pub to_dormant: Vec<f64>,
+    /// The stream's other requests, ms.
+    pub others: Vec<f64>,
+    /// Requests of the stream that failed.
+    pub stream_failures: usize,
+    /// The first few failures: instance, its state before the request, the error.
+    pub failure_samples: Vec<String>,
+    /// Instances that did not answer the final request correctly.
+    pub final_failures: usize,
+    /// Requests in the stream, and the Zipf exponent and seed.
+    pub stream: (usize, f64, u64),
     /// What went wrong.
     pub errors: Vec<String>,
 }
@@ -128,6 +155,7 @@ pub fn run(args: DormantArgs) -> anyhow::Result<u8> {
     }
     let mut many = Many {
         n: args.instances as usize,
+        stream: (args.requests, args.zipf, args.seed),
         ..Many::default()
     };
     if args.instances > 0 && (args.only.is_empty() || args.only.iter().any(|o| o == "python")) {
@@ -138,7 +166,7 @@ pub fn run(args: DormantArgs) -> anyhow::Result<u8> {
         );
         if let Some(w) = all.iter().find(|w| w.name == "python") {
             if let Err(e) = workloads::ensure_root(w.root)
-                .and_then(|root| many_dormant(&driver, w, &root, &mut many))
+                .and_then(|root| many_dormant(&driver, w, &root, &args, &mut many))
             {
                 many.errors.push(format!("{e:#}"));
             }
@@ -262,35 +290,94 @@ fn many_dormant(
     d: &Driver,
     w: &Workload,
     root: &std::path::Path,
+    args: &DormantArgs,
     m: &mut Many,
 ) -> anyhow::Result<()> {
+    use rand::SeedableRng;
+    use rand_distr::Distribution;
     workloads::install(w, root)?;
+    let scratch = std::env::temp_dir().join(format!("torpor-dormantbench-{}", std::process::id()));
+    let _ = torpor::cowroot::remove_all(&scratch);
+    std::fs::create_dir_all(&scratch)?;
+    let dir = scratch.join("template");
+    {
+        let sb = d.start(w, root, "auto")?;
+        sb.wait_ready(w)?;
+        for _ in 0..3 {
+            sb.request(w)?;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        d.checkpoint(&sb, &dir)?;
+    }
     let _ = std::process::Command::new("sync").status();
     std::thread::sleep(Duration::from_secs(1));
     let before = mem_available();
+    let t = Instant::now();
     let mut all = Vec::with_capacity(m.n);
-    for _ in 0..m.n {
-        let sb = d.start(w, root, "auto")?;
-        sb.wait_ready(w)?;
-        sb.request(w)?;
-        sb.hibernate()?;
-        all.push(sb);
+    let policy = ["--hibernate-after", "2s", "--dormant-after", "2s"];
+    for i in 0..m.n {
+        all.push(d.start_dormant_instance(w, &dir, &policy)?);
+        if (i + 1) % 1000 == 0 {
+            eprintln!("  {} of {} started", i + 1, m.n);
+        }
     }
-    std::thread::sleep(Duration::from_secs(2));
-    m.hibernated_host_per_sandbox = (before - mem_available()) / m.n as f64;
-    let mut pss = 0.0;
-    for sb in &all {
-        sb.dormant()?;
-    }
+    m.start_s = t.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs(2));
     m.host_per_sandbox = (before - mem_available()) / m.n as f64;
+    let (mut pss, mut procs, mut pids) = (0.0, 0usize, Vec::new());
     for sb in &all {
         let t = tier(sb, "dormant")?;
         pss += t.holder_pss + t.helpers_pss;
+        procs += t.processes;
+        if let Some(pid) = sb.stats()?.get("pid").and_then(serde_json::Value::as_u64) {
+            pids.push(pid);
+            pids.extend(children(pid));
+        }
     }
     m.pss_per_sandbox = pss / m.n as f64;
-    for sb in &all {
-        m.wakes.push(sb.request(w)?);
+    m.processes_per_sandbox = procs as f64 / m.n as f64;
+    let cpu = |pids: &[u64]| -> u64 {
+        pids.iter()
+            .filter_map(|&p| torpor::procfs::cpu_time_us(p as u32))
+            .sum()
+    };
+    let (c0, t0) = (cpu(&pids), Instant::now());
+    std::thread::sleep(Duration::from_secs(10));
+    m.idle_cpu = cpu(&pids).saturating_sub(c0) as f64 / t0.elapsed().as_micros() as f64;
+    eprintln!(
+        "  {} dormant: {:.2} MiB of host memory each, PSS {:.2} MiB, {:.1} processes, {:.2} % of a CPU in all",
+        m.n,
+        m.host_per_sandbox / 1048576.0,
+        m.pss_per_sandbox / 1048576.0,
+        m.processes_per_sandbox,
+        m.idle_cpu * 100.0
+    );
+    let zipf = rand_distr::Zipf::new(m.n as f64, args.zipf).context("Zipf distribution")?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    for _ in 0..args.requests {
+        let i = (zipf.sample(&mut rng) as usize).clamp(1, m.n) - 1;
+        let state = all[i].state().unwrap_or_else(|e| format!("? ({e:#})"));
+        match all[i].request(w) {
+            Ok(ms) if state == "dormant" => m.to_dormant.push(ms),
+            Ok(ms) => m.others.push(ms),
+            Err(e) => {
+                m.stream_failures += 1;
+                if m.failure_samples.len() < 5 {
+                    m.failure_samples
+                        .push(format!("{} ({state}): {e:#}", all[i].id));
+                }
+            }
+        }
     }
+    for sb in &all {
+        if let Err(e) = sb.request(w) {
+            m.final_failures += 1;
+            if m.failure_samples.len() < 10 {
+                m.failure_samples.push(format!("{} (final): {e:#}", sb.id));
+            }
+        }
+    }
+    drop(all);
+    let _ = torpor::cowroot::remove_all(&scratch);
     Ok(())
 }

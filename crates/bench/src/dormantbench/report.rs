@@ -17,12 +17,17 @@ fn cell(v: &[f64]) -> String {
 
 /// The 90th percentile (nearest rank).
 fn p90(v: &[f64]) -> f64 {
+    p(v, 0.9)
+}
+
+/// The `q` quantile (nearest rank), NaN of nothing.
+fn p(v: &[f64], q: f64) -> f64 {
     let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
     s.sort_by(f64::total_cmp);
     if s.is_empty() {
         return f64::NAN;
     }
-    let i = ((s.len() as f64 * 0.9).ceil() as usize).clamp(1, s.len()) - 1;
+    let i = ((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1;
     s[i]
 }
 
@@ -105,14 +110,25 @@ pub fn write(out: &Path, info: &RunInfo, rows: &[Row], m: &Many) -> anyhow::Resu
         }
     }
     if m.n > 0 {
-        let _ = writeln!(md, "\n## {} Python sandboxes dormant at once\n", m.n);
-        let _ = writeln!(md, "| | per sandbox |");
-        let _ = writeln!(md, "|---|---:|");
+        let (requests, zipf, seed) = m.stream;
         let _ = writeln!(
             md,
-            "| host memory, all hibernated (MemAvailable drop / N), MiB | {} |",
-            mib(m.hibernated_host_per_sandbox)
+            "\n## {} instances of one Python checkpoint, started dormant\n",
+            m.n
         );
+        let _ = writeln!(
+            md,
+            "Each instance: `torpor run -d --from TEMPLATE --dormant -p PORT:8080 \
+             --hibernate-after 2s --dormant-after 2s` (a woken instance hibernates when idle, \
+             then goes dormant again). Host memory: the fall of `MemAvailable` from before the \
+             first start to all dormant, divided by N. Then a stream of {requests} requests, \
+             one at a time, to instances drawn from a Zipf distribution of exponent {zipf} \
+             (seed {seed}), and one more request to every instance, which must be answered \
+             correctly.\n"
+        );
+        let _ = writeln!(md, "| | per instance |");
+        let _ = writeln!(md, "|---|---:|");
+        let _ = writeln!(md, "| started in (all), s | {:.1} |", m.start_s);
         let _ = writeln!(
             md,
             "| host memory, all dormant (MemAvailable drop / N), MiB | {} |",
@@ -125,10 +141,41 @@ pub fn write(out: &Path, info: &RunInfo, rows: &[Row], m: &Many) -> anyhow::Resu
         );
         let _ = writeln!(
             md,
-            "| first request to each afterwards, ms: median (p90) | {} |",
-            cell(&m.wakes)
+            "| processes (the dormant one and its helpers) | {:.1} |",
+            m.processes_per_sandbox
         );
-        let _ = writeln!(md, "| answered | {} of {} |", m.wakes.len(), m.n);
+        let _ = writeln!(
+            md,
+            "| CPU of all of them while idle, % of one CPU | {:.2} |",
+            m.idle_cpu * 100.0
+        );
+        let _ = writeln!(
+            md,
+            "| stream: requests to a dormant instance ({}), ms: median (p90), p99 | {}, {} |",
+            m.to_dormant.len(),
+            cell(&m.to_dormant),
+            fmt(p(&m.to_dormant, 0.99))
+        );
+        let _ = writeln!(
+            md,
+            "| stream: the other requests ({}), ms: median (p90), p99 | {}, {} |",
+            m.others.len(),
+            cell(&m.others),
+            fmt(p(&m.others, 0.99))
+        );
+        let _ = writeln!(md, "| stream: failed requests | {} |", m.stream_failures);
+        let _ = writeln!(
+            md,
+            "| final request: answered | {} of {} |",
+            m.n - m.final_failures,
+            m.n
+        );
+        if !m.failure_samples.is_empty() {
+            let _ = writeln!(md, "\nFailed requests (the first ones):\n");
+            for f in &m.failure_samples {
+                let _ = writeln!(md, "- {f}");
+            }
+        }
     }
     let errors: Vec<String> = rows
         .iter()
@@ -156,8 +203,11 @@ pub fn write(out: &Path, info: &RunInfo, rows: &[Row], m: &Many) -> anyhow::Resu
             }
         }
     }
-    for x in &m.wakes {
-        let _ = writeln!(csv, "many,dormant_wake,{x:.3}");
+    for x in &m.to_dormant {
+        let _ = writeln!(csv, "instances,stream_to_dormant,{x:.3}");
+    }
+    for x in &m.others {
+        let _ = writeln!(csv, "instances,stream_other,{x:.3}");
     }
     let csv_path = out.join("dormant.csv");
     std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;

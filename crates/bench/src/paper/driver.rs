@@ -182,6 +182,35 @@ impl Driver {
         })
     }
 
+    /// `torpor run -d --from DIR --dormant` of the checkpoint `dir` of workload `w`, published
+    /// on a free port, with more options `extra` (`--dormant-after 2s`…): an instance started
+    /// dormant; returns once it is.
+    ///
+    /// # Errors
+    /// If the verb fails.
+    pub fn start_dormant_instance(
+        &self,
+        w: &Workload,
+        dir: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Sandbox<'_>> {
+        let port = free_port()?;
+        let n = self.next.get();
+        self.next.set(n + 1);
+        let id = format!("dormant-{}-{n}", w.name);
+        let publish = format!("127.0.0.1:{port}:8080");
+        let d = dir.to_string_lossy();
+        let mut args: Vec<&str> = vec!["run", "-d", "--name", &id, "-p", &publish, "--from", &d];
+        args.push("--dormant");
+        args.extend_from_slice(extra);
+        self.verb(&args)?;
+        Ok(Sandbox {
+            driver: self,
+            id,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        })
+    }
+
     /// Removes the state directory (every sandbox must be gone).
     pub fn cleanup(&self) {
         let _ = std::fs::remove_dir_all(&self.state);
