@@ -180,12 +180,14 @@ fn delete_and_sigkill_of_a_dormant_sandbox_leave_nothing() {
 }
 
 /// A line-counting server in Python: each line it reads on a connection comes back numbered
-/// (one count for the whole server), connections served one after the other.
+/// (one count for the whole server), connections served one after the other. It listens on
+/// `[::]`, dual-stack, as Python's own servers do.
 const COUNTER_SERVER: &str = r#"
 import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 8080))
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+s.bind(("::", 8080))
 s.listen(16)
 n = 0
 while True:
@@ -219,7 +221,8 @@ fn a_kept_connection_wakes_a_dormant_sandbox_and_is_answered() {
     };
     let port = free_port();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let publish = format!("127.0.0.1:{port}:{GUEST_PORT}");
+    // Published on every host address (0.0.0.0), which the server's `[::]` serves.
+    let publish = format!("{port}:{GUEST_PORT}");
     let sb = Detached::start(
         &bin(),
         &["-p", &publish],

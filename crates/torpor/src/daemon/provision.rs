@@ -68,7 +68,20 @@ fn try_provision(
         .listeners(i.cfg)
         .context("making the instance's listening sockets")?;
     let published: Vec<std::net::SocketAddr> = i.cfg.publish.iter().map(|p| p.host).collect();
+    let made = listeners.len();
     let listeners = dormant::published_only(listeners, &published);
+    if made > 0 && !published.is_empty() && listeners.is_empty() {
+        // An instance that could not answer its first request must not look ready.
+        anyhow::bail!(
+            "none of the checkpoint's {made} listening sockets could be bound to a published \
+             address ({}): is the port taken?",
+            published
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
