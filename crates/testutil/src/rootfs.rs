@@ -73,6 +73,43 @@ impl Rootfs {
         self.dir.path().join(rel.trim_start_matches('/'))
     }
 
+    /// Runs the guest test program `tests/guest/NAME.c` in torpor (`bin`) in this root (given
+    /// `/proc` and `/tmp`), checks that its output holds each of `lines` (so that a run that
+    /// does nothing cannot pass), then, as root, that it is the program's output natively
+    /// ([`Rootfs::run_natively`], in new IPC namespaces too with `ipc`). `what` names it in
+    /// a failure.
+    ///
+    /// # Panics
+    /// When torpor's run fails, lacks a line, or differs from the native run.
+    pub fn assert_guest_matches_native(
+        &self,
+        bin: &std::path::Path,
+        name: &str,
+        ipc: bool,
+        lines: &[&str],
+        what: &str,
+    ) {
+        self.dir("/proc").dir("/tmp");
+        let prog = self.guest_program(name);
+        let got = crate::Torpor::new(bin)
+            .run(self.path(), &prog)
+            .host_env("TORPOR_LOG", "off")
+            .output();
+        assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
+        let out = got.stdout_str();
+        for line in lines {
+            assert!(out.contains(line), "torpor's output lacks {line:?}:\n{out}");
+        }
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("native comparison skipped: needs root");
+            return;
+        }
+        let want = self.run_natively(&prog, ipc);
+        want.assert_code(0);
+        got.assert_same_stdout(&want, what);
+    }
+
     /// Runs `program` (a path inside the root) natively, as the guest tests compare torpor
     /// with: in a chroot of this root, in new PID and mount namespaces (with this root's
     /// `/proc` mounted), and a new IPC namespace too with `ipc`; empty environment but

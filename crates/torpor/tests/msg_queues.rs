@@ -16,65 +16,46 @@
 
 use std::time::Duration;
 
-use testutil::{Detached, Output, Rootfs, TempDir, Torpor};
-
-/// The test program natively (see [`Rootfs::run_natively`]).
-fn native(r: &Rootfs) -> Output {
-    r.run_natively("/bin/msg_queues", true)
-}
+use testutil::{Detached, Rootfs, TempDir};
 
 #[test]
 fn message_queues_match_native() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = Rootfs::new();
-    r.dir("/proc").dir("/tmp");
-    let prog = r.guest_program("msg_queues");
-    let got = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
-        .run(r.path(), &prog)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
-    let out = got.stdout_str();
-    // The checks themselves, so that a run that does nothing cannot pass.
-    for line in [
-        "msgmnb: 16384\n",
-        "msgget(IPC_PRIVATE): 0\n",
-        "again, IPC_EXCL: EEXIST\n",
-        "msgsnd(type 0): EINVAL\n",
-        "five sent: qnum 5 cbytes 22 qbytes 16384 mode 600 uid 0 cuid 0\n",
-        "lspid is me 1, lrpid 0, stime set 1, rtime 1\n",
-        "type -3: type 1 len 5 \"one-a\"\n",
-        "type 3 MSG_EXCEPT: type 1 len 5 \"one-b\"\n",
-        "MSG_COPY 1: type 5 len 4 \"five\"\n",
-        "empty, IPC_NOWAIT: ENOMSG\n",
-        "4-byte buffer: E2BIG\n",
-        "4-byte buffer, MSG_NOERROR: type 1 len 4 \"0123\"\n",
-        "one more byte, IPC_NOWAIT: EAGAIN\n",
-        "child: blocked send: ok\n",
-        "parent's reply: type 2 len 9 \"pong:ping\"\n",
-        "lspid is the child 1, lrpid is me 1\n",
-        "child: blocked receive: EIDRM\n",
-        "child: blocked send: EIDRM\n",
-        "child: receive interrupted: EINTR, handler ran 1\n",
-        "user: msgsnd: EACCES\n",
-        "root: IPC_RMID: EPERM\n",
-        "user: woken: ok, IPC_RMID: ok\n",
-        "MSG_INFO: max index 1 pool 2 map 2 ",
-        "  key 29041 id 1 mode 600 cbytes 4 qnum 1 uid 1000 gid 1000 cuid 0 cgid 0\n",
-        "done\n",
-    ] {
-        assert!(out.contains(line), "torpor's output lacks {line:?}:\n{out}");
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("native comparison skipped: needs root");
-        return;
-    }
-    let want = native(&r);
-    want.assert_code(0);
-    got.assert_same_stdout(&want, "message queues");
+    Rootfs::new().assert_guest_matches_native(
+        std::path::Path::new(env!("CARGO_BIN_EXE_torpor")),
+        "msg_queues",
+        true,
+        &[
+            "msgmnb: 16384\n",
+            "msgget(IPC_PRIVATE): 0\n",
+            "again, IPC_EXCL: EEXIST\n",
+            "msgsnd(type 0): EINVAL\n",
+            "five sent: qnum 5 cbytes 22 qbytes 16384 mode 600 uid 0 cuid 0\n",
+            "lspid is me 1, lrpid 0, stime set 1, rtime 1\n",
+            "type -3: type 1 len 5 \"one-a\"\n",
+            "type 3 MSG_EXCEPT: type 1 len 5 \"one-b\"\n",
+            "MSG_COPY 1: type 5 len 4 \"five\"\n",
+            "empty, IPC_NOWAIT: ENOMSG\n",
+            "4-byte buffer: E2BIG\n",
+            "4-byte buffer, MSG_NOERROR: type 1 len 4 \"0123\"\n",
+            "one more byte, IPC_NOWAIT: EAGAIN\n",
+            "child: blocked send: ok\n",
+            "parent's reply: type 2 len 9 \"pong:ping\"\n",
+            "lspid is the child 1, lrpid is me 1\n",
+            "child: blocked receive: EIDRM\n",
+            "child: blocked send: EIDRM\n",
+            "child: receive interrupted: EINTR, handler ran 1\n",
+            "user: msgsnd: EACCES\n",
+            "root: IPC_RMID: EPERM\n",
+            "user: woken: ok, IPC_RMID: ok\n",
+            "MSG_INFO: max index 1 pool 2 map 2 ",
+            "  key 29041 id 1 mode 600 cbytes 4 qnum 1 uid 1000 gid 1000 cuid 0 cgid 0\n",
+            "done\n",
+        ],
+        "message queues",
+    );
 }
 
 fn log_of(sb: &Detached) -> String {

@@ -9,29 +9,18 @@
 //! IPC, PID and mount namespaces. The native run needs root on the host; without it only
 //! torpor's output is checked. Needs /dev/kvm (or the trap platform).
 
-use testutil::{Output, Rootfs, Torpor};
-
-/// The test program natively (see [`Rootfs::run_natively`]).
-fn native(r: &Rootfs) -> Output {
-    r.run_natively("/bin/mq", true)
-}
+use testutil::Rootfs;
 
 #[test]
 fn posix_message_queues_match_native() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = Rootfs::new();
-    r.dir("/proc").dir("/tmp");
-    let prog = r.guest_program("mq");
-    let got = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
-        .run(r.path(), &prog)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
-    let out = got.stdout_str();
-    // The checks themselves, so that a run that does nothing cannot pass.
-    for line in [
+    Rootfs::new().assert_guest_matches_native(
+        std::path::Path::new(env!("CARGO_BIN_EXE_torpor")),
+        "mq",
+        true,
+        &[
         "queues_max: 256\n",
         "defaults: ok flags 0 maxmsg 10 msgsize 8192 curmsgs 0\n",
         "fstat: ok mode 100644 size 80 nlink 1\n",
@@ -61,15 +50,7 @@ fn posix_message_queues_match_native() {
         "user: open 0600: EACCES\n",
         "user: unlink root's: EACCES\n",
         "done\n",
-    ] {
-        assert!(out.contains(line), "torpor's output lacks {line:?}:\n{out}");
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("native comparison skipped: needs root");
-        return;
-    }
-    let want = native(&r);
-    want.assert_code(0);
-    got.assert_same_stdout(&want, "POSIX message queues");
+        ],
+        "POSIX message queues",
+    );
 }

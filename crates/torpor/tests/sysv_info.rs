@@ -9,66 +9,47 @@
 //! the namespace's). The native run needs root on the host; without it only torpor's output
 //! is checked. Needs /dev/kvm (or the trap platform).
 
-use testutil::{Output, Rootfs, Torpor};
-
-/// The test program natively (see [`Rootfs::run_natively`]).
-fn native(r: &Rootfs) -> Output {
-    r.run_natively("/bin/sysv_info", true)
-}
+use testutil::Rootfs;
 
 #[test]
 fn sysv_info_and_tunables_match_native() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = Rootfs::new();
-    r.dir("/proc").dir("/tmp");
-    let prog = r.guest_program("sysv_info");
-    let got = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
-        .run(r.path(), &prog)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
-    let out = got.stdout_str();
-    // The checks themselves, so that a run that does nothing cannot pass.
-    for line in [
-        "shmget: 0 1\n",
-        "IPC_INFO: 1 shmmin 1 shmmni 4096\n",
-        "shmmax as in /proc: 1\n",
-        "SHM_INFO: 1 used 2 tot 5 rss 2 swp 0\n",
-        "SHM_STAT 1: is the id 1, segsz 5000 mode 640\n",
-        "IPC_STAT of index 1's id + 32768: EINVAL\n",
-        "mode 2600\n",
-        "child attached and exited: status 0, nattch 0\n",
-        "SEM_INFO: 1 semusz 2 semaem 5\n",
-        "  key 20817 id 1 mode 640 size 5000 nattch 0 uid 0\n",
-        "  key 20818 id 1 mode 644 nsems 2 uid 0\n",
-        "nobody: IPC_STAT: EACCES\n",
-        "nobody: SHM_STAT_ANY 0: ok, is the id 1\n",
-        "nobody: SHM_LOCK: EPERM\n",
-        "nobody: shmget(key, 0400): EACCES\n",
-        "nobody: SEM_STAT_ANY 0: ok, is the id 1\n",
-        "nobody: open shmmax for writing: EACCES\n",
-        "shmmax: 8192\n",
-        "shmget(8193): EINVAL\n",
-        "shmmni = 40000: EINVAL\n",
-        "shmget, 2 of 2: ENOSPC\n",
-        "shmget past shmall: ENOSPC\n",
-        "sem = 2 5 1 40000: ERANGE\n",
-        "sem: 2\t6\t1\t32000\n",
-        "semop of 2 past semopm: E2BIG\n",
-        "msgsnd(101): EINVAL\n",
-        "msgget, 1 of 1: ENOSPC\n",
-        "done\n",
-    ] {
-        assert!(out.contains(line), "torpor's output lacks {line:?}:\n{out}");
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("native comparison skipped: needs root");
-        return;
-    }
-    let want = native(&r);
-    want.assert_code(0);
-    got.assert_same_stdout(&want, "System V IPC views and tunables");
+    Rootfs::new().assert_guest_matches_native(
+        std::path::Path::new(env!("CARGO_BIN_EXE_torpor")),
+        "sysv_info",
+        true,
+        &[
+            "shmget: 0 1\n",
+            "IPC_INFO: 1 shmmin 1 shmmni 4096\n",
+            "shmmax as in /proc: 1\n",
+            "SHM_INFO: 1 used 2 tot 5 rss 2 swp 0\n",
+            "SHM_STAT 1: is the id 1, segsz 5000 mode 640\n",
+            "IPC_STAT of index 1's id + 32768: EINVAL\n",
+            "mode 2600\n",
+            "child attached and exited: status 0, nattch 0\n",
+            "SEM_INFO: 1 semusz 2 semaem 5\n",
+            "  key 20817 id 1 mode 640 size 5000 nattch 0 uid 0\n",
+            "  key 20818 id 1 mode 644 nsems 2 uid 0\n",
+            "nobody: IPC_STAT: EACCES\n",
+            "nobody: SHM_STAT_ANY 0: ok, is the id 1\n",
+            "nobody: SHM_LOCK: EPERM\n",
+            "nobody: shmget(key, 0400): EACCES\n",
+            "nobody: SEM_STAT_ANY 0: ok, is the id 1\n",
+            "nobody: open shmmax for writing: EACCES\n",
+            "shmmax: 8192\n",
+            "shmget(8193): EINVAL\n",
+            "shmmni = 40000: EINVAL\n",
+            "shmget, 2 of 2: ENOSPC\n",
+            "shmget past shmall: ENOSPC\n",
+            "sem = 2 5 1 40000: ERANGE\n",
+            "sem: 2\t6\t1\t32000\n",
+            "semop of 2 past semopm: E2BIG\n",
+            "msgsnd(101): EINVAL\n",
+            "msgget, 1 of 1: ENOSPC\n",
+            "done\n",
+        ],
+        "System V IPC views and tunables",
+    );
 }
