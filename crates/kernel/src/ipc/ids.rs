@@ -5,7 +5,65 @@
 //! objects are thus numbered 0, 1, 2... as in a fresh IPC namespace, and an id whose object
 //! was removed and whose index was given again names nothing, not the new object.
 
+use std::collections::BTreeMap;
+
 use abi::Errno;
+
+use super::caller::Caller;
+use super::IpcPerm;
+
+/// An object of a System V table (segment, semaphore set, message queue): its id and
+/// permissions, which [`checked`] and [`stat_target`] look at.
+pub trait IpcObject {
+    /// Its id.
+    fn id(&self) -> i32;
+    /// Its owner, creator and mode.
+    fn perm(&self) -> &IpcPerm;
+}
+
+/// Linux's `ipc_obtain_object_check`: the object `id` names in `by_index` (objects by
+/// index); EINVAL for a negative id or a free index, `stale` when another object has the
+/// index now (`ipc_checkid`: EINVAL for segments and sets, EIDRM for queues).
+pub fn checked<T: IpcObject>(
+    by_index: &mut BTreeMap<usize, T>,
+    id: i32,
+    stale: Errno,
+) -> Result<&mut T, Errno> {
+    if id < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let o = by_index.get_mut(&index_of(id)).ok_or(Errno::EINVAL)?;
+    if o.id() != id {
+        return Err(stale);
+    }
+    Ok(o)
+}
+
+/// The object a stat command names (IPC_STAT by id, as [`checked`]; the `*_STAT` commands
+/// by index), after the read permission check all but the `*_STAT_ANY` ones make.
+///
+/// # Errors
+/// As [`checked`] (`stale` too); EINVAL for a free index; EACCES without read permission.
+pub fn stat_target<'a, T: IpcObject>(
+    by_index: &'a mut BTreeMap<usize, T>,
+    id: i32,
+    by: StatBy,
+    who: &Caller,
+    stale: Errno,
+) -> Result<&'a mut T, Errno> {
+    if id < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let o = match by {
+        StatBy::Id => checked(by_index, id, stale)?,
+        StatBy::Index | StatBy::IndexAny => by_index.get_mut(&index_of(id)).ok_or(Errno::EINVAL)?,
+    };
+    // Read permission (Linux's `ipcperms` with S_IRUGO).
+    if by != StatBy::IndexAny && !who.may(o.perm(), 0o444) {
+        return Err(Errno::EACCES);
+    }
+    Ok(o)
+}
 
 /// An id is its sequence number times IPCMNI plus its index (Linux's IPCMNI, `1 << 15`); the
 /// most objects of one kind a sandbox may hold.

@@ -258,14 +258,7 @@ impl Queues {
     /// Linux's `ipc_obtain_object_check`: the queue with this id; EINVAL when its index is
     /// free, EIDRM when another queue has it now.
     fn checked(&mut self, id: i32) -> Result<&mut MsgQueue, Errno> {
-        if id < 0 {
-            return Err(Errno::EINVAL);
-        }
-        let q = self.by_index.get_mut(&index_of(id)).ok_or(Errno::EINVAL)?;
-        if q.id != id {
-            return Err(Errno::EIDRM);
-        }
-        Ok(q)
+        super::ids::checked(&mut self.by_index, id, Errno::EIDRM)
     }
 
     /// The queue a waiter waits on, still there (EIDRM once removed).
@@ -460,19 +453,8 @@ impl MsgTable {
     /// EINVAL (no such queue or index), EIDRM (IPC_STAT of an id whose index another queue
     /// has), EACCES (no read permission, but with MSG_STAT_ANY).
     pub fn stat(&self, id: i32, by: StatBy, who: &Caller) -> Result<([u8; 120], i32), Errno> {
-        if id < 0 {
-            return Err(Errno::EINVAL);
-        }
         let mut t = self.lock();
-        let q = match by {
-            StatBy::Id => t.checked(id)?,
-            StatBy::Index | StatBy::IndexAny => {
-                t.by_index.get_mut(&index_of(id)).ok_or(Errno::EINVAL)?
-            }
-        };
-        if by != StatBy::IndexAny && !who.may(&q.perm, READ) {
-            return Err(Errno::EACCES);
-        }
+        let q = super::ids::stat_target(&mut t.by_index, id, by, who, Errno::EIDRM)?;
         Ok((q.to_msqid_ds(), q.id))
     }
 
@@ -662,6 +644,15 @@ impl MsgTable {
         t.cursor = c;
         t.pooled = pooled;
         Ok(())
+    }
+}
+
+impl super::ids::IpcObject for MsgQueue {
+    fn id(&self) -> i32 {
+        self.id
+    }
+    fn perm(&self) -> &IpcPerm {
+        &self.perm
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use abi::Errno;
 
 use super::caller::Caller;
-use super::ids::{index_of, seq_of, IdCursor, StatBy};
+use super::ids::{self, index_of, seq_of, IdCursor, StatBy};
 use super::limits::SEM_CEILING;
 use super::{now, IpcPerm, IPC_PRIVATE};
 
@@ -108,14 +108,7 @@ impl SemInner {
     /// Linux's `sem_obtain_object_check`: EINVAL when the index is free, also when another
     /// set has it now (`ipc_checkid`).
     fn checked(&mut self, id: i32) -> Result<&mut SemSet, Errno> {
-        if id < 0 {
-            return Err(Errno::EINVAL);
-        }
-        let s = self.by_index.get_mut(&index_of(id)).ok_or(Errno::EINVAL)?;
-        if s.id != id {
-            return Err(Errno::EINVAL);
-        }
-        Ok(s)
+        ids::checked(&mut self.by_index, id, Errno::EINVAL)
     }
 
     /// The set a waiter waits on, still there (`None` once removed).
@@ -222,19 +215,8 @@ impl SemTable {
     /// # Errors
     /// EINVAL (no such set or index), EACCES (no read permission, but with SEM_STAT_ANY).
     pub fn stat(&self, id: i32, by: StatBy, who: &Caller) -> Result<([u8; 104], i32), Errno> {
-        if id < 0 {
-            return Err(Errno::EINVAL);
-        }
         let mut t = self.lock();
-        let s = match by {
-            StatBy::Id => t.checked(id)?,
-            StatBy::Index | StatBy::IndexAny => {
-                t.by_index.get_mut(&index_of(id)).ok_or(Errno::EINVAL)?
-            }
-        };
-        if by != StatBy::IndexAny && !who.may(&s.perm, READ) {
-            return Err(Errno::EACCES);
-        }
+        let s = ids::stat_target(&mut t.by_index, id, by, who, Errno::EINVAL)?;
         Ok((s.to_semid_ds(), s.id))
     }
 
@@ -451,6 +433,15 @@ impl SemTable {
         self.lock()
             .undo
             .retain(|(_, set, n), _| !(*set == id && num.is_none_or(|k| k == *n)));
+    }
+}
+
+impl super::ids::IpcObject for SemSet {
+    fn id(&self) -> i32 {
+        self.id
+    }
+    fn perm(&self) -> &IpcPerm {
+        &self.perm
     }
 }
 

@@ -21,7 +21,7 @@ use mm::SharedObject;
 use platform::PAGE_SIZE;
 
 use super::caller::Caller;
-use super::ids::{index_of, seq_of, IdCursor, StatBy};
+use super::ids::{self, index_of, seq_of, IdCursor, StatBy};
 use super::limits::{ShmLimits, SHMMIN, SHM_CEILING};
 use super::{now, IpcPerm, IPC_PRIVATE};
 
@@ -35,8 +35,6 @@ pub const SHM_HUGETLB: i32 = 0o4000;
 const IPC_CREAT: i32 = 0o1000;
 /// `IPC_EXCL` in shmget's flags.
 const IPC_EXCL: i32 = 0o2000;
-/// Permission asked for by IPC_STAT and SHM_STAT (read, in every position).
-const READ: i32 = 0o444;
 /// The group whose members may make huge-page segments (`vm/hugetlb_shm_group`, 0).
 const HUGETLB_SHM_GROUP: u32 = 0;
 
@@ -112,14 +110,7 @@ impl Table {
     /// Linux's `shm_obtain_object_check`: EINVAL when the index is free, also when another
     /// segment has it now (`ipc_checkid`).
     fn checked(&mut self, id: i32) -> Result<&mut Segment, Errno> {
-        if id < 0 {
-            return Err(Errno::EINVAL);
-        }
-        let s = self.by_index.get_mut(&index_of(id)).ok_or(Errno::EINVAL)?;
-        if s.id != id {
-            return Err(Errno::EINVAL);
-        }
-        Ok(s)
+        ids::checked(&mut self.by_index, id, Errno::EINVAL)
     }
 
     /// Pages of all segments (Linux's `shm_tot`).
@@ -239,19 +230,8 @@ impl ShmTable {
     /// # Errors
     /// EINVAL (no such segment or index), EACCES (no read permission, but with SHM_STAT_ANY).
     pub fn stat(&self, id: i32, by: StatBy, who: &Caller) -> Result<([u8; 112], i32), Errno> {
-        if id < 0 {
-            return Err(Errno::EINVAL);
-        }
         let mut t = self.lock();
-        let s = match by {
-            StatBy::Id => t.checked(id)?,
-            StatBy::Index | StatBy::IndexAny => {
-                t.by_index.get_mut(&index_of(id)).ok_or(Errno::EINVAL)?
-            }
-        };
-        if by != StatBy::IndexAny && !who.may(&s.perm, READ) {
-            return Err(Errno::EACCES);
-        }
+        let s = ids::stat_target(&mut t.by_index, id, by, who, Errno::EINVAL)?;
         Ok((s.to_shmid_ds(), s.id))
     }
 
@@ -422,6 +402,15 @@ impl ShmTable {
 /// Linux's `ipc_get_maxidx`, 0 when the table is empty.
 fn max_index(t: &Table) -> i32 {
     t.by_index.keys().next_back().map_or(0, |&i| i as i32)
+}
+
+impl super::ids::IpcObject for Segment {
+    fn id(&self) -> i32 {
+        self.id
+    }
+    fn perm(&self) -> &IpcPerm {
+        &self.perm
+    }
 }
 
 #[cfg(test)]
