@@ -300,15 +300,7 @@ fn many_dormant(
     let _ = torpor::cowroot::remove_all(&scratch);
     std::fs::create_dir_all(&scratch)?;
     let dir = scratch.join("template");
-    {
-        let sb = d.start(w, root, "auto")?;
-        sb.wait_ready(w)?;
-        for _ in 0..3 {
-            sb.request(w)?;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        d.checkpoint(&sb, &dir)?;
-    }
+    d.checkpoint(&d.start_warm(w, root)?, &dir)?;
     let _ = std::process::Command::new("sync").status();
     std::thread::sleep(Duration::from_secs(1));
     let before = mem_available();

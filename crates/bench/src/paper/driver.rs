@@ -152,6 +152,21 @@ impl Driver {
         self.verb(&["checkpoint", &sb.id, &d]).map(|_| ())
     }
 
+    /// A sandbox of `w` started, answering and warmed up (three requests, then a moment of
+    /// quiet): what a checkpoint of a template is taken from.
+    ///
+    /// # Errors
+    /// If it does not start or answer.
+    pub fn start_warm(&self, w: &Workload, root: &Path) -> anyhow::Result<Sandbox<'_>> {
+        let sb = self.start(w, root, "auto")?;
+        sb.wait_ready(w)?;
+        for _ in 0..3 {
+            sb.request(w)?;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(sb)
+    }
+
     /// `torpor restore -d` (when `clone` is false) or `torpor run -d --from` (a clone) of the
     /// checkpoint `dir` of workload `w`, published on a free port; returns at once.
     ///

@@ -200,12 +200,7 @@ fn latencies(
     let dir = scratch.join(w.name);
     for i in 0..reps {
         let _ = torpor::cowroot::remove_all(&dir);
-        let sb = d.start(w, root, "auto")?;
-        sb.wait_ready(w)?;
-        for _ in 0..3 {
-            sb.request(w)?;
-        }
-        std::thread::sleep(Duration::from_millis(200));
+        let sb = d.start_warm(w, root)?;
         let t = Instant::now();
         d.checkpoint(&sb, &dir)?;
         row.checkpoint.push(ms(t.elapsed()));
@@ -277,15 +272,7 @@ fn mem_compare(
     let n = m.instances;
     let dir = scratch.join("template");
     let _ = torpor::cowroot::remove_all(&dir);
-    {
-        let sb = d.start(w, root, "auto")?;
-        sb.wait_ready(w)?;
-        for _ in 0..3 {
-            sb.request(w)?;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        d.checkpoint(&sb, &dir)?;
-    }
+    d.checkpoint(&d.start_warm(w, root)?, &dir)?;
     let answer = |sb: &Sandbox<'_>| sb.request(w).map(|_| ());
     if let Err(e) = run_many(
         n,
