@@ -853,18 +853,49 @@ fn a_stub_starts_when_the_holder_covers_the_temporary_code_address() {
     let below = 512u64 << 20;
     let start = TEMP_CODE_ADDR - below;
     let len = below + (64 << 20);
-    // SAFETY: a new inaccessible mapping at a fixed, free address of this test process.
-    let r = unsafe {
-        libc::mmap(
-            start as *mut libc::c_void,
-            len as usize,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-            -1,
-            0,
-        )
+    // Other tests of this binary run in parallel and their mappings (guest memory) can
+    // already lie in the range: cover what is free, page by page where a chunk is taken,
+    // so that the whole range is mapped one way or another.
+    let mut ours = Vec::new();
+    let map_at = |addr: u64, len: u64| -> bool {
+        // SAFETY: a new inaccessible mapping at a fixed address that NOREPLACE keeps from
+        // replacing anything of this process.
+        let r = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                len as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if r == libc::MAP_FAILED {
+            assert_eq!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EEXIST),
+                "mapping {addr:#x}+{len:#x}"
+            );
+            return false;
+        }
+        assert_eq!(
+            r as u64, addr,
+            "MAP_FIXED_NOREPLACE maps where asked or fails"
+        );
+        true
     };
-    assert_eq!(r as u64, start, "the range is free in this process");
+    const CHUNK: u64 = 2 << 20;
+    for chunk in (start..start + len).step_by(CHUNK as usize) {
+        if map_at(chunk, CHUNK) {
+            ours.push((chunk, CHUNK));
+            continue;
+        }
+        for page in (chunk..chunk + CHUNK).step_by(4096) {
+            if map_at(page, 4096) {
+                ours.push((page, 4096));
+            }
+        }
+    }
     let g = Guest::new(&WRITE_EXIT);
     run_write_exit(&mut g.thread(), &g.view);
     for (s, e, line) in maps_of(g.stub.pid()) {
@@ -873,6 +904,8 @@ fn a_stub_starts_when_the_holder_covers_the_temporary_code_address() {
             "foreign mapping in the stub: {line}"
         );
     }
-    // SAFETY: the mapping made above.
-    unsafe { libc::munmap(r, len as usize) };
+    for (addr, len) in ours {
+        // SAFETY: mappings made above by this test, unmapped once.
+        unsafe { libc::munmap(addr as *mut libc::c_void, len as usize) };
+    }
 }
