@@ -98,6 +98,21 @@ impl HibernateHandle {
         cmd: Command,
         timeout: Duration,
     ) -> Result<DeflateReport, HibernateError> {
+        // One request at a time: another's command would replace this one's in the mailbox,
+        // and its reply be taken for this one's.
+        let deadline = Instant::now() + timeout;
+        let _one = loop {
+            match self.shared.park_requests.try_lock() {
+                Ok(g) => break g,
+                Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() >= deadline => {
+                    return Err(HibernateError::ParkTimeout(timeout))
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+            }
+        };
         {
             let st = self.shared.lock_state();
             match st.state() {
@@ -115,7 +130,6 @@ impl HibernateHandle {
             // A park still finishing (the inflate of a wake that has just begun: the state
             // says woken already) takes no new command and would be mistaken for this one's:
             // its end comes first.
-            let deadline = Instant::now() + timeout;
             while mb.parked {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {

@@ -150,6 +150,10 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     mailbox: Mutex<Mailbox>,
     cv: Condvar,
+    /// Held by a park request from its command to its reply: one at a time, so that each
+    /// gets its own command run and its own reply (a hibernate of the keep-alive racing a
+    /// checkpoint took the checkpoint's reply for its own, and the checkpoint was never written).
+    park_requests: Mutex<()>,
     wake_efd: OwnedFd,
     stop: std::sync::atomic::AtomicBool,
     /// Hibernated by a pause (OCI `pause`): only an explicit wake ends it, requests wait.
@@ -318,6 +322,7 @@ pub fn new(
             reply: None,
         }),
         cv: Condvar::new(),
+        park_requests: Mutex::new(()),
         wake_efd,
         stop: std::sync::atomic::AtomicBool::new(false),
         paused: std::sync::atomic::AtomicBool::new(false),

@@ -434,9 +434,14 @@ impl Task {
         };
     }
 
-    /// Runs the park hook (if any) with the task parked, or waits while another thread of the
-    /// group hibernates the process; then withdraws the request.
+    /// Takes the park request, then runs the park hook (if any) with the task parked, or
+    /// waits while another thread of the group hibernates the process.
     fn park(&mut self) {
+        // Taken before the hook runs, not withdrawn after it: a request made while the hook
+        // ends (the hook tells its waiters the park is over before it returns) is the next
+        // park's, not lost (it was, and its requester waited out its timeout while the task
+        // blocked in a host call, its kicks finding no request).
+        self.control.clear_park();
         // The deflate and the checkpoint write the runtime's files.
         crate::fs::identity::become_runtime();
         if let Some(mut hook) = self.park_hook.take() {
@@ -449,7 +454,6 @@ impl Task {
                     .map_err(|e| format!("thread {}: XSAVE: {e}", self.tid))
             });
         }
-        self.control.clear_park();
     }
 
     fn handle_exception(&mut self, info: ExceptionInfo) -> Result<(), TaskError> {

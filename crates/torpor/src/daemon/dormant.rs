@@ -7,6 +7,7 @@ use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result};
+use hibernate::engine::HibernateError;
 use hibernate::state::State;
 use serde_json::json;
 
@@ -108,10 +109,25 @@ fn try_prepare(d: &Daemon) -> Result<Prepared> {
     let status = status(&d.id, &d.bundle, d.created, d.platform.name(), d.mode);
     let mut kept = None;
     write_state(&d.dir, &record, &status, |checkpoint| {
-        let (_, k) = d
-            .hib
-            .checkpoint_for_dormancy(checkpoint.to_path_buf(), d.record.clone(), PARK_TIMEOUT)
-            .map_err(|e| anyhow::anyhow!("checkpointing the sandbox: {e}"))?;
+        // The keep-alive may hibernate the sandbox again between the wake above and the
+        // checkpoint's park: wake it and ask again.
+        let mut attempts = 0;
+        let (_, k) = loop {
+            match d.hib.checkpoint_for_dormancy(
+                checkpoint.to_path_buf(),
+                d.record.clone(),
+                PARK_TIMEOUT,
+            ) {
+                Err(HibernateError::State(_))
+                    if attempts < 3 && d.hib.state() == State::Hibernated =>
+                {
+                    attempts += 1;
+                    d.hib.wake().map_err(anyhow::Error::msg)?;
+                    d.hib.wait_while(State::Hibernated, PARK_TIMEOUT);
+                }
+                r => break r.map_err(|e| anyhow::anyhow!("checkpointing the sandbox: {e}"))?,
+            }
+        };
         kept = Some(k);
         Ok(())
     })?;
