@@ -10,11 +10,13 @@
 //!   ◀──────────── 0 / -errno (+ opened fd) ───────   seccomp: these calls only
 //! ```
 //!
-//! The holder starts it before confining itself: a plain fork while the holder is still
-//! single-threaded (its memory then stays the holder's, shared copy-on-write: about 0.2 MiB of
-//! its own), else `torpor __broker FD PARENT ROOT [ADDR...]`, an exec of the same executable
-//! (nothing runs after a fork of a multi-threaded process but an exec; about 1.5 MiB). It
-//! ends with its holder, at its socket's end of file. Calls are serialised on one
+//! The holder starts it before confining itself: `torpor-broker FD PARENT ROOT [ADDR...]`, a
+//! small binary installed beside `torpor` (about 0.15 MiB of memory of its own, whatever the
+//! holder does later). Without that binary, a plain fork while the holder is still
+//! single-threaded (its memory then stays the holder's, shared copy-on-write, until the holder
+//! goes dormant: then about 1.2 MiB is the broker's alone), else `torpor __broker FD PARENT
+//! ROOT [ADDR...]`, an exec of the whole runtime (about 1.5 MiB). It ends with its holder, at
+//! its socket's end of file. Calls are serialised on one
 //! socket: they are the uncommon path (a directory of another user, a file given to the
 //! application's user), each a round trip of a few tens of microseconds.
 
@@ -39,8 +41,18 @@ fn single_threaded() -> bool {
     })
 }
 
-/// The subcommand the broker runs as (not a user verb: `main` dispatches it before parsing).
+/// The subcommand the broker runs as when its own binary is missing (not a user verb: `main`
+/// dispatches it before parsing).
 pub const SUBCOMMAND: &str = "__broker";
+
+/// The broker's own binary, installed beside `torpor`.
+pub const BINARY: &str = "torpor-broker";
+
+/// The broker's own binary beside this executable, if it is there.
+fn binary() -> Option<std::path::PathBuf> {
+    let path = std::env::current_exe().ok()?.with_file_name(BINARY);
+    path.is_file().then_some(path)
+}
 
 /// The holder's end of the broker's socket.
 pub struct Client {
@@ -157,9 +169,10 @@ pub fn start(root: &Path, published: &[std::net::SocketAddr]) -> Result<()> {
     let child_fd = theirs.as_raw_fd();
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
-    if single_threaded() {
-        // A plain fork: the broker's memory stays the holder's, shared copy-on-write (an
-        // exec'd broker costs about 1.5 MiB of host memory of its own).
+    let own_binary = binary();
+    if own_binary.is_none() && single_threaded() {
+        // A plain fork: the broker's memory stays the holder's, shared copy-on-write while
+        // the holder runs (but all its own once the holder has gone dormant).
         // SAFETY: the process has one thread, so the child may run any code; it only closes
         // descriptors, serves, and leaves with _exit.
         match unsafe { libc::fork() } {
@@ -184,9 +197,15 @@ pub fn start(root: &Path, published: &[std::net::SocketAddr]) -> Result<()> {
             }
         }
     }
-    let mut cmd = std::process::Command::new("/proc/self/exe");
-    cmd.arg(SUBCOMMAND)
-        .arg(child_fd.to_string())
+    let mut cmd = match own_binary {
+        Some(path) => std::process::Command::new(path),
+        None => {
+            let mut c = std::process::Command::new("/proc/self/exe");
+            c.arg(SUBCOMMAND);
+            c
+        }
+    };
+    cmd.arg(child_fd.to_string())
         .arg(parent.to_string())
         .arg(root)
         .args(published.iter().map(|a| a.to_string()))

@@ -12,7 +12,7 @@ use kernel::net::{host, unix};
 
 use super::wire::{self, code, Request};
 
-/// `torpor __broker FD PARENT ROOT [ADDR...]`: serves the holder `PARENT` on socket `FD` until
+/// `torpor-broker FD PARENT ROOT [ADDR...]` (or `torpor __broker ...`): serves the holder `PARENT` on socket `FD` until
 /// it goes, making sockets for the published host addresses `ADDR`. Never returns.
 pub fn main(args: &[String]) -> ! {
     let parsed = parse(args);
@@ -59,7 +59,7 @@ fn exit_code(r: anyhow::Result<()>, parent: i32) -> i32 {
 /// The arguments of `torpor __broker`.
 fn parse(args: &[String]) -> anyhow::Result<(OwnedFd, i32, PathBuf, Vec<SocketAddr>)> {
     let [fd, parent, root, published @ ..] = args else {
-        anyhow::bail!("usage: torpor __broker FD PARENT ROOT [ADDR...]");
+        anyhow::bail!("usage: torpor-broker FD PARENT ROOT [ADDR...]");
     };
     let published: Vec<SocketAddr> = published
         .iter()
