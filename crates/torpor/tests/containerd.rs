@@ -275,6 +275,81 @@ fn ctr_pauses_resumes_signals_and_deletes_a_server() {
     }
 }
 
+/// The executable's file name of process `pid`.
+fn exe_name(pid: u32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .unwrap_or_default()
+}
+
+/// A container with `dev.torpor.hibernate-after` and `dev.torpor.dormant-after` goes dormant
+/// by itself: its holder becomes `torpor-dormant` (same pid, in the same cgroup), which
+/// containerd still sees RUNNING; a request wakes it in place with its memory intact, and it
+/// goes dormant again; then it is killed and deleted as any task.
+#[test]
+fn ctr_a_dormant_container_is_running_and_wakes_on_a_request() {
+    let Some(c) = Containerd::start() else { return };
+    if testutil::platform_is_trap() {
+        return;
+    }
+    let port = free_port().to_string();
+    let img = c.image.clone();
+    let args = c.run_args(&[
+        "-d",
+        "--net-host",
+        "--annotation",
+        "dev.torpor.hibernate-after=1s",
+        "--annotation",
+        "dev.torpor.dormant-after=1s",
+        &img,
+        "sleepy",
+        "/bin/pattern_server",
+        &port,
+        "8",
+    ]);
+    let o = c.ctr(&args);
+    assert_eq!(o.code(), 0, "{}\n{}", o.stderr_str(), c.log());
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let verify = || {
+        http_get(addr, "/verify", Duration::from_secs(60))
+            .map(|r| r.body_str())
+            .unwrap_or_else(|e| format!("error: {e}"))
+    };
+    let up = Detached::wait_until(Duration::from_secs(60), || {
+        http_get(addr, "/", Duration::from_secs(5)).is_ok_and(|r| r.body_str() == "hello\n")
+    });
+    assert!(up, "server not up: {}", c.log());
+    let pid = c.task_pid("sleepy");
+    let cgroup = || std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let before = cgroup();
+    for round in 1..=2 {
+        let dormant = Detached::wait_until(Duration::from_secs(60), || {
+            exe_name(pid) == "torpor-dormant"
+        });
+        assert!(dormant, "round {round}: not dormant: {}", exe_name(pid));
+        assert_eq!(c.task_status("sleepy"), "RUNNING", "round {round}");
+        assert_eq!(cgroup(), before, "round {round}: the same cgroup");
+        assert_eq!(verify(), format!("ok {}\n", 8 * 131072), "round {round}");
+        assert_eq!(exe_name(pid), "torpor", "round {round}: woken in place");
+    }
+    let o = c.ctr(&["task", "kill", "-s", "SIGKILL", "sleepy"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert!(Detached::wait_until(Duration::from_secs(30), || c
+        .task_status("sleepy")
+        == "STOPPED"));
+    let o = c.ctr(&["task", "delete", "sleepy"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    let o = c.ctr(&["container", "delete", "sleepy"]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert_eq!(c.task_status("sleepy"), "");
+    assert!(Detached::process_ended(pid), "the holder is gone");
+}
+
 /// The directory of cgroup `path` in the v1 hierarchy of `controller`, when this host has
 /// one (or the v2 tree's on a unified host).
 fn cgroup_dir(controller: &str, path: &str) -> Option<std::path::PathBuf> {

@@ -864,6 +864,67 @@ fn a_pod_runs_on_torpor_as_on_runc_and_hibernates_when_idle() {
     assert_eq!(torpor, runc, "torpor and runc differ");
 }
 
+/// A pod with `dev.torpor.dormant-after`: once idle, its server hibernates, then goes dormant
+/// (its holder one small process, in the container's cgroup): the container's working set
+/// falls below its hibernated one, it stays running to the kubelet, and its next request is
+/// answered by the woken server.
+#[test]
+fn a_dormant_pod_is_running_and_smaller_than_hibernated_and_wakes() {
+    let Some(c) = Cri::start() else { return };
+    if testutil::platform_is_trap() {
+        return;
+    }
+    let pod = c.run_pod(
+        "torpor",
+        "sleepy",
+        &[
+            ("dev.torpor.hibernate-after", "2s"),
+            ("dev.torpor.dormant-after", "6s"),
+            ("dev.torpor.wake-mode", "reap"),
+        ],
+    );
+    let py = c.start_container(&pod, "py", &c.python_image, &["python3", "-c", PY_SERVER]);
+    first_response(&pod.ip, Duration::from_secs(120)).expect("no first response");
+    let hot = c.working_set(&py);
+    let mut hibernated = hot;
+    let fell = Detached::wait_until(Duration::from_secs(60), || {
+        std::thread::sleep(Duration::from_millis(200));
+        hibernated = c.working_set(&py);
+        hibernated * 5 <= hot
+    });
+    assert!(fell, "working set {hot} -> {hibernated}: not hibernated");
+    // Dormant: the holder's VM, threads and heaps gone; what stays charged to the container
+    // is the dormant process, its broker, and kernel memory (sockets, the cached names of
+    // the files the program opened).
+    let mut dormant = hibernated;
+    let fell = Detached::wait_until(Duration::from_secs(60), || {
+        std::thread::sleep(Duration::from_millis(200));
+        dormant = c.working_set(&py);
+        dormant * 4 <= hibernated * 3
+    });
+    println!(
+        "ContainerStats working set {:.1} MiB hot, {:.2} MiB hibernated, {:.2} MiB dormant",
+        hot as f64 / 1048576.0,
+        hibernated as f64 / 1048576.0,
+        dormant as f64 / 1048576.0
+    );
+    assert!(
+        fell,
+        "working set {hibernated} hibernated -> {dormant}: not dormant\n{}",
+        c.log()
+    );
+    assert_eq!(
+        c.status(&py).state,
+        cri::ContainerState::ContainerRunning as i32,
+        "a dormant container is running to the kubelet"
+    );
+    let t = Instant::now();
+    let r = get(&pod.ip, Duration::from_secs(30)).expect("the request after dormancy");
+    assert_eq!(r.body_str(), "hello from py\n");
+    println!("first response after dormancy {:?}", t.elapsed());
+    c.stop_and_remove(&pod, &[&py]);
+}
+
 /// Pod start to first response, and the first response after an idle hibernate (torpor; the
 /// same idle time for runc, whose server stays hot), through the CRI. Prints a Markdown table.
 #[test]

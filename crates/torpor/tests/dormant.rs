@@ -82,6 +82,13 @@ fn go_dormant(sb: &Detached, pid: u32) {
         "the same process, one thread of torpor-dormant"
     );
     assert!(sb.dir().join("dormant/checkpoint/MANIFEST").is_file());
+    for f in ["dormant", "dormant/wake.json", "dormant/status.json"] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(sb.dir().join(f))
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0);
+        assert_eq!(mode & 0o077, 0, "{f}: {mode:o}, the owner's only");
+    }
 }
 
 #[test]

@@ -208,17 +208,19 @@ pub fn start(root: &Path, published: &[std::net::SocketAddr]) -> Result<()> {
     cmd.arg(child_fd.to_string())
         .arg(parent.to_string())
         .arg(root)
-        .args(published.iter().map(|a| a.to_string()))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null());
+        .args(published.iter().map(|a| a.to_string()));
     // SAFETY: between fork and exec only async-signal-safe calls: fcntl to let the broker's
-    // end of the socket survive the exec.
+    // end of the socket survive the exec, close of the standard input and output (nothing of
+    // the holder's but its socket and stderr, as a forked broker; no /dev/null needed, which
+    // a host's /dev may lack).
     unsafe {
         use std::os::unix::process::CommandExt;
         cmd.pre_exec(move || {
             if libc::fcntl(child_fd, libc::F_SETFD, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            libc::close(0);
+            libc::close(1);
             Ok(())
         });
     }

@@ -30,17 +30,12 @@ pub(super) fn possible(
     holding: &super::Holding,
     platform: &std::sync::Arc<dyn platform::Platform>,
 ) -> bool {
-    !oci && matches!(holding, super::Holding::Detached { .. }) && platform.name() == "kvm"
+    (oci || matches!(holding, super::Holding::Detached { .. })) && platform.name() == "kvm"
 }
 
 /// Why this sandbox cannot go dormant, if it cannot.
 fn refusal(d: &Daemon) -> Option<String> {
-    if d.oci {
-        return Some(
-            "an OCI container cannot go dormant yet (only `torpor run -d` sandboxes)".into(),
-        );
-    }
-    if !d.detached {
+    if !d.detached && !d.oci {
         return Some("a sandbox in the foreground cannot go dormant (start it with run -d)".into());
     }
     if d.platform.name() != "kvm" {
@@ -105,8 +100,15 @@ fn try_prepare(d: &Daemon) -> Result<Prepared> {
         broker_publishes: kernel::broker::publishes(),
         created: d.created,
         instance: None,
+        oci_bundle: d.oci.then(|| d.bundle.clone()),
     };
-    let status = status(&d.id, &d.bundle, d.created, d.platform.name(), d.mode);
+    let mut status = status(&d.id, &d.bundle, d.created, d.platform.name(), d.mode);
+    if d.oci {
+        // To the engine a dormant container is running (it wakes by itself); `stats` says
+        // dormant.
+        status["state"] =
+            crate::oci::state::status_json(&d.dir, &d.id, "running", Some(std::process::id()));
+    }
     let mut kept = None;
     write_state(&d.dir, &record, &status, |checkpoint| {
         // The keep-alive may hibernate the sandbox again between the wake above and the
@@ -133,7 +135,13 @@ fn try_prepare(d: &Daemon) -> Result<Prepared> {
     })?;
     let kept = kept.unwrap_or_default();
     Ok(Prepared {
-        listeners: published_only(kept.listeners, &d.published),
+        // A container's listeners are all its own, in the engine's namespace (no published
+        // ports: the pod's address is the container's).
+        listeners: if d.oci {
+            kept.listeners
+        } else {
+            published_only(kept.listeners, &d.published)
+        },
         connections: kept.connections,
     })
 }
@@ -174,15 +182,26 @@ pub(super) fn write_state(
 ) -> Result<()> {
     dormancy::remove_state(dir);
     let tmp = dir.join(format!("{}.tmp", dormancy::DIR));
-    std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    // Owner only, whatever the holder's umask (0: the application's modes are its own).
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
     checkpoint(&tmp.join(dormancy::CHECKPOINT))?;
-    std::fs::write(
-        tmp.join(dormancy::WAKE_RECORD),
-        serde_json::to_vec(record).context("encoding the wake record")?,
+    let write = |name: &str, bytes: &[u8]| -> std::io::Result<()> {
+        use std::io::Write;
+        std::os::unix::fs::OpenOptionsExt::mode(
+            std::fs::OpenOptions::new().write(true).create_new(true),
+            0o600,
+        )
+        .open(tmp.join(name))?
+        .write_all(bytes)
+    };
+    write(
+        dormancy::WAKE_RECORD,
+        &serde_json::to_vec(record).context("encoding the wake record")?,
     )
     .context("writing the wake record")?;
-    std::fs::write(tmp.join(dormancy::STATUS), status.to_string())
-        .context("writing the dormant status")?;
+    write(dormancy::STATUS, status.to_string().as_bytes()).context("writing the dormant status")?;
     sync_dir(&tmp)?;
     let dest = dir.join(dormancy::DIR);
     std::fs::rename(&tmp, &dest).with_context(|| format!("renaming to {}", dest.display()))?;

@@ -242,7 +242,7 @@ fn start(
         Holding::Oci { bundle, start_now } => (true, bundle.clone(), *start_now),
         _ => (false, cfg.rootfs.clone(), true),
     };
-    if oci {
+    if oci && woken.is_none() {
         crate::oci::state::Record::new(id, &bundle, &cfg.rootfs).save(&dir)?;
     }
     // The friendly form never writes into ROOTFS: the sandbox's writes go to its own
@@ -437,8 +437,8 @@ fn start(
     if let Some(after) = policy.dormant_after {
         if !dormant::possible(oci, holding, &cfg.platform) {
             tracing::warn!(
-                "--dormant-after: this sandbox cannot go dormant (a detached sandbox on the KVM \
-                 platform can)"
+                "--dormant-after: this sandbox cannot go dormant (a detached sandbox or an OCI \
+                 container on the KVM platform can)"
             );
         } else {
             let d = daemon.clone();

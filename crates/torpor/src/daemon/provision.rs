@@ -101,6 +101,7 @@ fn try_provision(
             allow_outbound: i.cfg.allow_outbound,
             hostname: i.checkpoint.hostname.clone(),
         }),
+        oci_bundle: None,
     };
     let status = dormant::status(
         i.id,

@@ -127,6 +127,9 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
         cfg.allow_outbound = i.allow_outbound;
         restoring.hostname = i.hostname.clone();
     }
+    // A container's network is the engine's namespace, which this process is still in: every
+    // port is the container's own (the checkpoint's record is of a friendly-form sandbox).
+    cfg.own_netns |= record.oci_bundle.is_some();
     cfg.kept_sockets = kernel::net::KeptSockets::new(kept);
     let policy = super::Policy {
         wake_mode: record.wake_mode,
@@ -152,8 +155,15 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
         &a.id,
         &policy,
         None,
-        super::Holding::Detached {
-            volumes: Vec::new(),
+        match record.oci_bundle {
+            // The container's holder again (its mounts are still in this process's namespace).
+            Some(bundle) => super::Holding::Oci {
+                bundle,
+                start_now: true,
+            },
+            None => super::Holding::Detached {
+                volumes: Vec::new(),
+            },
         },
         super::Origin::Wake(Box::new(woken)),
     )

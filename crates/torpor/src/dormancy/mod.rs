@@ -63,6 +63,9 @@ pub struct WakeRecord {
     /// --dormant`): what it has of its own, where the checkpoint's record says the other's.
     #[serde(default)]
     pub instance: Option<Instance>,
+    /// For an OCI container, its bundle: the woken holder is the container's again.
+    #[serde(default)]
+    pub oci_bundle: Option<PathBuf>,
 }
 
 /// What an instance started dormant from a checkpoint has of its own.

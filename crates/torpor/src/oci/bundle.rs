@@ -29,7 +29,9 @@
 //!   name uname reports (`torpor` when neither is there).
 //! - `annotations`: `dev.torpor.wake-mode` (`fault`, `reap`, `auto`) and
 //!   `dev.torpor.hibernate-after` (a duration such as `30s`: the keep-alive policy) and
-//!   `dev.torpor.memory-floor` (a size such as `2G`: hibernate early under memory pressure).
+//!   `dev.torpor.memory-floor` (a size such as `2G`: hibernate early under memory pressure)
+//!   and `dev.torpor.dormant-after` (a duration: a container hibernated that long goes
+//!   dormant, `docs/design/dormant.md`).
 //! - `process.user` and `process.capabilities` (runc's default set when absent),
 //!   `process.noNewPrivileges`: the first process's credentials, which torpor's kernel holds
 //!   the application to (file modes, set*id, signals: `kernel::creds`).
@@ -53,6 +55,8 @@ pub const WAKE_MODE_ANNOTATION: &str = "dev.torpor.wake-mode";
 pub const HIBERNATE_AFTER_ANNOTATION: &str = "dev.torpor.hibernate-after";
 /// The annotation of the memory-pressure floor (as `torpor run --memory-floor`).
 pub const MEMORY_FLOOR_ANNOTATION: &str = "dev.torpor.memory-floor";
+/// The annotation of the dormancy policy (as `torpor run --dormant-after`).
+pub const DORMANT_AFTER_ANNOTATION: &str = "dev.torpor.dormant-after";
 
 /// Default memory when the bundle sets no limit.
 const DEFAULT_MEMORY: u64 = 512 << 20;
@@ -106,6 +110,8 @@ pub struct Bundle {
     pub hibernate_after: Option<std::time::Duration>,
     /// Hibernate early while the host's MemAvailable is below this.
     pub memory_floor: Option<u64>,
+    /// Go dormant once hibernated this long.
+    pub dormant_after: Option<std::time::Duration>,
     /// The cgroup to join (`linux.cgroupsPath`) and its limits.
     pub cgroup: Option<super::cgroup::CgroupSpec>,
     /// `root.readonly`.
@@ -312,6 +318,13 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
                 .map_err(|e| field(format!("annotation {HIBERNATE_AFTER_ANNOTATION}: {e}")))
         })
         .transpose()?;
+    let dormant_after = annotations
+        .get(DORMANT_AFTER_ANNOTATION)
+        .map(|v| {
+            crate::keepalive::parse_after(v)
+                .map_err(|e| field(format!("annotation {DORMANT_AFTER_ANNOTATION}: {e}")))
+        })
+        .transpose()?;
     let memory_floor = annotations
         .get(MEMORY_FLOOR_ANNOTATION)
         .map(|v| {
@@ -351,6 +364,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         wake_mode,
         hibernate_after,
         memory_floor,
+        dormant_after,
         cgroup,
         readonly_root,
         mounts,
@@ -499,7 +513,7 @@ mod tests {
 
     #[test]
     fn limits_namespaces_and_annotations() {
-        let extra = r#","linux":{"resources":{"memory":{"limit":268435456},"pids":{"limit":100}},"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}]},"annotations":{"dev.torpor.wake-mode":"fault","dev.torpor.hibernate-after":"30s","dev.torpor.memory-floor":"2G"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/data","type":"bind","source":"/srv/data"}]"#;
+        let extra = r#","linux":{"resources":{"memory":{"limit":268435456},"pids":{"limit":100}},"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/x"}]},"annotations":{"dev.torpor.wake-mode":"fault","dev.torpor.hibernate-after":"30s","dev.torpor.memory-floor":"2G","dev.torpor.dormant-after":"5m"},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/data","type":"bind","source":"/srv/data"}]"#;
         let b = bundle(&config(r#"["/bin/busybox","true"]"#, extra));
         let got = Bundle::load(&b.0).unwrap();
         assert_eq!(got.sandbox.memory, 256 << 20);
@@ -511,6 +525,7 @@ mod tests {
             Some(std::time::Duration::from_secs(30))
         );
         assert_eq!(got.memory_floor, Some(2 << 30));
+        assert_eq!(got.dormant_after, Some(std::time::Duration::from_secs(300)));
         assert!(got.warnings.is_empty(), "{:?}", got.warnings);
         assert_eq!(got.mounts.len(), 1);
         assert_eq!(got.mounts[0].destination(), "/data");
@@ -561,6 +576,13 @@ mod tests {
         ));
         let e = Bundle::load(&b.0).unwrap_err();
         assert!(e.to_string().contains("hibernate-after"), "{e}");
+
+        let b = bundle(&config(
+            r#"["sh"]"#,
+            r#","annotations":{"dev.torpor.dormant-after":"soon"}"#,
+        ));
+        let e = Bundle::load(&b.0).unwrap_err();
+        assert!(e.to_string().contains("dormant-after"), "{e}");
     }
 
     #[test]

@@ -208,7 +208,7 @@ pub fn holder(
             swap_quota: None,
             hibernate_after: b.hibernate_after,
             memory_floor: b.memory_floor,
-            dormant_after: None,
+            dormant_after: b.dormant_after,
             cpus: None,
         },
         ready,
