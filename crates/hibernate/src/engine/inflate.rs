@@ -38,6 +38,25 @@ impl Hibernator {
         }
     }
 
+    /// At the first wake of a restored sandbox: maps again, in each process, the file-window
+    /// pages its checkpoint had mapped (program text, libraries: `mm`'s
+    /// `prefault_file_pages`), so that it takes no fault per page of them when it runs again;
+    /// where the application's process maps pages itself (trap), it is told too. After the
+    /// inflate: the page tables live in guest memory, which a restore brings back lazily.
+    pub(super) fn map_file_pages_ahead(&self, sb: &ParkedSandbox<'_>) {
+        for (pid, res) in sb.processes() {
+            let mut mm = res.mm.lock().unwrap_or_else(|e| e.into_inner());
+            if mm.prefault_file_pages() == 0 || res.space.holder_sees_writes() {
+                continue;
+            }
+            let own = |pfn: u64| sb_mem_is_own(&mm, pfn);
+            let pages = mm.present_pages_of(|pfn| !own(pfn));
+            if let Err(e) = res.space.prefault(mm.cr3(), &pages) {
+                tracing::warn!(pid, "mapping the program's file pages ahead: {e}");
+            }
+        }
+    }
+
     /// After a REAP prefetch: has each process's platform map the pages of the prefetched set
     /// ahead (on the trap platform the application's process maps guest pages itself, and
     /// would otherwise take a fault for every run of them it touches).
@@ -64,6 +83,11 @@ impl Hibernator {
             }
         }
     }
+}
+
+/// Whether guest-physical page `pfn` is the VM's own memory (not a file window).
+fn sb_mem_is_own(mm: &mm::MemoryManager, pfn: u64) -> bool {
+    mm.memory().is_own(platform::Gpa(pfn * PAGE_SIZE))
 }
 
 /// Puts the deflated shared memory back (every page read and verified) before anything runs.

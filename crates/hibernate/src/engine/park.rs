@@ -62,6 +62,7 @@ impl ParkHook for Hibernator {
             if !matches!(reason, WakeReason::Stop) {
                 self.inflate(woke);
                 self.prefault(sb);
+                self.map_file_pages_ahead(sb);
             }
             self.shared.metrics.record_wake(woke.elapsed());
         }

@@ -167,6 +167,11 @@ pub struct MmImage {
     pub cache_maps: u64,
     /// Copies-on-write of page-cache pages.
     pub cow_copies: u64,
+    /// Runs `[address of the first page, pages]` of file-window pages (program text,
+    /// libraries' read-only data) the process had mapped at the checkpoint: a restore maps
+    /// them again ahead ([`MemoryManager::prefault_file_pages`]). Absent before format 1.3.
+    #[serde(default)]
+    pub file_pages: Vec<[u64; 2]>,
     /// The VMAs, in address order.
     pub vmas: Vec<VmaImage>,
 }
@@ -279,6 +284,7 @@ impl MemoryManager {
             faults: self.faults,
             cache_maps: self.cache_maps,
             cow_copies: self.cow_copies,
+            file_pages: page_runs(&self.file_pages),
             vmas,
         };
         Ok((image, self.alloc.export_bytes()))
@@ -406,6 +412,7 @@ impl MemoryManager {
             cache_maps: image.cache_maps,
             cow_copies: image.cow_copies,
             replaced: false,
+            file_pages: check_file_pages(&image.file_pages)?,
         })
     }
 
@@ -433,19 +440,102 @@ impl MemoryManager {
             })
             .map(|v| (v.start, v.end))
             .collect();
-        let mut dropped = 0;
+        let mut dropped = Vec::new();
         for (start, end) in ranges {
             for (va, frame, _) in self.pt.frames_in(start, end) {
                 if !self.mem.is_own(frame) && self.pt.unmap(va).is_some() {
-                    dropped += 1;
+                    dropped.push(va);
                 }
             }
         }
-        if dropped > 0 {
+        let n = dropped.len();
+        if n > 0 {
             self.replaced = true;
+            // What the next restore maps ahead (a drop of nothing keeps the last set: nothing
+            // was touched since).
+            dropped.truncate(MAX_FILE_PAGES);
+            self.file_pages = dropped;
         }
-        dropped
+        n
     }
+
+    /// Maps again the file-window pages that the checkpointed process had mapped (recorded
+    /// by [`drop_file_window_pages`](Self::drop_file_window_pages) and saved with the
+    /// image), as their first touches would: a restored process then takes no fault for each
+    /// page of its program's text it runs again (a guest exit and a round trip each; a
+    /// restore does this on the host, a few microseconds a page). Only pages of file
+    /// mappings that are still there and not writable-private (those get copies, at their
+    /// first touch); a page that cannot be mapped now (a file grown shorter) is left to its
+    /// fault. Returns how many faults it served; the fault counter does not count them.
+    pub fn prefault_file_pages(&mut self) -> usize {
+        let pages = std::mem::take(&mut self.file_pages);
+        let faults = self.faults;
+        let mut served = 0;
+        for va in pages {
+            if self.pt.entry(va).is_some() {
+                // Mapped by the fault-around of a neighbour.
+                continue;
+            }
+            let Some(vma) = self.vmas.find(va) else {
+                continue;
+            };
+            let file = match &vma.kind {
+                VmaKind::Anon => false,
+                VmaKind::File { .. } => !vma.prot.contains(Prot::WRITE),
+                VmaKind::Shared { object, .. } => object.is_file(),
+            };
+            if !file || !vma.prot.is_accessible() {
+                continue;
+            }
+            let access = if vma.prot.contains(Prot::READ) {
+                crate::fault::Access::READ
+            } else {
+                crate::fault::Access::EXEC
+            };
+            if self.handle_fault(va, access).is_ok() {
+                served += 1;
+            }
+        }
+        self.faults = faults;
+        served
+    }
+}
+
+/// The most file-window pages a checkpoint records for a restore to map ahead (256 MiB).
+const MAX_FILE_PAGES: usize = 65536;
+
+/// `pages` (ascending addresses) as runs `[first, count]`.
+fn page_runs(pages: &[Gva]) -> Vec<[u64; 2]> {
+    let mut runs: Vec<[u64; 2]> = Vec::new();
+    for va in pages {
+        match runs.last_mut() {
+            Some([start, n]) if *start + *n * PAGE_SIZE == va.0 => *n += 1,
+            _ => runs.push([va.0, 1]),
+        }
+    }
+    runs
+}
+
+/// The pages of an image's `file_pages` runs, checked: page-aligned, in the user half, at
+/// most [`MAX_FILE_PAGES`] in all.
+fn check_file_pages(runs: &[[u64; 2]]) -> Result<Vec<Gva>, MmError> {
+    let mut pages = Vec::new();
+    for &[start, n] in runs {
+        let end = n
+            .checked_mul(PAGE_SIZE)
+            .and_then(|len| start.checked_add(len));
+        let fits = Gva(start).is_page_aligned()
+            && end.is_some_and(|e| e <= layout::USER_END.0)
+            && pages.len() as u64 + n <= MAX_FILE_PAGES as u64;
+        if !fits {
+            return Err(refuse(format!(
+                "file pages at {:#x} ({n} pages) out of range",
+                start
+            )));
+        }
+        pages.extend((0..n).map(|i| Gva(start + i * PAGE_SIZE)));
+    }
+    Ok(pages)
 }
 
 /// The mmap base, break base and break of `image`, checked.

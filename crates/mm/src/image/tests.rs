@@ -438,6 +438,12 @@ fn page_cache_pages_are_dropped_for_export_and_come_back_after_import() {
     assert_eq!(m.drop_file_window_pages(), 2);
 
     let (image, bytes) = m.export().unwrap();
+    assert_eq!(
+        image.file_pages.iter().map(|[_, n]| n).sum::<u64>(),
+        2,
+        "the dropped pages are saved for the restore to map ahead: {:?}",
+        image.file_pages
+    );
     assert!(image.vmas.iter().all(|v| matches!(
         v.kind,
         VmaKindImage::File {
@@ -454,6 +460,16 @@ fn page_cache_pages_are_dropped_for_export_and_come_back_after_import() {
     assert!(r
         .vmas()
         .all(|v| matches!(v.kind, VmaKind::File { cache: Some(_), .. })));
+    // The pages the checkpoint dropped are mapped again ahead, from the page cache, and
+    // counted as no fault of the process's.
+    let [first, _] = image.file_pages[0];
+    assert!(r.page_tables().entry(Gva(first)).is_none());
+    let faults = r.stats().faults;
+    assert!(r.prefault_file_pages() > 0);
+    assert_eq!(r.stats().faults, faults);
+    let (frame, _) = r.page_tables().entry(Gva(first)).expect("mapped ahead");
+    assert!(r.memory().is_read_only(frame), "a page-cache page");
+    assert_eq!(r.prefault_file_pages(), 0, "once");
     assert_eq!(r.read_val::<u8>(t.add(0x2000)).unwrap(), 3);
     assert!(r
         .memory()
@@ -990,6 +1006,18 @@ fn corrupt_images_are_refused() {
         (
             "mmap base in the stack reserve",
             Box::new(|i| i.mmap_base = layout::USER_END.0),
+        ),
+        (
+            "file pages past the user half",
+            Box::new(|i| i.file_pages = vec![[layout::USER_END.0 - 4096, 2]]),
+        ),
+        (
+            "unaligned file pages",
+            Box::new(|i| i.file_pages = vec![[0x40_0001, 1]]),
+        ),
+        (
+            "too many file pages",
+            Box::new(|i| i.file_pages = vec![[0x40_0000, u64::MAX / 4096]]),
         ),
     ];
     for (what, edit) in cases {

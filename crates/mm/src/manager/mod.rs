@@ -164,6 +164,11 @@ pub struct MemoryManager {
     pub(crate) cow_copies: u64,
     /// A present entry was replaced since the last [`take_replaced`](Self::take_replaced).
     pub(crate) replaced: bool,
+    /// The pages of file windows that were mapped when a checkpoint last dropped them
+    /// ([`drop_file_window_pages`](Self::drop_file_window_pages)), or that a restored
+    /// process's checkpoint had mapped: saved with the image, mapped again ahead by
+    /// [`prefault_file_pages`](Self::prefault_file_pages).
+    pub(crate) file_pages: Vec<Gva>,
 }
 
 /// The PTE flags for a page of a VMA with rights `prot`.
@@ -207,6 +212,7 @@ impl MemoryManager {
             cache_maps: 0,
             cow_copies: 0,
             replaced: false,
+            file_pages: Vec::new(),
         })
     }
 
