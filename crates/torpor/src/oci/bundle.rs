@@ -311,20 +311,18 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
             .map_err(|e| field(format!("annotation {WAKE_MODE_ANNOTATION}: {e}")))?,
         None => WakeMode::Auto,
     };
-    let hibernate_after = annotations
-        .get(HIBERNATE_AFTER_ANNOTATION)
-        .map(|v| {
-            crate::keepalive::parse_after(v)
-                .map_err(|e| field(format!("annotation {HIBERNATE_AFTER_ANNOTATION}: {e}")))
-        })
-        .transpose()?;
-    let dormant_after = annotations
-        .get(DORMANT_AFTER_ANNOTATION)
-        .map(|v| {
-            crate::keepalive::parse_after(v)
-                .map_err(|e| field(format!("annotation {DORMANT_AFTER_ANNOTATION}: {e}")))
-        })
-        .transpose()?;
+    // A duration annotation (`30s`, `10m`), if it is there.
+    let after = |name: &str| {
+        annotations
+            .get(name)
+            .map(|v| {
+                crate::keepalive::parse_after(v)
+                    .map_err(|e| field(format!("annotation {name}: {e}")))
+            })
+            .transpose()
+    };
+    let hibernate_after = after(HIBERNATE_AFTER_ANNOTATION)?;
+    let dormant_after = after(DORMANT_AFTER_ANNOTATION)?;
     let memory_floor = annotations
         .get(MEMORY_FLOOR_ANNOTATION)
         .map(|v| {
