@@ -42,8 +42,9 @@ use crate::swapfile::SWAP_MAGIC;
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor version this build writes (and the newest it reads). 1: the state's `clocks`;
 /// 2: a kept connection's descriptor (`kept`, dormant holders only); 3: each process's
-/// file-window pages mapped at the checkpoint (`file_pages`, mapped again ahead by a restore).
-pub const FORMAT_MINOR: u16 = 3;
+/// file-window pages mapped at the checkpoint (`file_pages`, mapped again ahead by a restore);
+/// 4: open files of the generated /proc (`ProcFile`, with the bytes they were made with).
+pub const FORMAT_MINOR: u16 = 4;
 
 /// The manifest's file name.
 pub const MANIFEST: &str = "MANIFEST";

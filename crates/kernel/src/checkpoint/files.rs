@@ -248,6 +248,22 @@ fn export_file(
             semaphore: *semaphore,
             flags,
         },
+        FileKind::ProcFile => {
+            let path = file
+                .path
+                .clone()
+                .ok_or_else(|| unsupported("a /proc file with no path"))?;
+            // A tunable opened write-only is read through a read-only reopen of its memfd.
+            let reader = crate::fs::reopen(&host.as_raw_fd(), libc::O_RDONLY)
+                .map_err(|e| io("reopening the /proc file", &e))?;
+            let content = read_all(reader.as_fd()).map_err(|e| io("reading the /proc file", &e))?;
+            OpenFileState::ProcFile {
+                path,
+                flags,
+                offset: tell(host).map_err(|e| io("lseek", &e))?,
+                content: blobs.add(&content),
+            }
+        }
         FileKind::Socket(m) => {
             let st = m.lock().unwrap_or_else(|e| e.into_inner()).clone();
             if st.family == libc::AF_UNIX {
@@ -449,6 +465,19 @@ pub fn import(
                 let fd = end.try_clone().map_err(|e| fail("dup", &e))?;
                 set_fl(fd.as_fd(), *flags).map_err(|e| fail("F_SETFL", &e))?;
                 OpenFile::new(fd, FileKind::Pipe, None)
+            }
+            OpenFileState::ProcFile {
+                path,
+                flags,
+                offset,
+                content,
+            } => {
+                let bytes = blobs.get(*content).map_err(|e| fail("its bytes", &e))?;
+                let fd = crate::fs::procfs::remake(path, bytes, flags & libc::O_ACCMODE)
+                    .map_err(|e| fail(&String::from_utf8_lossy(path), &e))?;
+                set_fl(fd.as_fd(), *flags).map_err(|e| fail("F_SETFL", &e))?;
+                seek(fd.as_fd(), *offset).map_err(|e| fail("lseek", &e))?;
+                OpenFile::new(fd, FileKind::ProcFile, Some(path.clone()))
             }
             OpenFileState::EventFd {
                 count,
@@ -704,6 +733,33 @@ fn set_fl(fd: BorrowedFd<'_>, flags: i32) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// All the bytes of the file `fd` from its start, its offset untouched.
+fn read_all(fd: BorrowedFd<'_>) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        // SAFETY: pread into a local buffer of its length.
+        let n = unsafe {
+            libc::pread(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                out.len() as libc::off_t,
+            )
+        };
+        match n {
+            0 => return Ok(out),
+            n if n < 0 => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            n => out.extend_from_slice(&buf[..n as usize]),
+        }
+    }
 }
 
 fn tell(fd: BorrowedFd<'_>) -> std::io::Result<i64> {

@@ -386,6 +386,18 @@ pub enum OpenFileState {
         /// What it watches.
         targets: Vec<EpollTarget>,
     },
+    /// A file of the sandbox's generated `/proc` (made when it was opened): the bytes it
+    /// was made with, made again as they were.
+    ProcFile {
+        /// Guest path it was opened by.
+        path: Vec<u8>,
+        /// Status flags and access mode.
+        flags: i32,
+        /// File offset.
+        offset: i64,
+        /// Its bytes.
+        content: BlobRef,
+    },
     /// An eventfd.
     EventFd {
         /// Its counter.

@@ -300,6 +300,53 @@ fn a_kept_connection_is_the_same_connection_after_the_restore() {
     );
 }
 
+/// A generated /proc file comes back with the bytes it was made with, at its offset, still
+/// and a tunable opened for writing comes back writable.
+#[test]
+fn a_proc_file_comes_back_with_its_bytes_and_offset() {
+    let d = Dir::new();
+    let root = Root::open(&d.0).unwrap();
+    let net = Arc::new(NetPolicy::new(Vec::new(), false));
+    let t = FdTable::new();
+    let made =
+        crate::fs::procfs::remake(b"/proc/self/status", b"Name:\tjava\nPid:\t1\n", 0).unwrap();
+    // SAFETY: lseek on our descriptor.
+    unsafe { libc::lseek(made.as_raw_fd(), 6, libc::SEEK_SET) };
+    insert(
+        &t,
+        9,
+        OpenFile::new(
+            made,
+            FileKind::ProcFile,
+            Some(b"/proc/self/status".to_vec()),
+        ),
+    );
+    let mut blobs = BlobWriter::new();
+    let (tables, open_files) = files::export(&[(1, &t)], &root, &net, &mut blobs, None).unwrap();
+    let blobs = Blobs::new(blobs.into_payload());
+    let back = files::import(&open_files, &root, &net, OWNER, &blobs, &[None, None, None]).unwrap();
+    let t2 = files::table(&tables[0], &back).unwrap();
+    let f = t2.get(9).unwrap();
+    assert!(matches!(f.kind, FileKind::ProcFile));
+    assert_eq!(read_some(f.host().as_raw_fd(), 64), b"java\nPid:\t1\n");
+    // A tunable opened for writing comes back writable (a write checks its access mode).
+    let t = FdTable::new();
+    let path = b"/proc/sys/kernel/msgmax";
+    let made = crate::fs::procfs::remake(path, b"8192\n", libc::O_WRONLY).unwrap();
+    insert(
+        &t,
+        3,
+        OpenFile::new(made, FileKind::ProcFile, Some(path.to_vec())),
+    );
+    let mut blobs = BlobWriter::new();
+    let (tables, open_files) = files::export(&[(1, &t)], &root, &net, &mut blobs, None).unwrap();
+    let blobs = Blobs::new(blobs.into_payload());
+    let back = files::import(&open_files, &root, &net, OWNER, &blobs, &[None, None, None]).unwrap();
+    let t2 = files::table(&tables[0], &back).unwrap();
+    let f = t2.get(3).unwrap();
+    assert_eq!(crate::fs::procfs::written_tunable(&f), Ok("kernel/msgmax"));
+}
+
 #[test]
 fn what_cannot_be_saved_yet_is_named() {
     let d = Dir::new();

@@ -466,6 +466,20 @@ pub fn prime_host_files() {
     crate::task::posix_timer::prime_host_rtc();
 }
 
+/// A file of this /proc made again from the bytes `content` it was made with, opened by
+/// guest path `path` with access mode `access` (a checkpoint's restore). As [`open`] makes
+/// them: a tunable's host descriptor has the access its opener asked for (a write checks
+/// it, [`written_tunable`]); every other file's is its memfd's own, which no write reaches.
+///
+/// # Errors
+/// The host's error.
+pub fn remake(path: &[u8], content: &[u8], access: i32) -> Result<OwnedFd, Errno> {
+    if writable_tunable(path).is_none() {
+        return memfd_with(content, 0o444);
+    }
+    crate::fs::reopen(&memfd_with(content, 0o644)?, access)
+}
+
 fn memfd_with(content: &[u8], mode: libc::mode_t) -> Result<OwnedFd, Errno> {
     // SAFETY: a valid NUL-terminated name and flags.
     let fd = unsafe { libc::memfd_create(c"torpor-proc".as_ptr(), libc::MFD_CLOEXEC) };
