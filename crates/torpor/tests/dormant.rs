@@ -82,6 +82,13 @@ fn go_dormant(sb: &Detached, pid: u32) {
         "the same process, one thread of torpor-dormant"
     );
     assert!(sb.dir().join("dormant/checkpoint/MANIFEST").is_file());
+    // Its only process: no janitor, and a root holder's file broker is the node's.
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    assert!(
+        children.trim().is_empty(),
+        "the dormant process has children: {children}"
+    );
     for f in ["dormant", "dormant/wake.json", "dormant/status.json"] {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(sb.dir().join(f))

@@ -20,6 +20,7 @@
 //! socket: they are the uncommon path (a directory of another user, a file given to the
 //! application's user), each a round trip of a few tens of microseconds.
 
+pub mod node;
 mod server;
 pub mod wire;
 
@@ -49,7 +50,7 @@ pub const SUBCOMMAND: &str = "__broker";
 pub const BINARY: &str = "torpor-broker";
 
 /// The broker's own binary beside this executable, if it is there.
-fn binary() -> Option<std::path::PathBuf> {
+pub(crate) fn binary() -> Option<std::path::PathBuf> {
     let path = std::env::current_exe().ok()?.with_file_name(BINARY);
     path.is_file().then_some(path)
 }
@@ -125,10 +126,32 @@ pub fn adopt(sock: OwnedFd) {
     install(sock);
 }
 
+/// The connection to the node's broker made before the holder's root was mounted
+/// ([`connect_node`]), waiting for [`start_if_root`] to register on it.
+static NODE: Mutex<Option<OwnedFd>> = Mutex::new(None);
+
+/// Connects this root holder to the node's file broker of state root `state` (starting one if
+/// there is none), to register with once its root is mounted ([`start_if_root`]): called
+/// while the holder is still in the mount namespace it was started in, which a broker it
+/// starts then shares (not the holder's own, which would outlive the holder in it).
+/// `TORPOR_NODE_BROKER=0` keeps a broker per sandbox; so does any failure here (logged).
+pub fn connect_node(state: &Path) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || std::env::var("TORPOR_NODE_BROKER").as_deref() == Ok("0")
+    {
+        return;
+    }
+    match node::connect_or_start(state) {
+        Ok(sock) => *NODE.lock().unwrap_or_else(|e| e.into_inner()) = Some(sock),
+        Err(e) => tracing::warn!("the node's file broker: {e:#}; starting one for this sandbox"),
+    }
+}
+
 /// Starts the broker of a root holder (nothing for a rootless one, which has no capability
-/// to hand over) of the sandbox `cfg`; then, for a friendly-form sandbox without outbound
-/// access, moves the holder into a network namespace of its own (loopback only), leaving its
-/// published ports to the broker. `TORPOR_NETNS=0` keeps the host's network namespace.
+/// to hand over) of the sandbox `cfg`, or registers it with the node's broker it connected to
+/// ([`connect_node`]); then, for a friendly-form sandbox without outbound access, moves the
+/// holder into a network namespace of its own (loopback only), leaving its published ports
+/// to the broker. `TORPOR_NETNS=0` keeps the host's network namespace.
 ///
 /// # Errors
 /// As [`start`]; the namespace cannot be made.
@@ -145,7 +168,15 @@ pub fn start_if_root(cfg: &kernel::SandboxConfig) -> Result<()> {
     } else {
         Vec::new()
     };
-    start(&cfg.rootfs, &published)?;
+    let node = NODE.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match node.map(|sock| node::register(sock, &cfg.rootfs, &published)) {
+        Some(Ok(sock)) => install(sock),
+        Some(Err(e)) => {
+            tracing::warn!("the node's file broker: {e:#}; starting one for this sandbox");
+            start(&cfg.rootfs, &published)?;
+        }
+        None => start(&cfg.rootfs, &published)?,
+    }
     if own_netns {
         crate::netns::new()?;
         // The application's unpublished ports are this namespace's own: any of them, as in a

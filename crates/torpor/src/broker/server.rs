@@ -104,7 +104,11 @@ fn serve(
         .collect();
     let low_ports = crate::confine::Needs::of(&publish, false).low_ports;
     crate::confine::confine_broker(&root, low_ports)?;
-    let policy = Policy { root, published };
+    let policy = Policy {
+        root,
+        published,
+        mount: None,
+    };
     let mut caps = Caps::read().map_err(|e| anyhow::anyhow!("capget: {e}"))?;
     let mut buf = vec![0u8; wire::MAX_REQUEST];
     loop {
@@ -119,32 +123,56 @@ fn serve(
             }
             Err(e) => return Err(e.into()),
         };
-        let (ret, opened) = match Request::from_bytes(&buf[..n]) {
-            Some(req) => {
-                let mut run = || {
-                    check_request(&req, &fds, &policy)?;
-                    caps.use_only(req.caps)?;
-                    execute(&req, &fds)
-                };
-                match run() {
-                    Ok(opened) => (0i64, opened),
-                    Err(errno) => (-i64::from(errno), None),
-                }
+        let (ret, opened) = answer(&buf[..n], fds, &policy, &mut caps);
+        if !reply(sock.as_fd(), ret, opened.as_ref())? {
+            return Ok(());
+        }
+    }
+}
+
+/// The answer to the request `bytes` that came with `fds`, made under `policy`: 0 or
+/// -errno, and the descriptor the call opened.
+pub(super) fn answer(
+    bytes: &[u8],
+    fds: Vec<OwnedFd>,
+    policy: &Policy,
+    caps: &mut Caps,
+) -> (i64, Option<OwnedFd>) {
+    match Request::from_bytes(bytes) {
+        Some(req) => {
+            let mut run = || {
+                check_request(&req, &fds, policy)?;
+                caps.use_only(req.caps)?;
+                execute(&req, &fds)
+            };
+            match run() {
+                Ok(opened) => (0i64, opened),
+                Err(errno) => (-i64::from(errno), None),
             }
-            None => (-i64::from(libc::EINVAL), None),
-        };
-        drop(fds);
-        let raw: Vec<RawFd> = opened.iter().map(|f| f.as_raw_fd()).collect();
-        loop {
-            match wire::send(sock.as_fd(), &ret.to_le_bytes(), &raw) {
-                Ok(_) => break,
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                // The holder is gone (its end closed while we answered): so are we.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNRESET | libc::EPIPE)) => {
-                    return Ok(())
-                }
-                Err(e) => return Err(e.into()),
+        }
+        None => (-i64::from(libc::EINVAL), None),
+    }
+}
+
+/// Sends the answer `ret` (and `opened`) on `sock`. Returns false when the holder is gone
+/// (its end closed while we answered).
+///
+/// # Errors
+/// Any other error of the send.
+pub(super) fn reply(
+    sock: BorrowedFd<'_>,
+    ret: i64,
+    opened: Option<&OwnedFd>,
+) -> std::io::Result<bool> {
+    let raw: Vec<RawFd> = opened.iter().map(|f| f.as_raw_fd()).collect();
+    loop {
+        match wire::send(sock, &ret.to_le_bytes(), &raw) {
+            Ok(_) => return Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNRESET | libc::EPIPE)) => {
+                return Ok(false)
             }
+            Err(e) => return Err(e),
         }
     }
 }
@@ -156,7 +184,7 @@ fn serve(
 /// five in its permitted set and makes effective, per call, those the request names
 /// (`capset`, only when they change). Its other capabilities (CAP_NET_BIND_SERVICE for a
 /// low published port) stay effective.
-struct Caps {
+pub(super) struct Caps {
     header: CapHeader,
     data: [CapData; 2],
 }
@@ -179,7 +207,7 @@ struct CapData {
 
 impl Caps {
     /// The calling thread's sets.
-    fn read() -> std::io::Result<Caps> {
+    pub(super) fn read() -> std::io::Result<Caps> {
         let mut c = Caps {
             header: CapHeader {
                 version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
@@ -219,6 +247,9 @@ impl Caps {
 /// its descriptor, or as one plain component of a directory beneath the root, its last
 /// symlink not followed), and not a device, socket or pipe of the host's.
 fn check_request(req: &Request, fds: &[OwnedFd], policy: &Policy) -> Result<(), i32> {
+    if let Some(mount) = policy.mount {
+        on_the_sandboxs_mount(req, fds, mount)?;
+    }
     let root = policy.root.as_path();
     let metadata_of = |k: usize, name: Option<&[u8]>| -> Result<(), i32> {
         let fd = fds.get(k).ok_or(libc::EBADF)?;
@@ -276,10 +307,76 @@ fn check_request(req: &Request, fds: &[OwnedFd], policy: &Policy) -> Result<(), 
     }
 }
 
-/// What the broker may do beside files: the published host addresses it binds and connects.
-struct Policy {
-    root: PathBuf,
-    published: Vec<SocketAddr>,
+/// What the node's broker checks that Landlock checks for a sandbox's own broker: every
+/// descriptor of a request (but a Unix socket to bind) is on the sandbox's root mount, the
+/// mount the holder registered (`mount`, its unique id), and each name a call resolves from
+/// one is a plain component, so that no call reaches above the root (the `..` of the root
+/// of a mount is its parent mount's). `openat2` resolves its path in the root
+/// (`RESOLVE_IN_ROOT`) and may take any.
+fn on_the_sandboxs_mount(req: &Request, fds: &[OwnedFd], mount: u64) -> Result<(), i32> {
+    let skip = usize::from(req.op == code::BIND_UNIX);
+    for fd in fds.iter().skip(skip) {
+        if mount_of(fd.as_fd()) != Some(mount) {
+            return Err(libc::EPERM);
+        }
+    }
+    if skip == 1 {
+        let sock = fds.first().ok_or(libc::EBADF)?;
+        let st = host::fstat(sock.as_fd()).map_err(|_| libc::EBADF)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+            return Err(libc::EPERM);
+        }
+    }
+    let names: &[usize] = match req.op {
+        code::MKDIRAT | code::MKNODAT | code::UNLINKAT | code::BIND_UNIX => &[0],
+        code::RENAMEAT2 => &[0, 1],
+        code::SYMLINKAT => &[1],
+        // An empty old name is the descriptor itself (AT_EMPTY_PATH).
+        code::LINKAT if req.strs[0].is_empty() => &[1],
+        code::LINKAT => &[0, 1],
+        // Their names are checked with the metadata calls' rules (`check_request`).
+        _ => &[],
+    };
+    for &k in names {
+        plain_component(&req.strs[k])?;
+    }
+    Ok(())
+}
+
+/// The unique id of the mount `fd` is on (`statx`, Linux 6.8).
+pub(super) fn mount_of(fd: BorrowedFd<'_>) -> Option<u64> {
+    mount_and_root(fd).map(|(m, _)| m)
+}
+
+/// The unique id of the mount `fd` is on, and whether `fd` is that mount's root.
+pub(super) fn mount_and_root(fd: BorrowedFd<'_>) -> Option<(u64, bool)> {
+    // SAFETY: an all-zero statx is a valid value of the plain C struct.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: statx on a descriptor we hold, with an empty path and AT_EMPTY_PATH, into a
+    // local buffer.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_MNT_ID_UNIQUE,
+            &mut stx,
+        )
+    };
+    if r != 0 || stx.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
+        return None;
+    }
+    let root = stx.stx_attributes_mask & libc::STATX_ATTR_MOUNT_ROOT as u64 != 0
+        && stx.stx_attributes & libc::STATX_ATTR_MOUNT_ROOT as u64 != 0;
+    Some((stx.stx_mnt_id, root))
+}
+
+/// What the broker may do beside files: the published host addresses it binds and connects;
+/// for the node's broker, the sandbox's root mount every descriptor must be on.
+pub(super) struct Policy {
+    pub(super) root: PathBuf,
+    pub(super) published: Vec<SocketAddr>,
+    pub(super) mount: Option<u64>,
 }
 
 impl Policy {
@@ -581,6 +678,7 @@ mod tests {
         let policy = Policy {
             root: root.clone(),
             published: vec![],
+            mount: None,
         };
         let outside = std::fs::File::open("/dev/null").unwrap();
         let chmod = |f: &std::fs::File| {
@@ -618,6 +716,7 @@ mod tests {
     fn sockets_only_for_published_addresses() {
         let policy = Policy {
             root: PathBuf::from("/nonexistent"),
+            mount: None,
             published: vec![
                 "127.0.0.1:18080".parse().unwrap(),
                 "0.0.0.0:9000".parse().unwrap(),

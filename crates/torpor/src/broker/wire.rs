@@ -52,6 +52,9 @@ pub mod code {
     pub const BIND_INET: u8 = 14;
     /// `Op::ConnectInet`.
     pub const CONNECT_INET: u8 = 15;
+    /// A holder's registration with the node's broker (`broker::node`): its root's
+    /// descriptor, its published host addresses (strs\[0\], space-separated).
+    pub const REGISTER: u8 = 16;
 }
 
 /// A request, decoded.

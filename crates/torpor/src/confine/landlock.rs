@@ -124,7 +124,7 @@ const DEVICE: u64 = READ_FILE | WRITE_FILE | IOCTL_DEV;
 /// # Errors
 /// When Landlock is there but the ruleset cannot be built or enforced.
 pub fn restrict(trees: &[&Path], executables: &[PathBuf], libraries: &[PathBuf]) -> Result<bool> {
-    restrict_with(trees, Some((executables, libraries)))
+    restrict_with(trees, Some((executables, libraries)), &[])
 }
 
 /// Restricts the calling process's filesystem access to `trees` alone (the file broker: its
@@ -133,7 +133,16 @@ pub fn restrict(trees: &[&Path], executables: &[PathBuf], libraries: &[PathBuf])
 /// # Errors
 /// As [`restrict`].
 pub fn restrict_to_trees(trees: &[&Path]) -> Result<bool> {
-    restrict_with(trees, None)
+    restrict_with(trees, None, &[])
+}
+
+/// Restricts the calling process's filesystem access to `trees` and, for reading only,
+/// `read` (the node's file broker: the state root, and `/proc` to check who registers).
+///
+/// # Errors
+/// As [`restrict`].
+pub fn restrict_to_trees_reading(trees: &[&Path], read: &[&Path]) -> Result<bool> {
+    restrict_with(trees, None, read)
 }
 
 /// The host files beside the trees: none (the broker), or the holder's, with the binaries it
@@ -141,7 +150,7 @@ pub fn restrict_to_trees(trees: &[&Path]) -> Result<bool> {
 /// load (read only).
 type HostFiles<'a> = Option<(&'a [PathBuf], &'a [PathBuf])>;
 
-fn restrict_with(trees: &[&Path], host_files: HostFiles<'_>) -> Result<bool> {
+fn restrict_with(trees: &[&Path], host_files: HostFiles<'_>, read: &[&Path]) -> Result<bool> {
     // SAFETY: the version query takes no pointer.
     let abi = unsafe {
         libc::syscall(
@@ -184,6 +193,9 @@ fn restrict_with(trees: &[&Path], host_files: HostFiles<'_>) -> Result<bool> {
     let ruleset = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     for t in trees {
         allow(&ruleset, t, FULL & known)?;
+    }
+    for r in read {
+        allow(&ruleset, r, READ & known)?;
     }
     if let Some((executables, libraries)) = host_files {
         allow_host_files(&ruleset, known)?;

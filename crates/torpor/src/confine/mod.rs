@@ -384,6 +384,35 @@ pub fn confine_broker(root: &std::path::Path, low_ports: bool) -> Result<()> {
     Ok(())
 }
 
+/// Confines the node's file broker (`crate::broker::node`) before it serves: as
+/// [`confine_broker`], with Landlock to the state root `state` (every friendly-form sandbox's
+/// root is beneath it) and `/proc` read-only (who registers), CAP_NET_BIND_SERVICE kept (a
+/// sandbox's published low port), and the node broker's filter.
+///
+/// # Errors
+/// When a step fails: the broker must not serve unconfined.
+pub fn confine_node_broker(state: &std::path::Path) -> Result<()> {
+    // SAFETY: prctl with constant arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("PR_SET_NO_NEW_PRIVS");
+    }
+    let mode = Mode::from_env()?;
+    if mode != Mode::Off {
+        landlock::restrict_to_trees_reading(&[state], &[std::path::Path::new("/proc")])?;
+    }
+    drop_capabilities(KEPT_CAPS, &[CAP_NET_BIND_SERVICE])?;
+    // SAFETY: prctl with constant arguments.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("PR_SET_DUMPABLE");
+    }
+    if mode == Mode::Off {
+        return Ok(());
+    }
+    let bpf = seccomp::node_broker_filter(mode == Mode::Log).map_err(anyhow::Error::msg)?;
+    seccompiler::apply_filter(&bpf).context("installing the node broker's seccomp filter")?;
+    Ok(())
+}
+
 /// Drops every capability but `file_caps` and `also_keep` from the bounding set and the
 /// process's sets.
 fn drop_capabilities(file_caps: &[u32], also_keep: &[u32]) -> Result<()> {

@@ -517,8 +517,45 @@ const BROKER_ALLOWED: &[libc::c_long] = &[
 /// # Errors
 /// A message if the filter cannot be built (a bug).
 pub fn broker_filter(log_only: bool) -> Result<BpfProgram, String> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        BROKER_ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
+    broker_filter_with(&[], log_only)
+}
+
+/// What the node's file broker does beside a sandbox's: accept its holders' connections on
+/// its socket and wait on all of them (epoll), check who registers (`SO_PEERCRED`,
+/// `SO_PEERPIDFD`, `/proc/PID/status` and `uid_map` read, the pidfd polled), and read each
+/// descriptor's mount (`statx`, in [`BROKER_ALLOWED`] already).
+const NODE_BROKER_ALLOWED: &[libc::c_long] = &[
+    libc::SYS_accept4,
+    libc::SYS_epoll_create1,
+    libc::SYS_epoll_ctl,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_getsockopt,
+    libc::SYS_openat,
+    libc::SYS_read,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_clock_gettime,
+    // Its table of holders' keys (a hash map's seed), and its socket's removal as it leaves.
+    libc::SYS_getrandom,
+    libc::SYS_unlink,
+];
+
+/// The node's file broker's filter: a sandbox broker's ([`broker_filter`]) and
+/// [`NODE_BROKER_ALLOWED`].
+///
+/// # Errors
+/// A message if the filter cannot be built (a bug).
+pub fn node_broker_filter(log_only: bool) -> Result<BpfProgram, String> {
+    broker_filter_with(NODE_BROKER_ALLOWED, log_only)
+}
+
+fn broker_filter_with(more: &[libc::c_long], log_only: bool) -> Result<BpfProgram, String> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BROKER_ALLOWED
+        .iter()
+        .chain(more)
+        .map(|&nr| (nr, Vec::new()))
+        .collect();
     let mut socket = Vec::new();
     for family in [libc::AF_INET, libc::AF_INET6] {
         socket.push(

@@ -259,6 +259,12 @@ fn start(
             Origin::Restore(r) | Origin::Clone(r) | Origin::Provision(r) => r.upper(),
             Origin::Build | Origin::Wake(_) => None,
         };
+        // A root holder shares the node's file broker, unless its sandbox has a cgroup of
+        // its own (a broker started from it would live there); connected before the root is
+        // mounted in the holder's own mount namespace (`broker::connect_node`).
+        if policy.cpus.is_none() {
+            crate::broker::connect_node(&statedir::base_dir());
+        }
         let cow = crate::cowroot::prepare_seeded(&cfg.rootfs, &dir.join("root"), seed.as_deref())?;
         cfg.rootfs = cow.merged().to_path_buf();
         // The janitor stays out of the sandbox's cgroup, so that it can remove it.
