@@ -100,17 +100,10 @@ fn serve(state: &Path) -> Result<()> {
         .context("opening the broker's log")?;
     // SAFETY: dup2 of a file we hold onto standard error.
     unsafe { libc::dup2(log.as_raw_fd(), 2) };
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(LOCK))
-        .context("opening the broker's lock")?;
-    // SAFETY: flock on a file we hold.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    let Some(_lock) = take_lock(&dir.join(LOCK))? else {
         // Another broker serves this state root.
         return Ok(());
-    }
+    };
     let dir_fd = std::fs::File::open(&dir).context("opening the broker's directory")?;
     let sock_path = socket_path(&dir_fd);
     let _ = std::fs::remove_file(dir.join(SOCKET));
@@ -132,8 +125,15 @@ fn serve(state: &Path) -> Result<()> {
         if let Some(t) = alone_since {
             if t.elapsed() >= LINGER {
                 // No holder left: the next one starts a broker again. The socket goes first,
-                // so that no holder connects to a broker that is leaving.
+                // so that no holder connects to a broker that is leaving; the lock file while
+                // still held (a broker that locks a file no longer in the directory tries
+                // again, `take_lock`); then the directory, if nothing else is in it.
                 let _ = std::fs::remove_file(dir.join(SOCKET));
+                let _ = std::fs::remove_file(dir.join(LOCK));
+                if std::fs::metadata(dir.join(LOG)).is_ok_and(|m| m.len() == 0) {
+                    let _ = std::fs::remove_file(dir.join(LOG));
+                }
+                let _ = std::fs::remove_dir(&dir);
                 return Ok(());
             }
         }
@@ -168,6 +168,28 @@ fn serve(state: &Path) -> Result<()> {
             (true, t) => t,
             (false, _) => None,
         };
+    }
+}
+
+/// The lock file `path`, locked: `None` if another broker holds it. A lock taken on a file a
+/// leaving broker has just removed is no lock: taken again on the file now there.
+fn take_lock(path: &Path) -> Result<Option<std::fs::File>> {
+    use std::os::unix::fs::MetadataExt;
+    loop {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .context("opening the broker's lock")?;
+        // SAFETY: flock on a file we hold.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Ok(None);
+        }
+        let held = lock.metadata().context("fstat of the lock")?.ino();
+        if std::fs::metadata(path).is_ok_and(|m| m.ino() == held) {
+            return Ok(Some(lock));
+        }
     }
 }
 
@@ -321,7 +343,7 @@ const CAP_SYS_ADMIN: u32 = 21;
 /// The broker cannot be started or reached.
 pub fn connect_or_start(state: &Path) -> Result<OwnedFd> {
     let deadline = Instant::now() + START_WAIT;
-    let mut started = false;
+    let mut last_start: Option<Instant> = None;
     loop {
         match connect(state) {
             Ok(sock) => return Ok(sock),
@@ -330,9 +352,10 @@ pub fn connect_or_start(state: &Path) -> Result<OwnedFd> {
             }
             Err(_) => {}
         }
-        if !started {
+        // Started again now and then: one that found a leaving broker's lock has left.
+        if last_start.is_none_or(|t| t.elapsed() >= Duration::from_millis(500)) {
             start(state)?;
-            started = true;
+            last_start = Some(Instant::now());
         }
         std::thread::sleep(Duration::from_millis(5));
     }

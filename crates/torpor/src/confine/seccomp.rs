@@ -536,9 +536,10 @@ const NODE_BROKER_ALLOWED: &[libc::c_long] = &[
     libc::SYS_poll,
     libc::SYS_ppoll,
     libc::SYS_clock_gettime,
-    // Its table of holders' keys (a hash map's seed), and its socket's removal as it leaves.
+    // Its table of holders' keys (a hash map's seed), and its files' removal as it leaves.
     libc::SYS_getrandom,
     libc::SYS_unlink,
+    libc::SYS_rmdir,
 ];
 
 /// The node's file broker's filter: a sandbox broker's ([`broker_filter`]) and
