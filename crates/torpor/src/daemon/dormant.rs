@@ -186,6 +186,24 @@ pub(super) fn write_state(
     std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
         .create(&tmp)
         .with_context(|| format!("creating {}", tmp.display()))?;
+    let written = fill_state(&tmp, record, status, checkpoint);
+    if written.is_err() {
+        // Nothing half written stays for the next attempt to trip on.
+        let _ = crate::cowroot::remove_all(&tmp);
+    }
+    written?;
+    let dest = dir.join(dormancy::DIR);
+    std::fs::rename(&tmp, &dest).with_context(|| format!("renaming to {}", dest.display()))?;
+    sync_dir(dir)
+}
+
+/// Writes the checkpoint, the wake record and the status into `tmp`, synced.
+fn fill_state(
+    tmp: &std::path::Path,
+    record: &WakeRecord,
+    status: &serde_json::Value,
+    checkpoint: impl FnOnce(&std::path::Path) -> Result<()>,
+) -> Result<()> {
     checkpoint(&tmp.join(dormancy::CHECKPOINT))?;
     let write = |name: &str, bytes: &[u8]| -> std::io::Result<()> {
         use std::io::Write;
@@ -202,10 +220,7 @@ pub(super) fn write_state(
     )
     .context("writing the wake record")?;
     write(dormancy::STATUS, status.to_string().as_bytes()).context("writing the dormant status")?;
-    sync_dir(&tmp)?;
-    let dest = dir.join(dormancy::DIR);
-    std::fs::rename(&tmp, &dest).with_context(|| format!("renaming to {}", dest.display()))?;
-    sync_dir(dir)
+    sync_dir(tmp)
 }
 
 /// fsync of a directory (its entries are on disk before the sandbox is stopped).
@@ -463,4 +478,41 @@ fn exec_fd(fd: RawFd, argv: &[String]) -> std::io::Error {
         )
     };
     std::io::Error::last_os_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dormancy whose checkpoint fails leaves nothing behind: no `dormant/`, and no
+    /// `dormant.tmp` for the next attempt to find in its way.
+    #[test]
+    fn a_failed_dormancy_leaves_no_state() {
+        let dir = std::env::temp_dir().join(format!("torpor-dormant-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let record: WakeRecord = serde_json::from_value(serde_json::json!({
+            "root": "/nonexistent",
+            "wake_mode": "auto",
+            "swap_quota": null,
+            "hibernate_after_ms": null,
+            "memory_floor": null,
+            "broker_publishes": false,
+            "created": 0,
+        }))
+        .unwrap();
+        let status = serde_json::json!({});
+        let failed = write_state(&dir, &record, &status, |cp| {
+            std::fs::create_dir(cp)?;
+            std::fs::write(cp.join("half"), b"written")?;
+            anyhow::bail!("the disk is full")
+        });
+        assert!(failed.is_err());
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+        // The next attempt goes through.
+        write_state(&dir, &record, &status, |cp| Ok(std::fs::create_dir(cp)?)).unwrap();
+        assert!(dir.join(dormancy::DIR).join(dormancy::CHECKPOINT).is_dir());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
