@@ -319,10 +319,12 @@ fn start(
         }
         Origin::Wake(w) => {
             let sandbox = w.restoring.sandbox(cfg)?;
+            tracing::debug!("wake: sandbox restored");
             if let Some(h) = &w.restoring.hostname {
                 sandbox.set_hostname(h.as_bytes());
             }
             let (hook, hib) = w.restoring.hibernator(&sandbox, dir.clone(), mode)?;
+            tracing::debug!("wake: hibernator ready");
             (sandbox, hook, hib)
         }
         Origin::Clone(r) => {
@@ -411,6 +413,7 @@ fn start(
         // Confined since before its exec: the filters and the Landlock domain carried over.
         crate::confine::inherited(crate::confine::Mode::from_env()?)
             .context("confining the runtime")?;
+        tracing::debug!("wake: confined");
     } else {
         confine_holder(
             cfg,

@@ -71,6 +71,7 @@ fn inherited(fd: RawFd) -> Result<OwnedFd> {
 /// # Errors
 /// The state is missing or corrupt, a kept descriptor is not open, or the restore fails.
 pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
+    tracing::debug!("wake: started");
     let dir = crate::statedir::dir_of(&a.id)?;
     let record = crate::dormancy::read_record(&dir)?;
     let mut numbers = vec![a.control];
@@ -114,6 +115,7 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
         &dir.join(crate::dormancy::DIR)
             .join(crate::dormancy::CHECKPOINT),
     )?;
+    tracing::debug!("wake: checkpoint open");
     let (_, mut cfg) = restoring.config(Some(&record.root))?;
     if let Some(i) = &record.instance {
         cfg.publish = i
