@@ -127,17 +127,9 @@ pub fn restrict(trees: &[&Path], executables: &[PathBuf], libraries: &[PathBuf])
     restrict_with(trees, Some((executables, libraries)), &[])
 }
 
-/// Restricts the calling process's filesystem access to `trees` alone (the file broker: its
-/// sandbox's root).
-///
-/// # Errors
-/// As [`restrict`].
-pub fn restrict_to_trees(trees: &[&Path]) -> Result<bool> {
-    restrict_with(trees, None, &[])
-}
-
 /// Restricts the calling process's filesystem access to `trees` and, for reading only,
-/// `read` (the node's file broker: the state root, and `/proc` to check who registers).
+/// `read`: a sandbox's file broker (its root alone), the node's (the state root, and `/proc`
+/// to check who registers).
 ///
 /// # Errors
 /// As [`restrict`].

@@ -357,16 +357,53 @@ fn confine_pager_thread() -> std::result::Result<(), Box<dyn std::error::Error +
 /// # Errors
 /// When a step fails: the broker must not serve unconfined.
 pub fn confine_broker(root: &std::path::Path, low_ports: bool) -> Result<()> {
+    confine_a_broker(&Broker {
+        trees: &[root],
+        read: &[],
+        // Binding a published port below the host's unprivileged start is the broker's now.
+        low_ports,
+        node: false,
+    })
+}
+
+/// Confines the node's file broker (`crate::broker::node`) before it serves: as
+/// [`confine_broker`], with Landlock to the state root `state` (every friendly-form sandbox's
+/// root is beneath it) and `/proc` read-only (who registers), CAP_NET_BIND_SERVICE kept (a
+/// sandbox's published low port), and the node broker's filter.
+///
+/// # Errors
+/// When a step fails: the broker must not serve unconfined.
+pub fn confine_node_broker(state: &std::path::Path) -> Result<()> {
+    confine_a_broker(&Broker {
+        trees: &[state],
+        read: &[std::path::Path::new("/proc")],
+        low_ports: true,
+        node: true,
+    })
+}
+
+/// How a broker is confined.
+struct Broker<'a> {
+    /// Landlock: full access beneath these.
+    trees: &'a [&'a std::path::Path],
+    /// Landlock: reading beneath these.
+    read: &'a [&'a std::path::Path],
+    /// CAP_NET_BIND_SERVICE kept.
+    low_ports: bool,
+    /// The node's broker's filter, not a sandbox broker's.
+    node: bool,
+}
+
+fn confine_a_broker(b: &Broker<'_>) -> Result<()> {
     // SAFETY: prctl with constant arguments.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(std::io::Error::last_os_error()).context("PR_SET_NO_NEW_PRIVS");
     }
     let mode = Mode::from_env()?;
     if mode != Mode::Off {
-        landlock::restrict_to_trees(&[root])?;
+        landlock::restrict_to_trees_reading(b.trees, b.read)?;
     }
-    // Binding a published port below the host's unprivileged start is the broker's now.
-    let bind = if low_ports {
+    let bind = if b.low_ports {
         &[CAP_NET_BIND_SERVICE][..]
     } else {
         &[]
@@ -379,37 +416,14 @@ pub fn confine_broker(root: &std::path::Path, low_ports: bool) -> Result<()> {
     if mode == Mode::Off {
         return Ok(());
     }
-    let bpf = seccomp::broker_filter(mode == Mode::Log).map_err(anyhow::Error::msg)?;
+    let log = mode == Mode::Log;
+    let bpf = if b.node {
+        seccomp::node_broker_filter(log)
+    } else {
+        seccomp::broker_filter(log)
+    }
+    .map_err(anyhow::Error::msg)?;
     seccompiler::apply_filter(&bpf).context("installing the broker's seccomp filter")?;
-    Ok(())
-}
-
-/// Confines the node's file broker (`crate::broker::node`) before it serves: as
-/// [`confine_broker`], with Landlock to the state root `state` (every friendly-form sandbox's
-/// root is beneath it) and `/proc` read-only (who registers), CAP_NET_BIND_SERVICE kept (a
-/// sandbox's published low port), and the node broker's filter.
-///
-/// # Errors
-/// When a step fails: the broker must not serve unconfined.
-pub fn confine_node_broker(state: &std::path::Path) -> Result<()> {
-    // SAFETY: prctl with constant arguments.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("PR_SET_NO_NEW_PRIVS");
-    }
-    let mode = Mode::from_env()?;
-    if mode != Mode::Off {
-        landlock::restrict_to_trees_reading(&[state], &[std::path::Path::new("/proc")])?;
-    }
-    drop_capabilities(KEPT_CAPS, &[CAP_NET_BIND_SERVICE])?;
-    // SAFETY: prctl with constant arguments.
-    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("PR_SET_DUMPABLE");
-    }
-    if mode == Mode::Off {
-        return Ok(());
-    }
-    let bpf = seccomp::node_broker_filter(mode == Mode::Log).map_err(anyhow::Error::msg)?;
-    seccompiler::apply_filter(&bpf).context("installing the node broker's seccomp filter")?;
     Ok(())
 }
 
