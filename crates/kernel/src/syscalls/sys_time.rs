@@ -140,8 +140,12 @@ fn sleep_for(t: &mut Task, d: Duration, rem: Gva) -> SysResult {
 /// Implements clock_nanosleep(2), interruptible as [`sys_nanosleep`].
 pub fn sys_clock_nanosleep(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (id, flags) = (a.int(0), a.int(1));
-    if !valid_clock(id) || id == libc::CLOCK_THREAD_CPUTIME_ID {
+    if !valid_clock(id) {
         return Err(Errno::EINVAL);
+    }
+    if id == libc::CLOCK_THREAD_CPUTIME_ID {
+        // Linux's thread CPU clock has no sleep: the clock is valid, the call is not.
+        return Err(Errno::EOPNOTSUPP);
     }
     let d = get_timespec(t, a.gva(2))?;
     if flags & libc::TIMER_ABSTIME != 0 {

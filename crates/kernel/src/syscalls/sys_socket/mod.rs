@@ -150,8 +150,10 @@ const UDPLITE_RECV_CSCOV: i32 = 11;
 /// Whether (level, optname) is passed through to the host, for setting or getting.
 /// The errno of an option torpor does not pass on, as Linux answers one it does not know:
 /// ENOPROTOOPT at a level of the socket's own protocols (the socket layer, IP or IPv6, its
-/// transport), EOPNOTSUPP at any other level.
-fn refused_sockopt(st: &SocketState, level: i32) -> Errno {
+/// transport). At any other level, the IP layer's answer for an Internet socket
+/// (`ip_setsockopt` ENOPROTOOPT but `do_ip_getsockopt` EOPNOTSUPP; IPv6 ENOPROTOOPT both
+/// ways), EOPNOTSUPP for other families.
+fn refused_sockopt(st: &SocketState, level: i32, set: bool) -> Errno {
     let transport = match st.kind {
         libc::SOCK_STREAM => libc::IPPROTO_TCP,
         libc::SOCK_DGRAM => libc::IPPROTO_UDP,
@@ -165,7 +167,12 @@ fn refused_sockopt(st: &SocketState, level: i32) -> Errno {
             }
             _ => false,
         };
-    if own {
+    let foreign_is_unknown = match st.family {
+        libc::AF_INET => set,
+        libc::AF_INET6 => true,
+        _ => false,
+    };
+    if own || foreign_is_unknown {
         Errno::ENOPROTOOPT
     } else {
         Errno::EOPNOTSUPP
@@ -280,10 +287,19 @@ impl MsgHdr {
 // ---------------------------------------------------------------------------------------------
 // Guest-memory helpers.
 
-/// The open socket at `fd` and its state: EBADF if not open, ENOTSOCK if not a socket.
+/// The open socket at `fd` and its state: EBADF if not open (an `O_PATH` descriptor, which
+/// Linux's socket calls do not see, included), ENOTSOCK if not a socket.
 fn socket_file(t: &Task, fd: i32) -> Result<(Arc<OpenFile>, SocketState), Errno> {
     let f = t.fds.get(fd)?;
-    let st = f.socket_state().ok_or(Errno::ENOTSOCK)?;
+    let Some(st) = f.socket_state() else {
+        let path_only =
+            crate::fd::host::status_flags(f.host()).is_ok_and(|fl| fl & libc::O_PATH != 0);
+        return Err(if path_only {
+            Errno::EBADF
+        } else {
+            Errno::ENOTSOCK
+        });
+    };
     Ok((f, st))
 }
 
@@ -1043,7 +1059,7 @@ pub fn sys_setsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (f, st) = socket_file(t, a.int(0))?;
     let (level, name) = (a.int(1), a.int(2));
     if !sockopt_allowed(level, name, true) {
-        return Err(refused_sockopt(&st, level));
+        return Err(refused_sockopt(&st, level, true));
     }
     let len = usize::try_from(a.int(4))
         .map_err(|_| Errno::EINVAL)?
@@ -1063,7 +1079,7 @@ pub fn sys_getsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (f, st) = socket_file(t, a.int(0))?;
     let (level, name) = (a.int(1), a.int(2));
     if !sockopt_allowed(level, name, false) {
-        return Err(refused_sockopt(&st, level));
+        return Err(refused_sockopt(&st, level, false));
     }
     let ulen = usize::try_from(read_len(t, a.gva(4))?).map_err(|_| Errno::EINVAL)?;
     let mut val = vec![0u8; ulen.min(MAX_OPT_LEN)];
