@@ -517,6 +517,9 @@ static const char *err_name(int r) {
     case ENOPROTOOPT: return "ENOPROTOOPT";
     case ENOSYS: return "ENOSYS";
     case EFAULT: return "EFAULT";
+    case EBADF: return "EBADF";
+    case EFBIG: return "EFBIG";
+    case ENOTSOCK: return "ENOTSOCK";
     default: return "other";
     }
 }
@@ -584,6 +587,28 @@ static void ltp_findings(void) {
     printf("getsockopt UDP level on TCP: %s\n",
            err_name(getsockopt(s, IPPROTO_UDP, SO_OOBINLINE, &v, &len)));
     printf("getsockopt TCP -1: %s\n", err_name(getsockopt(s, IPPROTO_TCP, -1, &v, &len)));
+    printf("setsockopt level 500: %s\n", err_name(setsockopt(s, 500, SO_OOBINLINE, &v, sizeof v)));
+    printf("setsockopt UDP level on TCP: %s\n",
+           err_name(setsockopt(s, IPPROTO_UDP, SO_OOBINLINE, &v, sizeof v)));
+    int op = open("/", O_PATH);
+    printf("accept on O_PATH: %s, on a directory: %s\n", err_name(accept(op, NULL, NULL)),
+           err_name(accept(open("/", O_RDONLY), NULL, NULL)));
+    struct timespec ts = {0, 1000};
+    printf("clock_nanosleep thread cpu clock: %s\n",
+           err_name((int)syscall(SYS_clock_nanosleep, CLOCK_THREAD_CPUTIME_ID, 0, &ts, NULL)));
+    /* RLIMIT_FSIZE: a write that starts at the limit fails (SIGXFSZ ignored), one that
+     * crosses it is cut short. */
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit fsz = {4096, RLIM_INFINITY};
+    setrlimit(RLIMIT_FSIZE, &fsz);
+    int big = open("/fsize", O_RDWR | O_CREAT | O_TRUNC, 0600);
+    char blk[100] = {0};
+    printf("write at the file size limit: %s, across it: %d\n",
+           err_name((int)pwrite(big, blk, sizeof blk, 4096)), (int)pwrite(big, blk, sizeof blk, 4090));
+    fsz.rlim_cur = RLIM_INFINITY;
+    setrlimit(RLIMIT_FSIZE, &fsz);
+    close(big);
+    unlink("/fsize");
     close(s);
     struct timespec tai;
     printf("clock_gettime TAI: %s\n", err_name(clock_gettime(CLOCK_TAI, &tai)));

@@ -57,7 +57,7 @@ pub fn write_from_user(
     if matches!(f.kind, FileKind::ProcFile) {
         return write_proc_file(t, &f, &[(buf, len)]);
     }
-    let len = len.min(MAX_RW);
+    let len = within_file_size_limit(t, &f, offset, len.min(MAX_RW))?;
     let runs = t.user_ranges(buf, len, false)?;
     let mut done = fd::write_from_guest(&t.mem, f.host(), &runs, offset)?;
     // Linux's blocking write to a pipe, socket or terminal returns early only for a signal:
@@ -102,6 +102,46 @@ fn write_proc_file(t: &mut Task, f: &crate::fd::OpenFile, iov: &[(Gva, u64)]) ->
     }
     crate::fs::procfs::sysctl::write(t, name, &data)?;
     Ok(total)
+}
+
+/// `len` cut to what `RLIMIT_FSIZE` lets a write to the regular file `f` at `offset` (its
+/// own offset when `None`, its end with `O_APPEND`) carry, as Linux's
+/// `generic_write_check_limits`: a write that starts at or beyond the limit gets SIGXFSZ and
+/// EFBIG.
+///
+/// # Errors
+/// EFBIG; the host's errno reading the file's offset or size.
+fn within_file_size_limit(
+    t: &mut Task,
+    f: &crate::fd::OpenFile,
+    offset: Option<i64>,
+    len: u64,
+) -> Result<u64, Errno> {
+    let limit = t
+        .group
+        .rlimits
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(libc::RLIMIT_FSIZE as u32)?
+        .cur;
+    if limit == crate::task::rlimit::INFINITY || len == 0 {
+        return Ok(len);
+    }
+    let host = f.host();
+    let st = host::fstat(host)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(len);
+    }
+    let pos = match offset {
+        Some(o) => o as u64,
+        None if host::status_flags(host)? & libc::O_APPEND != 0 => st.st_size as u64,
+        None => host::seek(host, 0, libc::SEEK_CUR)?,
+    };
+    if pos >= limit {
+        t.queue_signal(crate::task::signal::SigInfo::kernel(libc::SIGXFSZ));
+        return Err(Errno::EFBIG);
+    }
+    Ok(len.min(limit - pos))
 }
 
 /// Whether `f` is a pipe, socket or character device open in blocking mode.
