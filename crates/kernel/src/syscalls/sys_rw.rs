@@ -122,7 +122,7 @@ fn within_file_size_limit(
         .rlimits
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .get(libc::RLIMIT_FSIZE as u32)?
+        .get(libc::RLIMIT_FSIZE)?
         .cur;
     if limit == crate::task::rlimit::INFINITY || len == 0 {
         return Ok(len);
