@@ -35,6 +35,7 @@
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/times.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* "ok" or the errno's name of a call that returned r. */
@@ -605,6 +606,8 @@ static void ltp_findings(void) {
     char blk[100] = {0};
     printf("write at the file size limit: %s, across it: %d\n",
            err_name((int)pwrite(big, blk, sizeof blk, 4096)), (int)pwrite(big, blk, sizeof blk, 4090));
+    struct iovec two[2] = {{blk, 50}, {blk, 50}};
+    printf("writev across the file size limit: %d\n", (int)pwritev(big, two, 2, 4026));
     fsz.rlim_cur = RLIM_INFINITY;
     setrlimit(RLIMIT_FSIZE, &fsz);
     close(big);

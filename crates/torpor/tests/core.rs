@@ -583,6 +583,7 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
         "accept on O_PATH: EBADF, on a directory: ENOTSOCK",
         "clock_nanosleep thread cpu clock: EOPNOTSUPP",
         "write at the file size limit: EFBIG, across it: 6",
+        "writev across the file size limit: 70",
         "nobody binds port 81: EACCES",
         "nobody raises a hard limit: EPERM",
         "clock_gettime TAI: ok",

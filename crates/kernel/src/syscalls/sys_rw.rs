@@ -104,7 +104,8 @@ fn write_proc_file(t: &mut Task, f: &crate::fd::OpenFile, iov: &[(Gva, u64)]) ->
     Ok(total)
 }
 
-/// `len` cut to what `RLIMIT_FSIZE` lets a write to the regular file `f` at `offset` (its
+/// `len` cut to what `RLIMIT_FSIZE` lets a write (write, pwrite, writev, pwritev) to the
+/// regular file `f` at `offset` (its
 /// own offset when `None`, its end with `O_APPEND`) carry, as Linux's
 /// `generic_write_check_limits`: a write that starts at or beyond the limit gets SIGXFSZ and
 /// EFBIG.
@@ -178,6 +179,19 @@ fn skip_runs(runs: &[(platform::Gpa, u64)], mut skip: u64) -> Vec<(platform::Gpa
     out
 }
 
+/// The first `take` bytes of `runs`.
+fn take_runs(runs: &[(platform::Gpa, u64)], mut take: u64) -> Vec<(platform::Gpa, u64)> {
+    let mut out = Vec::with_capacity(runs.len());
+    for &(gpa, len) in runs {
+        if take == 0 {
+            break;
+        }
+        out.push((gpa, len.min(take)));
+        take -= len.min(take);
+    }
+    out
+}
+
 /// Implements read(2).
 pub fn sys_read(t: &mut Task, a: &SyscallArgs) -> SysResult {
     read_to_user(t, a.int(0), a.gva(1), a.len(2)?, None)
@@ -238,6 +252,11 @@ fn vectored_at(t: &mut Task, a: &SyscallArgs, write: bool, offset: Option<i64>) 
         }
     }
     if write {
+        let total = runs.iter().map(|r| r.1).sum::<u64>();
+        let allowed = within_file_size_limit(t, &f, offset, total)?;
+        if allowed < total {
+            runs = take_runs(&runs, allowed);
+        }
         fd::write_from_guest(&t.mem, f.host(), &runs, offset)
     } else {
         fd::read_into_guest(&t.mem, f.host(), &runs, offset)
