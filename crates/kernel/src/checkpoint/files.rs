@@ -253,10 +253,13 @@ fn export_file(
                 .path
                 .clone()
                 .ok_or_else(|| unsupported("a /proc file with no path"))?;
-            // A tunable opened write-only is read through a read-only reopen of its memfd.
+            // Read through a reopen of its memfd: a file of its own offset (the application's
+            // stays), and readable whatever the access a tunable was opened with.
             let reader = crate::fs::reopen(&host.as_raw_fd(), libc::O_RDONLY)
                 .map_err(|e| io("reopening the /proc file", &e))?;
-            let content = read_all(reader.as_fd()).map_err(|e| io("reading the /proc file", &e))?;
+            let mut content = Vec::new();
+            std::io::Read::read_to_end(&mut std::fs::File::from(reader), &mut content)
+                .map_err(|e| io("reading the /proc file", &e))?;
             OpenFileState::ProcFile {
                 path,
                 flags,
@@ -733,33 +736,6 @@ fn set_fl(fd: BorrowedFd<'_>, flags: i32) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// All the bytes of the file `fd` from its start, its offset untouched.
-fn read_all(fd: BorrowedFd<'_>) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        // SAFETY: pread into a local buffer of its length.
-        let n = unsafe {
-            libc::pread(
-                fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                out.len() as libc::off_t,
-            )
-        };
-        match n {
-            0 => return Ok(out),
-            n if n < 0 => {
-                let e = std::io::Error::last_os_error();
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            n => out.extend_from_slice(&buf[..n as usize]),
-        }
-    }
 }
 
 fn tell(fd: BorrowedFd<'_>) -> std::io::Result<i64> {

@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use kernel::fd::host as fdhost;
 
 use super::server::{self, Caps, Policy};
 use super::wire::{self, code, Request};
@@ -116,14 +117,18 @@ fn serve(state: &Path) -> Result<()> {
     let own_uid_map = std::fs::read_to_string("/proc/self/uid_map").ok();
     crate::confine::confine_node_broker(state)?;
     let mut caps = Caps::read().map_err(|e| anyhow::anyhow!("capget: {e}"))?;
-    let ep = Epoll::new()?;
-    ep.add(listener.as_fd(), u64::MAX)?;
+    let ep = fdhost::epoll_create()
+        .map_err(errno)
+        .context("epoll_create1")?;
+    watch(&ep, listener.as_fd(), LISTENER)?;
     let mut clients: HashMap<RawFd, Client> = HashMap::new();
     let mut alone_since = Some(Instant::now());
     let mut buf = vec![0u8; wire::MAX_REQUEST];
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
     loop {
-        if let Some(t) = alone_since {
-            if t.elapsed() >= LINGER {
+        // With holders, wait for them; alone, until it is time to leave.
+        let timeout = match alone_since {
+            Some(t) if t.elapsed() >= LINGER => {
                 // No holder left: the next one starts a broker again. The socket goes first,
                 // so that no holder connects to a broker that is leaving; the lock file while
                 // still held (a broker that locks a file no longer in the directory tries
@@ -136,12 +141,21 @@ fn serve(state: &Path) -> Result<()> {
                 let _ = std::fs::remove_dir(&dir);
                 return Ok(());
             }
-        }
-        let ready = ep.wait(1000)?;
-        for key in ready {
-            if key == u64::MAX {
-                while let Some(conn) = accept(listener.as_fd()) {
-                    ep.add(conn.as_fd(), conn.as_raw_fd() as u64)?;
+            Some(t) => (LINGER - t.elapsed()).as_millis() as i32 + 1,
+            None => -1,
+        };
+        let n = match fdhost::epoll_wait(ep.as_fd(), &mut events, timeout) {
+            Ok(n) => n,
+            Err(e) if e == abi::Errno::EINTR => 0,
+            Err(e) => return Err(errno(e)).context("epoll_wait"),
+        };
+        for key in events[..n].iter().map(|e| e.u64) {
+            if key == LISTENER {
+                while let Ok((conn, _)) = kernel::net::host::accept4(
+                    listener.as_fd(),
+                    libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                ) {
+                    watch(&ep, conn.as_fd(), conn.as_raw_fd() as u64)?;
                     clients.insert(
                         conn.as_raw_fd(),
                         Client {
@@ -157,9 +171,8 @@ fn serve(state: &Path) -> Result<()> {
                     None => false,
                 };
                 if gone {
-                    if let Some(c) = clients.remove(&fd) {
-                        let _ = ep.delete(c.sock.as_fd());
-                    }
+                    // Closing the connection takes it out of the epoll set.
+                    clients.remove(&fd);
                 }
             }
         }
@@ -169,6 +182,25 @@ fn serve(state: &Path) -> Result<()> {
             (false, _) => None,
         };
     }
+}
+
+/// The epoll key of the listening socket (a connection's is its descriptor number).
+const LISTENER: u64 = u64::MAX;
+
+/// Adds `fd` to the epoll set `ep` for reading, under `key`.
+fn watch(ep: &OwnedFd, fd: BorrowedFd<'_>, key: u64) -> Result<()> {
+    let ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: key,
+    };
+    fdhost::epoll_ctl(ep.as_fd(), libc::EPOLL_CTL_ADD, fd, ev)
+        .map_err(errno)
+        .context("epoll_ctl")
+}
+
+/// The host layer's errno as an I/O error.
+fn errno(e: abi::Errno) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e.0)
 }
 
 /// The lock file `path`, locked: `None` if another broker holds it. A lock taken on a file a
@@ -182,8 +214,7 @@ fn take_lock(path: &Path) -> Result<Option<std::fs::File>> {
             .write(true)
             .open(path)
             .context("opening the broker's lock")?;
-        // SAFETY: flock on a file we hold.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if fdhost::flock(lock.as_fd(), libc::LOCK_EX | libc::LOCK_NB).is_err() {
             return Ok(None);
         }
         let held = lock.metadata().context("fstat of the lock")?.ino();
@@ -275,45 +306,28 @@ fn peer_is_privileged(sock: BorrowedFd<'_>, own_uid_map: Option<&str>) -> bool {
     let Some(own_uid_map) = own_uid_map else {
         return false;
     };
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt into a local ucred of its size.
-    let r = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 || cred.uid != 0 || cred.pid <= 0 {
+    use kernel::net::host;
+    // struct ucred: pid, uid, gid.
+    let mut cred = [0u8; 12];
+    if host::getsockopt(sock, libc::SOL_SOCKET, libc::SO_PEERCRED, &mut cred) != Ok(12) {
         return false;
     }
-    let mut pidfd: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt into a local int of its size (SO_PEERPIDFD, Linux 6.5).
-    let r = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_PEERPIDFD,
-            (&mut pidfd as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 || pidfd < 0 {
+    let pid = i32::from_ne_bytes([cred[0], cred[1], cred[2], cred[3]]);
+    let uid = u32::from_ne_bytes([cred[4], cred[5], cred[6], cred[7]]);
+    if uid != 0 || pid <= 0 {
         return false;
     }
-    // SAFETY: a fresh descriptor the kernel gave us.
+    let Ok(pidfd) = host::int_opt(sock, libc::SOL_SOCKET, SO_PEERPIDFD) else {
+        return false;
+    };
+    if pidfd < 0 {
+        return false;
+    }
+    // SAFETY: a fresh descriptor the kernel gave us (SO_PEERPIDFD, Linux 6.5).
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    let same_userns = std::fs::read_to_string(format!("/proc/{}/uid_map", cred.pid))
-        .is_ok_and(|m| m == own_uid_map);
-    let privileged = std::fs::read_to_string(format!("/proc/{}/status", cred.pid))
+    let same_userns =
+        std::fs::read_to_string(format!("/proc/{pid}/uid_map")).is_ok_and(|m| m == own_uid_map);
+    let privileged = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -322,13 +336,16 @@ fn peer_is_privileged(sock: BorrowedFd<'_>, own_uid_map: Option<&str>) -> bool {
         })
         .is_some_and(|eff| eff & (1 << CAP_SYS_ADMIN) != 0);
     // A pidfd is readable once its process has exited.
-    let mut pfd = libc::pollfd {
+    let mut pfd = [libc::pollfd {
         fd: pidfd.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
+    }];
+    let now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
     };
-    // SAFETY: poll of one local pollfd, without waiting.
-    let alive = unsafe { libc::poll(&mut pfd, 1, 0) } == 0;
+    let alive = fdhost::ppoll(&mut pfd, Some(&now)) == Ok(0);
     same_userns && privileged && alive
 }
 
@@ -426,53 +443,19 @@ fn socket_path(dir: &std::fs::File) -> Vec<u8> {
 
 fn listen(path: &[u8]) -> std::io::Result<OwnedFd> {
     use kernel::net::host;
-    // SAFETY: socket with constant arguments.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            0,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor owned by nobody else.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    host::bind(sock.as_fd(), &kernel::net::unix::sockaddr(path))
-        .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
-    host::listen(sock.as_fd(), 1024).map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
+    let sock = host::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, true, 0).map_err(errno)?;
+    host::bind(sock.as_fd(), &kernel::net::unix::sockaddr(path)).map_err(errno)?;
+    host::listen(sock.as_fd(), 1024).map_err(errno)?;
     Ok(sock)
 }
 
 fn connect(state: &Path) -> std::io::Result<OwnedFd> {
+    use kernel::net::host;
     let dir = std::fs::File::open(state.join(DIR))?;
     let path = socket_path(&dir);
-    // SAFETY: socket with constant arguments.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor owned by nobody else.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    kernel::net::host::connect(sock.as_fd(), &kernel::net::unix::sockaddr(&path))
-        .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
+    let sock = host::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, false, 0).map_err(errno)?;
+    host::connect(sock.as_fd(), &kernel::net::unix::sockaddr(&path)).map_err(errno)?;
     Ok(sock)
-}
-
-/// A connection from the listener, if one is waiting (non-blocking, close-on-exec).
-fn accept(listener: BorrowedFd<'_>) -> Option<OwnedFd> {
-    // SAFETY: accept4 without an address buffer.
-    let fd = unsafe {
-        libc::accept4(
-            listener.as_raw_fd(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-        )
-    };
-    // SAFETY: a fresh descriptor owned by nobody else.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The soft limit of open descriptors raised to the hard one: one per holder.
@@ -487,71 +470,5 @@ fn raise_descriptor_limit() {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
-    }
-}
-
-/// An epoll instance keyed by u64.
-struct Epoll(OwnedFd);
-
-impl Epoll {
-    fn new() -> Result<Epoll> {
-        // SAFETY: epoll_create1 with a valid flag.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error()).context("epoll_create1");
-        }
-        // SAFETY: a fresh descriptor owned by nobody else.
-        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-
-    fn add(&self, fd: BorrowedFd<'_>, key: u64) -> Result<()> {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: key,
-        };
-        // SAFETY: epoll_ctl with a live event struct.
-        let r = unsafe {
-            libc::epoll_ctl(
-                self.0.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                fd.as_raw_fd(),
-                &mut ev,
-            )
-        };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error()).context("epoll_ctl");
-        }
-        Ok(())
-    }
-
-    fn delete(&self, fd: BorrowedFd<'_>) -> std::io::Result<()> {
-        // SAFETY: epoll_ctl DEL takes no event.
-        let r = unsafe {
-            libc::epoll_ctl(
-                self.0.as_raw_fd(),
-                libc::EPOLL_CTL_DEL,
-                fd.as_raw_fd(),
-                std::ptr::null_mut(),
-            )
-        };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    /// The keys of the ready descriptors, waiting at most `ms` milliseconds.
-    fn wait(&self, ms: i32) -> Result<Vec<u64>> {
-        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
-        // SAFETY: epoll_wait into a local array of its length.
-        let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), evs.as_mut_ptr(), 64, ms) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                return Ok(Vec::new());
-            }
-            return Err(e).context("epoll_wait");
-        }
-        Ok(evs[..n as usize].iter().map(|e| e.u64).collect())
     }
 }

@@ -533,7 +533,6 @@ const NODE_BROKER_ALLOWED: &[libc::c_long] = &[
     libc::SYS_getsockopt,
     libc::SYS_openat,
     libc::SYS_read,
-    libc::SYS_poll,
     libc::SYS_ppoll,
     libc::SYS_clock_gettime,
     // Its table of holders' keys (a hash map's seed), and its files' removal as it leaves.
