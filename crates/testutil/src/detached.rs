@@ -190,6 +190,30 @@ impl Detached {
         })
     }
 
+    /// `torpor fork ID -d --name NEW OPTIONS` in this sandbox's state directory: a new
+    /// instance of this sandbox as it is now, or the failed command's output.
+    pub fn fork_beside(&self, options: &[&str]) -> Result<Detached, Output> {
+        let id = format!("f{}", crate::tempdir::unique_token());
+        let mut cmd = Command::new(&self.bin);
+        cmd.env("TORPOR_STATE_DIR", self.state_dir.path())
+            .arg("fork")
+            .arg(&self.id)
+            .arg("-d")
+            .arg("--name")
+            .arg(&id)
+            .args(options);
+        let out = run_command(cmd, None, Duration::from_secs(120));
+        if out.code() != 0 {
+            return Err(out);
+        }
+        assert_eq!(out.stdout_str().trim(), id, "fork -d prints the ID");
+        Ok(Detached {
+            bin: self.bin.clone(),
+            id,
+            state_dir: self.state_dir.clone(),
+        })
+    }
+
     /// The state directory's base (TORPOR_STATE_DIR).
     pub fn state_base(&self) -> &Path {
         self.state_dir.path()
@@ -198,6 +222,14 @@ impl Detached {
     /// The sandbox's own directory.
     pub fn dir(&self) -> PathBuf {
         self.state_dir.path().join(&self.id)
+    }
+
+    /// `torpor ARGS…` in this sandbox's state directory.
+    pub fn verb_in_base(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(&self.bin);
+        cmd.env("TORPOR_STATE_DIR", self.state_dir.path())
+            .args(args);
+        run_command(cmd, None, Duration::from_secs(180))
     }
 
     /// `torpor VERB ID EXTRA…`.

@@ -163,6 +163,10 @@ pub enum Command {
     /// Start a sandbox from a checkpoint DIR: it resumes where it was checkpointed, its
     /// memory coming back lazily as it is touched.
     Restore(RestoreArgs),
+    /// Start a new sandbox that carries on from the running or hibernated sandbox TEMPLATE as
+    /// it is now (memory, processes, descriptors, files), under its own ID, ports and root;
+    /// the template is left hibernated (a dormant one stays dormant)
+    Fork(ForkArgs),
     /// OCI: create a container from a bundle; its program waits for `start`.
     Create(CreateArgs),
     /// OCI: start the program of a created container.
@@ -416,6 +420,32 @@ pub struct RunArgs {
     /// Program (a path inside ROOTFS) and its arguments; without them, the OCI form.
     #[arg(last = true, num_args = 1..)]
     pub command: Vec<String>,
+}
+
+/// Arguments of `torpor fork`.
+#[derive(clap::Args, Debug)]
+pub struct ForkArgs {
+    /// The live sandbox to fork (started with `run -d` or `restore -d`).
+    pub template: String,
+    /// The instance's ID (default: a random one).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Publish a guest port of the instance on the host: [HOST_IP:]HOST_PORT:GUEST_PORT.
+    /// Needed when the template publishes ports (those stay the template's).
+    #[arg(long = "publish", short = 'p')]
+    pub publish: Vec<Publish>,
+    /// The instance's node name (default: the template's).
+    #[arg(long, value_parser = parse_hostname)]
+    pub hostname: Option<String>,
+    /// Let the instance connect to hosts other than its own listeners.
+    #[arg(long)]
+    pub allow_outbound: bool,
+    /// Hibernate the instance by itself after this long idle (e.g. 30s).
+    #[arg(long, value_parser = crate::keepalive::parse_after)]
+    pub hibernate_after: Option<std::time::Duration>,
+    /// Run the instance in the background: print its ID once it runs, and return.
+    #[arg(long, short = 'd')]
+    pub detach: bool,
 }
 
 /// Arguments of `torpor checkpoint`: `checkpoint [--leave-running] ID DIR`, or runc's form

@@ -58,6 +58,9 @@ pub enum Request {
     Pause,
     /// End a pause (OCI `resume`).
     Resume,
+    /// End a pause without a wake: the sandbox stays hibernated until its next request
+    /// (`torpor fork` leaves its template so).
+    Unpause,
     /// Write the sandbox's state into its state directory and become dormant
     /// (`crate::dormancy`): answered before the holder's exec.
     Dormant,

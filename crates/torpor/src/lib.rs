@@ -11,6 +11,7 @@
 //! | [`keepalive`] | the keep-alive policy (hibernate after an idle time, memory floor) |
 //! | [`dormancy`] | dormant sandboxes: a holder's exec into `torpor-dormant` and its wake in place |
 //! | [`snapshot`] | checkpoint, restore and clone |
+//! | [`fork`] | `torpor fork`: a new instance of a live sandbox, from its fork image |
 //! | [`oci`], [`console`] | the OCI runtime command line (podman, containerd) and its terminal |
 //! | [`statedir`], [`ready`], [`janitor`] | state directories, readiness pipes, clean-up |
 //! | [`broker`], [`fdpass`] | the file broker of a root holder, descriptor passing |
@@ -29,6 +30,7 @@ pub mod daemon;
 pub mod demo;
 pub mod dormancy;
 pub mod fdpass;
+pub mod fork;
 pub mod janitor;
 pub mod keepalive;
 pub mod logging;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use torpor::{broker, cli, demo, logging, oci, platforms, run, snapshot, verbs};
+use torpor::{broker, cli, demo, fork, logging, oci, platforms, run, snapshot, verbs};
 
 fn main() -> ExitCode {
     // As every Unix tool: a verb whose output pipe closes (`torpor stats ID | head`) ends
@@ -63,6 +63,7 @@ fn main() -> ExitCode {
         cli::Command::Delete { id, force } => verbs::delete(&id, force),
         cli::Command::Checkpoint(args) => snapshot::checkpoint_verb(args),
         cli::Command::Restore(args) => snapshot::restore(args),
+        cli::Command::Fork(args) => fork::fork(args),
         cli::Command::Create(a) => oci::create(&oci::CreateOptions {
             id: a.id,
             bundle: a.bundle,

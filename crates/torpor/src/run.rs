@@ -108,6 +108,12 @@ pub fn share_files_from_env() -> bool {
 /// leader in the background with its output in the sandbox directory, and returns once it
 /// reports ready.
 pub fn detach(id: &str, verb: &str) -> Result<u8> {
+    detach_args(id, verb, std::env::args().skip(1).collect())
+}
+
+/// [`detach`] of the command line `argv` (without the program's name) instead of this
+/// process's own: `torpor fork -d` starts its instance as a `run --from`.
+pub fn detach_args(id: &str, verb: &str, argv: Vec<String>) -> Result<u8> {
     use std::os::unix::process::CommandExt;
     let dir = statedir::dir_of(id)?;
     if dir.exists() && statedir::owner_alive(&dir) {
@@ -120,7 +126,7 @@ pub fn detach(id: &str, verb: &str) -> Result<u8> {
     let mut args: Vec<String> = Vec::new();
     let mut skip_next = false;
     let mut after_dashdash = false;
-    for a in std::env::args().skip(1) {
+    for a in argv {
         if after_dashdash {
             args.push(a);
             continue;

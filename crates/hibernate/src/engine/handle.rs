@@ -227,6 +227,22 @@ impl HibernateHandle {
         r
     }
 
+    /// Ends a pause without waking the sandbox: it stays hibernated, and the next request
+    /// wakes it as it wakes any hibernated sandbox (`torpor fork` leaves its template so once
+    /// the image is written: nothing of it has run since, while it stays hibernated).
+    ///
+    /// # Errors
+    /// [`HibernateError::State`] unless paused.
+    pub fn unpause(&self) -> Result<(), HibernateError> {
+        if !self.is_paused() {
+            return Err(HibernateError::State("the sandbox is not paused".into()));
+        }
+        self.shared.paused.store(false, Ordering::SeqCst);
+        self.shared.rewatch.store(true, Ordering::SeqCst);
+        self.shared.signal_wake();
+        Ok(())
+    }
+
     /// Whether the sandbox is hibernated by a pause.
     pub fn is_paused(&self) -> bool {
         self.shared.paused.load(Ordering::SeqCst) && self.state() == State::Hibernated
@@ -244,6 +260,8 @@ impl HibernateHandle {
                 s.as_str()
             )));
         }
+        // An unpause not yet seen by the wait is overtaken: this is a wake.
+        self.shared.rewatch.store(false, Ordering::SeqCst);
         self.shared.signal_wake();
         Ok(())
     }

@@ -158,6 +158,9 @@ pub struct Shared {
     stop: std::sync::atomic::AtomicBool,
     /// Hibernated by a pause (OCI `pause`): only an explicit wake ends it, requests wait.
     paused: std::sync::atomic::AtomicBool,
+    /// A pause ended without a wake ([`HibernateHandle::unpause`]): the hibernated task's
+    /// wait watches the application's sockets again instead of waking.
+    rewatch: std::sync::atomic::AtomicBool,
     /// The next deflate compacts every process's swap (`torpor hibernate --compact`).
     compact_next: std::sync::atomic::AtomicBool,
     /// The last deflate's figures, per process.
@@ -326,6 +329,7 @@ pub fn new(
         wake_efd,
         stop: std::sync::atomic::AtomicBool::new(false),
         paused: std::sync::atomic::AtomicBool::new(false),
+        rewatch: std::sync::atomic::AtomicBool::new(false),
         compact_next: std::sync::atomic::AtomicBool::new(false),
         processes: Mutex::new(Vec::new()),
     });

@@ -212,11 +212,14 @@ impl Hibernator {
                             8,
                         )
                     };
-                    reason = Some(if self.shared.stop.load(Ordering::SeqCst) {
-                        WakeReason::Stop
+                    if self.shared.stop.load(Ordering::SeqCst) {
+                        reason = Some(WakeReason::Stop);
+                    } else if self.shared.rewatch.swap(false, Ordering::SeqCst) {
+                        // A pause ended without a wake: wait again, for requests this time.
+                        return self.wait_for_wake(sb);
                     } else {
-                        WakeReason::Explicit
-                    });
+                        reason = Some(WakeReason::Explicit);
+                    }
                 } else if reason.is_none() {
                     let Some(f) = sockets.get(ev.u64 as usize) else {
                         continue;

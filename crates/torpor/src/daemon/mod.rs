@@ -747,6 +747,15 @@ fn handle(d: &Daemon, req: Request) -> Response {
                 Err(e) => Response::error(e),
             }
         }
+        Request::Unpause => {
+            if !d.hib.is_paused() {
+                return Response::error("the sandbox is not paused");
+            }
+            match d.hib.unpause() {
+                Ok(()) => Response::ok(),
+                Err(e) => Response::error(e),
+            }
+        }
         Request::Kill { signal } if (1..=64).contains(&signal) && !is_started(d) => {
             // A created sandbox's program has not run: any signal ends it (as runc's init).
             if cancel_start(d, ExitStatus::Signaled(signal)) {

@@ -58,18 +58,7 @@ impl HolderRecord {
             env: cfg.env.clone(),
             cwd: cfg.cwd.clone(),
             memory: cfg.memory,
-            publish: cfg
-                .publish
-                .iter()
-                .map(|p| match p.host {
-                    std::net::SocketAddr::V4(a) => {
-                        format!("{}:{}:{}", a.ip(), a.port(), p.guest_port)
-                    }
-                    std::net::SocketAddr::V6(a) => {
-                        format!("[{}]:{}:{}", a.ip(), a.port(), p.guest_port)
-                    }
-                })
-                .collect(),
+            publish: cfg.publish.iter().map(publish_spec).collect(),
             allow_outbound: cfg.allow_outbound,
             hostname: cfg.hostname.clone(),
             share_files: cfg.share_files,
@@ -108,6 +97,14 @@ impl HolderRecord {
             platform: crate::platforms::open()?,
             kept_sockets: Default::default(),
         })
+    }
+}
+
+/// `p` as `--publish` takes it: `HOST_IP:HOST_PORT:GUEST_PORT`, an IPv6 address in brackets.
+pub fn publish_spec(p: &kernel::net::Publish) -> String {
+    match p.host {
+        std::net::SocketAddr::V4(a) => format!("{}:{}:{}", a.ip(), a.port(), p.guest_port),
+        std::net::SocketAddr::V6(a) => format!("[{}]:{}:{}", a.ip(), a.port(), p.guest_port),
     }
 }
 
