@@ -24,6 +24,9 @@ pub(crate) struct ProcessStub {
     next_index: AtomicUsize,
     /// Whether the stub's mappings were dropped for a hibernation (see `walk.rs`).
     evicted: AtomicBool,
+    /// Pages to map as soon as the stub is spawned (a prefault asked before the first run:
+    /// a clone's memory, all there already): the page-table root and the runs.
+    ahead: Mutex<Option<(Gpa, Vec<platform::PageRun>)>>,
 }
 
 impl ProcessStub {
@@ -36,6 +39,7 @@ impl ProcessStub {
             windows: Mutex::new(HashMap::new()),
             next_index: AtomicUsize::new(0),
             evicted: AtomicBool::new(false),
+            ahead: Mutex::new(None),
         }
     }
 
@@ -56,8 +60,25 @@ impl ProcessStub {
             return Ok(s.clone());
         }
         let s = self.spawner.spawn(&self.mem)?;
+        // Mapped before another thread of the process gets the stub (the lock is held).
+        let ahead = self.ahead.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((root, runs)) = ahead {
+            // What the tables say now (they may have changed since the request); a failure
+            // only costs the faults the mapping would have saved.
+            let _here = crate::pair::PinHere::new();
+            let t = std::time::Instant::now();
+            if let Err(e) = self.sync_pages(&s, root, &runs, None, true) {
+                tracing::warn!("mapping pages ahead at the stub's start: {e}");
+            }
+            tracing::debug!(runs = runs.len(), took_us = t.elapsed().as_micros() as u64, "trap: pages mapped ahead");
+        }
         *g = Some(s.clone());
         Ok(s)
+    }
+
+    /// Keeps `runs` (of the tables rooted at `root`) to map when the stub is spawned.
+    pub(crate) fn map_at_spawn(&self, root: Gpa, runs: &[platform::PageRun]) {
+        *self.ahead.lock().unwrap_or_else(|e| e.into_inner()) = Some((root, runs.to_vec()));
     }
 
     /// The stub's slot for the shared window holding `gpa..gpa+len` (attached the first

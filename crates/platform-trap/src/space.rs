@@ -48,6 +48,8 @@ impl AddressSpace for TrapSpace {
     /// Maps the pages ahead, as a commit would (one mapper command a run).
     fn prefault(&self, root: Gpa, pages: &[PageRun]) -> Result<(), PlatformError> {
         let Some(stub) = self.inner.spawned() else {
+            // Before the first run: mapped as the stub starts.
+            self.inner.map_at_spawn(root, pages);
             return Ok(());
         };
         // One mapper command a run: the mapper and this thread on one CPU for all of them.

@@ -64,6 +64,7 @@ impl Current {
 pub fn fork(a: crate::cli::ForkArgs) -> Result<u8> {
     let id = crate::statedir::id_or_new(a.name.as_deref())?;
     let (image, platform) = image_of(&a.template)?;
+    tracing::debug!(image = %image.display(), "fork: image ready");
     let record = Restoring::open(&image)?.record()?;
     if a.publish.is_empty() && !record.publish.is_empty() {
         bail!(

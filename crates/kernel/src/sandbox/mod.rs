@@ -314,6 +314,39 @@ impl Sandbox {
         }
     }
 
+    /// Maps ahead of their first touch, in each process, the file pages its checkpoint had
+    /// mapped (`mm`'s `prefault_file_pages`), then has its platform map every page its tables
+    /// hold: a clone's or a fork's memory is all there already, and on the trap platform,
+    /// whose stubs map guest pages themselves, the first request would otherwise take a fault
+    /// per page run (a platform whose application reaches memory through the runtime's
+    /// mapping has nothing to map). Returns the pages mapped or asked for.
+    pub fn map_ahead(&self) -> u64 {
+        let mut spaces = vec![(self.task.mm.clone(), self.task.group.space())];
+        for (pid, g) in self.task.group.procs.live_groups() {
+            if pid != self.task.pid {
+                if let Some(r) = g.resources() {
+                    spaces.push((r.mm, r.space));
+                }
+            }
+        }
+        let mut pages = 0;
+        for (mm, space) in spaces {
+            let mut mm = mm.lock().unwrap_or_else(|e| e.into_inner());
+            // The program's text and libraries the checkpointed process had mapped, mapped
+            // again from the page cache (no guest fault a page when they run).
+            pages += mm.prefault_file_pages() as u64;
+            if space.holder_sees_writes() {
+                continue;
+            }
+            let runs = mm.present_pages_of(|_| true);
+            pages += runs.iter().map(|r| u64::from(r.count)).sum::<u64>();
+            if let Err(e) = space.prefault(mm.cr3(), &runs) {
+                tracing::warn!("mapping a process's pages ahead: {e}");
+            }
+        }
+        pages
+    }
+
     /// Each process's guest memory, by pid, the first process's first (a restored sandbox
     /// has several before it runs).
     pub fn process_memories(&self) -> Vec<(i32, Arc<GuestMemory>)> {

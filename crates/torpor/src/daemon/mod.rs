@@ -231,6 +231,7 @@ fn start(
         Origin::Wake(w) => Some(w),
         _ => None,
     };
+    tracing::debug!("holder: started");
     // A holder waking from dormancy has its directory, root, janitor and broker already.
     let dir = if woken.is_some() {
         statedir::dir_of(id)?
@@ -267,6 +268,7 @@ fn start(
         }
         let cow = crate::cowroot::prepare_seeded(&cfg.rootfs, &dir.join("root"), seed.as_deref())?;
         cfg.rootfs = cow.merged().to_path_buf();
+        tracing::debug!("holder: root mounted");
         // The janitor stays out of the sandbox's cgroup, so that it can remove it.
         let cgroup = policy.cpus.map(|cpus| cpu_cgroup(id, cpus));
         let janitor = crate::janitor::spawn(cow, &dir, cgroup.as_ref().map(|c| c.path.clone()))?;
@@ -288,6 +290,7 @@ fn start(
     if woken.is_none() {
         crate::broker::start_if_root(cfg)?;
     }
+    tracing::debug!("holder: broker ready");
     if let Origin::Provision(r) = origin {
         // Nothing of the sandbox is built: its state goes to `dormant/` and this process
         // becomes the dormant one.
@@ -329,6 +332,9 @@ fn start(
         }
         Origin::Clone(r) => {
             let sandbox = r.clone_sandbox(cfg)?;
+            tracing::debug!("clone: sandbox restored");
+            let pages = sandbox.map_ahead();
+            tracing::debug!(pages, "clone: pages mapped ahead");
             sandbox.release_held();
             let (hook, hib) = engine::new(sandbox.memory(), sandbox.control(), dir.clone(), mode)
                 .context("setting up hibernation")?;

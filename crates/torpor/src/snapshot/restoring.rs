@@ -250,6 +250,7 @@ impl Restoring {
         let mut memories = Vec::new();
         for p in &self.state.kernel.processes {
             let file = self.memory_file(p.pid)?;
+            tracing::debug!(pid = p.pid, "clone: memory file open");
             let mem = cfg
                 .platform
                 .memory_from_image(&file, cfg.memory)
@@ -262,6 +263,7 @@ impl Restoring {
                 })?;
             memories.push((p.pid, mem));
         }
+        tracing::debug!("clone: memory made");
         let sandbox = kernel::checkpoint::restore(
             cfg,
             &self.state.kernel,
