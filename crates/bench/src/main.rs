@@ -8,6 +8,7 @@
 mod burst;
 mod density;
 mod dormantbench;
+mod forkbench;
 mod paper;
 mod share;
 mod snapbench;
@@ -51,6 +52,10 @@ enum Benchmark {
     /// (Python, Node.js, Go hellos), the time to go dormant, what each tier keeps on the host,
     /// and many Python sandboxes dormant at once: dormant.md, dormant.csv. Needs root.
     Dormant(dormantbench::DormantArgs),
+    /// Sandbox fork against cold start, clone and REAP wake (Python, Node.js, Go, Java
+    /// hellos), from the command to the first response, and the memory of many forked
+    /// instances against as many cold-started: fork.md, fork.csv. Needs root.
+    Fork(forkbench::ForkArgs),
     /// Clean pages of program text and libraries shared through the host's page cache
     /// against copied (`--no-share-files`): the PSS of 10 Python sandboxes hot at once
     /// against 10 times one's, and Node.js hello's first request after a page-fault wake:
@@ -80,6 +85,7 @@ fn main() -> ExitCode {
         Benchmark::Burst(args) => burst::run(args),
         Benchmark::Density(args) => density::run(args),
         Benchmark::Dormant(args) => dormantbench::run(args),
+        Benchmark::Fork(args) => forkbench::run(args),
         Benchmark::Share(args) => share::run(args),
         Benchmark::Snapshots(args) => snapbench::run(args),
         Benchmark::Exit { iterations } => exit_round_trips(iterations),

@@ -226,6 +226,25 @@ impl Driver {
         })
     }
 
+    /// `torpor fork -d` of the live sandbox `template` (workload `w`), published on a free
+    /// port; returns once the instance runs.
+    ///
+    /// # Errors
+    /// If the verb fails.
+    pub fn fork(&self, w: &Workload, template: &Sandbox<'_>) -> anyhow::Result<Sandbox<'_>> {
+        let port = free_port()?;
+        let n = self.next.get();
+        self.next.set(n + 1);
+        let id = format!("fork-{}-{n}", w.name);
+        let publish = format!("127.0.0.1:{port}:8080");
+        self.verb(&["fork", &template.id, "-d", "--name", &id, "-p", &publish])?;
+        Ok(Sandbox {
+            driver: self,
+            id,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        })
+    }
+
     /// Removes the state directory (every sandbox must be gone).
     pub fn cleanup(&self) {
         let _ = std::fs::remove_dir_all(&self.state);
