@@ -137,7 +137,12 @@ impl Platform for TrapPlatform {
 /// Copies bytes `start..end` of `image` into `mem` at the same offsets: through the memfd
 /// with `sendfile` (a copy in the kernel, page cache to page cache, without a fault per page
 /// of the mapping), else read into the mapping.
-fn copy_range(image: &std::fs::File, mem: &GuestMemory, start: u64, end: u64) -> std::io::Result<()> {
+fn copy_range(
+    image: &std::fs::File,
+    mem: &GuestMemory,
+    start: u64,
+    end: u64,
+) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let mut at = start;
     if let Some(memfd) = mem.backing_fd() {

@@ -70,7 +70,11 @@ impl ProcessStub {
             if let Err(e) = self.sync_pages(&s, root, &runs, None, true) {
                 tracing::warn!("mapping pages ahead at the stub's start: {e}");
             }
-            tracing::debug!(runs = runs.len(), took_us = t.elapsed().as_micros() as u64, "trap: pages mapped ahead");
+            tracing::debug!(
+                runs = runs.len(),
+                took_us = t.elapsed().as_micros() as u64,
+                "trap: pages mapped ahead"
+            );
         }
         *g = Some(s.clone());
         Ok(s)

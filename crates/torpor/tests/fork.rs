@@ -57,6 +57,19 @@ fn fork(template: &Detached) -> (Detached, SocketAddr) {
     (inst, local(port))
 }
 
+/// The sandbox's boot id, as its programs read it.
+fn boot_id(sb: &Detached) -> String {
+    let out = sb.verb(
+        "exec",
+        &["/bin/busybox", "cat", "/proc/sys/kernel/random/boot_id"],
+    );
+    assert_eq!(out.code(), 0, "exec cat: {}", out.stderr_str());
+    let id = out.stdout_str().trim().to_string();
+    assert_eq!(id.len(), 36, "a UUID: {id:?}");
+    assert_eq!(&id[14..15], "4", "version 4: {id}");
+    id
+}
+
 /// The fork images in the template's state directory.
 fn images(template: &Detached) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(template.dir().join("fork"))
@@ -79,8 +92,10 @@ fn forked_instances_count_on_from_the_template_and_independently() {
     let r = Rootfs::new();
     let (tpl, tpl_addr) = start(&r);
     assert_eq!(get_counter(tpl_addr), 2, "after /up");
+    let tpl_boot = boot_id(&tpl);
+    assert_eq!(boot_id(&tpl), tpl_boot, "a boot id stays");
     let (a, a_addr) = fork(&tpl);
-    let (_b, b_addr) = fork(&tpl);
+    let (b, b_addr) = fork(&tpl);
     // Both carry on from the template's count, each on its own.
     assert_eq!(get_counter(a_addr), 3);
     assert_eq!(get_counter(a_addr), 4);
@@ -97,6 +112,11 @@ fn forked_instances_count_on_from_the_template_and_independently() {
     let (_c, c_addr) = fork(&tpl);
     assert_eq!(get_counter(c_addr), 4);
     assert_eq!(images(&tpl).len(), 1, "the old image is removed");
+    // Each instance is a boot of its own (checked last: an exec wakes the template).
+    let (a_boot, b_boot) = (boot_id(&a), boot_id(&b));
+    assert_ne!(a_boot, tpl_boot);
+    assert_ne!(b_boot, tpl_boot);
+    assert_ne!(a_boot, b_boot);
     // The instances are sandboxes of their own: deleting one leaves the others serving.
     a.ok("delete", &["--force"]);
     assert_eq!(get_counter(b_addr), 5);
@@ -164,6 +184,7 @@ fn a_fork_of_a_dormant_template_leaves_it_dormant() {
     let r = Rootfs::new();
     let (tpl, tpl_addr) = start(&r);
     assert_eq!(get_counter(tpl_addr), 2);
+    let tpl_boot = boot_id(&tpl);
     tpl.ok("dormant", &[]);
     let (inst, inst_addr) = fork(&tpl);
     assert_eq!(get_counter(inst_addr), 3);
@@ -172,5 +193,7 @@ fn a_fork_of_a_dormant_template_leaves_it_dormant() {
         Some("dormant")
     );
     assert_eq!(get_counter(tpl_addr), 3);
-    drop(inst);
+    // Woken in place from its checkpoint, the template is the same boot; the fork is not.
+    assert_eq!(boot_id(&tpl), tpl_boot);
+    assert_ne!(boot_id(&inst), tpl_boot);
 }

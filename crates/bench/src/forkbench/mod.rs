@@ -55,7 +55,7 @@ pub struct Row {
     pub fork: Vec<f64>,
     /// Requests to a hibernated template recorded for REAP.
     pub reap_wake: Vec<f64>,
-    /// A hot request to a fork.
+    /// The request after a fork's first response.
     pub hot: Vec<f64>,
     /// What went wrong.
     pub errors: Vec<String>,

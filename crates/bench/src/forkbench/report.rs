@@ -78,7 +78,7 @@ pub fn write(
     );
     let _ = writeln!(
         md,
-        "| workload | cold start | clone | first fork | fork | REAP wake | hot request | cold / fork |"
+        "| workload | cold start | clone | first fork | fork | REAP wake | next request | cold / fork |"
     );
     let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {

@@ -227,6 +227,7 @@ fn export_with(
     Ok(SandboxState {
         nodename: procs.nodename(),
         domainname: procs.domainname(),
+        boot_id: Some(procs.boot_id()),
         next_id: procs.next_id(),
         task_limit: procs.task_limit(),
         open_files,
@@ -352,6 +353,9 @@ pub fn restore(
     procs.memory.set_limit(cfg.memory / platform::PAGE_SIZE);
     procs.set_nodename(&state.nodename);
     procs.set_domainname(&state.domainname);
+    if let Some(id) = state.boot_id {
+        procs.set_boot_id(id);
+    }
     ipc::import_msg_queues(&state.msg_queues, blobs, &procs.sysv_msg).map_err(bad)?;
     ipc::import_limits(&state.ipc_limits, &procs).map_err(bad)?;
     let net = Arc::new(crate::sandbox::net_policy(cfg));

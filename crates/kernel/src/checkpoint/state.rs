@@ -14,6 +14,9 @@ pub struct SandboxState {
     pub nodename: Vec<u8>,
     /// The NIS domain name uname reports.
     pub domainname: Vec<u8>,
+    /// The sandbox's boot id (a new one for checkpoints that have none).
+    #[serde(default)]
+    pub boot_id: Option<[u8; 16]>,
     /// The id the next process or thread gets.
     pub next_id: i32,
     /// The most tasks the sandbox may hold.

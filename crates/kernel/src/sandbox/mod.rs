@@ -258,6 +258,14 @@ impl Sandbox {
         self.task.group.procs.set_nodename(name);
     }
 
+    /// Gives the sandbox a boot id of its own (a clone or a fork is not its template's boot).
+    pub fn renew_boot_id(&self) {
+        self.task
+            .group
+            .procs
+            .set_boot_id(crate::task::new_boot_id());
+    }
+
     /// Cross-thread control of the first task.
     pub fn control(&self) -> Arc<crate::task::TaskControl> {
         self.task.control.clone()

@@ -22,7 +22,7 @@ pub use control::{IdleHook, ParkHook, TaskControl};
 pub use fs_context::FsContext;
 pub use group::{FutexTable, ProcIdentity, ProcessResources, ThreadGroup, WaitResult};
 pub use parked::{ParkedSandbox, StoppedProcesses};
-pub use process::{Membership, ProcessTable, TaskSlot, WaitFor};
+pub use process::{new_boot_id, Membership, ProcessTable, TaskSlot, WaitFor};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};
 
 use std::sync::{Arc, Mutex, MutexGuard};

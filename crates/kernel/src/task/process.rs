@@ -82,6 +82,9 @@ pub struct ProcessTable {
     oom_victim: Mutex<Option<OomVictim>>,
     /// The sandbox's node name (uname), shared by all its processes as one UTS namespace.
     nodename: Mutex<Vec<u8>>,
+    /// The sandbox's boot id (`/proc/sys/kernel/random/boot_id`): drawn when the sandbox is
+    /// made, kept by a checkpoint's restore, drawn anew for a clone or a fork.
+    boot_id: Mutex<[u8; 16]>,
     /// The sandbox's NIS domain name (uname's `domainname`, `(none)` until set).
     domainname: Mutex<Vec<u8>>,
     /// The foreground process group of each session's terminal (TIOCSPGRP), by session id: a
@@ -148,10 +151,20 @@ impl Default for ProcessTable {
             memory: mm::MemoryBudget::new(u64::MAX),
             oom_victim: Mutex::new(None),
             nodename: Mutex::new(b"torpor".to_vec()),
+            boot_id: Mutex::new(new_boot_id()),
             domainname: Mutex::new(b"(none)".to_vec()),
             foreground: Mutex::new(HashMap::new()),
         }
     }
+}
+
+/// A random (version 4) UUID's bytes.
+pub fn new_boot_id() -> [u8; 16] {
+    let mut b = [0u8; 16];
+    let _ = crate::task::host::random(&mut b, 0);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    b
 }
 
 /// Stores one of the sandbox's UTS names, at most 64 bytes (Linux's `__NEW_UTS_LEN`).
@@ -190,6 +203,16 @@ impl ProcessTable {
     /// The node name uname reports.
     pub fn nodename(&self) -> Vec<u8> {
         uts_name(&self.nodename)
+    }
+
+    /// The sandbox's boot id.
+    pub fn boot_id(&self) -> [u8; 16] {
+        *self.boot_id.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the sandbox's boot id (a restore's, or a new one for a clone).
+    pub fn set_boot_id(&self, id: [u8; 16]) {
+        *self.boot_id.lock().unwrap_or_else(|e| e.into_inner()) = id;
     }
 
     /// Sets the domain name uname reports (setdomainname; at most 64 bytes).

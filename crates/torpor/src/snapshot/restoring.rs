@@ -274,6 +274,7 @@ impl Restoring {
         if let Some(h) = &self.hostname {
             sandbox.set_hostname(h.as_bytes());
         }
+        sandbox.renew_boot_id();
         Ok(sandbox)
     }
 

@@ -47,6 +47,7 @@ const TUNABLES: &[(&str, Source)] = &[
     ("kernel/msgmnb", Source::Sandbox(msgmnb)),
     ("kernel/msgmni", Source::Sandbox(msgmni)),
     ("kernel/random/uuid", Source::Sandbox(uuid)),
+    ("kernel/random/boot_id", Source::Sandbox(boot_id)),
     ("fs/mqueue/queues_max", Source::Sandbox(mq_queues_max)),
     ("fs/mqueue/msg_max", Source::Sandbox(mq_msg_max)),
     ("fs/mqueue/msgsize_max", Source::Sandbox(mq_msgsize_max)),
@@ -274,10 +275,15 @@ fn write_mqueue(t: &Task, name: &str, text: &[u8]) -> Result<(), abi::Errno> {
 
 fn uuid(_: &Task) -> String {
     // A random (version 4) UUID on every read, as Linux's.
-    let mut b = [0u8; 16];
-    let _ = crate::task::host::random(&mut b, 0);
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
+    uuid_text(&crate::task::new_boot_id())
+}
+
+fn boot_id(t: &Task) -> String {
+    uuid_text(&t.group.procs.boot_id())
+}
+
+/// A UUID's 16 bytes in the text form `8-4-4-4-12`.
+fn uuid_text(b: &[u8; 16]) -> String {
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
     format!(
         "{}-{}-{}-{}-{}",
