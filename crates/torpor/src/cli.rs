@@ -254,6 +254,10 @@ pub enum Command {
         /// Restore from this checkpoint instead of starting the program (OCI `restore`).
         #[arg(long)]
         restore: Option<PathBuf>,
+        /// The checkpoint is a template's fork image (`dev.torpor.template`): the container
+        /// is a new boot, not the template's.
+        #[arg(long, requires = "restore")]
+        forked: bool,
         /// Container ID.
         id: String,
     },

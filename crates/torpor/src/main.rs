@@ -108,6 +108,7 @@ fn main() -> ExitCode {
             console_socket,
             start,
             restore,
+            forked,
             id,
         } => oci::holder(
             &id,
@@ -115,7 +116,7 @@ fn main() -> ExitCode {
             ready_fd,
             console_socket.as_deref(),
             start,
-            restore.as_deref(),
+            restore.as_deref().map(|r| (r, forked)),
         ),
     };
     match result {

@@ -362,3 +362,124 @@ fn cgroup_dir(controller: &str, path: &str) -> Option<std::path::PathBuf> {
     root.is_dir()
         .then(|| root.join(path.trim_start_matches('/')))
 }
+
+/// `GET path` on port `port` from inside container `id` (its own network namespace), by
+/// busybox's wget through `ctr task exec`.
+fn get_inside(c: &Containerd, id: &str, port: &str, path: &str) -> String {
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let exec_id = format!("get{}", testutil::unique_token());
+    let o = c.ctr(&[
+        "task",
+        "exec",
+        "--exec-id",
+        &exec_id,
+        id,
+        "/bin/busybox",
+        "wget",
+        "-q",
+        "-O",
+        "-",
+        &url,
+    ]);
+    if o.code() != 0 {
+        return format!("error: {}", o.stderr_str());
+    }
+    o.stdout_str()
+}
+
+fn stop_and_delete(c: &Containerd, id: &str) {
+    let pid = c.task_pid(id);
+    let o = c.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert!(Detached::wait_until(Duration::from_secs(30), || c
+        .task_status(id)
+        == "STOPPED"));
+    let o = c.ctr(&["task", "delete", id]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    let o = c.ctr(&["container", "delete", id]);
+    assert_eq!(o.code(), 0, "{}", o.stderr_str());
+    assert_eq!(c.task_status(id), "");
+    assert!(
+        Detached::wait_until(Duration::from_secs(10), || Detached::process_ended(pid)),
+        "{id}'s holder is gone"
+    );
+}
+
+/// A container whose config names a live template (`dev.torpor.template`) starts as a fork of
+/// it: it carries on with the template's memory (8 MiB of pattern, where its own command line
+/// asks for 16), as a boot of its own, and is deleted cleanly; a template that is not there
+/// means a normal start.
+#[test]
+fn ctr_starts_a_container_as_a_fork_of_a_live_template() {
+    let Some(c) = Containerd::start() else { return };
+    let port = free_port().to_string();
+    let img = c.image.clone();
+    let o = c.ctr(&c.run_args(&["-d", &img, "tpl", "/bin/pattern_server", &port, "8"]));
+    assert_eq!(o.code(), 0, "{}\n{}", o.stderr_str(), c.log());
+    let eight = format!("ok {}\n", 8 * 131072);
+    let up = Detached::wait_until(Duration::from_secs(60), || {
+        get_inside(&c, "tpl", &port, "/verify") == eight
+    });
+    assert!(
+        up,
+        "template not up: {}",
+        get_inside(&c, "tpl", &port, "/verify")
+    );
+    let boot = |id: &str| {
+        let o = c.ctr(&[
+            "task",
+            "exec",
+            "--exec-id",
+            &format!("boot{}", testutil::unique_token()),
+            id,
+            "/bin/busybox",
+            "cat",
+            "/proc/sys/kernel/random/boot_id",
+        ]);
+        assert_eq!(o.code(), 0, "{}", o.stderr_str());
+        o.stdout_str()
+    };
+    let tpl_boot = boot("tpl");
+
+    let o = c.ctr(&c.run_args(&[
+        "-d",
+        "--annotation",
+        "dev.torpor.template=tpl",
+        &img,
+        "inst",
+        "/bin/pattern_server",
+        &port,
+        "16",
+    ]));
+    assert_eq!(o.code(), 0, "{}\n{}", o.stderr_str(), c.log());
+    assert_eq!(c.task_status("inst"), "RUNNING");
+    assert_eq!(get_inside(&c, "inst", &port, "/verify"), eight, "a fork");
+    assert_ne!(boot("inst"), tpl_boot);
+    // The template goes on as it was.
+    assert_eq!(get_inside(&c, "tpl", &port, "/verify"), eight);
+
+    let o = c.ctr(&c.run_args(&[
+        "-d",
+        "--annotation",
+        "dev.torpor.template=no-such-template",
+        &img,
+        "fresh",
+        "/bin/pattern_server",
+        &port,
+        "16",
+    ]));
+    assert_eq!(o.code(), 0, "{}\n{}", o.stderr_str(), c.log());
+    let sixteen = format!("ok {}\n", 16 * 131072);
+    let up = Detached::wait_until(Duration::from_secs(60), || {
+        get_inside(&c, "fresh", &port, "/verify") == sixteen
+    });
+    assert!(
+        up,
+        "a normal start: {}",
+        get_inside(&c, "fresh", &port, "/verify")
+    );
+
+    for id in ["inst", "fresh", "tpl"] {
+        stop_and_delete(&c, id);
+    }
+}

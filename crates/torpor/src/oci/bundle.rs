@@ -31,7 +31,9 @@
 //!   `dev.torpor.hibernate-after` (a duration such as `30s`: the keep-alive policy) and
 //!   `dev.torpor.memory-floor` (a size such as `2G`: hibernate early under memory pressure)
 //!   and `dev.torpor.dormant-after` (a duration: a container hibernated that long goes
-//!   dormant, `docs/design/dormant.md`).
+//!   dormant, `docs/design/dormant.md`) and `dev.torpor.template` (the ID of a live sandbox
+//!   of the same state root: the container starts as a fork of it when there is one,
+//!   `docs/design/fork.md`).
 //! - `process.user` and `process.capabilities` (runc's default set when absent),
 //!   `process.noNewPrivileges`: the first process's credentials, which torpor's kernel holds
 //!   the application to (file modes, set*id, signals: `kernel::creds`).
@@ -57,6 +59,8 @@ pub const HIBERNATE_AFTER_ANNOTATION: &str = "dev.torpor.hibernate-after";
 pub const MEMORY_FLOOR_ANNOTATION: &str = "dev.torpor.memory-floor";
 /// The annotation of the dormancy policy (as `torpor run --dormant-after`).
 pub const DORMANT_AFTER_ANNOTATION: &str = "dev.torpor.dormant-after";
+/// The annotation naming a live sandbox the container starts as a fork of (`torpor fork`).
+pub const TEMPLATE_ANNOTATION: &str = "dev.torpor.template";
 
 /// Default memory when the bundle sets no limit.
 const DEFAULT_MEMORY: u64 = 512 << 20;
@@ -112,6 +116,8 @@ pub struct Bundle {
     pub memory_floor: Option<u64>,
     /// Go dormant once hibernated this long.
     pub dormant_after: Option<std::time::Duration>,
+    /// `dev.torpor.template`: start as a fork of this live sandbox when there is one.
+    pub template: Option<String>,
     /// The cgroup to join (`linux.cgroupsPath`) and its limits.
     pub cgroup: Option<super::cgroup::CgroupSpec>,
     /// `root.readonly`.
@@ -323,6 +329,14 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
     };
     let hibernate_after = after(HIBERNATE_AFTER_ANNOTATION)?;
     let dormant_after = after(DORMANT_AFTER_ANNOTATION)?;
+    let template = annotations
+        .get(TEMPLATE_ANNOTATION)
+        .map(|v| {
+            crate::statedir::check_id(v)
+                .map(|()| v.clone())
+                .map_err(|e| field(format!("annotation {TEMPLATE_ANNOTATION}: {e}")))
+        })
+        .transpose()?;
     let memory_floor = annotations
         .get(MEMORY_FLOOR_ANNOTATION)
         .map(|v| {
@@ -363,6 +377,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         hibernate_after,
         memory_floor,
         dormant_after,
+        template,
         cgroup,
         readonly_root,
         mounts,

@@ -72,7 +72,11 @@ fn create_holder(opts: &CreateOptions, start_now: bool) -> Result<(u32, PathBuf)
     if b.terminal && opts.console_socket.is_none() {
         bail!("config.json: process.terminal is set but no --console-socket was given");
     }
-    let pid = match spawn_holder(opts, start_now) {
+    let pid = match spawn_forked(opts, &b, start_now) {
+        Some(pid) => Ok(pid),
+        None => spawn_holder(opts, start_now, None),
+    };
+    let pid = match pid {
         Ok(pid) => pid,
         Err(e) => {
             // The holder may have made its cgroup before it failed.
@@ -90,9 +94,42 @@ fn create_holder(opts: &CreateOptions, start_now: bool) -> Result<(u32, PathBuf)
     Ok((pid, dir))
 }
 
+/// For a container whose bundle names a template (`dev.torpor.template`): its holder
+/// restored from the template's fork image, on the template's platform, if the template is
+/// there and the restore goes through; `None` (a normal start follows) otherwise, the reason
+/// logged.
+fn spawn_forked(opts: &CreateOptions, b: &Bundle, start_now: bool) -> Option<u32> {
+    let template = b.template.as_deref().filter(|_| opts.restore.is_none())?;
+    let (image, platform) = match crate::fork::image_of(template) {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::info!(
+                "{}: not a fork of {template} ({e:#}): started anew",
+                opts.id
+            );
+            return None;
+        }
+    };
+    let forked = CreateOptions {
+        restore: Some(image),
+        ..opts.clone()
+    };
+    match spawn_holder(&forked, start_now, Some(&platform)) {
+        Ok(pid) => Some(pid),
+        Err(e) => {
+            tracing::warn!(
+                "{}: the fork of {template} failed ({e:#}): started anew",
+                opts.id
+            );
+            None
+        }
+    }
+}
+
 /// Starts `torpor oci-holder …` with this process's standard streams and waits for its
-/// readiness line; returns its pid.
-fn spawn_holder(opts: &CreateOptions, start_now: bool) -> Result<u32> {
+/// readiness line; returns its pid. A fork (`platform` given) runs on its template's
+/// platform, as a boot of its own.
+fn spawn_holder(opts: &CreateOptions, start_now: bool, platform: Option<&str>) -> Result<u32> {
     use std::os::unix::process::CommandExt;
     let ready = crate::ready::Readiness::new()?;
     let bundle = opts
@@ -117,6 +154,9 @@ fn spawn_holder(opts: &CreateOptions, start_now: bool) -> Result<u32> {
             .canonicalize()
             .with_context(|| format!("checkpoint {}", r.display()))?;
         cmd.arg("--restore").arg(r);
+        if let Some(p) = platform {
+            cmd.arg("--forked").env(crate::platforms::ENV, p);
+        }
     }
     cmd.arg(&opts.id);
     match ready.spawn(cmd, "the container's holder process")? {
@@ -143,21 +183,23 @@ fn write_pid_file(path: &Path, pid: u32) -> Result<()> {
 }
 
 /// The hidden `oci-holder` command: the container's process; with `restore`, restored from
-/// that checkpoint (checked before anything is set up) instead of starting its program.
+/// that checkpoint (checked before anything is set up) instead of starting its program (and,
+/// when the checkpoint is a template's fork image, as a boot of its own).
 pub fn holder(
     id: &str,
     bundle_dir: &Path,
     ready_fd: i32,
     console_socket: Option<&Path>,
     start_now: bool,
-    restore: Option<&Path>,
+    restore: Option<(&Path, bool)>,
 ) -> Result<u8> {
     let ready = crate::ready::from_fd(ready_fd);
     let mut restoring = None;
     let prepared = (|| -> Result<Bundle> {
         let b = Bundle::load(bundle_dir)?;
-        if let Some(dir) = restore {
-            let r = crate::snapshot::restoring::Restoring::open(dir)?;
+        if let Some((dir, forked)) = restore {
+            let mut r = crate::snapshot::restoring::Restoring::open(dir)?;
+            r.new_boot = forked;
             r.enter_time_namespace()?;
             restoring = Some(r);
         }

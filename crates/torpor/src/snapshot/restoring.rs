@@ -112,6 +112,8 @@ pub fn publish_spec(p: &kernel::net::Publish) -> String {
 pub struct Restoring {
     /// A clone's own host name (`run --from --hostname`).
     pub hostname: Option<String>,
+    /// The restored sandbox is a new boot (a fork), not the checkpointed one.
+    pub new_boot: bool,
     dir: PathBuf,
     checkpoint: Checkpoint,
     state: CheckpointState,
@@ -131,6 +133,7 @@ impl Restoring {
         let blobs = checkpoint.blobs()?;
         Ok(Restoring {
             hostname: None,
+            new_boot: false,
             dir: dir.to_path_buf(),
             checkpoint,
             state,
@@ -231,13 +234,17 @@ impl Restoring {
     /// # Errors
     /// A state that cannot be restored, or files that changed since.
     pub fn sandbox(&self, cfg: &SandboxConfig) -> Result<Sandbox> {
-        Ok(kernel::checkpoint::restore(
+        let sandbox = kernel::checkpoint::restore(
             cfg,
             &self.state.kernel,
             &self.blobs,
             kernel::sandbox::runtime_stdio(),
             &[],
-        )?)
+        )?;
+        if self.new_boot {
+            sandbox.renew_boot_id();
+        }
+        Ok(sandbox)
     }
 
     /// Builds a clone over `cfg`: the sandbox as restored, its guest memory the checkpoint's
