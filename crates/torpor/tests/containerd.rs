@@ -405,16 +405,25 @@ fn stop_and_delete(c: &Containerd, id: &str) {
     );
 }
 
-/// A container whose config names a live template (`dev.torpor.template`) starts as a fork of
-/// it: it carries on with the template's memory (8 MiB of pattern, where its own command line
-/// asks for 16), as a boot of its own, and is deleted cleanly; a template that is not there
-/// means a normal start.
+/// A container whose config names a live template (`dev.torpor.template`) that consents
+/// (`dev.torpor.forkable=true`) starts as a fork of it: it carries on with the template's
+/// memory (8 MiB of pattern, where its own command line asks for 16), as a boot of its own,
+/// and is deleted cleanly; a template that did not consent means a normal start.
 #[test]
 fn ctr_starts_a_container_as_a_fork_of_a_live_template() {
     let Some(c) = Containerd::start() else { return };
     let port = free_port().to_string();
     let img = c.image.clone();
-    let o = c.ctr(&c.run_args(&["-d", &img, "tpl", "/bin/pattern_server", &port, "8"]));
+    let o = c.ctr(&c.run_args(&[
+        "-d",
+        "--annotation",
+        "dev.torpor.forkable=true",
+        &img,
+        "tpl",
+        "/bin/pattern_server",
+        &port,
+        "8",
+    ]));
     assert_eq!(o.code(), 0, "{}\n{}", o.stderr_str(), c.log());
     let eight = format!("ok {}\n", 8 * 131072);
     let up = Detached::wait_until(Duration::from_secs(60), || {
@@ -458,10 +467,13 @@ fn ctr_starts_a_container_as_a_fork_of_a_live_template() {
     // The template goes on as it was.
     assert_eq!(get_inside(&c, "tpl", &port, "/verify"), eight);
 
+    // A container that did not consent to be forked is nobody's template.
+    let o = c.ctr(&c.run_args(&["-d", &img, "plain", "/bin/pattern_server", &port, "8"]));
+    assert_eq!(o.code(), 0, "{}\n{}", o.stderr_str(), c.log());
     let o = c.ctr(&c.run_args(&[
         "-d",
         "--annotation",
-        "dev.torpor.template=no-such-template",
+        "dev.torpor.template=plain",
         &img,
         "fresh",
         "/bin/pattern_server",
@@ -479,7 +491,7 @@ fn ctr_starts_a_container_as_a_fork_of_a_live_template() {
         get_inside(&c, "fresh", &port, "/verify")
     );
 
-    for id in ["inst", "fresh", "tpl"] {
+    for id in ["inst", "fresh", "plain", "tpl"] {
         stop_and_delete(&c, id);
     }
 }

@@ -31,8 +31,9 @@
 //!   `dev.torpor.hibernate-after` (a duration such as `30s`: the keep-alive policy) and
 //!   `dev.torpor.memory-floor` (a size such as `2G`: hibernate early under memory pressure)
 //!   and `dev.torpor.dormant-after` (a duration: a container hibernated that long goes
-//!   dormant, `docs/design/dormant.md`) and `dev.torpor.template` (the ID of a live sandbox
-//!   of the same state root: the container starts as a fork of it when there is one,
+//!   dormant, `docs/design/dormant.md`) and `dev.torpor.template` (the ID of a live container
+//!   of the same state root that consents with `dev.torpor.forkable=true`, in the same
+//!   Kubernetes namespace: the container starts as a fork of it when there is one,
 //!   `docs/design/fork.md`).
 //! - `process.user` and `process.capabilities` (runc's default set when absent),
 //!   `process.noNewPrivileges`: the first process's credentials, which torpor's kernel holds
@@ -61,6 +62,10 @@ pub const MEMORY_FLOOR_ANNOTATION: &str = "dev.torpor.memory-floor";
 pub const DORMANT_AFTER_ANNOTATION: &str = "dev.torpor.dormant-after";
 /// The annotation naming a live sandbox the container starts as a fork of (`torpor fork`).
 pub const TEMPLATE_ANNOTATION: &str = "dev.torpor.template";
+/// A template's consent to be forked by other containers (`true`).
+pub const FORKABLE_ANNOTATION: &str = "dev.torpor.forkable";
+/// The Kubernetes namespace of a CRI container's pod (set by containerd's CRI plugin).
+pub const K8S_NAMESPACE_ANNOTATION: &str = "io.kubernetes.cri.sandbox-namespace";
 
 /// Default memory when the bundle sets no limit.
 const DEFAULT_MEMORY: u64 = 512 << 20;
@@ -118,6 +123,8 @@ pub struct Bundle {
     pub dormant_after: Option<std::time::Duration>,
     /// `dev.torpor.template`: start as a fork of this live sandbox when there is one.
     pub template: Option<String>,
+    /// The pod's Kubernetes namespace, for a CRI container.
+    pub k8s_namespace: Option<String>,
     /// The cgroup to join (`linux.cgroupsPath`) and its limits.
     pub cgroup: Option<super::cgroup::CgroupSpec>,
     /// `root.readonly`.
@@ -378,6 +385,7 @@ fn from_spec(dir: &Path, spec: &Spec) -> Result<Bundle, BundleError> {
         memory_floor,
         dormant_after,
         template,
+        k8s_namespace: annotations.get(K8S_NAMESPACE_ANNOTATION).cloned(),
         cgroup,
         readonly_root,
         mounts,

@@ -100,6 +100,10 @@ fn create_holder(opts: &CreateOptions, start_now: bool) -> Result<(u32, PathBuf)
 /// logged.
 fn spawn_forked(opts: &CreateOptions, b: &Bundle, start_now: bool) -> Option<u32> {
     let template = b.template.as_deref().filter(|_| opts.restore.is_none())?;
+    if let Err(why) = may_fork(template, b) {
+        tracing::warn!("{}: not a fork of {template}: {why}; started anew", opts.id);
+        return None;
+    }
     let (image, platform) = match crate::fork::image_of(template) {
         Ok(i) => i,
         Err(e) => {
@@ -124,6 +128,40 @@ fn spawn_forked(opts: &CreateOptions, b: &Bundle, start_now: bool) -> Option<u32
             None
         }
     }
+}
+
+/// Whether a container of bundle `b` may start as a fork of `template`: a fork gets a copy of
+/// the template's memory (its secrets with it), so the template must be a container that
+/// consents (`dev.torpor.forkable=true` in its own config) and, for containers of
+/// Kubernetes pods, of the same namespace.
+fn may_fork(template: &str, b: &Bundle) -> std::result::Result<(), String> {
+    let dir = statedir::dir_of(template).map_err(|e| e.to_string())?;
+    let Some(rec) = state::Record::load(&dir) else {
+        return Err("it is not a container of this state root".into());
+    };
+    consents(&rec.annotations, b.k8s_namespace.as_ref())
+}
+
+/// Whether a template of `annotations` consents to be forked by a container of Kubernetes
+/// namespace `ns` (none outside Kubernetes).
+fn consents(
+    annotations: &std::collections::HashMap<String, String>,
+    ns: Option<&String>,
+) -> std::result::Result<(), String> {
+    if annotations
+        .get(bundle::FORKABLE_ANNOTATION)
+        .map(String::as_str)
+        != Some("true")
+    {
+        return Err(format!(
+            "it does not consent ({}=true in its config)",
+            bundle::FORKABLE_ANNOTATION
+        ));
+    }
+    if annotations.get(bundle::K8S_NAMESPACE_ANNOTATION) != ns {
+        return Err("it is in another Kubernetes namespace".into());
+    }
+    Ok(())
 }
 
 /// Starts `torpor oci-holder …` with this process's standard streams and waits for its
@@ -641,5 +679,25 @@ mod tests {
         let e = kill_in(&d, "c1", libc::SIGTERM, false).unwrap_err();
         assert!(e.to_string().contains("container not running"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A template is forked only with its consent, and only within its Kubernetes namespace.
+    #[test]
+    fn a_template_consents_within_its_namespace() {
+        let map = |kv: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let ns = |s: &str| Some(s.to_string());
+        let forkable = (bundle::FORKABLE_ANNOTATION, "true");
+        let in_a = (bundle::K8S_NAMESPACE_ANNOTATION, "a");
+        assert!(consents(&map(&[forkable]), None).is_ok());
+        assert!(consents(&map(&[]), None).is_err());
+        assert!(consents(&map(&[(bundle::FORKABLE_ANNOTATION, "yes")]), None).is_err());
+        assert!(consents(&map(&[forkable, in_a]), ns("a").as_ref()).is_ok());
+        assert!(consents(&map(&[forkable, in_a]), ns("b").as_ref()).is_err());
+        assert!(consents(&map(&[forkable, in_a]), None).is_err());
+        assert!(consents(&map(&[forkable]), ns("a").as_ref()).is_err());
     }
 }
