@@ -608,6 +608,11 @@ static void ltp_findings(void) {
            err_name((int)pwrite(big, blk, sizeof blk, 4096)), (int)pwrite(big, blk, sizeof blk, 4090));
     struct iovec two[2] = {{blk, 50}, {blk, 50}};
     printf("writev across the file size limit: %d\n", (int)pwritev(big, two, 2, 4026));
+    printf("ftruncate past the file size limit: %s, to it: %s; truncate past it: %s; "
+           "fallocate past it: %s, keeping the size: %s\n",
+           err_name(ftruncate(big, 8192)), err_name(ftruncate(big, 4096)),
+           err_name(truncate("/fsize", 4097)), err_name(fallocate(big, 0, 4000, 200)),
+           err_name(fallocate(big, FALLOC_FL_KEEP_SIZE, 4000, 200)));
     fsz.rlim_cur = RLIM_INFINITY;
     setrlimit(RLIMIT_FSIZE, &fsz);
     close(big);

@@ -584,6 +584,7 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
         "clock_nanosleep thread cpu clock: EOPNOTSUPP",
         "write at the file size limit: EFBIG, across it: 6",
         "writev across the file size limit: 70",
+        "ftruncate past the file size limit: EFBIG, to it: ok; truncate past it: EFBIG; fallocate past it: EFBIG, keeping the size: ok",
         "nobody binds port 81: EACCES",
         "nobody raises a hard limit: EPERM",
         "clock_gettime TAI: ok",

@@ -322,8 +322,11 @@ pub fn sys_truncate(t: &mut Task, a: &SyscallArgs) -> SysResult {
         _ => return Err(Errno::EINVAL),
     }
     super::sys_file::refuse_running_program(t, fd.as_fd())?;
-    // Reopen the very file for writing (never a FIFO or device: checked above).
+    // Reopen the very file for writing (never a FIFO or device: checked above): the caller
+    // may write it (EACCES first), then may make it that long (EFBIG), as Linux checks.
     let proc = fs::host_fd_path(&fd);
-    fs::host::truncate_path(&proc, len)?;
+    let w = crate::fd::host::open(&proc, libc::O_WRONLY)?;
+    super::sys_rw::new_size_allowed(t, st.st_size as u64, len as u64)?;
+    crate::fd::host::truncate(w.as_fd(), len)?;
     Ok(0)
 }

@@ -615,6 +615,13 @@ fn holder(t: &Task, key: crate::fd::locks::FileKey, fl: &libc::flock) -> Option<
 pub fn sys_fallocate(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
     let (mode, off, len) = (a.int(1), a.u(2) as i64, a.u(3) as i64);
+    if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && off >= 0 && len > 0 {
+        let st = host::fstat(f.host())?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+            let end = (off as u64).saturating_add(len as u64);
+            super::sys_rw::new_size_allowed(t, st.st_size as u64, end)?;
+        }
+    }
     host::fallocate(f.host(), mode, off, len)?;
     Ok(0)
 }

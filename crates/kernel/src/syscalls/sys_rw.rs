@@ -112,6 +112,27 @@ fn write_proc_file(t: &mut Task, f: &crate::fd::OpenFile, iov: &[(Gva, u64)]) ->
 ///
 /// # Errors
 /// EFBIG; the host's errno reading the file's offset or size.
+/// Whether a regular file of `size` bytes may grow to `new_size` under RLIMIT_FSIZE, as
+/// Linux's `inode_newsize_ok`: growing past the soft limit is `EFBIG` with a SIGXFSZ for the
+/// caller (shrinking, or staying within it, is fine). For truncate, ftruncate and fallocate.
+pub(super) fn new_size_allowed(t: &mut Task, size: u64, new_size: u64) -> Result<(), Errno> {
+    if new_size <= size {
+        return Ok(());
+    }
+    let limit = t
+        .group
+        .rlimits
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(libc::RLIMIT_FSIZE)?
+        .cur;
+    if limit != crate::task::rlimit::INFINITY && new_size > limit {
+        t.queue_signal(crate::task::signal::SigInfo::kernel(libc::SIGXFSZ));
+        return Err(Errno::EFBIG);
+    }
+    Ok(())
+}
+
 fn within_file_size_limit(
     t: &mut Task,
     f: &crate::fd::OpenFile,
@@ -361,6 +382,10 @@ pub fn sys_ftruncate(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let len = a.u(1) as i64;
     if len < 0 {
         return Err(Errno::EINVAL);
+    }
+    let st = host::fstat(f.host())?;
+    if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+        new_size_allowed(t, st.st_size as u64, len as u64)?;
     }
     host::truncate(f.host(), len)?;
     Ok(0)
