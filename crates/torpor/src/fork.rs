@@ -157,7 +157,13 @@ fn write_image(sdir: &Path, forks: &Path, state: &serde_json::Value) -> Result<P
         // Parked in its wait for a wake: the checkpoint parks it again, from a wake.
         call(sdir, &Request::Wake, REQUEST)?;
     }
-    call(sdir, &Request::Checkpoint, TIMEOUT).context("writing the template's image")?;
+    if let Err(e) = call(sdir, &Request::Checkpoint, TIMEOUT) {
+        // A checkpoint that fails (something of the template it cannot save yet) leaves it
+        // paused: it carries on as it was.
+        let _ = crate::cowroot::remove_all(&out);
+        let _ = call(sdir, &Request::Resume, REQUEST);
+        return Err(e).context("writing the template's image");
+    }
     // Paused from here: nothing of the template runs until the unpause below.
     let name = format!("image-{}", unique_suffix());
     let dest = forks.join(&name);

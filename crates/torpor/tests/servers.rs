@@ -169,6 +169,18 @@ fn nginx_master_and_workers_hibernate_and_wake() {
         }
     }
     assert_eq!(sb.stat_u64("wakes"), CYCLES as u64 + early);
+    // nginx's accept mutex is anonymous shared memory, which checkpoints (and so forks) do
+    // not save yet: the fork is refused with the reason, and the template serves on (it is
+    // not left paused by the failed image).
+    let other = format!("127.0.0.1:{}:8080", testutil::free_port());
+    let o = sb.verb_in_base(&["fork", &sb.id, "-d", "-p", &other]);
+    assert_ne!(o.code(), 0, "the fork of nginx: {}", o.stdout_str());
+    assert!(
+        o.stderr_str().contains("anonymous shared memory"),
+        "{}",
+        o.stderr_str()
+    );
+    assert_eq!(curl(port, "/hello"), "hello from nginx\n");
 }
 
 fn psql(port: u16, sql: &str) -> String {
