@@ -54,7 +54,7 @@ pub use alloc::{
     AllocError, AllocImageError, MemoryBudget, PageAllocator, CHUNK_PAGES, CHUNK_SIZE,
 };
 pub use fault::{Access, FaultError, FAULT_AROUND};
-pub use image::{FileId, MmImage, VmaImage, VmaKindImage};
+pub use image::{AnonObjects, FileId, MmImage, VmaImage, VmaKindImage};
 pub use manager::{
     CleanFilePage, MemoryManager, MmError, MmStats, MmapRequest, DEFAULT_MMAP_BASE, MREMAP_FIXED,
     MREMAP_MAYMOVE, STACK_RESERVE,

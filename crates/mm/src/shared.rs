@@ -251,6 +251,35 @@ impl SharedObject {
         Ok((st.st_blocks as u64).saturating_mul(512))
     }
 
+    /// The object's bytes, `0..size` (an anonymous object's content, for a checkpoint).
+    ///
+    /// # Errors
+    /// The host's errno of fstat or pread.
+    pub fn read_all(&self) -> io::Result<Vec<u8>> {
+        let len =
+            usize::try_from(self.size()?).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let mut buf = vec![0u8; len];
+        std::os::unix::fs::FileExt::read_exact_at(&self.as_file()?, &mut buf, 0)?;
+        Ok(buf)
+    }
+
+    /// Writes `bytes` at offset `at` of the object (a restore's), which must hold them.
+    ///
+    /// # Errors
+    /// `EINVAL` past the object's end; the host's errno of pwrite.
+    pub fn write_at(&self, bytes: &[u8], at: u64) -> io::Result<()> {
+        let end = at.checked_add(bytes.len() as u64);
+        if end.is_none_or(|e| e > self.size().unwrap_or(0)) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        std::os::unix::fs::FileExt::write_all_at(&self.as_file()?, bytes, at)
+    }
+
+    /// The object's descriptor as a `File` (a duplicate).
+    fn as_file(&self) -> io::Result<std::fs::File> {
+        Ok(std::fs::File::from(self.file.try_clone()?))
+    }
+
     /// What made an anonymous object (the name given to [`SharedSpace::anonymous`]).
     pub fn name(&self) -> &str {
         &self.name

@@ -134,6 +134,12 @@ impl Hibernator {
     }
 
     fn try_write_checkpoint(&self, sb: &ParkedSandbox<'_>, job: &Job) -> Result<(), EngineError> {
+        // The deflate wrote the anonymous shared memory to its swap file and punched it out of
+        // its objects: put it back (the wake does it again), for the export saves the objects'
+        // bytes.
+        if let Some(sw) = &self.shared_swap {
+            super::inflate::restore_shared(sw)?;
+        }
         let mut blobs = BlobWriter::new();
         let (kernel, connections) = if job.keep.is_some() {
             kernel::checkpoint::export_keeping_connections(sb, &mut blobs)?

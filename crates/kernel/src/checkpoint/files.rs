@@ -365,9 +365,18 @@ pub fn import(
         .enumerate()
         .filter(|(_, f)| !is_epoll(f))
         .chain(open_files.iter().enumerate().filter(|(_, f)| is_epoll(f)));
+    // A Unix socket saved under several open files (one received through SCM_RIGHTS, here a
+    // description of its own, is on Linux the sender's): one socket, shared by them.
+    let mut unix_made: HashMap<u64, Arc<OpenFile>> = HashMap::new();
     for (i, of) in order {
         let fail =
             |what: &str, e: &dyn std::fmt::Display| bad(format!("open file {i}: {what}: {e}"));
+        if let OpenFileState::UnixSocket { id, .. } = of {
+            if let Some(f) = unix_made.get(id) {
+                files[i] = Some(f.clone());
+                continue;
+            }
+        }
         let file = match of {
             OpenFileState::Stdio { stream } => {
                 let own = stdio
@@ -586,7 +595,11 @@ pub fn import(
                 OpenFile::new(ep, FileKind::Epoll, None)
             }
         };
-        files[i] = Some(Arc::new(file));
+        let file = Arc::new(file);
+        if let OpenFileState::UnixSocket { id, .. } = of {
+            unix_made.insert(*id, file.clone());
+        }
+        files[i] = Some(file);
     }
     // The pipes' ends nobody holds close here (their readers see EOF, writers EPIPE).
     drop(pipes);

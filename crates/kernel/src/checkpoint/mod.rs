@@ -35,7 +35,7 @@ use crate::task::rlimit::{Limit, Rlimits, NLIMITS};
 use crate::task::Membership;
 use crate::task::{ProcessResources, ProcessTable, SignalState, Task, TaskControl, ThreadGroup};
 use blobs::{BlobWriter, Blobs};
-use state::{OpenFileState, ProcessState, SandboxState, VdsoState};
+use state::{AnonSharedState, OpenFileState, ProcessState, SandboxState, VdsoState};
 
 /// How long the parked threads have to give their state.
 const THREAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -147,6 +147,7 @@ fn export_with(
         resources.iter().map(|(pid, r)| (*pid, &*r.fds)).collect();
     let (files, open_files) = files::export(&tables, &task.root, &task.net, blobs, keep)?;
     let mut processes = Vec::with_capacity(groups.len());
+    let mut anon = mm::AnonObjects::default();
     let each = groups.iter().zip(&resources).zip(files).zip(timers);
     for ((((pid, g), (_, res)), files), posix_timers) in each {
         // Each parked thread gives its state from its own host thread; the caller's is here.
@@ -194,7 +195,7 @@ fn export_with(
             .mm
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .export()
+            .export(&mut anon)
             .map_err(|e| CheckpointError::Unsupported(format!("process {pid}: {e}")))?;
         let rlimits = {
             let l = g.rlimits.lock().unwrap_or_else(|e| e.into_inner());
@@ -235,6 +236,17 @@ fn export_with(
         vdso: task.group.platform.vdso().map(VdsoState::from),
         msg_queues: ipc::export_msg_queues(&procs.sysv_msg, blobs),
         ipc_limits: ipc::export_limits(procs),
+        anon_shared: anon
+            .objects()
+            .iter()
+            .map(|o| {
+                o.read_all()
+                    .map(|b| AnonSharedState {
+                        bytes: blobs.add(&b),
+                    })
+                    .map_err(|e| CheckpointError::Host(format!("reading shared memory: {e}")))
+            })
+            .collect::<Result<_, _>>()?,
     })
 }
 
@@ -365,6 +377,7 @@ pub fn restore(
         gid: first_thread.gid,
     };
     let files = files::import(&state.open_files, &root, &net, owner, blobs, &stdio).map_err(bad)?;
+    let anon = import_anon_shared(&state.anon_shared, blobs, &procs).map_err(bad)?;
     let cx = RestoreContext {
         cfg,
         blobs,
@@ -372,6 +385,7 @@ pub fn restore(
         procs: procs.clone(),
         net,
         files,
+        anon,
     };
     let mut tasks = Vec::new();
     let mut first_vm = None;
@@ -409,6 +423,45 @@ struct RestoreContext<'a> {
     net: Arc<crate::net::NetPolicy>,
     /// The open files of the sandbox, by [`state::FdState::file`].
     files: Vec<Arc<crate::fd::OpenFile>>,
+    /// Its anonymous shared memory objects, made again with their bytes.
+    anon: mm::AnonObjects,
+}
+
+/// The sandbox's anonymous shared memory objects made again in `procs`' shared space, each
+/// holding its saved bytes, in their saved order.
+fn import_anon_shared(
+    saved: &[AnonSharedState],
+    blobs: &Blobs,
+    procs: &ProcessTable,
+) -> Result<mm::AnonObjects, CheckpointError> {
+    let mut objects = Vec::with_capacity(saved.len());
+    for (i, a) in saved.iter().enumerate() {
+        let bytes = blobs
+            .get(a.bytes)
+            .map_err(|e| CheckpointError::Restore(format!("shared memory object {i}: {e}")))?;
+        if bytes.is_empty() || !(bytes.len() as u64).is_multiple_of(platform::PAGE_SIZE) {
+            return Err(CheckpointError::Restore(format!(
+                "shared memory object {i} of {} bytes",
+                bytes.len()
+            )));
+        }
+        let err =
+            |e: std::io::Error| CheckpointError::Restore(format!("shared memory object {i}: {e}"));
+        let o = procs
+            .shm
+            .anonymous(bytes.len() as u64, "anon")
+            .map_err(err)?;
+        // Its zero pages stay holes (a new object reads zero there), as they were not
+        // allocated before either.
+        for (n, page) in bytes.chunks(platform::PAGE_SIZE as usize).enumerate() {
+            if page.iter().any(|&b| b != 0) {
+                o.write_at(page, n as u64 * platform::PAGE_SIZE)
+                    .map_err(err)?;
+            }
+        }
+        objects.push(o);
+    }
+    Ok(mm::AnonObjects::of(objects))
 }
 
 impl RestoreContext<'_> {
@@ -471,9 +524,15 @@ impl RestoreContext<'_> {
                 .map(std::fs::File::from)
                 .map_err(|e| e.to_string())
         };
-        let mut mm =
-            MemoryManager::import(mem.clone(), &p.mm, allocator, &mut open, Some(&procs.shm))
-                .map_err(|e| SandboxError::Restore(format!("process {}: {e}", p.pid)))?;
+        let mut mm = MemoryManager::import(
+            mem.clone(),
+            &p.mm,
+            allocator,
+            &mut open,
+            Some(&procs.shm),
+            &self.anon,
+        )
+        .map_err(|e| SandboxError::Restore(format!("process {}: {e}", p.pid)))?;
         mm.allocator_mut().set_budget(procs.memory.clone());
         let ctx = space.new_context(mm.cr3())?;
         let fds = files::table(&p.files, &self.files).map_err(bad)?;

@@ -35,6 +35,18 @@ pub struct SandboxState {
     /// Its System V IPC tunables (Linux's defaults in older checkpoints).
     #[serde(default)]
     pub ipc_limits: IpcLimitsState,
+    /// Its anonymous shared memory objects (`MAP_SHARED | MAP_ANONYMOUS`), by the index the
+    /// address spaces' VMAs name them with.
+    #[serde(default)]
+    pub anon_shared: Vec<AnonSharedState>,
+}
+
+/// An anonymous shared memory object: its bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnonSharedState {
+    /// Its contents, the object's whole size.
+    pub bytes: BlobRef,
 }
 
 /// The sandbox's System V IPC tunables, as `/proc/sys/kernel` shows them

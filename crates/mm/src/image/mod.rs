@@ -22,8 +22,10 @@
 //! untrusted input (a file on disk): every field is checked, and anything inconsistent is an
 //! error, never a panic.
 //!
-//! Not supported yet: anonymous shared memory (`MAP_SHARED | MAP_ANONYMOUS`, System V
-//! segments: memfd objects whose bytes are in no file), refused by `export`. Pages in windows
+//! Anonymous shared memory (`MAP_SHARED | MAP_ANONYMOUS`: memfd objects whose bytes are in no
+//! file) is saved by reference: each object once in an [`AnonObjects`] table the caller
+//! saves the bytes of, each VMA by its index and offset. Not supported yet: System V
+//! segments, refused by `export`. Pages in windows
 //! of file objects (page-cache pages of private file mappings, pages of `MAP_SHARED` file
 //! mappings: frames at guest-physical addresses a new process does not have) must be unmapped
 //! first with [`MemoryManager::drop_file_window_pages`]; they fault back from the file.
@@ -119,6 +121,52 @@ pub enum VmaKindImage {
         /// file object it may write.
         may_write: bool,
     },
+    /// A `MAP_SHARED | MAP_ANONYMOUS` mapping: its pages are those of an anonymous object
+    /// shared by the sandbox's processes, saved once for all of them by the caller
+    /// ([`AnonObjects`]) and named here by its index.
+    SharedAnon {
+        /// The object's index in the checkpoint's table.
+        object: u32,
+        /// Offset of the VMA's start in the object (page-aligned).
+        offset: u64,
+        /// Whether the mapping may be made writable.
+        may_write: bool,
+    },
+}
+
+/// The anonymous shared objects the address spaces of a checkpoint map, each once: filled by
+/// [`MemoryManager::export`] (an object mapped by several processes gets one index), and at a
+/// restore the objects made again, in the same order, for [`MemoryManager::import`].
+#[derive(Default)]
+pub struct AnonObjects {
+    objects: Vec<Arc<SharedObject>>,
+    index: HashMap<*const SharedObject, u32>,
+}
+
+impl AnonObjects {
+    /// A table of objects made again for a restore, in their saved order.
+    pub fn of(objects: Vec<Arc<SharedObject>>) -> AnonObjects {
+        let index = objects
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (Arc::as_ptr(o), i as u32))
+            .collect();
+        AnonObjects { objects, index }
+    }
+
+    /// The index of `object`, added if new.
+    fn index_of(&mut self, object: &Arc<SharedObject>) -> u32 {
+        let n = self.objects.len() as u32;
+        *self.index.entry(Arc::as_ptr(object)).or_insert_with(|| {
+            self.objects.push(object.clone());
+            n
+        })
+    }
+
+    /// The objects, by index.
+    pub fn objects(&self) -> &[Arc<SharedObject>] {
+        &self.objects
+    }
 }
 
 /// A saved VMA: `[start, end)` with its rights, name and backing.
@@ -188,23 +236,31 @@ impl MemoryManager {
     /// imported as known zero). Guest memory is neither read nor written (it may be deflated).
     ///
     /// # Errors
-    /// [`MmError::Checkpoint`] for what cannot be restored: an anonymous `MAP_SHARED` or a
-    /// System V mapping; a file mapping without a path (its VMA has no name) or whose file
+    /// [`MmError::Checkpoint`] for what cannot be restored: a System V mapping; a file mapping without a path (its VMA has no name) or whose file
     /// was deleted; a `MAP_SHARED` mapping of something other than a regular file (a
     /// device); pages of file windows still mapped (call
     /// [`drop_file_window_pages`](Self::drop_file_window_pages) first: found by counting,
     /// as mapped pages that are not the allocator's); books that do not balance otherwise
     /// (allocated pages other than tables and mapped frames); a failed `fstat`.
-    pub fn export(&self) -> Result<(MmImage, Vec<u8>), MmError> {
+    pub fn export(&self, anon: &mut AnonObjects) -> Result<(MmImage, Vec<u8>), MmError> {
         let mut ids: HashMap<*const (), FileId> = HashMap::new();
         let mut vmas = Vec::with_capacity(self.vmas.len());
         for v in self.vmas.iter() {
             let kind = match &v.kind {
                 VmaKind::Anon => VmaKindImage::Anon,
+                VmaKind::Shared {
+                    object,
+                    offset,
+                    may_write,
+                } if !object.is_file() && object.name() == "anon" => VmaKindImage::SharedAnon {
+                    object: anon.index_of(object),
+                    offset: *offset,
+                    may_write: *may_write,
+                },
                 VmaKind::Shared { object, .. } if !object.is_file() => {
                     return Err(refuse(format!(
-                        "MAP_SHARED mapping {}-{} ({}): checkpoints of anonymous shared memory \
-                         (MAP_SHARED|MAP_ANONYMOUS, System V) are not supported yet",
+                        "MAP_SHARED mapping {}-{} ({}): checkpoints of System V shared memory \
+                         are not supported yet",
                         v.start,
                         v.end,
                         v.name.as_deref().unwrap_or("anonymous")
@@ -365,6 +421,7 @@ impl MemoryManager {
         allocator: &[u8],
         open: &mut dyn FnMut(&FileId) -> Result<File, String>,
         files: Option<&Arc<SharedSpace>>,
+        anon: &AnonObjects,
     ) -> Result<MemoryManager, MmError> {
         if image.mem_size != mem.size() {
             return Err(refuse(format!(
@@ -398,7 +455,7 @@ impl MemoryManager {
             )));
         }
         let (mmap_base, brk_base, brk) = check_scalars(image)?;
-        let vmas = check_vmas(&image.vmas)?;
+        let vmas = check_vmas(&image.vmas, anon)?;
         let vmas = reopen(vmas, open, files)?;
         Ok(MemoryManager {
             pt: PageTables::from_parts(mem.clone(), root, table_pages, mapped),
@@ -419,8 +476,8 @@ impl MemoryManager {
     /// Unmaps every page of a file mapping whose frame is in a window of a file object (not
     /// the VM's own memory: a shared window at or above [`platform::SHARED_GPA_BASE`]),
     /// present or PROT_NONE, keeping the VMAs; returns how many. Those are the page-cache
-    /// pages of private file mappings and every page of `MAP_SHARED` file mappings (pages of
-    /// anonymous shared memory are left: [`export`](Self::export) refuses them). A checkpoint
+    /// pages of private file mappings and every page of `MAP_SHARED` mappings, of files and
+    /// of anonymous shared memory (whose bytes the checkpoint saves apart). A checkpoint
     /// calls it before saving, so that no saved entry points into a window a new process
     /// would not have; the pages fault back from the file, here or after a restore.
     ///
@@ -430,25 +487,27 @@ impl MemoryManager {
     /// still hold the old translations (a sandbox left running after its checkpoint).
     /// Window pages are not the allocator's: nothing is freed.
     pub fn drop_file_window_pages(&mut self) -> usize {
-        let ranges: Vec<(Gva, Gva)> = self
+        // Each range, and whether it maps a file (whose pages a restore maps again ahead).
+        let ranges: Vec<(Gva, Gva, bool)> = self
             .vmas
             .iter()
-            .filter(|v| match &v.kind {
-                VmaKind::Anon => false,
-                VmaKind::File { .. } => true,
-                VmaKind::Shared { object, .. } => object.is_file(),
+            .filter_map(|v| match &v.kind {
+                VmaKind::Anon => None,
+                VmaKind::File { .. } => Some((v.start, v.end, true)),
+                VmaKind::Shared { object, .. } => Some((v.start, v.end, object.is_file())),
             })
-            .map(|v| (v.start, v.end))
             .collect();
-        let mut dropped = Vec::new();
-        for (start, end) in ranges {
+        let (mut dropped, mut n) = (Vec::new(), 0);
+        for (start, end, file) in ranges {
             for (va, frame, _) in self.pt.frames_in(start, end) {
                 if !self.mem.is_own(frame) && self.pt.unmap(va).is_some() {
-                    dropped.push(va);
+                    n += 1;
+                    if file {
+                        dropped.push(va);
+                    }
                 }
             }
         }
-        let n = dropped.len();
         if n > 0 {
             self.replaced = true;
             // What the next restore maps ahead (a drop of nothing keeps the last set: nothing
@@ -594,7 +653,10 @@ enum Reopen {
 
 /// `images` checked (sorted, disjoint, page-aligned ranges of the user half; valid rights
 /// and file offsets), as anonymous VMAs and, for file mappings, the file to reopen.
-fn check_vmas(images: &[VmaImage]) -> Result<Vec<(Vma, Option<FileRef<'_>>)>, MmError> {
+fn check_vmas<'a>(
+    images: &'a [VmaImage],
+    anon: &AnonObjects,
+) -> Result<Vec<(Vma, Option<FileRef<'a>>)>, MmError> {
     let mut out = Vec::with_capacity(images.len());
     let mut prev_end = Gva(0);
     for v in images {
@@ -651,6 +713,38 @@ fn check_vmas(images: &[VmaImage]) -> Result<Vec<(Vma, Option<FileRef<'_>>)>, Mm
                     },
                 };
                 (VmaKind::Anon, Some(file))
+            }
+            VmaKindImage::SharedAnon {
+                object,
+                offset,
+                may_write,
+            } => {
+                check_offset(&range, *offset, end.0 - start.0)?;
+                let o = anon.objects().get(*object as usize).ok_or_else(|| {
+                    refuse(format!(
+                        "{range} maps shared object {object}, which is not saved"
+                    ))
+                })?;
+                let size = o
+                    .size()
+                    .map_err(|e| refuse(format!("{range}: its shared object: {e}")))?;
+                if offset + (end.0 - start.0) > size {
+                    return Err(refuse(format!(
+                        "{range} at offset {offset:#x} goes past the end of its shared object \
+                         ({size} bytes)"
+                    )));
+                }
+                if prot.contains(Prot::WRITE) && !may_write {
+                    return Err(refuse(format!(
+                        "{range} is writable, but its shared memory may not be written"
+                    )));
+                }
+                let kind = VmaKind::Shared {
+                    object: o.clone(),
+                    offset: *offset,
+                    may_write: *may_write,
+                };
+                (kind, None)
             }
         };
         let vma = Vma {

@@ -244,7 +244,7 @@ fn export_json_import_round_trip() {
         freed_frame,
         untouched,
     } = populated("round-trip");
-    let (image, bytes) = m.export().unwrap();
+    let (image, bytes) = m.export(&mut AnonObjects::default()).unwrap();
     assert_eq!(image.vmas.len(), m.stats().vma_count);
     assert_eq!(
         image.vmas.len(),
@@ -260,8 +260,15 @@ fn export_json_import_round_trip() {
         opened.push(id.clone());
         reopen_path(id)
     };
-    let mut r =
-        MemoryManager::import(restored_memory(&m), &image2, &bytes, &mut open, None).unwrap();
+    let mut r = MemoryManager::import(
+        restored_memory(&m),
+        &image2,
+        &bytes,
+        &mut open,
+        None,
+        &AnonObjects::default(),
+    )
+    .unwrap();
     assert_eq!(opened.len(), 1, "one open for the file's four VMAs");
     assert_eq!(r.stats(), m.stats());
     assert_eq!(r.cr3(), m.cr3());
@@ -301,7 +308,10 @@ fn export_json_import_round_trip() {
     }
     assert!(!r.has_pte_sync() && !r.take_replaced());
     // Saving the restored space gives the same image.
-    assert_eq!(r.export().unwrap(), (image.clone(), bytes.clone()));
+    assert_eq!(
+        r.export(&mut AnonObjects::default()).unwrap(),
+        (image.clone(), bytes.clone())
+    );
 
     // It runs on: PROT_NONE kept its bytes, a new page is zero (the freed one, whose old
     // bytes were left out), an untouched file page is read from the reopened file, the
@@ -359,12 +369,19 @@ fn protect(mem: &GuestMemory, prot: i32) {
 fn export_and_import_touch_no_guest_memory() {
     let p = populated("no-touch");
     protect(p.m.memory(), libc::PROT_NONE);
-    let exported = p.m.export();
+    let exported = p.m.export(&mut AnonObjects::default());
     protect(p.m.memory(), libc::PROT_READ | libc::PROT_WRITE);
     let (image, bytes) = exported.unwrap();
     let mem = Arc::new(GuestMemory::new(16 * MIB).unwrap());
     protect(&mem, libc::PROT_NONE);
-    let r = MemoryManager::import(mem.clone(), &image, &bytes, &mut reopen_path, None);
+    let r = MemoryManager::import(
+        mem.clone(),
+        &image,
+        &bytes,
+        &mut reopen_path,
+        None,
+        &AnonObjects::default(),
+    );
     protect(&mem, libc::PROT_READ | libc::PROT_WRITE);
     let r = r.unwrap();
     assert_eq!(r.stats(), p.m.stats());
@@ -405,7 +422,7 @@ fn page_cache_pages_are_dropped_for_export_and_come_back_after_import() {
             .count()
     };
     assert_eq!(in_windows(&m), 3);
-    let err = m.export().unwrap_err();
+    let err = m.export(&mut AnonObjects::default()).unwrap_err();
     assert!(err.to_string().contains("drop_file_window_pages"), "{err}");
     m.take_pte_sync();
     assert!(!m.take_replaced());
@@ -437,7 +454,7 @@ fn page_cache_pages_are_dropped_for_export_and_come_back_after_import() {
         .is_read_only(m.page_tables().translate(t).unwrap().0));
     assert_eq!(m.drop_file_window_pages(), 2);
 
-    let (image, bytes) = m.export().unwrap();
+    let (image, bytes) = m.export(&mut AnonObjects::default()).unwrap();
     assert_eq!(
         image.file_pages.iter().map(|[_, n]| n).sum::<u64>(),
         2,
@@ -455,8 +472,15 @@ fn page_cache_pages_are_dropped_for_export_and_come_back_after_import() {
     let mem = restored_memory(&m);
     mem.set_registrar(Box::new(|_, _| Ok(())));
     let space2 = SharedSpace::new();
-    let mut r =
-        MemoryManager::import(mem, &image, &bytes, &mut reopen_path, Some(&space2)).unwrap();
+    let mut r = MemoryManager::import(
+        mem,
+        &image,
+        &bytes,
+        &mut reopen_path,
+        Some(&space2),
+        &AnonObjects::default(),
+    )
+    .unwrap();
     assert!(r
         .vmas()
         .all(|v| matches!(v.kind, VmaKind::File { cache: Some(_), .. })));
@@ -478,8 +502,15 @@ fn page_cache_pages_are_dropped_for_export_and_come_back_after_import() {
     r.copy_in(t.add(0x1000), &mut own).unwrap();
     assert_eq!(&own, b"own");
     // Restored without sharing: the pages are copies.
-    let mut r =
-        MemoryManager::import(restored_memory(&m), &image, &bytes, &mut reopen_path, None).unwrap();
+    let mut r = MemoryManager::import(
+        restored_memory(&m),
+        &image,
+        &bytes,
+        &mut reopen_path,
+        None,
+        &AnonObjects::default(),
+    )
+    .unwrap();
     assert!(r
         .vmas()
         .all(|v| matches!(v.kind, VmaKind::File { cache: None, .. })));
@@ -550,7 +581,10 @@ fn shared_file_mappings_are_saved_as_their_files() {
     assert_eq!(window_pages(&m), 7);
 
     // Still mapped: refused, by counting.
-    let err = m.export().unwrap_err().to_string();
+    let err = m
+        .export(&mut AnonObjects::default())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("7 mapped pages are not the allocator's")
             && err.contains("drop_file_window_pages"),
@@ -577,7 +611,7 @@ fn shared_file_mappings_are_saved_as_their_files() {
     assert!(m.page_tables().entry(w_at.add(0x3000)).is_none());
     assert_eq!(m.drop_file_window_pages(), 0);
 
-    let (image, bytes) = m.export().unwrap();
+    let (image, bytes) = m.export(&mut AnonObjects::default()).unwrap();
     let ro_id = FileId::of_file(ro.name(), &File::open(&ro.0).unwrap()).unwrap();
     let rw_id = FileId::of_file(rw.name(), &File::open(&rw.0).unwrap()).unwrap();
     let shared: Vec<(u64, u64, u32, VmaKindImage)> = image
@@ -619,7 +653,14 @@ fn shared_file_mappings_are_saved_as_their_files() {
     let import = |files: Option<&Arc<SharedSpace>>, image: &MmImage| {
         let mem = restored_memory(&m);
         mem.set_registrar(Box::new(|_, _| Ok(())));
-        MemoryManager::import(mem, image, &bytes, &mut reopen_path, files)
+        MemoryManager::import(
+            mem,
+            image,
+            &bytes,
+            &mut reopen_path,
+            files,
+            &AnonObjects::default(),
+        )
     };
     // Refused: no shared space; a writable VMA that may not write.
     let err = refused(import(None, &image)).to_string();
@@ -686,7 +727,15 @@ fn shared_file_mappings_are_saved_as_their_files() {
     };
     let mem = restored_memory(&m);
     mem.set_registrar(Box::new(|_, _| Ok(())));
-    let mut r = MemoryManager::import(mem, &image, &bytes, &mut open, Some(&space2)).unwrap();
+    let mut r = MemoryManager::import(
+        mem,
+        &image,
+        &bytes,
+        &mut open,
+        Some(&space2),
+        &AnonObjects::default(),
+    )
+    .unwrap();
     assert_eq!(opened, vec![ro.name(), rw.name()], "once per file");
     assert_eq!(r.stats(), m.stats());
     assert_eq!(vma_list(&r), vma_list(&m));
@@ -755,6 +804,7 @@ fn shared_file_mappings_are_saved_as_their_files() {
         &bytes,
         &mut reopen_path,
         Some(&SharedSpace::new()),
+        &AnonObjects::default(),
     ))
     .to_string();
     assert!(
@@ -764,7 +814,7 @@ fn shared_file_mappings_are_saved_as_their_files() {
 }
 
 #[test]
-fn shared_nameless_and_deleted_mappings_are_refused_at_export() {
+fn anonymous_shared_memory_round_trips_and_nameless_deleted_or_sysv_mappings_are_refused() {
     let space = SharedSpace::new();
     let mut m = mm(16 * MIB);
     m.memory().set_registrar(Box::new(|_, _| Ok(())));
@@ -783,21 +833,53 @@ fn shared_nameless_and_deleted_mappings_are_refused_at_export() {
         name: Some("/dev/shm/x".into()),
     })
     .unwrap();
-    // Faulted in: its window pages are not dropped (they are in no file), and the
-    // refusal names the mapping rather than the pages.
+    // Faulted in: its window pages are dropped like a file's (they fault back from the
+    // object), and the mapping is saved by reference to the object, whose bytes are the
+    // caller's to save.
     m.write_val(Gva(0x5000_0000), &1u8).unwrap();
-    assert_eq!(m.drop_file_window_pages(), 0);
     assert_eq!(window_pages(&m), 2);
-    let err = m.export().unwrap_err().to_string();
-    assert!(
-        err.contains("MAP_SHARED mapping 0x50000000-0x50002000 (/dev/shm/x)")
-            && err.contains("anonymous shared memory")
-            && err.contains("not supported yet"),
-        "{err}"
-    );
+    assert_eq!(m.drop_file_window_pages(), 2);
+    assert_eq!(window_pages(&m), 0);
+    let mut anon = AnonObjects::default();
+    let (image, bytes) = m.export(&mut anon).unwrap();
+    assert_eq!(anon.objects().len(), 1);
+    assert!(image.vmas.iter().any(|v| v.kind
+        == VmaKindImage::SharedAnon {
+            object: 0,
+            offset: 0,
+            may_write: true
+        }));
+    // Restored over an object made again with the saved bytes: the mapping reads them, and
+    // an index past the table is refused.
+    let again = space.anonymous(0x2000, "anon").unwrap();
+    again
+        .write_at(&anon.objects()[0].read_all().unwrap(), 0)
+        .unwrap();
+    let mem = restored_memory(&m);
+    mem.set_registrar(Box::new(|_, _| Ok(())));
+    let mut r = MemoryManager::import(
+        mem,
+        &image,
+        &bytes,
+        &mut reopen_path,
+        Some(&space),
+        &AnonObjects::of(vec![again]),
+    )
+    .unwrap();
+    assert_eq!(r.read_val::<u8>(Gva(0x5000_0000)).unwrap(), 1);
+    let err = refused(MemoryManager::import(
+        restored_memory(&m),
+        &image,
+        &bytes,
+        &mut reopen_path,
+        Some(&space),
+        &AnonObjects::default(),
+    ))
+    .to_string();
+    assert!(err.contains("shared object 0, which is not saved"), "{err}");
     m.munmap(Gva(0x5000_0000), 0x2000).unwrap();
-    assert!(m.export().is_ok());
-    // A System V segment (shmat): the same.
+    assert!(m.export(&mut AnonObjects::default()).is_ok());
+    // A System V segment (shmat): refused.
     m.mmap(MmapRequest {
         addr: Gva(0x5000_0000),
         len: 0x1000,
@@ -812,14 +894,17 @@ fn shared_nameless_and_deleted_mappings_are_refused_at_export() {
         name: None,
     })
     .unwrap();
-    let err = m.export().unwrap_err().to_string();
+    let err = m
+        .export(&mut AnonObjects::default())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("MAP_SHARED mapping 0x50000000-0x50001000 (anonymous)")
-            && err.contains("anonymous shared memory"),
+            && err.contains("System V shared memory"),
         "{err}"
     );
     m.munmap(Gva(0x5000_0000), 0x1000).unwrap();
-    assert!(m.export().is_ok());
+    assert!(m.export(&mut AnonObjects::default()).is_ok());
 
     let tf = TempFile::new("nameless");
     m.mmap(MmapRequest {
@@ -836,7 +921,10 @@ fn shared_nameless_and_deleted_mappings_are_refused_at_export() {
         name: None,
     })
     .unwrap();
-    let err = m.export().unwrap_err().to_string();
+    let err = m
+        .export(&mut AnonObjects::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("0x30000000-0x30001000 has no path"), "{err}");
     m.munmap(Gva(0x3000_0000), 0x1000).unwrap();
 
@@ -850,9 +938,12 @@ fn shared_nameless_and_deleted_mappings_are_refused_at_export() {
         Prot::READ,
         None,
     );
-    assert!(m.export().is_ok());
+    assert!(m.export(&mut AnonObjects::default()).is_ok());
     std::fs::remove_file(&tf.0).unwrap();
-    let err = m.export().unwrap_err().to_string();
+    let err = m
+        .export(&mut AnonObjects::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("was deleted"), "{err}");
 }
 
@@ -878,15 +969,21 @@ fn shared_file_mappings_without_a_file_are_refused_at_export() {
     };
     let object = space.file(&tf.open()).unwrap();
     m.mmap(shared(object.clone(), None)).unwrap();
-    let err = m.export().unwrap_err().to_string();
+    let err = m
+        .export(&mut AnonObjects::default())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("MAP_SHARED file mapping 0x50000000-0x50001000 has no path"),
         "{err}"
     );
     m.mmap(shared(object, Some(tf.name()))).unwrap();
-    assert!(m.export().is_ok());
+    assert!(m.export(&mut AnonObjects::default()).is_ok());
     std::fs::remove_file(&tf.0).unwrap();
-    let err = m.export().unwrap_err().to_string();
+    let err = m
+        .export(&mut AnonObjects::default())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains(&format!(
             "{} (0x50000000-0x50001000) was deleted",
@@ -897,7 +994,10 @@ fn shared_file_mappings_without_a_file_are_refused_at_export() {
     let zero = File::open("/dev/zero").unwrap();
     m.mmap(shared(space.file(&zero).unwrap(), Some("/dev/zero".into())))
         .unwrap();
-    let err = m.export().unwrap_err().to_string();
+    let err = m
+        .export(&mut AnonObjects::default())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("0x50000000-0x50001000 (/dev/zero) is not of a regular file"),
         "{err}"
@@ -907,9 +1007,16 @@ fn shared_file_mappings_without_a_file_are_refused_at_export() {
 #[test]
 fn changed_or_missing_files_are_refused_at_import() {
     let p = populated("changed");
-    let (image, bytes) = p.m.export().unwrap();
+    let (image, bytes) = p.m.export(&mut AnonObjects::default()).unwrap();
     let import = |open: &mut dyn FnMut(&FileId) -> Result<File, String>| {
-        MemoryManager::import(restored_memory(&p.m), &image, &bytes, open, None)
+        MemoryManager::import(
+            restored_memory(&p.m),
+            &image,
+            &bytes,
+            open,
+            None,
+            &AnonObjects::default(),
+        )
     };
     assert!(import(&mut reopen_path).is_ok());
     let err = refused(import(&mut |_| Err("no such file".into())));
@@ -943,7 +1050,7 @@ fn changed_or_missing_files_are_refused_at_import() {
 #[test]
 fn corrupt_images_are_refused() {
     let p = populated("corrupt");
-    let (good, bytes) = p.m.export().unwrap();
+    let (good, bytes) = p.m.export(&mut AnonObjects::default()).unwrap();
     let import = |image: &MmImage, bytes: &[u8]| {
         MemoryManager::import(
             Arc::new(GuestMemory::new(16 * MIB).unwrap()),
@@ -951,6 +1058,7 @@ fn corrupt_images_are_refused() {
             bytes,
             &mut reopen_path,
             None,
+            &AnonObjects::default(),
         )
     };
     assert!(import(&good, &bytes).is_ok());
@@ -1034,7 +1142,7 @@ fn corrupt_images_are_refused() {
     longer.push(0);
     let mut flipped = bytes.clone();
     flipped[40] ^= 1;
-    let other = mm(16 * MIB).export().unwrap().1;
+    let other = mm(16 * MIB).export(&mut AnonObjects::default()).unwrap().1;
     for (what, b) in [
         ("truncated", &bytes[..bytes.len() - 1]),
         ("empty", &[][..]),
@@ -1074,7 +1182,7 @@ fn set_offset(image: &mut MmImage, to: u64) {
 #[test]
 fn unknown_fields_are_refused() {
     let p = populated("fields");
-    let (image, _) = p.m.export().unwrap();
+    let (image, _) = p.m.export(&mut AnonObjects::default()).unwrap();
     let json = serde_json::to_value(&image).unwrap();
     let mut top = json.clone();
     top["extra"] = 1.into();
