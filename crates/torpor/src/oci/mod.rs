@@ -104,7 +104,7 @@ fn spawn_forked(opts: &CreateOptions, b: &Bundle, start_now: bool) -> Option<u32
         tracing::warn!("{}: not a fork of {template}: {why}; started anew", opts.id);
         return None;
     }
-    let (image, platform) = match crate::fork::image_of(template) {
+    let (image, platform) = match crate::fork::image::image_of(template) {
         Ok(i) => i,
         Err(e) => {
             tracing::info!(
