@@ -139,6 +139,23 @@ impl Response {
     }
 }
 
+/// Wakes the hibernated sandbox at `dir` and returns once its wake has begun (the request
+/// only signals it), so that a request that parks it again (`checkpoint`) finds it awake.
+///
+/// # Errors
+/// The request's; a sandbox still hibernated after `timeout`.
+pub fn wake(dir: &Path, timeout: Duration) -> Result<()> {
+    call(dir, &Request::Wake, timeout)?;
+    let deadline = std::time::Instant::now() + timeout;
+    while call(dir, &Request::State, timeout)?["status"] == "hibernated" {
+        if std::time::Instant::now() >= deadline {
+            anyhow::bail!("the sandbox does not wake");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
 /// Sends `req` to the sandbox whose directory is `dir` and returns its payload. A read-only
 /// request whose connection is reset before any answer (a holder that was just becoming
 /// dormant: its exec ends the connections it had accepted) is sent again, a few times.

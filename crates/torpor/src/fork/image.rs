@@ -97,16 +97,29 @@ fn write_image(sdir: &Path, forks: &Path, state: &serde_json::Value) -> Result<P
         crate::cowroot::remove_all(&out)
             .with_context(|| format!("removing the old {}", out.display()))?;
     }
-    if state["status"] == "hibernated" {
-        // Parked in its wait for a wake: the checkpoint parks it again, from a wake.
-        call(sdir, &Request::Wake, REQUEST)?;
-    }
-    if let Err(e) = call(sdir, &Request::Checkpoint, TIMEOUT) {
-        // A checkpoint that fails (something of the template it cannot save yet) leaves it
-        // paused: it carries on as it was.
-        let _ = crate::cowroot::remove_all(&out);
-        let _ = call(sdir, &Request::Resume, REQUEST);
-        return Err(e).context("writing the template's image");
+    let mut hibernated = state["status"] == "hibernated";
+    let mut attempts = 0;
+    loop {
+        if hibernated {
+            // Parked in its wait for a wake: the checkpoint parks it again, from a wake, once
+            // the wake (which the request only signals) has begun.
+            crate::control::wake(sdir, REQUEST)?;
+        }
+        match call(sdir, &Request::Checkpoint, TIMEOUT) {
+            Ok(_) => break,
+            // Hibernated again (its keep-alive) between the wake and the checkpoint.
+            Err(e) if attempts < 3 && format!("{e:#}").contains("that is hibernated") => {
+                attempts += 1;
+                hibernated = true;
+            }
+            Err(e) => {
+                // A checkpoint that fails (something of the template it cannot save yet)
+                // leaves it paused: it carries on as it was.
+                let _ = crate::cowroot::remove_all(&out);
+                let _ = call(sdir, &Request::Resume, REQUEST);
+                return Err(e).context("writing the template's image");
+            }
+        }
     }
     // Paused from here: nothing of the template runs until the unpause below.
     let name = format!("image-{}", unique_suffix());

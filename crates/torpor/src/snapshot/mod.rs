@@ -82,7 +82,7 @@ pub fn checkpoint(id: &str, dir: &Path, leave_running: bool) -> Result<u8> {
     let state = call(&sdir, &Request::State, Duration::from_secs(10))?;
     if state["status"] == "hibernated" {
         // Parked in its wait for a wake: the checkpoint parks it again, from a wake.
-        call(&sdir, &Request::Wake, Duration::from_secs(10))?;
+        crate::control::wake(&sdir, Duration::from_secs(10))?;
     }
     call(&sdir, &Request::Checkpoint, TIMEOUT).context("writing the checkpoint")?;
     let result = finish_checkpoint(&sdir, &out, dir);
