@@ -15,6 +15,7 @@
 //!
 //! No dependencies beyond std, so it adds nothing to the build.
 
+pub mod counting;
 pub mod debian;
 pub mod detached;
 pub mod guest;

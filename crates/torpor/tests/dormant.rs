@@ -8,40 +8,19 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use testutil::counting::{self, GUEST_PORT};
 use testutil::{free_port, http_get, Detached, Rootfs};
-
-const GUEST_PORT: &str = "8080";
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_torpor"))
 }
 
-/// The request counter in a body of the guest's `http_server`.
-fn counter(body: &str) -> u64 {
-    body.strip_prefix("hello from http_server: request ")
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected body {body:?}"))
-}
-
-/// A counting HTTP server in a detached sandbox, answering on `addr`.
 fn start(r: &Rootfs) -> (Detached, SocketAddr) {
-    let port = free_port();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let publish = format!("127.0.0.1:{port}:{GUEST_PORT}");
-    let prog = r.guest_program("http_server");
-    let sb = Detached::start(&bin(), &["-p", &publish], r.path(), &prog, &[GUEST_PORT]);
-    let up = Detached::wait_until(Duration::from_secs(60), || {
-        http_get(addr, "/up", Duration::from_secs(5)).is_ok()
-    });
-    assert!(up, "the server does not answer on {addr}");
-    (sb, addr)
+    counting::start(&bin(), r)
 }
 
 fn get_counter(addr: SocketAddr) -> u64 {
-    let resp = http_get(addr, "/n", Duration::from_secs(30)).expect("a response");
-    assert_eq!(resp.status, 200, "{resp:?}");
-    counter(&resp.body_str())
+    counting::get(addr)
 }
 
 fn status(sb: &Detached) -> String {

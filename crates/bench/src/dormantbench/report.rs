@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::{Many, Row};
-use crate::paper::model::{RunInfo, Summary};
+use crate::paper::model::{quantile, samples_csv, RunInfo, Summary};
 use crate::snapbench::report::fmt;
 
 /// `median (p90)`, or a dash.
@@ -17,18 +17,7 @@ fn cell(v: &[f64]) -> String {
 
 /// The 90th percentile (nearest rank).
 fn p90(v: &[f64]) -> f64 {
-    p(v, 0.9)
-}
-
-/// The `q` quantile (nearest rank), NaN of nothing.
-fn p(v: &[f64], q: f64) -> f64 {
-    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1;
-    s[i]
+    quantile(v, 0.9)
 }
 
 fn mib(b: f64) -> String {
@@ -154,14 +143,14 @@ pub fn write(out: &Path, info: &RunInfo, rows: &[Row], m: &Many) -> anyhow::Resu
             "| stream: requests to a dormant instance ({}), ms: median (p90), p99 | {}, {} |",
             m.to_dormant.len(),
             cell(&m.to_dormant),
-            fmt(p(&m.to_dormant, 0.99))
+            fmt(quantile(&m.to_dormant, 0.99))
         );
         let _ = writeln!(
             md,
             "| stream: the other requests ({}), ms: median (p90), p99 | {}, {} |",
             m.others.len(),
             cell(&m.others),
-            fmt(p(&m.others, 0.99))
+            fmt(quantile(&m.others, 0.99))
         );
         let _ = writeln!(md, "| stream: failed requests | {} |", m.stream_failures);
         let _ = writeln!(
@@ -190,19 +179,15 @@ pub fn write(out: &Path, info: &RunInfo, rows: &[Row], m: &Many) -> anyhow::Resu
     }
     let md_path = out.join("dormant.md");
     std::fs::write(&md_path, md).with_context(|| format!("writing {}", md_path.display()))?;
-    let mut csv = String::from("workload,kind,ms\n");
-    for r in rows {
-        for (kind, v) in [
+    let mut csv = samples_csv(rows.iter().flat_map(|r| {
+        [
             ("hot", &r.hot),
             ("hibernated_wake", &r.hibernated_wake),
             ("dormant_wake", &r.dormant_wake),
             ("go_dormant", &r.go_dormant),
-        ] {
-            for x in v {
-                let _ = writeln!(csv, "{},{kind},{x:.3}", r.label);
-            }
-        }
-    }
+        ]
+        .map(|(kind, v)| (r.label.as_str(), kind, v.as_slice()))
+    }));
     for x in &m.to_dormant {
         let _ = writeln!(csv, "instances,stream_to_dormant,{x:.3}");
     }

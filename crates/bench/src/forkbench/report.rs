@@ -6,19 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 use super::{Memory, Row};
-use crate::paper::model::{RunInfo, Summary};
+use crate::paper::model::{quantile, samples_csv, RunInfo, Summary};
 use crate::snapbench::report::fmt;
-
-/// The `q` quantile (nearest rank), NaN of nothing.
-fn quantile(v: &[f64], q: f64) -> f64 {
-    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1;
-    s[i]
-}
 
 /// `median (p99)`, or a dash.
 fn cell(v: &[f64]) -> String {
@@ -146,21 +135,17 @@ pub fn write(
     }
     let md_path = out.join("fork.md");
     std::fs::write(&md_path, md).with_context(|| format!("writing {}", md_path.display()))?;
-    let mut csv = String::from("workload,kind,ms\n");
-    for r in rows {
-        for (kind, v) in [
+    let csv = samples_csv(rows.iter().flat_map(|r| {
+        [
             ("cold", &r.cold),
             ("clone", &r.clone),
             ("first_fork", &r.first_fork),
             ("fork", &r.fork),
             ("reap_wake", &r.reap_wake),
             ("hot", &r.hot),
-        ] {
-            for x in v.iter() {
-                let _ = writeln!(csv, "{},{kind},{x:.3}", r.label);
-            }
-        }
-    }
+        ]
+        .map(|(kind, v)| (r.label.as_str(), kind, v.as_slice()))
+    }));
     let csv_path = out.join("fork.csv");
     std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
     Ok(vec![md_path, csv_path])

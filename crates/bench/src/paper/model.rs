@@ -106,6 +106,28 @@ impl Summary {
     }
 }
 
+/// The `q` quantile of `samples` (nearest rank; failed ones, NaN, left out), NaN of none.
+pub fn quantile(samples: &[f64], q: f64) -> f64 {
+    let mut s: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1;
+    s[i]
+}
+
+/// The lines of a `workload,kind,ms` samples file: for each workload, each kind's samples.
+pub fn samples_csv<'a>(rows: impl IntoIterator<Item = (&'a str, &'a str, &'a [f64])>) -> String {
+    let mut csv = String::from("workload,kind,ms\n");
+    for (label, kind, v) in rows {
+        for x in v {
+            csv.push_str(&format!("{label},{kind},{x:.3}\n"));
+        }
+    }
+    csv
+}
+
 /// The results of one workload.
 #[derive(Clone, Debug, Default)]
 pub struct WorkloadResult {

@@ -104,6 +104,36 @@ fn write_proc_file(t: &mut Task, f: &crate::fd::OpenFile, iov: &[(Gva, u64)]) ->
     Ok(total)
 }
 
+/// The caller's RLIMIT_FSIZE soft limit (`INFINITY` when unlimited).
+fn file_size_limit(t: &Task) -> Result<u64, Errno> {
+    Ok(t.group
+        .rlimits
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(libc::RLIMIT_FSIZE)?
+        .cur)
+}
+
+/// EFBIG, with the SIGXFSZ Linux sends the caller with it.
+fn file_too_big(t: &mut Task) -> Errno {
+    t.queue_signal(crate::task::signal::SigInfo::kernel(libc::SIGXFSZ));
+    Errno::EFBIG
+}
+
+/// Whether a regular file of `size` bytes may grow to `new_size` under RLIMIT_FSIZE, as
+/// Linux's `inode_newsize_ok`: growing past the soft limit is `EFBIG` with a SIGXFSZ for the
+/// caller (shrinking, or staying within it, is fine). For truncate, ftruncate and fallocate.
+pub(super) fn new_size_allowed(t: &mut Task, size: u64, new_size: u64) -> Result<(), Errno> {
+    if new_size <= size {
+        return Ok(());
+    }
+    let limit = file_size_limit(t)?;
+    if limit != crate::task::rlimit::INFINITY && new_size > limit {
+        return Err(file_too_big(t));
+    }
+    Ok(())
+}
+
 /// `len` cut to what `RLIMIT_FSIZE` lets a write (write, pwrite, writev, pwritev) to the
 /// regular file `f` at `offset` (its
 /// own offset when `None`, its end with `O_APPEND`) carry, as Linux's
@@ -112,40 +142,13 @@ fn write_proc_file(t: &mut Task, f: &crate::fd::OpenFile, iov: &[(Gva, u64)]) ->
 ///
 /// # Errors
 /// EFBIG; the host's errno reading the file's offset or size.
-/// Whether a regular file of `size` bytes may grow to `new_size` under RLIMIT_FSIZE, as
-/// Linux's `inode_newsize_ok`: growing past the soft limit is `EFBIG` with a SIGXFSZ for the
-/// caller (shrinking, or staying within it, is fine). For truncate, ftruncate and fallocate.
-pub(super) fn new_size_allowed(t: &mut Task, size: u64, new_size: u64) -> Result<(), Errno> {
-    if new_size <= size {
-        return Ok(());
-    }
-    let limit = t
-        .group
-        .rlimits
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(libc::RLIMIT_FSIZE)?
-        .cur;
-    if limit != crate::task::rlimit::INFINITY && new_size > limit {
-        t.queue_signal(crate::task::signal::SigInfo::kernel(libc::SIGXFSZ));
-        return Err(Errno::EFBIG);
-    }
-    Ok(())
-}
-
 fn within_file_size_limit(
     t: &mut Task,
     f: &crate::fd::OpenFile,
     offset: Option<i64>,
     len: u64,
 ) -> Result<u64, Errno> {
-    let limit = t
-        .group
-        .rlimits
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(libc::RLIMIT_FSIZE)?
-        .cur;
+    let limit = file_size_limit(t)?;
     if limit == crate::task::rlimit::INFINITY || len == 0 {
         return Ok(len);
     }
@@ -160,8 +163,7 @@ fn within_file_size_limit(
         None => host::seek(host, 0, libc::SEEK_CUR)?,
     };
     if pos >= limit {
-        t.queue_signal(crate::task::signal::SigInfo::kernel(libc::SIGXFSZ));
-        return Err(Errno::EFBIG);
+        return Err(file_too_big(t));
     }
     Ok(len.min(limit - pos))
 }
