@@ -317,6 +317,7 @@ fn instances_of_a_checkpoint_start_dormant_and_count_on_their_own() {
     let r = Rootfs::new();
     let (template, addr) = start(&r);
     let at_checkpoint = get_counter(addr);
+    let template_boot = boot_id(&template);
     let ckpt = testutil::TempDir::new("torpor-dormant-ckpt");
     let dir = ckpt.path().join("c");
     let out = template.verb("checkpoint", &[dir.to_str().expect("utf-8")]);
@@ -356,4 +357,19 @@ fn instances_of_a_checkpoint_start_dormant_and_count_on_their_own() {
         );
         assert_eq!(process(sb.pid()).0, "torpor", "{} woken", sb.id);
     }
+    // Each is a boot of its own, not its template's.
+    let boots: std::collections::HashSet<String> =
+        instances.iter().map(|(sb, _)| boot_id(sb)).collect();
+    assert_eq!(boots.len(), instances.len());
+    assert!(!boots.contains(&template_boot));
+}
+
+/// The sandbox's boot id, as its programs read it.
+fn boot_id(sb: &Detached) -> String {
+    let out = sb.verb(
+        "exec",
+        &["/bin/busybox", "cat", "/proc/sys/kernel/random/boot_id"],
+    );
+    assert_eq!(out.code(), 0, "exec cat: {}", out.stderr_str());
+    out.stdout_str().trim().to_string()
 }

@@ -128,6 +128,9 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
             .collect::<Result<_>>()?;
         cfg.allow_outbound = i.allow_outbound;
         restoring.hostname = i.hostname.clone();
+        // An instance's first wake restores its template's checkpoint: a boot of its own.
+        // (Its later dormancies save its own state, without an instance record.)
+        restoring.new_boot = true;
     }
     // A container's network is the engine's namespace, which this process is still in: every
     // port is the container's own (the checkpoint's record is of a friendly-form sandbox).
