@@ -115,11 +115,9 @@ impl Driver {
         wake_mode: &str,
         extra: &[&str],
     ) -> anyhow::Result<Sandbox<'_>> {
-        let port = free_port()?;
-        let n = self.next.get();
-        self.next.set(n + 1);
+        let n = self.next_number();
         let id = format!("paper-{}-{n}", w.name);
-        let publish = format!("127.0.0.1:{port}:8080");
+        let (port, publish) = published_port()?;
         let mut c = self.cmd();
         c.args(["run", "-d", "--name", &id, "--memory", w.memory])
             .args(["-p", &publish, "--wake-mode", wake_mode])
@@ -136,11 +134,7 @@ impl Driver {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
-        Ok(Sandbox {
-            driver: self,
-            id,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        })
+        Ok(self.sandbox(id, port))
     }
 
     /// `torpor checkpoint ID DIR` of `sb` (which is gone after it).
@@ -178,11 +172,9 @@ impl Driver {
         dir: &Path,
         clone: bool,
     ) -> anyhow::Result<Sandbox<'_>> {
-        let port = free_port()?;
-        let n = self.next.get();
-        self.next.set(n + 1);
+        let n = self.next_number();
         let id = format!("{}-{}-{n}", if clone { "clone" } else { "restore" }, w.name);
-        let publish = format!("127.0.0.1:{port}:8080");
+        let (port, publish) = published_port()?;
         let d = dir.to_string_lossy();
         let args: Vec<&str> = if clone {
             vec!["run", "-d", "--name", &id, "-p", &publish, "--from", &d]
@@ -190,11 +182,7 @@ impl Driver {
             vec!["restore", "-d", "--name", &id, "-p", &publish, &d]
         };
         self.verb(&args)?;
-        Ok(Sandbox {
-            driver: self,
-            id,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        })
+        Ok(self.sandbox(id, port))
     }
 
     /// `torpor run -d --from DIR --dormant` of the checkpoint `dir` of workload `w`, published
@@ -209,21 +197,15 @@ impl Driver {
         dir: &Path,
         extra: &[&str],
     ) -> anyhow::Result<Sandbox<'_>> {
-        let port = free_port()?;
-        let n = self.next.get();
-        self.next.set(n + 1);
+        let n = self.next_number();
         let id = format!("dormant-{}-{n}", w.name);
-        let publish = format!("127.0.0.1:{port}:8080");
+        let (port, publish) = published_port()?;
         let d = dir.to_string_lossy();
         let mut args: Vec<&str> = vec!["run", "-d", "--name", &id, "-p", &publish, "--from", &d];
         args.push("--dormant");
         args.extend_from_slice(extra);
         self.verb(&args)?;
-        Ok(Sandbox {
-            driver: self,
-            id,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        })
+        Ok(self.sandbox(id, port))
     }
 
     /// `torpor fork -d` of the live sandbox `template` (workload `w`), published on a free
@@ -232,17 +214,27 @@ impl Driver {
     /// # Errors
     /// If the verb fails.
     pub fn fork(&self, w: &Workload, template: &Sandbox<'_>) -> anyhow::Result<Sandbox<'_>> {
-        let port = free_port()?;
+        let n = self.next_number();
+        let id = format!("fork-{}-{n}", w.name);
+        let (port, publish) = published_port()?;
+        self.verb(&["fork", &template.id, "-d", "--name", &id, "-p", &publish])?;
+        Ok(self.sandbox(id, port))
+    }
+
+    /// The next number of a sandbox's ID.
+    fn next_number(&self) -> u32 {
         let n = self.next.get();
         self.next.set(n + 1);
-        let id = format!("fork-{}-{n}", w.name);
-        let publish = format!("127.0.0.1:{port}:8080");
-        self.verb(&["fork", &template.id, "-d", "--name", &id, "-p", &publish])?;
-        Ok(Sandbox {
+        n
+    }
+
+    /// The sandbox `id` started by this driver, answering on 127.0.0.1:`port`.
+    fn sandbox(&self, id: String, port: u16) -> Sandbox<'_> {
+        Sandbox {
             driver: self,
             id,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        })
+        }
     }
 
     /// Removes the state directory (every sandbox must be gone).
@@ -389,6 +381,13 @@ pub fn wait_answer(
             }
         }
     }
+}
+
+/// A free port of the loopback interface, and `--publish`'s form of it for the workloads'
+/// port 8080.
+fn published_port() -> anyhow::Result<(u16, String)> {
+    let port = free_port()?;
+    Ok((port, format!("127.0.0.1:{port}:8080")))
 }
 
 /// A free TCP port on the loopback interface.
