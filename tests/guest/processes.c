@@ -331,6 +331,150 @@ static void robust_mutexes(void) {
     munmap(m, 4096);
 }
 
+/* Job control: a stopped process runs nothing until SIGCONT; its parent hears of the stop and
+ * the continue (SIGCHLD's si_code, wait4's WUNTRACED/WCONTINUED, waitid's WSTOPPED/WCONTINUED,
+ * /proc/PID/stat's T). */
+static volatile sig_atomic_t chld_codes[8];
+static volatile sig_atomic_t chld_count;
+static void on_chld(int sig, siginfo_t *si, void *uc) {
+    (void)sig;
+    (void)uc;
+    if (chld_count < 8)
+        chld_codes[chld_count] = si->si_code;
+    chld_count++;
+}
+static volatile unsigned long *spin_counter;
+static void *spin(void *arg) {
+    (void)arg;
+    for (;;)
+        __atomic_add_fetch(spin_counter, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+static char proc_state(pid_t pid) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return '?';
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return '?';
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' ? p[2] : '?';
+}
+static void tstp_handler(int sig) { (void)sig; }
+static void job_control(void) {
+    struct sigaction sa = {0};
+    sa.sa_sigaction = on_chld;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigaction(SIGCHLD, &sa, NULL);
+    spin_counter = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    /* A child that stops itself, then is continued and exits once told to. */
+    int go[2];
+    if (pipe(go) != 0)
+        return;
+    pid_t c = fork();
+    if (c == 0) {
+        char x;
+        raise(SIGSTOP);
+        close(go[1]);
+        _exit(read(go[0], &x, 1) == 1 ? 3 : 4);
+    }
+    close(go[0]);
+    int st = 0;
+    pid_t w = waitpid(c, &st, WUNTRACED);
+    printf("job: stopped child reported %d, WIFSTOPPED %d, WSTOPSIG %d\n", w == c,
+           WIFSTOPPED(st), WIFSTOPPED(st) ? WSTOPSIG(st) : 0);
+    printf("job: stopped child's state %c\n", proc_state(c));
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    int r = waitid(P_PID, c, &si, WSTOPPED | WNOHANG);
+    printf("job: stop reported once: waitid %d, si_pid set %d\n", r, si.si_pid != 0);
+    kill(c, SIGCONT);
+    w = waitpid(c, &st, WCONTINUED);
+    printf("job: continued reported %d, WIFCONTINUED %d\n", w == c, WIFCONTINUED(st));
+    if (write(go[1], "x", 1) != 1)
+        return;
+    close(go[1]);
+    w = waitpid(c, &st, 0);
+    printf("job: then exited %d, code %d\n", w == c, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    printf("job: SIGCHLD codes");
+    for (int i = 0; i < chld_count && i < 8; i++)
+        printf(" %s", chld_codes[i] == CLD_STOPPED     ? "stopped"
+                      : chld_codes[i] == CLD_CONTINUED ? "continued"
+                      : chld_codes[i] == CLD_EXITED    ? "exited"
+                                                       : "other");
+    printf("\n");
+
+    /* A multi-threaded child stopped from outside: none of its threads runs. */
+    *spin_counter = 0;
+    c = fork();
+    if (c == 0) {
+        pthread_t th;
+        pthread_create(&th, NULL, spin, NULL);
+        for (;;)
+            pause();
+    }
+    while (__atomic_load_n(spin_counter, __ATOMIC_RELAXED) == 0)
+        sched_yield();
+    kill(c, SIGSTOP);
+    memset(&si, 0, sizeof si);
+    r = waitid(P_PID, c, &si, WSTOPPED | WNOWAIT);
+    printf("job: waitid WNOWAIT: %d, code stopped %d, status %d\n", r, si.si_code == CLD_STOPPED,
+           si.si_status);
+    memset(&si, 0, sizeof si);
+    r = waitid(P_PID, c, &si, WSTOPPED);
+    printf("job: waitid again: %d, code stopped %d\n", r, si.si_code == CLD_STOPPED);
+    unsigned long a = *spin_counter;
+    usleep(50000);
+    unsigned long b = *spin_counter;
+    printf("job: threads of a stopped process still %d\n", a == b);
+    kill(c, SIGCONT);
+    int moved = 0;
+    for (int i = 0; i < 2000 && !moved; i++) {
+        usleep(1000);
+        moved = *spin_counter != b;
+    }
+    printf("job: they run again %d\n", moved);
+    /* SIGKILL ends a stopped process. */
+    kill(c, SIGSTOP);
+    waitpid(c, &st, WUNTRACED);
+    kill(c, SIGKILL);
+    w = waitpid(c, &st, 0);
+    printf("job: SIGKILL while stopped: %d, killed by %d\n", w == c,
+           WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+
+    /* SIGTSTP with a handler runs the handler; SIGCONT then SIGSTOP sent at once stops. */
+    c = fork();
+    if (c == 0) {
+        signal(SIGTSTP, tstp_handler);
+        raise(SIGTSTP);
+        _exit(5);
+    }
+    w = waitpid(c, &st, WUNTRACED);
+    printf("job: SIGTSTP with a handler: exited %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+
+    /* SA_NOCLDSTOP: no SIGCHLD for a stop, the wait still reports it. */
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, NULL);
+    chld_count = 0;
+    c = fork();
+    if (c == 0) {
+        raise(SIGSTOP);
+        _exit(0);
+    }
+    w = waitpid(c, &st, WUNTRACED);
+    usleep(20000);
+    printf("job: SA_NOCLDSTOP: stop reported %d, SIGCHLDs %d\n", WIFSTOPPED(st), (int)chld_count);
+    kill(c, SIGCONT);
+    waitpid(c, &st, 0);
+    signal(SIGCHLD, SIG_DFL);
+    munmap((void *)spin_counter, 4096);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 3 && strcmp(argv[1], "child") == 0) {
@@ -347,6 +491,7 @@ int main(int argc, char **argv) {
     spawn_checks();
     sharing_flags();
     robust_mutexes();
+    job_control();
     printf("done\n");
     return 0;
 }

@@ -77,6 +77,13 @@ fn fork_exec_wait_match_native() {
         "robust mutex of a dead process: EOWNERDEAD, consistent 0, unlock 0",
         "robust mutex of a dead thread: EOWNERDEAD",
         "get_robust_list: 0, head set 1, len 24",
+        // Job control (stop signals terminated the process before).
+        "job: stopped child reported 1, WIFSTOPPED 1, WSTOPSIG 19",
+        "job: stopped child's state T",
+        "job: SIGCHLD codes stopped continued exited",
+        "job: threads of a stopped process still 1",
+        "job: SIGKILL while stopped: 1, killed by 9",
+        "job: SA_NOCLDSTOP: stop reported 1, SIGCHLDs 0",
     ] {
         assert!(
             got.stdout_str().contains(line),

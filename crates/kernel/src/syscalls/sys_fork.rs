@@ -13,7 +13,8 @@ use abi::Errno;
 use platform::{AddressSpace, GuestMemory, Platform};
 
 use super::{SysResult, SyscallArgs};
-use crate::task::{ChildParts, Task, ThreadGroup, WaitFor};
+use crate::task::job_control::JobEvent;
+use crate::task::{ChildEvent, ChildParts, ExitStatus, Task, ThreadGroup, WaitFor, WaitWant};
 
 use abi::clone::{
     CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_DETACHED, CLONE_FILES, CLONE_FS, CLONE_IO,
@@ -238,8 +239,8 @@ const WNOTHREAD: i32 = 0x2000_0000;
 const WALL: i32 = 0x4000_0000;
 const WCLONE: i32 = 0x8000_0000_u32 as i32;
 
-/// Implements wait4(2): reaps an exited child. Stopped and continued children are never
-/// reported (the sandbox has no job control); the resource usage written is zero.
+/// Implements wait4(2): reaps an exited child, or reports a stopped one (`WUNTRACED`) or a
+/// continued one (`WCONTINUED`) once each; the resource usage written is zero.
 pub fn sys_wait4(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (pid, status_at, options, rusage_at) = (a.int(0), a.gva(1), a.int(2), a.gva(3));
     if options & !(WNOHANG | WUNTRACED | WCONTINUED | WNOTHREAD | WALL | WCLONE) != 0 {
@@ -254,22 +255,33 @@ pub fn sys_wait4(t: &mut Task, a: &SyscallArgs) -> SysResult {
         0 => WaitFor::Group(t.group.procs.membership(t.pid).map_or(t.pid, |m| m.pgid)),
         p => WaitFor::Group(-p),
     };
+    let want = WaitWant {
+        exited: true,
+        stopped: options & WUNTRACED != 0,
+        continued: options & WCONTINUED != 0,
+    };
     let control = t.control.clone();
     let group = t.group.clone();
     let tid = t.tid;
     let interrupted =
         || control.park_requested() || control.signal_pending() || group.must_leave(tid);
-    let reaped = t
-        .group
-        .procs
-        .wait_child(t.pid, which, options & WNOHANG != 0, interrupted)?;
-    let Some((child, status)) = reaped else {
+    let found = t.group.procs.wait_child_as(
+        t.pid,
+        which,
+        want,
+        options & WNOHANG != 0,
+        true,
+        interrupted,
+    )?;
+    let Some((child, event)) = found else {
         return Ok(0);
     };
     if status_at.raw() != 0 {
-        let word = match status {
-            crate::task::ExitStatus::Exited(code) => (code & 0xff) << 8,
-            crate::task::ExitStatus::Signaled(sig) => sig & 0x7f,
+        let word = match event {
+            ChildEvent::Exited(ExitStatus::Exited(code)) => (code & 0xff) << 8,
+            ChildEvent::Exited(ExitStatus::Signaled(sig)) => sig & 0x7f,
+            ChildEvent::Job(JobEvent::Stopped(sig)) => (sig << 8) | 0x7f,
+            ChildEvent::Job(JobEvent::Continued) => 0xffff,
         };
         t.write_u32(status_at, word as u32)?;
     }
@@ -288,11 +300,13 @@ const WSTOPPED: i32 = 2;
 const WNOWAIT: i32 = 0x0100_0000;
 const CLD_EXITED: i32 = 1;
 const CLD_KILLED: i32 = 2;
+const CLD_STOPPED: i32 = 5;
+const CLD_CONTINUED: i32 = 6;
 
-/// Implements waitid(2) for exited children (`WEXITED`, with `WNOHANG` and `WNOWAIT`):
-/// stopped and continued children are never reported, as for wait4. The siginfo written
-/// holds SIGCHLD, CLD_EXITED or CLD_KILLED, the child's pid and uid, and its status; with
-/// `WNOHANG` and no exited child, a zeroed one.
+/// Implements waitid(2): an exited child (`WEXITED`), a stopped one (`WSTOPPED`) or a
+/// continued one (`WCONTINUED`), with `WNOHANG` and `WNOWAIT`. The siginfo written holds
+/// SIGCHLD, CLD_EXITED, CLD_KILLED, CLD_STOPPED or CLD_CONTINUED, the child's pid and uid, and
+/// its status (exit code or signal); with `WNOHANG` and no such child, a zeroed one.
 pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (idtype, id, info_at, options, rusage_at) =
         (a.int(0), a.int(1), a.gva(2), a.int(3), a.gva(4));
@@ -310,40 +324,44 @@ pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
         P_PIDFD => WaitFor::Pid(pidfd_target(t, id, false)?),
         _ => return Err(Errno::EINVAL),
     };
-    if options & WEXITED == 0 {
-        // Only stopped or continued children asked for: the sandbox has none to report.
-        if options & WNOHANG != 0 {
-            if info_at.raw() != 0 {
-                t.copy_out(info_at, &[0u8; 128])?;
-            }
-            return Ok(0);
-        }
-        return Err(Errno::ECHILD);
-    }
+    let want = WaitWant {
+        exited: options & WEXITED != 0,
+        stopped: options & WSTOPPED != 0,
+        continued: options & WCONTINUED != 0,
+    };
     let control = t.control.clone();
     let group = t.group.clone();
     let tid = t.tid;
     let interrupted =
         || control.park_requested() || control.signal_pending() || group.must_leave(tid);
-    let reaped = t.group.procs.wait_child_as(
+    let found = t.group.procs.wait_child_as(
         t.pid,
         which,
+        want,
         options & WNOHANG != 0,
         options & WNOWAIT == 0,
         interrupted,
     )?;
     let mut info = [0u8; 128];
-    if let Some((child, status)) = reaped {
-        let (code, value) = match status {
-            crate::task::ExitStatus::Exited(c) => (CLD_EXITED, c & 0xff),
-            crate::task::ExitStatus::Signaled(s) => (CLD_KILLED, s),
+    if let Some((child, event)) = found {
+        let (code, value) = match event {
+            ChildEvent::Exited(ExitStatus::Exited(c)) => (CLD_EXITED, c & 0xff),
+            ChildEvent::Exited(ExitStatus::Signaled(s)) => (CLD_KILLED, s),
+            ChildEvent::Job(JobEvent::Stopped(s)) => (CLD_STOPPED, s),
+            ChildEvent::Job(JobEvent::Continued) => (CLD_CONTINUED, libc::SIGCONT),
         };
+        // The child's uid, not the caller's.
+        let uid = t
+            .group
+            .procs
+            .group_of(child)
+            .map_or(t.creds.uid, |g| g.identity().creds.uid);
         // struct siginfo: si_signo, si_errno, si_code, then (for SIGCHLD) si_pid, si_uid,
         // si_status at offsets 16, 20, 24.
         info[0..4].copy_from_slice(&libc::SIGCHLD.to_le_bytes());
         info[8..12].copy_from_slice(&code.to_le_bytes());
         info[16..20].copy_from_slice(&child.to_le_bytes());
-        info[20..24].copy_from_slice(&t.creds.uid.to_le_bytes());
+        info[20..24].copy_from_slice(&uid.to_le_bytes());
         info[24..28].copy_from_slice(&value.to_le_bytes());
     }
     if info_at.raw() != 0 {

@@ -40,6 +40,13 @@ pub fn sys_rt_sigaction(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     if let Some(act) = new {
         t.signals.set_action(sig, act);
+        if sig == libc::SIGCHLD {
+            const SA_NOCLDSTOP: u64 = 1;
+            t.group.no_child_stop.store(
+                act.flags & SA_NOCLDSTOP != 0,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
         // A signal whose disposition becomes "ignore" is dropped even while pending.
         if t.signals.is_ignored(sig) {
             let timers: Vec<SigInfo> = t

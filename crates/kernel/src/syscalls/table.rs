@@ -63,7 +63,7 @@ table! {
     10 mprotect => sys_mm::sys_mprotect, Full;
     11 munmap => sys_mm::sys_munmap, Full;
     12 brk => sys_mm::sys_brk, Full;
-    13 rt_sigaction => sys_signal::sys_rt_sigaction, Partial("SA_RESTORER required, as on Linux x86-64; stop signals terminate (no job control)");
+    13 rt_sigaction => sys_signal::sys_rt_sigaction, Partial("SA_RESTORER required, as on Linux x86-64; a checkpoint does not keep a process stopped by a stop signal");
     14 rt_sigprocmask => sys_signal::sys_rt_sigprocmask, Full;
     15 rt_sigreturn => sys_signal::sys_rt_sigreturn, Full;
     16 ioctl => sys_file::sys_ioctl, Partial("TCGETS, TCSETS*, TIOCGWINSZ, TIOCSWINSZ, TIOCGPGRP/TIOCSPGRP (a foreground group per session, signalled by Ctrl-C through `exec -t`; no SIGTTIN/SIGTTOU for background reads and writes), FIONBIO, FIONREAD, FIOCLEX, FIONCLEX; on a pseudo-terminal the guest opened (/dev/ptmx) also TIOCGPTN, TIOCSPTLCK, TIOCGPTPEER, and TIOCSCTTY/TIOCNOTTY accepted without effect; on a socket the interface queries (SIOCGIFINDEX, SIOCGIFNAME, SIOCGIFFLAGS..., SIOCGIFCONF) in the sandbox's own network namespace");
@@ -152,7 +152,7 @@ table! {
     58 vfork => sys_fork::sys_vfork, Partial("the child runs on a copy of the parent's memory: its writes are not seen by the parent");
     59 execve => sys_exec::sys_execve, Partial("set-user-ID and set-group-ID honoured without file capabilities; from a multi-threaded process the other threads end first (EAGAIN if they do not within 5 s)");
     322 execveat => sys_exec::sys_execveat, Partial("as execve; with AT_EMPTY_PATH the file is found again by the guest path it was opened by");
-    61 wait4 => sys_fork::sys_wait4, Partial("stopped and continued children are never reported; resource usage is zero");
+    61 wait4 => sys_fork::sys_wait4, Partial("resource usage is zero");
     64 semget => sys_sem::sys_semget, Full;
     65 semop => sys_sem::sys_semop, Full;
     220 semtimedop => sys_sem::sys_semtimedop, Full;
@@ -183,7 +183,7 @@ table! {
     221 fadvise64 => sys_rw::sys_fadvise64, Full;
     187 readahead => sys_rw::sys_readahead, Full;
     277 sync_file_range => sys_rw::sys_sync_file_range, Full;
-    247 waitid => sys_fork::sys_waitid, Partial("exited children only (the sandbox has no job control); resource usage is zero");
+    247 waitid => sys_fork::sys_waitid, Partial("resource usage is zero");
     434 pidfd_open => sys_fork::sys_pidfd_open, Full;
     424 pidfd_send_signal => sys_fork::sys_pidfd_send_signal, Full;
     217 getdents64 => sys_fs::sys_getdents64, Full;

@@ -223,6 +223,14 @@ impl TaskControl {
         None
     }
 
+    /// Drops the external signals of `set` not taken yet (SIGCONT discards pending stop
+    /// signals, a stop signal a pending SIGCONT).
+    pub fn discard(&self, set: u64) {
+        let mut infos = self.infos.lock().unwrap_or_else(|e| e.into_inner());
+        infos.retain(|i| !(1..=64).contains(&i.signo()) || set & (1u64 << (i.signo() - 1)) == 0);
+        self.pending_signals.fetch_and(!set, Ordering::SeqCst);
+    }
+
     /// Whether an external signal is pending.
     pub fn signal_pending(&self) -> bool {
         self.pending_signals.load(Ordering::SeqCst) != 0

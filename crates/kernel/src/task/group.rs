@@ -60,6 +60,11 @@ pub struct ThreadGroup {
     execing: Mutex<Option<i32>>,
     /// The execution domain and flags of personality(2), inherited by fork and kept by exec.
     pub personality: std::sync::atomic::AtomicU32,
+    /// Job control: stopped by a stop signal, or running.
+    pub job: super::job_control::JobControl,
+    /// Whether SIGCHLD's action has SA_NOCLDSTOP: the process is not told of its children's
+    /// stops and continues.
+    pub no_child_stop: std::sync::atomic::AtomicBool,
 }
 
 /// What /proc shows of a process to the sandbox's other processes (its own threads read their
@@ -165,6 +170,8 @@ impl ThreadGroup {
             exe_key: Mutex::new(None),
             execing: Mutex::new(None),
             personality: std::sync::atomic::AtomicU32::new(0),
+            job: super::job_control::JobControl::default(),
+            no_child_stop: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -286,6 +293,7 @@ impl ThreadGroup {
     /// [`signal_thread`](Self::signal_thread) with the siginfo the thread must see (tgkill:
     /// SI_TKILL and the sender's pid and uid).
     pub fn signal_thread_info(&self, tid: i32, sig: i32, info: Option<super::SigInfo>) -> bool {
+        self.job_signal_sent(sig);
         match self.lock_members().iter().find(|m| m.tid == tid) {
             Some(m) => {
                 if sig != 0 {
@@ -327,6 +335,7 @@ impl ThreadGroup {
 
     /// Sends the process a signal from another process (the first thread takes it).
     pub fn post_signal(&self, sig: i32) {
+        self.job_signal_sent(sig);
         if let Some(m) = self.lock_members().first() {
             m.control.send_signal(sig);
         }
@@ -336,10 +345,25 @@ impl ThreadGroup {
     /// [`post_signal`](Self::post_signal) with the siginfo the process must see (the sender's
     /// pid and uid, a child's exit status).
     pub fn post_siginfo(&self, info: super::SigInfo) {
+        self.job_signal_sent(info.signo());
         if let Some(m) = self.lock_members().first() {
             m.control.send_siginfo(info);
         }
         self.notify_signalfds(info.signo());
+    }
+
+    /// Kicks every thread of the process (a stop or continue for them to notice).
+    pub fn kick_all(&self) {
+        for m in self.lock_members().iter() {
+            m.control.kick();
+        }
+    }
+
+    /// Takes out of every thread's queue of signals sent from outside those `set` names.
+    pub fn discard_sent(&self, set: u64) {
+        for m in self.lock_members().iter() {
+            m.control.discard(set);
+        }
     }
 
     /// Registers a thread. A thread created while the group is stopped parks before it
@@ -393,6 +417,7 @@ impl ThreadGroup {
                 parent.post_siginfo(super::SigInfo::child(sig, self.pid, uid, status));
             }
         }
+        self.procs.notify_waiters();
         let _m = self.lock_members();
         self.all_gone.notify_all();
     }

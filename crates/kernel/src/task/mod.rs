@@ -10,6 +10,7 @@ mod fs_context;
 mod group;
 pub mod host;
 pub mod itimer;
+pub mod job_control;
 mod parked;
 pub mod posix_timer;
 mod process;
@@ -22,7 +23,7 @@ pub use control::{IdleHook, ParkHook, TaskControl};
 pub use fs_context::FsContext;
 pub use group::{FutexTable, ProcIdentity, ProcessResources, ThreadGroup, WaitResult};
 pub use parked::{ParkedSandbox, StoppedProcesses};
-pub use process::{new_boot_id, Membership, ProcessTable, TaskSlot, WaitFor};
+pub use process::{new_boot_id, ChildEvent, Membership, ProcessTable, TaskSlot, WaitFor, WaitWant};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -350,6 +351,11 @@ impl Task {
                 let status = ExitStatus::Exited(0);
                 self.exit = Some(status);
                 return Ok(status);
+            }
+            if self.group.job.is_stopped() {
+                // Stopped (job control): nothing of the application runs until SIGCONT.
+                self.wait_while_stopped();
+                continue;
             }
             // Entries this thread added (faults), and what other threads committed. Calls that
             // remove or restrict mappings have already committed theirs (`mm_restrict`); new

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use abi::Errno;
 
+use super::job_control::JobEvent;
 use super::{ExitStatus, ProcessResources, ThreadGroup};
 
 /// Which children wait4(2) waits for.
@@ -50,6 +51,37 @@ struct Entry {
     exit_signal: i32,
     /// A vfork parent waits until this is set (the child exec'd or exited).
     vfork_released: bool,
+    /// A stop or continue its parent's wait has not reported yet.
+    job: Option<JobEvent>,
+}
+
+/// Which changes of a child's state a wait reports (wait4's and waitid's options).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitWant {
+    /// An exit (waitid's `WEXITED`; always for wait4).
+    pub exited: bool,
+    /// A stop (`WUNTRACED`, `WSTOPPED`).
+    pub stopped: bool,
+    /// A continue (`WCONTINUED`).
+    pub continued: bool,
+}
+
+impl WaitWant {
+    /// Exits only (wait4 without options).
+    pub const EXITED: WaitWant = WaitWant {
+        exited: true,
+        stopped: false,
+        continued: false,
+    };
+}
+
+/// What a wait found of a child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChildEvent {
+    /// It exited (reaped unless the wait asked to leave it).
+    Exited(ExitStatus),
+    /// It stopped or continued.
+    Job(JobEvent),
 }
 
 /// The process table of one sandbox.
@@ -272,12 +304,15 @@ impl ProcessTable {
                 status: None,
                 exit_signal,
                 vfork_released: false,
+                job: None,
             },
         );
     }
 
     /// Records that `pid` has exited (its last thread left). Its children go to the first
-    /// process. Returns the parent's thread group and the signal to send it, if any.
+    /// process. Returns the parent's thread group and the signal to send it, if any; the
+    /// caller sends it, then wakes the waiters ([`notify_waiters`](Self::notify_waiters)), so
+    /// that the signal is pending when the parent's wait returns, as on Linux.
     pub fn exited(&self, pid: i32, status: ExitStatus) -> Option<(Arc<ThreadGroup>, i32)> {
         // Its SEM_UNDO adjustments are applied first (Linux's exit_sem).
         self.sysv_sem.process_exited(pid);
@@ -320,8 +355,12 @@ impl ProcessTable {
             .filter(|e| e.status.is_none())
             .map(|e| e.group.clone());
         drop(p);
-        self.changed.notify_all();
         parent.map(|g| (g, sig))
+    }
+
+    /// Wakes the waits for a child's change.
+    pub fn notify_waiters(&self) {
+        self.changed.notify_all();
     }
 
     /// The parent of `pid` (0 for the first process or an unknown pid).
@@ -372,19 +411,28 @@ impl ProcessTable {
         nohang: bool,
         interrupted: impl Fn() -> bool,
     ) -> Result<Option<(i32, ExitStatus)>, Errno> {
-        self.wait_child_as(ppid, which, nohang, true, interrupted)
+        let r = self.wait_child_as(ppid, which, WaitWant::EXITED, nohang, true, interrupted)?;
+        Ok(r.and_then(|(pid, e)| match e {
+            ChildEvent::Exited(s) => Some((pid, s)),
+            ChildEvent::Job(_) => None,
+        }))
     }
 
-    /// [`wait_child`](Self::wait_child), leaving the child reapable when `reap` is false
-    /// (waitid's `WNOWAIT`).
+    /// Waits for a change `want` asks for in a child of `ppid`: an exit (the child is reaped
+    /// when `reap`; waitid's `WNOWAIT` leaves it), a stop or a continue (reported once, unless
+    /// `reap` is false). `Ok(None)` with `nohang` when children exist but none changed.
+    ///
+    /// # Errors
+    /// ECHILD when `ppid` has no such child; EINTR.
     pub fn wait_child_as(
         &self,
         ppid: i32,
         which: WaitFor,
+        want: WaitWant,
         nohang: bool,
         reap: bool,
         interrupted: impl Fn() -> bool,
-    ) -> Result<Option<(i32, ExitStatus)>, Errno> {
+    ) -> Result<Option<(i32, ChildEvent)>, Errno> {
         let mut p = self.lock();
         loop {
             let mine = |(&pid, e): (&i32, &Entry)| {
@@ -398,15 +446,33 @@ impl ProcessTable {
             if !p.iter().any(mine) {
                 return Err(Errno::ECHILD);
             }
-            let done = p
-                .iter()
-                .filter(|kv| mine(*kv))
-                .find_map(|(&pid, e)| e.status.map(|s| (pid, s)));
-            if let Some((pid, status)) = done {
+            let found =
+                p.iter()
+                    .filter(|kv| mine(*kv))
+                    .find_map(|(&pid, e)| match (e.status, e.job) {
+                        (Some(s), _) if want.exited => Some((pid, ChildEvent::Exited(s))),
+                        (None, Some(j @ JobEvent::Stopped(_))) if want.stopped => {
+                            Some((pid, ChildEvent::Job(j)))
+                        }
+                        (None, Some(j @ JobEvent::Continued)) if want.continued => {
+                            Some((pid, ChildEvent::Job(j)))
+                        }
+                        _ => None,
+                    });
+            if let Some((pid, event)) = found {
                 if reap {
-                    p.remove(&pid);
+                    match event {
+                        ChildEvent::Exited(_) => {
+                            p.remove(&pid);
+                        }
+                        ChildEvent::Job(_) => {
+                            if let Some(e) = p.get_mut(&pid) {
+                                e.job = None;
+                            }
+                        }
+                    }
                 }
-                return Ok(Some((pid, status)));
+                return Ok(Some((pid, event)));
             }
             if nohang {
                 return Ok(None);
@@ -420,6 +486,30 @@ impl ProcessTable {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+
+    /// Records that live process `pid` stopped or continued, for its parent's wait (a newer
+    /// change replaces one not reported yet), and calls `tell` with the parent's thread group,
+    /// if it lives, before any waiter wakes (so that its SIGCHLD is pending when the wait
+    /// returns, as on Linux).
+    pub fn report_job(&self, pid: i32, event: JobEvent, tell: impl FnOnce(&Arc<ThreadGroup>)) {
+        let mut p = self.lock();
+        let ppid = match p.get_mut(&pid) {
+            Some(e) if e.status.is_none() => {
+                e.job = Some(event);
+                e.ppid
+            }
+            _ => return,
+        };
+        let parent = p
+            .get(&ppid)
+            .filter(|e| e.status.is_none())
+            .map(|e| e.group.clone());
+        drop(p);
+        if let Some(parent) = parent {
+            tell(&parent);
+        }
+        self.changed.notify_all();
     }
 
     /// Lets a vfork parent go on (the child exec'd), and records the exec (setpgid's

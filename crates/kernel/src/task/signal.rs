@@ -79,8 +79,8 @@ const SYNCHRONOUS: u64 = (1 << (libc::SIGSEGV - 1))
 /// that matters here).
 const MAX_QUEUED: usize = 1024;
 
-/// Whether `sig`'s default action is to ignore it. (The stop signals' default, stopping, is
-/// not implemented: like the others they terminate.)
+/// Whether `sig`'s default action is to ignore it. (The stop signals' default, stopping the
+/// process, is [`super::job_control`]'s.)
 pub fn ignored_by_default(sig: i32) -> bool {
     matches!(
         sig,
@@ -139,6 +139,14 @@ impl SigInfo {
         };
         let mut s = SigInfo::user(sig, code, pid, uid);
         s.0[24..28].copy_from_slice(&value.to_le_bytes());
+        s
+    }
+
+    /// The signal a parent gets when its child `pid` stops or continues: si_code
+    /// `CLD_STOPPED` or `CLD_CONTINUED`, si_status the signal that did it.
+    pub fn child_state(sig: i32, code: i32, pid: i32, uid: u32, status: i32) -> SigInfo {
+        let mut s = SigInfo::user(sig, code, pid, uid);
+        s.0[24..28].copy_from_slice(&status.to_le_bytes());
         s
     }
 
@@ -642,7 +650,13 @@ impl Task {
             if self.exit.is_some() {
                 return Ok(());
             }
-            let Some(info) = self.dequeue_signal(!self.signals.mask) else {
+            // A stopped process takes nothing but SIGKILL until it is continued.
+            let allowed = if self.group.job.is_stopped() {
+                1 << (libc::SIGKILL - 1)
+            } else {
+                !self.signals.mask
+            };
+            let Some(info) = self.dequeue_signal(allowed) else {
                 break;
             };
             let sig = info.signo();
@@ -651,6 +665,10 @@ impl Task {
                 SIG_IGN => continue,
                 SIG_DFL => {
                     if ignored_by_default(sig) {
+                        continue;
+                    }
+                    if super::job_control::is_stop_signal(sig) {
+                        self.stop_process(sig);
                         continue;
                     }
                     tracing::debug!(

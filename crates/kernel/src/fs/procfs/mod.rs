@@ -64,6 +64,8 @@ struct View {
     threads: usize,
     /// It runs its own code (`R`), or all its threads are in syscalls (`S`); the caller runs.
     running: bool,
+    /// Stopped by a stop signal (job control).
+    stopped: bool,
     mm: Option<Arc<Mutex<mm::MemoryManager>>>,
     /// CPU time used.
     cpu: std::time::Duration,
@@ -90,6 +92,7 @@ impl View {
             sigcgt: t.signals.disposition_masks().1,
             threads: t.group.live(),
             running: true,
+            stopped: false,
             mm: Some(t.mm.clone()),
             cpu: t.group.cpu_time(),
             started: t.group.started,
@@ -108,6 +111,7 @@ impl View {
             sigcgt: 0,
             threads: g.live(),
             running: !g.all_in_syscall(),
+            stopped: g.job.is_stopped(),
             mm: g.resources().map(|r| r.mm),
             cpu: g.cpu_time(),
             started: g.started,
@@ -587,7 +591,13 @@ fn status(v: &View, t: &Task) -> Vec<u8> {
         pgid = member.map_or(v.pid, |m| m.pgid),
         sid = member.map_or(v.pid, |m| m.sid),
         threads = v.threads,
-        state = if v.running { "R (running)" } else { "S (sleeping)" },
+        state = if v.stopped {
+            "T (stopped)"
+        } else if v.running {
+            "R (running)"
+        } else {
+            "S (sleeping)"
+        },
         vm_kb = v.vsize() / 1024,
     )
     .into_bytes()
@@ -599,7 +609,14 @@ fn stat(v: &View, t: &Task) -> Vec<u8> {
     fields[0] = v.pid.to_string();
     fields[1] = format!("({})", v.comm());
     // The caller runs; another process runs unless all its threads are in syscalls.
-    fields[2] = if v.running { "R" } else { "S" }.into();
+    fields[2] = if v.stopped {
+        "T"
+    } else if v.running {
+        "R"
+    } else {
+        "S"
+    }
+    .into();
     fields[3] = t.group.procs.parent_of(v.pid).to_string(); // ppid
     let member = t.group.procs.membership(v.pid);
     fields[4] = member.map_or(v.pid, |m| m.pgid).to_string(); // pgrp
