@@ -6,6 +6,7 @@
  *
  *   processes          all checks
  *   processes child N  (used by the exec check) prints its arguments and exits N
+ *   processes core     core dumps (in torpor only)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -475,6 +477,79 @@ static void job_control(void) {
     munmap((void *)spin_counter, 4096);
 }
 
+/* Core dumps (`processes core`, in torpor only: natively the host's core_pattern decides):
+ * a child that aborts with RLIMIT_CORE raised leaves an ELF core file in its working
+ * directory holding its memory; with RLIMIT_CORE 0 it leaves none. */
+static char core_marker[64] = "torpor core marker 0123456789";
+static int core_child(rlim_t limit, const char *dir) {
+    pid_t c = fork();
+    if (c == 0) {
+        struct rlimit rl = {limit, RLIM_INFINITY};
+        setrlimit(RLIMIT_CORE, &rl);
+        if (chdir(dir) != 0)
+            _exit(99);
+        core_marker[0] = 'T'; /* written after the fork: the child's own copy */
+        abort();
+    }
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    waitid(P_PID, c, &si, WEXITED | WNOWAIT);
+    int st = 0;
+    waitpid(c, &st, 0);
+    printf("core: limit %s: signal %d, WCOREDUMP %d, si_code %s\n", limit ? "raised" : "0",
+           WIFSIGNALED(st) ? WTERMSIG(st) : 0, WIFSIGNALED(st) ? WCOREDUMP(st) != 0 : -1,
+           si.si_code == CLD_DUMPED ? "CLD_DUMPED" : si.si_code == CLD_KILLED ? "CLD_KILLED" : "other");
+    return st;
+}
+static void core_dumps(void) {
+    mkdir("/tmp/core-a", 0700);
+    mkdir("/tmp/core-b", 0700);
+    core_child(RLIM_INFINITY, "/tmp/core-a");
+    int fd = open("/tmp/core-a/core", O_RDONLY);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        printf("core: no file\n");
+        return;
+    }
+    unsigned char eh[64];
+    pread(fd, eh, 64, 0);
+    unsigned short type = eh[16] | eh[17] << 8, phnum = eh[56] | eh[57] << 8;
+    unsigned long phoff;
+    memcpy(&phoff, eh + 32, 8);
+    printf("core: file mode %o, ELF %d, ET_CORE %d\n", sb.st_mode & 0777, memcmp(eh, "\x7f" "ELF", 4) == 0, type == 4);
+    int notes = 0, found = 0;
+    for (int i = 0; i < phnum; i++) {
+        unsigned char ph[56];
+        pread(fd, ph, 56, phoff + 56 * i);
+        unsigned int pt;
+        unsigned long off, va, filesz;
+        memcpy(&pt, ph, 4);
+        memcpy(&off, ph + 8, 8);
+        memcpy(&va, ph + 16, 8);
+        memcpy(&filesz, ph + 32, 8);
+        if (pt == 4) {
+            /* The first note is NT_PRSTATUS, whose pr_cursig is SIGABRT. */
+            unsigned char n[64];
+            pread(fd, n, 64, off);
+            unsigned int ntype;
+            memcpy(&ntype, n + 8, 4);
+            short cursig;
+            memcpy(&cursig, n + 20 + 12, 2);
+            notes = ntype == 1 && cursig == SIGABRT;
+        }
+        unsigned long at = (unsigned long)core_marker;
+        if (pt == 1 && va <= at && at + 64 <= va + filesz) {
+            char got[64];
+            pread(fd, got, 64, off + (at - va));
+            found = memcmp(got, "Torpor core marker", 18) == 0;
+        }
+    }
+    printf("core: NT_PRSTATUS with SIGABRT %d, the child's memory in it %d\n", notes, found);
+    close(fd);
+    core_child(0, "/tmp/core-b");
+    printf("core: with RLIMIT_CORE 0 a file %d\n", access("/tmp/core-b/core", F_OK) == 0);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 3 && strcmp(argv[1], "child") == 0) {
@@ -483,6 +558,10 @@ int main(int argc, char **argv) {
             printf(" [%s]", argv[i]);
         printf(" env FROM_PARENT=%s\n", getenv("FROM_PARENT") ? getenv("FROM_PARENT") : "(unset)");
         return atoi(argv[2]);
+    }
+    if (argc == 2 && strcmp(argv[1], "core") == 0) {
+        core_dumps();
+        return 0;
     }
     private_memory();
     statuses();

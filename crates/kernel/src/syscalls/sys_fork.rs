@@ -278,8 +278,10 @@ pub fn sys_wait4(t: &mut Task, a: &SyscallArgs) -> SysResult {
     };
     if status_at.raw() != 0 {
         let word = match event {
-            ChildEvent::Exited(ExitStatus::Exited(code)) => (code & 0xff) << 8,
-            ChildEvent::Exited(ExitStatus::Signaled(sig)) => sig & 0x7f,
+            ChildEvent::Exited(ExitStatus::Exited(code), _) => (code & 0xff) << 8,
+            ChildEvent::Exited(ExitStatus::Signaled(sig), core) => {
+                (sig & 0x7f) | if core { 0x80 } else { 0 }
+            }
             ChildEvent::Job(JobEvent::Stopped(sig)) => (sig << 8) | 0x7f,
             ChildEvent::Job(JobEvent::Continued) => 0xffff,
         };
@@ -300,6 +302,7 @@ const WSTOPPED: i32 = 2;
 const WNOWAIT: i32 = 0x0100_0000;
 const CLD_EXITED: i32 = 1;
 const CLD_KILLED: i32 = 2;
+const CLD_DUMPED: i32 = 3;
 const CLD_STOPPED: i32 = 5;
 const CLD_CONTINUED: i32 = 6;
 
@@ -345,8 +348,9 @@ pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut info = [0u8; 128];
     if let Some((child, event)) = found {
         let (code, value) = match event {
-            ChildEvent::Exited(ExitStatus::Exited(c)) => (CLD_EXITED, c & 0xff),
-            ChildEvent::Exited(ExitStatus::Signaled(s)) => (CLD_KILLED, s),
+            ChildEvent::Exited(ExitStatus::Exited(c), _) => (CLD_EXITED, c & 0xff),
+            ChildEvent::Exited(ExitStatus::Signaled(s), false) => (CLD_KILLED, s),
+            ChildEvent::Exited(ExitStatus::Signaled(s), true) => (CLD_DUMPED, s),
             ChildEvent::Job(JobEvent::Stopped(s)) => (CLD_STOPPED, s),
             ChildEvent::Job(JobEvent::Continued) => (CLD_CONTINUED, libc::SIGCONT),
         };

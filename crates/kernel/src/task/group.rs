@@ -60,6 +60,8 @@ pub struct ThreadGroup {
     execing: Mutex<Option<i32>>,
     /// The execution domain and flags of personality(2), inherited by fork and kept by exec.
     pub personality: std::sync::atomic::AtomicU32,
+    /// Whether the process ended with a core dump (its parent's `WCOREDUMP`, `CLD_DUMPED`).
+    pub core_dumped: std::sync::atomic::AtomicBool,
     /// Job control: stopped by a stop signal, or running.
     pub job: super::job_control::JobControl,
     /// Whether SIGCHLD's action has SA_NOCLDSTOP: the process is not told of its children's
@@ -170,6 +172,7 @@ impl ThreadGroup {
             exe_key: Mutex::new(None),
             execing: Mutex::new(None),
             personality: std::sync::atomic::AtomicU32::new(0),
+            core_dumped: std::sync::atomic::AtomicBool::new(false),
             job: super::job_control::JobControl::default(),
             no_child_stop: std::sync::atomic::AtomicBool::new(false),
         })
@@ -414,7 +417,12 @@ impl ThreadGroup {
         if let Some((parent, sig)) = self.procs.exited(self.pid, status) {
             if sig != 0 {
                 let uid = self.identity().creds.uid;
-                parent.post_siginfo(super::SigInfo::child(sig, self.pid, uid, status));
+                let mut info = super::SigInfo::child(sig, self.pid, uid, status);
+                if self.core_dumped.load(std::sync::atomic::Ordering::Relaxed) {
+                    const CLD_DUMPED: i32 = 3;
+                    info = info.with_code(CLD_DUMPED);
+                }
+                parent.post_siginfo(info);
             }
         }
         self.procs.notify_waiters();

@@ -4,6 +4,7 @@
 pub mod affinity;
 pub mod captured;
 mod control;
+pub mod coredump;
 pub mod cputime;
 mod fs_context;
 

@@ -78,8 +78,9 @@ impl WaitWant {
 /// What a wait found of a child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChildEvent {
-    /// It exited (reaped unless the wait asked to leave it).
-    Exited(ExitStatus),
+    /// It exited (reaped unless the wait asked to leave it), with a core dump if the flag
+    /// is set.
+    Exited(ExitStatus, bool),
     /// It stopped or continued.
     Job(JobEvent),
 }
@@ -413,7 +414,7 @@ impl ProcessTable {
     ) -> Result<Option<(i32, ExitStatus)>, Errno> {
         let r = self.wait_child_as(ppid, which, WaitWant::EXITED, nohang, true, interrupted)?;
         Ok(r.and_then(|(pid, e)| match e {
-            ChildEvent::Exited(s) => Some((pid, s)),
+            ChildEvent::Exited(s, _) => Some((pid, s)),
             ChildEvent::Job(_) => None,
         }))
     }
@@ -450,7 +451,13 @@ impl ProcessTable {
                 p.iter()
                     .filter(|kv| mine(*kv))
                     .find_map(|(&pid, e)| match (e.status, e.job) {
-                        (Some(s), _) if want.exited => Some((pid, ChildEvent::Exited(s))),
+                        (Some(s), _) if want.exited => {
+                            let core = e
+                                .group
+                                .core_dumped
+                                .load(std::sync::atomic::Ordering::Relaxed);
+                            Some((pid, ChildEvent::Exited(s, core)))
+                        }
                         (None, Some(j @ JobEvent::Stopped(_))) if want.stopped => {
                             Some((pid, ChildEvent::Job(j)))
                         }
@@ -462,7 +469,7 @@ impl ProcessTable {
             if let Some((pid, event)) = found {
                 if reap {
                     match event {
-                        ChildEvent::Exited(_) => {
+                        ChildEvent::Exited(..) => {
                             p.remove(&pid);
                         }
                         ChildEvent::Job(_) => {

@@ -150,6 +150,12 @@ impl SigInfo {
         s
     }
 
+    /// The same siginfo with si_code `code` (a child's `CLD_DUMPED`).
+    pub fn with_code(mut self, code: i32) -> SigInfo {
+        self.0[8..12].copy_from_slice(&code.to_le_bytes());
+        self
+    }
+
     /// A fault signal with its address (si_addr).
     pub fn fault(sig: i32, code: i32, addr: u64) -> SigInfo {
         let mut s = SigInfo::new(sig, code);
@@ -677,6 +683,11 @@ impl Task {
                         rip = self.ctx.user().regs.rip,
                         "terminated by a signal"
                     );
+                    if super::coredump::dumps_core(sig) && self.dump_core(&info) {
+                        self.group
+                            .core_dumped
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                     self.exit = Some(ExitStatus::Signaled(sig));
                     return Ok(());
                 }

@@ -46,6 +46,13 @@ const TUNABLES: &[(&str, Source)] = &[
     ("kernel/msgmax", Source::Sandbox(msgmax)),
     ("kernel/msgmnb", Source::Sandbox(msgmnb)),
     ("kernel/msgmni", Source::Sandbox(msgmni)),
+    (
+        "kernel/core_pattern",
+        Source::Fixed(crate::task::coredump::CORE_PATTERN),
+    ),
+    ("kernel/core_uses_pid", Source::Fixed("0")),
+    // torpor's kernel loads no module and taints nothing.
+    ("kernel/tainted", Source::Fixed("0")),
     ("kernel/random/uuid", Source::Sandbox(uuid)),
     ("kernel/random/boot_id", Source::Sandbox(boot_id)),
     ("fs/mqueue/queues_max", Source::Sandbox(mq_queues_max)),
@@ -59,6 +66,8 @@ const TUNABLES: &[(&str, Source)] = &[
     ("vm/mmap_min_addr", Source::Sandbox(mmap_min_addr)),
     ("vm/overcommit_memory", Source::Fixed("0")),
     ("fs/pipe-max-size", Source::Host),
+    ("fs/pipe-user-pages-soft", Source::Host),
+    ("fs/pipe-user-pages-hard", Source::Host),
     ("fs/nr_open", Source::Host),
     ("fs/file-max", Source::Host),
     ("fs/inotify/max_queued_events", Source::Host),
