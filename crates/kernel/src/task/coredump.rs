@@ -192,8 +192,8 @@ impl Task {
                 Segment {
                     start: v.start.0,
                     end: v.end.0,
-                    flags: u32::from(readable) * 4
-                        | u32::from(v.prot.contains(mm::Prot::WRITE)) * 2
+                    flags: (u32::from(readable) << 2)
+                        | (u32::from(v.prot.contains(mm::Prot::WRITE)) << 1)
                         | u32::from(v.prot.contains(mm::Prot::EXEC)),
                     pages: if readable {
                         mm.page_tables()
