@@ -259,7 +259,14 @@ pub(super) fn may_queue_to_others(info: &SigInfo) -> bool {
 /// Sends `info` (signal `sig`; 0 only checks) to process `pid` of the sandbox, not the
 /// caller's: ESRCH if there is none, EPERM if the caller may not signal it (kill(2)'s rules).
 pub(super) fn signal_process(t: &Task, pid: i32, sig: i32, info: SigInfo) -> SysResult {
-    let g = t.group.procs.group_of(pid).ok_or(Errno::ESRCH)?;
+    let Some((pid, g)) = t.group.procs.group_of_task(pid) else {
+        // A zombie takes the signal without effect.
+        return if t.group.procs.has_exited(pid) {
+            Ok(0)
+        } else {
+            Err(Errno::ESRCH)
+        };
+    };
     if !may_signal(t, pid, &g, sig) {
         return Err(Errno::EPERM);
     }
@@ -280,10 +287,19 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let procs = t.group.procs.clone();
     let targets: Vec<(i32, std::sync::Arc<crate::task::ThreadGroup>)> = match pid {
         p if p > 0 => {
-            if p == t.pid {
+            // Any thread's id names its process.
+            if p == t.pid || t.group.has_thread(p) {
                 return self_signal(t, sig);
             }
-            let g = procs.group_of(p).ok_or(Errno::ESRCH)?;
+            let Some((p, g)) = procs.group_of_task(p) else {
+                // A child that exited and was not reaped yet (a zombie) takes the signal
+                // without effect, as on Linux.
+                return if procs.has_exited(p) {
+                    Ok(0)
+                } else {
+                    Err(Errno::ESRCH)
+                };
+            };
             if !may_signal(t, p, &g, sig) {
                 return Err(Errno::EPERM);
             }
@@ -434,7 +450,7 @@ fn queue_user_info(t: &mut Task, sig: i32, uinfo: platform::Gva) -> SysResult {
 /// user space (si_code negative, not SI_TKILL), else EPERM, as Linux.
 pub fn sys_rt_sigqueueinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (pid, sig) = (a.int(0), a.int(1));
-    if pid == t.pid {
+    if pid == t.pid || (pid > 0 && t.group.has_thread(pid)) {
         return queue_user_info(t, sig, a.gva(2));
     }
     if !(0..=NSIG as i32).contains(&sig) {
@@ -449,13 +465,36 @@ pub fn sys_rt_sigqueueinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
     signal_process(t, pid, sig, info)
 }
 
-/// Implements rt_tgsigqueueinfo(2) to the calling thread.
+/// Implements rt_tgsigqueueinfo(2): a signal with the caller's siginfo to thread `tid` of
+/// process `tgid`; to another process the siginfo must claim to come from user space, as for
+/// rt_sigqueueinfo.
 pub fn sys_rt_tgsigqueueinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    if a.int(0) <= 0 || a.int(1) <= 0 {
+    let (tgid, tid, sig) = (a.int(0), a.int(1), a.int(2));
+    if tgid <= 0 || tid <= 0 {
         return Err(Errno::EINVAL);
     }
-    if a.int(0) != t.pid || a.int(1) != t.tid {
-        return Err(Errno::ESRCH);
+    if tgid == t.pid && tid == t.tid {
+        return queue_user_info(t, sig, a.gva(3));
     }
-    queue_user_info(t, a.int(2), a.gva(3))
+    check_sig(sig)?;
+    let mut info = SigInfo([0; 128]);
+    t.copy_in(a.gva(3), &mut info.0)?;
+    info.0[0..4].copy_from_slice(&sig.to_le_bytes());
+    let group = if tgid == t.pid {
+        t.group.clone()
+    } else {
+        if !may_queue_to_others(&info) {
+            return Err(Errno::EPERM);
+        }
+        let g = t.group.procs.group_of(tgid).ok_or(Errno::ESRCH)?;
+        if !may_signal(t, tgid, &g, sig) {
+            return Err(Errno::EPERM);
+        }
+        g
+    };
+    if group.signal_thread_info(tid, sig, Some(info)) {
+        Ok(0)
+    } else {
+        Err(Errno::ESRCH)
+    }
 }

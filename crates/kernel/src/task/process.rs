@@ -377,6 +377,17 @@ impl ProcessTable {
             .map(|e| e.group.clone())
     }
 
+    /// The live process that task `id` belongs to: the process `id`, or the one with a thread
+    /// `id` (kill(2) and rt_sigqueueinfo(2) take any thread's id for its process).
+    pub fn group_of_task(&self, id: i32) -> Option<(i32, Arc<ThreadGroup>)> {
+        if let Some(g) = self.group_of(id) {
+            return Some((id, g));
+        }
+        self.live_groups()
+            .into_iter()
+            .find(|(_, g)| g.has_thread(id))
+    }
+
     /// The thread groups of every live process.
     pub fn live_groups(&self) -> Vec<(i32, Arc<ThreadGroup>)> {
         self.lock()
