@@ -1,6 +1,7 @@
 /*
  * sandbox_limits PORT: probes what a sandbox must refuse or report, printing one line each:
- *   - two unknown syscalls (io_setup, and a number no kernel has), each called twice: ENOSYS;
+ *   - two unknown syscalls (lookup_dcookie, gone from Linux 6.9, and a number no kernel has),
+ *     each called twice: ENOSYS;
  *   - a TCP connect to 127.0.0.1:PORT, a host listener outside the sandbox: refused.
  * Natively the connect succeeds (that is the point of comparing).
  */
@@ -16,8 +17,8 @@
 
 int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) {
-        long r = syscall(SYS_io_setup, 1, 0);
-        printf("io_setup: %ld %s\n", r, r < 0 ? strerror(errno) : "ok");
+        long r = syscall(212, 0, 0, 0); /* lookup_dcookie */
+        printf("lookup_dcookie: %ld %s\n", r, r < 0 ? strerror(errno) : "ok");
         r = syscall(1000);
         printf("syscall 1000: %ld %s\n", r, r < 0 ? strerror(errno) : "ok");
     }

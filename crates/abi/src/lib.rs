@@ -1,6 +1,7 @@
 //! The Linux x86-64 ABI as torpor's kernel sees it: errnos, flags and `#[repr(C)]`
 //! structures. No logic lives here beyond conversions.
 
+pub mod aio;
 pub mod clone;
 pub mod errno;
 pub mod ioctl;

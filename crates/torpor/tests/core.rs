@@ -477,7 +477,7 @@ fn unknown_syscalls_get_enosys_logged_once_and_host_ports_are_off_limits() {
     let stdout = out.stdout_str();
     assert_eq!(
         stdout
-            .matches("io_setup: -1 Function not implemented")
+            .matches("lookup_dcookie: -1 Function not implemented")
             .count(),
         2,
         "{stdout}"
@@ -499,7 +499,9 @@ fn unknown_syscalls_get_enosys_logged_once_and_host_ports_are_off_limits() {
     );
     let stderr = out.stderr_str();
     assert_eq!(
-        stderr.matches("unsupported syscall 206 (io_setup)").count(),
+        stderr
+            .matches("unsupported syscall 212 (lookup_dcookie)")
+            .count(),
         1,
         "logged once: {stderr}"
     );
@@ -622,6 +624,34 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
             out.stdout_str()
         );
     }
+}
+
+/// Linux native AIO (`tests/guest/aio.c`): io_setup's checks and its ring (the header libaio
+/// reads, in /proc/self/maps), reads, writes, vectors and syncs of files, pipes and devices
+/// with their completions' results, the submission errors, IOCB_FLAG_RESFD, io_getevents and
+/// io_pgetevents (errors, timeouts, another thread's wait, a signal), io_cancel, the ring
+/// consumed in user space and filled up, a fork's child without contexts, io_destroy.
+#[test]
+fn aio_matches_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("aio");
+    let native = testutil::native(
+        &testutil::guest_program("aio"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    assert_eq!(native.code(), 0, "native run of aio: {native:?}");
+    let out = torpor()
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    out.assert_same_stdout(&native, "aio");
+    out.assert_code(0);
 }
 
 /// Pseudo-terminals (`misc_io pty`): openpty through the host's `/dev/ptmx` and TIOCGPTPEER,

@@ -33,22 +33,34 @@ enum Direction {
     FromGuest,
 }
 
+/// `RWF_*` flags of a transfer (0: a plain readv/writev or preadv/pwritev).
+pub type RwFlags = i32;
+
 fn transfer(
     mem: &GuestMemory,
     fd: BorrowedFd<'_>,
     runs: &[(Gpa, u64)],
     offset: Option<i64>,
     dir: Direction,
+    flags: RwFlags,
 ) -> Result<u64, Errno> {
     if runs.is_empty() {
         return Ok(0);
     }
     let iov = iovecs(mem, runs)?;
     let (fd, cnt) = (fd.as_raw_fd(), iov.len() as i32);
+    // preadv2/pwritev2 take the file position as offset -1.
+    let at = offset.unwrap_or(-1);
     // SAFETY: every iovec points into guest memory, bounds-checked by `host_ptr`; the host
     // kernel writes (reads) at most their lengths.
     let n = unsafe {
         match (dir, offset) {
+            (Direction::IntoGuest, _) if flags != 0 => {
+                libc::preadv2(fd, iov.as_ptr(), cnt, at, flags)
+            }
+            (Direction::FromGuest, _) if flags != 0 => {
+                libc::pwritev2(fd, iov.as_ptr(), cnt, at, flags)
+            }
             (Direction::IntoGuest, Some(off)) => libc::preadv(fd, iov.as_ptr(), cnt, off),
             (Direction::IntoGuest, None) => libc::readv(fd, iov.as_ptr(), cnt),
             (Direction::FromGuest, Some(off)) => libc::pwritev(fd, iov.as_ptr(), cnt, off),
@@ -72,7 +84,22 @@ pub fn read_into_guest(
     runs: &[(Gpa, u64)],
     offset: Option<i64>,
 ) -> Result<u64, Errno> {
-    transfer(mem, fd, runs, offset, Direction::IntoGuest)
+    transfer(mem, fd, runs, offset, Direction::IntoGuest, 0)
+}
+
+/// [`read_into_guest`] with `RWF_*` `flags` (preadv2(2)'s; RWF_NOWAIT: EAGAIN rather than
+/// block).
+///
+/// # Errors
+/// The host's errno (EOPNOTSUPP for flags the file does not take).
+pub fn read_into_guest_flags(
+    mem: &GuestMemory,
+    fd: BorrowedFd<'_>,
+    runs: &[(Gpa, u64)],
+    offset: Option<i64>,
+    flags: RwFlags,
+) -> Result<u64, Errno> {
+    transfer(mem, fd, runs, offset, Direction::IntoGuest, flags)
 }
 
 /// Writes the guest-physical `runs` to `fd` (at `offset`, or the file position).
@@ -85,5 +112,19 @@ pub fn write_from_guest(
     runs: &[(Gpa, u64)],
     offset: Option<i64>,
 ) -> Result<u64, Errno> {
-    transfer(mem, fd, runs, offset, Direction::FromGuest)
+    transfer(mem, fd, runs, offset, Direction::FromGuest, 0)
+}
+
+/// [`write_from_guest`] with `RWF_*` `flags` (pwritev2(2)'s).
+///
+/// # Errors
+/// The host's errno (EOPNOTSUPP for flags the file does not take).
+pub fn write_from_guest_flags(
+    mem: &GuestMemory,
+    fd: BorrowedFd<'_>,
+    runs: &[(Gpa, u64)],
+    offset: Option<i64>,
+    flags: RwFlags,
+) -> Result<u64, Errno> {
+    transfer(mem, fd, runs, offset, Direction::FromGuest, flags)
 }

@@ -12,7 +12,10 @@ mod hostio;
 pub mod locks;
 mod table;
 
-pub use hostio::{iovecs, read_into_guest, write_from_guest};
+pub use hostio::{
+    iovecs, read_into_guest, read_into_guest_flags, write_from_guest, write_from_guest_flags,
+    RwFlags,
+};
 pub use table::{FdTable, MAX_FDS};
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

@@ -8,6 +8,7 @@
 
 mod args;
 mod iovec;
+mod sys_aio;
 mod sys_attr;
 mod sys_cred;
 mod sys_eventfd;

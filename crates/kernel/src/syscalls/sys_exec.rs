@@ -299,6 +299,8 @@ pub(crate) fn execve(
     t.fds.close_on_exec();
     t.signals.reset_for_exec();
     t.group.posix_timers.clear();
+    // The AIO contexts went with the old address space, their rings in it.
+    t.group.aio.clear(&t.group.procs.aio_nr);
     t.clear_child_tid = 0;
     // The old program's robust list is gone with its memory (glibc registers the new one).
     t.control.set_robust_list(0);

@@ -156,7 +156,7 @@ fn write_back_timeout(t: &Task, addr: Gva, ts: Option<&libc::timespec>, start: I
 
 /// Reads the optional signal mask argument of ppoll, pselect6 and epoll_pwait: EINVAL for a
 /// size other than a sigset's, EFAULT for a bad pointer.
-fn read_sigmask(t: &Task, mask: Gva, size: u64) -> Result<Option<u64>, Errno> {
+pub(super) fn read_sigmask(t: &Task, mask: Gva, size: u64) -> Result<Option<u64>, Errno> {
     if mask.0 == 0 {
         return Ok(None);
     }
@@ -171,7 +171,7 @@ fn read_sigmask(t: &Task, mask: Gva, size: u64) -> Result<Option<u64>, Errno> {
 /// (EINTR, at once if one is already pending), one it blocks does not. The caller's mask is
 /// back when the call returns, or, when a handler interrupted it, once that handler returns
 /// (its frame saves the caller's mask, as for rt_sigsuspend).
-fn with_sigmask(
+pub(super) fn with_sigmask(
     t: &mut Task,
     mask: Option<u64>,
     wait: impl FnOnce(&mut Task) -> SysResult,

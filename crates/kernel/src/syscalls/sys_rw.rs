@@ -20,6 +20,19 @@ fn check_rw(t: &Task, fd: i32) -> Result<std::sync::Arc<crate::fd::OpenFile>, Er
 
 /// Reads from `fd` into user memory `buf..buf+len`.
 pub fn read_to_user(t: &mut Task, fd: i32, buf: Gva, len: u64, offset: Option<i64>) -> SysResult {
+    read_to_user_flags(t, fd, buf, len, offset, 0)
+}
+
+/// [`read_to_user`] with preadv2(2)'s `RWF_*` flags, which reach a host file's read (the
+/// runtime's own kinds of file take none).
+pub(super) fn read_to_user_flags(
+    t: &mut Task,
+    fd: i32,
+    buf: Gva,
+    len: u64,
+    offset: Option<i64>,
+    flags: fd::RwFlags,
+) -> SysResult {
     let f = check_rw(t, fd)?;
     if let FileKind::Signalfd(s) = &f.kind {
         if offset.is_some() {
@@ -34,7 +47,7 @@ pub fn read_to_user(t: &mut Task, fd: i32, buf: Gva, len: u64, offset: Option<i6
     }
     let len = len.min(MAX_RW);
     let runs = t.user_ranges(buf, len, true)?;
-    fd::read_into_guest(&t.mem, f.host(), &runs, offset)
+    fd::read_into_guest_flags(&t.mem, f.host(), &runs, offset, flags)
 }
 
 /// Writes user memory `buf..buf+len` to `fd`.
@@ -44,6 +57,19 @@ pub fn write_from_user(
     buf: Gva,
     len: u64,
     offset: Option<i64>,
+) -> SysResult {
+    write_from_user_flags(t, fd, buf, len, offset, 0)
+}
+
+/// [`write_from_user`] with pwritev2(2)'s `RWF_*` flags (as [`read_to_user_flags`]); with
+/// RWF_NOWAIT a blocking stream's short write is not completed.
+pub(super) fn write_from_user_flags(
+    t: &mut Task,
+    fd: i32,
+    buf: Gva,
+    len: u64,
+    offset: Option<i64>,
+    flags: fd::RwFlags,
 ) -> SysResult {
     let f = check_rw(t, fd)?;
     if let FileKind::Mqueue(m) = &f.kind {
@@ -59,16 +85,18 @@ pub fn write_from_user(
     }
     let len = within_file_size_limit(t, &f, offset, len.min(MAX_RW))?;
     let runs = t.user_ranges(buf, len, false)?;
-    let mut done = fd::write_from_guest(&t.mem, f.host(), &runs, offset)?;
+    let mut done = fd::write_from_guest_flags(&t.mem, f.host(), &runs, offset, flags)?;
     // Linux's blocking write to a pipe, socket or terminal returns early only for a signal:
     // the host's returns early for the runtime's own kicks too (another thread's munmap, a
     // park), so the rest is written unless the task has a signal or a park waiting.
-    if done == 0 || done >= len || !blocking_stream(&f) {
+    let nowait = flags & abi::aio::RWF_NOWAIT as i32 != 0;
+    if done == 0 || done >= len || nowait || !blocking_stream(&f) {
         return Ok(done);
     }
     while done < len && !interrupted(t) {
         let rest = skip_runs(&runs, done);
-        match fd::write_from_guest(&t.mem, f.host(), &rest, offset.map(|o| o + done as i64)) {
+        let at = offset.map(|o| o + done as i64);
+        match fd::write_from_guest_flags(&t.mem, f.host(), &rest, at, flags) {
             Ok(0) => break,
             Ok(n) => done += n,
             Err(e) if e == Errno::EINTR || e == Errno::EAGAIN => continue,
@@ -255,7 +283,20 @@ fn vectored(t: &mut Task, a: &SyscallArgs, write: bool) -> SysResult {
 
 /// readv/writev, at `offset` for preadv/pwritev (the file position is not used nor moved).
 fn vectored_at(t: &mut Task, a: &SyscallArgs, write: bool, offset: Option<i64>) -> SysResult {
-    let fd = a.int(0);
+    vectored_io(t, a.int(0), a.gva(1), a.u(2), write, offset, 0)
+}
+
+/// readv/writev of `fd` through the `count` iovecs at `iov`, at `offset` (the file position
+/// when None), with preadv2(2)'s `RWF_*` flags.
+pub(super) fn vectored_io(
+    t: &mut Task,
+    fd: i32,
+    iov: Gva,
+    count: u64,
+    write: bool,
+    offset: Option<i64>,
+    flags: fd::RwFlags,
+) -> SysResult {
     let f = check_rw(t, fd)?;
     if offset.is_some() && (f.is_socket() || matches!(f.kind, FileKind::Signalfd(_))) {
         return Err(Errno::ESPIPE);
@@ -264,7 +305,7 @@ fn vectored_at(t: &mut Task, a: &SyscallArgs, write: bool, offset: Option<i64>) 
         // The queue's status line is for read(2) (the host eventfd is not the guest's).
         return Err(Errno::EINVAL);
     }
-    let iov = copy_in_iovecs(t, a.gva(1), a.u(2))?;
+    let iov = copy_in_iovecs(t, iov, count)?;
     if write && matches!(f.kind, FileKind::ProcFile) {
         return write_proc_file(t, &f, &iov);
     }
@@ -280,9 +321,9 @@ fn vectored_at(t: &mut Task, a: &SyscallArgs, write: bool, offset: Option<i64>) 
         if allowed < total {
             runs = take_runs(&runs, allowed);
         }
-        fd::write_from_guest(&t.mem, f.host(), &runs, offset)
+        fd::write_from_guest_flags(&t.mem, f.host(), &runs, offset, flags)
     } else {
-        fd::read_into_guest(&t.mem, f.host(), &runs, offset)
+        fd::read_into_guest_flags(&t.mem, f.host(), &runs, offset, flags)
     }
 }
 

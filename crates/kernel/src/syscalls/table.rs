@@ -7,10 +7,10 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info, sys_inotify,
-    sys_mm, sys_mq, sys_msg, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem, sys_session,
-    sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_xattr,
-    SysResult, SyscallArgs,
+    sys_aio, sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info,
+    sys_inotify, sys_mm, sys_mq, sys_msg, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem,
+    sys_session, sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer,
+    sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -145,6 +145,11 @@ table! {
     158 arch_prctl => sys_process::sys_arch_prctl, Partial("ARCH_SET_FS, ARCH_GET_FS, ARCH_SET_GS, ARCH_GET_GS");
     186 gettid => sys_process::sys_gettid, Full;
     201 time => sys_time::sys_time, Full;
+    206 io_setup => sys_aio::sys_io_setup, Full;
+    207 io_destroy => sys_aio::sys_io_destroy, Full;
+    208 io_getevents => sys_aio::sys_io_getevents, Full;
+    209 io_submit => sys_aio::sys_io_submit, Partial("requests complete during the call (as Linux's buffered I/O does), so io_cancel finds none in flight; IOCB_CMD_POLL is EINVAL, as before Linux 4.18");
+    210 io_cancel => sys_aio::sys_io_cancel, Partial("no request is ever in flight: EINVAL, as for a completed one");
     202 futex => sys_process::sys_futex, Partial("WAIT, WAKE, bitsets, REQUEUE, CMP_REQUEUE; no PI or WAKE_OP");
     435 clone3 => sys_process::sys_clone3, Partial("ENOSYS on purpose: the C libraries fall back to clone");
     56 clone => sys_process::sys_clone, Partial("threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND) and processes (a fork copies the parent's memory eagerly into a new VM); CLONE_FILES, CLONE_FS, CLONE_SIGHAND between processes and CLONE_VM without CLONE_VFORK are EINVAL");
@@ -254,6 +259,7 @@ table! {
     98 getrusage => sys_time::sys_getrusage, Partial("RUSAGE_SELF counts the calling thread only; RUSAGE_CHILDREN is zero");
     100 times => sys_time::sys_times, Partial("the calling thread's user and system time; the process's other threads and its children are not counted");
     332 statx => sys_stat::sys_statx, Full;
+    333 io_pgetevents => sys_aio::sys_io_pgetevents, Full;
     334 rseq => sys_process::sys_rseq, Partial("ENOSYS on purpose: the C libraries fall back");
     157 prctl => sys_process::sys_prctl, Partial("PR_SET_NAME, PR_GET_NAME, PR_SET/GET_DUMPABLE, PR_SET/GET_PDEATHSIG (sent when the parent process exits), PR_SET/GET_NO_NEW_PRIVS, PR_SET/GET_KEEPCAPS, PR_CAPBSET_READ/DROP, PR_CAP_AMBIENT, PR_GET_SECUREBITS (none set; PR_SET_SECUREBITS only to none)");
     40 sendfile => sys_rw::sys_sendfile, Full;

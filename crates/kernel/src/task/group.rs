@@ -48,6 +48,8 @@ pub struct ThreadGroup {
     pub cpu_timers: [Arc<super::itimer::CpuTimer>; 2],
     /// The POSIX timers (timer_create).
     pub posix_timers: Arc<super::posix_timer::PosixTimers>,
+    /// The Linux AIO contexts (io_setup).
+    pub aio: crate::aio::AioContexts,
     /// When the process started, on the host's boot-time clock (`/proc/PID/stat`'s
     /// `starttime`; a restored process's is its restore).
     pub started: std::time::Duration,
@@ -167,6 +169,7 @@ impl ThreadGroup {
                 Arc::new(super::itimer::CpuTimer::new(libc::SIGPROF)),
             ],
             posix_timers: Arc::default(),
+            aio: crate::aio::AioContexts::default(),
             started: super::cputime::boot_time(),
             identity: Mutex::new(ProcIdentity::default()),
             exe_key: Mutex::new(None),
@@ -390,8 +393,9 @@ impl ThreadGroup {
             return;
         }
         drop(m);
-        // Its timers end with it (Linux's `exit_itimers`).
+        // Its timers end with it (Linux's `exit_itimers`), its AIO contexts too (`exit_aio`).
         self.posix_timers.clear();
+        self.aio.clear(&self.procs.aio_nr);
         // The memory of an exited process goes now, not when its parent reaps it; its shared
         // mappings too, before the parent may ask a segment's attach count (its threads' tasks
         // may hold the address space a while longer), unless another process shares it

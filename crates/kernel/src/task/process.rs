@@ -106,6 +106,8 @@ pub struct ProcessTable {
     pub sysv_msg: Arc<crate::ipc::msg::MsgTable>,
     /// The sandbox's POSIX message queues.
     pub posix_mq: Arc<crate::ipc::mqueue::MqNamespace>,
+    /// The events its processes' AIO contexts asked for (`/proc/sys/fs/aio-nr`).
+    pub aio_nr: crate::aio::AioCount,
     /// The pages every process's allocator holds together, bounded by the sandbox's memory
     /// limit; when a fault finds it exhausted, [`ProcessTable::out_of_memory`] picks a victim.
     pub memory: Arc<mm::MemoryBudget>,
@@ -181,6 +183,7 @@ impl Default for ProcessTable {
             sysv_sem: Arc::default(),
             sysv_msg: Arc::default(),
             posix_mq: Arc::default(),
+            aio_nr: crate::aio::AioCount::default(),
             memory: mm::MemoryBudget::new(u64::MAX),
             oom_victim: Mutex::new(None),
             nodename: Mutex::new(b"torpor".to_vec()),

@@ -16,6 +16,24 @@ pub fn eventfd(initval: u32, flags: i32) -> Result<OwnedFd, Errno> {
     owned(unsafe { libc::eventfd(initval, flags | libc::EFD_CLOEXEC) })
 }
 
+/// Adds 1 to the eventfd `fd`'s counter (Linux's `eventfd_signal`: an AIO completion with
+/// IOCB_FLAG_RESFD). A counter already at its largest value is left as it is: the write
+/// would block or fail with EAGAIN, and `eventfd_signal` does not wait either.
+pub fn eventfd_signal(fd: BorrowedFd<'_>) {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    if unsafe { libc::poll(&mut p, 1, 0) } != 1 {
+        return;
+    }
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a local to the descriptor.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
 /// Size of `struct itimerspec` on x86-64 (two timespecs).
 pub const ITIMERSPEC_SIZE: usize = 32;
 

@@ -5,8 +5,8 @@
 //! container's root may ([`write`]).
 //!
 //! Each value is what bounds the sandbox: torpor's own for what torpor implements (pids,
-//! threads, System V shared memory, semaphores and message queues, the lowest mappable
-//! address), the host kernel's for what the host enforces on the sandbox's behalf (pipes,
+//! threads, System V shared memory, semaphores and message queues, AIO events, the lowest
+//! mappable address), the host kernel's for what the host enforces on the sandbox's behalf (pipes,
 //! inotify, descriptors, listen backlogs), read once before the holder is confined
 //! ([`prime_host_values`]).
 
@@ -65,6 +65,8 @@ const TUNABLES: &[(&str, Source)] = &[
     ),
     ("vm/mmap_min_addr", Source::Sandbox(mmap_min_addr)),
     ("vm/overcommit_memory", Source::Fixed("0")),
+    ("fs/aio-nr", Source::Sandbox(aio_nr)),
+    ("fs/aio-max-nr", Source::Sandbox(aio_max_nr)),
     ("fs/pipe-max-size", Source::Host),
     ("fs/pipe-user-pages-soft", Source::Host),
     ("fs/pipe-user-pages-hard", Source::Host),
@@ -228,6 +230,14 @@ pub fn write(t: &Task, name: &str, text: &[u8]) -> Result<(), Errno> {
         _ => return Err(Errno::EACCES),
     }
     Ok(())
+}
+
+fn aio_nr(t: &Task) -> String {
+    t.group.procs.aio_nr.current().to_string()
+}
+
+fn aio_max_nr(_: &Task) -> String {
+    crate::aio::AIO_MAX_NR.to_string()
 }
 
 fn mq_queues_max(t: &Task) -> String {
