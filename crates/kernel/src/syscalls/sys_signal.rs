@@ -9,7 +9,8 @@ use abi::structs::KernelSigaction;
 use abi::Errno;
 
 use super::{SysResult, SyscallArgs};
-use crate::task::signal::{self, wait_for_kick, SigInfo};
+use crate::task::kick_wait::wait_for_kick;
+use crate::task::signal::{self, SigInfo};
 use crate::task::{Task, NSIG};
 
 fn check_sig(sig: i32) -> Result<usize, Errno> {

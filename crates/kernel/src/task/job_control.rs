@@ -146,7 +146,7 @@ impl Task {
         // As for a thread waiting in a call: idle, and `S`-like to /proc.
         control.set_in_syscall(true);
         control.set_idle(true);
-        super::signal::wait_for_kick(
+        super::kick_wait::wait_for_kick(
             || {
                 !group.job.is_stopped()
                     || control.signal_pending()

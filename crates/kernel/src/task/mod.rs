@@ -12,6 +12,7 @@ mod group;
 pub mod host;
 pub mod itimer;
 pub mod job_control;
+pub(crate) mod kick_wait;
 mod parked;
 pub mod posix_timer;
 mod process;
