@@ -211,6 +211,10 @@ pub(crate) fn execve(
     envp: Vec<Vec<u8>>,
 ) -> SysResult {
     let mut depth = 0;
+    // An empty argv gets an empty argv[0], as Linux does since 5.18 (programs assume argc >= 1).
+    if argv.is_empty() {
+        argv.push(Vec::new());
+    }
     // The program and its interpreters are found and opened as the task; the new VM is the
     // runtime's to build.
     let acting = crate::fs::identity::act_as(&t.creds.clone())?;

@@ -284,6 +284,27 @@ fn sched_target(t: &Task, pid: i32) -> Result<bool, Errno> {
     Err(Errno::ESRCH)
 }
 
+/// Whether the caller may change process `pid`'s scheduling (nice value, policy): its own
+/// process, one whose real or effective uid is the caller's effective uid, or with
+/// CAP_SYS_NICE (Linux's `check_same_owner`); EPERM otherwise.
+fn may_reschedule(t: &Task, pid: i32) -> Result<(), Errno> {
+    if pid == 0 || pid == t.pid || t.group.has_thread(pid) {
+        return Ok(());
+    }
+    let Some((_, g)) = t.group.procs.group_of_task(pid) else {
+        return Ok(());
+    };
+    let other = g.identity().creds;
+    if t.creds.euid == other.euid
+        || t.creds.euid == other.uid
+        || t.creds.capable(crate::creds::cap::SYS_NICE)
+    {
+        Ok(())
+    } else {
+        Err(Errno::EPERM)
+    }
+}
+
 /// The target of getpriority/setpriority: Ok(true) for the caller itself.
 fn prio_target(t: &Task, which: i32, who: i32) -> Result<bool, Errno> {
     match which {
@@ -318,12 +339,15 @@ pub fn sys_setpriority(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let own = prio_target(t, a.int(0), a.int(1))?;
     let nice = a.int(2).clamp(-20, 19);
     if !own {
+        if a.int(0) == PRIO_PROCESS {
+            may_reschedule(t, a.int(1))?;
+        }
+        if nice < 0 && !t.creds.capable(crate::creds::cap::SYS_NICE) {
+            return Err(Errno::EACCES);
+        }
         return Ok(0);
     }
-    if nice < NICE.with(|n| n.get())
-        && !t.creds.capable(crate::creds::cap::SYS_NICE)
-        && t.creds.euid != 0
-    {
+    if nice < NICE.with(|n| n.get()) && !t.creds.capable(crate::creds::cap::SYS_NICE) {
         return Err(Errno::EACCES);
     }
     NICE.with(|n| n.set(nice));
@@ -399,6 +423,7 @@ pub fn sys_sched_setscheduler(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     check_sched_param(t, a.int(1), a.gva(2))?;
     sched_target(t, a.int(0))?;
+    may_reschedule(t, a.int(0))?;
     Ok(0)
 }
 
@@ -409,6 +434,7 @@ pub fn sys_sched_setparam(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     check_sched_param(t, SCHED_OTHER, a.gva(1))?;
     sched_target(t, a.int(0))?;
+    may_reschedule(t, a.int(0))?;
     Ok(0)
 }
 

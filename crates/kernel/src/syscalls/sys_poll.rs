@@ -335,7 +335,15 @@ pub fn sys_pselect6(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let sets = [a.gva(1), a.gva(2), a.gva(3)];
     let start = Instant::now();
     let r = with_sigmask(t, mask, |t| do_select(t, a.int(0), sets, ts));
-    write_back_timeout(t, ts_addr, ts.as_ref(), start);
+    const STICKY_TIMEOUTS: u32 = 0x0400_0000;
+    if t.group
+        .personality
+        .load(std::sync::atomic::Ordering::Relaxed)
+        & STICKY_TIMEOUTS
+        == 0
+    {
+        write_back_timeout(t, ts_addr, ts.as_ref(), start);
+    }
     r
 }
 
@@ -357,7 +365,14 @@ pub fn sys_select(t: &mut Task, a: &SyscallArgs) -> SysResult {
     };
     let start = Instant::now();
     let r = do_select(t, a.int(0), [a.gva(1), a.gva(2), a.gva(3)], ts);
-    if let Some(ts) = ts {
+    // personality(STICKY_TIMEOUTS) leaves the timeout as it was.
+    const STICKY_TIMEOUTS: u32 = 0x0400_0000;
+    let sticky = t
+        .group
+        .personality
+        .load(std::sync::atomic::Ordering::Relaxed)
+        & STICKY_TIMEOUTS;
+    if let Some(ts) = ts.filter(|_| sticky == 0) {
         let left = remaining(&ts, start.elapsed());
         let _ = t.write_val(
             tv_addr,

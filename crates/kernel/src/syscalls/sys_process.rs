@@ -215,11 +215,13 @@ impl FutexQueues {
 /// own VM) meet; every other futex is the process's own, keyed by address.
 fn futex_queues(t: &mut Task, addr: Gva, op: i32) -> Result<(FutexQueues, u64), Errno> {
     if op & FUTEX_PRIVATE_FLAG == 0 {
+        // A shared futex's key is the page it lies in, so the word must be readable (Linux's
+        // get_futex_key pins the page: EFAULT for an unmapped or PROT_NONE address, or a
+        // page past the end of its file). Faulting it in also tells where it is.
+        let mut b = [0u8; 4];
+        t.copy_in(addr, &mut b)?;
         let shared_vma = t.mm().find_vma(addr).is_some_and(|v| v.kind.is_shared());
         if shared_vma {
-            // Fault the page in (as the value check would), then find where it is.
-            let mut b = [0u8; 4];
-            t.copy_in(addr, &mut b)?;
             let gpa = t.mm().page_tables().translate(addr).map(|(g, _)| g);
             if let Some(gpa) = gpa.filter(|g| t.mem.is_shared(*g)) {
                 return Ok((FutexQueues::Sandbox(t.group.procs.clone()), gpa.raw()));
@@ -313,7 +315,7 @@ pub fn sys_futex(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
         FUTEX_REQUEUE | FUTEX_CMP_REQUEUE => {
             let to = a.gva(4);
-            if !to.raw().is_multiple_of(4) {
+            if !to.raw().is_multiple_of(4) || a.int(2) < 0 || a.int(3) < 0 {
                 return Err(Errno::EINVAL);
             }
             if op == FUTEX_CMP_REQUEUE {

@@ -331,6 +331,15 @@ impl ThreadGroup {
         self.lock_members().iter().all(|m| m.control.in_syscall())
     }
 
+    /// Whether the process's first thread (its leader, whose state /proc/PID/stat shows, as
+    /// Linux does) is inside a syscall; `None` once it has left (the others may live on).
+    pub fn leader_in_syscall(&self) -> Option<bool> {
+        self.lock_members()
+            .iter()
+            .find(|m| m.tid == self.pid)
+            .map(|m| m.control.in_syscall())
+    }
+
     /// The control of live thread `tid` of the process, if it is one.
     pub fn member_control(&self, tid: i32) -> Option<Arc<TaskControl>> {
         self.lock_members()

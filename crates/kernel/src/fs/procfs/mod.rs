@@ -62,7 +62,8 @@ struct View {
     sigign: u64,
     sigcgt: u64,
     threads: usize,
-    /// It runs its own code (`R`), or all its threads are in syscalls (`S`); the caller runs.
+    /// Its leader thread runs its own code (`R`) or waits in a syscall (`S`), as Linux shows
+    /// a process's state; with its leader gone, whether any thread runs; the caller runs.
     running: bool,
     /// Stopped by a stop signal (job control).
     stopped: bool,
@@ -91,7 +92,8 @@ impl View {
             sigign: t.signals.disposition_masks().0,
             sigcgt: t.signals.disposition_masks().1,
             threads: t.group.live(),
-            running: true,
+            // The caller runs; another thread of its process reads its leader's state.
+            running: t.tid == t.pid || t.group.leader_in_syscall() != Some(true),
             stopped: false,
             mm: Some(t.mm.clone()),
             cpu: t.group.cpu_time(),
@@ -110,7 +112,9 @@ impl View {
             sigign: 0,
             sigcgt: 0,
             threads: g.live(),
-            running: !g.all_in_syscall(),
+            running: g
+                .leader_in_syscall()
+                .map_or_else(|| !g.all_in_syscall(), |inside| !inside),
             stopped: g.job.is_stopped(),
             mm: g.resources().map(|r| r.mm),
             cpu: g.cpu_time(),
