@@ -540,6 +540,47 @@ fn static_pie_runs() {
     assert_eq!(out.stdout, native.stdout);
 }
 
+/// Corners of Linux's semantics LTP's syscall tests found different (`tests/guest/edge_cases.c`):
+/// the same output as natively, and the lines that differed before.
+#[test]
+fn edge_cases_found_by_ltp_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("edge_cases");
+    let native = testutil::native(
+        &testutil::guest_program("edge_cases"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), native.stdout_str());
+    for line in [
+        "futex wake shared, unmapped: EFAULT",
+        "futex cmp_requeue, negative count: EINVAL",
+        "mmap of a closed fd, length 0: EBADF",
+        "mmap of a file MAP_SHARED_VALIDATE, unknown flag: EOPNOTSUPP",
+        "with STICKY_TIMEOUTS: 0",
+        "another thread sees its waiting leader as S",
+        "kill of a zombie: ok",
+        "kill of a thread's id reaches its process: ok, delivered 1",
+        "exec'd with an empty argv: argc 1, argv[0] empty",
+    ] {
+        assert!(
+            out.stdout_str().contains(line),
+            "no {line:?} in:\n{}",
+            out.stdout_str()
+        );
+    }
+}
+
 #[test]
 fn pipes_devices_sysinfo_and_affinity_match_native() {
     if !testutil::require_kvm() {

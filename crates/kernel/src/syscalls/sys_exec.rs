@@ -114,7 +114,11 @@ fn load_errno(e: &LoadError) -> Errno {
 /// `may_open` with MAY_EXEC: an execute bit it is granted, or, with CAP_DAC_OVERRIDE, any
 /// execute bit). The caller acts as the task ([`crate::fs::identity`]).
 fn open_executable(t: &Task, path: &[u8]) -> Result<(OwnedFd, Vec<u8>), Errno> {
-    let gpath = fs::join(&t.cwd(), path);
+    let mut gpath = fs::join(&t.cwd(), path);
+    // `/proc/self/exe` (a program running itself again) names the caller's program.
+    if crate::fs::procfs::self_relative(&gpath, t.pid) == Some("exe") {
+        gpath = t.exe.clone();
+    }
     let fd = t.root.open_at(&gpath, libc::O_RDONLY, 0)?;
     let st = crate::fd::host::fstat(fd.as_fd())?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_mode & 0o111 == 0 {

@@ -42,6 +42,12 @@ const MAP_FLAGS: i32 = libc::MAP_SHARED
 pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (addr, len, prot, flags, fd, off) = (a.gva(0), a.u(1), a.u(2), a.int(3), a.int(4), a.u(5));
     let share = flags & (libc::MAP_SHARED | libc::MAP_PRIVATE | libc::MAP_SHARED_VALIDATE);
+    if flags & libc::MAP_ANONYMOUS == 0 {
+        // Linux looks up the descriptor before anything else but the flags (EBADF first).
+        t.fds.get(fd)?;
+    } else if share == libc::MAP_SHARED_VALIDATE {
+        return Err(Errno::EINVAL);
+    }
     // Flags Linux does not know are ignored, but with MAP_SHARED_VALIDATE (EOPNOTSUPP; MAP_SYNC
     // is refused the same way, torpor having no DAX file).
     if share == libc::MAP_SHARED_VALIDATE && flags & !MAP_FLAGS != 0 {
@@ -51,10 +57,6 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let prot = Prot::from_bits(prot).ok_or(Errno::EINVAL)?;
     if share == 0 || share == (libc::MAP_SHARED | libc::MAP_PRIVATE) {
         return Err(Errno::EINVAL);
-    }
-    if flags & libc::MAP_ANONYMOUS == 0 {
-        // Linux looks up the descriptor before it checks the length (EBADF first).
-        t.fds.get(fd)?;
     }
     if len == 0 || off % PAGE_SIZE != 0 {
         return Err(Errno::EINVAL);

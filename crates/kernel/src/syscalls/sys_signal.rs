@@ -262,7 +262,7 @@ pub(super) fn may_queue_to_others(info: &SigInfo) -> bool {
 pub(super) fn signal_process(t: &Task, pid: i32, sig: i32, info: SigInfo) -> SysResult {
     let Some((pid, g)) = t.group.procs.group_of_task(pid) else {
         // A zombie takes the signal without effect.
-        return if t.group.procs.has_exited(pid) {
+        return if t.group.procs.is_zombie(pid) {
             Ok(0)
         } else {
             Err(Errno::ESRCH)
@@ -295,7 +295,7 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
             let Some((p, g)) = procs.group_of_task(p) else {
                 // A child that exited and was not reaped yet (a zombie) takes the signal
                 // without effect, as on Linux.
-                return if procs.has_exited(p) {
+                return if procs.is_zombie(p) {
                     Ok(0)
                 } else {
                     Err(Errno::ESRCH)

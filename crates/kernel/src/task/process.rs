@@ -793,6 +793,11 @@ impl ProcessTable {
         self.lock().get(&pid).is_none_or(|e| e.status.is_some())
     }
 
+    /// Whether `pid` exited and was not reaped yet (a zombie).
+    pub fn is_zombie(&self, pid: i32) -> bool {
+        self.lock().get(&pid).is_some_and(|e| e.status.is_some())
+    }
+
     /// Asks for `event` (an eventfd) to be written when `pid` exits; written at once when it
     /// already has. ESRCH for an unknown pid.
     pub fn watch_exit(&self, pid: i32, event: Arc<std::os::fd::OwnedFd>) -> Result<(), Errno> {

@@ -331,7 +331,11 @@ mod tests {
         );
         assert_eq!(name_of("/proc/sys/kernel/msgmnb"), Some("kernel/msgmnb"));
         assert_eq!(name_of("/proc/sys/kernel"), None);
-        assert_eq!(name_of("/proc/sys/kernel/core_pattern"), None);
+        assert_eq!(
+            name_of("/proc/sys/kernel/core_pattern"),
+            Some("kernel/core_pattern")
+        );
+        assert_eq!(name_of("/proc/sys/kernel/modprobe"), None);
         assert_eq!(name_of("/proc/kernel/pid_max"), None);
     }
 
