@@ -2,7 +2,8 @@
  * Linux keeps them: per process, excluding each other, reported with the holder's pid,
  * released when the holder closes any descriptor of the file (not when another process
  * closes one), not inherited by fork; SEEK_CUR counts from the descriptor's offset; a lock
- * needs a descriptor opened for its kind. Prints facts that are the same natively. */
+ * needs a descriptor opened for its kind; an F_SETLKW that would wait for a process waiting
+ * for the caller fails with EDEADLK. Prints facts that are the same natively. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +19,7 @@ static int lk(int fd, int cmd, short type, short whence, off_t start, off_t len)
 }
 
 static const char *name(int r) {
-    return r == 0 ? "ok" : r == -EAGAIN ? "EAGAIN" : r == -EACCES ? "EACCES" : r == -EBADF ? "EBADF" : r == -EINVAL ? "EINVAL" : "other";
+    return r == 0 ? "ok" : r == -EAGAIN ? "EAGAIN" : r == -EACCES ? "EACCES" : r == -EBADF ? "EBADF" : r == -EINVAL ? "EINVAL" : r == -EDEADLK ? "EDEADLK" : "other";
 }
 
 /* Who holds a conflicting lock over [start, start+len): "none", "parent", "child" or "?". */
@@ -97,6 +98,30 @@ int main(void) {
     int st;
     waitpid(child, &st, 0);
     printf("child exited %d; its locks went with it: %s\n", WEXITSTATUS(st), who(fd, F_WRLCK, 0, 0, parent, child));
+
+    /* Deadlock: the child holds [1,2) and waits for the parent's [0,1); the parent asking to
+     * wait for [1,2) would never be granted it. */
+    lk(fd, F_SETLK, F_WRLCK, SEEK_SET, 0, 1);
+    fflush(stdout);
+    child = fork();
+    if (child == 0) {
+        int cfd = open(path, O_RDWR);
+        lk(cfd, F_SETLK, F_WRLCK, SEEK_SET, 1, 1);
+        write(back[1], "1", 1);
+        int w = lk(cfd, F_SETLKW, F_WRLCK, SEEK_SET, 0, 1);
+        printf("child waited for the parent's [0,1): %s\n", name(w));
+        fflush(stdout);
+        _exit(0);
+    }
+    read(back[0], &c, 1);
+    /* Let the child start waiting. */
+    msleep(300);
+    printf("parent waits for the waiting child's [1,2): %s\n", name(lk(fd, F_SETLKW, F_WRLCK, SEEK_SET, 1, 1)));
+    printf("parent tries it: %s\n", name(lk(fd, F_SETLK, F_WRLCK, SEEK_SET, 1, 1)));
+    fflush(stdout);
+    lk(fd, F_SETLK, F_UNLCK, SEEK_SET, 0, 0);
+    waitpid(child, &st, 0);
+    printf("second child exited %d\n", WEXITSTATUS(st));
     unlink(path);
     return 0;
 }

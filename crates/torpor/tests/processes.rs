@@ -134,7 +134,8 @@ fn sessions_and_groups_match_native() {
 
 /// POSIX record locks between processes (`tests/guest/record_locks.c`): they exclude each
 /// other, F_GETLK names the holder, a close by the holder releases them and a close by
-/// another process does not, fork inherits none, F_SETLKW waits for the holder, as natively.
+/// another process does not, fork inherits none, F_SETLKW waits for the holder and fails
+/// with EDEADLK where it would wait for a process waiting for the caller, as natively.
 /// (Every process of a sandbox is one host process: its host POSIX locks excluded nobody.)
 #[test]
 fn record_locks_exclude_the_sandbox_s_processes_from_each_other() {
@@ -147,6 +148,8 @@ fn record_locks_exclude_the_sandbox_s_processes_from_each_other() {
         "child asks [0,20): parent write [0,+10)",
         "parent asks [10,15): child write [10,+5)",
         "parent waited for [10,15): ok",
+        "parent waits for the waiting child's [1,2): EDEADLK",
+        "child waited for the parent's [0,1): ok",
     ] {
         assert!(
             got.stdout_str().contains(line),
@@ -154,6 +157,34 @@ fn record_locks_exclude_the_sandbox_s_processes_from_each_other() {
             got.stdout_str()
         );
     }
+}
+
+/// What fcntl makes signal a process (`tests/guest/fcntl_signals.c`): file owners and
+/// F_SETSIG, a pipe with O_ASYNC written by another process, a read lease broken by an open
+/// for writing (which waits for the holder, or fails with O_NONBLOCK), directory notification
+/// (F_NOTIFY) of a creation, a rename, attribute changes, a child's deletion; and
+/// F_CREATED_QUERY; as natively.
+#[test]
+fn fcntl_owners_leases_and_dnotify_signal_as_natively() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let got = guest_same_as_native("fcntl_signals");
+    let out = got.stdout_str();
+    for line in [
+        "pipe written by a child (signal 10, owner process): SIGUSR1 code=1 fd=ours band=0x41",
+        "pipe written by a child (signal 0, owner group): SIGIO from the kernel",
+        "child's non-blocking open for writing: EAGAIN",
+        "holder told: SIGUSR2 code=3",
+        "child's open for writing: ok",
+        "rename within: SIGRTMIN+1 code=3",
+        "a child's delete: SIGRTMIN+1 code=3 fd=ours",
+        "one shot, again: none",
+        "F_CREATED_QUERY after creating: 1",
+    ] {
+        assert!(out.contains(line), "no {line:?} in:\n{out}");
+    }
+    assert!(out.ends_with("done\n"));
 }
 
 /// execve from a non-main thread of a process whose other threads sleep, wait on a

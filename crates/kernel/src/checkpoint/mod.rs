@@ -15,6 +15,7 @@
 //! as before.
 
 pub mod blobs;
+mod file_signals;
 pub mod files;
 pub mod ipc;
 mod sockets;
@@ -154,6 +155,7 @@ fn export_with(
     let tables: Vec<(i32, &crate::fd::FdTable)> =
         resources.iter().map(|(pid, r)| (*pid, &*r.fds)).collect();
     let (files, open_files) = files::export(&tables, &task.root, &task.net, blobs, keep)?;
+    let file_signals = file_signals::export(&tables, &files);
     let mut processes = Vec::with_capacity(groups.len());
     let mut anon = mm::AnonObjects::default();
     let each = groups.iter().zip(&resources).zip(files).zip(timers);
@@ -255,6 +257,7 @@ fn export_with(
                     .map_err(|e| CheckpointError::Host(format!("reading shared memory: {e}")))
             })
             .collect::<Result<_, _>>()?,
+        file_signals,
     })
 }
 
@@ -385,6 +388,7 @@ pub fn restore(
         gid: first_thread.gid,
     };
     let files = files::import(&state.open_files, &root, &net, owner, blobs, &stdio).map_err(bad)?;
+    file_signals::import(&state.file_signals, &files).map_err(bad)?;
     let anon = import_anon_shared(&state.anon_shared, blobs, &procs).map_err(bad)?;
     let cx = RestoreContext {
         cfg,
@@ -394,6 +398,7 @@ pub fn restore(
         net,
         files,
         anon,
+        file_signals: &state.file_signals,
     };
     let mut tasks = Vec::new();
     let mut first_vm = None;
@@ -433,6 +438,8 @@ struct RestoreContext<'a> {
     files: Vec<Arc<crate::fd::OpenFile>>,
     /// Its anonymous shared memory objects, made again with their bytes.
     anon: mm::AnonObjects,
+    /// What its open files signal (directory notification requests are placed per table).
+    file_signals: &'a [state::FileSignalsState],
 }
 
 /// The sandbox's anonymous shared memory objects made again in `procs`' shared space, each
@@ -585,6 +592,7 @@ impl RestoreContext<'_> {
         group.join(t.tid, control.clone());
         let mm = Arc::new(Mutex::new(mm));
         let fds = Arc::new(fds);
+        file_signals::import_table(self.file_signals, p.pid, &fds, &self.files).map_err(bad)?;
         group.set_resources(ProcessResources {
             mm: mm.clone(),
             mem: mem.clone(),

@@ -39,6 +39,44 @@ pub struct SandboxState {
     /// address spaces' VMAs name them with.
     #[serde(default)]
     pub anon_shared: Vec<AnonSharedState>,
+    /// What its open files signal: owners, `F_SETSIG` signals, leases, directory
+    /// notification requests (none in older checkpoints).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub file_signals: Vec<FileSignalsState>,
+}
+
+/// An open file's signal-driven I/O state ([`crate::fd::owner`], [`crate::fd::lease`],
+/// [`crate::fd::dnotify`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSignalsState {
+    /// The open file's index in `open_files`.
+    pub file: usize,
+    /// Its owner: type (`F_OWNER_TID`, `F_OWNER_PID`, `F_OWNER_PGRP`), id, and the real and
+    /// effective uids of whoever set it.
+    #[serde(default)]
+    pub owner: Option<[i64; 4]>,
+    /// Its `F_SETSIG` signal (0: SIGIO).
+    #[serde(default)]
+    pub sig: i32,
+    /// Its lease (`F_RDLCK`, `F_WRLCK`) and the descriptor it was taken through.
+    #[serde(default)]
+    pub lease: Option<(i16, i32)>,
+    /// Directory notification requests on it.
+    #[serde(default)]
+    pub dnotify: Vec<DnotifyState>,
+}
+
+/// A directory notification request (`F_NOTIFY`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnotifyState {
+    /// The process whose descriptor table made it.
+    pub pid: i32,
+    /// The descriptor it was made through.
+    pub fd: i32,
+    /// Its `DN_*` mask.
+    pub mask: u32,
 }
 
 /// An anonymous shared memory object: its bytes.

@@ -17,7 +17,13 @@
 //! - `SEEK_CUR` is the guest descriptor's offset, not the private one's (requests are made
 //!   absolute first, [`absolute`]);
 //! - `F_GETLK` names the process that holds a conflicting lock: the ranges each table holds
-//!   are recorded ([`Ranges`]).
+//!   are recorded ([`Ranges`]);
+//! - `F_SETLKW` fails with EDEADLK instead of waiting when the wait would close a cycle of
+//!   tables each waiting for a lock the next holds ([`PosixLocks::wait_for`], Linux's
+//!   `posix_locks_deadlock`). The cycle is looked for through every table that holds a
+//!   conflicting lock, not only the first Linux finds, so a deadlock is seen as soon as it
+//!   exists (Linux may see it only once an unrelated holder lets go). Locks of host
+//!   processes outside the sandbox are in no cycle.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
@@ -155,6 +161,14 @@ impl FileLocks {
             .holds(span, kind)
     }
 
+    /// Whether a held range conflicts with a request of type `kind` over `span`.
+    pub fn conflicts(&self, span: Span, kind: i16) -> bool {
+        self.ranges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .conflicts(span, kind)
+    }
+
     /// Records a granted request.
     pub fn apply(&self, span: Span, kind: i16) {
         self.ranges
@@ -168,6 +182,25 @@ impl FileLocks {
 #[derive(Debug, Default)]
 pub struct PosixLocks {
     files: Mutex<HashMap<FileKey, Arc<FileLocks>>>,
+    /// The request an `F_SETLKW` of the table waits on: file, range and type.
+    waiting: Mutex<Option<(FileKey, Span, i16)>>,
+}
+
+/// Makes looking for a cycle and recording a wait one step, so that two requests closing a
+/// cycle together cannot both miss it.
+static WAITS: Mutex<()> = Mutex::new(());
+
+/// Linux's bound on the chain of waiters followed (`MAX_DEADLK_ITERATIONS`).
+const MAX_CHAIN: usize = 10;
+
+/// A table's recorded `F_SETLKW` wait; it ends when this is dropped.
+#[derive(Debug)]
+pub struct Waiting<'a>(&'a PosixLocks);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        *self.0.waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
 }
 
 impl PosixLocks {
@@ -216,6 +249,58 @@ impl PosixLocks {
     /// Whether the table holds no lock.
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
+    }
+
+    /// Whether the table holds a lock on `key` that conflicts with `kind` over `span`.
+    fn blocks(&self, key: FileKey, span: Span, kind: i16) -> bool {
+        self.get(key).is_some_and(|l| l.conflicts(span, kind))
+    }
+
+    /// Records that the table is about to wait (`F_SETLKW`) for `kind` over `span` of `key`,
+    /// unless that would deadlock: some table of `others` (the sandbox's other tables) that
+    /// holds a conflicting lock waits, directly or through a chain of waiters, for a lock
+    /// this table holds.
+    ///
+    /// # Errors
+    /// EDEADLK for a wait that would never end.
+    pub fn wait_for<'a>(
+        &'a self,
+        others: &[&PosixLocks],
+        key: FileKey,
+        span: Span,
+        kind: i16,
+    ) -> Result<Waiting<'a>, Errno> {
+        let _serial = WAITS.lock().unwrap_or_else(|e| e.into_inner());
+        // Tables (by index in `others`) whose locks the request waits for, then whose locks
+        // those wait for, and so on.
+        let mut seen = vec![false; others.len()];
+        let mut frontier: Vec<usize> = (0..others.len())
+            .filter(|&i| others[i].blocks(key, span, kind))
+            .collect();
+        for _ in 0..MAX_CHAIN {
+            let mut next = Vec::new();
+            for i in frontier {
+                if std::mem::replace(&mut seen[i], true) {
+                    continue;
+                }
+                let Some((k, s, t)) = *others[i].waiting.lock().unwrap_or_else(|e| e.into_inner())
+                else {
+                    continue;
+                };
+                if self.blocks(k, s, t) {
+                    return Err(Errno(libc::EDEADLK));
+                }
+                next.extend(
+                    (0..others.len()).filter(|&j| j != i && !seen[j] && others[j].blocks(k, s, t)),
+                );
+            }
+            if next.is_empty() {
+                break;
+            }
+            frontier = next;
+        }
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, span, kind));
+        Ok(Waiting(self))
     }
 }
 

@@ -7,9 +7,12 @@
 //! that must know what a descriptor is (mmap, ioctl, a checkpoint) asks the kind, not the
 //! host.
 
+pub mod dnotify;
 pub mod host;
 mod hostio;
+pub mod lease;
 pub mod locks;
+pub mod owner;
 mod table;
 
 pub use hostio::{
@@ -117,12 +120,33 @@ pub struct OpenFile {
     pub kind: FileKind,
     /// Guest path it was opened by, if any (for directories: the base of *at calls).
     pub path: Option<Vec<u8>>,
+    /// Its owner and signal for signal-driven I/O ([`owner`]).
+    pub sigio: owner::SigIo,
+    /// The open that made it created its file (`F_CREATED_QUERY`).
+    created: bool,
 }
 
 impl OpenFile {
     /// Wraps a host fd.
     pub fn new(fd: OwnedFd, kind: FileKind, path: Option<Vec<u8>>) -> OpenFile {
-        OpenFile { fd, kind, path }
+        OpenFile {
+            fd,
+            kind,
+            path,
+            sigio: owner::SigIo::default(),
+            created: false,
+        }
+    }
+
+    /// Marks it as made by an open that created its file.
+    pub fn created_by_open(mut self) -> OpenFile {
+        self.created = true;
+        self
+    }
+
+    /// Whether the open that made it created its file (fcntl `F_CREATED_QUERY`).
+    pub fn created(&self) -> bool {
+        self.created
     }
 
     /// The host fd.

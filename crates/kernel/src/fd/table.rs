@@ -158,6 +158,8 @@ impl FdTable {
     /// A descriptor of `file` was closed: the table's POSIX locks on its file go, as on Linux
     /// (whichever descriptor took them).
     fn closed(&self, file: &OpenFile) {
+        // Its directory notification requests end too (Linux's dnotify_flush).
+        super::dnotify::forget(self as *const FdTable as usize, file);
         if self.locks.is_empty() {
             return;
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use abi::Errno;
 
 use super::{SysResult, SyscallArgs};
-use crate::fd::{host, FileKind, OpenFile};
+use crate::fd::{dnotify, host, lease, owner, FileKind, OpenFile};
 use crate::fs;
 use crate::fs::procfs::GeneratedDir;
 use crate::task::Task;
@@ -122,6 +122,12 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
             refuse_running_program(t, existing.as_fd())?;
         }
     }
+    // A conflicting open breaks the file's leases first (before O_TRUNC empties it).
+    if lease::any() {
+        if let Ok(existing) = t.root.open_at(&guest, libc::O_PATH, 0) {
+            lease::break_on_open(t, existing.as_fd(), flags)?;
+        }
+    }
     let mode = mode & !t.umask();
     // openat2 wants no mode unless the call may create.
     let mode_for = |flags: i32| {
@@ -144,7 +150,19 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
         }
         Err(e) => Err(e),
     };
-    let fd = open(flags)?;
+    // F_CREATED_QUERY: whether this open made the file. Without O_EXCL, an exclusive
+    // creation is tried first; any failure of it (the file exists, or another error) leaves
+    // the open to be made as asked, so the guest sees the same results.
+    let creates = flags & libc::O_CREAT != 0 && flags & libc::O_DIRECTORY == 0;
+    let (fd, created) = if creates && flags & libc::O_EXCL == 0 {
+        match open(flags | libc::O_EXCL) {
+            Ok(fd) => (fd, true),
+            Err(_) => (open(flags)?, false),
+        }
+    } else {
+        (open(flags)?, creates)
+    };
+    let created = created && !from_host.get();
     let st = host::fstat(fd.as_fd())?;
     if writes(flags) && st.st_mode & libc::S_IFMT == libc::S_IFREG {
         refuse_running(t, (st.st_dev, st.st_ino))?;
@@ -160,8 +178,11 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
     } else {
         (FileKind::Regular, Some(guest))
     };
-    let file = Arc::new(OpenFile::new(fd, kind, path));
-    Ok(t.fds.insert(file, flags & libc::O_CLOEXEC != 0)? as u64)
+    let mut file = OpenFile::new(fd, kind, path);
+    if created {
+        file = file.created_by_open();
+    }
+    Ok(t.fds.insert(Arc::new(file), flags & libc::O_CLOEXEC != 0)? as u64)
 }
 
 /// Whether open flags may change the file: write access or truncation.
@@ -261,6 +282,7 @@ fn reopen_fd(t: &mut Task, fd: i32, flags: i32) -> SysResult {
     if writes(flags) {
         refuse_running_program(t, f.host())?;
     }
+    lease::break_on_open(t, f.host(), flags)?;
     // The guest's close-on-exec lives in its table; the host fd is always close-on-exec.
     let host = crate::fs::reopen(f.owned(), flags_now)?;
     let file = Arc::new(OpenFile::new(host, kind, f.path.clone()));
@@ -420,10 +442,17 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
         libc::F_GETFL => Ok((host::status_flags(f.host())? & !libc::O_CLOEXEC) as u64),
         libc::F_SETFL => {
-            let settable =
-                libc::O_APPEND | libc::O_NONBLOCK | libc::O_NOATIME | libc::O_DIRECT | 0o20000;
+            let settable = libc::O_APPEND
+                | libc::O_NONBLOCK
+                | libc::O_NOATIME
+                | libc::O_DIRECT
+                | libc::O_ASYNC;
             let cur = host::status_flags(f.host())?;
-            host::set_status_flags(f.host(), (cur & !settable) | (arg as i32 & settable))?;
+            let new = (cur & !settable) | (arg as i32 & settable);
+            host::set_status_flags(f.host(), new)?;
+            if (cur ^ new) & libc::O_ASYNC != 0 {
+                owner::set_async(&f, fd, new & libc::O_ASYNC != 0);
+            }
             Ok(0)
         }
         libc::F_GETLK
@@ -432,19 +461,40 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         | libc::F_OFD_GETLK
         | libc::F_OFD_SETLK
         | libc::F_OFD_SETLKW => record_lock(t, &f, cmd, a.gva(2)),
-        // Signal-driven I/O is not delivered (see FIOASYNC in ioctl): an owner is accepted
-        // and none is reported.
-        libc::F_SETOWN | F_SETSIG => Ok(0),
-        F_NOTIFY => {
-            // Directory change notification signals the owner (the runtime's host process
-            // here, where SIGIO would end it): accepted on a directory, no signal is sent,
-            // as for F_SETSIG.
-            if !matches!(f.kind, FileKind::Directory) {
-                return Err(Errno::ENOTDIR);
-            }
+        libc::F_SETOWN => {
+            owner::set_own(t, &f, a.int(2))?;
             Ok(0)
         }
-        libc::F_GETOWN | F_GETSIG => Ok(0),
+        libc::F_GETOWN => Ok(owner::get_own(&f) as i64 as u64),
+        F_SETOWN_EX => {
+            let mut raw = [0u8; 8];
+            t.copy_in(a.gva(2), &mut raw)?;
+            owner::set_own_ex(t, &f, raw)?;
+            Ok(0)
+        }
+        F_GETOWN_EX => {
+            t.copy_out(a.gva(2), &owner::get_own_ex(&f))?;
+            Ok(0)
+        }
+        F_SETSIG => {
+            let sig = i32::try_from(arg).map_err(|_| Errno::EINVAL)?;
+            if !(0..=crate::task::NSIG as i32).contains(&sig) {
+                return Err(Errno::EINVAL);
+            }
+            f.sigio.set_sig(sig);
+            Ok(0)
+        }
+        F_GETSIG => Ok(f.sigio.sig() as u64),
+        F_NOTIFY => {
+            dnotify::set(t, fd, &f, arg as u32)?;
+            Ok(0)
+        }
+        F_SETLEASE => {
+            lease::set(t, fd, &f, a.int(2))?;
+            Ok(0)
+        }
+        F_GETLEASE => Ok(lease::get(&f) as u64),
+        F_CREATED_QUERY => Ok(u64::from(f.created())),
         libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ => {
             Ok(host::pipe_size(f.host(), cmd, a.int(2))? as u64)
         }
@@ -454,9 +504,17 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// fcntl's F_SETSIG and F_GETSIG.
 const F_SETSIG: i32 = 10;
+const F_GETSIG: i32 = 11;
+/// fcntl's F_SETOWN_EX and F_GETOWN_EX.
+const F_SETOWN_EX: i32 = 15;
+const F_GETOWN_EX: i32 = 16;
+/// fcntl's F_SETLEASE and F_GETLEASE.
+const F_SETLEASE: i32 = 1024;
+const F_GETLEASE: i32 = 1025;
 /// fcntl's F_NOTIFY (dnotify).
 const F_NOTIFY: i32 = 1026;
-const F_GETSIG: i32 = 11;
+/// fcntl's F_CREATED_QUERY.
+const F_CREATED_QUERY: i32 = 1028;
 
 /// Size of `struct flock` on x86-64: l_type (i16), l_whence (i16), 4 bytes of padding,
 /// l_start (i64), l_len (i64), l_pid (i32), 4 bytes of padding.
@@ -580,6 +638,17 @@ fn table_lock(
         }
         return Ok((0, None));
     };
+    // A wait that would never end is EDEADLK; the wait is recorded for others' checks
+    // until the host grants the lock (or a signal interrupts it).
+    // (The other tables are let go before the wait: a table kept alive would keep its
+    // locks.)
+    let _waiting = if cmd == libc::F_SETLKW && i32::from(kind) != libc::F_UNLCK {
+        let others = other_tables(t);
+        let refs: Vec<&crate::fd::locks::PosixLocks> = others.iter().map(|x| &x.locks).collect();
+        Some(locks.wait_for(&refs, key, span, kind)?)
+    } else {
+        None
+    };
     // On the table's private description; F_OFD_SETLKW may block (a kick interrupts it
     // with EINTR).
     let r = host::record_lock(mine.ofd(), ofd_cmd, fl)?;
@@ -588,6 +657,19 @@ fn table_lock(
     }
     mine.apply(span, kind);
     Ok((r, None))
+}
+
+/// The descriptor tables of the sandbox's other processes (threads share the caller's).
+fn other_tables(t: &Task) -> Vec<Arc<crate::fd::FdTable>> {
+    let mut out: Vec<Arc<crate::fd::FdTable>> = Vec::new();
+    for (_, g) in t.group.procs.live_groups() {
+        if let Some(r) = g.resources() {
+            if !Arc::ptr_eq(&r.fds, &t.fds) && !out.iter().any(|x| Arc::ptr_eq(x, &r.fds)) {
+                out.push(r.fds.clone());
+            }
+        }
+    }
+    out
 }
 
 /// The sandbox process whose table holds the conflicting lock `fl` (as F_OFD_GETLK reported
@@ -738,11 +820,20 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             Ok(0)
         }
         FIOASYNC => {
-            // Signal-driven I/O is not delivered (SIGIO would go to the runtime's host
-            // process): accepted, so that servers which ask for it (nginx's channels
-            // between master and workers) and then wait with epoll run.
+            // O_ASYNC, as F_SETFL sets it: signal-driven I/O (`fd::owner`).
             let mut b = [0u8; 4];
             t.copy_in(arg, &mut b)?;
+            let on = i32::from_le_bytes(b) != 0;
+            let cur = host::status_flags(f.host())?;
+            let new = if on {
+                cur | libc::O_ASYNC
+            } else {
+                cur & !libc::O_ASYNC
+            };
+            host::set_status_flags(f.host(), new)?;
+            if cur != new {
+                owner::set_async(&f, fd, on);
+            }
             Ok(0)
         }
         TIOCSCTTY | TIOCNOTTY => {

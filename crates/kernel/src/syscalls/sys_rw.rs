@@ -245,7 +245,11 @@ fn take_runs(runs: &[(platform::Gpa, u64)], mut take: u64) -> Vec<(platform::Gpa
 
 /// Implements read(2).
 pub fn sys_read(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    read_to_user(t, a.int(0), a.gva(1), a.len(2)?, None)
+    let r = read_to_user(t, a.int(0), a.gva(1), a.len(2)?, None);
+    if r.is_ok_and(|n| n > 0) {
+        crate::fd::owner::read(t, a.int(0));
+    }
+    r
 }
 
 /// Implements write(2). A write to a socket or pipe whose reader is gone ends the process with
@@ -253,6 +257,9 @@ pub fn sys_read(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_write(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let r = write_from_user(t, a.int(0), a.gva(1), a.len(2)?, None);
     super::sys_socket::maybe_sigpipe(t, 0, &r);
+    if r.is_ok_and(|n| n > 0) {
+        crate::fd::owner::wrote(t, a.int(0));
+    }
     r
 }
 
@@ -384,6 +391,9 @@ pub fn sys_readv(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_writev(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let r = vectored(t, a, true);
     super::sys_socket::maybe_sigpipe(t, 0, &r);
+    if r.is_ok_and(|n| n > 0) {
+        crate::fd::owner::wrote(t, a.int(0));
+    }
     r
 }
 

@@ -66,7 +66,7 @@ table! {
     13 rt_sigaction => sys_signal::sys_rt_sigaction, Partial("SA_RESTORER required, as on Linux x86-64; a checkpoint does not keep a process stopped by a stop signal");
     14 rt_sigprocmask => sys_signal::sys_rt_sigprocmask, Full;
     15 rt_sigreturn => sys_signal::sys_rt_sigreturn, Full;
-    16 ioctl => sys_file::sys_ioctl, Partial("TCGETS, TCSETS*, TIOCGWINSZ, TIOCSWINSZ, TIOCGPGRP/TIOCSPGRP (a foreground group per session, signalled by Ctrl-C through `exec -t`; no SIGTTIN/SIGTTOU for background reads and writes), FIONBIO, FIONREAD, FIOCLEX, FIONCLEX; on a pseudo-terminal the guest opened (/dev/ptmx) also TIOCGPTN, TIOCSPTLCK, TIOCGPTPEER, and TIOCSCTTY/TIOCNOTTY accepted without effect; on a socket the interface queries (SIOCGIFINDEX, SIOCGIFNAME, SIOCGIFFLAGS..., SIOCGIFCONF) in the sandbox's own network namespace");
+    16 ioctl => sys_file::sys_ioctl, Partial("TCGETS, TCSETS*, TIOCGWINSZ, TIOCSWINSZ, TIOCGPGRP/TIOCSPGRP (a foreground group per session, signalled by Ctrl-C through `exec -t`; no SIGTTIN/SIGTTOU for background reads and writes), FIONBIO, FIONREAD, FIOCLEX, FIONCLEX, FIOASYNC (as fcntl O_ASYNC); on a pseudo-terminal the guest opened (/dev/ptmx) also TIOCGPTN, TIOCSPTLCK, TIOCGPTPEER, and TIOCSCTTY/TIOCNOTTY accepted without effect; on a socket the interface queries (SIOCGIFINDEX, SIOCGIFNAME, SIOCGIFFLAGS..., SIOCGIFCONF) in the sandbox's own network namespace");
     17 pread64 => sys_rw::sys_pread64, Full;
     18 pwrite64 => sys_rw::sys_pwrite64, Full;
     19 readv => sys_rw::sys_readv, Full;
@@ -105,7 +105,7 @@ table! {
     74 fsync => sys_rw::sys_fsync, Full;
     75 fdatasync => sys_rw::sys_fsync, Partial("as fsync");
     77 ftruncate => sys_rw::sys_ftruncate, Full;
-    72 fcntl => sys_file::sys_fcntl, Partial("F_DUPFD, F_GETFD/SETFD, F_GETFL/SETFL, record locks (F_GETLK/SETLK/SETLKW per descriptor table as on Linux, without deadlock detection; F_OFD_*), F_GET/SETPIPE_SZ; F_SETOWN/F_SETSIG accepted, no SIGIO is sent");
+    72 fcntl => sys_file::sys_fcntl, Partial("F_DUPFD, F_GETFD/SETFD, F_GETFL/SETFL, record locks (F_GETLK/SETLK/SETLKW per descriptor table as on Linux, F_SETLKW's EDEADLK among the sandbox's processes; F_OFD_*), F_GET/SETPIPE_SZ, F_CREATED_QUERY; F_SETOWN/F_SETOWN_EX/F_SETSIG and their getters; SIGIO (or the F_SETSIG signal) is sent for leases, F_NOTIFY and O_ASYNC pipes written or read by the sandbox, not for sockets, terminals or a pipe's other end outside the sandbox; F_SETLEASE/F_GETLEASE broken by the sandbox's opens (not by truncate(2) nor outside opens); F_NOTIFY from host inotify, signalled after each syscall");
     79 getcwd => sys_fs::sys_getcwd, Full;
     80 chdir => sys_fs::sys_chdir, Full;
     81 fchdir => sys_fs::sys_fchdir, Full;
