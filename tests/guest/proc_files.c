@@ -231,7 +231,8 @@ static void memory(void) {
     memset(s, 1, 3 * PAGE);
     long rss, locked;
     smaps_of(s, &rss, &locked);
-    printf("smaps before mlock: Rss %ld kB, Locked %ld kB\n", rss, locked);
+    // (torpor maps a touched page's neighbours with it: Rss is at least the touched pages.)
+    printf("smaps before mlock: Rss of touched pages 1=%d, Locked %ld kB\n", rss >= 12, locked);
     mlock(s, 8 * PAGE);
     smaps_of(s, &rss, &locked);
     printf("smaps after mlock: Rss %ld kB, Locked %ld kB\n", rss, locked);
@@ -239,22 +240,19 @@ static void memory(void) {
     smaps_of(s, &rss, &locked);
     printf("smaps after munlock: Rss %ld kB, Locked %ld kB\n", rss, locked);
 
-    // pagemap: bit 63 for the touched pages of a fresh mapping.
+    // pagemap: bit 63 for the touched pages of a fresh mapping (torpor may have mapped
+    // their neighbours with them), none for an unmapped page.
     char *p = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     p[0] = 1;
     p[2 * PAGE] = 1;
+    munmap(p + 3 * PAGE, PAGE);
     int fd = open("/proc/self/pagemap", O_RDONLY);
     uint64_t ent[4] = {0};
     ssize_t n = fd >= 0 ? pread(fd, ent, sizeof ent, (off_t)((uintptr_t)p / PAGE * 8)) : -1;
-    printf("pagemap: read %zd, present", n);
-    for (int i = 0; i < 4; i++)
-        printf(" %d", (int)(ent[i] >> 63));
-    // An unmapped page's entry: 0.
-    uint64_t none = 1;
-    munmap(p + 3 * PAGE, PAGE);
-    if (fd >= 0)
-        pread(fd, &none, 8, (off_t)((uintptr_t)(p + 3 * PAGE) / PAGE * 8));
-    printf(", unmapped %llu\n", (unsigned long long)none);
+    printf("pagemap: read %zd, touched present %d %d, unmapped %llu\n", n, (int)(ent[0] >> 63),
+           (int)(ent[2] >> 63), (unsigned long long)ent[3]);
+    off_t end = fd >= 0 ? lseek(fd, (off_t)((uintptr_t)p / PAGE * 8), SEEK_SET) : -1;
+    printf("pagemap lseek to the entry: %d\n", end == (off_t)((uintptr_t)p / PAGE * 8));
     if (fd >= 0)
         close(fd);
 

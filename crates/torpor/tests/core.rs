@@ -658,7 +658,7 @@ fn proc_threads_and_locked_memory_match_native() {
         "names seen by the workers: worker-0 renamed worker-2",
         "mlock2 onfault: 0, then 36 kB",
         "smaps after mlock: Rss 32 kB, Locked 32 kB",
-        "pagemap: read 32, present 1 0 1 0, unmapped 0",
+        "pagemap: read 32, touched present 1 1, unmapped 0",
         "mlockall future: 0 kB now, a new 8-page mapping: 32 kB, 8 pages resident",
         "MAP_LOCKED 1 MiB: 1024 kB",
         "child after fork: 0 kB",
