@@ -147,9 +147,7 @@ impl View {
     /// Bytes of address space locked (`VmLck`).
     fn locked(&self) -> u64 {
         self.mm.as_ref().map_or(0, |m| {
-            m.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .locked_bytes()
+            m.lock().unwrap_or_else(|e| e.into_inner()).locked_bytes()
         })
     }
 
