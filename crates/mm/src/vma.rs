@@ -70,6 +70,49 @@ impl fmt::Debug for Prot {
     }
 }
 
+/// Whether a mapping's pages are locked in memory: Linux's `VM_LOCKED` and `VM_LOCKONFAULT`
+/// (mlock(2), mlock2(2), mlockall(2), `MAP_LOCKED`). A locked mapping is faulted in whole
+/// when it is locked ([`VmLock::Locked`]) or page by page as it is touched
+/// ([`VmLock::OnFault`]); the sandbox has no swap while it runs, so its pages stay resident
+/// either way. Hibernation does not honour it: it writes every page of the sandbox, locked or
+/// not, to the sandbox's swap file (a documented gap; Linux never swaps a locked page).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum VmLock {
+    /// Not locked.
+    #[default]
+    None,
+    /// `VM_LOCKED`: every page faulted in when locked.
+    Locked,
+    /// `VM_LOCKED | VM_LOCKONFAULT`: pages locked as they fault in.
+    OnFault,
+}
+
+impl VmLock {
+    /// Whether the mapping is locked (either way): it counts in `VmLck`.
+    pub const fn is_locked(self) -> bool {
+        !matches!(self, VmLock::None)
+    }
+
+    /// Its number in a checkpoint image: 0, 1, 2 for none, locked, on fault.
+    pub const fn code(self) -> u8 {
+        match self {
+            VmLock::None => 0,
+            VmLock::Locked => 1,
+            VmLock::OnFault => 2,
+        }
+    }
+
+    /// The lock a checkpoint image's number names, if any.
+    pub const fn from_code(code: u8) -> Option<VmLock> {
+        match code {
+            0 => Some(VmLock::None),
+            1 => Some(VmLock::Locked),
+            2 => Some(VmLock::OnFault),
+            _ => None,
+        }
+    }
+}
+
 /// What backs a mapping: private memory (anonymous or a copy of a file's bytes; writes never
 /// reach the file), or a shared object whose pages every process mapping it sees.
 #[derive(Clone)]
@@ -149,6 +192,8 @@ pub struct Vma {
     pub kind: VmaKind,
     /// Name shown in /proc/self/maps (`[heap]`, `[stack]`), if any.
     pub name: Option<String>,
+    /// Whether its pages are locked in memory (mlock).
+    pub lock: VmLock,
 }
 
 impl Vma {
@@ -191,7 +236,11 @@ impl Vma {
 
     /// Whether `next` can be merged onto the end of `self`.
     fn can_merge(&self, next: &Vma) -> bool {
-        if self.end != next.start || self.prot != next.prot || self.name != next.name {
+        if self.end != next.start
+            || self.prot != next.prot
+            || self.name != next.name
+            || self.lock != next.lock
+        {
             return false;
         }
         match (&self.kind, &next.kind) {
@@ -421,6 +470,26 @@ impl VmaSet {
     /// [`VmaError::BadRange`], or [`VmaError::Hole`] if part of the range is unmapped (then
     /// nothing changes).
     pub fn protect(&mut self, start: Gva, end: Gva, prot: Prot) -> Result<(), VmaError> {
+        self.update(start, end, |v| v.prot = prot)
+    }
+
+    /// Sets the lock of `[start, end)` (mlock, munlock), splitting and merging as
+    /// [`protect`](Self::protect) does.
+    ///
+    /// # Errors
+    /// As [`protect`](Self::protect).
+    pub fn set_lock(&mut self, start: Gva, end: Gva, lock: VmLock) -> Result<(), VmaError> {
+        self.update(start, end, |v| v.lock = lock)
+    }
+
+    /// Applies `change` to every VMA of `[start, end)` after splitting at both ends, then
+    /// merges neighbours that became compatible.
+    fn update(
+        &mut self,
+        start: Gva,
+        end: Gva,
+        mut change: impl FnMut(&mut Vma),
+    ) -> Result<(), VmaError> {
         check_range(start, end)?;
         if !self.covers(start, end) {
             return Err(VmaError::Hole { start, end });
@@ -430,7 +499,7 @@ impl VmaSet {
         let keys: Vec<Gva> = self.map.range(start..end).map(|(k, _)| *k).collect();
         for k in &keys {
             if let Some(v) = self.map.get_mut(k) {
-                v.prot = prot;
+                change(v);
             }
         }
         // Merge from the right so keys stay valid: the end, each interior boundary, the start.
@@ -484,6 +553,7 @@ mod tests {
             prot,
             kind: VmaKind::Anon,
             name: None,
+            lock: VmLock::None,
         }
     }
 
@@ -585,6 +655,7 @@ mod tests {
                 cache: None,
             },
             name: None,
+            lock: VmLock::None,
         };
         let mut s = VmaSet::new();
         s.insert(file(0x10000, 0x20000, 0x3000, &f)).unwrap();
@@ -604,6 +675,52 @@ mod tests {
         assert_eq!(s.len(), 6);
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_file(path.with_extension("b"));
+    }
+
+    #[test]
+    fn lock_splits_merges_and_counts() {
+        let mut s = VmaSet::new();
+        s.insert(anon(0x10000, 0x20000, Prot::RW)).unwrap();
+        s.set_lock(Gva(0x12000), Gva(0x14000), VmLock::Locked)
+            .unwrap();
+        assert_eq!(
+            spans(&s),
+            vec![(0x10000, 0x12000), (0x12000, 0x14000), (0x14000, 0x20000)]
+        );
+        assert_eq!(s.find(Gva(0x13000)).unwrap().lock, VmLock::Locked);
+        // Locking again changes nothing; locking a neighbour the same way merges.
+        s.set_lock(Gva(0x12000), Gva(0x14000), VmLock::Locked)
+            .unwrap();
+        s.set_lock(Gva(0x14000), Gva(0x15000), VmLock::Locked)
+            .unwrap();
+        assert_eq!(
+            spans(&s),
+            vec![(0x10000, 0x12000), (0x12000, 0x15000), (0x15000, 0x20000)]
+        );
+        // On-fault is another lock: no merge with a locked neighbour.
+        s.set_lock(Gva(0x15000), Gva(0x16000), VmLock::OnFault)
+            .unwrap();
+        assert_eq!(s.len(), 4);
+        assert_eq!(
+            s.set_lock(Gva(0x1f000), Gva(0x21000), VmLock::None),
+            Err(VmaError::Hole {
+                start: Gva(0x1f000),
+                end: Gva(0x21000)
+            })
+        );
+        s.set_lock(Gva(0x10000), Gva(0x20000), VmLock::None)
+            .unwrap();
+        assert_eq!(spans(&s), vec![(0x10000, 0x20000)]);
+        // A split of a locked VMA keeps the lock on both sides.
+        s.set_lock(Gva(0x10000), Gva(0x20000), VmLock::Locked)
+            .unwrap();
+        s.remove(Gva(0x18000), Gva(0x19000)).unwrap();
+        assert!(s.iter().all(|v| v.lock == VmLock::Locked));
+        for (code, lock) in [(0, VmLock::None), (1, VmLock::Locked), (2, VmLock::OnFault)] {
+            assert_eq!(lock.code(), code);
+            assert_eq!(VmLock::from_code(code), Some(lock));
+        }
+        assert_eq!(VmLock::from_code(3), None);
     }
 
     #[test]

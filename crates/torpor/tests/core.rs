@@ -667,6 +667,51 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
     }
 }
 
+/// /proc about threads and locked memory (`tests/guest/proc_files.c`): `/proc/self/task`
+/// lists the threads, a thread's comm (PR_SET_NAME, and written through /proc by another
+/// thread), stat, status and `/proc/thread-self`; `VmLck` after mlock, mlock2, munlock,
+/// mlockall, munlockall and MAP_LOCKED; smaps' Rss and Locked; pagemap's present bits.
+#[test]
+fn proc_threads_and_locked_memory_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("proc_files");
+    let native = testutil::native(
+        &testutil::guest_program("proc_files"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    assert_eq!(native.code(), 0, "native run of proc_files: {native:?}");
+    let out = torpor()
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    out.assert_same_stdout(&native, "proc_files");
+    out.assert_code(0);
+    for line in [
+        // /proc/PID/task was ENOENT, VmLck and smaps missing, locks not recorded.
+        "task listing: 4 threads, dots 2, main 1, workers 3",
+        "worker 1: comm worker-1, state S, stat id 1=1, status Pid 1=1 Tgid 1=1, thread-self 1=1",
+        "names seen by the workers: worker-0 renamed worker-2",
+        "mlock2 onfault: 0, then 36 kB",
+        "smaps after mlock: Rss 32 kB, Locked 32 kB",
+        "pagemap: read 32, touched present 1 1, unmapped 0",
+        "mlockall future: 0 kB now, a new 8-page mapping: 32 kB, 8 pages resident",
+        "MAP_LOCKED 1 MiB: 1024 kB",
+        "child after fork: 0 kB",
+    ] {
+        assert!(
+            out.stdout_str().contains(line),
+            "no {line:?} in:\n{}",
+            out.stdout_str()
+        );
+    }
+}
+
 /// Linux native AIO (`tests/guest/aio.c`): io_setup's checks and its ring (the header libaio
 /// reads, in /proc/self/maps), reads, writes, vectors and syncs of files, pipes and devices
 /// with their completions' results, the submission errors, IOCB_FLAG_RESFD, io_getevents and

@@ -253,6 +253,10 @@ fn export_file(
                 .path
                 .clone()
                 .ok_or_else(|| unsupported("a /proc file with no path"))?;
+            if path.ends_with(b"/pagemap") {
+                // A sparse file of 256 GiB, its entries this address space's: not saved.
+                return Err(unsupported("an open /proc/PID/pagemap"));
+            }
             // Read through a reopen of its memfd: a file of its own offset (the application's
             // stays), and readable whatever the access a tunable was opened with.
             let reader = crate::fs::reopen(&host.as_raw_fd(), libc::O_RDONLY)

@@ -629,7 +629,6 @@ impl RestoreContext<'_> {
             signals,
             clear_child_tid: 0,
             exit: None,
-            comm: [0; 16],
             exe: p.exe.clone(),
             cmdline: p.cmdline.clone().into(),
             environ: p.environ.clone().into(),

@@ -152,7 +152,7 @@ pub fn import(task: &mut Task, state: &TaskState, blobs: &Blobs) -> Result<(), C
     let mut comm = [0u8; 16];
     let n = state.comm.len().min(15);
     comm[..n].copy_from_slice(&state.comm[..n]);
-    task.comm = comm;
+    task.control.set_comm(comm);
     task.clear_child_tid = state.clear_child_tid;
     Ok(())
 }

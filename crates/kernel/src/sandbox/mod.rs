@@ -540,6 +540,7 @@ impl ProcessImage {
         *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = p.rlimits;
         p.procs.add(p.pid, 0, group.clone(), 0);
         let control = Arc::new(crate::task::TaskControl::new(self.ctx.kicker()));
+        control.set_comm(comm_of(p.program));
         group.join(p.pid, control.clone());
         let mm = Arc::new(Mutex::new(self.mm));
         let fds = Arc::new(fds);
@@ -567,7 +568,6 @@ impl ProcessImage {
             signals: SignalState::default(),
             clear_child_tid: 0,
             exit: None,
-            comm: comm_of(p.program),
             exe: self.exe,
             cmdline: self.cmdline,
             environ: self.environ,

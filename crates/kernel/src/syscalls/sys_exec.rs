@@ -317,7 +317,7 @@ pub(crate) fn execve(
     t.group.set_exe_key(exe_key);
     t.cmdline = crate::task::cmdline_of(&argv);
     t.environ = crate::task::cmdline_of(&envp);
-    t.comm = crate::sandbox::comm_of(&name);
+    t.control.set_comm(crate::sandbox::comm_of(&name));
     t.publish_identity();
     t.group.procs.release_vfork(t.pid);
     Ok(0)

@@ -53,6 +53,17 @@ pub fn resolve(t: &Task, dirfd: i32, path: &[u8]) -> Result<Vec<u8>, Errno> {
     }
 }
 
+/// Whether the caller may open for writing a file of `/proc/PID` owned by process `pid`'s
+/// owner (mode 0644): it is the owner, or has CAP_DAC_OVERRIDE.
+fn may_write_owned_by(t: &Task, pid: i32) -> bool {
+    let owner = t
+        .group
+        .procs
+        .group_of(pid)
+        .map_or((0, 0), |g| g.identity().creds.proc_owner());
+    t.creds.fsuid == owner.0 || t.creds.capable(crate::creds::cap::DAC_OVERRIDE)
+}
+
 /// Opens `path` (relative to `dirfd`) and installs it.
 pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -> SysResult {
     // open(2) and openat(2) ignore bits they do not know (only openat2 refuses them).
@@ -92,6 +103,16 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
             // The IPC namespace's tunables (mode 0644, its root's): the host descriptor gets
             // the access asked for, which a write checks (`procfs::write`).
             if access != libc::O_RDONLY && !may_write_tunables(t) {
+                return Err(Errno::EACCES);
+            }
+            fd = crate::fs::reopen(&fd, access)?;
+        } else if let (Some((pid, _)), true) = (
+            crate::fs::procfs::comm_file(&guest, t),
+            access != libc::O_RDONLY,
+        ) {
+            // A thread's name (mode 0644, its process owner's): a write from another process
+            // is EINVAL (`procfs::task_dir`).
+            if pid != t.pid && !may_write_owned_by(t, pid) {
                 return Err(Errno::EACCES);
             }
             fd = crate::fs::reopen(&fd, access)?;

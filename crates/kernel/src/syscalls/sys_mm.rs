@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use abi::Errno;
-use mm::{MmapRequest, Prot, VmaKind};
+use mm::{MmapRequest, Prot, VmLock, VmaKind};
 use platform::{Gva, PAGE_SIZE};
 
 use super::{SysResult, SyscallArgs};
@@ -125,6 +125,7 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
     };
     let populate = flags & libc::MAP_POPULATE != 0;
+    let map_locked = flags & libc::MAP_LOCKED != 0;
     let request = MmapRequest {
         addr,
         len,
@@ -138,9 +139,17 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let at = t
         .mm_restrict(|mm| {
             let at = mm.mmap(request)?;
-            if populate && prot.is_accessible() {
-                // Best effort, as Linux: a failure here does not fail the mmap.
-                let _ = mm.populate(at, len, prot.contains(Prot::WRITE));
+            let end = Gva(at.raw() + len.div_ceil(PAGE_SIZE) * PAGE_SIZE);
+            if map_locked && mm.default_lock() == VmLock::None {
+                // MAP_LOCKED: VM_LOCKED, as mlock(2) of the new mapping.
+                mm.set_lock(at, end, VmLock::Locked)?;
+            }
+            // A locked mapping (MAP_LOCKED, mlockall's MCL_FUTURE) is faulted in now, as with
+            // MAP_POPULATE; best effort, as Linux: a failure here does not fail the mmap.
+            let locked = mm.find_vma(at).map(|v| v.lock) == Some(VmLock::Locked);
+            if (populate || locked) && prot.is_accessible() {
+                let write = prot.contains(Prot::WRITE) && !shared;
+                let _ = mm.populate(at, len, write);
             }
             Ok(at)
         })
@@ -182,9 +191,20 @@ pub fn sys_mremap(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if flags & !(mm::MREMAP_MAYMOVE | mm::MREMAP_FIXED) != 0 {
         return Err(Errno::EINVAL);
     }
-    t.mm_restrict(|mm| mm.mremap(a.gva(0), a.u(1), a.u(2), flags, Gva(a.u(4))))
-        .map(|g| g.raw())
-        .map_err(mm_err)
+    let (old_len, new_len) = (a.u(1), a.u(2));
+    t.mm_restrict(|mm| {
+        let at = mm.mremap(a.gva(0), old_len, new_len, flags, Gva(a.u(4)))?;
+        // A locked mapping that grew: its new pages are faulted in now, as Linux's mremap
+        // does (best effort).
+        let old_end = old_len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let new_end = new_len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        if new_end > old_end {
+            let _ = mm.populate_locked(Gva(at.raw() + old_end), Gva(at.raw() + new_end));
+        }
+        Ok(at)
+    })
+    .map(|g| g.raw())
+    .map_err(mm_err)
 }
 
 /// Implements madvise(2).
@@ -206,8 +226,8 @@ fn lock_range(addr: u64, len: u64) -> Result<(Gva, Gva), Errno> {
     Ok((Gva(start), Gva(end)))
 }
 
-/// The parts of `[start, end)` that mlock(2) faults in: `(start, len, write)` for each
-/// accessible VMA it overlaps. ENOMEM when a page of the range is not mapped ("Some of the
+/// The accessible parts of `[start, end)`: `(start, len, write)` for each accessible VMA it
+/// overlaps. ENOMEM when a page of the range is not mapped ("Some of the
 /// specified address range does not correspond to mapped pages in the address space").
 fn locked_parts(
     mm: &mm::MemoryManager,
@@ -243,6 +263,16 @@ fn locked_parts(
 /// mlock2's only flag.
 const MLOCK_ONFAULT: u64 = 1;
 
+/// Linux's `__mlock_posix_error_return`: a page that cannot be faulted in is ENOMEM, a lack
+/// of memory EAGAIN.
+fn populate_err(e: mm::MmError) -> Errno {
+    match e.errno() {
+        libc::ENOMEM => Errno::EAGAIN,
+        libc::EFAULT => Errno::ENOMEM,
+        other => Errno(other),
+    }
+}
+
 fn mlock_range(t: &mut Task, addr: u64, len: u64, flags: u64) -> SysResult {
     if flags & !MLOCK_ONFAULT != 0 {
         return Err(Errno::EINVAL);
@@ -251,31 +281,27 @@ fn mlock_range(t: &mut Task, addr: u64, len: u64, flags: u64) -> SysResult {
     if start == end {
         return Ok(0);
     }
+    let lock = if flags & MLOCK_ONFAULT != 0 {
+        VmLock::OnFault
+    } else {
+        VmLock::Locked
+    };
     let mut mm = t.mm();
-    let parts = locked_parts(&mm, start, end)?;
-    if flags & MLOCK_ONFAULT != 0 {
-        return Ok(0);
-    }
-    for (at, len, write) in parts {
-        // Linux's __mlock_posix_error_return: a page that cannot be faulted in is ENOMEM, a
-        // lack of memory EAGAIN.
-        mm.populate(at, len, write).map_err(|e| match e.errno() {
-            libc::ENOMEM => Errno::EAGAIN,
-            libc::EFAULT => Errno::ENOMEM,
-            other => Errno(other),
-        })?;
-    }
+    mm.set_lock(start, end, lock).map_err(mm_err)?;
+    mm.populate_locked(start, end).map_err(populate_err)?;
     Ok(0)
 }
 
-/// Implements mlock(2): the range must be mapped; its pages are faulted in now. The sandbox
-/// has no swap of its own while it runs, so they stay resident, except that hibernation
-/// writes every page to the sandbox's swap file, locked or not. RLIMIT_MEMLOCK is unlimited.
+/// Implements mlock(2): the range must be mapped; its mappings are locked (`VmLck`,
+/// smaps' `Locked`) and their pages faulted in now. The sandbox has no swap of its own while
+/// it runs, so they stay resident, except that hibernation writes every page to the
+/// sandbox's swap file, locked or not (a documented gap). RLIMIT_MEMLOCK is not enforced.
 pub fn sys_mlock(t: &mut Task, a: &SyscallArgs) -> SysResult {
     mlock_range(t, a.u(0), a.u(1), 0)
 }
 
-/// Implements mlock2(2): mlock(2) with MLOCK_ONFAULT (nothing faulted in now).
+/// Implements mlock2(2): mlock(2), or with MLOCK_ONFAULT the range locked with nothing
+/// faulted in now.
 pub fn sys_mlock2(t: &mut Task, a: &SyscallArgs) -> SysResult {
     mlock_range(t, a.u(0), a.u(1), a.u(2))
 }
@@ -285,43 +311,38 @@ const MCL_CURRENT: u64 = 1;
 const MCL_FUTURE: u64 = 2;
 const MCL_ONFAULT: u64 = 4;
 
-/// Implements mlockall(2): with MCL_CURRENT every accessible mapping is faulted in now, as
-/// mlock of each would (MCL_ONFAULT: nothing now). MCL_FUTURE is accepted: later mappings
-/// are not faulted in at once (they stay resident once touched, as every page does while the
-/// sandbox runs).
+/// Implements mlockall(2), as Linux's `apply_mlockall_flags`: MCL_CURRENT locks every mapping
+/// and (without MCL_ONFAULT) faults in their accessible pages now, ignoring pages that cannot
+/// be, as Linux's `mm_populate`; MCL_FUTURE locks the mappings made from now on (an mmap,
+/// a growing break fault theirs in at once); MCL_ONFAULT makes either lock on fault.
 pub fn sys_mlockall(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let flags = a.u(0);
     if flags == 0 || flags & !(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) != 0 || flags == MCL_ONFAULT
     {
         return Err(Errno::EINVAL);
     }
-    if flags & MCL_CURRENT == 0 || flags & MCL_ONFAULT != 0 {
-        return Ok(0);
-    }
+    let lock = if flags & MCL_ONFAULT != 0 {
+        VmLock::OnFault
+    } else {
+        VmLock::Locked
+    };
+    let future = if flags & MCL_FUTURE != 0 {
+        lock
+    } else {
+        VmLock::None
+    };
+    let current = (flags & MCL_CURRENT != 0).then_some(lock);
     let mut mm = t.mm();
-    let parts: Vec<(Gva, u64, bool)> = mm
-        .vmas()
-        .filter(|v| v.prot.is_accessible())
-        .map(|v| {
-            (
-                v.start,
-                v.end.raw() - v.start.raw(),
-                v.prot.contains(Prot::WRITE),
-            )
-        })
-        .collect();
-    for (at, len, write) in parts {
-        mm.populate(at, len, write).map_err(|e| match e.errno() {
-            libc::ENOMEM => Errno::ENOMEM,
-            libc::EFAULT => Errno::ENOMEM,
-            other => Errno(other),
-        })?;
+    mm.lock_all(current, future);
+    if current == Some(VmLock::Locked) {
+        let _ = mm.populate_locked(Gva(0), platform::layout::USER_END);
     }
     Ok(0)
 }
 
-/// Implements munlockall(2): nothing is locked apart from what mlock and mlockall fault in.
-pub fn sys_munlockall(_t: &mut Task, _a: &SyscallArgs) -> SysResult {
+/// Implements munlockall(2): no mapping is locked any more, nor are later ones.
+pub fn sys_munlockall(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    t.mm().lock_all(Some(VmLock::None), VmLock::None);
     Ok(0)
 }
 
@@ -361,13 +382,13 @@ pub fn sys_mincore(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(0)
 }
 
-/// Implements munlock(2): the range must be mapped; nothing else to undo.
+/// Implements munlock(2): the range must be mapped; its mappings are no longer locked.
 pub fn sys_munlock(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (start, end) = lock_range(a.u(0), a.u(1))?;
     if start == end {
         return Ok(0);
     }
-    locked_parts(&t.mm(), start, end)?;
+    t.mm().set_lock(start, end, VmLock::None).map_err(mm_err)?;
     Ok(0)
 }
 

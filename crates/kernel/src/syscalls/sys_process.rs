@@ -455,12 +455,11 @@ pub fn sys_prctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             })?;
             let n = s.len().min(15);
             name[..n].copy_from_slice(&s[..n]);
-            t.comm = name;
-            t.publish_identity();
+            t.set_comm(name);
             Ok(0)
         }
         libc::PR_GET_NAME => {
-            let name = t.comm;
+            let name = t.comm();
             t.copy_out(a.gva(1), &name)?;
             Ok(0)
         }

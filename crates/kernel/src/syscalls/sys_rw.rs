@@ -110,11 +110,10 @@ pub(super) fn write_from_user_flags(
 /// Most bytes one write to a /proc file may carry (a tunable's value is a few numbers).
 const PROC_WRITE_MAX: u64 = platform::PAGE_SIZE;
 
-/// A write of the guest buffers `iov` to `f`, a file of the runtime's /proc: to a tunable
-/// opened for writing, gathered (at most [`PROC_WRITE_MAX`] bytes, EINVAL past it) and
-/// written as its new value; EBADF for the rest.
+/// A write of the guest buffers `iov` to `f`, a file of the runtime's /proc: to a tunable or
+/// a thread's `comm` opened for writing, gathered (at most [`PROC_WRITE_MAX`] bytes, EINVAL
+/// past it) and written as its new value ([`crate::fs::procfs::write`]); EBADF for the rest.
 fn write_proc_file(t: &mut Task, f: &crate::fd::OpenFile, iov: &[(Gva, u64)]) -> SysResult {
-    let name = crate::fs::procfs::written_tunable(f)?;
     let total = iov
         .iter()
         .try_fold(0u64, |n, &(_, len)| n.checked_add(len))
@@ -128,7 +127,7 @@ fn write_proc_file(t: &mut Task, f: &crate::fd::OpenFile, iov: &[(Gva, u64)]) ->
         t.copy_in(base, &mut part)?;
         data.extend_from_slice(&part);
     }
-    crate::fs::procfs::sysctl::write(t, name, &data)?;
+    crate::fs::procfs::write(t, f, &data)?;
     Ok(total)
 }
 

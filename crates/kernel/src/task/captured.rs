@@ -79,7 +79,7 @@ impl Task {
             cwd: self.cwd(),
             umask: self.umask(),
             creds: (*self.creds).clone(),
-            comm: self.comm.to_vec(),
+            comm: self.comm().to_vec(),
             clear_child_tid: self.clear_child_tid,
         })
     }

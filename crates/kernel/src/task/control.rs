@@ -41,6 +41,9 @@ pub struct TaskControl {
     robust_list: AtomicU64,
     /// The task is inside a syscall (what /proc/PID/stat shows as sleeping, not running).
     in_syscall: AtomicBool,
+    /// Thread name (prctl PR_SET_NAME, `/proc/PID/task/TID/comm`), NUL-padded: here, where
+    /// the thread's other threads may read and write it (Linux's `task_struct::comm`).
+    comm: Mutex<[u8; 16]>,
 }
 
 /// Called on the task's thread when it goes idle (`true`) or busy (`false`).
@@ -60,12 +63,23 @@ impl TaskControl {
             idle_hook: Mutex::new(None),
             robust_list: AtomicU64::new(0),
             in_syscall: AtomicBool::new(false),
+            comm: Mutex::new([0; 16]),
         }
     }
 
     /// Records that the task entered (`true`) or left a syscall.
     pub fn set_in_syscall(&self, inside: bool) {
         self.in_syscall.store(inside, Ordering::Relaxed);
+    }
+
+    /// The thread's name, NUL-padded.
+    pub fn comm(&self) -> [u8; 16] {
+        *self.comm.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Names the thread (`name` NUL-padded, at most 15 bytes before the NUL).
+    pub fn set_comm(&self, name: [u8; 16]) {
+        *self.comm.lock().unwrap_or_else(|e| e.into_inner()) = name;
     }
 
     /// Whether the task is inside a syscall now.

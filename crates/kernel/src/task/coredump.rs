@@ -267,7 +267,7 @@ impl Task {
         for (i, v) in [self.pid, ppid, pgrp, sid].into_iter().enumerate() {
             put32(&mut ps, 24 + 4 * i, v as u32);
         }
-        let comm = &self.comm;
+        let comm = &self.comm();
         let n = comm
             .iter()
             .position(|&b| b == 0)

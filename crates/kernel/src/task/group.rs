@@ -443,6 +443,13 @@ impl ThreadGroup {
         self.all_gone.notify_all();
     }
 
+    /// The ids of the live threads, in increasing order (`/proc/PID/task`).
+    pub fn thread_ids(&self) -> Vec<i32> {
+        let mut ids: Vec<i32> = self.lock_members().iter().map(|m| m.tid).collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// Number of live threads.
     pub fn live(&self) -> usize {
         self.lock_members().len()

@@ -97,8 +97,6 @@ pub struct Task {
     pub creds: Arc<Credentials>,
     /// This task's place in the sandbox's task count (`--pids-limit`), given back with it.
     pub slot: process::TaskSlot,
-    /// Thread name (prctl PR_SET_NAME), NUL-padded.
-    pub comm: [u8; 16],
     /// Cross-thread control (park requests, idle flag).
     pub control: Arc<TaskControl>,
     /// Run when the task parks.
@@ -181,9 +179,21 @@ impl Task {
             exe: self.exe.clone(),
             cmdline: self.cmdline.clone(),
             environ: self.environ.clone(),
-            comm: self.comm,
+            comm: self.comm(),
             creds: self.creds.clone(),
         });
+    }
+
+    /// The thread's name (PR_SET_NAME), NUL-padded; its process's other threads may change
+    /// it (`/proc/PID/task/TID/comm`).
+    pub fn comm(&self) -> [u8; 16] {
+        self.control.comm()
+    }
+
+    /// Names the thread, and publishes it for /proc if it is the process's first.
+    pub fn set_comm(&self, name: [u8; 16]) {
+        self.control.set_comm(name);
+        self.publish_identity();
     }
 
     /// The working directory (a guest path).
@@ -200,6 +210,7 @@ impl Task {
     /// directory, umask, network policy, executable, name) from this task. It joins its group.
     pub fn child(&self, parts: ChildParts) -> Task {
         let control = Arc::new(TaskControl::new(parts.ctx.kicker()));
+        control.set_comm(self.comm());
         parts.group.join(parts.tid, control.clone());
         Task {
             tid: parts.tid,
@@ -223,7 +234,6 @@ impl Task {
             environ: self.environ.clone(),
             creds: self.creds.clone(),
             slot: parts.slot,
-            comm: self.comm,
             control: control.clone(),
             park_hook: None,
             group: parts.group,

@@ -45,7 +45,7 @@ use crate::alloc::PageAllocator;
 use crate::manager::{MemoryManager, MmError, STACK_RESERVE};
 use crate::pagetable::PageTables;
 use crate::shared::{SharedObject, SharedSpace};
-use crate::vma::{Prot, Vma, VmaKind, VmaSet};
+use crate::vma::{Prot, VmLock, Vma, VmaKind, VmaSet};
 
 /// Which file a file mapping (private or `MAP_SHARED`) maps, in a form that survives the
 /// process: the guest path to reopen it by, and the size and modification time it had at the
@@ -183,6 +183,16 @@ pub struct VmaImage {
     pub name: Option<String>,
     /// Backing.
     pub kind: VmaKindImage,
+    /// Its lock ([`VmLock::code`]: 0 none, 1 mlock, 2 mlock on fault). Absent before
+    /// format 1.7, and left out when 0, so that an image without locked mappings is read by
+    /// an older torpor as before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub lock: u8,
+}
+
+/// Whether a lock code is 0 (not locked), to leave it out of an image.
+fn is_zero(code: &u8) -> bool {
+    *code == 0
 }
 
 /// The state of a [`MemoryManager`] outside guest memory (see the module's doc); the page
@@ -222,6 +232,10 @@ pub struct MmImage {
     pub file_pages: Vec<[u64; 2]>,
     /// The VMAs, in address order.
     pub vmas: Vec<VmaImage>,
+    /// The lock of mappings made from now on (mlockall's MCL_FUTURE, [`VmLock::code`]).
+    /// Absent before format 1.7, and left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub def_lock: u8,
 }
 
 /// A refused export or import, with its reason.
@@ -303,6 +317,7 @@ impl MemoryManager {
                 prot: v.prot.bits() as u32,
                 name: v.name.clone(),
                 kind,
+                lock: v.lock.code(),
             });
         }
         // Every allocated page is a table or a mapped frame, mapped once; any other mapped page
@@ -342,6 +357,7 @@ impl MemoryManager {
             cow_copies: self.cow_copies,
             file_pages: page_runs(&self.file_pages),
             vmas,
+            def_lock: self.def_lock.code(),
         };
         Ok((image, self.alloc.export_bytes()))
     }
@@ -455,6 +471,8 @@ impl MemoryManager {
             )));
         }
         let (mmap_base, brk_base, brk) = check_scalars(image)?;
+        let def_lock = VmLock::from_code(image.def_lock)
+            .ok_or_else(|| refuse(format!("default lock {}", image.def_lock)))?;
         let vmas = check_vmas(&image.vmas, anon)?;
         let vmas = reopen(vmas, open, files)?;
         Ok(MemoryManager {
@@ -470,6 +488,7 @@ impl MemoryManager {
             cow_copies: image.cow_copies,
             replaced: false,
             file_pages: check_file_pages(&image.file_pages)?,
+            def_lock,
         })
     }
 
@@ -677,6 +696,8 @@ fn check_vmas<'a>(
         prev_end = end;
         let prot = Prot::from_bits(u64::from(v.prot))
             .ok_or_else(|| refuse(format!("{range} has rights {:#x}", v.prot)))?;
+        let lock = VmLock::from_code(v.lock)
+            .ok_or_else(|| refuse(format!("{range} has lock {}", v.lock)))?;
         let (kind, file) = match &v.kind {
             VmaKindImage::Anon => (VmaKind::Anon, None),
             VmaKindImage::File {
@@ -753,6 +774,7 @@ fn check_vmas<'a>(
             prot,
             kind,
             name: v.name.clone(),
+            lock,
         };
         out.push((vma, file));
     }

@@ -721,3 +721,64 @@ fn unknown_fields_are_refused() {
         assert!(serde_json::from_value::<MmImage>(bad).is_err());
     }
 }
+
+#[test]
+fn locks_survive_a_round_trip_and_old_images_have_none() {
+    let mut p = populated("locks");
+    let a = p.anon;
+    p.m.set_lock(a, a.add(0x2000), crate::VmLock::Locked)
+        .unwrap();
+    p.m.lock_all(None, crate::VmLock::OnFault);
+    let (image, bytes) = p.m.export(&mut AnonObjects::default()).unwrap();
+    let json = serde_json::to_value(&image).unwrap();
+    // Unlocked VMAs and an unlocked address space write no field: an image without locks is
+    // what format 1.6 wrote, and one of format 1.6 reads as unlocked.
+    let unlocked = image.vmas.iter().filter(|v| v.lock == 0).count();
+    let without = json["vmas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v.get("lock").is_none())
+        .count();
+    assert_eq!(unlocked, without);
+    assert!(unlocked < image.vmas.len());
+    assert_eq!(json["def_lock"], 2);
+    let r = MemoryManager::import(
+        restored_memory(&p.m),
+        &serde_json::from_value(json.clone()).unwrap(),
+        &bytes,
+        &mut reopen_path,
+        None,
+        &AnonObjects::default(),
+    )
+    .unwrap();
+    assert_eq!(r.locked_bytes(), 0x2000);
+    assert_eq!(r.default_lock(), crate::VmLock::OnFault);
+    let mut old = json.clone();
+    old.as_object_mut().unwrap().remove("def_lock");
+    for v in old["vmas"].as_array_mut().unwrap() {
+        v.as_object_mut().unwrap().remove("lock");
+    }
+    let r = MemoryManager::import(
+        restored_memory(&p.m),
+        &serde_json::from_value(old).unwrap(),
+        &bytes,
+        &mut reopen_path,
+        None,
+        &AnonObjects::default(),
+    )
+    .unwrap();
+    assert_eq!(r.locked_bytes(), 0);
+    assert_eq!(r.default_lock(), crate::VmLock::None);
+    let mut bad = json;
+    bad["vmas"][0]["lock"] = 3.into();
+    let e = refused(MemoryManager::import(
+        restored_memory(&p.m),
+        &serde_json::from_value(bad).unwrap(),
+        &bytes,
+        &mut reopen_path,
+        None,
+        &AnonObjects::default(),
+    ));
+    assert!(e.to_string().contains("lock 3"), "{e}");
+}

@@ -1,7 +1,7 @@
 //! The application's address space: [`MemoryManager`] ties guest memory, the page allocator,
 //! the page tables and the VMAs together and implements mmap, munmap, mprotect, brk, mremap
 //! and madvise with Linux's semantics. Demand faults live in `fault.rs`, user copies in
-//! `usercopy.rs`.
+//! `usercopy.rs`, memory locking (mlock, mlockall) in `mlock.rs`.
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use platform::{Gpa, GuestMemory, Gva, PAGE_SIZE};
 
 use crate::alloc::PageAllocator;
 use crate::pagetable::{PageTableError, PageTables, PteFlags, PteRun};
-use crate::vma::{page_len, Prot, Vma, VmaKind, VmaSet, MMAP_MIN_ADDR};
+use crate::vma::{page_len, Prot, VmLock, Vma, VmaKind, VmaSet, MMAP_MIN_ADDR};
 use platform::PtChanges;
 
 /// Default ceiling of the top-down search for mmap without a usable hint.
@@ -169,6 +169,8 @@ pub struct MemoryManager {
     /// process's checkpoint had mapped: saved with the image, mapped again ahead by
     /// [`prefault_file_pages`](Self::prefault_file_pages).
     pub(crate) file_pages: Vec<Gva>,
+    /// The lock every new mapping gets (mlockall's MCL_FUTURE; Linux's `mm->def_flags`).
+    pub(crate) def_lock: VmLock,
 }
 
 /// The PTE flags for a page of a VMA with rights `prot`.
@@ -213,6 +215,7 @@ impl MemoryManager {
             cow_copies: 0,
             replaced: false,
             file_pages: Vec::new(),
+            def_lock: VmLock::None,
         })
     }
 
@@ -347,9 +350,13 @@ impl MemoryManager {
         child.brk_base = self.brk_base;
         child.brk = self.brk;
         for v in self.vmas.iter() {
+            // Locks are not inherited by fork (nor is MCL_FUTURE): Linux's dup_mmap clears
+            // VM_LOCKED in the child.
+            let mut copy = v.clone();
+            copy.lock = VmLock::None;
             child
                 .vmas
-                .insert(v.clone())
+                .insert(copy)
                 .map_err(|e| MmError::Internal(e.to_string()))?;
             if v.kind.is_shared() {
                 // The same pages: the child's VM attaches the windows at the same addresses.
@@ -577,6 +584,7 @@ impl MemoryManager {
             prot: req.prot,
             kind: req.kind,
             name: req.name,
+            lock: self.def_lock,
         };
         self.vmas
             .insert(vma)
@@ -726,9 +734,15 @@ impl MemoryManager {
                 prot: Prot::RW,
                 kind: VmaKind::Anon,
                 name: Some("[heap]".to_owned()),
+                lock: self.def_lock,
             };
             if self.vmas.insert(heap).is_err() {
                 return self.brk;
+            }
+            if self.def_lock == VmLock::Locked {
+                // mlockall(MCL_FUTURE): the heap's new pages are faulted in now, as Linux's
+                // brk does; best effort (the break has moved either way).
+                let _ = self.populate(old_end, new_end.raw() - old_end.raw(), true);
             }
         }
         self.brk = new;
@@ -925,6 +939,8 @@ impl MemoryManager {
         }
     }
 }
+
+mod mlock;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -14,16 +14,20 @@
 //! | `/proc/stat`, `/proc/uptime`, `/proc/loadavg` | the sandbox's CPU time and processes ([`machine`]) |
 //! | `/proc/mounts`, `/proc/self/mounts`, `/proc/self/mountinfo` | the sandbox's mounts ([`mounts`]) |
 //! | `/proc/self/statm` | the process's memory in pages |
+//! | `/proc/self/smaps` | each VMA's maps line and memory, locked memory included ([`smaps`]) |
+//! | `/proc/self/pagemap` | 8 bytes per page, bit 63 for a present page ([`pagemap`]) |
+//! | `/proc/self/task/TID/…` | a thread's own stat, status, comm (writable by its process) ([`task_dir`]) |
 //! | `/proc/sys/…` | the tunables programs size themselves by ([`sysctl`]); the IPC ones writable by root |
 //! | `/proc/sysvipc/msg`, `shm`, `sem` | the sandbox's System V message queues, segments and semaphore sets ([`crate::ipc`]) |
 //!
-//! `/proc/self/…`, `/proc/thread-self/…` and `/proc/PID/…` with the caller's own pid name the
-//! caller's process; `readlink` of `/proc/self/fd/N` and `/proc/self/exe` is answered by the
+//! `/proc/self/…` and `/proc/PID/…` with the caller's own pid name the caller's process,
+//! `/proc/thread-self/…` the caller's thread (`/proc/PID/task/TID/…`); `readlink` of `/proc/self/fd/N` and `/proc/self/exe` is answered by the
 //! syscall layer ([`self_relative`] splits such paths).
 //!
-//! `/proc`, `/proc/PID` and `/proc/PID/fd` are directories ([`GeneratedDir`]): `/proc` lists
-//! the sandbox's processes and the machine's files (so `ps`, `top` and `pgrep` find them),
-//! `/proc/PID` the files above, `/proc/PID/fd` the process's descriptors.
+//! `/proc`, `/proc/PID`, `/proc/PID/fd`, `/proc/PID/task` and `/proc/PID/task/TID` are
+//! directories ([`GeneratedDir`]): `/proc` lists the sandbox's processes and the machine's
+//! files (so `ps`, `top` and `pgrep` find them), `/proc/PID` the files above,
+//! `/proc/PID/fd` the process's descriptors, `/proc/PID/task` its threads.
 
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -37,7 +41,10 @@ use crate::task::{ProcIdentity, Task, ThreadGroup};
 
 pub mod machine;
 pub mod mounts;
+pub mod pagemap;
+pub mod smaps;
 pub mod sysctl;
+pub mod task_dir;
 
 /// The part after `/proc/self/`, `/proc/thread-self/` or `/proc/PID/` when PID is `pid` (the
 /// caller's process), e.g. `maps` or `fd/3`.
@@ -54,6 +61,8 @@ pub fn self_relative(path: &[u8], pid: i32) -> Option<&str> {
 struct View {
     pid: i32,
     tid: i32,
+    /// A thread's view (`/proc/PID/task/TID/…`): `stat` and `status` show its id.
+    thread: bool,
     identity: ProcIdentity,
     umask: u32,
     sigblk: u64,
@@ -78,12 +87,17 @@ impl View {
     fn own(t: &Task) -> View {
         View {
             pid: t.pid,
-            tid: t.tid,
+            tid: t.pid,
+            thread: false,
             identity: ProcIdentity {
                 exe: t.exe.clone(),
                 cmdline: t.cmdline.clone(),
                 environ: t.environ.clone(),
-                comm: t.comm,
+                // The process's name is its first thread's.
+                comm: t
+                    .group
+                    .member_control(t.pid)
+                    .map_or_else(|| t.comm(), |c| c.comm()),
                 creds: t.creds.clone(),
             },
             umask: t.umask(),
@@ -105,6 +119,7 @@ impl View {
         View {
             pid,
             tid: pid,
+            thread: false,
             identity: g.identity(),
             umask: 0o022,
             sigblk: 0,
@@ -120,6 +135,24 @@ impl View {
             cpu: g.cpu_time(),
             started: g.started,
         }
+    }
+
+    /// The view of thread `tid` of the process (`None` if it is not a live thread of it):
+    /// its id, name and state (the caller runs; another thread runs unless in a syscall).
+    fn of_thread(mut self, t: &Task, tid: i32) -> Option<View> {
+        let control = task_dir::control_of(t, self.pid, tid)?;
+        self.tid = tid;
+        self.thread = true;
+        self.identity.comm = control.comm();
+        self.running = tid == t.tid || !control.in_syscall();
+        Some(self)
+    }
+
+    /// Bytes of address space locked (`VmLck`).
+    fn locked(&self) -> u64 {
+        self.mm.as_ref().map_or(0, |m| {
+            m.lock().unwrap_or_else(|e| e.into_inner()).locked_bytes()
+        })
     }
 
     fn stats(&self) -> mm::MmStats {
@@ -166,6 +199,10 @@ pub enum GeneratedDir {
     Process(i32),
     /// `/proc/PID/fd`.
     Fds(i32),
+    /// `/proc/PID/task`: the process's threads.
+    Tasks(i32),
+    /// `/proc/PID/task/TID` of a live thread TID of process PID (also `/proc/thread-self`).
+    Thread(i32, i32),
 }
 
 impl GeneratedDir {
@@ -176,10 +213,12 @@ impl GeneratedDir {
             return Some(GeneratedDir::Proc);
         }
         let rest = p.strip_prefix("/proc/")?;
-        let (who, fd_dir) = match rest.split_once('/') {
-            None => (rest, false),
-            Some((who, "fd")) => (who, true),
-            Some(_) => return None,
+        if rest == "thread-self" {
+            return Some(GeneratedDir::Thread(t.pid, t.tid));
+        }
+        let (who, sub) = match rest.split_once('/') {
+            None => (rest, None),
+            Some((who, sub)) => (who, Some(sub)),
         };
         let pid = match who {
             "self" | "thread-self" => t.pid,
@@ -188,11 +227,17 @@ impl GeneratedDir {
         if pid != t.pid && t.group.procs.group_of(pid).is_none() {
             return None;
         }
-        Some(if fd_dir {
-            GeneratedDir::Fds(pid)
-        } else {
-            GeneratedDir::Process(pid)
-        })
+        match sub {
+            None => Some(GeneratedDir::Process(pid)),
+            Some("fd") => Some(GeneratedDir::Fds(pid)),
+            Some("task") if who != "thread-self" => Some(GeneratedDir::Tasks(pid)),
+            Some(sub) if who != "thread-self" => {
+                let tid = sub.strip_prefix("task/")?.parse::<i32>().ok()?;
+                task_dir::control_of(t, pid, tid)?;
+                Some(GeneratedDir::Thread(pid, tid))
+            }
+            Some(_) => None,
+        }
     }
 
     /// Its guest path, as Linux names it (`/proc/self` is `/proc/PID`).
@@ -201,6 +246,8 @@ impl GeneratedDir {
             GeneratedDir::Proc => b"/proc".to_vec(),
             GeneratedDir::Process(pid) => format!("/proc/{pid}").into_bytes(),
             GeneratedDir::Fds(pid) => format!("/proc/{pid}/fd").into_bytes(),
+            GeneratedDir::Tasks(pid) => format!("/proc/{pid}/task").into_bytes(),
+            GeneratedDir::Thread(pid, tid) => format!("/proc/{pid}/task/{tid}").into_bytes(),
         }
     }
 
@@ -209,8 +256,13 @@ impl GeneratedDir {
     pub fn entries(self, t: &Task) -> Option<Vec<DirEntry>> {
         match self {
             GeneratedDir::Proc => Some(root_entries(t)),
-            GeneratedDir::Process(pid) => dir_entries(t, pid, false),
-            GeneratedDir::Fds(pid) => dir_entries(t, pid, true),
+            GeneratedDir::Process(pid) => dir_entries(t, pid, Listing::Process),
+            GeneratedDir::Fds(pid) => dir_entries(t, pid, Listing::Fds),
+            GeneratedDir::Tasks(pid) => task_dir::task_entries(t, pid),
+            GeneratedDir::Thread(pid, tid) => {
+                task_dir::control_of(t, pid, tid)?;
+                dir_entries(t, pid, Listing::Thread)
+            }
         }
     }
 }
@@ -219,15 +271,26 @@ impl GeneratedDir {
 /// directory changes: a descriptor's is its number plus 2, as Linux's), name and `d_type`.
 pub type DirEntry = (u64, Vec<u8>, u8);
 
+/// Which directory of a process [`dir_entries`] lists.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    /// `/proc/PID`.
+    Process,
+    /// `/proc/PID/task/TID`: the same files but `task`.
+    Thread,
+    /// `/proc/PID/fd`.
+    Fds,
+}
+
 /// The entries of a process directory, `.` and `..` first: the generated files and links of
-/// `/proc/PID`, or the open descriptors of the process in `/proc/PID/fd`. `None` for a
-/// process that exited meanwhile.
-fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<DirEntry>> {
+/// `/proc/PID` (or of `/proc/PID/task/TID`), or the open descriptors of the process in
+/// `/proc/PID/fd`. `None` for a process that exited meanwhile.
+fn dir_entries(t: &Task, pid: i32, listing: Listing) -> Option<Vec<DirEntry>> {
     let mut out = vec![
         (0, b".".to_vec(), libc::DT_DIR),
         (1, b"..".to_vec(), libc::DT_DIR),
     ];
-    if !fd_dir {
+    if listing != Listing::Fds {
         let files = [
             ("cmdline", libc::DT_REG),
             ("comm", libc::DT_REG),
@@ -237,11 +300,17 @@ fn dir_entries(t: &Task, pid: i32, fd_dir: bool) -> Option<Vec<DirEntry>> {
             ("maps", libc::DT_REG),
             ("mountinfo", libc::DT_REG),
             ("mounts", libc::DT_REG),
+            ("pagemap", libc::DT_REG),
+            ("smaps", libc::DT_REG),
             ("stat", libc::DT_REG),
             ("statm", libc::DT_REG),
             ("status", libc::DT_REG),
+            ("task", libc::DT_DIR),
         ];
         for (i, (name, kind)) in files.into_iter().enumerate() {
+            if listing == Listing::Thread && name == "task" {
+                continue;
+            }
             out.push((i as u64 + 2, name.as_bytes().to_vec(), kind));
         }
         return Some(out);
@@ -320,12 +389,18 @@ fn root_entries(t: &Task) -> Vec<DirEntry> {
     out
 }
 
-/// Which generated file `path` is, and of which process (`None` for the machine's files).
-fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
+/// A process, and one of its threads for a file of `/proc/PID/task/TID/`.
+type Whose = (i32, Option<i32>);
+
+/// Which generated file `path` is, and of which process and thread (`None` for the machine's
+/// files).
+fn normalise(path: &[u8], t: &Task) -> Option<(Option<Whose>, &'static str)> {
     let clean = lexical(path)?;
-    if let Some((pid, what)) = process_relative(clean.as_bytes(), t) {
-        let which = match what {
+    if let Some((pid, tid, what)) = task_dir::thread_relative(&clean, t) {
+        let which = match what.as_str() {
             "maps" => "maps",
+            "smaps" => "smaps",
+            "pagemap" => "pagemap",
             "status" => "status",
             "stat" => "stat",
             "cmdline" => "cmdline",
@@ -340,7 +415,7 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
             "net/if_inet6" => return Some((None, "net/if_inet6")),
             _ => return None,
         };
-        return Some((Some(pid), which));
+        return Some((Some((pid, tid)), which));
     }
     let p = clean.as_str();
     if let Some(name) = sysctl::name_of(p) {
@@ -372,18 +447,30 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<i32>, &'static str)> {
 /// The host's errno if the memory file cannot be made; ESRCH-like ENOENT for a process that
 /// exited meanwhile.
 pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
-    let (pid, which) = normalise(path, t)?;
-    let view = match pid {
-        Some(p) if p == t.pid => Some(View::own(t)),
-        Some(p) => match t.group.procs.group_of(p) {
-            Some(g) => Some(View::other(p, &g)),
-            None => return Some(Err(Errno::ENOENT)),
-        },
+    let (whose, which) = normalise(path, t)?;
+    let view = match whose {
+        Some((p, tid)) => {
+            let process = if p == t.pid {
+                View::own(t)
+            } else {
+                match t.group.procs.group_of(p) {
+                    Some(g) => View::other(p, &g),
+                    None => return Some(Err(Errno::ENOENT)),
+                }
+            };
+            match tid {
+                None => Some(process),
+                Some(tid) => match process.of_thread(t, tid) {
+                    Some(v) => Some(v),
+                    None => return Some(Err(Errno::ENOENT)),
+                },
+            }
+        }
         None => None,
     };
-    // Another process's private files (environ, maps) need Linux's ptrace read access: the
-    // same ids throughout, or CAP_SYS_PTRACE.
-    if let (Some(v), "environ" | "maps") = (&view, which) {
+    // Another process's private files (environ, maps, smaps, pagemap) need Linux's ptrace
+    // read access: the same ids throughout, or CAP_SYS_PTRACE.
+    if let (Some(v), "environ" | "maps" | "smaps" | "pagemap") = (&view, which) {
         if v.pid != t.pid && !t.creds.may_inspect(&v.identity.creds) {
             return Some(Err(Errno::EACCES));
         }
@@ -394,8 +481,17 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
             return Some(Err(Errno::EACCES));
         }
     }
+    if let ("pagemap", Some(v)) = (which, &view) {
+        let Some(mm) = &v.mm else {
+            return Some(Err(Errno::ENOENT));
+        };
+        return Some(pagemap::file(&mm.lock().unwrap_or_else(|e| e.into_inner())));
+    }
     let content = match (which, &view) {
         ("maps", Some(v)) => maps(v),
+        ("smaps", Some(v)) => v.mm.as_ref().map_or_else(Vec::new, |m| {
+            smaps::smaps(&m.lock().unwrap_or_else(|e| e.into_inner()))
+        }),
         ("environ", Some(v)) => v.identity.environ.to_vec(),
         ("cmdline", Some(v)) => v.identity.cmdline.to_vec(),
         ("comm", Some(v)) => format!("{}\n", v.comm()).into_bytes(),
@@ -430,8 +526,8 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         _ => return None,
     };
     // Read-only for everyone, as /proc's files are (stat shows it), but for the tunables
-    // root may write.
-    let mode = if sysctl::writable(which) {
+    // root may write and `comm`.
+    let mode = if sysctl::writable(which) || which == "comm" {
         0o644
     } else {
         0o444
@@ -455,6 +551,44 @@ pub fn written_tunable(f: &crate::fd::OpenFile) -> Result<&'static str, Errno> {
     match f.path.as_deref().and_then(writable_tunable) {
         Some(name) if access != libc::O_RDONLY => Ok(name),
         _ => Err(Errno::EBADF),
+    }
+}
+
+/// The thread whose `comm` file `path` names, as `(pid, tid)`: `/proc/PID/task/TID/comm`,
+/// `/proc/thread-self/comm`, or `/proc/PID/comm` (the process's first thread).
+pub fn comm_file(path: &[u8], t: &Task) -> Option<(i32, i32)> {
+    let clean = lexical(path)?;
+    let (pid, tid, what) = task_dir::thread_relative(&clean, t)?;
+    (what == "comm").then_some((pid, tid.unwrap_or(pid)))
+}
+
+/// Whether `path` names a file of this /proc that may be opened for writing: a tunable, or a
+/// thread's `comm` (mode 0644 on Linux).
+fn writable_path(path: &[u8]) -> bool {
+    writable_tunable(path).is_some()
+        || lexical(path).is_some_and(|p| p.starts_with("/proc/") && p.ends_with("/comm"))
+}
+
+/// A write(2) of `data` to `f`, a file of this /proc: a tunable's new value
+/// ([`sysctl::write`]) or a thread's new name ([`task_dir::write_comm`]), for a file opened
+/// for writing (its host descriptor's access mode says so).
+///
+/// # Errors
+/// EBADF for a file not opened for writing or not writable; the tunable's or name's errors.
+pub fn write(t: &Task, f: &crate::fd::OpenFile, data: &[u8]) -> Result<(), Errno> {
+    let access = crate::fd::host::status_flags(f.host())? & libc::O_ACCMODE;
+    if access == libc::O_RDONLY {
+        return Err(Errno::EBADF);
+    }
+    let path = f.path.as_deref().ok_or(Errno::EBADF)?;
+    if let Some(name) = writable_tunable(path) {
+        return sysctl::write(t, name, data);
+    }
+    match comm_file(path, t) {
+        Some((pid, tid)) => task_dir::write_comm(t, pid, tid, data),
+        // A thread that exited since the file was opened.
+        None if writable_path(path) => Err(Errno::ESRCH),
+        None => Err(Errno::EBADF),
     }
 }
 
@@ -482,7 +616,7 @@ pub fn prime_host_files() {
 /// # Errors
 /// The host's error.
 pub fn remake(path: &[u8], content: &[u8], access: i32) -> Result<OwnedFd, Errno> {
-    if writable_tunable(path).is_none() {
+    if !writable_path(path) {
         return memfd_with(content, 0o444);
     }
     crate::fs::reopen(&memfd_with(content, 0o644)?, access)
@@ -512,42 +646,44 @@ fn maps(v: &View) -> Vec<u8> {
         return Vec::new();
     };
     let mm = mm.lock().unwrap_or_else(|e| e.into_inner());
-    let mut out = String::new();
-    for v in mm.vmas() {
-        // A file's device and inode, as stat(2) reports them to the application.
-        let (offset, identity, share) = match &v.kind {
-            VmaKind::File { offset, file, .. } => {
-                use std::os::unix::fs::MetadataExt;
-                let id = file.metadata().ok().map(|m| (m.dev(), m.ino()));
-                (*offset, id, 'p')
-            }
-            VmaKind::Shared { offset, object, .. } => (*offset, object.file_identity(), 's'),
-            VmaKind::Anon => (0, None, 'p'),
-        };
-        let (dev, ino) = identity.unwrap_or((0, 0));
-        let perm = |p: Prot, c: char| if v.prot.contains(p) { c } else { '-' };
-        let name = v.name.clone().unwrap_or_default();
-        let line = format!(
-            "{:08x}-{:08x} {}{}{}{} {:08x} {:02x}:{:02x} {} ",
-            v.start.raw(),
-            v.end.raw(),
-            perm(Prot::READ, 'r'),
-            perm(Prot::WRITE, 'w'),
-            perm(Prot::EXEC, 'x'),
-            share,
-            offset,
-            libc::major(dev),
-            libc::minor(dev),
-            ino,
-        );
-        out.push_str(&line);
-        if !name.is_empty() {
-            out.push_str(&" ".repeat(73usize.saturating_sub(line.len())));
-            out.push_str(&name);
+    mm.vmas().map(maps_line).collect::<String>().into_bytes()
+}
+
+/// The line of `/proc/PID/maps` (and the first of each VMA in `smaps`) for `v`, newline
+/// included.
+fn maps_line(v: &mm::Vma) -> String {
+    // A file's device and inode, as stat(2) reports them to the application.
+    let (offset, identity, share) = match &v.kind {
+        VmaKind::File { offset, file, .. } => {
+            use std::os::unix::fs::MetadataExt;
+            let id = file.metadata().ok().map(|m| (m.dev(), m.ino()));
+            (*offset, id, 'p')
         }
-        out.push('\n');
+        VmaKind::Shared { offset, object, .. } => (*offset, object.file_identity(), 's'),
+        VmaKind::Anon => (0, None, 'p'),
+    };
+    let (dev, ino) = identity.unwrap_or((0, 0));
+    let perm = |p: Prot, c: char| if v.prot.contains(p) { c } else { '-' };
+    let name = v.name.clone().unwrap_or_default();
+    let mut line = format!(
+        "{:08x}-{:08x} {}{}{}{} {:08x} {:02x}:{:02x} {} ",
+        v.start.raw(),
+        v.end.raw(),
+        perm(Prot::READ, 'r'),
+        perm(Prot::WRITE, 'w'),
+        perm(Prot::EXEC, 'x'),
+        share,
+        offset,
+        libc::major(dev),
+        libc::minor(dev),
+        ino,
+    );
+    if !name.is_empty() {
+        line.push_str(&" ".repeat(73usize.saturating_sub(line.len())));
+        line.push_str(&name);
     }
-    out.into_bytes()
+    line.push('\n');
+    line
 }
 
 fn status(v: &View, t: &Task) -> Vec<u8> {
@@ -558,7 +694,8 @@ fn status(v: &View, t: &Task) -> Vec<u8> {
     format!(
         "Name:\t{}\nUmask:\t{:04o}\nState:\t{state}\nTgid:\t{pid}\nNgid:\t0\nPid:\t{tid}\nPPid:\t{ppid}\n\
          TracerPid:\t0\nUid:\t{}\t{}\t{}\t{}\nGid:\t{}\t{}\t{}\t{}\nFDSize:\t64\nGroups:\t{groups}\n\
-         NSpgid:\t{pgid}\nNSsid:\t{sid}\nVmSize:\t{vm_kb} kB\nVmRSS:\t{rss_kb} kB\nThreads:\t{threads}\n\
+         NSpgid:\t{pgid}\nNSsid:\t{sid}\nVmSize:\t{vm_kb} kB\nVmLck:\t{lck_kb} kB\nVmPin:\t0 kB\n\
+         VmRSS:\t{rss_kb} kB\nThreads:\t{threads}\n\
          SigPnd:\t{:016x}\nShdPnd:\t{:016x}\nSigBlk:\t{:016x}\nSigIgn:\t{:016x}\nSigCgt:\t{:016x}\n\
          CapInh:\t{:016x}\nCapPrm:\t{:016x}\nCapEff:\t{:016x}\nCapBnd:\t{:016x}\nCapAmb:\t{:016x}\n\
          NoNewPrivs:\t{}\nCpus_allowed_list:\t0\n",
@@ -603,6 +740,7 @@ fn status(v: &View, t: &Task) -> Vec<u8> {
             "S (sleeping)"
         },
         vm_kb = v.vsize() / 1024,
+        lck_kb = v.locked() / 1024,
     )
     .into_bytes()
 }
@@ -610,7 +748,7 @@ fn status(v: &View, t: &Task) -> Vec<u8> {
 fn stat(v: &View, t: &Task) -> Vec<u8> {
     let stats = v.stats();
     let mut fields = vec!["0".to_string(); 52];
-    fields[0] = v.pid.to_string();
+    fields[0] = if v.thread { v.tid } else { v.pid }.to_string();
     fields[1] = format!("({})", v.comm());
     // The caller runs; another process runs unless all its threads are in syscalls.
     fields[2] = if v.stopped {
