@@ -422,6 +422,8 @@ pub fn dispatch(task: &mut Task, args: &SyscallArgs) -> SysResult {
                 (e.handler)(task, args)
             };
             tracing::trace!(target: "syscall", name = e.name, a0 = args.a[0], a1 = args.a[1], a2 = args.a[2], ?r);
+            // Directory changes the syscall made signal their watchers before it returns.
+            crate::fd::dnotify::after_syscall(task);
             r
         }
         None => missing(args),

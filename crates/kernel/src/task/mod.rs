@@ -413,8 +413,6 @@ impl Task {
         }
         self.control.set_in_syscall(true);
         let ret = self.dispatch_restarting(&args);
-        // Directory changes the syscall made signal their watchers before it returns.
-        crate::fd::dnotify::after_syscall(self);
         self.control.set_in_syscall(false);
         self.control.set_idle(false);
         if waits && brought_input(args.nr, &ret) {
