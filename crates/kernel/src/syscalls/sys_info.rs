@@ -284,6 +284,13 @@ fn sched_target(t: &Task, pid: i32) -> Result<bool, Errno> {
     Err(Errno::ESRCH)
 }
 
+/// Whether the caller may lower a nice value: with CAP_SYS_NICE, or as root (torpor's root
+/// has a container's capabilities, without CAP_SYS_NICE, but a nice value never reaches the
+/// host scheduler: root keeps the host root's freedom here).
+fn may_lower_nice(t: &Task) -> bool {
+    t.creds.capable(crate::creds::cap::SYS_NICE) || t.creds.euid == 0
+}
+
 /// Whether the caller may change process `pid`'s scheduling (nice value, policy): its own
 /// process, one whose real or effective uid is the caller's effective uid, or with
 /// CAP_SYS_NICE (Linux's `check_same_owner`); EPERM otherwise.
@@ -342,12 +349,12 @@ pub fn sys_setpriority(t: &mut Task, a: &SyscallArgs) -> SysResult {
         if a.int(0) == PRIO_PROCESS {
             may_reschedule(t, a.int(1))?;
         }
-        if nice < 0 && !t.creds.capable(crate::creds::cap::SYS_NICE) {
+        if nice < 0 && !may_lower_nice(t) {
             return Err(Errno::EACCES);
         }
         return Ok(0);
     }
-    if nice < NICE.with(|n| n.get()) && !t.creds.capable(crate::creds::cap::SYS_NICE) {
+    if nice < NICE.with(|n| n.get()) && !may_lower_nice(t) {
         return Err(Errno::EACCES);
     }
     NICE.with(|n| n.set(nice));
