@@ -3,7 +3,7 @@
  *
  * futex keys and requeue counts, mmap's flag and descriptor checks, select under
  * STICKY_TIMEOUTS, /proc/PID/stat of a process whose leader waits, signals to a zombie and to
- * a thread's id, an empty argv.
+ * a thread's id, an empty argv, children's CPU time.
  * Run as `edge_cases`; it runs itself again with an empty argv (the execve check).
  */
 #define _GNU_SOURCE
@@ -18,6 +18,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/personality.h>
+#include <sys/resource.h>
+#include <sys/times.h>
 #include <sys/select.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -146,6 +148,36 @@ static void signals(void) {
     printf("kill of a thread's id reaches its process: %s, delivered %d\n", err(r), (int)got_usr1);
 }
 
+/* A reaped child's CPU time reaches its parent: wait4's rusage, times' tms_cutime,
+ * getrusage(RUSAGE_CHILDREN). */
+static void children_times(void) {
+    struct tms before;
+    times(&before);
+    pid_t c = fork();
+    if (c == 0) {
+        volatile unsigned long x = 0;
+        struct timespec a, b;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+        do {
+            for (int i = 0; i < 1000000; i++)
+                x += i;
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+        } while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 300000000L);
+        _exit(0);
+    }
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    wait4(c, NULL, 0, &ru);
+    struct tms after;
+    times(&after);
+    struct rusage ch;
+    getrusage(RUSAGE_CHILDREN, &ch);
+    long us = ru.ru_utime.tv_sec * 1000000L + ru.ru_utime.tv_usec;
+    long chus = ch.ru_utime.tv_sec * 1000000L + ch.ru_utime.tv_usec;
+    printf("children's CPU time: wait4 rusage >= 0.2s %d, tms_cutime grew %d, RUSAGE_CHILDREN >= 0.2s %d\n",
+           us >= 200000, after.tms_cutime > before.tms_cutime, chus >= 200000);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 1 && argv[0][0] == 0) {
@@ -157,6 +189,7 @@ int main(int argc, char **argv) {
     sticky_select();
     leader_state();
     signals();
+    children_times();
     pid_t c = fork();
     if (c == 0) {
         char *none[] = {NULL};

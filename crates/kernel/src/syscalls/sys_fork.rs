@@ -278,19 +278,38 @@ pub fn sys_wait4(t: &mut Task, a: &SyscallArgs) -> SysResult {
     };
     if status_at.raw() != 0 {
         let word = match event {
-            ChildEvent::Exited(ExitStatus::Exited(code), _) => (code & 0xff) << 8,
-            ChildEvent::Exited(ExitStatus::Signaled(sig), core) => {
-                (sig & 0x7f) | if core { 0x80 } else { 0 }
-            }
+            ChildEvent::Exited {
+                status: ExitStatus::Exited(code),
+                ..
+            } => (code & 0xff) << 8,
+            ChildEvent::Exited {
+                status: ExitStatus::Signaled(sig),
+                core,
+                ..
+            } => (sig & 0x7f) | if core { 0x80 } else { 0 },
             ChildEvent::Job(JobEvent::Stopped(sig)) => (sig << 8) | 0x7f,
             ChildEvent::Job(JobEvent::Continued) => 0xffff,
         };
         t.write_u32(status_at, word as u32)?;
     }
     if rusage_at.raw() != 0 {
-        t.copy_out(rusage_at, &[0u8; std::mem::size_of::<libc::rusage>()])?;
+        let cpu = match event {
+            ChildEvent::Exited { cpu, .. } => cpu,
+            ChildEvent::Job(_) => Default::default(),
+        };
+        t.copy_out(rusage_at, &rusage_bytes(cpu))?;
     }
     Ok(child as u64)
+}
+
+/// A `struct rusage` holding user and system time only (the other counters are zero).
+pub(super) fn rusage_bytes(cpu: crate::task::cputime::UserSys) -> [u8; 144] {
+    let mut out = [0u8; 144];
+    for (i, d) in [cpu.user, cpu.sys].into_iter().enumerate() {
+        out[i * 16..i * 16 + 8].copy_from_slice(&(d.as_secs() as i64).to_le_bytes());
+        out[i * 16 + 8..i * 16 + 16].copy_from_slice(&i64::from(d.subsec_micros()).to_le_bytes());
+    }
+    out
 }
 
 const P_ALL: i32 = 0;
@@ -348,9 +367,20 @@ pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut info = [0u8; 128];
     if let Some((child, event)) = found {
         let (code, value) = match event {
-            ChildEvent::Exited(ExitStatus::Exited(c), _) => (CLD_EXITED, c & 0xff),
-            ChildEvent::Exited(ExitStatus::Signaled(s), false) => (CLD_KILLED, s),
-            ChildEvent::Exited(ExitStatus::Signaled(s), true) => (CLD_DUMPED, s),
+            ChildEvent::Exited {
+                status: ExitStatus::Exited(c),
+                ..
+            } => (CLD_EXITED, c & 0xff),
+            ChildEvent::Exited {
+                status: ExitStatus::Signaled(s),
+                core: false,
+                ..
+            } => (CLD_KILLED, s),
+            ChildEvent::Exited {
+                status: ExitStatus::Signaled(s),
+                core: true,
+                ..
+            } => (CLD_DUMPED, s),
             ChildEvent::Job(JobEvent::Stopped(s)) => (CLD_STOPPED, s),
             ChildEvent::Job(JobEvent::Continued) => (CLD_CONTINUED, libc::SIGCONT),
         };
@@ -372,7 +402,11 @@ pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
         t.copy_out(info_at, &info)?;
     }
     if rusage_at.raw() != 0 {
-        t.copy_out(rusage_at, &[0u8; std::mem::size_of::<libc::rusage>()])?;
+        let cpu = match found {
+            Some((_, ChildEvent::Exited { cpu, .. })) => cpu,
+            _ => Default::default(),
+        };
+        t.copy_out(rusage_at, &rusage_bytes(cpu))?;
     }
     Ok(0)
 }

@@ -238,11 +238,23 @@ pub fn sys_sched_getaffinity(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Ok(n as u64)
 }
 
-/// Implements getcpu(2): the calling thread's vCPU index as its CPU, NUMA node 0. (Some
+/// Implements getcpu(2): the host CPU the calling thread runs on, NUMA node 0. (Some
 /// runtimes, the JVM among them, fall back to the legacy vsyscall page, which torpor does not
 /// map, when this fails.)
 pub fn sys_getcpu(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let cpu = t.ctx.cpu_index() as u32;
+    // The host CPU the thread runs on, within the affinity it set (which never reaches the
+    // host scheduler: a CPU outside it reads as the first CPU inside).
+    // SAFETY: sched_getcpu takes no arguments.
+    let here = unsafe { libc::sched_getcpu() }.max(0) as usize;
+    let mask = AFFINITY.with(|m| m.borrow().clone());
+    let cpu = match mask {
+        Some(m) if m.get(here / 8).is_none_or(|b| b & (1 << (here % 8)) == 0) => m
+            .iter()
+            .enumerate()
+            .find(|(_, b)| **b != 0)
+            .map_or(here, |(i, b)| i * 8 + b.trailing_zeros() as usize),
+        _ => here,
+    } as u32;
     if a.u(0) != 0 {
         t.write_u32(a.gva(0), cpu)?;
     }

@@ -265,6 +265,15 @@ pub fn sys_times(t: &mut Task, a: &SyscallArgs) -> SysResult {
         let mut b = [0u8; 32];
         b[..8].copy_from_slice(&ticks(ru.ru_utime).to_le_bytes());
         b[8..16].copy_from_slice(&ticks(ru.ru_stime).to_le_bytes());
+        // tms_cutime, tms_cstime: the reaped children's.
+        let cpu = *t
+            .group
+            .children_cpu
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let tk = |d: std::time::Duration| d.as_micros() as i64 * hz / 1_000_000;
+        b[16..24].copy_from_slice(&tk(cpu.user).to_le_bytes());
+        b[24..32].copy_from_slice(&tk(cpu.sys).to_le_bytes());
         t.copy_out(a.gva(0), &b)?;
     }
     Ok(crate::task::host::elapsed_ticks() as u64)
@@ -328,7 +337,14 @@ pub fn sys_getrusage(t: &mut Task, a: &SyscallArgs) -> SysResult {
                 out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
             }
         }
-        RUSAGE_CHILDREN => {}
+        RUSAGE_CHILDREN => {
+            let cpu = *t
+                .group
+                .children_cpu
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            out = super::sys_fork::rusage_bytes(cpu);
+        }
         _ => return Err(Errno::EINVAL),
     }
     t.copy_out(a.gva(1), &out)?;

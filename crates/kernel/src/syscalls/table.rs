@@ -157,7 +157,7 @@ table! {
     58 vfork => sys_fork::sys_vfork, Partial("the child runs on a copy of the parent's memory: its writes are not seen by the parent");
     59 execve => sys_exec::sys_execve, Partial("set-user-ID and set-group-ID honoured without file capabilities; from a multi-threaded process the other threads end first (EAGAIN if they do not within 5 s)");
     322 execveat => sys_exec::sys_execveat, Partial("as execve; with AT_EMPTY_PATH the file is found again by the guest path it was opened by");
-    61 wait4 => sys_fork::sys_wait4, Partial("resource usage is zero");
+    61 wait4 => sys_fork::sys_wait4, Partial("the resource usage holds user and system time only");
     64 semget => sys_sem::sys_semget, Full;
     65 semop => sys_sem::sys_semop, Full;
     220 semtimedop => sys_sem::sys_semtimedop, Full;
@@ -188,7 +188,7 @@ table! {
     221 fadvise64 => sys_rw::sys_fadvise64, Full;
     187 readahead => sys_rw::sys_readahead, Full;
     277 sync_file_range => sys_rw::sys_sync_file_range, Full;
-    247 waitid => sys_fork::sys_waitid, Partial("resource usage is zero");
+    247 waitid => sys_fork::sys_waitid, Partial("the resource usage holds user and system time only");
     434 pidfd_open => sys_fork::sys_pidfd_open, Full;
     424 pidfd_send_signal => sys_fork::sys_pidfd_send_signal, Full;
     217 getdents64 => sys_fs::sys_getdents64, Full;
@@ -243,7 +243,7 @@ table! {
     318 getrandom => sys_info::sys_getrandom, Full;
     170 sethostname => sys_info::sys_sethostname, Full;
     171 setdomainname => sys_info::sys_setdomainname, Full;
-    309 getcpu => sys_info::sys_getcpu, Partial("the vCPU's index as the CPU, node 0");
+    309 getcpu => sys_info::sys_getcpu, Partial("the host CPU the thread runs on (within the affinity it set), node 0");
     140 getpriority => sys_info::sys_getpriority, Partial("the calling thread's nice value; other tasks of the sandbox report 0");
     141 setpriority => sys_info::sys_setpriority, Partial("the calling thread's nice value, seen by the guest only (the host scheduler is not told); for other tasks accepted and not recorded");
     142 sched_setparam => sys_info::sys_sched_setparam, Partial("SCHED_OTHER only: no effect");
@@ -256,8 +256,8 @@ table! {
     203 sched_setaffinity => sys_info::sys_sched_setaffinity, Partial("the calling thread's mask is recorded and reported, the host scheduler is not told; other tasks' masks are accepted and not recorded");
     227 clock_settime => sys_time::sys_clock_settime, Partial("EPERM for CLOCK_REALTIME (the sandbox may not set the host's clock), EINVAL for the others");
     164 settimeofday => sys_time::sys_settimeofday, Partial("EPERM (the sandbox may not set the host's clock)");
-    98 getrusage => sys_time::sys_getrusage, Partial("RUSAGE_SELF counts the calling thread only; RUSAGE_CHILDREN is zero");
-    100 times => sys_time::sys_times, Partial("the calling thread's user and system time; the process's other threads and its children are not counted");
+    98 getrusage => sys_time::sys_getrusage, Partial("RUSAGE_SELF counts the calling thread only; RUSAGE_CHILDREN holds the reaped children's user and system time only");
+    100 times => sys_time::sys_times, Partial("the calling thread's user and system time (the process's other threads are not counted) and the reaped children's");
     332 statx => sys_stat::sys_statx, Full;
     333 io_pgetevents => sys_aio::sys_io_pgetevents, Full;
     334 rseq => sys_process::sys_rseq, Partial("ENOSYS on purpose: the C libraries fall back");

@@ -17,6 +17,36 @@ pub struct ProcessCpu {
     live: Mutex<HashMap<i32, libc::clockid_t>>,
     /// CPU time of the threads that ended.
     ended: Mutex<Duration>,
+    /// The same, split into user and system time (their host threads' `RUSAGE_THREAD`).
+    ended_split: Mutex<UserSys>,
+}
+
+/// User and system CPU time (what `times`, `getrusage` and `wait4` report).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserSys {
+    /// User time.
+    pub user: Duration,
+    /// System time.
+    pub sys: Duration,
+}
+
+impl std::ops::AddAssign for UserSys {
+    fn add_assign(&mut self, o: UserSys) {
+        self.user += o.user;
+        self.sys += o.sys;
+    }
+}
+
+/// The calling host thread's user and system time.
+pub fn thread_user_sys() -> UserSys {
+    let tv =
+        |t: libc::timeval| Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.max(0) as u32) * 1000);
+    super::host::thread_usage()
+        .map(|ru| UserSys {
+            user: tv(ru.ru_utime),
+            sys: tv(ru.ru_stime),
+        })
+        .unwrap_or_default()
 }
 
 /// Reads the host clock `clock` (a CPU clock among others); `None` if the host refuses.
@@ -45,10 +75,17 @@ impl ProcessCpu {
     /// Thread `tid`, on the calling host thread, ends: its time joins the ended threads'.
     pub fn leave(&self, tid: i32) {
         let used = read(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or_default();
+        let split = thread_user_sys();
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         if live.remove(&tid).is_some() {
             *self.ended.lock().unwrap_or_else(|e| e.into_inner()) += used;
+            *self.ended_split.lock().unwrap_or_else(|e| e.into_inner()) += split;
         }
+    }
+
+    /// User and system time of the threads that ended.
+    pub fn ended_user_sys(&self) -> UserSys {
+        *self.ended_split.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The process's CPU time so far on the runtime's threads, plus the host clock

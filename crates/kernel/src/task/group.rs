@@ -62,6 +62,11 @@ pub struct ThreadGroup {
     execing: Mutex<Option<i32>>,
     /// The execution domain and flags of personality(2), inherited by fork and kept by exec.
     pub personality: std::sync::atomic::AtomicU32,
+    /// User and system time of its reaped children and their descendants (`times`'
+    /// `tms_cutime`, `getrusage(RUSAGE_CHILDREN)`).
+    pub children_cpu: Mutex<super::cputime::UserSys>,
+    /// Its own user and system time, fixed when its last thread left.
+    final_cpu: Mutex<Option<super::cputime::UserSys>>,
     /// Whether the process ended with a core dump (its parent's `WCOREDUMP`, `CLD_DUMPED`).
     pub core_dumped: std::sync::atomic::AtomicBool,
     /// Job control: stopped by a stop signal, or running.
@@ -176,6 +181,8 @@ impl ThreadGroup {
             execing: Mutex::new(None),
             personality: std::sync::atomic::AtomicU32::new(0),
             core_dumped: std::sync::atomic::AtomicBool::new(false),
+            children_cpu: Mutex::default(),
+            final_cpu: Mutex::new(None),
             job: super::job_control::JobControl::default(),
             no_child_stop: std::sync::atomic::AtomicBool::new(false),
         })
@@ -402,6 +409,16 @@ impl ThreadGroup {
             return;
         }
         drop(m);
+        // Its CPU time is final: its threads' (each added as it ended) and, where the platform
+        // runs its code in a host process of its own, that process's, counted as user time.
+        let mut own = self.cpu.ended_user_sys();
+        let clock = self
+            .space
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cpu_clock();
+        own.user += clock.and_then(super::cputime::read).unwrap_or_default();
+        *self.final_cpu.lock().unwrap_or_else(|e| e.into_inner()) = Some(own);
         // Its timers end with it (Linux's `exit_itimers`), its AIO contexts too (`exit_aio`).
         self.posix_timers.clear();
         self.aio.clear(&self.procs.aio_nr);
@@ -448,6 +465,18 @@ impl ThreadGroup {
         let mut ids: Vec<i32> = self.lock_members().iter().map(|m| m.tid).collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// The CPU time its parent gains when it reaps this process: its own and its reaped
+    /// descendants'.
+    pub fn cpu_for_parent(&self) -> super::cputime::UserSys {
+        let mut t = self
+            .final_cpu
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(|| self.cpu.ended_user_sys());
+        t += *self.children_cpu.lock().unwrap_or_else(|e| e.into_inner());
+        t
     }
 
     /// Number of live threads.

@@ -78,9 +78,15 @@ impl WaitWant {
 /// What a wait found of a child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChildEvent {
-    /// It exited (reaped unless the wait asked to leave it), with a core dump if the flag
-    /// is set.
-    Exited(ExitStatus, bool),
+    /// It exited (reaped unless the wait asked to leave it).
+    Exited {
+        /// How it ended.
+        status: ExitStatus,
+        /// With a core dump.
+        core: bool,
+        /// Its CPU time and its reaped descendants' (wait4's rusage).
+        cpu: super::cputime::UserSys,
+    },
     /// It stopped or continued.
     Job(JobEvent),
 }
@@ -428,7 +434,7 @@ impl ProcessTable {
     ) -> Result<Option<(i32, ExitStatus)>, Errno> {
         let r = self.wait_child_as(ppid, which, WaitWant::EXITED, nohang, true, interrupted)?;
         Ok(r.and_then(|(pid, e)| match e {
-            ChildEvent::Exited(s, _) => Some((pid, s)),
+            ChildEvent::Exited { status, .. } => Some((pid, status)),
             ChildEvent::Job(_) => None,
         }))
     }
@@ -470,7 +476,15 @@ impl ProcessTable {
                                 .group
                                 .core_dumped
                                 .load(std::sync::atomic::Ordering::Relaxed);
-                            Some((pid, ChildEvent::Exited(s, core)))
+                            let cpu = e.group.cpu_for_parent();
+                            Some((
+                                pid,
+                                ChildEvent::Exited {
+                                    status: s,
+                                    core,
+                                    cpu,
+                                },
+                            ))
                         }
                         (None, Some(j @ JobEvent::Stopped(_))) if want.stopped => {
                             Some((pid, ChildEvent::Job(j)))
@@ -483,8 +497,16 @@ impl ProcessTable {
             if let Some((pid, event)) = found {
                 if reap {
                     match event {
-                        ChildEvent::Exited(..) => {
+                        ChildEvent::Exited { cpu, .. } => {
                             p.remove(&pid);
+                            // The parent gains its CPU time (times' tms_cutime).
+                            if let Some(parent) = p.get(&ppid) {
+                                *parent
+                                    .group
+                                    .children_cpu
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner()) += cpu;
+                            }
                         }
                         ChildEvent::Job(_) => {
                             if let Some(e) = p.get_mut(&pid) {
