@@ -3,7 +3,7 @@
  *
  * futex keys and requeue counts, mmap's flag and descriptor checks, select under
  * STICKY_TIMEOUTS, /proc/PID/stat of a process whose leader waits, signals to a zombie and to
- * a thread's id, an empty argv, children's CPU time.
+ * a thread's id, an empty argv, children's CPU time, a child subreaper.
  * Run as `edge_cases`; it runs itself again with an empty argv (the execve check).
  */
 #define _GNU_SOURCE
@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/personality.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/times.h>
 #include <sys/select.h>
@@ -178,6 +179,40 @@ static void children_times(void) {
            us >= 200000, after.tms_cutime > before.tms_cutime, chus >= 200000);
 }
 
+/* PR_SET_CHILD_SUBREAPER: an orphaned grandchild is reparented to the subreaper, which reaps
+ * it; the flag is not inherited. */
+static void subreaper(void) {
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    pid_t me = getpid();
+    int go[2];
+    if (pipe(go) != 0)
+        return;
+    pid_t c = fork();
+    if (c == 0) {
+        int inherited = -1;
+        prctl(PR_GET_CHILD_SUBREAPER, &inherited);
+        if (fork() == 0) {
+            char x;
+            close(go[1]);
+            read(go[0], &x, 1);
+            _exit(getppid() == me ? 7 : 8);
+        }
+        _exit(inherited == 0 ? 0 : 1);
+    }
+    int st;
+    waitpid(c, &st, 0);
+    int inherited_ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    close(go[0]);
+    write(go[1], "x", 1);
+    close(go[1]);
+    pid_t w = wait(&st);
+    int on = -1;
+    prctl(PR_GET_CHILD_SUBREAPER, &on);
+    printf("subreaper: not inherited %d, orphan reaped here %d, saw its new parent %d, flag %d\n",
+           inherited_ok, w > 0, WIFEXITED(st) && WEXITSTATUS(st) == 7, on);
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 1 && argv[0][0] == 0) {
@@ -190,6 +225,7 @@ int main(int argc, char **argv) {
     leader_state();
     signals();
     children_times();
+    subreaper();
     pid_t c = fork();
     if (c == 0) {
         char *none[] = {NULL};

@@ -472,6 +472,15 @@ pub fn sys_prctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             t.group.procs.set_pdeathsig(t.pid, sig);
             Ok(0)
         }
+        libc::PR_SET_CHILD_SUBREAPER => {
+            t.group.procs.set_subreaper(t.pid, a.u(1) != 0);
+            Ok(0)
+        }
+        libc::PR_GET_CHILD_SUBREAPER => {
+            let on = i32::from(t.group.procs.is_subreaper(t.pid));
+            t.copy_out(a.gva(1), &on.to_le_bytes())?;
+            Ok(0)
+        }
         libc::PR_GET_PDEATHSIG => {
             let sig = t.group.procs.pdeathsig(t.pid);
             t.copy_out(a.gva(1), &sig.to_le_bytes())?;

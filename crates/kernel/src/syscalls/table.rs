@@ -261,7 +261,7 @@ table! {
     332 statx => sys_stat::sys_statx, Full;
     333 io_pgetevents => sys_aio::sys_io_pgetevents, Full;
     334 rseq => sys_process::sys_rseq, Partial("ENOSYS on purpose: the C libraries fall back");
-    157 prctl => sys_process::sys_prctl, Partial("PR_SET_NAME, PR_GET_NAME, PR_SET/GET_DUMPABLE, PR_SET/GET_PDEATHSIG (sent when the parent process exits), PR_SET/GET_NO_NEW_PRIVS, PR_SET/GET_KEEPCAPS, PR_CAPBSET_READ/DROP, PR_CAP_AMBIENT, PR_GET_SECUREBITS (none set; PR_SET_SECUREBITS only to none)");
+    157 prctl => sys_process::sys_prctl, Partial("PR_SET_NAME, PR_GET_NAME, PR_SET/GET_DUMPABLE, PR_SET/GET_PDEATHSIG (sent when the parent process exits), PR_SET/GET_CHILD_SUBREAPER (not kept by a checkpoint), PR_SET/GET_NO_NEW_PRIVS, PR_SET/GET_KEEPCAPS, PR_CAPBSET_READ/DROP, PR_CAP_AMBIENT, PR_GET_SECUREBITS (none set; PR_SET_SECUREBITS only to none)");
     40 sendfile => sys_rw::sys_sendfile, Full;
     326 copy_file_range => sys_rw::sys_copy_file_range, Full;
     275 splice => sys_rw::sys_splice, Full;

@@ -53,6 +53,9 @@ struct Entry {
     vfork_released: bool,
     /// A stop or continue its parent's wait has not reported yet.
     job: Option<JobEvent>,
+    /// PR_SET_CHILD_SUBREAPER: orphaned descendants are reparented to it, not to the first
+    /// process.
+    subreaper: bool,
 }
 
 /// Which changes of a child's state a wait reports (wait4's and waitid's options).
@@ -315,6 +318,7 @@ impl ProcessTable {
                 exit_signal,
                 vfork_released: false,
                 job: None,
+                subreaper: false,
             },
         );
     }
@@ -327,9 +331,21 @@ impl ProcessTable {
         // Its SEM_UNDO adjustments are applied first (Linux's exit_sem).
         self.sysv_sem.process_exited(pid);
         let mut p = self.lock();
+        // Its children go to the nearest living ancestor that is a subreaper, else to the
+        // first process.
+        let mut reaper = p.get(&pid).map_or(0, |e| e.ppid);
+        while let Some(a) = p.get(&reaper).filter(|a| a.status.is_none()) {
+            if a.subreaper {
+                break;
+            }
+            reaper = a.ppid;
+        }
+        if p.get(&reaper).is_none_or(|a| a.status.is_some()) {
+            reaper = 1;
+        }
         for e in p.values_mut() {
             if e.ppid == pid {
-                e.ppid = 1;
+                e.ppid = reaper;
                 // PR_SET_PDEATHSIG: the orphan is told its parent is gone.
                 if e.pdeathsig != 0 && e.status.is_none() {
                     e.group.post_signal(e.pdeathsig);
@@ -366,6 +382,18 @@ impl ProcessTable {
             .map(|e| e.group.clone());
         drop(p);
         parent.map(|g| (g, sig))
+    }
+
+    /// Sets or clears PR_SET_CHILD_SUBREAPER for `pid`.
+    pub fn set_subreaper(&self, pid: i32, on: bool) {
+        if let Some(e) = self.lock().get_mut(&pid) {
+            e.subreaper = on;
+        }
+    }
+
+    /// Whether `pid` is a child subreaper.
+    pub fn is_subreaper(&self, pid: i32) -> bool {
+        self.lock().get(&pid).is_some_and(|e| e.subreaper)
     }
 
     /// Wakes the waits for a child's change.
