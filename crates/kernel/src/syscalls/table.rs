@@ -8,9 +8,9 @@ use abi::Errno;
 
 use super::{
     sys_aio, sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info,
-    sys_inotify, sys_mm, sys_mq, sys_msg, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem,
-    sys_session, sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer,
-    sys_xattr, SysResult, SyscallArgs,
+    sys_inotify, sys_ioprio, sys_membarrier, sys_mm, sys_mq, sys_msg, sys_pidfd, sys_pipe,
+    sys_poll, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session, sys_shm, sys_signal,
+    sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -190,6 +190,12 @@ table! {
     277 sync_file_range => sys_rw::sys_sync_file_range, Full;
     247 waitid => sys_fork::sys_waitid, Partial("resource usage is zero");
     434 pidfd_open => sys_fork::sys_pidfd_open, Full;
+    438 pidfd_getfd => sys_pidfd::sys_pidfd_getfd, Full;
+    312 kcmp => sys_pidfd::sys_kcmp, Partial("KCMP_FILE, KCMP_VM, KCMP_FILES and KCMP_SIGHAND; the other types are EINVAL");
+    324 membarrier => sys_membarrier::sys_membarrier, Partial("every command the host has; MEMBARRIER_CMD_FLAG_CPU's barrier covers every CPU; on the trap platform the expedited barriers are the host's MEMBARRIER_CMD_GLOBAL (slower)");
+    251 ioprio_set => sys_ioprio::sys_ioprio_set, Partial("kept and reported per process (per thread on Linux), never given to the host's I/O scheduler");
+    252 ioprio_get => sys_ioprio::sys_ioprio_get, Partial("kept and reported per process (per thread on Linux)");
+    153 vhangup => sys_session::sys_vhangup, Partial("EPERM without CAP_SYS_TTY_CONFIG; with it, no terminal is hung up");
     424 pidfd_send_signal => sys_fork::sys_pidfd_send_signal, Full;
     217 getdents64 => sys_fs::sys_getdents64, Full;
     218 set_tid_address => sys_process::sys_set_tid_address, Full;
@@ -249,6 +255,8 @@ table! {
     142 sched_setparam => sys_info::sys_sched_setparam, Partial("SCHED_OTHER only: no effect");
     143 sched_getparam => sys_info::sys_sched_getparam, Full;
     144 sched_setscheduler => sys_info::sys_sched_setscheduler, Partial("SCHED_OTHER only (no effect); the other policies are EPERM");
+    314 sched_setattr => sys_sched_attr::sys_sched_setattr, Partial("SCHED_OTHER and its nice value (the calling thread's; other tasks' accepted and not recorded); the other policies are EPERM");
+    315 sched_getattr => sys_sched_attr::sys_sched_getattr, Partial("every task is SCHED_OTHER; the nice value is the calling thread's, other tasks report 0");
     145 sched_getscheduler => sys_info::sys_sched_getscheduler, Partial("every task is SCHED_OTHER");
     146 sched_get_priority_max => sys_info::sys_sched_get_priority_max, Full;
     147 sched_get_priority_min => sys_info::sys_sched_get_priority_min, Full;
