@@ -38,6 +38,7 @@ mod sys_socket;
 mod sys_stat;
 mod sys_time;
 mod sys_timer;
+mod sys_vmsplice;
 mod sys_xattr;
 pub mod table;
 

@@ -10,7 +10,8 @@ use super::{
     sys_aio, sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info,
     sys_inotify, sys_ioprio, sys_membarrier, sys_mm, sys_mq, sys_msg, sys_pidfd, sys_pipe,
     sys_poll, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session, sys_shm, sys_signal,
-    sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_xattr, SysResult, SyscallArgs,
+    sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_vmsplice, sys_xattr, SysResult,
+    SyscallArgs,
 };
 use crate::task::Task;
 
@@ -274,6 +275,7 @@ table! {
     326 copy_file_range => sys_rw::sys_copy_file_range, Full;
     275 splice => sys_rw::sys_splice, Full;
     276 tee => sys_rw::sys_tee, Full;
+    278 vmsplice => sys_vmsplice::sys_vmsplice, Partial("the user's pages are copied into the pipe (as SPLICE_F_GIFT allows), not referenced");
     439 faccessat2 => sys_stat::sys_faccessat2, Full;
     137 statfs => sys_stat::sys_statfs, Partial("the host filesystem holding the path in the root: /proc and /sys are not reported as procfs and sysfs");
     138 fstatfs => sys_stat::sys_fstatfs, Partial("the host filesystem of the descriptor's host file (a generated /proc file: tmpfs)");
