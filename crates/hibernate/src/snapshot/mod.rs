@@ -45,8 +45,9 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// file-window pages mapped at the checkpoint (`file_pages`, mapped again ahead by a restore);
 /// 4: open files of the generated /proc (`ProcFile`, with the bytes they were made with);
 /// 5: the sandbox's boot id (`boot_id`, kept by a restore, new for a clone or a fork);
-/// 6: anonymous shared memory (`anon_shared`, VMAs `SharedAnon`).
-pub const FORMAT_MINOR: u16 = 6;
+/// 6: anonymous shared memory (`anon_shared`, VMAs `SharedAnon`); 7: VMAs sealed by mseal
+/// (`sealed`, written only when true).
+pub const FORMAT_MINOR: u16 = 7;
 
 /// The manifest's file name.
 pub const MANIFEST: &str = "MANIFEST";

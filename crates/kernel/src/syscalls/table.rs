@@ -7,11 +7,11 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_aio, sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info,
-    sys_inotify, sys_ioprio, sys_membarrier, sys_mm, sys_mq, sys_msg, sys_pidfd, sys_pipe,
-    sys_poll, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session, sys_shm, sys_signal,
-    sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_vmsplice, sys_xattr, SysResult,
-    SyscallArgs,
+    sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs,
+    sys_info, sys_inotify, sys_ioprio, sys_membarrier, sys_mm, sys_mq, sys_mseal, sys_msg,
+    sys_pidfd, sys_pipe, sys_poll, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session,
+    sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_vmsplice,
+    sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -77,6 +77,8 @@ table! {
     24 sched_yield => sys_process::sys_sched_yield, Full;
     25 mremap => sys_mm::sys_mremap, Full;
     28 madvise => sys_mm::sys_madvise, Full;
+    462 mseal => sys_mseal::sys_mseal, Full;
+    216 remap_file_pages => sys_mseal::sys_remap_file_pages, Full;
     26 msync => sys_mm::sys_msync, Partial("shared file mappings are the host page cache: MS_SYNC writes back the root's whole filesystem");
     32 dup => sys_file::sys_dup, Full;
     33 dup2 => sys_file::sys_dup2, Full;
@@ -275,6 +277,7 @@ table! {
     326 copy_file_range => sys_rw::sys_copy_file_range, Full;
     275 splice => sys_rw::sys_splice, Full;
     276 tee => sys_rw::sys_tee, Full;
+    451 cachestat => sys_cachestat::sys_cachestat, Partial("the host's counts for the host file: a file of an overlay root (the copy-on-write root) reports no cached pages, its pages being the underlying file's");
     278 vmsplice => sys_vmsplice::sys_vmsplice, Partial("the user's pages are copied into the pipe (as SPLICE_F_GIFT allows), not referenced");
     439 faccessat2 => sys_stat::sys_faccessat2, Full;
     137 statfs => sys_stat::sys_statfs, Partial("the host filesystem holding the path in the root: /proc and /sys are not reported as procfs and sysfs");

@@ -183,6 +183,9 @@ pub struct VmaImage {
     pub name: Option<String>,
     /// Backing.
     pub kind: VmaKindImage,
+    /// Sealed by mseal(2). Absent before format 1.7 (nothing was sealed then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed: bool,
 }
 
 /// The state of a [`MemoryManager`] outside guest memory (see the module's doc); the page
@@ -303,6 +306,7 @@ impl MemoryManager {
                 prot: v.prot.bits() as u32,
                 name: v.name.clone(),
                 kind,
+                sealed: v.sealed,
             });
         }
         // Every allocated page is a table or a mapped frame, mapped once; any other mapped page
@@ -753,6 +757,7 @@ fn check_vmas<'a>(
             prot,
             kind,
             name: v.name.clone(),
+            sealed: v.sealed,
         };
         out.push((vma, file));
     }
