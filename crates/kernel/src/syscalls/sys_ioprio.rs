@@ -114,19 +114,31 @@ pub fn sys_ioprio_set(t: &mut Task, a: &SyscallArgs) -> SysResult {
     result
 }
 
+/// `IOPRIO_DEFAULT`: best effort, level 4, what class NONE counts as between processes.
+const DEFAULT: u32 = (CLASS_BE << CLASS_SHIFT) | 4;
+
+/// Linux's `ioprio_best`: the numerically lower of two priorities, class NONE counting as
+/// [`DEFAULT`].
+fn best(a: u32, b: u32) -> u32 {
+    let norm = |p: u32| {
+        if class_of(p) == CLASS_NONE {
+            DEFAULT
+        } else {
+            p
+        }
+    };
+    norm(a).min(norm(b))
+}
+
 /// Implements ioprio_get(2): the process's priority (class NONE, level 0 until one is set,
-/// as Linux reports a task that never set one); for a group or user, the best (numerically
-/// lowest) of its processes', as Linux's `ioprio_best`.
+/// as Linux reports a task that never set one); for a group or user of several processes,
+/// the best of theirs ([`best`]).
 pub fn sys_ioprio_get(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let groups = targets(t, a.int(0), a.int(1))?;
-    if let [g] = groups.as_slice() {
-        return Ok(u64::from(g.ioprio.load(Ordering::Relaxed)));
-    }
     groups
         .iter()
         .map(|g| g.ioprio.load(Ordering::Relaxed))
-        .map(|p| if class_of(p) == CLASS_NONE { 0 } else { p })
-        .min()
+        .reduce(best)
         .map(u64::from)
         .ok_or(Errno::ESRCH)
 }
