@@ -615,15 +615,27 @@ impl Credentials {
     /// filesystem ids are each of the target's user and group ids, or it has
     /// CAP_SYS_PTRACE (and the target holds no capability the caller lacks).
     pub fn may_inspect(&self, target: &Credentials) -> bool {
+        self.may_ptrace(target, self.fsuid, self.fsgid)
+    }
+
+    /// Whether a task with these credentials may take hold of another process
+    /// (pidfd_getfd: `ptrace_may_access` with `PTRACE_MODE_ATTACH_REALCREDS`): as
+    /// [`Self::may_inspect`], with the caller's real ids.
+    pub fn may_attach(&self, target: &Credentials) -> bool {
+        self.may_ptrace(target, self.uid, self.gid)
+    }
+
+    /// Linux's `__ptrace_may_access` for the caller's ids `uid` and `gid`.
+    fn may_ptrace(&self, target: &Credentials, uid: u32, gid: u32) -> bool {
         if !target.dumpable {
             return self.capable(cap::SYS_PTRACE);
         }
         let same_user = [target.uid, target.euid, target.suid]
             .iter()
-            .all(|&u| u == self.fsuid);
+            .all(|&u| u == uid);
         let same_group = [target.gid, target.egid, target.sgid]
             .iter()
-            .all(|&g| g == self.fsgid);
+            .all(|&g| g == gid);
         if same_user && same_group {
             return target.caps.permitted & !self.caps.permitted == 0
                 || self.capable(cap::SYS_PTRACE);

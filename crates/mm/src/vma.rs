@@ -194,6 +194,9 @@ pub struct Vma {
     pub name: Option<String>,
     /// Whether its pages are locked in memory (mlock).
     pub lock: VmLock,
+    /// Sealed by mseal(2) (Linux's `VM_SEALED`): munmap, mremap, mprotect, mmap over it and
+    /// destructive madvise on it are EPERM for the rest of the address space's life.
+    pub sealed: bool,
 }
 
 impl Vma {
@@ -240,6 +243,7 @@ impl Vma {
             || self.prot != next.prot
             || self.name != next.name
             || self.lock != next.lock
+            || self.sealed != next.sealed
         {
             return false;
         }
@@ -510,6 +514,37 @@ impl VmaSet {
         Ok(())
     }
 
+    /// Seals `[start, end)` (mseal), splitting at both ends and merging neighbours that
+    /// become compatible.
+    ///
+    /// # Errors
+    /// [`VmaError::BadRange`], or [`VmaError::Hole`] if part of the range is unmapped (then
+    /// nothing changes).
+    pub fn seal(&mut self, start: Gva, end: Gva) -> Result<(), VmaError> {
+        check_range(start, end)?;
+        if !self.covers(start, end) {
+            return Err(VmaError::Hole { start, end });
+        }
+        self.split_at(start);
+        self.split_at(end);
+        let keys: Vec<Gva> = self.map.range(start..end).map(|(k, _)| *k).collect();
+        for k in &keys {
+            if let Some(v) = self.map.get_mut(k) {
+                v.sealed = true;
+            }
+        }
+        self.merge_at(end);
+        for k in keys.iter().rev() {
+            self.merge_at(*k);
+        }
+        Ok(())
+    }
+
+    /// Whether any VMA overlapping `[start, end)` is sealed.
+    pub fn any_sealed(&self, start: Gva, end: Gva) -> bool {
+        self.overlapping(start, end).any(|v| v.sealed)
+    }
+
     /// The highest start address of a free range of `len` bytes (page-rounded) lying in
     /// `[MMAP_MIN_ADDR, below)`, searching top-down.
     pub fn find_gap(&self, len: u64, below: Gva) -> Option<Gva> {
@@ -554,6 +589,7 @@ mod tests {
             kind: VmaKind::Anon,
             name: None,
             lock: VmLock::None,
+            sealed: false,
         }
     }
 
@@ -656,6 +692,7 @@ mod tests {
             },
             name: None,
             lock: VmLock::None,
+            sealed: false,
         };
         let mut s = VmaSet::new();
         s.insert(file(0x10000, 0x20000, 0x3000, &f)).unwrap();

@@ -714,6 +714,52 @@ fn proc_threads_and_locked_memory_match_native() {
     }
 }
 
+/// membarrier, ioprio_get/ioprio_set, sched_getattr/sched_setattr, vhangup, pidfd_getfd, kcmp,
+/// mseal, cachestat, vmsplice and remap_file_pages (all ENOSYS before) answer as natively.
+#[test]
+fn small_calls_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("small_calls");
+    let native = testutil::native(
+        &testutil::guest_program("small_calls"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    out.assert_code(0);
+    assert_eq!(out.stdout_str(), native.stdout_str());
+    for line in [
+        "membarrier private unregistered: -1 EPERM",
+        "membarrier private: 0 ok",
+        "ioprio_get after: 16387 ok",
+        "sched_setattr nice 5: 0 ok",
+        "getpriority raw: 15 ok",
+        "vhangup as nobody: -1 EPERM",
+        "pidfd_getfd: ok, cloexec 1",
+        "kcmp same file: 0 ok",
+        "munmap sealed: -1 EPERM",
+        "madvise dontneed read-only sealed: -1 EPERM",
+        "  into memory: backwards",
+        "vmsplice full nonblock: -1 EAGAIN",
+        "cachestat bad fd: -1 EBADF",
+        "  after: B B",
+    ] {
+        assert!(
+            out.stdout_str().lines().any(|l| l == line),
+            "missing {line:?} in:\n{}",
+            out.stdout_str()
+        );
+    }
+}
+
 /// Linux native AIO (`tests/guest/aio.c`): io_setup's checks and its ring (the header libaio
 /// reads, in /proc/self/maps), reads, writes, vectors and syncs of files, pipes and devices
 /// with their completions' results, the submission errors, IOCB_FLAG_RESFD, io_getevents and

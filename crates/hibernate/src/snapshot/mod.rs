@@ -46,7 +46,8 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// 4: open files of the generated /proc (`ProcFile`, with the bytes they were made with);
 /// 5: the sandbox's boot id (`boot_id`, kept by a restore, new for a clone or a fork);
 /// 6: anonymous shared memory (`anon_shared`, VMAs `SharedAnon`); 7: locked mappings (VMAs'
-/// `lock`, the address space's `def_lock`; left out when unlocked).
+/// `lock`, the address space's `def_lock`; left out when unlocked) and VMAs sealed by mseal
+/// (`sealed`, written only when true).
 pub const FORMAT_MINOR: u16 = 7;
 
 /// The manifest's file name.

@@ -309,6 +309,11 @@ pub(crate) fn execve(
     t.group.posix_timers.clear();
     // The AIO contexts went with the old address space, their rings in it.
     t.group.aio.clear(&t.group.procs.aio_nr);
+    // membarrier registrations belong to the old address space (Linux's
+    // membarrier_exec_mmap).
+    t.group
+        .membarrier
+        .store(0, std::sync::atomic::Ordering::Relaxed);
     t.clear_child_tid = 0;
     // The old program's robust list is gone with its memory (glibc registers the new one).
     t.control.set_robust_list(0);

@@ -136,6 +136,15 @@ pub(super) fn fork(
             .load(std::sync::atomic::Ordering::Relaxed),
         std::sync::atomic::Ordering::Relaxed,
     );
+    for (to, from) in [
+        (&group.ioprio, &t.group.ioprio),
+        (&group.membarrier, &t.group.membarrier),
+    ] {
+        to.store(
+            from.load(std::sync::atomic::Ordering::Relaxed),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
     *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = t
         .group
         .rlimits
@@ -414,7 +423,7 @@ pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// The process a pidfd refers to (EBADF for a descriptor that is not one). With `proc_dir`,
 /// a `/proc/PID` directory counts, as Linux's pidfd_send_signal takes it (ESRCH once the
 /// process is gone).
-fn pidfd_target(t: &Task, fd: i32, proc_dir: bool) -> Result<i32, Errno> {
+pub(super) fn pidfd_target(t: &Task, fd: i32, proc_dir: bool) -> Result<i32, Errno> {
     let f = t.fds.get(fd)?;
     match (&f.kind, &f.path) {
         (crate::fd::FileKind::Pidfd(pid), _) => Ok(*pid),

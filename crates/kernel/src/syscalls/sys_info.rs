@@ -277,13 +277,23 @@ thread_local! {
     static AFFINITY: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
 }
 
+/// The calling thread's nice value (sched_getattr's).
+pub(super) fn own_nice() -> i32 {
+    NICE.with(|n| n.get())
+}
+
+/// Sets the calling thread's nice value (sched_setattr's, already checked).
+pub(super) fn set_own_nice(nice: i32) {
+    NICE.with(|n| n.set(nice.clamp(-20, 19)));
+}
+
 const PRIO_PROCESS: i32 = 0;
 const PRIO_PGRP: i32 = 1;
 const PRIO_USER: i32 = 2;
 
 /// Whether `pid` (a process or thread id of the sandbox, 0 for the caller) names the caller's
 /// own thread; ESRCH when it names nothing.
-fn sched_target(t: &Task, pid: i32) -> Result<bool, Errno> {
+pub(super) fn sched_target(t: &Task, pid: i32) -> Result<bool, Errno> {
     if pid < 0 {
         return Err(Errno::EINVAL);
     }

@@ -10,7 +10,7 @@ use platform::{Gva, PAGE_SIZE};
 use super::{SysResult, SyscallArgs};
 use crate::task::Task;
 
-fn mm_err(e: mm::MmError) -> Errno {
+pub(super) fn mm_err(e: mm::MmError) -> Errno {
     if e.is_internal() {
         tracing::error!("memory manager: {e}");
     }

@@ -211,12 +211,12 @@ fn blocking_stream(f: &crate::fd::OpenFile) -> bool {
 }
 
 /// Whether the task has a signal to take or a park request: a blocking call returns then.
-fn interrupted(t: &Task) -> bool {
+pub(super) fn interrupted(t: &Task) -> bool {
     t.control.signal_pending() || t.control.park_requested() || t.signals.has_deliverable()
 }
 
 /// `runs` without their first `skip` bytes.
-fn skip_runs(runs: &[(platform::Gpa, u64)], mut skip: u64) -> Vec<(platform::Gpa, u64)> {
+pub(super) fn skip_runs(runs: &[(platform::Gpa, u64)], mut skip: u64) -> Vec<(platform::Gpa, u64)> {
     let mut out = Vec::with_capacity(runs.len());
     for &(gpa, len) in runs {
         if skip >= len {
@@ -230,7 +230,7 @@ fn skip_runs(runs: &[(platform::Gpa, u64)], mut skip: u64) -> Vec<(platform::Gpa
 }
 
 /// The first `take` bytes of `runs`.
-fn take_runs(runs: &[(platform::Gpa, u64)], mut take: u64) -> Vec<(platform::Gpa, u64)> {
+pub(super) fn take_runs(runs: &[(platform::Gpa, u64)], mut take: u64) -> Vec<(platform::Gpa, u64)> {
     let mut out = Vec::with_capacity(runs.len());
     for &(gpa, len) in runs {
         if take == 0 {

@@ -45,3 +45,16 @@ pub fn sys_getsid(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let m = t.group.procs.membership(pid).ok_or(Errno::ESRCH)?;
     Ok(m.sid as u64)
 }
+
+/// CAP_SYS_TTY_CONFIG's number.
+const CAP_SYS_TTY_CONFIG: u32 = 26;
+
+/// Implements vhangup(2): EPERM without CAP_SYS_TTY_CONFIG (which the default capability set
+/// lacks, as a container's); with it, 0 and nothing done (a session has no controlling
+/// terminal of its own here to hang up).
+pub fn sys_vhangup(t: &mut Task, _a: &SyscallArgs) -> SysResult {
+    if !t.creds.capable(CAP_SYS_TTY_CONFIG) {
+        return Err(Errno::EPERM);
+    }
+    Ok(0)
+}

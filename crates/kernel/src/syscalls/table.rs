@@ -7,9 +7,10 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_aio, sys_attr, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_info,
-    sys_inotify, sys_mm, sys_mq, sys_msg, sys_pipe, sys_poll, sys_process, sys_rw, sys_sem,
-    sys_session, sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer,
+    sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs,
+    sys_info, sys_inotify, sys_ioprio, sys_membarrier, sys_mm, sys_mq, sys_mseal, sys_msg,
+    sys_pidfd, sys_pipe, sys_poll, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session,
+    sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_vmsplice,
     sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
@@ -76,6 +77,8 @@ table! {
     24 sched_yield => sys_process::sys_sched_yield, Full;
     25 mremap => sys_mm::sys_mremap, Full;
     28 madvise => sys_mm::sys_madvise, Full;
+    462 mseal => sys_mseal::sys_mseal, Full;
+    216 remap_file_pages => sys_mseal::sys_remap_file_pages, Full;
     26 msync => sys_mm::sys_msync, Partial("shared file mappings are the host page cache: MS_SYNC writes back the root's whole filesystem");
     32 dup => sys_file::sys_dup, Full;
     33 dup2 => sys_file::sys_dup2, Full;
@@ -190,6 +193,12 @@ table! {
     277 sync_file_range => sys_rw::sys_sync_file_range, Full;
     247 waitid => sys_fork::sys_waitid, Partial("the resource usage holds user and system time only");
     434 pidfd_open => sys_fork::sys_pidfd_open, Full;
+    438 pidfd_getfd => sys_pidfd::sys_pidfd_getfd, Full;
+    312 kcmp => sys_pidfd::sys_kcmp, Partial("KCMP_FILE, KCMP_VM, KCMP_FILES and KCMP_SIGHAND; the other types are EINVAL");
+    324 membarrier => sys_membarrier::sys_membarrier, Partial("every command the host has; MEMBARRIER_CMD_FLAG_CPU's barrier covers every CPU; on the trap platform the expedited barriers are the host's MEMBARRIER_CMD_GLOBAL (slower)");
+    251 ioprio_set => sys_ioprio::sys_ioprio_set, Partial("kept and reported per process (per thread on Linux), never given to the host's I/O scheduler");
+    252 ioprio_get => sys_ioprio::sys_ioprio_get, Partial("kept and reported per process (per thread on Linux)");
+    153 vhangup => sys_session::sys_vhangup, Partial("EPERM without CAP_SYS_TTY_CONFIG; with it, no terminal is hung up");
     424 pidfd_send_signal => sys_fork::sys_pidfd_send_signal, Full;
     217 getdents64 => sys_fs::sys_getdents64, Full;
     218 set_tid_address => sys_process::sys_set_tid_address, Full;
@@ -249,6 +258,8 @@ table! {
     142 sched_setparam => sys_info::sys_sched_setparam, Partial("SCHED_OTHER only: no effect");
     143 sched_getparam => sys_info::sys_sched_getparam, Full;
     144 sched_setscheduler => sys_info::sys_sched_setscheduler, Partial("SCHED_OTHER only (no effect); the other policies are EPERM");
+    314 sched_setattr => sys_sched_attr::sys_sched_setattr, Partial("SCHED_OTHER and its nice value (the calling thread's; other tasks' accepted and not recorded); the other policies are EPERM");
+    315 sched_getattr => sys_sched_attr::sys_sched_getattr, Partial("every task is SCHED_OTHER; the nice value is the calling thread's, other tasks report 0");
     145 sched_getscheduler => sys_info::sys_sched_getscheduler, Partial("every task is SCHED_OTHER");
     146 sched_get_priority_max => sys_info::sys_sched_get_priority_max, Full;
     147 sched_get_priority_min => sys_info::sys_sched_get_priority_min, Full;
@@ -266,6 +277,8 @@ table! {
     326 copy_file_range => sys_rw::sys_copy_file_range, Full;
     275 splice => sys_rw::sys_splice, Full;
     276 tee => sys_rw::sys_tee, Full;
+    451 cachestat => sys_cachestat::sys_cachestat, Partial("the host's counts for the host file: a file of an overlay root (the copy-on-write root) reports no cached pages, its pages being the underlying file's");
+    278 vmsplice => sys_vmsplice::sys_vmsplice, Partial("the user's pages are copied into the pipe (as SPLICE_F_GIFT allows), not referenced");
     439 faccessat2 => sys_stat::sys_faccessat2, Full;
     137 statfs => sys_stat::sys_statfs, Partial("the host filesystem holding the path in the root: /proc and /sys are not reported as procfs and sysfs");
     138 fstatfs => sys_stat::sys_fstatfs, Partial("the host filesystem of the descriptor's host file (a generated /proc file: tmpfs)");

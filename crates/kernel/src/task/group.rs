@@ -74,6 +74,12 @@ pub struct ThreadGroup {
     /// Whether SIGCHLD's action has SA_NOCLDSTOP: the process is not told of its children's
     /// stops and continues.
     pub no_child_stop: std::sync::atomic::AtomicBool,
+    /// The I/O priority of ioprio_set(2) (Linux's `io_context->ioprio`, per thread there; kept
+    /// per process here), 0 (class NONE) until set; inherited by fork.
+    pub ioprio: AtomicU32,
+    /// membarrier(2)'s registrations (Linux's `mm->membarrier_state`): the
+    /// `MEMBARRIER_CMD_REGISTER_*` bits taken; copied by fork, cleared by execve.
+    pub membarrier: AtomicU32,
 }
 
 /// What /proc shows of a process to the sandbox's other processes (its own threads read their
@@ -185,6 +191,8 @@ impl ThreadGroup {
             final_cpu: Mutex::new(None),
             job: super::job_control::JobControl::default(),
             no_child_stop: std::sync::atomic::AtomicBool::new(false),
+            ioprio: AtomicU32::new(0),
+            membarrier: AtomicU32::new(0),
         })
     }
 

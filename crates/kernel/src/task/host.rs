@@ -97,6 +97,20 @@ pub fn rr_interval() -> Result<libc::timespec, Errno> {
     Ok(ts)
 }
 
+/// The host's membarrier(2) with `cmd` and no flags: its return value (the QUERY mask, or 0).
+///
+/// # Errors
+/// The host's errno (ENOSYS on a kernel without it, EINVAL for a command it lacks, EPERM for
+/// an expedited barrier the runtime did not register for).
+pub fn membarrier(cmd: i32) -> Result<i32, Errno> {
+    // SAFETY: membarrier takes plain integers (command, flags, CPU) and no pointers.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(i32::try_from(r).unwrap_or(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

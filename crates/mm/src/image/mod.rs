@@ -188,6 +188,9 @@ pub struct VmaImage {
     /// an older torpor as before.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub lock: u8,
+    /// Sealed by mseal(2). Absent before format 1.7 (nothing was sealed then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed: bool,
 }
 
 /// Whether a lock code is 0 (not locked), to leave it out of an image.
@@ -318,6 +321,7 @@ impl MemoryManager {
                 name: v.name.clone(),
                 kind,
                 lock: v.lock.code(),
+                sealed: v.sealed,
             });
         }
         // Every allocated page is a table or a mapped frame, mapped once; any other mapped page
@@ -775,6 +779,7 @@ fn check_vmas<'a>(
             kind,
             name: v.name.clone(),
             lock,
+            sealed: v.sealed,
         };
         out.push((vma, file));
     }

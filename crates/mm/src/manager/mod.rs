@@ -55,6 +55,9 @@ pub enum MmError {
     /// mapped file that changed since); the reason says which (`EINVAL`).
     #[error("address-space checkpoint: {0}")]
     Checkpoint(String),
+    /// A change to a mapping sealed by mseal(2) (`EPERM`).
+    #[error("the mapping at {0} is sealed")]
+    Sealed(Gva),
     /// An internal invariant broke (corrupt page table, bookkeeping mismatch); the kernel
     /// should stop the sandbox. Reported to the guest as `EFAULT` if it must be.
     #[error("memory manager internal error: {0}")]
@@ -74,6 +77,7 @@ impl MmError {
             MmError::StringTooLong(_) => libc::ENAMETOOLONG,
             MmError::AccessDenied => libc::EACCES,
             MmError::Checkpoint(_) => libc::EINVAL,
+            MmError::Sealed(_) => libc::EPERM,
             MmError::Internal(_) => libc::EFAULT,
         }
     }
@@ -571,6 +575,7 @@ impl MemoryManager {
                 if req.fixed_noreplace {
                     return Err(MmError::Exists(addr));
                 }
+                self.check_unsealed(addr, end)?;
                 self.unmap_range(addr, end)?;
             }
             addr
@@ -585,6 +590,7 @@ impl MemoryManager {
             kind: req.kind,
             name: req.name,
             lock: self.def_lock,
+            sealed: false,
         };
         self.vmas
             .insert(vma)
@@ -624,7 +630,41 @@ impl MemoryManager {
             .and_then(|l| addr.checked_add(l))
             .filter(|e| *e <= layout::USER_END)
             .ok_or(MmError::InvalidArgument("range leaves the user half"))?;
+        self.check_unsealed(addr, end)?;
         self.unmap_range(addr, end)
+    }
+
+    /// EPERM if part of `[start, end)` is sealed (mseal).
+    fn check_unsealed(&self, start: Gva, end: Gva) -> Result<(), MmError> {
+        match self.vmas.overlapping(start, end).find(|v| v.sealed) {
+            Some(v) => Err(MmError::Sealed(v.start.max(start))),
+            None => Ok(()),
+        }
+    }
+
+    /// Implements mseal(2): seals every VMA in the range (split at its ends) against change
+    /// for the life of the address space; fork's copy keeps the seals, execve's new address
+    /// space has none.
+    ///
+    /// # Errors
+    /// `EINVAL` for an unaligned start or a length that overflows when rounded to pages;
+    /// `ENOMEM` if part of the range is unmapped (then nothing is sealed).
+    pub fn mseal(&mut self, addr: Gva, len: u64) -> Result<(), MmError> {
+        if !addr.is_page_aligned() {
+            return Err(MmError::InvalidArgument("unaligned address"));
+        }
+        let end = page_len(len)
+            .and_then(|l| addr.checked_add(l))
+            .ok_or(MmError::InvalidArgument("range overflows"))?;
+        if end == addr {
+            return Ok(());
+        }
+        if end > layout::USER_END || !self.vmas.covers(addr, end) {
+            return Err(MmError::NoMemory("range not fully mapped"));
+        }
+        self.vmas
+            .seal(addr, end)
+            .map_err(|e| MmError::Internal(e.to_string()))
     }
 
     /// Unmaps every shared mapping (`MAP_SHARED`, System V segments): the process has
@@ -662,6 +702,7 @@ impl MemoryManager {
         if !self.vmas.covers(addr, end) {
             return Err(MmError::NoMemory("range not fully mapped"));
         }
+        self.check_unsealed(addr, end)?;
         if prot.contains(Prot::WRITE)
             && self.vmas.iter().any(|v| {
                 v.start < end
@@ -720,7 +761,9 @@ impl MemoryManager {
             return self.brk;
         };
         if new_end < old_end {
-            if self.unmap_range(new_end, old_end).is_err() {
+            if self.check_unsealed(new_end, old_end).is_err()
+                || self.unmap_range(new_end, old_end).is_err()
+            {
                 return self.brk;
             }
         } else if new_end > old_end {
@@ -735,6 +778,7 @@ impl MemoryManager {
                 kind: VmaKind::Anon,
                 name: Some("[heap]".to_owned()),
                 lock: self.def_lock,
+                sealed: false,
             };
             if self.vmas.insert(heap).is_err() {
                 return self.brk;
@@ -787,6 +831,8 @@ impl MemoryManager {
             return Err(MmError::InvalidArgument("old_len 0 needs a shared mapping"));
         }
         let old_end = old.checked_add(old_len).ok_or(MmError::Fault(old))?;
+        // Linux checks the seals of the whole old range first (`can_modify_mm`).
+        self.check_unsealed(old, old_end)?;
         let vma = self
             .vmas
             .find(old)
@@ -808,6 +854,7 @@ impl MemoryManager {
             if new_addr < MMAP_MIN_ADDR {
                 return Err(MmError::BelowMinAddr(new_addr));
             }
+            self.check_unsealed(new_addr, new_end)?;
             self.unmap_range(new_addr, new_end)?;
             let mut moved_len = old_len;
             if new_len < old_len {
@@ -929,6 +976,22 @@ impl MemoryManager {
         if end == addr {
             return Ok(());
         }
+        // Linux's `can_madvise_modify`: the advice that discards data is refused on a sealed
+        // private anonymous mapping the process may not write.
+        const DISCARDING: &[i32] = &[
+            libc::MADV_DONTNEED,
+            libc::MADV_FREE,
+            libc::MADV_REMOVE,
+            libc::MADV_DONTFORK,
+            libc::MADV_WIPEONFORK,
+        ];
+        if DISCARDING.contains(&advice)
+            && self.vmas.overlapping(addr, end).any(|v| {
+                v.sealed && matches!(v.kind, VmaKind::Anon) && !v.prot.contains(Prot::WRITE)
+            })
+        {
+            return Err(MmError::Sealed(addr));
+        }
         if advice == libc::MADV_DONTNEED || advice == libc::MADV_FREE {
             self.drop_pages(addr, end);
         }
@@ -937,6 +1000,65 @@ impl MemoryManager {
         } else {
             Err(MmError::NoMemory("range not fully mapped"))
         }
+    }
+
+    /// Implements remap_file_pages(2) as Linux emulates it since 4.0: `[start, start + size)`
+    /// (rounded down to pages), inside shared mappings of one object with the same rights, is
+    /// mapped again over itself at page `pgoff` of that object (a fixed shared mmap with the
+    /// VMA's rights). The syscall layer checks `prot` (must be 0).
+    ///
+    /// # Errors
+    /// `EINVAL`: an empty or wrapping range, a wrapping `pgoff`, a range not in contiguous
+    /// shared mappings of one object; `EPERM`: a sealed range.
+    pub fn remap_file_pages(&mut self, start: Gva, size: u64, pgoff: u64) -> Result<(), MmError> {
+        let start = Gva(start.0 & !(PAGE_SIZE - 1));
+        let size = size & !(PAGE_SIZE - 1);
+        let end = start
+            .checked_add(size)
+            .filter(|e| *e > start)
+            .ok_or(MmError::InvalidArgument("empty or wrapping range"))?;
+        if pgoff.checked_add(size / PAGE_SIZE).is_none() {
+            return Err(MmError::InvalidArgument("page offset wraps"));
+        }
+        let bad = MmError::InvalidArgument("not inside one shared mapping");
+        let first = self.vmas.find(start).ok_or(bad.clone())?;
+        let VmaKind::Shared {
+            object, may_write, ..
+        } = &first.kind
+        else {
+            return Err(bad);
+        };
+        let (object, may_write, prot, name) =
+            (object.clone(), *may_write, first.prot, first.name.clone());
+        let mut reached = first.end;
+        while reached < end {
+            match self.vmas.find(reached) {
+                Some(v)
+                    if v.prot == prot
+                        && matches!(&v.kind, VmaKind::Shared { object: o, .. } if Arc::ptr_eq(o, &object)) =>
+                {
+                    reached = v.end;
+                }
+                _ => return Err(bad),
+            }
+        }
+        let offset = pgoff
+            .checked_mul(PAGE_SIZE)
+            .ok_or(MmError::InvalidArgument("page offset wraps"))?;
+        self.mmap(MmapRequest {
+            addr: start,
+            len: size,
+            prot,
+            fixed: true,
+            fixed_noreplace: false,
+            kind: VmaKind::Shared {
+                object,
+                offset,
+                may_write,
+            },
+            name,
+        })?;
+        Ok(())
     }
 }
 

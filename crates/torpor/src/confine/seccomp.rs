@@ -177,6 +177,8 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_fallocate,
     libc::SYS_fadvise64,
     libc::SYS_readahead,
+    // cachestat (the guest's cachestat, on the host file: not in every libc's table).
+    451,
     libc::SYS_fsync,
     libc::SYS_fdatasync,
     libc::SYS_sync,

@@ -151,6 +151,35 @@ pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: i64) -> Result<usize, E
     cvt_size(unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), offset) })
 }
 
+/// cachestat(2)'s syscall number (x86-64; not in every libc).
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// cachestat(2) of `len` bytes from `off` (0: to the end) of the host file: its page cache
+/// counts (cached, dirty, under writeback, evicted, recently evicted), with the guest's
+/// `flags` for the host to check.
+///
+/// # Errors
+/// The host's errno (EINVAL for flags, EPERM, EOPNOTSUPP for hugetlbfs...).
+pub fn cachestat(fd: BorrowedFd<'_>, off: u64, len: u64, flags: u32) -> Result<[u64; 5], Errno> {
+    let range = [off, len];
+    let mut out = [0u64; 5];
+    // SAFETY: a descriptor we own, a 16-byte `struct cachestat_range` and a 40-byte
+    // `struct cachestat` that live across the call.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd.as_raw_fd(),
+            range.as_ptr(),
+            out.as_mut_ptr(),
+            flags,
+        )
+    };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
