@@ -80,7 +80,7 @@ fn fork_exec_wait_match_native() {
         // Job control (stop signals terminated the process before).
         "job: stopped child reported 1, WIFSTOPPED 1, WSTOPSIG 19",
         "job: stopped child's state T",
-        "job: SIGCHLD codes stopped continued exited",
+        "job: SIGCHLD for the stop 1, for the continue 1",
         "job: threads of a stopped process still 1",
         "job: SIGKILL while stopped: 1, killed by 9",
         "job: SA_NOCLDSTOP: stop reported 1, SIGCHLDs 0",
