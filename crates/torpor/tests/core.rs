@@ -43,6 +43,41 @@ fn fixture() -> Rootfs {
     r
 }
 
+/// Runs `tests/guest/NAME.c` natively (cwd: the root's host directory) and in torpor, asserts
+/// that both exit 0 with the same stdout, and returns torpor's run.
+#[track_caller]
+fn guest_same_as_native(name: &str) -> Output {
+    let r = Rootfs::new();
+    let prog = r.guest_program(name);
+    let native = testutil::native(
+        &testutil::guest_program(name),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    assert_eq!(native.code(), 0, "native run of {name}: {native:?}");
+    let out = torpor()
+        .run(r.path(), &prog)
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    out.assert_same_stdout(&native, name);
+    out.assert_code(0);
+    out
+}
+
+/// Asserts that `out`'s stdout has each of `lines`.
+#[track_caller]
+fn assert_has_lines(out: &Output, lines: &[&str]) {
+    for line in lines {
+        assert!(
+            out.stdout_str().contains(line),
+            "no {line:?} in:\n{}",
+            out.stdout_str()
+        );
+    }
+}
+
 /// Runs `busybox ARGS` natively (cwd = the root's host directory) and under
 /// torpor (cwd = /), and asserts identical status, stdout and stderr.
 #[track_caller]
@@ -547,40 +582,23 @@ fn edge_cases_found_by_ltp_match_native() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = Rootfs::new();
-    let prog = r.guest_program("edge_cases");
-    let native = testutil::native(
-        &testutil::guest_program("edge_cases"),
-        &[] as &[&str],
-        r.path(),
-        &[],
-        None,
+    let out = guest_same_as_native("edge_cases");
+    assert_has_lines(
+        &out,
+        &[
+            "futex wake shared, unmapped: EFAULT",
+            "futex cmp_requeue, negative count: EINVAL",
+            "mmap of a closed fd, length 0: EBADF",
+            "mmap of a file MAP_SHARED_VALIDATE, unknown flag: EOPNOTSUPP",
+            "with STICKY_TIMEOUTS: 0",
+            "another thread sees its waiting leader as S",
+            "kill of a zombie: ok",
+            "kill of a thread's id reaches its process: ok, delivered 1",
+            "exec'd with an empty argv: argc 1, argv[0] empty",
+            "children's CPU time: wait4 rusage >= 0.2s 1, tms_cutime grew 1, RUSAGE_CHILDREN >= 0.2s 1",
+            "subreaper: not inherited 1, orphan reaped here 1, saw its new parent 1, flag 1",
+        ],
     );
-    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
-        .run(r.path(), &prog)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    out.assert_code(0);
-    assert_eq!(out.stdout_str(), native.stdout_str());
-    for line in [
-        "futex wake shared, unmapped: EFAULT",
-        "futex cmp_requeue, negative count: EINVAL",
-        "mmap of a closed fd, length 0: EBADF",
-        "mmap of a file MAP_SHARED_VALIDATE, unknown flag: EOPNOTSUPP",
-        "with STICKY_TIMEOUTS: 0",
-        "another thread sees its waiting leader as S",
-        "kill of a zombie: ok",
-        "kill of a thread's id reaches its process: ok, delivered 1",
-        "exec'd with an empty argv: argc 1, argv[0] empty",
-        "children's CPU time: wait4 rusage >= 0.2s 1, tms_cutime grew 1, RUSAGE_CHILDREN >= 0.2s 1",
-        "subreaper: not inherited 1, orphan reaped here 1, saw its new parent 1, flag 1",
-    ] {
-        assert!(
-            out.stdout_str().contains(line),
-            "no {line:?} in:\n{}",
-            out.stdout_str()
-        );
-    }
 }
 
 #[test]
@@ -588,85 +606,68 @@ fn pipes_devices_sysinfo_and_affinity_match_native() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = Rootfs::new();
-    let prog = r.guest_program("misc_io");
-    let native = testutil::native(
-        &testutil::guest_program("misc_io"),
-        &[] as &[&str],
-        r.path(),
-        &[],
-        None,
+    let out = guest_same_as_native("misc_io");
+    assert_has_lines(
+        &out,
+        &[
+            "pipe: 14 through a pipe, cloexec 1",
+            // splice/tee/copy_file_range reach the host's (they were ENOSYS).
+            "splice file@4 -> pipe: 6, offset now 10, file offset 16",
+            "copy_file_range no offsets: 4, file offsets 4 4",
+            // Nice values and scheduling policies (ENOSYS before).
+            "setpriority +1: 0, now 1 (self by pid: 1)",
+            "sched_getscheduler: 0, -1: EINVAL, no such pid: ESRCH",
+            "sched_setaffinity cpu 0: 0, now 1 cpu(s), cpu 0 1",
+            "times: positive 1, fields >= 0 1",
+            // epoll_wait returned at most 1024 events.
+            "epoll_wait with 1500 ready: 1500",
+            // Found missing or wrong by LTP's syscall tests (issue 32).
+            "mincore: ok, touched page resident 1",
+            "mincore over a hole: ENOMEM",
+            "mlockall current: ok",
+            "readahead pipe: EINVAL",
+            "sendmmsg: 3, lengths 3 5 6",
+            "recvmmsg: 3, lengths 3 5 6, third seven!",
+            "getsockopt level 500: EOPNOTSUPP",
+            "setsockopt level 500: ENOPROTOOPT",
+            "setsockopt UDP level on TCP: ENOPROTOOPT",
+            "accept on O_PATH: EBADF, on a directory: ENOTSOCK",
+            "clock_nanosleep thread cpu clock: EOPNOTSUPP",
+            "write at the file size limit: EFBIG, across it: 6",
+            "writev across the file size limit: 70",
+            "ftruncate past the file size limit: EFBIG, to it: ok; truncate past it: EFBIG; fallocate past it: EFBIG, keeping the size: ok",
+            "nobody binds port 81: EACCES",
+            "nobody raises a hard limit: EPERM",
+            "clock_gettime TAI: ok",
+            "personality: query 0, set returns 0, now 0x40000, UNAME26 release 2.6 1, bad domain ok",
+            // msync, getrusage, clock_settime were ENOSYS; CPU-time clocks EINVAL.
+            "msync MS_SYNC: 0, file has synced",
+            "thread cpu clock: 0, gettime 0, positive 1",
+            "getrusage self: 0, thread: 0, children: 0, who 5: EINVAL",
+            "clock_settime MONOTONIC: EINVAL, bad clock: EINVAL",
+            // memfd_create was ENOSYS.
+            "memfd_create: ok, cloexec 1, link /memfd:misc (deleted), write 10, offset 10",
+            // UDP-Lite was EPROTONOSUPPORT, IPV6_RECVHOPLIMIT ENOPROTOOPT.
+            "udplite socket: ok, send coverage 0 -> 8, protocol 136, datagram 4 lite",
+            "IPV6_RECVHOPLIMIT: 0, recvmsg 3 six, hop limit cmsg 64",
+            // /proc/self/fd/N, /dev/fd/N and /dev/stdout were no files (ENOENT).
+            "reopen pipe: ok, wrote 5, read again",
+            "reopen file: ok, read 4 0123, first offset 3",
+            "reopen socket: ENXIO",
+            "stat /dev/stdout is fd 1: 1",
+            // /proc/self and /proc/PID were no directories (ENOENT).
+            "/proc/self lists status maps fd: 1 1 1",
+            "/proc/self/fd lists an open descriptor: 1",
+            "pidfd_send_signal through /proc/PID: 0, delivered 1",
+            "closing while listing /proc/self/fd: getdents 0, left open 0",
+            "stat /proc/self/status: 0, regular 1, mode 444",
+            "status SigCgt has SIGUSR2: 1, SigIgn has SIGTTOU: 1",
+            // A process could write (and truncate) its own program (found by the syscall fuzzer).
+            "open own program for writing: ETXTBSY",
+            "reopen own program for writing: ETXTBSY",
+            "truncate own program: ETXTBSY",
+        ],
     );
-    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
-        .run(r.path(), &prog)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    out.assert_code(0);
-    assert_eq!(out.stdout_str(), native.stdout_str());
-    for line in [
-        "pipe: 14 through a pipe, cloexec 1",
-        // splice/tee/copy_file_range reach the host's (they were ENOSYS).
-        "splice file@4 -> pipe: 6, offset now 10, file offset 16",
-        "copy_file_range no offsets: 4, file offsets 4 4",
-        // Nice values and scheduling policies (ENOSYS before).
-        "setpriority +1: 0, now 1 (self by pid: 1)",
-        "sched_getscheduler: 0, -1: EINVAL, no such pid: ESRCH",
-        "sched_setaffinity cpu 0: 0, now 1 cpu(s), cpu 0 1",
-        "times: positive 1, fields >= 0 1",
-        // epoll_wait returned at most 1024 events.
-        "epoll_wait with 1500 ready: 1500",
-        // Found missing or wrong by LTP's syscall tests (issue 32).
-        "mincore: ok, touched page resident 1",
-        "mincore over a hole: ENOMEM",
-        "mlockall current: ok",
-        "readahead pipe: EINVAL",
-        "sendmmsg: 3, lengths 3 5 6",
-        "recvmmsg: 3, lengths 3 5 6, third seven!",
-        "getsockopt level 500: EOPNOTSUPP",
-        "setsockopt level 500: ENOPROTOOPT",
-        "setsockopt UDP level on TCP: ENOPROTOOPT",
-        "accept on O_PATH: EBADF, on a directory: ENOTSOCK",
-        "clock_nanosleep thread cpu clock: EOPNOTSUPP",
-        "write at the file size limit: EFBIG, across it: 6",
-        "writev across the file size limit: 70",
-        "ftruncate past the file size limit: EFBIG, to it: ok; truncate past it: EFBIG; fallocate past it: EFBIG, keeping the size: ok",
-        "nobody binds port 81: EACCES",
-        "nobody raises a hard limit: EPERM",
-        "clock_gettime TAI: ok",
-        "personality: query 0, set returns 0, now 0x40000, UNAME26 release 2.6 1, bad domain ok",
-        // msync, getrusage, clock_settime were ENOSYS; CPU-time clocks EINVAL.
-        "msync MS_SYNC: 0, file has synced",
-        "thread cpu clock: 0, gettime 0, positive 1",
-        "getrusage self: 0, thread: 0, children: 0, who 5: EINVAL",
-        "clock_settime MONOTONIC: EINVAL, bad clock: EINVAL",
-        // memfd_create was ENOSYS.
-        "memfd_create: ok, cloexec 1, link /memfd:misc (deleted), write 10, offset 10",
-        // UDP-Lite was EPROTONOSUPPORT, IPV6_RECVHOPLIMIT ENOPROTOOPT.
-        "udplite socket: ok, send coverage 0 -> 8, protocol 136, datagram 4 lite",
-        "IPV6_RECVHOPLIMIT: 0, recvmsg 3 six, hop limit cmsg 64",
-        // /proc/self/fd/N, /dev/fd/N and /dev/stdout were no files (ENOENT).
-        "reopen pipe: ok, wrote 5, read again",
-        "reopen file: ok, read 4 0123, first offset 3",
-        "reopen socket: ENXIO",
-        "stat /dev/stdout is fd 1: 1",
-        // /proc/self and /proc/PID were no directories (ENOENT).
-        "/proc/self lists status maps fd: 1 1 1",
-        "/proc/self/fd lists an open descriptor: 1",
-        "pidfd_send_signal through /proc/PID: 0, delivered 1",
-        "closing while listing /proc/self/fd: getdents 0, left open 0",
-        "stat /proc/self/status: 0, regular 1, mode 444",
-        "status SigCgt has SIGUSR2: 1, SigIgn has SIGTTOU: 1",
-        // A process could write (and truncate) its own program (found by the syscall fuzzer).
-        "open own program for writing: ETXTBSY",
-        "reopen own program for writing: ETXTBSY",
-        "truncate own program: ETXTBSY",
-    ] {
-        assert!(
-            out.stdout_str().contains(line),
-            "no {line:?} in:\n{}",
-            out.stdout_str()
-        );
-    }
 }
 
 /// /proc about threads and locked memory (`tests/guest/proc_files.c`): `/proc/self/task`
@@ -678,40 +679,22 @@ fn proc_threads_and_locked_memory_match_native() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = Rootfs::new();
-    let prog = r.guest_program("proc_files");
-    let native = testutil::native(
-        &testutil::guest_program("proc_files"),
-        &[] as &[&str],
-        r.path(),
-        &[],
-        None,
+    let out = guest_same_as_native("proc_files");
+    assert_has_lines(
+        &out,
+        &[
+            // /proc/PID/task was ENOENT, VmLck and smaps missing, locks not recorded.
+            "task listing: 4 threads, dots 2, main 1, workers 3",
+            "worker 1: comm worker-1, state S, stat id 1=1, status Pid 1=1 Tgid 1=1, thread-self 1=1",
+            "names seen by the workers: worker-0 renamed worker-2",
+            "mlock2 onfault: 0, then 36 kB",
+            "smaps after mlock: Rss 32 kB, Locked 32 kB",
+            "pagemap: read 32, touched present 1 1, unmapped 0",
+            "mlockall future: 0 kB now, a new 8-page mapping: 32 kB, 8 pages resident",
+            "MAP_LOCKED 1 MiB: 1024 kB",
+            "child after fork: 0 kB",
+        ],
     );
-    assert_eq!(native.code(), 0, "native run of proc_files: {native:?}");
-    let out = torpor()
-        .run(r.path(), &prog)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    out.assert_same_stdout(&native, "proc_files");
-    out.assert_code(0);
-    for line in [
-        // /proc/PID/task was ENOENT, VmLck and smaps missing, locks not recorded.
-        "task listing: 4 threads, dots 2, main 1, workers 3",
-        "worker 1: comm worker-1, state S, stat id 1=1, status Pid 1=1 Tgid 1=1, thread-self 1=1",
-        "names seen by the workers: worker-0 renamed worker-2",
-        "mlock2 onfault: 0, then 36 kB",
-        "smaps after mlock: Rss 32 kB, Locked 32 kB",
-        "pagemap: read 32, touched present 1 1, unmapped 0",
-        "mlockall future: 0 kB now, a new 8-page mapping: 32 kB, 8 pages resident",
-        "MAP_LOCKED 1 MiB: 1024 kB",
-        "child after fork: 0 kB",
-    ] {
-        assert!(
-            out.stdout_str().contains(line),
-            "no {line:?} in:\n{}",
-            out.stdout_str()
-        );
-    }
 }
 
 /// membarrier, ioprio_get/ioprio_set, sched_getattr/sched_setattr, vhangup, pidfd_getfd, kcmp,
@@ -721,43 +704,26 @@ fn small_calls_match_native() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = Rootfs::new();
-    let prog = r.guest_program("small_calls");
-    let native = testutil::native(
-        &testutil::guest_program("small_calls"),
-        &[] as &[&str],
-        r.path(),
-        &[],
-        None,
+    let out = guest_same_as_native("small_calls");
+    assert_has_lines(
+        &out,
+        &[
+            "membarrier private unregistered: -1 EPERM",
+            "membarrier private: 0 ok",
+            "ioprio_get after: 16387 ok",
+            "sched_setattr nice 5: 0 ok",
+            "getpriority raw: 15 ok",
+            "vhangup as nobody: -1 EPERM",
+            "pidfd_getfd: ok, cloexec 1",
+            "kcmp same file: 0 ok",
+            "munmap sealed: -1 EPERM",
+            "madvise dontneed read-only sealed: -1 EPERM",
+            "  into memory: backwards",
+            "vmsplice full nonblock: -1 EAGAIN",
+            "cachestat bad fd: -1 EBADF",
+            "  after: B B",
+        ],
     );
-    let out = Torpor::new(env!("CARGO_BIN_EXE_torpor"))
-        .run(r.path(), &prog)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    out.assert_code(0);
-    assert_eq!(out.stdout_str(), native.stdout_str());
-    for line in [
-        "membarrier private unregistered: -1 EPERM",
-        "membarrier private: 0 ok",
-        "ioprio_get after: 16387 ok",
-        "sched_setattr nice 5: 0 ok",
-        "getpriority raw: 15 ok",
-        "vhangup as nobody: -1 EPERM",
-        "pidfd_getfd: ok, cloexec 1",
-        "kcmp same file: 0 ok",
-        "munmap sealed: -1 EPERM",
-        "madvise dontneed read-only sealed: -1 EPERM",
-        "  into memory: backwards",
-        "vmsplice full nonblock: -1 EAGAIN",
-        "cachestat bad fd: -1 EBADF",
-        "  after: B B",
-    ] {
-        assert!(
-            out.stdout_str().lines().any(|l| l == line),
-            "missing {line:?} in:\n{}",
-            out.stdout_str()
-        );
-    }
 }
 
 /// Linux native AIO (`tests/guest/aio.c`): io_setup's checks and its ring (the header libaio
@@ -770,22 +736,7 @@ fn aio_matches_native() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = Rootfs::new();
-    let prog = r.guest_program("aio");
-    let native = testutil::native(
-        &testutil::guest_program("aio"),
-        &[] as &[&str],
-        r.path(),
-        &[],
-        None,
-    );
-    assert_eq!(native.code(), 0, "native run of aio: {native:?}");
-    let out = torpor()
-        .run(r.path(), &prog)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    out.assert_same_stdout(&native, "aio");
-    out.assert_code(0);
+    guest_same_as_native("aio");
 }
 
 /// Pseudo-terminals (`misc_io pty`): openpty through the host's `/dev/ptmx` and TIOCGPTPEER,
