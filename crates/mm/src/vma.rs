@@ -521,23 +521,7 @@ impl VmaSet {
     /// [`VmaError::BadRange`], or [`VmaError::Hole`] if part of the range is unmapped (then
     /// nothing changes).
     pub fn seal(&mut self, start: Gva, end: Gva) -> Result<(), VmaError> {
-        check_range(start, end)?;
-        if !self.covers(start, end) {
-            return Err(VmaError::Hole { start, end });
-        }
-        self.split_at(start);
-        self.split_at(end);
-        let keys: Vec<Gva> = self.map.range(start..end).map(|(k, _)| *k).collect();
-        for k in &keys {
-            if let Some(v) = self.map.get_mut(k) {
-                v.sealed = true;
-            }
-        }
-        self.merge_at(end);
-        for k in keys.iter().rev() {
-            self.merge_at(*k);
-        }
-        Ok(())
+        self.update(start, end, |v| v.sealed = true)
     }
 
     /// Whether any VMA overlapping `[start, end)` is sealed.
