@@ -119,7 +119,8 @@ static volatile pid_t sleeper_tid;
 static void *sleeper(void *arg) {
     (void)arg;
     sleeper_tid = (pid_t)syscall(SYS_gettid);
-    pause();
+    for (;;)
+        pause();
     return NULL;
 }
 
@@ -147,6 +148,20 @@ static void signals(void) {
     for (int i = 0; i < 1000 && !got_usr1; i++)
         usleep(1000);
     printf("kill of a thread's id reaches its process: %s, delivered %d\n", err(r), (int)got_usr1);
+    /* A siginfo claiming to come from the kernel goes only from a thread to itself. */
+    siginfo_t fake;
+    memset(&fake, 0, sizeof fake);
+    fake.si_code = SI_KERNEL;
+    printf("rt_tgsigqueueinfo, kernel si_code, another thread: %s\n",
+           err(syscall(SYS_rt_tgsigqueueinfo, getpid(), sleeper_tid, SIGUSR1, &fake)));
+    printf("rt_sigqueueinfo, kernel si_code, a thread's id: %s\n",
+           err(syscall(SYS_rt_sigqueueinfo, sleeper_tid, SIGUSR1, &fake)));
+    fake.si_code = SI_QUEUE;
+    got_usr1 = 0;
+    r = syscall(SYS_rt_tgsigqueueinfo, getpid(), sleeper_tid, SIGUSR1, &fake);
+    for (int i = 0; i < 1000 && !got_usr1; i++)
+        usleep(1000);
+    printf("rt_tgsigqueueinfo, SI_QUEUE, another thread: %s, delivered %d\n", err(r), (int)got_usr1);
 }
 
 /* A reaped child's CPU time reaches its parent: wait4's rusage, times' tms_cutime,

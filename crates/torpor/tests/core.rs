@@ -597,6 +597,7 @@ fn edge_cases_found_by_ltp_match_native() {
             "exec'd with an empty argv: argc 1, argv[0] empty",
             "children's CPU time: wait4 rusage >= 0.2s 1, tms_cutime grew 1, RUSAGE_CHILDREN >= 0.2s 1",
             "subreaper: not inherited 1, orphan reaped here 1, saw its new parent 1, flag 1",
+            "rt_tgsigqueueinfo, kernel si_code, another thread: EPERM",
         ],
     );
 }

@@ -451,7 +451,7 @@ fn queue_user_info(t: &mut Task, sig: i32, uinfo: platform::Gva) -> SysResult {
 /// user space (si_code negative, not SI_TKILL), else EPERM, as Linux.
 pub fn sys_rt_sigqueueinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (pid, sig) = (a.int(0), a.int(1));
-    if pid == t.pid || (pid > 0 && t.group.has_thread(pid)) {
+    if pid == t.tid {
         return queue_user_info(t, sig, a.gva(2));
     }
     if !(0..=NSIG as i32).contains(&sig) {
@@ -459,10 +459,18 @@ pub fn sys_rt_sigqueueinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let mut info = SigInfo([0; 128]);
     t.copy_in(a.gva(2), &mut info.0)?;
+    // Linux lets a siginfo claim to come from the kernel (or tgkill) only when a thread
+    // sends it to itself (`pid` its own tid), even within its process.
     if !may_queue_to_others(&info) {
         return Err(Errno::EPERM);
     }
     info.0[0..4].copy_from_slice(&sig.to_le_bytes());
+    if pid == t.pid || (pid > 0 && t.group.has_thread(pid)) {
+        if sig != 0 {
+            send_self(t, info)?;
+        }
+        return Ok(0);
+    }
     signal_process(t, pid, sig, info)
 }
 
@@ -481,12 +489,14 @@ pub fn sys_rt_tgsigqueueinfo(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut info = SigInfo([0; 128]);
     t.copy_in(a.gva(3), &mut info.0)?;
     info.0[0..4].copy_from_slice(&sig.to_le_bytes());
+    // Only to itself may a thread send a siginfo claiming to come from the kernel or tgkill
+    // (Linux's do_rt_tgsigqueueinfo), even to another thread of its process.
+    if !may_queue_to_others(&info) {
+        return Err(Errno::EPERM);
+    }
     let group = if tgid == t.pid {
         t.group.clone()
     } else {
-        if !may_queue_to_others(&info) {
-            return Err(Errno::EPERM);
-        }
         let g = t.group.procs.group_of(tgid).ok_or(Errno::ESRCH)?;
         if !may_signal(t, tgid, &g, sig) {
             return Err(Errno::EPERM);
