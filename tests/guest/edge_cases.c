@@ -22,6 +22,7 @@
 #include <sys/resource.h>
 #include <sys/times.h>
 #include <sys/select.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,10 +66,26 @@ static void mmaps(void) {
     p = mmap(NULL, 4096, PROT_READ, MAP_SHARED | (1 << 10), fd, 0);
     printf("mmap of a file MAP_SHARED, unknown flag: %s\n",
            p == MAP_FAILED ? strerrorname_np(errno) : "ok");
+    p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_LOCKED, fd, 0);
+    printf("msync MS_INVALIDATE of a locked mapping: %s\n",
+           p == MAP_FAILED ? "no map" : err(msync(p, 4096, MS_INVALIDATE)));
     close(fd);
     p = mmap(NULL, 4096, PROT_READ, MAP_SHARED | MAP_ANONYMOUS | (1 << 10), -1, 0);
     printf("mmap MAP_SHARED, unknown flag: %s\n", p == MAP_FAILED ? strerrorname_np(errno) : "ok");
     unlink("/tmp/edge-mmap");
+}
+
+/* getcwd in a directory that was removed: ENOENT. */
+static void removed_cwd(void) {
+    int back = open(".", O_RDONLY | O_DIRECTORY);
+    mkdir("/tmp/edge-gone", 0700);
+    if (chdir("/tmp/edge-gone") != 0)
+        return;
+    rmdir("/tmp/edge-gone");
+    char buf[256];
+    printf("getcwd of a removed directory: %s\n", getcwd(buf, sizeof buf) ? "ok" : strerrorname_np(errno));
+    fchdir(back);
+    close(back);
 }
 
 static void sticky_select(void) {
@@ -237,6 +254,7 @@ int main(int argc, char **argv) {
     futexes();
     mmaps();
     sticky_select();
+    removed_cwd();
     leader_state();
     signals();
     children_times();

@@ -598,6 +598,8 @@ fn edge_cases_found_by_ltp_match_native() {
             "children's CPU time: wait4 rusage >= 0.2s 1, tms_cutime grew 1, RUSAGE_CHILDREN >= 0.2s 1",
             "subreaper: not inherited 1, orphan reaped here 1, saw its new parent 1, flag 1",
             "rt_tgsigqueueinfo, kernel si_code, another thread: EPERM",
+            "getcwd of a removed directory: ENOENT",
+            "msync MS_INVALIDATE of a locked mapping: EBUSY",
         ],
     );
 }

@@ -21,6 +21,15 @@ use crate::task::Task;
 /// Implements getcwd(2).
 pub fn sys_getcwd(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut cwd = t.cwd();
+    // A working directory that was removed has no path any more (Linux: ENOENT).
+    if crate::fs::procfs::GeneratedDir::of(&cwd, t).is_none()
+        && t.root
+            .open_at(&cwd, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .err()
+            == Some(Errno::ENOENT)
+    {
+        return Err(Errno::ENOENT);
+    }
     cwd.push(0);
     if (a.u(1)) < cwd.len() as u64 {
         return Err(Errno::ERANGE);

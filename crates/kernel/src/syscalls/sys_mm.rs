@@ -656,10 +656,11 @@ pub fn sys_msync(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if end == addr {
         return Ok(0);
     }
-    let (covered, file_backed) = {
+    let (covered, file_backed, locked) = {
         let mm = t.mm();
         let mut at = addr;
         let mut file_backed = false;
+        let mut locked = false;
         for v in mm.vmas() {
             if v.end.raw() <= at || v.start.raw() >= end {
                 continue;
@@ -670,13 +671,18 @@ pub fn sys_msync(t: &mut Task, a: &SyscallArgs) -> SysResult {
             if let VmaKind::Shared { object, .. } = &v.kind {
                 file_backed |= object.is_file();
             }
+            locked |= v.lock != mm::VmLock::None;
             at = v.end.raw();
             if at >= end {
                 break;
             }
         }
-        (at >= end, file_backed)
+        (at >= end, file_backed, locked)
     };
+    // Invalidating locked pages is refused (Linux: EBUSY).
+    if flags & MS_INVALIDATE != 0 && locked {
+        return Err(Errno::EBUSY);
+    }
     if flags & MS_SYNC != 0 && file_backed {
         if let Ok(root) = t.root.open_at(b"/", libc::O_RDONLY | libc::O_DIRECTORY, 0) {
             // msync's answer does not depend on the sync's.
