@@ -314,6 +314,17 @@ fn poll_to_select(
     (out, count)
 }
 
+/// Whether the process runs under personality(STICKY_TIMEOUTS): select and pselect6 leave
+/// the timeout as it was instead of storing the time left.
+fn sticky_timeouts(t: &Task) -> bool {
+    const STICKY_TIMEOUTS: u32 = 0x0400_0000;
+    t.group
+        .personality
+        .load(std::sync::atomic::Ordering::Relaxed)
+        & STICKY_TIMEOUTS
+        != 0
+}
+
 /// Implements pselect6(2) on top of the host's ppoll(2), with its signal mask in place while
 /// it waits; the time left is stored back, as Linux does.
 pub fn sys_pselect6(t: &mut Task, a: &SyscallArgs) -> SysResult {
@@ -335,13 +346,7 @@ pub fn sys_pselect6(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let sets = [a.gva(1), a.gva(2), a.gva(3)];
     let start = Instant::now();
     let r = with_sigmask(t, mask, |t| do_select(t, a.int(0), sets, ts));
-    const STICKY_TIMEOUTS: u32 = 0x0400_0000;
-    if t.group
-        .personality
-        .load(std::sync::atomic::Ordering::Relaxed)
-        & STICKY_TIMEOUTS
-        == 0
-    {
+    if !sticky_timeouts(t) {
         write_back_timeout(t, ts_addr, ts.as_ref(), start);
     }
     r
@@ -365,14 +370,7 @@ pub fn sys_select(t: &mut Task, a: &SyscallArgs) -> SysResult {
     };
     let start = Instant::now();
     let r = do_select(t, a.int(0), [a.gva(1), a.gva(2), a.gva(3)], ts);
-    // personality(STICKY_TIMEOUTS) leaves the timeout as it was.
-    const STICKY_TIMEOUTS: u32 = 0x0400_0000;
-    let sticky = t
-        .group
-        .personality
-        .load(std::sync::atomic::Ordering::Relaxed)
-        & STICKY_TIMEOUTS;
-    if let Some(ts) = ts.filter(|_| sticky == 0) {
+    if let Some(ts) = ts.filter(|_| !sticky_timeouts(t)) {
         let left = remaining(&ts, start.elapsed());
         let _ = t.write_val(
             tv_addr,

@@ -261,7 +261,8 @@ pub(super) fn may_queue_to_others(info: &SigInfo) -> bool {
 /// caller's: ESRCH if there is none, EPERM if the caller may not signal it (kill(2)'s rules).
 pub(super) fn signal_process(t: &Task, pid: i32, sig: i32, info: SigInfo) -> SysResult {
     let Some((pid, g)) = t.group.procs.group_of_task(pid) else {
-        // A zombie takes the signal without effect.
+        // A child that exited and was not reaped yet (a zombie) takes the signal without
+        // effect, as on Linux.
         return if t.group.procs.is_zombie(pid) {
             Ok(0)
         } else {
@@ -292,19 +293,7 @@ pub fn sys_kill(t: &mut Task, a: &SyscallArgs) -> SysResult {
             if p == t.pid || t.group.has_thread(p) {
                 return self_signal(t, sig);
             }
-            let Some((p, g)) = procs.group_of_task(p) else {
-                // A child that exited and was not reaped yet (a zombie) takes the signal
-                // without effect, as on Linux.
-                return if procs.is_zombie(p) {
-                    Ok(0)
-                } else {
-                    Err(Errno::ESRCH)
-                };
-            };
-            if !may_signal(t, p, &g, sig) {
-                return Err(Errno::EPERM);
-            }
-            vec![(p, g)]
+            return signal_process(t, p, sig, from_me(t, sig));
         }
         -1 => {
             let all: Vec<_> = procs
