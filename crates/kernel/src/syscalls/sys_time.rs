@@ -255,8 +255,8 @@ pub fn sys_alarm(t: &mut Task, a: &SyscallArgs) -> SysResult {
 }
 
 /// Implements times(2): the calling thread's own user and system time (the host's figures for
-/// the host thread that runs it; the process's other threads and its children are not
-/// counted), in clock ticks; returns the host's tick count.
+/// the host thread that runs it; the process's other threads are not counted) and its reaped
+/// children's, in clock ticks; returns the host's tick count.
 pub fn sys_times(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let ru = crate::task::host::thread_usage()?;
     let hz = crate::task::host::ticks_per_second();
