@@ -892,3 +892,52 @@ fn sethostname_renames_the_sandbox_for_root_only() {
         "{out:?}"
     );
 }
+
+/// More corners LTP found (`tests/guest/limits_and_links.c`): timer slack, another user's
+/// affinity, splice with a directory, O_PATH ioctl and mmap, a link out of /proc, exec of a
+/// file open for writing, RLIMIT_SIGPENDING and RLIMIT_CPU, as natively; and the sandbox's
+/// own /proc/sys tunables (pipe-max-size, domainname, max_user_instances) bind in torpor.
+#[test]
+fn limits_and_links_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let out = guest_same_as_native("limits_and_links");
+    assert_has_lines(
+        &out,
+        &[
+            "timer slack: default 50000, set 70000, file 70000",
+            "timer slack in a child: inherited 70000, reset to 70000",
+            "sched_setaffinity of root's process as nobody: EPERM",
+            "splice file -> directory: EBADF",
+            "O_PATH ioctl: EBADF",
+            "O_PATH mmap: EBADF",
+            "link out of /proc: EXDEV",
+            "exec of a file open for writing: ETXTBSY",
+            "exec once closed: exit 7",
+            "RT signal beyond RLIMIT_SIGPENDING: EAGAIN",
+            "RLIMIT_CPU soft: SIGXCPU",
+            "RLIMIT_CPU hard: KILL",
+        ],
+    );
+    let r = Rootfs::new();
+    let prog = r.guest_program("limits_and_links");
+    let got = torpor()
+        .run(r.path(), &prog)
+        .arg("tunables")
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    got.assert_code(0);
+    assert_eq!(
+        got.stdout_str(),
+        "pipe-max-size write: ok\n\
+         pipe-max-size now 8192\n\
+         F_SETPIPE_SZ 8192: ok\n\
+         F_SETPIPE_SZ 65536: EPERM\n\
+         splice into domainname: 15\n\
+         domainname now sandbox.example\n\
+         max_user_instances write: ok\n\
+         a fourth inotify instance beyond 3: EMFILE\n\
+         after closing one: ok\n"
+    );
+}

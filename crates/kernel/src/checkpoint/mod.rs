@@ -574,6 +574,7 @@ impl RestoreContext<'_> {
                     })?;
             }
             *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = limits;
+            crate::task::cpu_limit::CpuLimit::restart(&group);
         }
         group
             .posix_timers

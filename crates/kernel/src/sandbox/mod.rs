@@ -538,6 +538,7 @@ impl ProcessImage {
         );
         group.set_exe_key(self.exe_key);
         *group.rlimits.lock().unwrap_or_else(|e| e.into_inner()) = p.rlimits;
+        crate::task::cpu_limit::CpuLimit::restart(&group);
         p.procs.add(p.pid, 0, group.clone(), 0);
         let control = Arc::new(crate::task::TaskControl::new(self.ctx.kicker()));
         control.set_comm(comm_of(p.program));

@@ -28,6 +28,7 @@ mod sys_msg;
 mod sys_pidfd;
 mod sys_pipe;
 mod sys_poll;
+mod sys_prctl;
 mod sys_process;
 mod sys_rw;
 mod sys_sched_attr;

@@ -110,6 +110,28 @@ fn load_errno(e: &LoadError) -> Errno {
     }
 }
 
+/// ETXTBSY when a process of the sandbox has the regular file `key` (device, inode) open
+/// for writing (Linux's `deny_write_access` at exec). Every descriptor table of the sandbox
+/// is looked at once: an exec is rare beside the opens it would otherwise slow down.
+fn refuse_file_open_for_writing(t: &Task, key: crate::fd::locks::FileKey) -> Result<(), Errno> {
+    for table in t.sandbox_fd_tables() {
+        for (_, f) in table.iter() {
+            if !matches!(f.kind, crate::fd::FileKind::Regular) {
+                continue;
+            }
+            if crate::fd::locks::regular_file_key(f.host()) != Some(key) {
+                continue;
+            }
+            let writes = crate::fd::host::status_flags(f.host())
+                .is_ok_and(|fl| fl & libc::O_ACCMODE != libc::O_RDONLY && fl & libc::O_PATH == 0);
+            if writes {
+                return Err(Errno(libc::ETXTBSY));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Opens `path` for execution, as the task: a regular file it may execute (Linux's
 /// `may_open` with MAY_EXEC: an execute bit it is granted, or, with CAP_DAC_OVERRIDE, any
 /// execute bit). The caller acts as the task ([`crate::fs::identity`]).
@@ -244,6 +266,9 @@ pub(crate) fn execve(
     drop(acting);
     let name = String::from_utf8_lossy(&exe).into_owned();
     let exe_key = crate::fd::locks::regular_file_key(std::os::fd::AsFd::as_fd(&fd));
+    if let Some(key) = exe_key {
+        refuse_file_open_for_writing(t, key)?;
+    }
     let (creds, secure) = creds_after_exec(t, &fd)?;
 
     let (mem, space) = super::sys_fork::new_space(&t.group.platform, t.mem.size(), "execve")?;

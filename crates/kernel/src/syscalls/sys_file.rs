@@ -517,6 +517,13 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         F_GETLEASE => Ok(lease::get(&f) as u64),
         F_CREATED_QUERY => Ok(u64::from(f.created())),
         libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ => {
+            // Beyond the sandbox's pipe-max-size only with CAP_SYS_RESOURCE (EPERM).
+            if cmd == libc::F_SETPIPE_SZ
+                && a.u(2) > crate::fs::procfs::sysctl::pipe_max_size_of(t)
+                && !t.creds.capable(crate::creds::cap::SYS_RESOURCE)
+            {
+                return Err(Errno::EPERM);
+            }
             Ok(host::pipe_size(f.host(), cmd, a.int(2))? as u64)
         }
         _ => Err(Errno::EINVAL),
@@ -779,6 +786,11 @@ fn is_guest_tty(f: &OpenFile) -> bool {
 pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (fd, req, arg) = (a.int(0), a.u(1), a.gva(2));
     let f = t.fds.get(fd)?;
+    // An O_PATH descriptor takes no ioctl (Linux's lookup skips them: EBADF).
+    if matches!(f.kind, FileKind::Regular | FileKind::Directory) && super::sys_mm::is_path_only(&f)
+    {
+        return Err(Errno::EBADF);
+    }
     match req {
         TIOCGPGRP | TIOCSPGRP => {
             // A session's terminal has a foreground group, kept by the process table (what

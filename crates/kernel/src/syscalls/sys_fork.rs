@@ -151,6 +151,7 @@ pub(super) fn fork(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
+    crate::task::cpu_limit::CpuLimit::restart(&group);
     let mut signals = t.signals.clone();
     signals.reset_for_fork();
     let mm = Arc::new(Mutex::new(mm));

@@ -246,6 +246,10 @@ fn link_source(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result<OwnedFd,
             return f.owned().try_clone().map_err(Errno::from);
         }
     }
+    // /proc is a file system of its own: a link from it to any other is EXDEV.
+    if guest == b"/proc" || guest.starts_with(b"/proc/") {
+        return Err(Errno::EXDEV);
+    }
     let nofollow = if flags & AT_SYMLINK_FOLLOW == 0 {
         libc::O_NOFOLLOW
     } else {

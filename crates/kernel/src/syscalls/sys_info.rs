@@ -152,6 +152,10 @@ fn set_limit(t: &Task, resource: u32, new: Limit) -> Result<(), Errno> {
     }
     l.set(resource, new)?;
     t.fds.set_limit(l.nofile());
+    drop(l);
+    if resource == libc::RLIMIT_CPU {
+        crate::task::cpu_limit::CpuLimit::restart(&t.group);
+    }
     Ok(())
 }
 
@@ -489,12 +493,15 @@ fn host_affinity() -> Result<Vec<u8>, Errno> {
 /// host CPU (EINVAL otherwise); it is what sched_getaffinity reports from then on. Another
 /// task's mask is accepted and not recorded.
 pub fn sys_sched_setaffinity(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let own =
-        sched_target(t, a.int(0)).map_err(|e| if e == Errno::EINVAL { Errno::ESRCH } else { e })?;
     let host = host_affinity()?;
     let len = (a.u(1) as usize).min(host.len());
     let mut mask = vec![0u8; len];
+    // Linux reads the mask before it looks for the process.
     t.copy_in(a.gva(2), &mut mask)?;
+    let own =
+        sched_target(t, a.int(0)).map_err(|e| if e == Errno::EINVAL { Errno::ESRCH } else { e })?;
+    // Another user's process needs CAP_SYS_NICE (Linux's check_same_owner).
+    may_reschedule(t, a.int(0))?;
     let mut eff = vec![0u8; host.len()];
     for (i, b) in mask.iter().enumerate() {
         eff[i] = b & host[i];

@@ -33,10 +33,27 @@ fn init(t: &mut Task, flags: i32) -> SysResult {
     if flags & !(libc::IN_NONBLOCK | libc::IN_CLOEXEC) != 0 {
         return Err(Errno::EINVAL);
     }
+    if instances(t) >= crate::fs::procfs::sysctl::inotify_max_instances_of(t) {
+        return Err(Errno::EMFILE);
+    }
     // The runtime's copy is always close-on-exec (the guest's flag lives in its fd table).
     let fd = host::inotify_init(flags & libc::IN_NONBLOCK)?;
     let file = Arc::new(OpenFile::new(fd, FileKind::Inotify, None));
     Ok(t.fds.insert(file, flags & libc::IN_CLOEXEC != 0)? as u64)
+}
+
+/// The inotify instances the sandbox's processes hold (each open instance once, however
+/// many descriptors or tables share it): what `max_user_instances` bounds.
+fn instances(t: &Task) -> u64 {
+    let mut seen: Vec<Arc<OpenFile>> = Vec::new();
+    for table in t.sandbox_fd_tables() {
+        for (_, f) in table.iter() {
+            if matches!(f.kind, FileKind::Inotify) && !seen.iter().any(|s| Arc::ptr_eq(s, &f)) {
+                seen.push(f);
+            }
+        }
+    }
+    seen.len() as u64
 }
 
 /// Implements inotify_init(2).

@@ -43,8 +43,12 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (addr, len, prot, flags, fd, off) = (a.gva(0), a.u(1), a.u(2), a.int(3), a.int(4), a.u(5));
     let share = flags & (libc::MAP_SHARED | libc::MAP_PRIVATE | libc::MAP_SHARED_VALIDATE);
     if flags & libc::MAP_ANONYMOUS == 0 {
-        // Linux looks up the descriptor before anything else but the flags (EBADF first).
-        t.fds.get(fd)?;
+        // Linux looks up the descriptor before anything else but the flags (EBADF first);
+        // an O_PATH descriptor opens nothing to map (its lookup skips them: EBADF too).
+        let f = t.fds.get(fd)?;
+        if is_path_only(&f) {
+            return Err(Errno::EBADF);
+        }
     } else if share == libc::MAP_SHARED_VALIDATE {
         return Err(Errno::EINVAL);
     }
@@ -158,6 +162,11 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
 }
 
 /// The access mode (O_RDONLY, O_WRONLY, O_RDWR) of an open file.
+/// Whether `f` was opened with O_PATH (its host descriptor says so).
+pub(super) fn is_path_only(f: &crate::fd::OpenFile) -> bool {
+    crate::fd::host::status_flags(f.host()).is_ok_and(|fl| fl & libc::O_PATH != 0)
+}
+
 fn access_mode(f: &crate::fd::OpenFile) -> Result<i32, Errno> {
     Ok(crate::fd::host::status_flags(f.host())? & libc::O_ACCMODE)
 }

@@ -131,6 +131,29 @@ fn write_proc_file(t: &mut Task, f: &crate::fd::OpenFile, iov: &[(Gva, u64)]) ->
     Ok(total)
 }
 
+/// splice(2) from a pipe into a file of /proc (a tunable, a thread's name): the bytes taken
+/// from the pipe are written as one write(2) would write them.
+fn splice_to_proc_file(
+    t: &mut Task,
+    a: &SyscallArgs,
+    inp: &crate::fd::OpenFile,
+    out: &crate::fd::OpenFile,
+) -> SysResult {
+    if a.u(3) != 0 {
+        // An offset on the output: /proc's files are written whole.
+        return Err(Errno::ESPIPE);
+    }
+    // Only a file opened for writing takes bytes (EBADF before the pipe is touched).
+    if !crate::fs::procfs::opened_for_writing(out) {
+        return Err(Errno::EBADF);
+    }
+    let len = a.len(4)?.min(PROC_WRITE_MAX) as usize;
+    let mut data = vec![0u8; len];
+    let n = fd::host::read(inp.host(), &mut data)?;
+    crate::fs::procfs::write(t, out, &data[..n])?;
+    Ok(n as u64)
+}
+
 /// The caller's RLIMIT_FSIZE soft limit (`INFINITY` when unlimited).
 fn file_size_limit(t: &Task) -> Result<u64, Errno> {
     Ok(t.group
@@ -530,8 +553,19 @@ pub fn sys_copy_file_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// Implements splice(2) between the two host files (one of them a pipe, as on Linux: the
 /// host checks it).
 pub fn sys_splice(t: &mut Task, a: &SyscallArgs) -> SysResult {
-    let inp = check_rw(t, a.int(0))?;
-    let out = check_rw(t, a.int(2))?;
+    let inp = t.fds.get(a.int(0))?;
+    let out = t.fds.get(a.int(2))?;
+    // A directory is never open for writing (EBADF, Linux's FMODE_WRITE check) and has no
+    // splice_read (EINVAL).
+    if matches!(out.kind, FileKind::Directory) {
+        return Err(Errno::EBADF);
+    }
+    if matches!(inp.kind, FileKind::Directory) {
+        return Err(Errno::EINVAL);
+    }
+    if matches!(out.kind, FileKind::ProcFile) {
+        return splice_to_proc_file(t, a, &inp, &out);
+    }
     transfer(t, a, &inp, &out, host::Transfer::Splice)
 }
 

@@ -387,6 +387,9 @@ pub fn sys_tkill(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// Sends `sig` to thread `tid` (of process `tgid`, if given) other than the caller: it is
 /// queued on that thread at its next exit (Go's preemption signals its threads this way).
+/// The kernel's first real-time signal (glibc keeps 32 and 33 for itself).
+const SIGRTMIN_KERNEL: i32 = 32;
+
 fn signal_other_thread(t: &Task, tgid: Option<i32>, tid: i32, sig: i32) -> SysResult {
     let procs = &t.group.procs;
     let groups = match tgid {
@@ -402,6 +405,10 @@ fn signal_other_thread(t: &Task, tgid: Option<i32>, tid: i32, sig: i32) -> SysRe
     };
     if *pid != t.pid && !may_signal(t, *pid, g, sig) {
         return Err(Errno::EPERM);
+    }
+    // A real-time signal is queued with its siginfo, within RLIMIT_SIGPENDING.
+    if sig >= SIGRTMIN_KERNEL && g.queue_full(tid) {
+        return Err(Errno::EAGAIN);
     }
     if g.signal_thread_info(tid, sig, Some(info)) {
         Ok(0)

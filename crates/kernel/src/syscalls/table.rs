@@ -9,9 +9,9 @@ use abi::Errno;
 use super::{
     sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs,
     sys_info, sys_inotify, sys_ioprio, sys_membarrier, sys_mm, sys_mq, sys_mseal, sys_msg,
-    sys_pidfd, sys_pipe, sys_poll, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session,
-    sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_vmsplice,
-    sys_xattr, SysResult, SyscallArgs,
+    sys_pidfd, sys_pipe, sys_poll, sys_prctl, sys_process, sys_rw, sys_sched_attr, sys_sem,
+    sys_session, sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer,
+    sys_vmsplice, sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -272,7 +272,7 @@ table! {
     332 statx => sys_stat::sys_statx, Full;
     333 io_pgetevents => sys_aio::sys_io_pgetevents, Full;
     334 rseq => sys_process::sys_rseq, Partial("ENOSYS on purpose: the C libraries fall back");
-    157 prctl => sys_process::sys_prctl, Partial("PR_SET_NAME, PR_GET_NAME, PR_SET/GET_DUMPABLE, PR_SET/GET_PDEATHSIG (sent when the parent process exits), PR_SET/GET_CHILD_SUBREAPER (not kept by a checkpoint), PR_SET/GET_NO_NEW_PRIVS, PR_SET/GET_KEEPCAPS, PR_CAPBSET_READ/DROP, PR_CAP_AMBIENT, PR_GET_SECUREBITS (none set; PR_SET_SECUREBITS only to none)");
+    157 prctl => sys_prctl::sys_prctl, Partial("PR_SET_NAME, PR_GET_NAME, PR_SET/GET_DUMPABLE, PR_SET/GET_PDEATHSIG (sent when the parent process exits), PR_SET/GET_CHILD_SUBREAPER (not kept by a checkpoint), PR_SET/GET_NO_NEW_PRIVS, PR_SET/GET_KEEPCAPS, PR_CAPBSET_READ/DROP, PR_CAP_AMBIENT, PR_GET_SECUREBITS (none set; PR_SET_SECUREBITS only to none)");
     40 sendfile => sys_rw::sys_sendfile, Full;
     326 copy_file_range => sys_rw::sys_copy_file_range, Full;
     275 splice => sys_rw::sys_splice, Full;

@@ -44,7 +44,16 @@ pub struct TaskControl {
     /// Thread name (prctl PR_SET_NAME, `/proc/PID/task/TID/comm`), NUL-padded: here, where
     /// the thread's other threads may read and write it (Linux's `task_struct::comm`).
     comm: Mutex<[u8; 16]>,
+    /// Timer slack in nanoseconds (PR_SET_TIMERSLACK, `/proc/PID/timerslack_ns`), and the
+    /// value `PR_SET_TIMERSLACK 0` returns to: the creating thread's slack when this one was
+    /// made (Linux's `timer_slack_ns` and `default_timer_slack_ns`). torpor's timers fire as
+    /// the host's do; the value is kept and reported for the programs that tune it.
+    timer_slack: AtomicU64,
+    default_slack: AtomicU64,
 }
+
+/// Linux's initial timer slack: 50 microseconds.
+pub const DEFAULT_TIMER_SLACK_NS: u64 = 50_000;
 
 /// Called on the task's thread when it goes idle (`true`) or busy (`false`).
 pub type IdleHook = Box<dyn Fn(bool) + Send + Sync>;
@@ -64,7 +73,31 @@ impl TaskControl {
             robust_list: AtomicU64::new(0),
             in_syscall: AtomicBool::new(false),
             comm: Mutex::new([0; 16]),
+            timer_slack: AtomicU64::new(DEFAULT_TIMER_SLACK_NS),
+            default_slack: AtomicU64::new(DEFAULT_TIMER_SLACK_NS),
         }
+    }
+
+    /// The thread's timer slack in nanoseconds.
+    pub fn timer_slack(&self) -> u64 {
+        self.timer_slack.load(Ordering::Relaxed)
+    }
+
+    /// Sets the thread's timer slack; 0 restores its default.
+    pub fn set_timer_slack(&self, ns: u64) {
+        let v = if ns == 0 {
+            self.default_slack.load(Ordering::Relaxed)
+        } else {
+            ns
+        };
+        self.timer_slack.store(v, Ordering::Relaxed);
+    }
+
+    /// A new thread's slack and default: the creating thread's current slack.
+    pub fn inherit_timer_slack(&self, from: &TaskControl) {
+        let v = from.timer_slack();
+        self.timer_slack.store(v, Ordering::Relaxed);
+        self.default_slack.store(v, Ordering::Relaxed);
     }
 
     /// Records that the task entered (`true`) or left a syscall.
@@ -198,6 +231,11 @@ impl TaskControl {
             .unwrap_or_else(|e| e.into_inner())
             .push(info);
         self.send_signal(sig);
+    }
+
+    /// How many external signals wait with a siginfo of their own (queued, in Linux's terms).
+    pub fn queued_infos(&self) -> usize {
+        self.infos.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// The siginfo sent with external signal `sig`, if one was (the first). The others of a

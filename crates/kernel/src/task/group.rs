@@ -80,6 +80,8 @@ pub struct ThreadGroup {
     /// membarrier(2)'s registrations (Linux's `mm->membarrier_state`): the
     /// `MEMBARRIER_CMD_REGISTER_*` bits taken; copied by fork, cleared by execve.
     pub membarrier: AtomicU32,
+    /// The watcher of RLIMIT_CPU (SIGXCPU, then SIGKILL).
+    pub cpu_limit: super::cpu_limit::CpuLimit,
 }
 
 /// What /proc shows of a process to the sandbox's other processes (its own threads read their
@@ -193,6 +195,7 @@ impl ThreadGroup {
             no_child_stop: std::sync::atomic::AtomicBool::new(false),
             ioprio: AtomicU32::new(0),
             membarrier: AtomicU32::new(0),
+            cpu_limit: super::cpu_limit::CpuLimit::default(),
         })
     }
 
@@ -328,6 +331,25 @@ impl ThreadGroup {
             }
             None => false,
         }
+    }
+
+    /// Whether a real-time signal sent to thread `tid` with a user siginfo would exceed the
+    /// process's RLIMIT_SIGPENDING (Linux: EAGAIN, "queue overflow"). Linux counts the queued
+    /// signals of the receiving user across processes; here those of the receiving thread,
+    /// which is what a limit lowered to stop a flood bounds.
+    pub fn queue_full(&self, tid: i32) -> bool {
+        let limit = self
+            .rlimits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(libc::RLIMIT_SIGPENDING as u32)
+            .map_or(u64::MAX, |l| l.cur);
+        let queued = self
+            .lock_members()
+            .iter()
+            .find(|m| m.tid == tid)
+            .map_or(0, |m| m.control.queued_infos());
+        queued as u64 + 1 > limit
     }
 
     /// Records the program the process runs now (its file's device and inode).

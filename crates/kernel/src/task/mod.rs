@@ -5,6 +5,7 @@ pub mod affinity;
 pub mod captured;
 mod control;
 pub mod coredump;
+pub mod cpu_limit;
 pub mod cputime;
 mod fs_context;
 
@@ -21,7 +22,7 @@ pub mod signal;
 pub mod signalfd;
 
 pub use crate::creds::{CapSets, Credentials};
-pub use control::{IdleHook, ParkHook, TaskControl};
+pub use control::{IdleHook, ParkHook, TaskControl, DEFAULT_TIMER_SLACK_NS};
 pub use fs_context::FsContext;
 pub use group::{FutexTable, ProcIdentity, ProcessResources, ThreadGroup, WaitResult};
 pub use parked::{ParkedSandbox, StoppedProcesses};
@@ -184,6 +185,21 @@ impl Task {
         });
     }
 
+    /// Every descriptor table of the sandbox, each once (processes made with CLONE_FILES
+    /// share one), the caller's first: for the rules that look at all open files (a program
+    /// open for writing cannot be executed, the inotify instance limit).
+    pub fn sandbox_fd_tables(&self) -> Vec<Arc<crate::fd::FdTable>> {
+        let mut tables = vec![self.fds.clone()];
+        for (_, g) in self.group.procs.live_groups() {
+            if let Some(r) = g.resources() {
+                if !tables.iter().any(|x| Arc::ptr_eq(x, &r.fds)) {
+                    tables.push(r.fds);
+                }
+            }
+        }
+        tables
+    }
+
     /// The thread's name (PR_SET_NAME), NUL-padded; its process's other threads may change
     /// it (`/proc/PID/task/TID/comm`).
     pub fn comm(&self) -> [u8; 16] {
@@ -211,6 +227,7 @@ impl Task {
     pub fn child(&self, parts: ChildParts) -> Task {
         let control = Arc::new(TaskControl::new(parts.ctx.kicker()));
         control.set_comm(self.comm());
+        control.inherit_timer_slack(&self.control);
         parts.group.join(parts.tid, control.clone());
         Task {
             tid: parts.tid,

@@ -6,7 +6,7 @@
 //! tid never collides with another process's pid.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -117,6 +117,13 @@ pub struct ProcessTable {
     pub posix_mq: Arc<crate::ipc::mqueue::MqNamespace>,
     /// The events its processes' AIO contexts asked for (`/proc/sys/fs/aio-nr`).
     pub aio_nr: crate::aio::AioCount,
+    /// The sandbox's own `/proc/sys/fs/pipe-max-size` once its root wrote it (0: the
+    /// host's, which the host enforces anyway).
+    pub pipe_max_size: AtomicU64,
+    /// The sandbox's own `/proc/sys/fs/inotify/max_user_instances` once its root wrote it
+    /// (0: the host's). The host's limit still applies above it, as a parent user
+    /// namespace's does on Linux.
+    pub inotify_max_instances: AtomicU64,
     /// The pages every process's allocator holds together, bounded by the sandbox's memory
     /// limit; when a fault finds it exhausted, [`ProcessTable::out_of_memory`] picks a victim.
     pub memory: Arc<mm::MemoryBudget>,
@@ -193,6 +200,8 @@ impl Default for ProcessTable {
             sysv_msg: Arc::default(),
             posix_mq: Arc::default(),
             aio_nr: crate::aio::AioCount::default(),
+            pipe_max_size: AtomicU64::new(0),
+            inotify_max_instances: AtomicU64::new(0),
             memory: mm::MemoryBudget::new(u64::MAX),
             oom_victim: Mutex::new(None),
             nodename: Mutex::new(b"torpor".to_vec()),

@@ -1,8 +1,9 @@
 //! Resource limits of a process (getrlimit, setrlimit, prlimit64), inherited across fork and
 //! set by the OCI `process.rlimits`. torpor enforces what its own structures bound:
 //! `RLIMIT_NOFILE` caps the descriptor table (itself at most [`MAX_FDS`] entries, so larger
-//! values read back as [`MAX_FDS`]); the others are kept and reported for the application's
-//! own use (a runtime sizing its thread stacks from `RLIMIT_STACK`, say).
+//! values read back as [`MAX_FDS`]), `RLIMIT_SIGPENDING` bounds the real-time signals queued
+//! to a thread (`ThreadGroup::queue_full`); the others are kept and reported for the
+//! application's own use (a runtime sizing its thread stacks from `RLIMIT_STACK`, say).
 
 use abi::Errno;
 

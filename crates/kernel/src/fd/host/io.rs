@@ -142,6 +142,15 @@ pub fn tee(
     cvt_size(unsafe { libc::tee(inp.as_raw_fd(), out.as_raw_fd(), len, flags) })
 }
 
+/// read(2) into `buf` (a pipe's bytes, taken); the bytes read.
+///
+/// # Errors
+/// The host's errno.
+pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
+    // SAFETY: `buf` is writable for its length.
+    cvt_size(unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
+}
+
 /// pread(2) into `buf` at `offset`; the bytes read.
 ///
 /// # Errors

@@ -306,6 +306,7 @@ fn dir_entries(t: &Task, pid: i32, listing: Listing) -> Option<Vec<DirEntry>> {
             ("statm", libc::DT_REG),
             ("status", libc::DT_REG),
             ("task", libc::DT_DIR),
+            ("timerslack_ns", libc::DT_REG),
         ];
         for (i, (name, kind)) in files.into_iter().enumerate() {
             if listing == Listing::Thread && name == "task" {
@@ -407,6 +408,7 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<Whose>, &'static str)> {
             "environ" => "environ",
             "comm" => "comm",
             "statm" => "statm",
+            "timerslack_ns" => "timerslack_ns",
             // The same for every process of the sandbox.
             "mounts" => return Some((None, "mounts")),
             "mountinfo" => return Some((None, "mountinfo")),
@@ -498,6 +500,7 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         ("status", Some(v)) => status(v, t),
         ("stat", Some(v)) => stat(v, t),
         ("statm", Some(v)) => statm(v),
+        ("timerslack_ns", Some(v)) => format!("{}\n", timer_slack(t, v)).into_bytes(),
         ("meminfo", _) => meminfo(t),
         ("machine/stat", _) => machine::stat(t),
         ("uptime", _) => machine::uptime(t),
@@ -533,6 +536,20 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         0o444
     };
     Some(memfd_with(&content, mode))
+}
+
+/// The timer slack of the thread `v` shows (PR_SET_TIMERSLACK), in nanoseconds. Read-only
+/// here: Linux also lets a process with CAP_SYS_NICE set another's by writing the file.
+fn timer_slack(t: &Task, v: &View) -> u64 {
+    let control = if v.pid == t.pid {
+        t.group.member_control(v.tid)
+    } else {
+        t.group
+            .procs
+            .group_of(v.pid)
+            .and_then(|g| g.member_control(v.tid))
+    };
+    control.map_or(crate::task::DEFAULT_TIMER_SLACK_NS, |c| c.timer_slack())
 }
 
 /// The tunable under `/proc/sys/` that `path` (a guest path) names, if root may write it.
@@ -576,8 +593,7 @@ fn writable_path(path: &[u8]) -> bool {
 /// # Errors
 /// EBADF for a file not opened for writing or not writable; the tunable's or name's errors.
 pub fn write(t: &Task, f: &crate::fd::OpenFile, data: &[u8]) -> Result<(), Errno> {
-    let access = crate::fd::host::status_flags(f.host())? & libc::O_ACCMODE;
-    if access == libc::O_RDONLY {
+    if !opened_for_writing(f) {
         return Err(Errno::EBADF);
     }
     let path = f.path.as_deref().ok_or(Errno::EBADF)?;
@@ -590,6 +606,14 @@ pub fn write(t: &Task, f: &crate::fd::OpenFile, data: &[u8]) -> Result<(), Errno
         None if writable_path(path) => Err(Errno::ESRCH),
         None => Err(Errno::EBADF),
     }
+}
+
+/// Whether `f`, a file of this /proc, was opened for writing: a tunable or a thread's name
+/// opened so (every other file's host descriptor is its memfd's own, which no write reaches).
+pub fn opened_for_writing(f: &crate::fd::OpenFile) -> bool {
+    let writes = crate::fd::host::status_flags(f.host())
+        .is_ok_and(|fl| fl & libc::O_ACCMODE != libc::O_RDONLY);
+    writes && f.path.as_deref().is_some_and(writable_path)
 }
 
 /// The host's `/sys/devices/system/cpu/online`, read once.

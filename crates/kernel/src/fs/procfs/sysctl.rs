@@ -1,8 +1,10 @@
 //! `/proc/sys`: the kernel tunables programs read to size themselves (`pid_max`, the pipe and
 //! inotify limits, the System V IPC limits, `somaxconn`), read-only as a container's
-//! `/proc/sys` is, but for the System V IPC limits and the POSIX message queue limits of
-//! `fs/mqueue`: those are the sandbox's IPC namespace's, which its root may write as a
-//! container's root may ([`write`]).
+//! `/proc/sys` is, but for those that are the sandbox's own, which its root may write
+//! ([`write`]): the System V IPC limits and the POSIX message queue limits of `fs/mqueue`
+//! (its IPC namespace's), the host and domain names (its UTS namespace's), and
+//! `fs/pipe-max-size` and `fs/inotify/max_user_instances`, which torpor enforces within the
+//! host's own (F_SETPIPE_SZ, inotify_init).
 //!
 //! Each value is what bounds the sandbox: torpor's own for what torpor implements (pids,
 //! threads, System V shared memory, semaphores and message queues, AIO events, the lowest
@@ -10,6 +12,7 @@
 //! inotify, descriptors, listen backlogs), read once before the holder is confined
 //! ([`prime_host_values`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 use abi::Errno;
@@ -67,16 +70,22 @@ const TUNABLES: &[(&str, Source)] = &[
     ("vm/overcommit_memory", Source::Fixed("0")),
     ("fs/aio-nr", Source::Sandbox(aio_nr)),
     ("fs/aio-max-nr", Source::Sandbox(aio_max_nr)),
-    ("fs/pipe-max-size", Source::Host),
+    ("fs/pipe-max-size", Source::Sandbox(pipe_max_size)),
     ("fs/pipe-user-pages-soft", Source::Host),
     ("fs/pipe-user-pages-hard", Source::Host),
     ("fs/nr_open", Source::Host),
     ("fs/file-max", Source::Host),
     ("fs/inotify/max_queued_events", Source::Host),
-    ("fs/inotify/max_user_instances", Source::Host),
+    (
+        "fs/inotify/max_user_instances",
+        Source::Sandbox(inotify_max_instances),
+    ),
     ("fs/inotify/max_user_watches", Source::Host),
     ("net/core/somaxconn", Source::Host),
 ];
+
+/// The sandbox's own tunables that read as the host's until written.
+const OWN_OVER_HOST: [&str; 2] = ["fs/pipe-max-size", "fs/inotify/max_user_instances"];
 
 /// The name under `/proc/sys/` of the tunable at `path` (a lexically clean path), if torpor
 /// has it.
@@ -102,7 +111,7 @@ fn host_values() -> &'static Vec<(&'static str, String)> {
     VALUES.get_or_init(|| {
         TUNABLES
             .iter()
-            .filter(|(_, s)| matches!(s, Source::Host))
+            .filter(|(n, s)| matches!(s, Source::Host) || OWN_OVER_HOST.contains(n))
             .filter_map(|(n, _)| {
                 let v = std::fs::read_to_string(format!("/proc/sys/{n}")).ok()?;
                 Some((*n, v.trim_end().to_string()))
@@ -189,7 +198,11 @@ fn ipc_value(t: &Task, name: &str) -> String {
 
 /// The System V tunables the sandbox's root may write: its IPC namespace's (and the POSIX
 /// message queue limits, `fs/mqueue/*`).
-const WRITABLE: [&str; 7] = [
+const WRITABLE: [&str; 11] = [
+    "kernel/hostname",
+    "kernel/domainname",
+    "fs/pipe-max-size",
+    "fs/inotify/max_user_instances",
     "kernel/shmmax",
     "kernel/shmall",
     "kernel/shmmni",
@@ -227,9 +240,79 @@ pub fn write(t: &Task, name: &str, text: &[u8]) -> Result<(), Errno> {
             procs.sysv_msg.set_limits(l);
         }
         n if n.starts_with("fs/mqueue/") => write_mqueue(t, n, text)?,
+        // The sandbox's UTS namespace (sethostname, setdomainname): the text up to a
+        // newline, at most 64 bytes (Linux's proc_do_uts_string).
+        "kernel/hostname" | "kernel/domainname" => {
+            let end = text.iter().position(|&b| b == b'\n' || b == 0);
+            let value = &text[..end.unwrap_or(text.len())];
+            if value.len() > 64 {
+                return Err(Errno::EINVAL);
+            }
+            if name == "kernel/hostname" {
+                procs.set_nodename(value);
+            } else {
+                procs.set_domainname(value);
+            }
+        }
+        "fs/pipe-max-size" => {
+            // Linux rounds it up to a power-of-two number of pages (round_pipe_size).
+            let v = decimal(text)?;
+            if v == 0 || v > 1 << 31 {
+                return Err(Errno::EINVAL);
+            }
+            let rounded = v.max(platform::PAGE_SIZE).next_power_of_two();
+            procs.pipe_max_size.store(rounded, Ordering::Relaxed);
+        }
+        "fs/inotify/max_user_instances" => {
+            let v = decimal(text)?;
+            if v > i32::MAX as u64 {
+                return Err(Errno::EINVAL);
+            }
+            // 0 means "the host's" here: a sandbox that sets no instance at all gets one.
+            procs
+                .inotify_max_instances
+                .store(v.max(1), Ordering::Relaxed);
+        }
         _ => return Err(Errno::EACCES),
     }
     Ok(())
+}
+
+/// A decimal number, as Linux's proc_dointvec reads one (surrounding blanks allowed).
+fn decimal(text: &[u8]) -> Result<u64, Errno> {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or(Errno::EINVAL)
+}
+
+fn pipe_max_size(t: &Task) -> String {
+    sandbox_or_host(&t.group.procs.pipe_max_size, "fs/pipe-max-size")
+}
+
+fn inotify_max_instances(t: &Task) -> String {
+    sandbox_or_host(
+        &t.group.procs.inotify_max_instances,
+        "fs/inotify/max_user_instances",
+    )
+}
+
+/// The sandbox's value of a tunable once written, else the host's.
+fn sandbox_or_host(v: &std::sync::atomic::AtomicU64, name: &str) -> String {
+    match v.load(Ordering::Relaxed) {
+        0 => host_value(name).unwrap_or_default(),
+        n => n.to_string(),
+    }
+}
+
+/// The sandbox's pipe-max-size: what F_SETPIPE_SZ may ask for without CAP_SYS_RESOURCE.
+pub fn pipe_max_size_of(t: &Task) -> u64 {
+    pipe_max_size(t).trim().parse().unwrap_or(1 << 20)
+}
+
+/// The sandbox's max_user_instances: how many inotify instances its processes may hold.
+pub fn inotify_max_instances_of(t: &Task) -> u64 {
+    inotify_max_instances(t).trim().parse().unwrap_or(128)
 }
 
 fn aio_nr(t: &Task) -> String {

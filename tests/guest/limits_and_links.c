@@ -1,0 +1,243 @@
+/* limits_and_links: more corners LTP's syscall tests found different in torpor, one line
+ * each; the test compares the output with a native run.
+ *
+ * timer slack (prctl, /proc/self/timerslack_ns, inherited by a child), sched_setaffinity of
+ * another user's process, splice with a directory, an O_PATH descriptor's ioctl and mmap, a
+ * hard link out of /proc, exec of a file open for writing, RLIMIT_SIGPENDING and RLIMIT_CPU.
+ *
+ * `limits_and_links tunables` (torpor only: natively it would change the host's settings)
+ * writes the sandbox's own /proc/sys tunables and shows they bind.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *err(long r) { return r == -1 ? strerrorname_np(errno) : "ok"; }
+
+static long slack_file(void) {
+    FILE *f = fopen("/proc/self/timerslack_ns", "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -2;
+        fclose(f);
+    }
+    return v;
+}
+
+static void timer_slack(void) {
+    long start = prctl(PR_GET_TIMERSLACK);
+    prctl(PR_SET_TIMERSLACK, 70000);
+    printf("timer slack: default %ld, set %d, file %ld\n", start, prctl(PR_GET_TIMERSLACK),
+           slack_file());
+    pid_t pid = fork();
+    if (pid == 0) {
+        long inherited = prctl(PR_GET_TIMERSLACK);
+        prctl(PR_SET_TIMERSLACK, 0);
+        printf("timer slack in a child: inherited %ld, reset to %d\n", inherited,
+               prctl(PR_GET_TIMERSLACK));
+        exit(0);
+    }
+    waitpid(pid, NULL, 0);
+    prctl(PR_SET_TIMERSLACK, 0);
+    printf("timer slack reset: %d\n", prctl(PR_GET_TIMERSLACK));
+}
+
+static void affinity_of_another_user(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        pause();
+        exit(0);
+    }
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof(set), &set);
+    seteuid(65534);
+    long r = syscall(SYS_sched_setaffinity, pid, sizeof(set), &set);
+    printf("sched_setaffinity of root's process as nobody: %s\n", err(r));
+    r = syscall(SYS_sched_setaffinity, 0, sizeof(set), (void *)1);
+    printf("sched_setaffinity, bad mask: %s\n", err(r));
+    seteuid(0);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static void splice_and_o_path(void) {
+    int dir = open("/tmp", O_RDONLY | O_DIRECTORY);
+    int p[2];
+    pipe(p);
+    int file = open("/tmp/limits_and_links.txt", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    write(file, "x", 1);
+    printf("splice file -> directory: %s\n", err(splice(file, NULL, dir, NULL, 1, 0)));
+    printf("splice directory -> pipe: %s\n", err(splice(dir, NULL, p[1], NULL, 1, 0)));
+    int path = open("/tmp/limits_and_links.txt", O_PATH);
+    int bsz;
+    printf("O_PATH ioctl: %s\n", err(ioctl(path, FIGETBSZ, &bsz)));
+    void *m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, path, 0);
+    printf("O_PATH mmap: %s\n", m == MAP_FAILED ? strerrorname_np(errno) : "mapped");
+    printf("link out of /proc: %s\n",
+           err(linkat(AT_FDCWD, "/proc/cpuinfo", AT_FDCWD, "/tmp/limits_and_links.cpu", 0)));
+    close(path);
+    close(file);
+    close(dir);
+    close(p[0]);
+    close(p[1]);
+}
+
+static void exec_of_a_file_open_for_writing(void) {
+    int in = open("/proc/self/exe", O_RDONLY);
+    int out = open("/tmp/limits_and_links.exe", O_RDWR | O_CREAT | O_TRUNC, 0755);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        write(out, buf, n);
+    close(in);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char *argv[] = {"limits_and_links", "exit", NULL};
+        execv("/tmp/limits_and_links.exe", argv);
+        printf("exec of a file open for writing: %s\n", strerrorname_np(errno));
+        exit(0);
+    }
+    waitpid(pid, NULL, 0);
+    close(out);
+    pid = fork();
+    if (pid == 0) {
+        char *argv[] = {"limits_and_links", "exit", NULL};
+        execv("/tmp/limits_and_links.exe", argv);
+        exit(1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    printf("exec once closed: exit %d\n", WEXITSTATUS(status));
+    unlink("/tmp/limits_and_links.exe");
+}
+
+static volatile pid_t blocked_tid;
+static volatile int release;
+
+static void *blocker(void *arg) {
+    (void)arg;
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGRTMIN + 1);
+    pthread_sigmask(SIG_BLOCK, &s, NULL);
+    blocked_tid = syscall(SYS_gettid);
+    while (!release)
+        usleep(1000);
+    return NULL;
+}
+
+static void sigpending_limit(void) {
+    pthread_t th;
+    pthread_create(&th, NULL, blocker, NULL);
+    while (!blocked_tid)
+        usleep(1000);
+    struct rlimit old, zero = {0, 0};
+    getrlimit(RLIMIT_SIGPENDING, &old);
+    setrlimit(RLIMIT_SIGPENDING, &zero);
+    long r = syscall(SYS_tgkill, getpid(), blocked_tid, SIGRTMIN + 1);
+    printf("RT signal beyond RLIMIT_SIGPENDING: %s\n", err(r));
+    release = 1;
+    pthread_join(th, NULL);
+}
+
+static volatile int xcpu;
+
+static void on_xcpu(int sig) { xcpu = sig; }
+
+static void cpu_limit(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGXCPU, on_xcpu);
+        struct rlimit l = {1, 2};
+        setrlimit(RLIMIT_CPU, &l);
+        alarm(20);
+        while (!xcpu)
+            ;
+        printf("RLIMIT_CPU soft: SIGXCPU\n");
+        fflush(stdout);
+        for (;;)
+            ;
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    printf("RLIMIT_CPU hard: %s\n",
+           WIFSIGNALED(status) ? sigabbrev_np(WTERMSIG(status)) : "exited");
+}
+
+static long read_number(const char *path) {
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -2;
+        fclose(f);
+    }
+    return v;
+}
+
+static int write_text(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY);
+    if (fd < 0)
+        return -1;
+    int r = write(fd, text, strlen(text)) < 0 ? -1 : 0;
+    close(fd);
+    return r;
+}
+
+static void tunables(void) {
+    printf("pipe-max-size write: %s\n", err(write_text("/proc/sys/fs/pipe-max-size", "5000")));
+    printf("pipe-max-size now %ld\n", read_number("/proc/sys/fs/pipe-max-size"));
+    int p[2];
+    pipe(p);
+    printf("F_SETPIPE_SZ 8192: %s\n", err(fcntl(p[0], F_SETPIPE_SZ, 8192)));
+    printf("F_SETPIPE_SZ 65536: %s\n", err(fcntl(p[0], F_SETPIPE_SZ, 65536)));
+    write(p[1], "sandbox.example", 15);
+    int fd = open("/proc/sys/kernel/domainname", O_WRONLY);
+    printf("splice into domainname: %zd\n", splice(p[0], NULL, fd, NULL, 15, 0));
+    close(fd);
+    char dn[65] = "";
+    getdomainname(dn, sizeof(dn));
+    printf("domainname now %s\n", dn);
+    printf("max_user_instances write: %s\n",
+           err(write_text("/proc/sys/fs/inotify/max_user_instances", "3")));
+    int a = inotify_init(), b = inotify_init(), c = inotify_init();
+    printf("a fourth inotify instance beyond 3: %s\n", err(inotify_init()));
+    close(a);
+    printf("after closing one: %s\n", inotify_init() >= 0 ? "ok" : strerrorname_np(errno));
+    close(b);
+    close(c);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 1 && strcmp(argv[1], "exit") == 0)
+        return 7;
+    if (argc > 1 && strcmp(argv[1], "tunables") == 0) {
+        tunables();
+        return 0;
+    }
+    timer_slack();
+    affinity_of_another_user();
+    splice_and_o_path();
+    exec_of_a_file_open_for_writing();
+    sigpending_limit();
+    cpu_limit();
+    return 0;
+}
