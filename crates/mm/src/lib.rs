@@ -62,4 +62,4 @@ pub use manager::{
 pub use pagecache::RESERVED_SLOTS;
 pub use pagetable::{PageTableError, PageTables, PteFlags, PteRun};
 pub use shared::{SharedObject, SharedSpace};
-pub use vma::{Prot, VmLock, Vma, VmaError, VmaKind, VmaSet, MMAP_MIN_ADDR};
+pub use vma::{Prot, VmAdvice, VmLock, Vma, VmaError, VmaKind, VmaSet, MAX_MAP_COUNT, MMAP_MIN_ADDR};

@@ -80,6 +80,10 @@ pub struct ThreadGroup {
     /// membarrier(2)'s registrations (Linux's `mm->membarrier_state`): the
     /// `MEMBARRIER_CMD_REGISTER_*` bits taken; copied by fork, cleared by execve.
     pub membarrier: AtomicU32,
+    /// `/proc/PID/coredump_filter` (Linux's `MMF_DUMP_FILTER` bits of `mm->flags`): which
+    /// kinds of mapping a core dump writes ([`super::coredump::DEFAULT_FILTER`] until
+    /// changed); inherited by fork, kept by execve.
+    pub coredump_filter: AtomicU32,
 }
 
 /// What /proc shows of a process to the sandbox's other processes (its own threads read their
@@ -193,6 +197,7 @@ impl ThreadGroup {
             no_child_stop: std::sync::atomic::AtomicBool::new(false),
             ioprio: AtomicU32::new(0),
             membarrier: AtomicU32::new(0),
+            coredump_filter: AtomicU32::new(super::coredump::DEFAULT_FILTER),
         })
     }
 

@@ -117,6 +117,9 @@ pub struct ProcessTable {
     pub posix_mq: Arc<crate::ipc::mqueue::MqNamespace>,
     /// The events its processes' AIO contexts asked for (`/proc/sys/fs/aio-nr`).
     pub aio_nr: crate::aio::AioCount,
+    /// `/proc/sys/kernel/core_pattern`, the sandbox's own (its root may write it): the
+    /// name core dumps get (`coredump.rs`).
+    pub core_pattern: Mutex<Vec<u8>>,
     /// The pages every process's allocator holds together, bounded by the sandbox's memory
     /// limit; when a fault finds it exhausted, [`ProcessTable::out_of_memory`] picks a victim.
     pub memory: Arc<mm::MemoryBudget>,
@@ -193,6 +196,7 @@ impl Default for ProcessTable {
             sysv_msg: Arc::default(),
             posix_mq: Arc::default(),
             aio_nr: crate::aio::AioCount::default(),
+            core_pattern: Mutex::new(super::coredump::CORE_PATTERN.as_bytes().to_vec()),
             memory: mm::MemoryBudget::new(u64::MAX),
             oom_victim: Mutex::new(None),
             nodename: Mutex::new(b"torpor".to_vec()),

@@ -2,11 +2,11 @@
 //! inotify limits, the System V IPC limits, `somaxconn`), read-only as a container's
 //! `/proc/sys` is, but for the System V IPC limits and the POSIX message queue limits of
 //! `fs/mqueue`: those are the sandbox's IPC namespace's, which its root may write as a
-//! container's root may ([`write`]).
+//! container's root may ([`write`]); and `kernel/core_pattern`, the sandbox's own.
 //!
 //! Each value is what bounds the sandbox: torpor's own for what torpor implements (pids,
 //! threads, System V shared memory, semaphores and message queues, AIO events, the lowest
-//! mappable address), the host kernel's for what the host enforces on the sandbox's behalf (pipes,
+//! mappable address, the most mappings), the host kernel's for what the host enforces on the sandbox's behalf (pipes,
 //! inotify, descriptors, listen backlogs), read once before the holder is confined
 //! ([`prime_host_values`]).
 
@@ -46,10 +46,7 @@ const TUNABLES: &[(&str, Source)] = &[
     ("kernel/msgmax", Source::Sandbox(msgmax)),
     ("kernel/msgmnb", Source::Sandbox(msgmnb)),
     ("kernel/msgmni", Source::Sandbox(msgmni)),
-    (
-        "kernel/core_pattern",
-        Source::Fixed(crate::task::coredump::CORE_PATTERN),
-    ),
+    ("kernel/core_pattern", Source::Sandbox(core_pattern)),
     ("kernel/core_uses_pid", Source::Fixed("0")),
     // torpor's kernel loads no module and taints nothing.
     ("kernel/tainted", Source::Fixed("0")),
@@ -64,6 +61,7 @@ const TUNABLES: &[(&str, Source)] = &[
         Source::Sandbox(mq_msgsize_default),
     ),
     ("vm/mmap_min_addr", Source::Sandbox(mmap_min_addr)),
+    ("vm/max_map_count", Source::Sandbox(max_map_count)),
     ("vm/overcommit_memory", Source::Fixed("0")),
     ("fs/aio-nr", Source::Sandbox(aio_nr)),
     ("fs/aio-max-nr", Source::Sandbox(aio_max_nr)),
@@ -187,9 +185,10 @@ fn ipc_value(t: &Task, name: &str) -> String {
     }
 }
 
-/// The System V tunables the sandbox's root may write: its IPC namespace's (and the POSIX
-/// message queue limits, `fs/mqueue/*`).
-const WRITABLE: [&str; 7] = [
+/// The tunables the sandbox's root may write: its IPC namespace's System V limits (and the
+/// POSIX message queue limits, `fs/mqueue/*`), and its core dumps' `core_pattern`.
+const WRITABLE: [&str; 8] = [
+    "kernel/core_pattern",
     "kernel/shmmax",
     "kernel/shmall",
     "kernel/shmmni",
@@ -227,9 +226,18 @@ pub fn write(t: &Task, name: &str, text: &[u8]) -> Result<(), Errno> {
             procs.sysv_msg.set_limits(l);
         }
         n if n.starts_with("fs/mqueue/") => write_mqueue(t, n, text)?,
+        "kernel/core_pattern" => {
+            *procs.core_pattern.lock().unwrap_or_else(|e| e.into_inner()) =
+                crate::task::coredump::pattern_from(text)?;
+        }
         _ => return Err(Errno::EACCES),
     }
     Ok(())
+}
+
+fn core_pattern(t: &Task) -> String {
+    let p = t.group.procs.core_pattern.lock();
+    String::from_utf8_lossy(&p.unwrap_or_else(|e| e.into_inner())).into_owned()
 }
 
 fn aio_nr(t: &Task) -> String {
@@ -316,6 +324,10 @@ fn uuid_text(b: &[u8; 16]) -> String {
 
 fn mmap_min_addr(_: &Task) -> String {
     mm::MMAP_MIN_ADDR.raw().to_string()
+}
+
+fn max_map_count(_: &Task) -> String {
+    mm::MAX_MAP_COUNT.to_string()
 }
 
 #[cfg(test)]
