@@ -6,7 +6,7 @@
 //!
 //! Each value is what bounds the sandbox: torpor's own for what torpor implements (pids,
 //! threads, System V shared memory, semaphores and message queues, AIO events, the lowest
-//! mappable address, the most mappings), the host kernel's for what the host enforces on the sandbox's behalf (pipes,
+//! mappable address), the host kernel's for what the host enforces on the sandbox's behalf (pipes,
 //! inotify, descriptors, listen backlogs), read once before the holder is confined
 //! ([`prime_host_values`]).
 
@@ -61,7 +61,6 @@ const TUNABLES: &[(&str, Source)] = &[
         Source::Sandbox(mq_msgsize_default),
     ),
     ("vm/mmap_min_addr", Source::Sandbox(mmap_min_addr)),
-    ("vm/max_map_count", Source::Sandbox(max_map_count)),
     ("vm/overcommit_memory", Source::Fixed("0")),
     ("fs/aio-nr", Source::Sandbox(aio_nr)),
     ("fs/aio-max-nr", Source::Sandbox(aio_max_nr)),
@@ -324,10 +323,6 @@ fn uuid_text(b: &[u8; 16]) -> String {
 
 fn mmap_min_addr(_: &Task) -> String {
     mm::MMAP_MIN_ADDR.raw().to_string()
-}
-
-fn max_map_count(_: &Task) -> String {
-    mm::MAX_MAP_COUNT.to_string()
 }
 
 #[cfg(test)]
