@@ -13,6 +13,7 @@
 //! - `fault`: demand faults with fault-around;
 //! - `pagecache`: which private file mappings are backed by the host's page cache, through
 //!   a read-only shared object of the file;
+//! - `resident`: mincore's residency, the host page cache's for file and shared pages;
 //! - `cow`: copy-on-write of those page-cache pages into frames of the VM's own;
 //! - `usercopy`: copies between the kernel and user memory, user buffers as guest-physical
 //!   runs;
@@ -44,6 +45,7 @@ mod fault;
 pub mod image;
 mod manager;
 mod pagecache;
+mod resident;
 pub mod pagetable;
 pub mod shared;
 mod usercopy;

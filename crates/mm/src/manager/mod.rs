@@ -301,17 +301,6 @@ impl MemoryManager {
         runs
     }
 
-    /// The pages of `[start, end)` mapped present now (mincore(2)'s resident pages): a page
-    /// not yet faulted in, or written to the swap file by a deflate, is not.
-    pub fn resident_pages(&self, start: Gva, end: Gva) -> Vec<Gva> {
-        self.pt
-            .frames_in(start, end)
-            .into_iter()
-            .filter(|(_, _, flags)| flags.contains(PteFlags::PRESENT))
-            .map(|(va, _, _)| va)
-            .collect()
-    }
-
     /// The page-table changes since the last call, for the platform to commit: the entries
     /// written and the user pages whose mapping changed ([`PtChanges`]).
     pub fn take_changes(&mut self) -> PtChanges {
