@@ -45,8 +45,8 @@ mod fault;
 pub mod image;
 mod manager;
 mod pagecache;
-mod resident;
 pub mod pagetable;
+mod resident;
 pub mod shared;
 mod usercopy;
 pub mod vma;
@@ -64,4 +64,6 @@ pub use manager::{
 pub use pagecache::RESERVED_SLOTS;
 pub use pagetable::{PageTableError, PageTables, PteFlags, PteRun};
 pub use shared::{SharedObject, SharedSpace};
-pub use vma::{Prot, VmAdvice, VmLock, Vma, VmaError, VmaKind, VmaSet, MAX_MAP_COUNT, MMAP_MIN_ADDR};
+pub use vma::{
+    Prot, VmAdvice, VmLock, Vma, VmaError, VmaKind, VmaSet, MAX_MAP_COUNT, MMAP_MIN_ADDR,
+};

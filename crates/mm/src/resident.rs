@@ -22,7 +22,8 @@ fn cached(fd: BorrowedFd<'_>, offset: u64, pages: usize) -> io::Result<Vec<bool>
     if len == 0 {
         return Ok(Vec::new());
     }
-    let off = libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+    let off =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
     // SAFETY: a new mapping at an address the host picks, never touched (PROT_NONE): it
     // cannot alias anything of this process.
     let at = unsafe {

@@ -165,6 +165,13 @@ impl VmAdvice {
     }
 }
 
+impl BitOr for VmAdvice {
+    type Output = VmAdvice;
+    fn bitor(self, rhs: VmAdvice) -> VmAdvice {
+        VmAdvice(self.0 | rhs.0)
+    }
+}
+
 /// What backs a mapping: private memory (anonymous or a copy of a file's bytes; writes never
 /// reach the file), or a shared object whose pages every process mapping it sees.
 #[derive(Clone)]

@@ -49,10 +49,7 @@ fn parse(data: &[u8]) -> Option<u32> {
     let text = std::str::from_utf8(data).ok()?;
     let text = text.strip_suffix('\n').unwrap_or(text);
     let text = text.strip_prefix('+').unwrap_or(text);
-    if let Some(hex) = text
-        .strip_prefix("0x")
-        .or_else(|| text.strip_prefix("0X"))
-    {
+    if let Some(hex) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
         u32::from_str_radix(hex, 16).ok()
     } else if text.len() > 1 && text.starts_with('0') {
         u32::from_str_radix(&text[1..], 8).ok()
