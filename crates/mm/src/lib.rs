@@ -13,6 +13,7 @@
 //! - `fault`: demand faults with fault-around;
 //! - `pagecache`: which private file mappings are backed by the host's page cache, through
 //!   a read-only shared object of the file;
+//! - `resident`: mincore's residency, the host page cache's for file and shared pages;
 //! - `cow`: copy-on-write of those page-cache pages into frames of the VM's own;
 //! - `usercopy`: copies between the kernel and user memory, user buffers as guest-physical
 //!   runs;
@@ -45,6 +46,7 @@ pub mod image;
 mod manager;
 mod pagecache;
 pub mod pagetable;
+mod resident;
 pub mod shared;
 mod usercopy;
 pub mod vma;
@@ -62,4 +64,6 @@ pub use manager::{
 pub use pagecache::RESERVED_SLOTS;
 pub use pagetable::{PageTableError, PageTables, PteFlags, PteRun};
 pub use shared::{SharedObject, SharedSpace};
-pub use vma::{Prot, VmLock, Vma, VmaError, VmaKind, VmaSet, MMAP_MIN_ADDR};
+pub use vma::{
+    Prot, VmAdvice, VmLock, Vma, VmaError, VmaKind, VmaSet, MAX_MAP_COUNT, MMAP_MIN_ADDR,
+};

@@ -219,6 +219,12 @@ impl std::fmt::Debug for SharedObject {
 }
 
 impl SharedObject {
+    /// The host file (or memfd) holding the object's bytes.
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.file.as_fd()
+    }
+
     /// The object's size now: fixed for an anonymous one, the file's for a file.
     ///
     /// # Errors

@@ -177,7 +177,16 @@ impl MemoryManager {
         Self::check_user(addr, len)?;
         let mut va = addr.page_down();
         while va.0 < addr.0 + len {
-            self.user_byte(va, write)?;
+            let gpa = self.user_byte(va, write)?;
+            if !self.mem.is_own(gpa) {
+                // A shared object's page (or a page-cache page): mapping it is not enough for
+                // it to exist, as Linux's populate makes it (mincore, the object's other
+                // users see it); a read makes the host's page cache hold it.
+                let mut byte = [0u8; 1];
+                if let Err(e) = self.mem.read(gpa, &mut byte) {
+                    tracing::debug!("populating shared page {va}: {e}");
+                }
+            }
             va = va.add(PAGE_SIZE);
         }
         Ok(())

@@ -12,6 +12,10 @@ use platform::{Gva, PAGE_SIZE};
 /// Lowest address a mapping may start at (Linux's default `vm.mmap_min_addr`).
 pub const MMAP_MIN_ADDR: Gva = Gva(0x1_0000);
 
+/// Most VMAs an address space may have (Linux's default `vm.max_map_count`): an mmap with
+/// more is `ENOMEM`, as is a munmap that would split one VMA in two at the limit.
+pub const MAX_MAP_COUNT: usize = 65530;
+
 /// Access rights of a mapping (`PROT_*`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Prot(u8);
@@ -113,6 +117,61 @@ impl VmLock {
     }
 }
 
+/// What madvise(2) has marked a mapping with, kept with it through splits and merges (two
+/// VMAs merge only with the same marks): Linux's `VM_WIPEONFORK`, `VM_DONTCOPY` and
+/// `VM_DONTDUMP`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct VmAdvice(u8);
+
+impl VmAdvice {
+    /// No mark.
+    pub const NONE: VmAdvice = VmAdvice(0);
+    /// `MADV_WIPEONFORK` (private anonymous mappings only): fork's child gets the range
+    /// zero-filled (and keeps the mark).
+    pub const WIPE_ON_FORK: VmAdvice = VmAdvice(1);
+    /// `MADV_DONTFORK`: fork's child does not get the mapping at all.
+    pub const DONT_FORK: VmAdvice = VmAdvice(2);
+    /// `MADV_DONTDUMP`: a core dump leaves the mapping's bytes out.
+    pub const DONT_DUMP: VmAdvice = VmAdvice(4);
+    /// Every mark.
+    const ALL: u8 = 7;
+
+    /// Its bits in a checkpoint image.
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+
+    /// The marks a checkpoint image's bits name, if each is known.
+    pub const fn from_bits(bits: u8) -> Option<VmAdvice> {
+        if bits & !Self::ALL != 0 {
+            None
+        } else {
+            Some(VmAdvice(bits))
+        }
+    }
+
+    /// Whether every mark of `other` is set.
+    pub const fn contains(self, other: VmAdvice) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// These marks with `other`'s set (`on`) or cleared.
+    pub const fn with(self, other: VmAdvice, on: bool) -> VmAdvice {
+        if on {
+            VmAdvice(self.0 | other.0)
+        } else {
+            VmAdvice(self.0 & !other.0)
+        }
+    }
+}
+
+impl BitOr for VmAdvice {
+    type Output = VmAdvice;
+    fn bitor(self, rhs: VmAdvice) -> VmAdvice {
+        VmAdvice(self.0 | rhs.0)
+    }
+}
+
 /// What backs a mapping: private memory (anonymous or a copy of a file's bytes; writes never
 /// reach the file), or a shared object whose pages every process mapping it sees.
 #[derive(Clone)]
@@ -197,6 +256,8 @@ pub struct Vma {
     /// Sealed by mseal(2) (Linux's `VM_SEALED`): munmap, mremap, mprotect, mmap over it and
     /// destructive madvise on it are EPERM for the rest of the address space's life.
     pub sealed: bool,
+    /// What madvise(2) marked it with (wipe or skip on fork, leave out of core dumps).
+    pub advice: VmAdvice,
 }
 
 impl Vma {
@@ -244,6 +305,7 @@ impl Vma {
             || self.name != next.name
             || self.lock != next.lock
             || self.sealed != next.sealed
+            || self.advice != next.advice
         {
             return false;
         }
@@ -524,6 +586,21 @@ impl VmaSet {
         self.update(start, end, |v| v.sealed = true)
     }
 
+    /// Sets (`on`) or clears the marks `advice` on every VMA of `[start, end)` (madvise),
+    /// splitting and merging as [`protect`](Self::protect) does.
+    ///
+    /// # Errors
+    /// As [`protect`](Self::protect).
+    pub fn set_advice(
+        &mut self,
+        start: Gva,
+        end: Gva,
+        advice: VmAdvice,
+        on: bool,
+    ) -> Result<(), VmaError> {
+        self.update(start, end, |v| v.advice = v.advice.with(advice, on))
+    }
+
     /// Whether any VMA overlapping `[start, end)` is sealed.
     pub fn any_sealed(&self, start: Gva, end: Gva) -> bool {
         self.overlapping(start, end).any(|v| v.sealed)
@@ -574,6 +651,7 @@ mod tests {
             name: None,
             lock: VmLock::None,
             sealed: false,
+            advice: VmAdvice::NONE,
         }
     }
 
@@ -677,6 +755,7 @@ mod tests {
             name: None,
             lock: VmLock::None,
             sealed: false,
+            advice: VmAdvice::NONE,
         };
         let mut s = VmaSet::new();
         s.insert(file(0x10000, 0x20000, 0x3000, &f)).unwrap();

@@ -941,3 +941,29 @@ fn limits_and_links_match_native() {
          after closing one: ok\n"
     );
 }
+
+#[test]
+fn memory_advice_and_residency_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let out = guest_same_as_native("memory_advice");
+    assert_has_lines(
+        &out,
+        &[
+            "wipeonfork child: zero, grandchild: zero, parent kept: 1",
+            "keeponfork: ok, child: kept",
+            "wipeonfork half: first kept 1, last zero 1",
+            "wipeonfork shared: EINVAL",
+            "dontfork: ok, child: SEGV",
+            "dofork: ok, child: kept",
+            "coredump_filter default: 00000033",
+            "coredump_filter in the child: 00000013",
+            "coredump_filter after 0x7fff: 000001ff",
+            "coredump_filter write junk: EINVAL",
+            "mincore shared, one page written: 1",
+            "mincore shared, one more written by a child: 2",
+            "mlock shared: ok, resident: 8",
+        ],
+    );
+}

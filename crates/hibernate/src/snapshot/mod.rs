@@ -47,8 +47,9 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// 5: the sandbox's boot id (`boot_id`, kept by a restore, new for a clone or a fork);
 /// 6: anonymous shared memory (`anon_shared`, VMAs `SharedAnon`); 7: locked mappings (VMAs'
 /// `lock`, the address space's `def_lock`; left out when unlocked) and VMAs sealed by mseal
-/// (`sealed`, written only when true).
-pub const FORMAT_MINOR: u16 = 7;
+/// (`sealed`, written only when true); 8: VMAs' madvise marks (`advice`: wipe on fork, not
+/// copied by fork, not dumped; left out when none).
+pub const FORMAT_MINOR: u16 = 8;
 
 /// The manifest's file name.
 pub const MANIFEST: &str = "MANIFEST";

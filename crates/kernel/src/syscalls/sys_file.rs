@@ -106,12 +106,12 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
                 return Err(Errno::EACCES);
             }
             fd = crate::fs::reopen(&fd, access)?;
-        } else if let (Some((pid, _)), true) = (
-            crate::fs::procfs::comm_file(&guest, t),
+        } else if let (Some(pid), true) = (
+            crate::fs::procfs::process_writable(&guest, t),
             access != libc::O_RDONLY,
         ) {
-            // A thread's name (mode 0644, its process owner's): a write from another process
-            // is EINVAL (`procfs::task_dir`).
+            // A thread's name or the process's coredump_filter (mode 0644, its process
+            // owner's): a write of another process's name is EINVAL (`procfs::task_dir`).
             if pid != t.pid && !may_write_owned_by(t, pid) {
                 return Err(Errno::EACCES);
             }

@@ -139,6 +139,7 @@ pub(super) fn fork(
     for (to, from) in [
         (&group.ioprio, &t.group.ioprio),
         (&group.membarrier, &t.group.membarrier),
+        (&group.coredump_filter, &t.group.coredump_filter),
     ] {
         to.store(
             from.load(std::sync::atomic::Ordering::Relaxed),

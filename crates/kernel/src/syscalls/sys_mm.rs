@@ -356,7 +356,8 @@ pub fn sys_munlockall(t: &mut Task, _a: &SyscallArgs) -> SysResult {
 }
 
 /// Implements mincore(2): one byte per page of `[addr, addr + len)` (`addr` page-aligned,
-/// every page mapped), bit 0 set for a page resident now.
+/// every page mapped), bit 0 set for a page resident now (`MemoryManager::resident_pages`:
+/// a shared or file page counts when the host's page cache holds it).
 pub fn sys_mincore(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (addr, len, vec) = (a.u(0), a.u(1), a.gva(2));
     if addr % PAGE_SIZE != 0 {

@@ -1,7 +1,8 @@
 //! Core dumps: a process ended by a signal whose default action dumps core (SIGQUIT, SIGILL,
 //! SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGXCPU, SIGXFSZ, SIGSYS) leaves an ELF core
-//! file, as Linux's `fs/coredump.c` and `fs/binfmt_elf.c` with the default
-//! `/proc/sys/kernel/core_pattern` (`core`, in the process's working directory), when its
+//! file, as Linux's `fs/coredump.c` and `fs/binfmt_elf.c`, named by the sandbox's
+//! `/proc/sys/kernel/core_pattern` (default `core`, in the process's working directory; `%p`
+//! and the other specifiers expanded; a `|program` pattern makes no file), when its
 //! RLIMIT_CORE allows (the sandbox's default soft limit is 0: no file unless a process raises
 //! it, as under Docker). Its parent then sees `WCOREDUMP` and `CLD_DUMPED`.
 //!
@@ -14,6 +15,13 @@
 //! written (holes are free): a dump that does not fit is cut short, and still reported as a
 //! core dump once its file was made (Linux's `elf_core_dump` sets `has_dumped` before it
 //! writes); a limit below one page makes no file.
+//!
+//! Which mappings have their bytes written is Linux's `vma_dump_size`: none of a mapping marked
+//! `MADV_DONTDUMP`; else as the process's `/proc/PID/coredump_filter` says ([`DEFAULT_FILTER`]
+//! until changed): private anonymous memory (bit 0), shared anonymous memory (bit 1), private
+//! file mappings (bit 2; with bit 0 a writable one, whose written pages are anonymous memory
+//! on Linux), shared file mappings (bit 3), and the first page of a file mapping that starts
+//! with an ELF header (bit 4). Every mapping still has its `PT_LOAD` header.
 //!
 //! Gaps: only the dumping thread's registers are written (Linux stops every thread first and
 //! writes each one's); the other threads may still run while the memory is copied.
@@ -41,8 +49,76 @@ pub fn dumps_core(sig: i32) -> bool {
     )
 }
 
-/// `/proc/sys/kernel/core_pattern`: the file name a core dump gets.
+/// `coredump_filter` bit: private anonymous memory.
+const FILTER_ANON_PRIVATE: u32 = 1;
+/// `coredump_filter` bit: shared anonymous memory.
+const FILTER_ANON_SHARED: u32 = 2;
+/// `coredump_filter` bit: private file mappings.
+const FILTER_MAPPED_PRIVATE: u32 = 4;
+/// `coredump_filter` bit: shared file mappings.
+const FILTER_MAPPED_SHARED: u32 = 8;
+/// `coredump_filter` bit: the ELF header page of file mappings.
+const FILTER_ELF_HEADERS: u32 = 0x10;
+/// A new process's `coredump_filter` (Linux's default, `MMF_DUMP_FILTER_DEFAULT`): anonymous
+/// memory, ELF headers, private huge pages.
+pub const DEFAULT_FILTER: u32 = 0x33;
+/// The bits `coredump_filter` keeps (`MMF_DUMP_FILTER_BITS`: nine).
+pub const FILTER_MASK: u32 = 0x1ff;
+
+/// How much of a mapping a core dump writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dump {
+    /// Its present pages.
+    Whole,
+    /// Its first page, if present (an ELF header).
+    Header,
+    /// No bytes.
+    Nothing,
+}
+
+/// How much of mapping `v` a dump with `coredump_filter` bits `filter` writes (Linux's
+/// `vma_dump_size`, without huge pages and DAX).
+fn dump_of(v: &mm::Vma, filter: u32) -> Dump {
+    let on = |bit: u32| filter & bit != 0;
+    if v.advice.contains(mm::VmAdvice::DONT_DUMP) {
+        return Dump::Nothing;
+    }
+    let whole_if = |yes: bool| if yes { Dump::Whole } else { Dump::Nothing };
+    match &v.kind {
+        mm::VmaKind::Anon => whole_if(on(FILTER_ANON_PRIVATE)),
+        mm::VmaKind::Shared { object, .. } if object.is_file() => {
+            whole_if(on(FILTER_MAPPED_SHARED))
+        }
+        mm::VmaKind::Shared { .. } => whole_if(on(FILTER_ANON_SHARED)),
+        mm::VmaKind::File { offset, .. } => {
+            if on(FILTER_MAPPED_PRIVATE)
+                || (on(FILTER_ANON_PRIVATE) && v.prot.contains(mm::Prot::WRITE))
+            {
+                Dump::Whole
+            } else if on(FILTER_ELF_HEADERS) && *offset == 0 {
+                Dump::Header
+            } else {
+                Dump::Nothing
+            }
+        }
+    }
+}
+
+/// `/proc/sys/kernel/core_pattern`'s default: the file name a core dump gets.
 pub const CORE_PATTERN: &str = "core";
+
+/// Linux's `CORENAME_MAX_SIZE`: a pattern is cut to one byte less.
+const CORENAME_MAX_SIZE: usize = 128;
+
+/// A `core_pattern` written as `text`: its first line, cut to [`CORENAME_MAX_SIZE`] - 1
+/// bytes as Linux's `proc_dostring` cuts it.
+///
+/// # Errors
+/// None yet (every text is a pattern); the `Result` is the tunables' writer's.
+pub fn pattern_from(text: &[u8]) -> Result<Vec<u8>, abi::Errno> {
+    let line = text.split(|&b| b == b'\n').next().unwrap_or_default();
+    Ok(line[..line.len().min(CORENAME_MAX_SIZE - 1)].to_vec())
+}
 
 const EHDR_SIZE: usize = 64;
 const PHDR_SIZE: usize = 56;
@@ -54,11 +130,13 @@ const PRPSINFO_SIZE: usize = 136;
 const PT_LOAD: u32 = 1;
 const PT_NOTE: u32 = 4;
 
-/// One mapping of the dump: its range, rights (`PF_*`), and the pages to write.
+/// One mapping of the dump: its range, rights (`PF_*`), the bytes it has in the file (0, a
+/// page or all of it), and the pages to write there.
 struct Segment {
     start: u64,
     end: u64,
     flags: u32,
+    filesz: u64,
     pages: Vec<Gva>,
 }
 
@@ -103,11 +181,7 @@ impl Task {
         ));
         let mut placed = Vec::with_capacity(segments.len());
         for s in &segments {
-            let size = if s.pages.is_empty() {
-                0
-            } else {
-                s.end - s.start
-            };
+            let size = s.filesz;
             head.extend(phdr(
                 PT_LOAD,
                 s.flags,
@@ -122,7 +196,22 @@ impl Task {
         }
         head.extend(notes);
 
-        let path = crate::fs::join(&self.cwd(), CORE_PATTERN.as_bytes());
+        let pattern = self
+            .group
+            .procs
+            .core_pattern
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if pattern.first() == Some(&b'|') {
+            // A pipe to a helper program: torpor runs none.
+            return Ok(false);
+        }
+        let name = self.core_name(&pattern, info.signo());
+        if name.is_empty() {
+            return Ok(false);
+        }
+        let path = crate::fs::join(&self.cwd(), &name);
         let file = {
             let creds = self.creds.clone();
             let _as = crate::fs::identity::act_as(&creds)?;
@@ -182,31 +271,104 @@ impl Task {
         Ok(true)
     }
 
-    /// The process's mappings and, for the readable ones, the pages that have a frame or a
-    /// swap slot (never-touched pages stay holes rather than being allocated).
+    /// The process's mappings and, for the readable ones the filter and their marks let
+    /// the dump write ([`dump_of`]), the pages that have a frame or a swap slot
+    /// (never-touched pages stay holes rather than being allocated).
     fn core_segments(&self) -> Vec<Segment> {
-        let mm = self.mm();
-        mm.vmas()
+        let filter = self
+            .group
+            .coredump_filter
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let mut mm = self.mm();
+        let listed: Vec<(Gva, Gva, mm::Prot, Gva)> = mm
+            .vmas()
             .map(|v| {
-                let readable = v.prot.contains(mm::Prot::READ);
-                Segment {
-                    start: v.start.0,
-                    end: v.end.0,
-                    flags: (u32::from(readable) << 2)
-                        | (u32::from(v.prot.contains(mm::Prot::WRITE)) << 1)
-                        | u32::from(v.prot.contains(mm::Prot::EXEC)),
-                    pages: if readable {
-                        mm.page_tables()
-                            .frames_in(v.start, v.end)
-                            .into_iter()
-                            .map(|(va, _, _)| va)
-                            .collect()
-                    } else {
-                        Vec::new()
-                    },
-                }
+                let dumped_end = match dump_of(v, filter) {
+                    _ if !v.prot.contains(mm::Prot::READ) => v.start,
+                    Dump::Whole => v.end,
+                    Dump::Header => Gva(v.start.0 + PAGE_SIZE),
+                    Dump::Nothing => v.start,
+                };
+                (v.start, v.end, v.prot, dumped_end)
             })
-            .collect()
+            .collect();
+        let mut out = Vec::with_capacity(listed.len());
+        for (start, end, prot, dumped_end) in listed {
+            let mut pages: Vec<Gva> = mm
+                .page_tables()
+                .frames_in(start, dumped_end)
+                .into_iter()
+                .map(|(va, _, _)| va)
+                .collect();
+            let header_only = dumped_end.0 == start.0 + PAGE_SIZE && !pages.is_empty();
+            if header_only && dumped_end != end {
+                // Only an ELF header is written: the page must start with one.
+                let mut magic = [0u8; 4];
+                if mm.copy_in(start, &mut magic).is_err() || magic != *b"\x7fELF" {
+                    pages.clear();
+                }
+            }
+            let filesz = if pages.is_empty() {
+                0
+            } else {
+                dumped_end.0 - start.0
+            };
+            out.push(Segment {
+                start: start.0,
+                end: end.0,
+                flags: (u32::from(prot.contains(mm::Prot::READ)) << 2)
+                    | (u32::from(prot.contains(mm::Prot::WRITE)) << 1)
+                    | u32::from(prot.contains(mm::Prot::EXEC)),
+                filesz,
+                pages,
+            });
+        }
+        out
+    }
+
+    /// The core file's name from `pattern` (Linux's `format_corename`): `%p` and `%P` the
+    /// pid, `%i` and `%I` the tid, `%u` and `%g` the ids, `%s` the signal, `%t` the time,
+    /// `%h` the host name, `%e` the thread's name, `%E` the program's path with `/` as `!`,
+    /// `%c` the RLIMIT_CORE soft limit, `%%` a `%`; any other `%x` is dropped.
+    fn core_name(&self, pattern: &[u8], signo: i32) -> Vec<u8> {
+        let mut out = Vec::with_capacity(pattern.len());
+        let mut bytes = pattern.iter();
+        while let Some(&b) = bytes.next() {
+            if b != b'%' {
+                out.push(b);
+                continue;
+            }
+            let text = match bytes.next() {
+                Some(b'%') => "%".to_string(),
+                Some(b'p' | b'P') => self.pid.to_string(),
+                Some(b'i' | b'I') => self.tid.to_string(),
+                Some(b'u') => self.creds.uid.to_string(),
+                Some(b'g') => self.creds.gid.to_string(),
+                Some(b's') => signo.to_string(),
+                Some(b't') => std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs())
+                    .to_string(),
+                Some(b'h') => String::from_utf8_lossy(&self.group.procs.nodename()).into_owned(),
+                Some(b'e') => {
+                    let comm = self.comm();
+                    let len = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+                    String::from_utf8_lossy(&comm[..len]).replace('/', "!")
+                }
+                Some(b'E') => String::from_utf8_lossy(&self.exe).replace('/', "!"),
+                Some(b'c') => self
+                    .group
+                    .rlimits
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(libc::RLIMIT_CORE)
+                    .map_or(0, |l| l.cur)
+                    .to_string(),
+                _ => String::new(),
+            };
+            out.extend_from_slice(text.as_bytes());
+        }
+        out
     }
 
     /// The `PT_NOTE` contents: NT_PRSTATUS, NT_PRPSINFO, NT_SIGINFO.

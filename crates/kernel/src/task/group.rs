@@ -82,6 +82,10 @@ pub struct ThreadGroup {
     pub membarrier: AtomicU32,
     /// The watcher of RLIMIT_CPU (SIGXCPU, then SIGKILL).
     pub cpu_limit: super::cpu_limit::CpuLimit,
+    /// `/proc/PID/coredump_filter` (Linux's `MMF_DUMP_FILTER` bits of `mm->flags`): which
+    /// kinds of mapping a core dump writes ([`super::coredump::DEFAULT_FILTER`] until
+    /// changed); inherited by fork, kept by execve.
+    pub coredump_filter: AtomicU32,
 }
 
 /// What /proc shows of a process to the sandbox's other processes (its own threads read their
@@ -196,6 +200,7 @@ impl ThreadGroup {
             ioprio: AtomicU32::new(0),
             membarrier: AtomicU32::new(0),
             cpu_limit: super::cpu_limit::CpuLimit::default(),
+            coredump_filter: AtomicU32::new(super::coredump::DEFAULT_FILTER),
         })
     }
 

@@ -124,6 +124,9 @@ pub struct ProcessTable {
     /// (0: the host's). The host's limit still applies above it, as a parent user
     /// namespace's does on Linux.
     pub inotify_max_instances: AtomicU64,
+    /// `/proc/sys/kernel/core_pattern`, the sandbox's own (its root may write it): the
+    /// name core dumps get (`coredump.rs`).
+    pub core_pattern: Mutex<Vec<u8>>,
     /// The pages every process's allocator holds together, bounded by the sandbox's memory
     /// limit; when a fault finds it exhausted, [`ProcessTable::out_of_memory`] picks a victim.
     pub memory: Arc<mm::MemoryBudget>,
@@ -202,6 +205,7 @@ impl Default for ProcessTable {
             aio_nr: crate::aio::AioCount::default(),
             pipe_max_size: AtomicU64::new(0),
             inotify_max_instances: AtomicU64::new(0),
+            core_pattern: Mutex::new(super::coredump::CORE_PATTERN.as_bytes().to_vec()),
             memory: mm::MemoryBudget::new(u64::MAX),
             oom_victim: Mutex::new(None),
             nodename: Mutex::new(b"torpor".to_vec()),

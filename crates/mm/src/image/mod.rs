@@ -45,7 +45,7 @@ use crate::alloc::PageAllocator;
 use crate::manager::{MemoryManager, MmError, STACK_RESERVE};
 use crate::pagetable::PageTables;
 use crate::shared::{SharedObject, SharedSpace};
-use crate::vma::{Prot, VmLock, Vma, VmaKind, VmaSet};
+use crate::vma::{Prot, VmAdvice, VmLock, Vma, VmaKind, VmaSet};
 
 /// Which file a file mapping (private or `MAP_SHARED`) maps, in a form that survives the
 /// process: the guest path to reopen it by, and the size and modification time it had at the
@@ -191,6 +191,10 @@ pub struct VmaImage {
     /// Sealed by mseal(2). Absent before format 1.7 (nothing was sealed then).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sealed: bool,
+    /// What madvise(2) marked it with ([`VmAdvice::bits`]: 1 wipe on fork, 2 not copied by
+    /// fork, 4 left out of core dumps). Absent before format 1.8, and left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub advice: u8,
 }
 
 /// Whether a lock code is 0 (not locked), to leave it out of an image.
@@ -322,6 +326,7 @@ impl MemoryManager {
                 kind,
                 lock: v.lock.code(),
                 sealed: v.sealed,
+                advice: v.advice.bits(),
             });
         }
         // Every allocated page is a table or a mapped frame, mapped once; any other mapped page
@@ -702,6 +707,8 @@ fn check_vmas<'a>(
             .ok_or_else(|| refuse(format!("{range} has rights {:#x}", v.prot)))?;
         let lock = VmLock::from_code(v.lock)
             .ok_or_else(|| refuse(format!("{range} has lock {}", v.lock)))?;
+        let advice = VmAdvice::from_bits(v.advice)
+            .ok_or_else(|| refuse(format!("{range} has advice {:#x}", v.advice)))?;
         let (kind, file) = match &v.kind {
             VmaKindImage::Anon => (VmaKind::Anon, None),
             VmaKindImage::File {
@@ -780,6 +787,7 @@ fn check_vmas<'a>(
             name: v.name.clone(),
             lock,
             sealed: v.sealed,
+            advice,
         };
         out.push((vma, file));
     }

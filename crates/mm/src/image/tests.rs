@@ -782,3 +782,49 @@ fn locks_survive_a_round_trip_and_old_images_have_none() {
     ));
     assert!(e.to_string().contains("lock 3"), "{e}");
 }
+
+#[test]
+fn madvise_marks_survive_a_round_trip_and_old_images_have_none() {
+    let mut p = populated("advice");
+    let a = p.anon;
+    p.m.madvise(a, 0x1000, libc::MADV_WIPEONFORK).unwrap();
+    p.m.madvise(a, 0x2000, libc::MADV_DONTDUMP).unwrap();
+    let (image, bytes) = p.m.export(&mut AnonObjects::default()).unwrap();
+    let json = serde_json::to_value(&image).unwrap();
+    // Unmarked VMAs write no field: what format 1.7 wrote.
+    let marked = image.vmas.iter().filter(|v| v.advice != 0).count();
+    let with = json["vmas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v.get("advice").is_some())
+        .count();
+    assert_eq!((marked, with), (2, 2));
+    let import = |json: serde_json::Value| {
+        MemoryManager::import(
+            restored_memory(&p.m),
+            &serde_json::from_value(json).unwrap(),
+            &bytes,
+            &mut reopen_path,
+            None,
+            &AnonObjects::default(),
+        )
+    };
+    let r = import(json.clone()).unwrap();
+    let first = r.find_vma(a).unwrap().advice;
+    assert!(first.contains(crate::VmAdvice::WIPE_ON_FORK | crate::VmAdvice::DONT_DUMP));
+    assert_eq!(
+        r.find_vma(a.add(0x1000)).unwrap().advice,
+        crate::VmAdvice::DONT_DUMP
+    );
+    let mut old = json.clone();
+    for v in old["vmas"].as_array_mut().unwrap() {
+        v.as_object_mut().unwrap().remove("advice");
+    }
+    let r = import(old).unwrap();
+    assert!(r.vmas().all(|v| v.advice == crate::VmAdvice::NONE));
+    let mut bad = json;
+    bad["vmas"][0]["advice"] = 8.into();
+    let e = refused(import(bad));
+    assert!(e.to_string().contains("advice 0x8"), "{e}");
+}

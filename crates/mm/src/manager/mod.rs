@@ -1,7 +1,8 @@
 //! The application's address space: [`MemoryManager`] ties guest memory, the page allocator,
 //! the page tables and the VMAs together and implements mmap, munmap, mprotect, brk, mremap
 //! and madvise with Linux's semantics. Demand faults live in `fault.rs`, user copies in
-//! `usercopy.rs`, memory locking (mlock, mlockall) in `mlock.rs`.
+//! `usercopy.rs`, memory locking (mlock, mlockall) in `mlock.rs`, the madvise marks (wipe or
+//! skip on fork, leave out of core dumps) in `advice.rs`.
 
 use std::sync::Arc;
 
@@ -10,7 +11,9 @@ use platform::{Gpa, GuestMemory, Gva, PAGE_SIZE};
 
 use crate::alloc::PageAllocator;
 use crate::pagetable::{PageTableError, PageTables, PteFlags, PteRun};
-use crate::vma::{page_len, Prot, VmLock, Vma, VmaKind, VmaSet, MMAP_MIN_ADDR};
+use crate::vma::{
+    page_len, Prot, VmAdvice, VmLock, Vma, VmaKind, VmaSet, MAX_MAP_COUNT, MMAP_MIN_ADDR,
+};
 use platform::PtChanges;
 
 /// Default ceiling of the top-down search for mmap without a usable hint.
@@ -298,17 +301,6 @@ impl MemoryManager {
         runs
     }
 
-    /// The pages of `[start, end)` mapped present now (mincore(2)'s resident pages): a page
-    /// not yet faulted in, or written to the swap file by a deflate, is not.
-    pub fn resident_pages(&self, start: Gva, end: Gva) -> Vec<Gva> {
-        self.pt
-            .frames_in(start, end)
-            .into_iter()
-            .filter(|(_, _, flags)| flags.contains(PteFlags::PRESENT))
-            .map(|(va, _, _)| va)
-            .collect()
-    }
-
     /// The page-table changes since the last call, for the platform to commit: the entries
     /// written and the user pages whose mapping changed ([`PtChanges`]).
     pub fn take_changes(&mut self) -> PtChanges {
@@ -338,8 +330,9 @@ impl MemoryManager {
     }
 
     /// A copy of this address space in `mem` (another VM's guest memory), for fork(2): the
-    /// same VMAs, break and mmap base, and a private copy of every page that has a frame
-    /// (copied eagerly, with its entry's rights and accessed/dirty bits).
+    /// same VMAs (but those marked `MADV_DONTFORK`), break and mmap base, and a private copy
+    /// of every page that has a frame (copied eagerly, with its entry's rights and
+    /// accessed/dirty bits) but in `MADV_WIPEONFORK` ranges, which start zero-filled.
     ///
     /// # Errors
     /// [`MmError::NoMemory`] if `mem` cannot hold the copy; [`MmError::Internal`] on a
@@ -354,6 +347,10 @@ impl MemoryManager {
         child.brk_base = self.brk_base;
         child.brk = self.brk;
         for v in self.vmas.iter() {
+            if v.advice.contains(VmAdvice::DONT_FORK) {
+                // MADV_DONTFORK: the child has no mapping there.
+                continue;
+            }
             // Locks are not inherited by fork (nor is MCL_FUTURE): Linux's dup_mmap clears
             // VM_LOCKED in the child.
             let mut copy = v.clone();
@@ -362,6 +359,11 @@ impl MemoryManager {
                 .vmas
                 .insert(copy)
                 .map_err(|e| MmError::Internal(e.to_string()))?;
+            if v.advice.contains(VmAdvice::WIPE_ON_FORK) {
+                // MADV_WIPEONFORK: the child's range starts zero-filled (no page yet), the
+                // mark kept for its own children.
+                continue;
+            }
             if v.kind.is_shared() {
                 // The same pages: the child's VM attaches the windows at the same addresses.
                 for (va, frame, flags) in self.pt.frames_in(v.start, v.end) {
@@ -548,6 +550,10 @@ impl MemoryManager {
         if req.len == 0 {
             return Err(MmError::InvalidArgument("zero length"));
         }
+        // Linux's do_mmap: "Too many mappings?" (checked before any merge could spare one).
+        if self.vmas.len() > MAX_MAP_COUNT {
+            return Err(MmError::NoMemory("too many mappings (vm.max_map_count)"));
+        }
         let len = page_len(req.len)
             .filter(|&l| l <= layout::USER_END.0)
             .ok_or(MmError::NoMemory("length too large"))?;
@@ -591,6 +597,7 @@ impl MemoryManager {
             name: req.name,
             lock: self.def_lock,
             sealed: false,
+            advice: VmAdvice::NONE,
         };
         self.vmas
             .insert(vma)
@@ -618,7 +625,8 @@ impl MemoryManager {
     /// range are fine.
     ///
     /// # Errors
-    /// `EINVAL` for an unaligned address, a zero length, or a range leaving the user half.
+    /// `EINVAL` for an unaligned address, a zero length, or a range leaving the user half;
+    /// `ENOMEM` for a hole inside one VMA when the address space has [`MAX_MAP_COUNT`] VMAs.
     pub fn munmap(&mut self, addr: Gva, len: u64) -> Result<(), MmError> {
         if !addr.is_page_aligned() {
             return Err(MmError::InvalidArgument("unaligned address"));
@@ -631,6 +639,16 @@ impl MemoryManager {
             .filter(|e| *e <= layout::USER_END)
             .ok_or(MmError::InvalidArgument("range leaves the user half"))?;
         self.check_unsealed(addr, end)?;
+        // A hole punched inside one VMA makes two of it: refused at the limit, as Linux's
+        // `vms_gather_munmap_vmas` does (the munmap must not leave more than the limit).
+        if self.vmas.len() >= MAX_MAP_COUNT
+            && self
+                .vmas
+                .find(addr)
+                .is_some_and(|v| v.start < addr && end < v.end)
+        {
+            return Err(MmError::NoMemory("splitting would pass vm.max_map_count"));
+        }
         self.unmap_range(addr, end)
     }
 
@@ -779,6 +797,7 @@ impl MemoryManager {
                 name: Some("[heap]".to_owned()),
                 lock: self.def_lock,
                 sealed: false,
+                advice: VmAdvice::NONE,
             };
             if self.vmas.insert(heap).is_err() {
                 return self.brk;
@@ -932,12 +951,14 @@ impl MemoryManager {
     }
 
     /// Implements madvise(2). `MADV_DONTNEED` and `MADV_FREE` drop the pages (anonymous pages
-    /// read as zero afterwards, private file pages are read from the file again); every other
-    /// known advice is accepted and ignored.
+    /// read as zero afterwards, private file pages are read from the file again); the fork
+    /// and dump advice marks the VMAs (`advice.rs`); every other known advice is accepted and
+    /// ignored.
     ///
     /// # Errors
-    /// `EINVAL`: unknown advice, unaligned address, overflowing range; `ENOMEM`: part of the
-    /// range is unmapped (the mapped parts are still advised, as on Linux).
+    /// `EINVAL`: unknown advice, unaligned address, overflowing range, `MADV_WIPEONFORK` on
+    /// a file or shared mapping; `ENOMEM`: part of the range is unmapped (the mapped parts
+    /// are still advised, as on Linux).
     pub fn madvise(&mut self, addr: Gva, len: u64, advice: i32) -> Result<(), MmError> {
         const KNOWN: &[i32] = &[
             libc::MADV_NORMAL,
@@ -994,6 +1015,9 @@ impl MemoryManager {
         }
         if advice == libc::MADV_DONTNEED || advice == libc::MADV_FREE {
             self.drop_pages(addr, end);
+        }
+        if let Some((mark, on)) = advice::mark_of(advice) {
+            self.mark(addr, end, mark, on)?;
         }
         if self.vmas.covers(addr, end) {
             Ok(())
@@ -1062,6 +1086,7 @@ impl MemoryManager {
     }
 }
 
+mod advice;
 mod mlock;
 
 #[cfg(test)]

@@ -525,3 +525,76 @@ fn errno_mapping_is_total() {
     );
     assert!(all[7].is_internal() && !all[0].is_internal() && !all[8].is_internal());
 }
+
+#[test]
+fn madvise_marks_split_merge_and_steer_fork() {
+    let mut m = mm(16 * MIB);
+    let a = m.mmap(anon(0, 0x4000, Prot::RW, false)).unwrap();
+    m.copy_out(a, &[0x5a; 0x4000]).unwrap();
+    m.madvise(a.add(0x2000), 0x2000, libc::MADV_WIPEONFORK)
+        .unwrap();
+    m.madvise(a, 0x1000, libc::MADV_DONTFORK).unwrap();
+    assert_eq!(m.vmas().count(), 3);
+    let mut c = m
+        .fork_into(Arc::new(GuestMemory::new(16 * MIB).unwrap()))
+        .unwrap();
+    // MADV_DONTFORK: no mapping in the child; MADV_WIPEONFORK: zeros, the mark kept.
+    assert!(c.find_vma(a).is_none());
+    let mut b = [0u8; 1];
+    c.copy_in(a.add(0x1000), &mut b).unwrap();
+    assert_eq!(b, [0x5a]);
+    c.copy_in(a.add(0x3000), &mut b).unwrap();
+    assert_eq!(b, [0]);
+    assert!(c
+        .find_vma(a.add(0x3000))
+        .unwrap()
+        .advice
+        .contains(VmAdvice::WIPE_ON_FORK));
+    // Undone, the VMAs merge again.
+    m.madvise(a, 0x4000, libc::MADV_KEEPONFORK).unwrap();
+    m.madvise(a, 0x4000, libc::MADV_DOFORK).unwrap();
+    assert_eq!(m.vmas().count(), 1);
+    // Only private anonymous memory may be wiped on fork.
+    let shared = MmapRequest {
+        kind: VmaKind::Shared {
+            object: crate::shared::SharedSpace::new()
+                .anonymous(0x1000, "anon")
+                .unwrap(),
+            offset: 0,
+            may_write: true,
+        },
+        ..anon(0, 0x1000, Prot::RW, false)
+    };
+    let s = m.mmap(shared).unwrap();
+    assert_eq!(
+        m.madvise(s, 0x1000, libc::MADV_WIPEONFORK)
+            .map_err(|e| e.errno()),
+        Err(libc::EINVAL)
+    );
+}
+
+#[test]
+fn max_map_count_bounds_mmap_and_munmap_splits() {
+    let mut m = mm(16 * MIB);
+    let mut at = 0x1000_0000u64;
+    while m.vmas().count() <= MAX_MAP_COUNT {
+        m.mmap(MmapRequest {
+            prot: Prot::NONE,
+            ..anon(at, 0x3000, Prot::NONE, true)
+        })
+        .unwrap();
+        at += 0x6000;
+    }
+    assert_eq!(
+        m.mmap(anon(at, 0x1000, Prot::NONE, true))
+            .map_err(|e| e.errno()),
+        Err(libc::ENOMEM)
+    );
+    m.munmap(Gva(at - 0x6000), 0x3000).unwrap();
+    // A hole inside one mapping at the limit: ENOMEM; its end is fine.
+    assert_eq!(
+        m.munmap(Gva(0x1000_1000), 0x1000).map_err(|e| e.errno()),
+        Err(libc::ENOMEM)
+    );
+    m.munmap(Gva(0x1000_2000), 0x1000).unwrap();
+}

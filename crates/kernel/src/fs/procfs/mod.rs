@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::task::{ProcIdentity, Task, ThreadGroup};
 
+mod coredump_filter;
 pub mod machine;
 pub mod mounts;
 pub mod pagemap;
@@ -81,6 +82,8 @@ struct View {
     cpu: std::time::Duration,
     /// Start, on the boot-time clock.
     started: std::time::Duration,
+    /// `coredump_filter`'s content.
+    coredump_filter: Vec<u8>,
 }
 
 impl View {
@@ -112,6 +115,7 @@ impl View {
             mm: Some(t.mm.clone()),
             cpu: t.group.cpu_time(),
             started: t.group.started,
+            coredump_filter: coredump_filter::content(&t.group),
         }
     }
 
@@ -134,6 +138,7 @@ impl View {
             mm: g.resources().map(|r| r.mm),
             cpu: g.cpu_time(),
             started: g.started,
+            coredump_filter: coredump_filter::content(g),
         }
     }
 
@@ -294,6 +299,7 @@ fn dir_entries(t: &Task, pid: i32, listing: Listing) -> Option<Vec<DirEntry>> {
         let files = [
             ("cmdline", libc::DT_REG),
             ("comm", libc::DT_REG),
+            ("coredump_filter", libc::DT_REG),
             ("environ", libc::DT_REG),
             ("exe", libc::DT_LNK),
             ("fd", libc::DT_DIR),
@@ -407,6 +413,7 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<Whose>, &'static str)> {
             "cmdline" => "cmdline",
             "environ" => "environ",
             "comm" => "comm",
+            "coredump_filter" => "coredump_filter",
             "statm" => "statm",
             "timerslack_ns" => "timerslack_ns",
             // The same for every process of the sandbox.
@@ -497,6 +504,7 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
         ("environ", Some(v)) => v.identity.environ.to_vec(),
         ("cmdline", Some(v)) => v.identity.cmdline.to_vec(),
         ("comm", Some(v)) => format!("{}\n", v.comm()).into_bytes(),
+        ("coredump_filter", Some(v)) => v.coredump_filter.clone(),
         ("status", Some(v)) => status(v, t),
         ("stat", Some(v)) => stat(v, t),
         ("statm", Some(v)) => statm(v),
@@ -530,7 +538,7 @@ pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
     };
     // Read-only for everyone, as /proc's files are (stat shows it), but for the tunables
     // root may write and `comm`.
-    let mode = if sysctl::writable(which) || which == "comm" {
+    let mode = if sysctl::writable(which) || which == "comm" || which == "coredump_filter" {
         0o644
     } else {
         0o444
@@ -579,11 +587,22 @@ pub fn comm_file(path: &[u8], t: &Task) -> Option<(i32, i32)> {
     (what == "comm").then_some((pid, tid.unwrap_or(pid)))
 }
 
-/// Whether `path` names a file of this /proc that may be opened for writing: a tunable, or a
-/// thread's `comm` (mode 0644 on Linux).
+/// The process owning the file `path` names if it is one of its files its owner may write
+/// (mode 0644 on Linux): a thread's `comm`, the process's `coredump_filter`.
+pub fn process_writable(path: &[u8], t: &Task) -> Option<i32> {
+    if let Some((pid, _)) = comm_file(path, t) {
+        return Some(pid);
+    }
+    coredump_filter::pid_of(&lexical(path)?, t)
+}
+
+/// Whether `path` names a file of this /proc that may be opened for writing: a tunable, a
+/// thread's `comm` or a process's `coredump_filter` (mode 0644 on Linux).
 fn writable_path(path: &[u8]) -> bool {
     writable_tunable(path).is_some()
-        || lexical(path).is_some_and(|p| p.starts_with("/proc/") && p.ends_with("/comm"))
+        || lexical(path).is_some_and(|p| {
+            p.starts_with("/proc/") && (p.ends_with("/comm") || p.ends_with("/coredump_filter"))
+        })
 }
 
 /// A write(2) of `data` to `f`, a file of this /proc: a tunable's new value
@@ -599,6 +618,9 @@ pub fn write(t: &Task, f: &crate::fd::OpenFile, data: &[u8]) -> Result<(), Errno
     let path = f.path.as_deref().ok_or(Errno::EBADF)?;
     if let Some(name) = writable_tunable(path) {
         return sysctl::write(t, name, data);
+    }
+    if let Some(pid) = lexical(path).and_then(|p| coredump_filter::pid_of(&p, t)) {
+        return coredump_filter::write(t, pid, data);
     }
     match comm_file(path, t) {
         Some((pid, tid)) => task_dir::write_comm(t, pid, tid, data),

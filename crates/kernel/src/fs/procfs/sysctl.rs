@@ -2,9 +2,9 @@
 //! inotify limits, the System V IPC limits, `somaxconn`), read-only as a container's
 //! `/proc/sys` is, but for those that are the sandbox's own, which its root may write
 //! ([`write`]): the System V IPC limits and the POSIX message queue limits of `fs/mqueue`
-//! (its IPC namespace's), the host and domain names (its UTS namespace's), and
-//! `fs/pipe-max-size` and `fs/inotify/max_user_instances`, which torpor enforces within the
-//! host's own (F_SETPIPE_SZ, inotify_init).
+//! (its IPC namespace's), the host and domain names (its UTS namespace's), its core dumps'
+//! `kernel/core_pattern`, and `fs/pipe-max-size` and `fs/inotify/max_user_instances`, which
+//! torpor enforces within the host's own (F_SETPIPE_SZ, inotify_init).
 //!
 //! Each value is what bounds the sandbox: torpor's own for what torpor implements (pids,
 //! threads, System V shared memory, semaphores and message queues, AIO events, the lowest
@@ -49,10 +49,7 @@ const TUNABLES: &[(&str, Source)] = &[
     ("kernel/msgmax", Source::Sandbox(msgmax)),
     ("kernel/msgmnb", Source::Sandbox(msgmnb)),
     ("kernel/msgmni", Source::Sandbox(msgmni)),
-    (
-        "kernel/core_pattern",
-        Source::Fixed(crate::task::coredump::CORE_PATTERN),
-    ),
+    ("kernel/core_pattern", Source::Sandbox(core_pattern)),
     ("kernel/core_uses_pid", Source::Fixed("0")),
     // torpor's kernel loads no module and taints nothing.
     ("kernel/tainted", Source::Fixed("0")),
@@ -196,9 +193,11 @@ fn ipc_value(t: &Task, name: &str) -> String {
     }
 }
 
-/// The System V tunables the sandbox's root may write: its IPC namespace's (and the POSIX
-/// message queue limits, `fs/mqueue/*`).
-const WRITABLE: [&str; 11] = [
+/// The tunables the sandbox's root may write: its IPC namespace's System V limits (and the
+/// POSIX message queue limits, `fs/mqueue/*`), its UTS namespace's names, its core dumps'
+/// `core_pattern`, and the pipe and inotify limits torpor enforces for it.
+const WRITABLE: [&str; 12] = [
+    "kernel/core_pattern",
     "kernel/hostname",
     "kernel/domainname",
     "fs/pipe-max-size",
@@ -273,6 +272,10 @@ pub fn write(t: &Task, name: &str, text: &[u8]) -> Result<(), Errno> {
                 .inotify_max_instances
                 .store(v.max(1), Ordering::Relaxed);
         }
+        "kernel/core_pattern" => {
+            *procs.core_pattern.lock().unwrap_or_else(|e| e.into_inner()) =
+                crate::task::coredump::pattern_from(text)?;
+        }
         _ => return Err(Errno::EACCES),
     }
     Ok(())
@@ -313,6 +316,11 @@ pub fn pipe_max_size_of(t: &Task) -> u64 {
 /// The sandbox's max_user_instances: how many inotify instances its processes may hold.
 pub fn inotify_max_instances_of(t: &Task) -> u64 {
     inotify_max_instances(t).trim().parse().unwrap_or(128)
+}
+
+fn core_pattern(t: &Task) -> String {
+    let p = t.group.procs.core_pattern.lock();
+    String::from_utf8_lossy(&p.unwrap_or_else(|e| e.into_inner())).into_owned()
 }
 
 fn aio_nr(t: &Task) -> String {
