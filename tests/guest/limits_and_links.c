@@ -3,7 +3,9 @@
  *
  * timer slack (prctl, /proc/self/timerslack_ns, inherited by a child), sched_setaffinity of
  * another user's process, splice with a directory, an O_PATH descriptor's ioctl and mmap, a
- * hard link out of /proc, exec of a file open for writing, RLIMIT_SIGPENDING and RLIMIT_CPU.
+ * hard link out of /proc, exec of a file open for writing, RLIMIT_SIGPENDING and RLIMIT_CPU,
+ * semop interrupted by a handled signal (never restarted), waitid on a non-blocking pidfd,
+ * socket ioctls with a bad buffer.
  *
  * `limits_and_links tunables` (torpor only: natively it would change the host's settings)
  * writes the sandbox's own /proc/sys tunables and shows they bind.
@@ -22,7 +24,11 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/sem.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -181,6 +187,58 @@ static void cpu_limit(void) {
            WIFSIGNALED(status) ? sigabbrev_np(WTERMSIG(status)) : "exited");
 }
 
+static void on_hup(int sig) { (void)sig; }
+
+static void semop_interrupted(void) {
+    struct sigaction sa = {.sa_handler = on_hup, .sa_flags = SA_RESTART};
+    sigaction(SIGHUP, &sa, NULL);
+    int id = semget(IPC_PRIVATE, 1, IPC_CREAT | 0600);
+    semctl(id, 0, SETVAL, 1);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct sembuf wait_zero = {0, 0, 0};
+        long r = semop(id, &wait_zero, 1);
+        printf("semop interrupted by a SA_RESTART handler: %s\n", err(r));
+        exit(0);
+    }
+    usleep(200000);
+    kill(pid, SIGHUP);
+    waitpid(pid, NULL, 0);
+    semctl(id, 0, IPC_RMID);
+}
+
+static void pidfd_nonblocking(void) {
+    int p[2];
+    pipe(p);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char c;
+        read(p[0], &c, 1);
+        exit(0);
+    }
+    int fd = syscall(SYS_pidfd_open, pid, O_NONBLOCK);
+    siginfo_t info;
+    printf("waitid on a non-blocking pidfd of a live child: %s\n",
+           err(waitid(P_PIDFD, fd, &info, WEXITED)));
+    write(p[1], "x", 1);
+    long r;
+    while ((r = waitid(P_PIDFD, fd, &info, WEXITED)) == -1 && errno == EAGAIN)
+        usleep(1000);
+    printf("once it exited: %s, pid matches %d\n", err(r), info.si_pid == pid);
+    close(fd);
+}
+
+static void socket_ioctls(void) {
+    int tcp = socket(AF_INET, SOCK_STREAM, 0), udp = socket(AF_INET, SOCK_DGRAM, 0);
+    int at = -1;
+    const char *r = err(ioctl(tcp, SIOCATMARK, &at));
+    printf("SIOCATMARK, TCP: %s %d\n", r, at);
+    printf("SIOCATMARK, TCP, no buffer: %s\n", err(ioctl(tcp, SIOCATMARK, NULL)));
+    printf("SIOCSIFFLAGS, no buffer: %s\n", err(ioctl(udp, SIOCSIFFLAGS, NULL)));
+    close(tcp);
+    close(udp);
+}
+
 static long read_number(const char *path) {
     FILE *f = fopen(path, "r");
     long v = -1;
@@ -239,5 +297,8 @@ int main(int argc, char **argv) {
     exec_of_a_file_open_for_writing();
     sigpending_limit();
     cpu_limit();
+    semop_interrupted();
+    pidfd_nonblocking();
+    socket_ioctls();
     return 0;
 }

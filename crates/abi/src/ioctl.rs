@@ -8,6 +8,9 @@ pub const IFREQ_LEN: usize = 40;
 /// is a pointer of the caller's).
 pub const SIOCGIFCONF: u64 = 0x8912;
 
+/// `SIOCATMARK`: whether a stream socket is at its urgent mark (an `int` out).
+pub const SIOCATMARK: u64 = 0x8905;
+
 /// `sizeof(struct ifconf)`: `ifc_len` (int, then 4 bytes of padding) and the buffer pointer.
 pub const IFCONF_LEN: usize = 16;
 

@@ -918,6 +918,12 @@ fn limits_and_links_match_native() {
             "RT signal beyond RLIMIT_SIGPENDING: EAGAIN",
             "RLIMIT_CPU soft: SIGXCPU",
             "RLIMIT_CPU hard: KILL",
+            "semop interrupted by a SA_RESTART handler: EINTR",
+            "waitid on a non-blocking pidfd of a live child: EAGAIN",
+            "once it exited: ok, pid matches 1",
+            "SIOCATMARK, TCP: ok 0",
+            "SIOCATMARK, TCP, no buffer: EFAULT",
+            "SIOCSIFFLAGS, no buffer: EFAULT",
         ],
     );
     let r = Rootfs::new();

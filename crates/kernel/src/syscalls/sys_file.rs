@@ -886,12 +886,47 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
             }
             pty_master_ioctl(t, &f, req, arg)
         }
+        abi::ioctl::SIOCATMARK if f.is_socket() => {
+            let at = host::at_mark(f.host())?;
+            t.write_u32(arg, at as u32)?;
+            Ok(0)
+        }
+        // Changing an interface needs CAP_NET_ADMIN, which no sandbox has; Linux reads the
+        // request first (EFAULT for a bad one).
+        req if f.is_socket() && is_interface_change(req) => {
+            let mut ifr = [0u8; abi::ioctl::IFREQ_LEN];
+            t.copy_in(arg, &mut ifr)?;
+            Err(Errno::EPERM)
+        }
         crate::net::netlink::SIOCGIFCONF => super::sys_socket::interface_list_ioctl(t, &f, arg),
         req if crate::net::netlink::is_interface_query(req) => {
             super::sys_socket::interface_ioctl(t, &f, req, arg)
         }
         _ => Err(Errno::ENOTTY),
     }
+}
+
+/// Whether `req` is one of the `SIOCSIF*` requests that change a network interface.
+fn is_interface_change(req: u64) -> bool {
+    matches!(
+        req,
+        0x8911 // SIOCSIFLINK
+            | 0x8914 // SIOCSIFFLAGS
+            | 0x8916 // SIOCSIFADDR
+            | 0x8918 // SIOCSIFDSTADDR
+            | 0x891a // SIOCSIFBRDADDR
+            | 0x891c // SIOCSIFNETMASK
+            | 0x891e // SIOCSIFMETRIC
+            | 0x8920 // SIOCSIFMEM
+            | 0x8922 // SIOCSIFMTU
+            | 0x8923 // SIOCSIFNAME
+            | 0x8924 // SIOCSIFHWADDR
+            | 0x8926 // SIOCSIFENCAP
+            | 0x8930 // SIOCSIFSLAVE
+            | 0x8934 // SIOCSIFPFLAGS
+            | 0x8937 // SIOCSIFHWBROADCAST
+            | 0x8943 // SIOCSIFTXQLEN
+    )
 }
 
 /// TIOCGPTN, TIOCSPTLCK and TIOCGPTPEER on a pty master the guest opened (the host answers

@@ -357,6 +357,16 @@ pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
         P_PIDFD => WaitFor::Pid(pidfd_target(t, id, false)?),
         _ => return Err(Errno::EINVAL),
     };
+    // A non-blocking pidfd waits as WNOHANG, and finding nothing is EAGAIN (Linux 5.10).
+    let nonblocking_pidfd = idtype == P_PIDFD
+        && t.fds.get(id).is_ok_and(|f| {
+            crate::fd::host::status_flags(f.host()).is_ok_and(|fl| fl & libc::O_NONBLOCK != 0)
+        });
+    let options = if nonblocking_pidfd {
+        options | WNOHANG
+    } else {
+        options
+    };
     let want = WaitWant {
         exited: options & WEXITED != 0,
         stopped: options & WSTOPPED != 0,
@@ -375,6 +385,9 @@ pub fn sys_waitid(t: &mut Task, a: &SyscallArgs) -> SysResult {
         options & WNOWAIT == 0,
         interrupted,
     )?;
+    if found.is_none() && nonblocking_pidfd {
+        return Err(Errno::EAGAIN);
+    }
     let mut info = [0u8; 128];
     if let Some((child, event)) = found {
         let (code, value) = match event {

@@ -82,6 +82,23 @@ pub fn bytes_readable(fd: BorrowedFd<'_>) -> Result<i32, Errno> {
     Ok(n)
 }
 
+/// Whether a stream socket's read position is at its urgent mark (SIOCATMARK).
+///
+/// # Errors
+/// The host's errno (EINVAL or ENOTTY for a socket without urgent data, such as UDP).
+pub fn at_mark(fd: BorrowedFd<'_>) -> Result<i32, Errno> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCATMARK writes one int.
+    cvt(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            abi::ioctl::SIOCATMARK as libc::c_ulong,
+            &mut n,
+        )
+    })?;
+    Ok(n)
+}
+
 /// The number of a pseudo-terminal master's replica (TIOCGPTN).
 ///
 /// # Errors
