@@ -8,6 +8,7 @@
 
 mod args;
 mod iovec;
+mod sys_adjtimex;
 mod sys_aio;
 mod sys_attr;
 mod sys_cachestat;
@@ -21,6 +22,7 @@ mod sys_futex_waitv;
 mod sys_info;
 mod sys_inotify;
 mod sys_ioprio;
+mod sys_lsm;
 mod sys_membarrier;
 mod sys_mm;
 mod sys_mq;

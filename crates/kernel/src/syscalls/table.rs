@@ -7,8 +7,8 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_futex_waitv,
-    sys_info, sys_inotify, sys_ioprio, sys_membarrier, sys_mm, sys_mq, sys_mseal, sys_msg, sys_openat2,
+    sys_adjtimex, sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs, sys_futex_waitv,
+    sys_info, sys_inotify, sys_ioprio, sys_lsm, sys_membarrier, sys_mm, sys_mq, sys_mseal, sys_msg, sys_openat2,
     sys_pidfd, sys_pipe, sys_poll, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session,
     sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_vmsplice,
     sys_xattr, SysResult, SyscallArgs,
@@ -154,6 +154,11 @@ table! {
     209 io_submit => sys_aio::sys_io_submit, Partial("requests complete during the call (as Linux's buffered I/O does), so io_cancel finds none in flight; IOCB_CMD_POLL is EINVAL, as before Linux 4.18");
     210 io_cancel => sys_aio::sys_io_cancel, Partial("no request is ever in flight: EINVAL, as for a completed one");
     202 futex => sys_process::sys_futex, Partial("WAIT, WAKE, bitsets, REQUEUE, CMP_REQUEUE; no PI or WAKE_OP");
+    159 adjtimex => sys_adjtimex::sys_adjtimex, Partial("reads the host clock's state; every setting mode is EPERM (no CAP_SYS_TIME over the host clock)");
+    305 clock_adjtime => sys_adjtimex::sys_clock_adjtime, Partial("CLOCK_REALTIME as adjtimex; other clocks EOPNOTSUPP, no dynamic (PTP) clocks");
+    461 lsm_list_modules => sys_lsm::sys_lsm_list_modules, Partial("the capability module only");
+    459 lsm_get_self_attr => sys_lsm::sys_lsm_get_self_attr, Partial("no module provides attributes: EOPNOTSUPP");
+    460 lsm_set_self_attr => sys_lsm::sys_lsm_set_self_attr, Partial("no module provides attributes: EOPNOTSUPP");
     449 futex_waitv => sys_futex_waitv::sys_futex_waitv, Partial("32-bit words only, as Linux; FUTEX2_NUMA is EINVAL");
     435 clone3 => sys_process::sys_clone3, Partial("ENOSYS on purpose: the C libraries fall back to clone");
     56 clone => sys_process::sys_clone, Partial("threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND) and processes (a fork copies the parent's memory eagerly into a new VM); CLONE_FILES, CLONE_FS, CLONE_SIGHAND between processes and CLONE_VM without CLONE_VFORK are EINVAL");
