@@ -16,6 +16,7 @@ mod sys_cred;
 mod sys_eventfd;
 mod sys_exec;
 mod sys_file;
+mod sys_file_attr;
 mod sys_fork;
 mod sys_fs;
 mod sys_futex_waitv;

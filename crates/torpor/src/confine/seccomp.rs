@@ -182,6 +182,9 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_readahead,
     // cachestat (the guest's cachestat, on the host file: not in every libc's table).
     451,
+    // file_getattr, file_setattr (the guest's, on the host file's inode).
+    468,
+    469,
     libc::SYS_fsync,
     libc::SYS_fdatasync,
     libc::SYS_sync,
