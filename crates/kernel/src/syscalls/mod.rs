@@ -26,6 +26,7 @@ mod sys_ioprio;
 mod sys_lsm;
 mod sys_membarrier;
 mod sys_mm;
+mod sys_mount_info;
 mod sys_mq;
 mod sys_mseal;
 mod sys_msg;

@@ -8,7 +8,7 @@ use abi::Errno;
 
 use super::{
     sys_adjtimex, sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file, sys_file_attr, sys_fork, sys_fs, sys_futex_waitv,
-    sys_info, sys_inotify, sys_ioprio, sys_lsm, sys_membarrier, sys_mm, sys_mq, sys_mseal, sys_msg, sys_openat2,
+    sys_info, sys_inotify, sys_ioprio, sys_lsm, sys_membarrier, sys_mm, sys_mount_info, sys_mq, sys_mseal, sys_msg, sys_openat2,
     sys_pidfd, sys_pipe, sys_poll, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session,
     sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_vmsplice,
     sys_xattr, SysResult, SyscallArgs,
@@ -161,6 +161,8 @@ table! {
     460 lsm_set_self_attr => sys_lsm::sys_lsm_set_self_attr, Partial("no module provides attributes: EOPNOTSUPP");
     468 file_getattr => sys_file_attr::sys_file_getattr, Partial("the host file's own attributes (EOPNOTSUPP where its filesystem has none)");
     469 file_setattr => sys_file_attr::sys_file_setattr, Partial("on the host file, by the host's checks (EOPNOTSUPP where its filesystem has none)");
+    457 statmount => sys_mount_info::sys_statmount, Partial("the sandbox's mounts as mountinfo shows them: SB_BASIC, MNT_BASIC (every mount private), MNT_ROOT, MNT_POINT, FS_TYPE, MNT_NS_ID, MNT_OPTS, SB_SOURCE; no idmaps, option arrays or subtypes");
+    458 listmount => sys_mount_info::sys_listmount, Partial("the sandbox's mounts as mountinfo shows them; one mount namespace");
     449 futex_waitv => sys_futex_waitv::sys_futex_waitv, Partial("32-bit words only, as Linux; FUTEX2_NUMA is EINVAL");
     435 clone3 => sys_process::sys_clone3, Partial("ENOSYS on purpose: the C libraries fall back to clone");
     56 clone => sys_process::sys_clone, Partial("threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND) and processes (a fork copies the parent's memory eagerly into a new VM); CLONE_FILES, CLONE_FS, CLONE_SIGHAND between processes and CLONE_VM without CLONE_VFORK are EINVAL");
