@@ -304,7 +304,7 @@ impl<'a> Walk<'a> {
     /// What the component just reached is.
     fn node(&self) -> Result<Node, Errno> {
         let path = self.path();
-        if path.starts_with(b"/proc/") {
+        if path == b"/proc" || path.starts_with(b"/proc/") {
             return Ok(self.proc_node(&path));
         }
         let fd = match self.t.root.open_at(&path, libc::O_PATH | libc::O_NOFOLLOW, 0) {
