@@ -48,8 +48,7 @@ fn adjtime(t: &mut Task, at: platform::Gva) -> SysResult {
     };
     let modes = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
     validate(modes, i64_at(16))?;
-    let reads_only = modes == 0
-        || (modes & ADJ_ADJTIME != 0 && modes & ADJ_OFFSET_READONLY != 0);
+    let reads_only = modes == 0 || (modes & ADJ_ADJTIME != 0 && modes & ADJ_OFFSET_READONLY != 0);
     if !reads_only {
         return Err(Errno::EPERM);
     }
@@ -63,9 +62,8 @@ fn adjtime(t: &mut Task, at: platform::Gva) -> SysResult {
         return Err(Errno::last());
     }
     // SAFETY: `libc::timex` is the kernel's `struct timex`, plain integers, TIMEX_SIZE bytes.
-    let bytes = unsafe {
-        std::slice::from_raw_parts((&tx as *const libc::timex).cast::<u8>(), TIMEX_SIZE)
-    };
+    let bytes =
+        unsafe { std::slice::from_raw_parts((&tx as *const libc::timex).cast::<u8>(), TIMEX_SIZE) };
     let mut out = bytes.to_vec();
     out[..4].copy_from_slice(&modes.to_le_bytes());
     t.copy_out(at, &out)?;

@@ -59,7 +59,10 @@ pub fn sys_futex_waitv(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let mut list = Vec::with_capacity(nr as usize);
     for i in 0..nr as usize {
         let mut raw = [0u8; WAITV_SIZE];
-        t.copy_in(Gva(waiters.raw().wrapping_add((i * WAITV_SIZE) as u64)), &mut raw)?;
+        t.copy_in(
+            Gva(waiters.raw().wrapping_add((i * WAITV_SIZE) as u64)),
+            &mut raw,
+        )?;
         list.push(parse(&raw)?);
     }
     if list.iter().any(|w| !w.uaddr.raw().is_multiple_of(4)) {

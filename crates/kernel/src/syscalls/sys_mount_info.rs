@@ -161,7 +161,9 @@ fn table(t: &Task) -> Vec<GuestMount> {
             sandbox.clone()
         } else {
             let mut h = sandbox.clone().into_os_string();
-            h.push(std::ffi::OsStr::new(&String::from_utf8_lossy(&point).into_owned()));
+            h.push(std::ffi::OsStr::new(
+                &String::from_utf8_lossy(&point).into_owned(),
+            ));
             PathBuf::from(h)
         };
         let Some(unique) = unique_id(&host) else {
@@ -202,7 +204,10 @@ pub fn sys_listmount(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let list = table(t);
     let mut ids: Vec<u64> = if req.mnt_id == LSMT_ROOT {
-        list.iter().filter(|m| m.reachable).map(|m| m.unique).collect()
+        list.iter()
+            .filter(|m| m.reachable)
+            .map(|m| m.unique)
+            .collect()
     } else {
         let m = list
             .iter()
@@ -292,7 +297,12 @@ pub fn sys_statmount(t: &mut Task, a: &SyscallArgs) -> SysResult {
         s.put_u64(24, sb_magic(t, m));
         let sb_opts: Vec<&str> = m.info.super_options.split(',').collect();
         let mut sb_flags = 0u32;
-        for (name, bit) in [("ro", 1u32), ("sync", 16), ("dirsync", 128), ("lazytime", 1 << 25)] {
+        for (name, bit) in [
+            ("ro", 1u32),
+            ("sync", 16),
+            ("dirsync", 128),
+            ("lazytime", 1 << 25),
+        ] {
             if sb_opts.contains(&name) {
                 sb_flags |= bit;
             }
@@ -343,7 +353,7 @@ pub fn sys_statmount(t: &mut Task, a: &SyscallArgs) -> SysResult {
             m.point.clone()
         } else {
             match m.point.strip_prefix(root.as_slice()) {
-                Some(rest) if rest.is_empty() => b"/".to_vec(),
+                Some([]) => b"/".to_vec(),
                 Some(rest) if rest.starts_with(b"/") => rest.to_vec(),
                 _ => m.point.clone(),
             }
@@ -390,7 +400,12 @@ pub fn sys_statmount(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// The mount's filesystem magic (statfs's `f_type`), 0 if it cannot be read.
 fn sb_magic(t: &Task, m: &GuestMount) -> u64 {
-    let mut host = t.root.sandbox_path().as_os_str().as_encoded_bytes().to_vec();
+    let mut host = t
+        .root
+        .sandbox_path()
+        .as_os_str()
+        .as_encoded_bytes()
+        .to_vec();
     if m.point != b"/" {
         host.extend_from_slice(&m.point);
     }

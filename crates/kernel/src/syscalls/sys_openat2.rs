@@ -118,8 +118,7 @@ fn check_how(flags: u64, mode: u64, resolve: u64) -> Result<(), Errno> {
     }
     // __O_TMPFILE without O_DIRECTORY, or a read-only O_TMPFILE.
     let o_tmp_bit = tmpfile & !(libc::O_DIRECTORY as u64);
-    if flags & o_tmp_bit != 0
-        && (flags & tmpfile != tmpfile || flags & libc::O_ACCMODE as u64 == 0)
+    if flags & o_tmp_bit != 0 && (flags & tmpfile != tmpfile || flags & libc::O_ACCMODE as u64 == 0)
     {
         return Err(Errno::EINVAL);
     }
@@ -169,7 +168,9 @@ impl<'a> Walk<'a> {
         } else {
             let f = t.fds.get(dirfd)?;
             match (&f.kind, &f.path) {
-                (FileKind::Directory, Some(p)) => t.root.guest_path_of(f.owned()).unwrap_or(p.clone()),
+                (FileKind::Directory, Some(p)) => {
+                    t.root.guest_path_of(f.owned()).unwrap_or(p.clone())
+                }
                 _ => return Err(Errno::ENOTDIR),
             }
         };
@@ -214,9 +215,7 @@ impl<'a> Walk<'a> {
     /// EXDEV if RESOLVE_NO_XDEV is asked and the walk is now on another mount.
     fn check_mount(&self) -> Result<(), Errno> {
         match &self.xdev {
-            Some((start, points)) if mount_of(&self.path(), points) != *start => {
-                Err(Errno::EXDEV)
-            }
+            Some((start, points)) if mount_of(&self.path(), points) != *start => Err(Errno::EXDEV),
             _ => Ok(()),
         }
     }
@@ -307,7 +306,11 @@ impl<'a> Walk<'a> {
         if path == b"/proc" || path.starts_with(b"/proc/") {
             return Ok(self.proc_node(&path));
         }
-        let fd = match self.t.root.open_at(&path, libc::O_PATH | libc::O_NOFOLLOW, 0) {
+        let fd = match self
+            .t
+            .root
+            .open_at(&path, libc::O_PATH | libc::O_NOFOLLOW, 0)
+        {
             Ok(fd) => fd,
             Err(e) if e == Errno::ENOENT => return Ok(Node::Missing),
             Err(e) => return Err(e),
@@ -385,9 +388,7 @@ fn lexical(path: &[u8]) -> Vec<Vec<u8>> {
 /// longest of `points` it is at or beneath; `/proc` is always a mount of its own.
 fn mount_of(path: &[u8], points: &[Vec<u8>]) -> Vec<u8> {
     let beneath = |p: &[u8]| {
-        p == b"/"
-            || path == p
-            || (path.starts_with(p) && path.get(p.len()) == Some(&b'/'))
+        p == b"/" || path == p || (path.starts_with(p) && path.get(p.len()) == Some(&b'/'))
     };
     if beneath(b"/proc") {
         return b"/proc".to_vec();
@@ -434,7 +435,10 @@ mod tests {
 
     #[test]
     fn components() {
-        assert_eq!(lexical(b"//a/./b/../"), vec![b"a".to_vec(), b".".to_vec(), b"b".to_vec(), b"..".to_vec()]);
+        assert_eq!(
+            lexical(b"//a/./b/../"),
+            vec![b"a".to_vec(), b".".to_vec(), b"b".to_vec(), b"..".to_vec()]
+        );
         assert!(lexical(b"/").is_empty());
     }
 }

@@ -7,11 +7,12 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_adjtimex, sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file, sys_file_attr, sys_fork, sys_fs, sys_futex_waitv,
-    sys_info, sys_inotify, sys_ioprio, sys_lsm, sys_membarrier, sys_mm, sys_mount_info, sys_mq, sys_mseal, sys_msg, sys_openat2,
-    sys_pidfd, sys_pipe, sys_poll, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session,
-    sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_vmsplice,
-    sys_xattr, SysResult, SyscallArgs,
+    sys_adjtimex, sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file,
+    sys_file_attr, sys_fork, sys_fs, sys_futex_waitv, sys_info, sys_inotify, sys_ioprio, sys_lsm,
+    sys_membarrier, sys_mm, sys_mount_info, sys_mq, sys_mseal, sys_msg, sys_openat2, sys_pidfd,
+    sys_pipe, sys_poll, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session, sys_shm,
+    sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_vmsplice, sys_xattr,
+    SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
