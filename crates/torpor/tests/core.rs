@@ -973,3 +973,40 @@ fn memory_advice_and_residency_match_native() {
         ],
     );
 }
+
+/// The newer syscalls (openat2, futex_waitv, file_getattr/file_setattr, listmount/statmount,
+/// the lsm_* calls, adjtimex/clock_adjtime) answer as Linux: their argument checks, the
+/// RESOLVE_* flags, a futex_waitv woken on one of its words, the root mount's unique id.
+#[test]
+fn new_syscalls_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let out = guest_same_as_native("new_syscalls");
+    assert_has_lines(
+        &out,
+        &[
+            "openat2 size 64, non-zero tail: E2BIG",
+            "openat2 symlink, NO_SYMLINKS: ELOOP",
+            "openat2 ../x, BENEATH: EXDEV",
+            "openat2 up/f (link to ..), BENEATH: EXDEV",
+            "openat2 rootf (link to /f), IN_ROOT: ok",
+            "openat2 /proc/self/exe, NO_MAGICLINKS: ELOOP",
+            "openat2 /proc/self/status, NO_XDEV: EXDEV",
+            "openat2 create, BENEATH: ok, size 0, mode 600",
+            "futex_waitv timeout (REALTIME): ETIMEDOUT",
+            "futex_waitv woken by FUTEX_WAKE of word 2: ok, index 2, wake counted 1",
+            "futex_waitv shared, woken by another process: wake counted 1, index 1",
+            "file_getattr file as dirfd: ENOTDIR",
+            "file_getattr of a file: answered",
+            "listmount LSMT_ROOT: ok, has statx's root id 1, increasing 1",
+            "statmount of the root: ok, mask 33, mnt_id is statx's 1, point /",
+            "statmount of the old root after chroot, as nobody: EPERM",
+            "listmount of the old root after chroot, as nobody: EPERM",
+            "lsm_list_modules: ok, size matches count 1, capability listed 1",
+            "adjtimex ADJ_ADJTIME alone: EINVAL, tai untouched 1",
+            "adjtimex read: ok, tick 1",
+            "clock_adjtime MONOTONIC: EOPNOTSUPP",
+        ],
+    );
+}

@@ -416,6 +416,58 @@ pub fn fstatvfs(fd: BorrowedFd<'_>) -> Result<libc::statvfs, Errno> {
     Ok(vfs)
 }
 
+/// `sizeof(struct file_attr)` (FILE_ATTR_SIZE_VER0 = FILE_ATTR_SIZE_LATEST).
+pub const FILE_ATTR_SIZE: usize = 24;
+/// file_getattr(2)'s syscall number (x86-64; not in every libc).
+const SYS_FILE_GETATTR: libc::c_long = 468;
+/// file_setattr(2)'s.
+const SYS_FILE_SETATTR: libc::c_long = 469;
+
+/// file_getattr(2) of the inode `fd` refers to (by its `/proc/self/fd` link, as an
+/// `O_PATH` descriptor is no file to these calls): its `struct file_attr` (xflags, extent
+/// sizes, project id), as bytes.
+///
+/// # Errors
+/// The host's errno (EOPNOTSUPP where the filesystem has no such attributes).
+pub fn file_getattr(fd: BorrowedFd<'_>) -> Result<[u8; FILE_ATTR_SIZE], Errno> {
+    let mut out = [0u8; FILE_ATTR_SIZE];
+    let path = super::host_fd_path(&fd);
+    // SAFETY: a NUL-terminated path and a writable buffer of the structure's size.
+    let r = unsafe {
+        libc::syscall(
+            SYS_FILE_GETATTR,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            out.as_mut_ptr(),
+            FILE_ATTR_SIZE,
+            0,
+        )
+    };
+    cvt_size(r as isize)?;
+    Ok(out)
+}
+
+/// file_setattr(2) of the inode `fd` refers to (by its `/proc/self/fd` link) with `attr` (a
+/// `struct file_attr`).
+///
+/// # Errors
+/// The host's errno (EINVAL for unknown flags, EPERM, EOPNOTSUPP...).
+pub fn file_setattr(fd: BorrowedFd<'_>, attr: &[u8; FILE_ATTR_SIZE]) -> Result<(), Errno> {
+    let path = super::host_fd_path(&fd);
+    // SAFETY: a NUL-terminated path and a readable buffer of the structure's size.
+    let r = unsafe {
+        libc::syscall(
+            SYS_FILE_SETATTR,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            attr.as_ptr(),
+            FILE_ATTR_SIZE,
+            0,
+        )
+    };
+    cvt_size(r as isize).map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

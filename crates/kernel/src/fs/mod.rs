@@ -39,6 +39,9 @@ pub const RESOLVE_IN_ROOT: u64 = 0x10;
 pub struct Root {
     dir: OwnedFd,
     host_path: PathBuf,
+    /// The sandbox's own root's host path (this one's, unless it is a chroot(2) inside it):
+    /// where the sandbox's mounts are.
+    sandbox_path: PathBuf,
 }
 
 impl Root {
@@ -65,22 +68,36 @@ impl Root {
         }
         // SAFETY: `fd` was just opened and is owned by nobody else.
         let dir = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Root { dir, host_path })
+        Ok(Root {
+            dir,
+            sandbox_path: host_path.clone(),
+            host_path,
+        })
     }
 
-    /// A root at directory `dir` (opened inside another root, as chroot(2) does).
+    /// A root at directory `dir`, opened inside root `within` (as chroot(2) does).
     ///
     /// # Errors
     /// EBADF if the directory's host path cannot be read.
-    pub fn of_dir(dir: OwnedFd) -> Result<Root, Errno> {
+    pub fn of_dir(dir: OwnedFd, within: &Root) -> Result<Root, Errno> {
         let host_path = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
             .map_err(|_| Errno::EBADF)?;
-        Ok(Root { dir, host_path })
+        Ok(Root {
+            dir,
+            host_path,
+            sandbox_path: within.sandbox_path.clone(),
+        })
     }
 
     /// The root's host path.
     pub fn host_path(&self) -> &Path {
         &self.host_path
+    }
+
+    /// The host path of the sandbox's own root, which holds this one (the same unless a
+    /// chroot(2) made this one).
+    pub fn sandbox_path(&self) -> &Path {
+        &self.sandbox_path
     }
 
     /// Opens guest path `path` (absolute, or relative to the root) with `flags` and `mode`,

@@ -77,7 +77,7 @@ pub fn sys_chroot(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EPERM);
     }
     let at = t.root.guest_path_of(&fd)?;
-    let root = fs::Root::of_dir(fd)?;
+    let root = fs::Root::of_dir(fd, &t.root)?;
     let cwd = t.cwd();
     let inside = if at == b"/" {
         Some(cwd.as_slice())

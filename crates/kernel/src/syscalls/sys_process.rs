@@ -193,7 +193,7 @@ const FUTEX_CMD_MASK: i32 = !(128 | 256);
 const FUTEX_PRIVATE_FLAG: i32 = 128;
 
 /// Where a futex word's waiters queue.
-enum FutexQueues {
+pub(super) enum FutexQueues {
     /// The process's own table, keyed by user address.
     Process(Arc<crate::task::ThreadGroup>),
     /// The sandbox's table of words in shared memory, keyed by guest-physical address.
@@ -201,7 +201,7 @@ enum FutexQueues {
 }
 
 impl FutexQueues {
-    fn table(&self) -> &crate::task::FutexTable {
+    pub(super) fn table(&self) -> &crate::task::FutexTable {
         match self {
             FutexQueues::Process(g) => &g.futexes,
             FutexQueues::Sandbox(p) => &p.shared_futexes,
@@ -213,7 +213,7 @@ impl FutexQueues {
 /// on a page of shared memory is keyed by the page's guest-physical address, the same in
 /// every process mapping it, so that waiters and wakers of different processes (each its
 /// own VM) meet; every other futex is the process's own, keyed by address.
-fn futex_queues(t: &mut Task, addr: Gva, op: i32) -> Result<(FutexQueues, u64), Errno> {
+pub(super) fn futex_queues(t: &mut Task, addr: Gva, op: i32) -> Result<(FutexQueues, u64), Errno> {
     if op & FUTEX_PRIVATE_FLAG == 0 {
         // A shared futex's key is the page it lies in, so the word must be readable (Linux's
         // get_futex_key pins the page: EFAULT for an unmapped or PROT_NONE address, or a

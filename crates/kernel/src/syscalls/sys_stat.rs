@@ -256,7 +256,7 @@ pub fn sys_fstatfs(t: &mut Task, a: &SyscallArgs) -> SysResult {
 
 /// What `/proc/self/fd/N` points to: the guest path the file was opened by, or for a socket,
 /// pipe or other object the host's `socket:[ino]`-style name (never a host path).
-fn fd_link(file: &crate::fd::OpenFile) -> Vec<u8> {
+pub(super) fn fd_link(file: &crate::fd::OpenFile) -> Vec<u8> {
     if let Some(p) = &file.path {
         return p.clone();
     }

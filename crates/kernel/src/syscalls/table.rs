@@ -7,11 +7,12 @@ use std::sync::{Mutex, OnceLock};
 use abi::Errno;
 
 use super::{
-    sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs,
-    sys_info, sys_inotify, sys_ioprio, sys_membarrier, sys_mm, sys_mq, sys_mseal, sys_msg,
-    sys_pidfd, sys_pipe, sys_poll, sys_prctl, sys_process, sys_rw, sys_sched_attr, sys_sem,
-    sys_session, sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer,
-    sys_vmsplice, sys_xattr, SysResult, SyscallArgs,
+    sys_adjtimex, sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file,
+    sys_file_attr, sys_fork, sys_fs, sys_futex_waitv, sys_info, sys_inotify, sys_ioprio, sys_lsm,
+    sys_membarrier, sys_mm, sys_mount_info, sys_mq, sys_mseal, sys_msg, sys_openat2, sys_pidfd,
+    sys_pipe, sys_poll, sys_prctl, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session,
+    sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_vmsplice,
+    sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -154,6 +155,16 @@ table! {
     209 io_submit => sys_aio::sys_io_submit, Partial("requests complete during the call (as Linux's buffered I/O does), so io_cancel finds none in flight; IOCB_CMD_POLL is EINVAL, as before Linux 4.18");
     210 io_cancel => sys_aio::sys_io_cancel, Partial("no request is ever in flight: EINVAL, as for a completed one");
     202 futex => sys_process::sys_futex, Partial("WAIT, WAKE, bitsets, REQUEUE, CMP_REQUEUE; no PI or WAKE_OP");
+    159 adjtimex => sys_adjtimex::sys_adjtimex, Partial("reads the host clock's state; every setting mode is EPERM (no CAP_SYS_TIME over the host clock)");
+    305 clock_adjtime => sys_adjtimex::sys_clock_adjtime, Partial("CLOCK_REALTIME as adjtimex; other clocks EOPNOTSUPP, no dynamic (PTP) clocks");
+    461 lsm_list_modules => sys_lsm::sys_lsm_list_modules, Partial("the capability module only");
+    459 lsm_get_self_attr => sys_lsm::sys_lsm_get_self_attr, Partial("no module provides attributes: EOPNOTSUPP");
+    460 lsm_set_self_attr => sys_lsm::sys_lsm_set_self_attr, Partial("no module provides attributes: EOPNOTSUPP");
+    468 file_getattr => sys_file_attr::sys_file_getattr, Partial("the host file's own attributes (EOPNOTSUPP where its filesystem has none)");
+    469 file_setattr => sys_file_attr::sys_file_setattr, Partial("on the host file, by the host's checks (EOPNOTSUPP where its filesystem has none)");
+    457 statmount => sys_mount_info::sys_statmount, Partial("the sandbox's mounts as mountinfo shows them: SB_BASIC, MNT_BASIC (every mount private), MNT_ROOT, MNT_POINT, FS_TYPE, MNT_NS_ID, MNT_OPTS, SB_SOURCE; no idmaps, option arrays or subtypes");
+    458 listmount => sys_mount_info::sys_listmount, Partial("the sandbox's mounts as mountinfo shows them; one mount namespace");
+    449 futex_waitv => sys_futex_waitv::sys_futex_waitv, Partial("32-bit words only, as Linux; FUTEX2_NUMA is EINVAL");
     435 clone3 => sys_process::sys_clone3, Partial("ENOSYS on purpose: the C libraries fall back to clone");
     56 clone => sys_process::sys_clone, Partial("threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND) and processes (a fork copies the parent's memory eagerly into a new VM); CLONE_FILES, CLONE_FS, CLONE_SIGHAND between processes and CLONE_VM without CLONE_VFORK are EINVAL");
     57 fork => sys_fork::sys_fork, Partial("the child gets an eager copy of the parent's memory (no copy-on-write)");
@@ -219,6 +230,7 @@ table! {
     131 sigaltstack => sys_signal::sys_sigaltstack, Full;
     297 rt_tgsigqueueinfo => sys_signal::sys_rt_tgsigqueueinfo, Partial("single process: only the calling thread");
     257 openat => sys_file::sys_openat, Full;
+    437 openat2 => sys_openat2::sys_openat2, Partial("RESOLVE_* applied by torpor's own walk: NO_XDEV knows the sandbox's mounts and /proc; RESOLVE_CACHED is a plain lookup");
     258 mkdirat => sys_fs::sys_mkdirat, Full;
     262 newfstatat => sys_stat::sys_newfstatat, Full;
     263 unlinkat => sys_fs::sys_unlinkat, Full;
@@ -397,6 +409,8 @@ pub fn checks_file_access(nr: u64) -> bool {
         | 437 // openat2
         | 439 // faccessat2
         | 452 // fchmodat2
+        | 468 // file_getattr
+        | 469 // file_setattr
     )
 }
 

@@ -667,10 +667,12 @@ impl ThreadGroup {
     }
 }
 
-/// One waiter: a word the host futex sleeps on (0 = waiting, 1 = woken), and its bitset.
+/// One waiter: a word the host futex sleeps on (0 = waiting, its tag once woken), its
+/// bitset, and the tag a wake writes (1, or for futex_waitv which of its words woke it).
 struct Waiter {
     word: Arc<AtomicU32>,
     bitset: u32,
+    tag: u32,
 }
 
 /// Futex wait queues keyed by user address (the threads share one address space).
@@ -707,8 +709,35 @@ impl FutexTable {
         q.entry(addr).or_default().push(Waiter {
             word: word.clone(),
             bitset,
+            tag: 1,
         });
         Some(word)
+    }
+
+    /// Queues `word` (shared by several queues: futex_waitv) on `addr` with wake tag `tag`
+    /// (non-zero) if `check` (run under the table lock) returns true; whether it did.
+    pub fn enqueue_tagged(
+        &self,
+        addr: u64,
+        word: &Arc<AtomicU32>,
+        tag: u32,
+        check: impl FnOnce() -> bool,
+    ) -> bool {
+        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        if !check() {
+            return false;
+        }
+        q.entry(addr).or_default().push(Waiter {
+            word: word.clone(),
+            bitset: u32::MAX,
+            tag,
+        });
+        true
+    }
+
+    /// Takes `word`'s waiter off `addr`'s queue, if it is still there.
+    pub fn dequeue(&self, addr: u64, word: &Arc<AtomicU32>) {
+        self.remove(addr, word);
     }
 
     /// Sleeps on `word` (host futex: a kick's signal interrupts it) until woken or `timeout`.
@@ -784,8 +813,9 @@ impl FutexTable {
         }
     }
 
-    fn wake_word(word: &AtomicU32) {
-        word.store(1, Ordering::SeqCst);
+    fn wake_word(word: &AtomicU32, tag: u32) {
+        // The first wake's tag stays (a futex_waitv waiter woken on two of its words).
+        let _ = word.compare_exchange(0, tag, Ordering::SeqCst, Ordering::SeqCst);
         // SAFETY: waking waiters on a live AtomicU32.
         unsafe {
             libc::syscall(
@@ -804,7 +834,7 @@ impl FutexTable {
         let mut woken = 0;
         v.retain(|w| {
             if woken < n && w.bitset & bitset != 0 {
-                Self::wake_word(&w.word);
+                Self::wake_word(&w.word, w.tag);
                 woken += 1;
                 false
             } else {
@@ -828,7 +858,7 @@ impl FutexTable {
         let mut moved = Vec::new();
         for w in v.drain(..) {
             if count < n {
-                Self::wake_word(&w.word);
+                Self::wake_word(&w.word, w.tag);
                 count += 1;
             } else if (moved.len() as u32) < m {
                 moved.push(w);
@@ -848,7 +878,7 @@ impl FutexTable {
         let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         for (_, v) in q.drain() {
             for w in v {
-                Self::wake_word(&w.word);
+                Self::wake_word(&w.word, w.tag);
             }
         }
     }

@@ -140,7 +140,7 @@ fn parse(line: &str) -> Option<Mount> {
 }
 
 /// The kernel's octal escapes (`\040` for a space) undone.
-fn unescape(s: &str) -> String {
+pub fn unescape(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
