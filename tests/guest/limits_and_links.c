@@ -5,7 +5,7 @@
  * another user's process, splice with a directory, an O_PATH descriptor's ioctl and mmap, a
  * hard link out of /proc, exec of a file open for writing, RLIMIT_SIGPENDING and RLIMIT_CPU,
  * semop interrupted by a handled signal (never restarted), waitid on a non-blocking pidfd,
- * socket ioctls with a bad buffer.
+ * socket ioctls with a bad buffer, mq_notify's SIGEV_THREAD, /proc/self/fdinfo.
  *
  * `limits_and_links tunables` (torpor only: natively it would change the host's settings)
  * writes the sandbox's own /proc/sys tunables and shows they bind.
@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <mqueue.h>
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -239,6 +240,47 @@ static void socket_ioctls(void) {
     close(udp);
 }
 
+static volatile int notified;
+
+static void on_message(union sigval v) { notified = v.sival_int; }
+
+static void mq_thread_notification(void) {
+    mqd_t m = mq_open("/limits_and_links", O_CREAT | O_RDWR, 0600, NULL);
+    struct sigevent sev = {0};
+    sev.sigev_notify = SIGEV_THREAD;
+    sev.sigev_notify_function = on_message;
+    sev.sigev_value.sival_int = 42;
+    printf("mq_notify SIGEV_THREAD: %s\n", err(mq_notify(m, &sev)));
+    printf("removed: %s\n", err(mq_notify(m, NULL)));
+    sev.sigev_value.sival_int = 43;
+    printf("again: %s\n", err(mq_notify(m, &sev)));
+    mq_send(m, "x", 1, 1);
+    for (int i = 0; i < 500 && !notified; i++)
+        usleep(10000);
+    printf("the notification thread ran with %d\n", notified);
+    mq_close(m);
+    mq_unlink("/limits_and_links");
+}
+
+static void fdinfo(void) {
+    int in = inotify_init1(IN_CLOEXEC);
+    inotify_add_watch(in, "/tmp", IN_MODIFY | IN_DELETE);
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", in);
+    FILE *f = fopen(path, "r");
+    unsigned mask = 0;
+    long flags = -1;
+    while (f && fgets(line, sizeof(line), f)) {
+        sscanf(line, "inotify wd:%*d ino:%*x sdev:%*x mask:%x", &mask);
+        sscanf(line, "flags: %lo", &flags);
+    }
+    if (f)
+        fclose(f);
+    printf("fdinfo of an inotify fd: mask %x, close-on-exec %d\n", mask,
+           flags >= 0 && (flags & O_CLOEXEC) != 0);
+    close(in);
+}
+
 static long read_number(const char *path) {
     FILE *f = fopen(path, "r");
     long v = -1;
@@ -300,5 +342,7 @@ int main(int argc, char **argv) {
     semop_interrupted();
     pidfd_nonblocking();
     socket_ioctls();
+    mq_thread_notification();
+    fdinfo();
     return 0;
 }

@@ -924,6 +924,9 @@ fn limits_and_links_match_native() {
             "SIOCATMARK, TCP: ok 0",
             "SIOCATMARK, TCP, no buffer: EFAULT",
             "SIOCSIFFLAGS, no buffer: EFAULT",
+            "mq_notify SIGEV_THREAD: ok",
+            "the notification thread ran with 43",
+            "fdinfo of an inotify fd: mask 202, close-on-exec 1",
         ],
     );
     let r = Rootfs::new();

@@ -165,7 +165,7 @@ impl Access {
 }
 
 /// What a registered process is told when a message arrives in the empty queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notify {
     /// `SIGEV_NONE`: nothing; the registration only keeps others from registering.
     Nothing,
@@ -176,20 +176,42 @@ pub enum Notify {
         /// `sigev_value`, passed as `si_value`.
         value: u64,
     },
+    /// `SIGEV_THREAD`: the C library's cookie, sent as a datagram through `to` (the other
+    /// end of the socket its notification thread reads, `sys_mq`).
+    Thread {
+        /// The cookie (its last byte is set to say why it is sent).
+        cookie: [u8; abi::mqueue::NOTIFY_COOKIE_LEN],
+        /// Where it is sent.
+        to: Channel,
+    },
 }
+
+/// The sending end of a `SIGEV_THREAD` notification's channel; two are equal when they are
+/// the same channel.
+#[derive(Debug, Clone)]
+pub struct Channel(pub std::sync::Arc<std::os::fd::OwnedFd>);
+
+impl PartialEq for Channel {
+    fn eq(&self, other: &Channel) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Channel {}
 
 impl Notify {
     /// The `sigev_notify` it came from.
-    pub fn sigev_notify(self) -> i32 {
+    pub fn sigev_notify(&self) -> i32 {
         match self {
             Notify::Nothing => SIGEV_NONE,
             Notify::Signal { .. } => SIGEV_SIGNAL,
+            Notify::Thread { .. } => abi::timer::SIGEV_THREAD,
         }
     }
 }
 
 /// A process's registration for notification (one per queue).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registration {
     /// The registered process.
     pub owner: i32,
@@ -197,9 +219,9 @@ pub struct Registration {
     pub how: Notify,
 }
 
-/// A notification signal a send must post: the registration it ended, with the sender's
-/// process and real user ids for `si_pid` and `si_uid`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A notification a send must post: the registration it ended, with the sender's process
+/// and real user ids for `si_pid` and `si_uid` (a signal), or the cookie to send (`thread`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fired {
     /// The process to signal.
     pub owner: i32,
@@ -211,6 +233,8 @@ pub struct Fired {
     pub pid: i32,
     /// The sender's real user id.
     pub uid: u32,
+    /// A `SIGEV_THREAD` registration's cookie and where to send it (then no signal).
+    pub thread: Option<([u8; abi::mqueue::NOTIFY_COOKIE_LEN], Channel)>,
 }
 
 /// One descriptor's readiness for poll, select and epoll: a host eventfd (the descriptor's
@@ -500,6 +524,15 @@ impl MessageQueue {
                             value,
                             pid: who.pid,
                             uid: who.uid,
+                            thread: None,
+                        }),
+                        Notify::Thread { cookie, to } => Some(Fired {
+                            owner: reg.owner,
+                            signo: 0,
+                            value: 0,
+                            pid: who.pid,
+                            uid: who.uid,
+                            thread: Some((cookie, to)),
                         }),
                         _ => None,
                     });
@@ -589,7 +622,8 @@ impl MessageQueue {
 
     /// mq_notify(2) by `who`: with `how`, registers it (EBUSY if another live process is
     /// registered; `alive` tells whether a process still exists); without, removes its
-    /// registration if it has one.
+    /// registration if it has one. Returns the registration removed or replaced (a
+    /// `SIGEV_THREAD` one is told, Linux's NOTIFY_REMOVED).
     ///
     /// # Errors
     /// EBUSY.
@@ -598,35 +632,35 @@ impl MessageQueue {
         who: i32,
         how: Option<Notify>,
         alive: impl Fn(i32) -> bool,
-    ) -> Result<(), Errno> {
+    ) -> Result<Option<Registration>, Errno> {
         let mut s = self.lock();
-        match how {
+        let old = match how {
             None => {
-                if s.notify.is_some_and(|r| r.owner == who) {
-                    s.notify = None;
-                    s.times.ctime = now();
-                    s.times.atime = s.times.ctime;
+                if !s.notify.as_ref().is_some_and(|r| r.owner == who) {
+                    return Ok(None);
                 }
+                s.notify.take()
             }
             Some(how) => {
-                if s.notify.is_some_and(|r| alive(r.owner)) {
+                if s.notify.as_ref().is_some_and(|r| alive(r.owner)) {
                     return Err(Errno::EBUSY);
                 }
-                s.notify = Some(Registration { owner: who, how });
-                s.times.ctime = now();
-                s.times.atime = s.times.ctime;
+                s.notify.replace(Registration { owner: who, how })
             }
-        }
-        Ok(())
+        };
+        s.times.ctime = now();
+        s.times.atime = s.times.ctime;
+        Ok(old)
     }
 
     /// A descriptor of the queue was closed by process `pid` (Linux's `mqueue_flush_file`):
-    /// its registration goes.
-    pub fn flush(&self, pid: i32) {
+    /// its registration goes, and is returned.
+    pub fn flush(&self, pid: i32) -> Option<Registration> {
         let mut s = self.lock();
-        if s.notify.is_some_and(|r| r.owner == pid) {
-            s.notify = None;
+        if s.notify.as_ref().is_some_and(|r| r.owner == pid) {
+            return s.notify.take();
         }
+        None
     }
 
     /// The attributes mq_getsetattr reports (`mq_flags` left 0).
@@ -643,10 +677,10 @@ impl MessageQueue {
     /// and the registration (its kind, signal and process).
     pub fn status_line(&self) -> Vec<u8> {
         let mut s = self.lock();
-        let (notify, signo, pid) = match s.notify {
+        let (notify, signo, pid) = match &s.notify {
             None => (0, 0, 0),
-            Some(r) => match r.how {
-                Notify::Signal { signo, .. } => (SIGEV_SIGNAL, signo, r.owner),
+            Some(r) => match &r.how {
+                Notify::Signal { signo, .. } => (SIGEV_SIGNAL, *signo, r.owner),
                 h => (h.sigev_notify(), 0, r.owner),
             },
         };

@@ -79,7 +79,7 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
             return Err(Errno::EISDIR);
         }
         // Another process's descriptors: its owner's (mode 0500), or CAP_DAC_OVERRIDE's.
-        if let GeneratedDir::Fds(pid) = dir {
+        if let GeneratedDir::Fds(pid) | GeneratedDir::FdInfo(pid) = dir {
             if pid != t.pid {
                 let owner = t
                     .group

@@ -8,12 +8,14 @@
 //! see it), of kind [`FileKind::Mqueue`]; read(2) of it gives the status line of Linux's
 //! mqueue filesystem, fstat(2) the queue file's mode, owner and times.
 //!
-//! `SIGEV_THREAD` notification is the C library's: it passes the kernel a netlink socket
-//! and a cookie for the kernel to send when a message comes. torpor has no way to queue a
-//! datagram on the host's netlink socket, so such a registration fails with ENOSYS, which
-//! the C library returns as it does where netlink is missing; the arguments are checked
-//! first as Linux checks them (EFAULT for the cookie, EBADF, ENOTSOCK, EINVAL for a socket
-//! of another family).
+//! `SIGEV_THREAD` notification is the C library's: it passes the kernel a netlink socket,
+//! which its notification thread reads, and a cookie for the kernel to send there when a
+//! message comes (or the registration goes). The host's netlink socket takes no datagram
+//! from the holder (that needs CAP_NET_ADMIN), so at the first such registration the
+//! socket's host descriptor is replaced in place by one end of a datagram socket pair whose
+//! other end torpor keeps ([`notification_channel`]): the thread's `recv` then reads the
+//! cookies torpor sends. The arguments are checked first as Linux checks them (EFAULT for
+//! the cookie, EBADF, ENOTSOCK, EINVAL for a socket of another family).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -167,6 +169,10 @@ pub fn sys_mq_timedsend(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// the registration's `si_value`. It goes to the registered process whatever the sender
 /// may signal, as on Linux; a process gone meanwhile gets nothing.
 fn post_notification(t: &mut Task, fired: Fired) {
+    if let Some((cookie, to)) = &fired.thread {
+        send_cookie(*cookie, &to.0, NOTIFY_WOKENUP);
+        return;
+    }
     let mut info = SigInfo::user(fired.signo, SI_MESGQ, fired.pid, fired.uid);
     info.0[abi::timer::SI_VALUE..abi::timer::SI_VALUE + 8]
         .copy_from_slice(&fired.value.to_le_bytes());
@@ -215,22 +221,55 @@ pub fn sys_mq_notify(t: &mut Task, a: &SyscallArgs) -> SysResult {
                 signo: ev.signo,
                 value: ev.value,
             },
-            SIGEV_THREAD => return thread_notification(t, &ev),
+            SIGEV_THREAD => return thread_notification(t, fd, &ev),
             _ => return Err(Errno::EINVAL),
         })
     } else {
         None
     };
+    register(t, fd, how)
+}
+
+/// Registers (or with `None` removes) the caller's notification on queue `fd`; a
+/// `SIGEV_THREAD` registration removed or replaced is told (NOTIFY_REMOVED).
+fn register(t: &Task, fd: i32, how: Option<Notify>) -> SysResult {
     let (_, m) = mq_file(t, fd)?;
     let procs = t.group.procs.clone();
-    m.queue
+    let old = m
+        .queue
         .notify(t.pid, how, |pid| procs.group_of(pid).is_some())?;
+    tell_removed(old);
     Ok(0)
 }
 
+/// The last byte of a `SIGEV_THREAD` cookie: why it is sent (Linux's NOTIFY_WOKENUP and
+/// NOTIFY_REMOVED).
+const NOTIFY_WOKENUP: u8 = 1;
+const NOTIFY_REMOVED: u8 = 2;
+
+/// Sends a `SIGEV_THREAD` registration's cookie, its last byte set to `why`. A full or
+/// closed socket loses it, as Linux's `netlink_sendskb` would.
+fn send_cookie(mut cookie: [u8; NOTIFY_COOKIE_LEN], to: &std::os::fd::OwnedFd, why: u8) {
+    cookie[NOTIFY_COOKIE_LEN - 1] = why;
+    if let Err(e) = host::send_datagram(std::os::fd::AsFd::as_fd(to), &cookie) {
+        tracing::debug!("mq_notify: the notification cookie was not sent: {e:?}");
+    }
+}
+
+/// Tells a `SIGEV_THREAD` registration that went that it did.
+fn tell_removed(old: Option<crate::ipc::mqueue::Registration>) {
+    if let Some(crate::ipc::mqueue::Registration {
+        how: Notify::Thread { cookie, to },
+        ..
+    }) = old
+    {
+        send_cookie(cookie, &to.0, NOTIFY_REMOVED);
+    }
+}
+
 /// A `SIGEV_THREAD` registration: the cookie and the netlink socket checked as Linux
-/// checks them, then ENOSYS (see the module's documentation).
-fn thread_notification(t: &Task, ev: &Sigevent) -> SysResult {
+/// checks them, then the cookie registered, to be sent through the socket's channel.
+fn thread_notification(t: &Task, fd: i32, ev: &Sigevent) -> SysResult {
     let mut cookie = [0u8; NOTIFY_COOKIE_LEN];
     t.copy_in(Gva(ev.value), &mut cookie)?;
     let sock = t.fds.get(ev.signo)?;
@@ -240,7 +279,43 @@ fn thread_notification(t: &Task, ev: &Sigevent) -> SysResult {
     if state.family != libc::AF_NETLINK {
         return Err(Errno::EINVAL);
     }
-    Err(Errno::ENOSYS)
+    mq_file(t, fd)?;
+    let to = notification_channel(t, &sock)?;
+    register(
+        t,
+        fd,
+        Some(Notify::Thread {
+            cookie,
+            to: crate::ipc::mqueue::Channel(to),
+        }),
+    )
+}
+
+/// The sending end of the channel behind netlink socket `sock`, made at its first
+/// `SIGEV_THREAD` registration (see the module's documentation): the socket's host
+/// descriptor becomes one end of a new datagram pair. The process's threads are kicked, so
+/// that a `recv` already blocked on the old socket restarts on the new one.
+fn notification_channel(
+    t: &Task,
+    sock: &Arc<OpenFile>,
+) -> Result<Arc<std::os::fd::OwnedFd>, Errno> {
+    let channels = &t.group.procs.mq_channels;
+    let mut list = channels.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|(f, _)| f.strong_count() > 0);
+    if let Some((_, to)) = list
+        .iter()
+        .find(|(f, _)| f.upgrade().is_some_and(|f| Arc::ptr_eq(&f, sock)))
+    {
+        return Ok(to.clone());
+    }
+    let (ours, theirs) = host::datagram_pair()?;
+    host::replace_descriptor(&ours, sock.host())?;
+    drop(ours);
+    let to = Arc::new(theirs);
+    list.push((Arc::downgrade(sock), to.clone()));
+    drop(list);
+    t.group.kick_all();
+    Ok(to)
 }
 
 /// Implements mq_getsetattr(2): `mq_flags` may only hold O_NONBLOCK (EINVAL), which sets
@@ -274,7 +349,7 @@ pub fn sys_mq_getsetattr(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// process goes (Linux's `mqueue_flush_file`).
 pub fn closed(t: &Task, file: &OpenFile) {
     if let FileKind::Mqueue(m) = &file.kind {
-        m.queue.flush(t.pid);
+        tell_removed(m.queue.flush(t.pid));
     }
 }
 

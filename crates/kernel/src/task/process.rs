@@ -94,6 +94,13 @@ pub enum ChildEvent {
     Job(JobEvent),
 }
 
+/// A `SIGEV_THREAD` notification's netlink socket (held weakly: it goes with its last
+/// descriptor) and the sending end of the channel now behind it.
+pub type MqChannel = (
+    std::sync::Weak<crate::fd::OpenFile>,
+    Arc<std::os::fd::OwnedFd>,
+);
+
 /// The process table of one sandbox.
 pub struct ProcessTable {
     next_id: AtomicI32,
@@ -124,6 +131,9 @@ pub struct ProcessTable {
     /// (0: the host's). The host's limit still applies above it, as a parent user
     /// namespace's does on Linux.
     pub inotify_max_instances: AtomicU64,
+    /// The netlink sockets of `SIGEV_THREAD` message queue notifications, each with the end
+    /// of its channel torpor sends cookies through (`syscalls::sys_mq`).
+    pub mq_channels: Mutex<Vec<MqChannel>>,
     /// `/proc/sys/kernel/core_pattern`, the sandbox's own (its root may write it): the
     /// name core dumps get (`coredump.rs`).
     pub core_pattern: Mutex<Vec<u8>>,
@@ -205,6 +215,7 @@ impl Default for ProcessTable {
             aio_nr: crate::aio::AioCount::default(),
             pipe_max_size: AtomicU64::new(0),
             inotify_max_instances: AtomicU64::new(0),
+            mq_channels: Mutex::new(Vec::new()),
             core_pattern: Mutex::new(super::coredump::CORE_PATTERN.as_bytes().to_vec()),
             memory: mm::MemoryBudget::new(u64::MAX),
             oom_victim: Mutex::new(None),

@@ -189,6 +189,23 @@ pub fn cachestat(fd: BorrowedFd<'_>, off: u64, len: u64, flags: u32) -> Result<[
     Ok(out)
 }
 
+/// Sends `data` as one datagram without waiting (a full socket is EAGAIN).
+///
+/// # Errors
+/// The host's errno.
+pub fn send_datagram(fd: BorrowedFd<'_>, data: &[u8]) -> Result<(), Errno> {
+    // SAFETY: `data` is readable for its length.
+    cvt_size(unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            data.as_ptr().cast(),
+            data.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -163,6 +163,37 @@ pub fn flock(fd: BorrowedFd<'_>, op: i32) -> Result<(), Errno> {
     cvt(unsafe { libc::flock(fd.as_raw_fd(), op) }).map(|_| ())
 }
 
+/// A pair of connected Unix datagram sockets (close-on-exec).
+///
+/// # Errors
+/// The host's errno.
+pub fn datagram_pair() -> Result<(OwnedFd, OwnedFd), Errno> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two descriptors into `fds`.
+    cvt(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: two descriptors socketpair just made, owned by no one else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Makes descriptor `target` refer to `new`'s open file (dup3, close-on-exec): whoever
+/// holds `target` sees the new file from its next call on.
+///
+/// # Errors
+/// The host's errno.
+pub fn replace_descriptor(new: &OwnedFd, target: BorrowedFd<'_>) -> Result<(), Errno> {
+    // SAFETY: both are open descriptors; `target`'s number keeps its owner, now of `new`'s
+    // file.
+    cvt(unsafe { libc::dup3(new.as_raw_fd(), target.as_raw_fd(), libc::O_CLOEXEC) })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use crate::task::{ProcIdentity, Task, ThreadGroup};
 
 mod coredump_filter;
+mod fdinfo;
 pub mod machine;
 pub mod mounts;
 pub mod pagemap;
@@ -204,6 +205,8 @@ pub enum GeneratedDir {
     Process(i32),
     /// `/proc/PID/fd`.
     Fds(i32),
+    /// `/proc/PID/fdinfo`.
+    FdInfo(i32),
     /// `/proc/PID/task`: the process's threads.
     Tasks(i32),
     /// `/proc/PID/task/TID` of a live thread TID of process PID (also `/proc/thread-self`).
@@ -235,6 +238,7 @@ impl GeneratedDir {
         match sub {
             None => Some(GeneratedDir::Process(pid)),
             Some("fd") => Some(GeneratedDir::Fds(pid)),
+            Some("fdinfo") => Some(GeneratedDir::FdInfo(pid)),
             Some("task") if who != "thread-self" => Some(GeneratedDir::Tasks(pid)),
             Some(sub) if who != "thread-self" => {
                 let tid = sub.strip_prefix("task/")?.parse::<i32>().ok()?;
@@ -251,6 +255,7 @@ impl GeneratedDir {
             GeneratedDir::Proc => b"/proc".to_vec(),
             GeneratedDir::Process(pid) => format!("/proc/{pid}").into_bytes(),
             GeneratedDir::Fds(pid) => format!("/proc/{pid}/fd").into_bytes(),
+            GeneratedDir::FdInfo(pid) => format!("/proc/{pid}/fdinfo").into_bytes(),
             GeneratedDir::Tasks(pid) => format!("/proc/{pid}/task").into_bytes(),
             GeneratedDir::Thread(pid, tid) => format!("/proc/{pid}/task/{tid}").into_bytes(),
         }
@@ -263,6 +268,7 @@ impl GeneratedDir {
             GeneratedDir::Proc => Some(root_entries(t)),
             GeneratedDir::Process(pid) => dir_entries(t, pid, Listing::Process),
             GeneratedDir::Fds(pid) => dir_entries(t, pid, Listing::Fds),
+            GeneratedDir::FdInfo(pid) => dir_entries(t, pid, Listing::FdInfo),
             GeneratedDir::Tasks(pid) => task_dir::task_entries(t, pid),
             GeneratedDir::Thread(pid, tid) => {
                 task_dir::control_of(t, pid, tid)?;
@@ -285,6 +291,8 @@ enum Listing {
     Thread,
     /// `/proc/PID/fd`.
     Fds,
+    /// `/proc/PID/fdinfo`.
+    FdInfo,
 }
 
 /// The entries of a process directory, `.` and `..` first: the generated files and links of
@@ -295,7 +303,7 @@ fn dir_entries(t: &Task, pid: i32, listing: Listing) -> Option<Vec<DirEntry>> {
         (0, b".".to_vec(), libc::DT_DIR),
         (1, b"..".to_vec(), libc::DT_DIR),
     ];
-    if listing != Listing::Fds {
+    if listing != Listing::Fds && listing != Listing::FdInfo {
         let files = [
             ("cmdline", libc::DT_REG),
             ("comm", libc::DT_REG),
@@ -303,6 +311,7 @@ fn dir_entries(t: &Task, pid: i32, listing: Listing) -> Option<Vec<DirEntry>> {
             ("environ", libc::DT_REG),
             ("exe", libc::DT_LNK),
             ("fd", libc::DT_DIR),
+            ("fdinfo", libc::DT_DIR),
             ("maps", libc::DT_REG),
             ("mountinfo", libc::DT_REG),
             ("mounts", libc::DT_REG),
@@ -329,8 +338,13 @@ fn dir_entries(t: &Task, pid: i32, listing: Listing) -> Option<Vec<DirEntry>> {
     };
     // A program that closes descriptors while it lists them (CPython's subprocess) must not
     // make the listing skip any: positions are descriptor numbers, not indexes.
+    let kind = if listing == Listing::FdInfo {
+        libc::DT_REG
+    } else {
+        libc::DT_LNK
+    };
     for (fd, _) in fds.iter() {
-        out.push((fd as u64 + 2, fd.to_string().into_bytes(), libc::DT_LNK));
+        out.push((fd as u64 + 2, fd.to_string().into_bytes(), kind));
     }
     Some(out)
 }
@@ -456,6 +470,9 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<Whose>, &'static str)> {
 /// The host's errno if the memory file cannot be made; ESRCH-like ENOENT for a process that
 /// exited meanwhile.
 pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
+    if let Some((pid, fd)) = lexical(path).and_then(|p| fdinfo::named(&p, t)) {
+        return Some(fdinfo::content(t, pid, fd).and_then(|c| memfd_with(&c, 0o444)));
+    }
     let (whose, which) = normalise(path, t)?;
     let view = match whose {
         Some((p, tid)) => {

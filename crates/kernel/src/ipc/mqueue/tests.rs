@@ -208,8 +208,15 @@ fn one_registration_per_queue() {
         Err(Errno::EBUSY)
     );
     // Another process's removal is ignored; a dead owner's registration is free.
-    q.notify(6, None, |_| true).unwrap();
-    assert_eq!(q.notify(6, Some(Notify::Nothing), |p| p != 5), Ok(()));
+    assert_eq!(q.notify(6, None, |_| true), Ok(None));
+    // The registration replaced is returned (a SIGEV_THREAD one is told it went).
+    assert_eq!(
+        q.notify(6, Some(Notify::Nothing), |p| p != 5),
+        Ok(Some(Registration {
+            owner: 5,
+            how: Notify::Nothing
+        }))
+    );
     assert!(q
         .status_line()
         .ends_with(b"NOTIFY:1     SIGNO:0     NOTIFY_PID:6     \n"));

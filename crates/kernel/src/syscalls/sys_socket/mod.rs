@@ -56,8 +56,11 @@ const SEND_FLAGS: i32 = libc::MSG_DONTWAIT
     | libc::MSG_OOB
     | libc::MSG_EOR
     | libc::MSG_CONFIRM;
-/// recv flags passed through (MSG_CMSG_CLOEXEC is applied by the kernel, to guest fds).
+/// recv flags passed through (MSG_CMSG_CLOEXEC is applied by the kernel, to guest fds;
+/// MSG_NOSIGNAL means nothing to a receive, and Linux takes it: glibc's mq_notify thread
+/// passes it).
 const RECV_FLAGS: i32 = libc::MSG_DONTWAIT
+    | libc::MSG_NOSIGNAL
     | libc::MSG_PEEK
     | libc::MSG_WAITALL
     | libc::MSG_TRUNC
