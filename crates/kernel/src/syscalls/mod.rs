@@ -24,6 +24,7 @@ mod sys_membarrier;
 mod sys_mm;
 mod sys_mq;
 mod sys_mseal;
+mod sys_ns;
 mod sys_msg;
 mod sys_pidfd;
 mod sys_pipe;

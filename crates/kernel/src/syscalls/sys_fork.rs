@@ -74,6 +74,9 @@ pub(super) fn fork(
     // space. Signal handlers go with memory (CLONE_SIGHAND needs CLONE_VM). The working
     // directory and umask (CLONE_FS) and the descriptor table (CLONE_FILES) may be shared;
     // CLONE_SYSVSEM and CLONE_IO are accepted (semaphore undo lists stay per process).
+    if flags & super::sys_ns::CLONE_NAMESPACES != 0 {
+        return Err(super::sys_ns::clone_refusal(flags));
+    }
     if flags & !known != 0 || (flags & CLONE_VM != 0 && flags & CLONE_VFORK == 0) {
         tracing::warn!(
             flags = format_args!("{flags:#x}"),

@@ -8,7 +8,7 @@ use abi::Errno;
 
 use super::{
     sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file, sys_fork, sys_fs,
-    sys_info, sys_inotify, sys_ioprio, sys_membarrier, sys_mm, sys_mq, sys_mseal, sys_msg,
+    sys_info, sys_inotify, sys_ioprio, sys_membarrier, sys_mm, sys_mq, sys_mseal, sys_msg, sys_ns,
     sys_pidfd, sys_pipe, sys_poll, sys_prctl, sys_process, sys_rw, sys_sched_attr, sys_sem,
     sys_session, sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer,
     sys_vmsplice, sys_xattr, SysResult, SyscallArgs,
@@ -154,8 +154,10 @@ table! {
     209 io_submit => sys_aio::sys_io_submit, Partial("requests complete during the call (as Linux's buffered I/O does), so io_cancel finds none in flight; IOCB_CMD_POLL is EINVAL, as before Linux 4.18");
     210 io_cancel => sys_aio::sys_io_cancel, Partial("no request is ever in flight: EINVAL, as for a completed one");
     202 futex => sys_process::sys_futex, Partial("WAIT, WAKE, bitsets, REQUEUE, CMP_REQUEUE; no PI or WAKE_OP");
+    272 unshare => sys_ns::sys_unshare, Partial("CLONE_FILES, CLONE_FS, CLONE_SYSVSEM, and CLONE_THREAD, CLONE_SIGHAND, CLONE_VM in a single-threaded process; a new namespace is EPERM (a new user namespace too, which Linux allows anyone)");
+    308 setns => sys_ns::sys_setns, Partial("the sandbox's namespaces are the only ones: checked as Linux, then EPERM (EINVAL for the caller's own user namespace)");
     435 clone3 => sys_process::sys_clone3, Partial("ENOSYS on purpose: the C libraries fall back to clone");
-    56 clone => sys_process::sys_clone, Partial("threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND) and processes (a fork copies the parent's memory eagerly into a new VM); CLONE_FILES, CLONE_FS, CLONE_SIGHAND between processes and CLONE_VM without CLONE_VFORK are EINVAL");
+    56 clone => sys_process::sys_clone, Partial("threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND) and processes (a fork copies the parent's memory eagerly into a new VM); CLONE_FILES, CLONE_FS, CLONE_SIGHAND between processes and CLONE_VM without CLONE_VFORK are EINVAL; the CLONE_NEW* flags EPERM (no namespace can be made)");
     57 fork => sys_fork::sys_fork, Partial("the child gets an eager copy of the parent's memory (no copy-on-write)");
     58 vfork => sys_fork::sys_vfork, Partial("the child runs on a copy of the parent's memory: its writes are not seen by the parent");
     59 execve => sys_exec::sys_execve, Partial("set-user-ID and set-group-ID honoured without file capabilities; from a multi-threaded process the other threads end first (EAGAIN if they do not within 5 s)");
