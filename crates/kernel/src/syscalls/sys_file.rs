@@ -392,7 +392,7 @@ pub fn sys_close_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EINVAL);
     }
     if flags & CLOSE_RANGE_UNSHARE != 0 {
-        super::sys_fork::unshare_files(t);
+        super::sys_ns::unshare_files(t);
     }
     let open: Vec<i32> = t
         .fds

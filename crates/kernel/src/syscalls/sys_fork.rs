@@ -203,28 +203,6 @@ pub(super) fn fork(
     Ok(pid as u64)
 }
 
-/// Gives the caller's process a descriptor table of its own when it shares one with another
-/// process (clone with CLONE_FILES), as Linux's unshare_files: at execve, and for
-/// close_range's CLOSE_RANGE_UNSHARE. The copy holds the same open file descriptions.
-pub(super) fn unshare_files(t: &mut Task) {
-    let shared = t
-        .group
-        .procs
-        .live_groups()
-        .into_iter()
-        .filter(|(pid, _)| *pid != t.pid)
-        .filter_map(|(_, g)| g.resources())
-        .any(|r| Arc::ptr_eq(&r.fds, &t.fds));
-    if !shared {
-        return;
-    }
-    t.fds = Arc::new(t.fds.fork_copy());
-    if let Some(mut r) = t.group.resources() {
-        r.fds = t.fds.clone();
-        t.group.set_resources(r);
-    }
-}
-
 /// Fresh guest memory of `size` bytes and an address space over it, for a new process
 /// (`what`: fork, execve, for the log).
 ///

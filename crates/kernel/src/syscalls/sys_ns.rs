@@ -5,6 +5,8 @@
 //! answers EPERM where Linux checks CAP_SYS_ADMIN, as for a container's root without it
 //! (also for a new user namespace, which Linux would let anyone make).
 
+use std::sync::Arc;
+
 use abi::Errno;
 
 use super::{SysResult, SyscallArgs};
@@ -73,7 +75,7 @@ pub fn sys_unshare(t: &mut Task, a: &SyscallArgs) -> SysResult {
         t.fs = t.fs.copy();
     }
     if flags & libc::CLONE_FILES as u64 != 0 {
-        super::sys_fork::unshare_files(t);
+        unshare_files(t);
     }
     Ok(0)
 }
@@ -111,6 +113,28 @@ pub fn sys_setns(t: &mut Task, a: &SyscallArgs) -> SysResult {
     Err(Errno::EINVAL)
 }
 
+/// Gives the caller's process a descriptor table of its own when it shares one with another
+/// process (clone with CLONE_FILES), as Linux's unshare_files: at execve, and for
+/// close_range's CLOSE_RANGE_UNSHARE. The copy holds the same open file descriptions.
+pub(super) fn unshare_files(t: &mut Task) {
+    let shared = t
+        .group
+        .procs
+        .live_groups()
+        .into_iter()
+        .filter(|(pid, _)| *pid != t.pid)
+        .filter_map(|(_, g)| g.resources())
+        .any(|r| Arc::ptr_eq(&r.fds, &t.fds));
+    if !shared {
+        return;
+    }
+    t.fds = Arc::new(t.fds.fork_copy());
+    if let Some(mut r) = t.group.resources() {
+        r.fds = t.fds.clone();
+        t.group.set_resources(r);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,7 +142,10 @@ mod tests {
     #[test]
     fn clone_refusals() {
         assert_eq!(clone_refusal(CLONE_NEWUTS), Errno::EPERM);
-        assert_eq!(clone_refusal(CLONE_NEWNS | libc::CLONE_FS as u64), Errno::EINVAL);
+        assert_eq!(
+            clone_refusal(CLONE_NEWNS | libc::CLONE_FS as u64),
+            Errno::EINVAL
+        );
         let thread = (libc::CLONE_THREAD | libc::CLONE_VM | libc::CLONE_SIGHAND) as u64;
         assert_eq!(clone_refusal(CLONE_NEWPID | thread), Errno::EINVAL);
         assert_eq!(clone_refusal(CLONE_NEWNET | thread), Errno::EPERM);

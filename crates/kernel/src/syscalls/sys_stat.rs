@@ -55,7 +55,12 @@ pub(super) fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result
 /// The stat of a namespace link of /proc that `path` (relative to `dirfd`) names, or of the
 /// namespace descriptor `dirfd` with an empty path and AT_EMPTY_PATH: the link itself with
 /// AT_SYMLINK_NOFOLLOW, else the namespace ([`ns`]). `None` for anything else.
-fn namespace_stat(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Option<Result<libc::stat, Errno>> {
+fn namespace_stat(
+    t: &Task,
+    dirfd: i32,
+    path: &[u8],
+    flags: i32,
+) -> Option<Result<libc::stat, Errno>> {
     if path.is_empty() {
         if flags & AT_EMPTY_PATH == 0 || dirfd == AT_FDCWD {
             return None;

@@ -225,7 +225,7 @@ pub fn link_stat(t: &Task, link: Link) -> libc::stat {
     };
     let mut st = crate::fd::host::empty_stat();
     st.st_dev = 0x16; // procfs's, 0:22
-    // An inode of /proc: distinct per process and link.
+                      // An inode of /proc: distinct per process and link.
     let index = LINKS.iter().position(|&(_, ns)| ns == link.ns).unwrap_or(0);
     st.st_ino = 0x1_0000_0000 + (link.pid as u64) * 16 + index as u64;
     st.st_mode = libc::S_IFLNK | 0o777;
