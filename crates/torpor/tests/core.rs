@@ -1013,3 +1013,44 @@ fn new_syscalls_match_native() {
         ],
     );
 }
+
+/// `/proc/PID/ns` and namespace descriptors (readlink, stat, the NS_GET_* ioctls), setns,
+/// unshare and clone's CLONE_NEW* refused as for a container's root (`tests/guest/namespaces.c`).
+#[test]
+fn namespace_files_and_refusals_match_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let out = guest_same_as_native("namespaces");
+    assert_has_lines(
+        &out,
+        &[
+            "/proc/self/ns: cgroup@ ipc@ mnt@ net@ pid@ pid_for_children@ time@ time_for_children@ user@ uts@",
+            "/proc/self lists ns as a directory: 1",
+            "uts -> uts, shape 1; stat ok reg 1 mode 444 ino matches 1; lstat ok link 1",
+            "pid_for_children -> pid, shape 1; stat ok reg 1 mode 444 ino matches 1; lstat ok link 1",
+            "access /proc/self/ns/pid: ok",
+            "/proc/CHILD/ns/uts is the parent's: 1",
+            "their uts stat is the same inode: 1",
+            "/proc/thread-self/ns/net is the process's: 1",
+            "/proc/self/fd/N of it reads as the link: 1",
+            "NS_GET_NSTYPE uts: ok is CLONE_NEWUTS 1",
+            "NS_GET_PARENT uts: EINVAL",
+            "NS_GET_PARENT pid: EPERM",
+            "NS_GET_USERNS user: EPERM",
+            "NS_GET_USERNS uts: ok, the user namespace 1, cloexec 1",
+            "NS_GET_OWNER_UID user: ok uid 0",
+            "NS_GET_OWNER_UID uts: EINVAL",
+            "TCGETS on it: ENOTTY",
+            "drop CAP_SYS_ADMIN: ok",
+            "setns uts: EPERM",
+            "setns uts as CLONE_NEWPID: EINVAL",
+            "setns user: EINVAL",
+            "setns pidfd, CLONE_NEWUTS: EPERM",
+            "unshare CLONE_FILES: ok",
+            "unshare CLONE_NEWUTS: EPERM",
+            "clone CLONE_NEWPID: EPERM",
+            "clone CLONE_NEWNS|CLONE_FS: EINVAL",
+        ],
+    );
+}

@@ -378,6 +378,30 @@ pub fn statx(fd: BorrowedFd<'_>, mask: u32) -> Result<[u8; STATX_SIZE], Errno> {
     Ok(out)
 }
 
+/// The `struct statx` bytes of a file the kernel describes itself by `st` (basic fields:
+/// type, mode, links, ids, inode, size, blocks and the three times; its device split in two).
+pub fn statx_of(st: &libc::stat) -> [u8; STATX_SIZE] {
+    // SAFETY: `libc::statx` is plain integers; all zeroes is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    stx.stx_mask = libc::STATX_BASIC_STATS;
+    stx.stx_blksize = st.st_blksize as u32;
+    stx.stx_nlink = st.st_nlink as u32;
+    stx.stx_uid = st.st_uid;
+    stx.stx_gid = st.st_gid;
+    stx.stx_mode = st.st_mode as u16;
+    stx.stx_ino = st.st_ino;
+    stx.stx_size = st.st_size as u64;
+    stx.stx_blocks = st.st_blocks as u64;
+    (stx.stx_atime.tv_sec, stx.stx_atime.tv_nsec) = (st.st_atime, st.st_atime_nsec as u32);
+    (stx.stx_mtime.tv_sec, stx.stx_mtime.tv_nsec) = (st.st_mtime, st.st_mtime_nsec as u32);
+    (stx.stx_ctime.tv_sec, stx.stx_ctime.tv_nsec) = (st.st_ctime, st.st_ctime_nsec as u32);
+    stx.stx_dev_major = libc::major(st.st_dev);
+    stx.stx_dev_minor = libc::minor(st.st_dev);
+    let mut out = [0u8; STATX_SIZE];
+    out.copy_from_slice(bytes_of(&stx));
+    out
+}
+
 /// readlinkat(2) of the symlink `fd` refers to (the empty path: an `O_PATH | O_NOFOLLOW`
 /// descriptor of a symlink) into `buf`; the length of the target written (truncated to
 /// `buf`, no NUL).

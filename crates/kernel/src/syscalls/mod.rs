@@ -30,6 +30,7 @@ mod sys_mount_info;
 mod sys_mq;
 mod sys_mseal;
 mod sys_msg;
+mod sys_ns;
 mod sys_openat2;
 mod sys_pidfd;
 mod sys_pipe;

@@ -321,7 +321,7 @@ pub(crate) fn execve(
     t.mem = mem;
     // A descriptor table shared with another process (clone with CLONE_FILES) becomes the
     // caller's own: its close-on-exec closes must not reach the other process.
-    super::sys_fork::unshare_files(t);
+    super::sys_ns::unshare_files(t);
     t.group.set_space(space);
     t.group.set_resources(crate::task::ProcessResources {
         mm: t.mm.clone(),

@@ -117,6 +117,11 @@ pub fn open_file(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, mode: u32) -
             }
             fd = crate::fs::reopen(&fd, access)?;
         } else if access != libc::O_RDONLY {
+            // A namespace (mode 0444) refuses a writer past the mode check EPERM, as nsfs.
+            let dac = crate::creds::cap::DAC_OVERRIDE;
+            if crate::fs::procfs::ns::link_at(&guest, t).is_some() && t.creds.capable(dac) {
+                return Err(Errno::EPERM);
+            }
             return Err(Errno::EACCES);
         }
         let file = Arc::new(OpenFile::new(fd, FileKind::ProcFile, Some(guest)));
@@ -387,7 +392,7 @@ pub fn sys_close_range(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EINVAL);
     }
     if flags & CLOSE_RANGE_UNSHARE != 0 {
-        super::sys_fork::unshare_files(t);
+        super::sys_ns::unshare_files(t);
     }
     let open: Vec<i32> = t
         .fds
@@ -790,6 +795,13 @@ pub fn sys_ioctl(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if matches!(f.kind, FileKind::Regular | FileKind::Directory) && super::sys_mm::is_path_only(&f)
     {
         return Err(Errno::EBADF);
+    }
+    // A namespace descriptor answers nsfs's requests; the generic ones (close-on-exec,
+    // non-blocking, async) are every file's.
+    if let Some(ns) = crate::fs::procfs::ns::of_file(&f) {
+        if !matches!(req, FIOCLEX | FIONCLEX | FIONBIO | FIOASYNC) {
+            return crate::fs::procfs::ns::ioctl(t, ns, req, arg);
+        }
     }
     match req {
         TIOCGPGRP | TIOCSPGRP => {

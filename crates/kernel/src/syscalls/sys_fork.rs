@@ -74,6 +74,9 @@ pub(super) fn fork(
     // space. Signal handlers go with memory (CLONE_SIGHAND needs CLONE_VM). The working
     // directory and umask (CLONE_FS) and the descriptor table (CLONE_FILES) may be shared;
     // CLONE_SYSVSEM and CLONE_IO are accepted (semaphore undo lists stay per process).
+    if flags & super::sys_ns::CLONE_NAMESPACES != 0 {
+        return Err(super::sys_ns::clone_refusal(flags));
+    }
     if flags & !known != 0 || (flags & CLONE_VM != 0 && flags & CLONE_VFORK == 0) {
         tracing::warn!(
             flags = format_args!("{flags:#x}"),
@@ -198,28 +201,6 @@ pub(super) fn fork(
         procs.wait_vfork(pid, || control.park_requested());
     }
     Ok(pid as u64)
-}
-
-/// Gives the caller's process a descriptor table of its own when it shares one with another
-/// process (clone with CLONE_FILES), as Linux's unshare_files: at execve, and for
-/// close_range's CLOSE_RANGE_UNSHARE. The copy holds the same open file descriptions.
-pub(super) fn unshare_files(t: &mut Task) {
-    let shared = t
-        .group
-        .procs
-        .live_groups()
-        .into_iter()
-        .filter(|(pid, _)| *pid != t.pid)
-        .filter_map(|(_, g)| g.resources())
-        .any(|r| Arc::ptr_eq(&r.fds, &t.fds));
-    if !shared {
-        return;
-    }
-    t.fds = Arc::new(t.fds.fork_copy());
-    if let Some(mut r) = t.group.resources() {
-        r.fds = t.fds.clone();
-        t.group.set_resources(r);
-    }
 }
 
 /// Fresh guest memory of `size` bytes and an address space over it, for a new process

@@ -361,6 +361,9 @@ pub fn sys_clone(t: &mut Task, a: &SyscallArgs) -> SysResult {
     if flags & thread != thread {
         return Err(Errno::EINVAL);
     }
+    if flags & super::sys_ns::CLONE_NAMESPACES != 0 {
+        return Err(super::sys_ns::clone_refusal(flags));
+    }
     let known = thread
         | CLONE_FS
         | CLONE_FILES

@@ -9,6 +9,7 @@ use platform::Gva;
 use super::sys_file::{resolve, AT_FDCWD};
 use super::{SysResult, SyscallArgs};
 use crate::fs::host;
+use crate::fs::procfs::ns;
 use crate::task::Task;
 
 const AT_SYMLINK_NOFOLLOW: i32 = 0x100;
@@ -51,6 +52,30 @@ pub(super) fn open_path(t: &Task, dirfd: i32, path: &[u8], flags: i32) -> Result
     t.root.open_at(&guest, oflags, 0)
 }
 
+/// The stat of a namespace link of /proc that `path` (relative to `dirfd`) names, or of the
+/// namespace descriptor `dirfd` with an empty path and AT_EMPTY_PATH: the link itself with
+/// AT_SYMLINK_NOFOLLOW, else the namespace ([`ns`]). `None` for anything else.
+fn namespace_stat(
+    t: &Task,
+    dirfd: i32,
+    path: &[u8],
+    flags: i32,
+) -> Option<Result<libc::stat, Errno>> {
+    if path.is_empty() {
+        if flags & AT_EMPTY_PATH == 0 || dirfd == AT_FDCWD {
+            return None;
+        }
+        return ns::of_file(&*t.fds.get(dirfd).ok()?).map(|n| Ok(ns::ns_stat(n)));
+    }
+    let guest = resolve(t, dirfd, path).ok()?;
+    let link = ns::link_at(&guest, t)?;
+    Some(if flags & AT_SYMLINK_NOFOLLOW != 0 {
+        Ok(ns::link_stat(t, link))
+    } else {
+        ns::check_access(t, link).map(|()| ns::ns_stat(link.ns))
+    })
+}
+
 fn copy_out_stat(t: &Task, addr: Gva, st: &libc::stat) -> Result<(), Errno> {
     t.copy_out(addr, host::stat_bytes(st))
 }
@@ -64,6 +89,10 @@ fn stat_at(t: &mut Task, dirfd: i32, path: &[u8], flags: i32, out: Gva) -> SysRe
             copy_out_stat(t, out, &st)?;
             return Ok(0);
         }
+    }
+    if let Some(st) = namespace_stat(t, dirfd, path, flags) {
+        copy_out_stat(t, out, &st?)?;
+        return Ok(0);
     }
     let fd = open_path(t, dirfd, path, flags)?;
     let st = host::stat(fd.as_fd())?;
@@ -98,7 +127,10 @@ pub fn sys_fstat(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let f = t.fds.get(a.int(0))?;
     let st = match &f.kind {
         crate::fd::FileKind::Mqueue(m) => super::sys_mq::stat(m),
-        _ => host::stat(f.host())?,
+        _ => match ns::of_file(&f) {
+            Some(n) => ns::ns_stat(n),
+            None => host::stat(f.host())?,
+        },
     };
     copy_out_stat(t, a.gva(1), &st)?;
     Ok(0)
@@ -119,6 +151,10 @@ pub fn sys_statx(t: &mut Task, a: &SyscallArgs) -> SysResult {
         return Err(Errno::EINVAL);
     }
     let p = t.copy_in_str(a.gva(1), libc::PATH_MAX as usize)?;
+    if let Some(st) = namespace_stat(t, dirfd, &p, flags) {
+        t.copy_out(out, &host::statx_of(&st?))?;
+        return Ok(0);
+    }
     let fd = open_path(t, dirfd, &p, flags)?;
     let bytes = host::statx(fd.as_fd(), mask)?;
     t.copy_out(out, &bytes)?;
@@ -175,6 +211,17 @@ fn readlink_at(t: &mut Task, dirfd: i32, path: &[u8], buf: Gva, len: u64) -> Sys
         _ => None,
     };
     if let Some(target) = own {
+        let n = target.len().min(len as usize);
+        t.copy_out(buf, &target.as_bytes()[..n])?;
+        return Ok(n as u64);
+    }
+    // A namespace's link: `uts:[4026531838]`.
+    if let Some(link) = resolve(t, dirfd, path)
+        .ok()
+        .and_then(|g| ns::link_at(&g, t))
+    {
+        ns::check_access(t, link)?;
+        let target = link.ns.target();
         let n = target.len().min(len as usize);
         t.copy_out(buf, &target.as_bytes()[..n])?;
         return Ok(n as u64);
@@ -257,6 +304,9 @@ pub fn sys_fstatfs(t: &mut Task, a: &SyscallArgs) -> SysResult {
 /// What `/proc/self/fd/N` points to: the guest path the file was opened by, or for a socket,
 /// pipe or other object the host's `socket:[ino]`-style name (never a host path).
 pub(super) fn fd_link(file: &crate::fd::OpenFile) -> Vec<u8> {
+    if let Some(n) = ns::of_file(file) {
+        return n.target().into_bytes();
+    }
     if let Some(p) = &file.path {
         return p.clone();
     }

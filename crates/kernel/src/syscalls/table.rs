@@ -9,10 +9,10 @@ use abi::Errno;
 use super::{
     sys_adjtimex, sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file,
     sys_file_attr, sys_fork, sys_fs, sys_futex_waitv, sys_info, sys_inotify, sys_ioprio, sys_lsm,
-    sys_membarrier, sys_mm, sys_mount_info, sys_mq, sys_mseal, sys_msg, sys_openat2, sys_pidfd,
-    sys_pipe, sys_poll, sys_prctl, sys_process, sys_rw, sys_sched_attr, sys_sem, sys_session,
-    sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer, sys_vmsplice,
-    sys_xattr, SysResult, SyscallArgs,
+    sys_membarrier, sys_mm, sys_mount_info, sys_mq, sys_mseal, sys_msg, sys_ns, sys_openat2,
+    sys_pidfd, sys_pipe, sys_poll, sys_prctl, sys_process, sys_rw, sys_sched_attr, sys_sem,
+    sys_session, sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer,
+    sys_vmsplice, sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -165,8 +165,10 @@ table! {
     457 statmount => sys_mount_info::sys_statmount, Partial("the sandbox's mounts as mountinfo shows them: SB_BASIC, MNT_BASIC (every mount private), MNT_ROOT, MNT_POINT, FS_TYPE, MNT_NS_ID, MNT_OPTS, SB_SOURCE; no idmaps, option arrays or subtypes");
     458 listmount => sys_mount_info::sys_listmount, Partial("the sandbox's mounts as mountinfo shows them; one mount namespace");
     449 futex_waitv => sys_futex_waitv::sys_futex_waitv, Partial("32-bit words only, as Linux; FUTEX2_NUMA is EINVAL");
+    272 unshare => sys_ns::sys_unshare, Partial("CLONE_FILES, CLONE_FS, CLONE_SYSVSEM, and CLONE_THREAD, CLONE_SIGHAND, CLONE_VM in a single-threaded process; a new namespace is EPERM (a new user namespace too, which Linux allows anyone)");
+    308 setns => sys_ns::sys_setns, Partial("the sandbox's namespaces are the only ones: checked as Linux, then EPERM (EINVAL for the caller's own user namespace)");
     435 clone3 => sys_process::sys_clone3, Partial("ENOSYS on purpose: the C libraries fall back to clone");
-    56 clone => sys_process::sys_clone, Partial("threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND) and processes (a fork copies the parent's memory eagerly into a new VM); CLONE_FILES, CLONE_FS, CLONE_SIGHAND between processes and CLONE_VM without CLONE_VFORK are EINVAL");
+    56 clone => sys_process::sys_clone, Partial("threads (CLONE_VM | CLONE_THREAD | CLONE_SIGHAND) and processes (a fork copies the parent's memory eagerly into a new VM); CLONE_FILES, CLONE_FS, CLONE_SIGHAND between processes and CLONE_VM without CLONE_VFORK are EINVAL; the CLONE_NEW* flags EPERM (no namespace can be made)");
     57 fork => sys_fork::sys_fork, Partial("the child gets an eager copy of the parent's memory (no copy-on-write)");
     58 vfork => sys_fork::sys_vfork, Partial("the child runs on a copy of the parent's memory: its writes are not seen by the parent");
     59 execve => sys_exec::sys_execve, Partial("set-user-ID and set-group-ID honoured without file capabilities; from a multi-threaded process the other threads end first (EAGAIN if they do not within 5 s)");

@@ -17,6 +17,7 @@
 //! | `/proc/self/smaps` | each VMA's maps line and memory, locked memory included ([`smaps`]) |
 //! | `/proc/self/pagemap` | 8 bytes per page, bit 63 for a present page ([`pagemap`]) |
 //! | `/proc/self/task/TID/…` | a thread's own stat, status, comm (writable by its process) ([`task_dir`]) |
+//! | `/proc/self/ns/…` | links to the sandbox's namespaces, opened as namespace descriptors ([`ns`]) |
 //! | `/proc/sys/…` | the tunables programs size themselves by ([`sysctl`]); the IPC ones writable by root |
 //! | `/proc/sysvipc/msg`, `shm`, `sem` | the sandbox's System V message queues, segments and semaphore sets ([`crate::ipc`]) |
 //!
@@ -24,10 +25,11 @@
 //! `/proc/thread-self/…` the caller's thread (`/proc/PID/task/TID/…`); `readlink` of `/proc/self/fd/N` and `/proc/self/exe` is answered by the
 //! syscall layer ([`self_relative`] splits such paths).
 //!
-//! `/proc`, `/proc/PID`, `/proc/PID/fd`, `/proc/PID/task` and `/proc/PID/task/TID` are
+//! `/proc`, `/proc/PID`, `/proc/PID/fd`, `/proc/PID/task`, `/proc/PID/task/TID` and `…/ns` are
 //! directories ([`GeneratedDir`]): `/proc` lists the sandbox's processes and the machine's
 //! files (so `ps`, `top` and `pgrep` find them), `/proc/PID` the files above,
-//! `/proc/PID/fd` the process's descriptors, `/proc/PID/task` its threads.
+//! `/proc/PID/fd` the process's descriptors, `/proc/PID/task` its threads, `/proc/PID/ns`
+//! the namespaces' links.
 
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -43,6 +45,7 @@ mod coredump_filter;
 mod fdinfo;
 pub mod machine;
 pub mod mounts;
+pub mod ns;
 pub mod pagemap;
 pub mod smaps;
 pub mod sysctl;
@@ -211,6 +214,9 @@ pub enum GeneratedDir {
     Tasks(i32),
     /// `/proc/PID/task/TID` of a live thread TID of process PID (also `/proc/thread-self`).
     Thread(i32, i32),
+    /// `/proc/PID/ns` (with a thread, `/proc/PID/task/TID/ns`): the namespaces' links
+    /// ([`ns`]).
+    Namespaces(i32, Option<i32>),
 }
 
 impl GeneratedDir {
@@ -239,11 +245,22 @@ impl GeneratedDir {
             None => Some(GeneratedDir::Process(pid)),
             Some("fd") => Some(GeneratedDir::Fds(pid)),
             Some("fdinfo") => Some(GeneratedDir::FdInfo(pid)),
+            Some("ns") if who == "thread-self" => Some(GeneratedDir::Namespaces(pid, Some(t.tid))),
+            Some("ns") => Some(GeneratedDir::Namespaces(pid, None)),
             Some("task") if who != "thread-self" => Some(GeneratedDir::Tasks(pid)),
             Some(sub) if who != "thread-self" => {
-                let tid = sub.strip_prefix("task/")?.parse::<i32>().ok()?;
+                let tail = sub.strip_prefix("task/")?;
+                let (tid, below) = match tail.split_once('/') {
+                    None => (tail, None),
+                    Some((tid, below)) => (tid, Some(below)),
+                };
+                let tid = tid.parse::<i32>().ok()?;
                 task_dir::control_of(t, pid, tid)?;
-                Some(GeneratedDir::Thread(pid, tid))
+                match below {
+                    None => Some(GeneratedDir::Thread(pid, tid)),
+                    Some("ns") => Some(GeneratedDir::Namespaces(pid, Some(tid))),
+                    Some(_) => None,
+                }
             }
             Some(_) => None,
         }
@@ -258,6 +275,10 @@ impl GeneratedDir {
             GeneratedDir::FdInfo(pid) => format!("/proc/{pid}/fdinfo").into_bytes(),
             GeneratedDir::Tasks(pid) => format!("/proc/{pid}/task").into_bytes(),
             GeneratedDir::Thread(pid, tid) => format!("/proc/{pid}/task/{tid}").into_bytes(),
+            GeneratedDir::Namespaces(pid, None) => format!("/proc/{pid}/ns").into_bytes(),
+            GeneratedDir::Namespaces(pid, Some(tid)) => {
+                format!("/proc/{pid}/task/{tid}/ns").into_bytes()
+            }
         }
     }
 
@@ -273,6 +294,14 @@ impl GeneratedDir {
             GeneratedDir::Thread(pid, tid) => {
                 task_dir::control_of(t, pid, tid)?;
                 dir_entries(t, pid, Listing::Thread)
+            }
+            GeneratedDir::Namespaces(pid, tid) => {
+                match tid {
+                    Some(tid) => task_dir::control_of(t, pid, tid).map(|_| ())?,
+                    None if pid != t.pid => t.group.procs.group_of(pid).map(|_| ())?,
+                    None => {}
+                }
+                Some(ns::entries())
             }
         }
     }
@@ -315,6 +344,7 @@ fn dir_entries(t: &Task, pid: i32, listing: Listing) -> Option<Vec<DirEntry>> {
             ("maps", libc::DT_REG),
             ("mountinfo", libc::DT_REG),
             ("mounts", libc::DT_REG),
+            ("ns", libc::DT_DIR),
             ("pagemap", libc::DT_REG),
             ("smaps", libc::DT_REG),
             ("stat", libc::DT_REG),
@@ -470,6 +500,9 @@ fn normalise(path: &[u8], t: &Task) -> Option<(Option<Whose>, &'static str)> {
 /// The host's errno if the memory file cannot be made; ESRCH-like ENOENT for a process that
 /// exited meanwhile.
 pub fn open(t: &Task, path: &[u8]) -> Option<Result<OwnedFd, Errno>> {
+    if let Some(link) = ns::link_at(path, t) {
+        return Some(ns::check_access(t, link).and_then(|()| ns::backing()));
+    }
     if let Some((pid, fd)) = lexical(path).and_then(|p| fdinfo::named(&p, t)) {
         return Some(fdinfo::content(t, pid, fd).and_then(|c| memfd_with(&c, 0o444)));
     }
