@@ -5,7 +5,8 @@
  * another user's process, splice with a directory, an O_PATH descriptor's ioctl and mmap, a
  * hard link out of /proc, exec of a file open for writing, RLIMIT_SIGPENDING and RLIMIT_CPU,
  * semop interrupted by a handled signal (never restarted), waitid on a non-blocking pidfd,
- * socket ioctls with a bad buffer, mq_notify's SIGEV_THREAD, /proc/self/fdinfo.
+ * socket ioctls with a bad buffer, mq_notify's SIGEV_THREAD, /proc/self/fdinfo, a multicast
+ * group joined on the default interface.
  *
  * `limits_and_links tunables` (torpor only: natively it would change the host's settings)
  * writes the sandbox's own /proc/sys tunables and shows they bind.
@@ -281,6 +282,18 @@ static void fdinfo(void) {
     close(in);
 }
 
+static void multicast_membership(void) {
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    struct group_req g = {0};
+    struct sockaddr_in *a = (struct sockaddr_in *)&g.gr_group;
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(0xef010203); /* 239.1.2.3 */
+    printf("MCAST_JOIN_GROUP: %s\n", err(setsockopt(s, IPPROTO_IP, MCAST_JOIN_GROUP, &g, sizeof(g))));
+    printf("MCAST_LEAVE_GROUP: %s\n", err(setsockopt(s, IPPROTO_IP, MCAST_LEAVE_GROUP, &g, sizeof(g))));
+    printf("and again: %s\n", err(setsockopt(s, IPPROTO_IP, MCAST_LEAVE_GROUP, &g, sizeof(g))));
+    close(s);
+}
+
 static long read_number(const char *path) {
     FILE *f = fopen(path, "r");
     long v = -1;
@@ -344,5 +357,6 @@ int main(int argc, char **argv) {
     socket_ioctls();
     mq_thread_notification();
     fdinfo();
+    multicast_membership();
     return 0;
 }

@@ -25,6 +25,9 @@ pub fn join(path: &Path) -> Result<()> {
 
 /// Moves this process into a new network namespace with its loopback interface up (an OCI
 /// bundle asking for one; a friendly-form holder without outbound access, `crate::broker`).
+/// Loopback also carries multicast (IFF_MULTICAST, and the route of 224.0.0.0/4 through it):
+/// a program that joins a group on the default interface, as on a container's `eth0`, joins
+/// it there instead of failing with ENODEV.
 ///
 /// # Errors
 /// The host's refusal (no CAP_SYS_ADMIN).
@@ -33,7 +36,7 @@ pub fn new() -> Result<()> {
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
         return Err(std::io::Error::last_os_error()).context("creating a network namespace");
     }
-    // Bring `lo` up (SIOCGIFFLAGS / SIOCSIFFLAGS on any socket).
+    // Bring `lo` up, with multicast (SIOCGIFFLAGS / SIOCSIFFLAGS on any socket).
     // SAFETY: a plain datagram socket; closed below.
     let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if s < 0 {
@@ -47,10 +50,13 @@ pub fn new() -> Result<()> {
         }
         let mut r = libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr);
         if r == 0 {
-            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_MULTICAST) as libc::c_short;
             r = libc::ioctl(s, libc::SIOCSIFFLAGS, &mut ifr);
         }
         let e = std::io::Error::last_os_error();
+        if r == 0 {
+            add_multicast_route(s);
+        }
         libc::close(s);
         (r, e)
     };
@@ -58,4 +64,32 @@ pub fn new() -> Result<()> {
         return Err(r.1).context("bringing lo up");
     }
     Ok(())
+}
+
+/// Routes IPv4 multicast (224.0.0.0/4) through `lo` (SIOCADDRT on socket `s`). A failure is
+/// only logged: multicast then fails as where no interface carries it.
+fn add_multicast_route(s: libc::c_int) {
+    let inet = |addr: [u8; 4]| {
+        // SAFETY: an all-zero sockaddr is valid; the family and address are set below.
+        let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        a.sin_family = libc::AF_INET as libc::sa_family_t;
+        a.sin_addr.s_addr = u32::from_ne_bytes(addr);
+        // SAFETY: sockaddr_in and sockaddr have the same size and a compatible layout.
+        unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(a) }
+    };
+    let mut dev = *b"lo\0";
+    // SAFETY: an all-zero rtentry is valid; the fields SIOCADDRT reads are set below.
+    let mut rt: libc::rtentry = unsafe { std::mem::zeroed() };
+    rt.rt_dst = inet([224, 0, 0, 0]);
+    rt.rt_genmask = inet([240, 0, 0, 0]);
+    rt.rt_flags = libc::RTF_UP;
+    rt.rt_dev = dev.as_mut_ptr().cast();
+    // SAFETY: SIOCADDRT reads one rtentry and the NUL-terminated device name it points at,
+    // both alive for the call.
+    if unsafe { libc::ioctl(s, libc::SIOCADDRT, &rt) } != 0 {
+        tracing::warn!(
+            "no multicast route through lo: {}",
+            std::io::Error::last_os_error()
+        );
+    }
 }

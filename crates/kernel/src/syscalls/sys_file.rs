@@ -522,9 +522,14 @@ pub fn sys_fcntl(t: &mut Task, a: &SyscallArgs) -> SysResult {
         F_GETLEASE => Ok(lease::get(&f) as u64),
         F_CREATED_QUERY => Ok(u64::from(f.created())),
         libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ => {
-            // Beyond the sandbox's pipe-max-size only with CAP_SYS_RESOURCE (EPERM).
+            // Beyond the sandbox's pipe-max-size only with CAP_SYS_RESOURCE (EPERM), once the
+            // size is known valid (Linux's pipe_set_size: an unsigned int above 2^31 is
+            // EINVAL first, the host's answer).
+            let size = a.u(2) as u32;
             if cmd == libc::F_SETPIPE_SZ
-                && a.u(2) > crate::fs::procfs::sysctl::pipe_max_size_of(t)
+                && size <= 1 << 31
+                && u64::from(size.max(4096).next_power_of_two())
+                    > crate::fs::procfs::sysctl::pipe_max_size_of(t)
                 && !t.creds.capable(crate::creds::cap::SYS_RESOURCE)
             {
                 return Err(Errno::EPERM);

@@ -186,7 +186,7 @@ table! {
     241 mq_unlink => sys_mq::sys_mq_unlink, Full;
     242 mq_timedsend => sys_mq::sys_mq_timedsend, Full;
     243 mq_timedreceive => sys_mq::sys_mq_timedreceive, Full;
-    244 mq_notify => sys_mq::sys_mq_notify, Partial("SIGEV_THREAD (the C library's, through a netlink socket) is ENOSYS, as where netlink is missing");
+    244 mq_notify => sys_mq::sys_mq_notify, Partial("SIGEV_THREAD's cookies reach the C library's netlink socket through a datagram channel torpor puts behind it (its other uses of that socket end)");
     245 mq_getsetattr => sys_mq::sys_mq_getsetattr, Full;
     29 shmget => sys_shm::sys_shmget, Full;
     30 shmat => sys_shm::sys_shmat, Full;

@@ -51,7 +51,7 @@ fn limits(group: &ThreadGroup) -> (u64, u64) {
         .rlimits
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .get(libc::RLIMIT_CPU as u32)
+        .get(libc::RLIMIT_CPU)
         .map_or((INFINITY, INFINITY), |l| (l.cur, l.max))
 }
 

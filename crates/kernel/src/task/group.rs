@@ -347,7 +347,7 @@ impl ThreadGroup {
             .rlimits
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(libc::RLIMIT_SIGPENDING as u32)
+            .get(libc::RLIMIT_SIGPENDING)
             .map_or(u64::MAX, |l| l.cur);
         let queued = self
             .lock_members()

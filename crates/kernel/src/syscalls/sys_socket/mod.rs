@@ -31,8 +31,9 @@ use crate::task::Task;
 mod mmsg;
 pub use mmsg::{sys_recvmmsg, sys_sendmmsg};
 
-/// Most option bytes copied for set/getsockopt (gVisor's `maxOptLen`).
-const MAX_OPT_LEN: usize = 64;
+/// Most option bytes copied for set/getsockopt: a `struct group_source_req` (264 bytes, the
+/// largest fixed-size option torpor passes on) with room to spare.
+const MAX_OPT_LEN: usize = 512;
 /// Most bytes one recv(2) without MSG_WAITALL asks for: a short read is always allowed there,
 /// and this bounds the guest pages faulted in for a huge buffer.
 const MAX_RECV_CHUNK: u64 = 4 << 20;
@@ -180,6 +181,30 @@ fn refused_sockopt(st: &SocketState, level: i32, set: bool) -> Errno {
     } else {
         Errno::EOPNOTSUPP
     }
+}
+
+/// Whether (level, optname) is a multicast option: group membership (IP_ADD_MEMBERSHIP,
+/// MCAST_JOIN_GROUP, IPV6_JOIN_GROUP and their source-specific and leaving forms) and the
+/// sending interface, TTL and loop. They are passed to the host only where the holder's
+/// network namespace is the sandbox's own ([`netlink::allowed`]): there a group joined is
+/// joined on the sandbox's interfaces alone, never on the host's.
+fn multicast_option(level: i32, name: i32) -> bool {
+    const MCAST_JOIN_GROUP: i32 = 42;
+    const MCAST_MSFILTER: i32 = 48;
+    match level {
+        libc::IPPROTO_IP => {
+            matches!(name, 32..=40) || (MCAST_JOIN_GROUP..=MCAST_MSFILTER).contains(&name)
+        }
+        libc::IPPROTO_IPV6 => {
+            matches!(name, 17..=21) || (MCAST_JOIN_GROUP..=MCAST_MSFILTER).contains(&name)
+        }
+        _ => false,
+    }
+}
+
+/// Whether the caller's sandbox may use (level, optname) on a socket, for setting or getting.
+fn option_permitted(t: &Task, level: i32, name: i32, set: bool) -> bool {
+    sockopt_allowed(level, name, set) || (multicast_option(level, name) && netlink::allowed(&t.net))
 }
 
 fn sockopt_allowed(level: i32, name: i32, set: bool) -> bool {
@@ -1061,7 +1086,7 @@ pub fn interface_list_ioctl(t: &Task, f: &OpenFile, arg: Gva) -> SysResult {
 pub fn sys_setsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (f, st) = socket_file(t, a.int(0))?;
     let (level, name) = (a.int(1), a.int(2));
-    if !sockopt_allowed(level, name, true) {
+    if !option_permitted(t, level, name, true) {
         return Err(refused_sockopt(&st, level, true));
     }
     let len = usize::try_from(a.int(4))
@@ -1081,7 +1106,7 @@ pub fn sys_setsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
 pub fn sys_getsockopt(t: &mut Task, a: &SyscallArgs) -> SysResult {
     let (f, st) = socket_file(t, a.int(0))?;
     let (level, name) = (a.int(1), a.int(2));
-    if !sockopt_allowed(level, name, false) {
+    if !option_permitted(t, level, name, false) {
         return Err(refused_sockopt(&st, level, false));
     }
     let ulen = usize::try_from(read_len(t, a.gva(4))?).map_err(|_| Errno::EINVAL)?;
