@@ -636,7 +636,7 @@ impl MessageQueue {
         let mut s = self.lock();
         let old = match how {
             None => {
-                if !s.notify.as_ref().is_some_and(|r| r.owner == who) {
+                if s.notify.as_ref().is_none_or(|r| r.owner != who) {
                     return Ok(None);
                 }
                 s.notify.take()
