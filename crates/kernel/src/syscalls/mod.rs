@@ -19,6 +19,7 @@ mod sys_fork;
 mod sys_fs;
 mod sys_info;
 mod sys_inotify;
+mod sys_io_uring;
 mod sys_ioprio;
 mod sys_membarrier;
 mod sys_mm;
