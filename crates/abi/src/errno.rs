@@ -76,6 +76,12 @@ errnos!(
     EINPROGRESS,
     EOVERFLOW,
     ENOTSUP,
+    ETIME,
+    ECANCELED,
+    EBADFD,
+    EBADR,
+    ENOBUFS,
+    EOWNERDEAD,
 );
 
 impl Errno {

@@ -4,6 +4,7 @@
 pub mod aio;
 pub mod clone;
 pub mod errno;
+pub mod io_uring;
 pub mod ioctl;
 pub mod mqueue;
 pub mod pod;

@@ -2,7 +2,7 @@
 //! root, the socket layer (Internet sockets behind a publish policy, Unix sockets named inside
 //! the sandbox), and the ELF loader.
 //!
-//! Locks: a `Task` belongs to its host thread, unlocked; the kernel's 38 locks (the process
+//! Locks: a `Task` belongs to its host thread, unlocked; the kernel's 42 locks (the process
 //! table, a thread group's members and futex queues, each address space's `MemoryManager`
 //! mutex...) and their order are listed in `docs/ARCHITECTURE.md` ("Locks"). In short: no
 //! lock is held while application code runs; the `MemoryManager` mutex is held for a whole
@@ -16,6 +16,7 @@ pub mod checkpoint;
 pub mod creds;
 pub mod fd;
 pub mod fs;
+pub mod io_uring;
 pub mod ipc;
 pub mod loader;
 pub mod net;

@@ -133,6 +133,74 @@ impl SharedWindow {
         self.base.as_ptr()
     }
 
+    /// Copies the window's bytes at `gpa` into `buf` (the guest may be writing them: each
+    /// byte is one it held at some point).
+    ///
+    /// # Errors
+    /// `EFAULT` if the range leaves the window.
+    pub fn read(&self, gpa: Gpa, buf: &mut [u8]) -> io::Result<()> {
+        let src = self
+            .host_ptr(gpa, buf.len() as u64)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+        // SAFETY: `src..src+len` is inside the mapping (checked); `buf` is a distinct host
+        // buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    /// Copies `buf` into the window at `gpa`.
+    ///
+    /// # Errors
+    /// `EFAULT` if the range leaves the window; `EACCES` for a read-only window.
+    pub fn write(&self, gpa: Gpa, buf: &[u8]) -> io::Result<()> {
+        let dst = self.writable_ptr(gpa, buf.len() as u64)?;
+        // SAFETY: `dst..dst+len` is inside a writable mapping (checked); `buf` is a distinct
+        // host buffer.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, buf.len()) };
+        Ok(())
+    }
+
+    /// Reads the `u32` at `gpa` (4-byte aligned) with acquire ordering: the value the guest
+    /// published with a release store (or a plain one, on x86), and what it wrote before.
+    ///
+    /// # Errors
+    /// `EFAULT` if unaligned or outside the window.
+    pub fn load_u32(&self, gpa: Gpa) -> io::Result<u32> {
+        let p = self.aligned_u32(gpa, self.host_ptr(gpa, 4))?;
+        // SAFETY: in bounds and 4-byte aligned (checked); an atomic access, because the guest
+        // and other threads access the word concurrently; the mapping outlives the borrow.
+        let a = unsafe { std::sync::atomic::AtomicU32::from_ptr(p) };
+        Ok(a.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Writes the `u32` at `gpa` (4-byte aligned) with release ordering: what this thread
+    /// wrote before is visible to a guest that reads the word.
+    ///
+    /// # Errors
+    /// `EFAULT` if unaligned or outside the window; `EACCES` for a read-only window.
+    pub fn store_u32(&self, gpa: Gpa, value: u32) -> io::Result<()> {
+        let p = self.aligned_u32(gpa, Some(self.writable_ptr(gpa, 4)?))?;
+        // SAFETY: as in `load_u32`, in a writable mapping.
+        let a = unsafe { std::sync::atomic::AtomicU32::from_ptr(p) };
+        a.store(value, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    fn writable_ptr(&self, gpa: Gpa, len: u64) -> io::Result<*mut u8> {
+        if !self.writable {
+            return Err(io::Error::from_raw_os_error(libc::EACCES));
+        }
+        self.host_ptr(gpa, len)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))
+    }
+
+    fn aligned_u32(&self, gpa: Gpa, p: Option<*mut u8>) -> io::Result<*mut u32> {
+        match p {
+            Some(p) if gpa.0.is_multiple_of(4) => Ok(p.cast::<u32>()),
+            _ => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+        }
+    }
+
     /// Whether `gpa..gpa+len` lies inside the window; its host pointer if so.
     pub(crate) fn host_ptr(&self, gpa: Gpa, len: u64) -> Option<*mut u8> {
         let off = gpa.0.checked_sub(self.gpa.0)?;

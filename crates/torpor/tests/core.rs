@@ -742,6 +742,21 @@ fn aio_matches_native() {
     guest_same_as_native("aio");
 }
 
+/// io_uring (`tests/guest/io_uring.c`, raw system calls, no liburing): io_uring_setup's
+/// checks and answer (sizes, ring offsets), the rings mapped from the descriptor, reads and
+/// writes (at offsets, at the file position, vectored), registered buffers and files, error
+/// completions (bad descriptors, unknown opcodes and flags, a failed entry stopping the
+/// batch), link chains, hostile ring indexes, requests that wait (an empty pipe or socket, a
+/// poll, timeouts, a drain) and their cancellation, the overflow list, the probe, sockets,
+/// paths, MSG_RING, a registered eventfd, a fork's child sharing the ring, SQPOLL.
+#[test]
+fn io_uring_matches_native() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    guest_same_as_native("io_uring");
+}
+
 /// Pseudo-terminals (`misc_io pty`): openpty through the host's `/dev/ptmx` and TIOCGPTPEER,
 /// terminal ioctls on both ends, EIO on the master once the slave is gone, forkpty.
 /// (An OCI holder's Landlock rules do not allow /dev/ptmx and /dev/pts yet: there the guest's

@@ -315,6 +315,7 @@ fn kind_name(kind: &FileKind) -> &'static str {
         FileKind::Pidfd(_) => "a pidfd",
         FileKind::Signalfd(_) => "a signalfd",
         FileKind::Mqueue(_) => "a POSIX message queue descriptor",
+        FileKind::IoUring(_) => "an io_uring instance",
     }
 }
 

@@ -371,6 +371,34 @@ fn what_cannot_be_saved_yet_is_named() {
 }
 
 #[test]
+fn an_io_uring_instance_is_refused_by_name() {
+    let d = Dir::new();
+    let root = Root::open(&d.0).unwrap();
+    let t = FdTable::new();
+    let p = abi::io_uring::IoUringParams::default();
+    let g = crate::io_uring::layout::Geometry::new(4, &p).unwrap();
+    let (ring, ep) = crate::io_uring::IoUring::create(&mm::SharedSpace::new(), 0, g, 1, 0).unwrap();
+    insert(
+        &t,
+        5,
+        OpenFile::new(ep, FileKind::IoUring(Arc::new(ring)), None),
+    );
+    let e = files::export(
+        &[(3, &t)],
+        &root,
+        &NetPolicy::new(Vec::new(), false),
+        &mut BlobWriter::new(),
+        None,
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("process 3") && msg.contains("descriptor 5") && msg.contains("io_uring"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn a_malformed_table_is_refused() {
     let d = Dir::new();
     let root = Root::open(&d.0).unwrap();

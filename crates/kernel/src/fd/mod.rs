@@ -68,6 +68,9 @@ pub enum FileKind {
     Signalfd(std::sync::Arc<crate::task::signalfd::SignalFd>),
     /// A POSIX message queue descriptor (a host eventfd carrying the queue's readiness).
     Mqueue(std::sync::Arc<crate::ipc::mqueue::MqFile>),
+    /// An io_uring instance (a host epoll instance carrying its readiness: see
+    /// [`crate::io_uring`]).
+    IoUring(std::sync::Arc<Ring>),
 }
 
 impl FileKind {
@@ -93,6 +96,9 @@ impl FileKind {
         })
     }
 }
+
+/// An io_uring instance of the kernel's open files.
+pub type Ring = crate::io_uring::IoUring<OpenFile>;
 
 /// What the kernel remembers of a socket beyond its host fd.
 #[derive(Debug, Default, Clone)]

@@ -4,12 +4,13 @@
 //! so a control buffer crosses almost unchanged; what changes is what the data means:
 //!
 //! - `SCM_RIGHTS` carries fd numbers. On send, each guest fd is looked up in the sender's
-//!   table (`EBADF` if not open) and replaced by its host fd; the host kernel then passes the
-//!   open files themselves. On receive, the host has installed the files as host fds of the
-//!   holder (always close-on-exec, `MSG_CMSG_CLOEXEC`): each becomes an open file of the
-//!   receiver's table, of the kind its host fd shows ([`received_file`]), and its guest number
-//!   replaces the host one. The host buffer is exactly as large as the guest's, so the host's
-//!   truncation (the fds that do not fit are closed, `MSG_CTRUNC`) is Linux's.
+//!   table (`EBADF` if not open; an io_uring instance is `EINVAL`, as on Linux) and replaced
+//!   by its host fd; the host kernel then passes the open files themselves. On receive, the
+//!   host has installed the files as host fds of the holder (always close-on-exec,
+//!   `MSG_CMSG_CLOEXEC`): each becomes an open file of the receiver's table, of the kind its
+//!   host fd shows ([`received_file`]), and its guest number replaces the host one. The host
+//!   buffer is exactly as large as the guest's, so the host's truncation (the fds that do not
+//!   fit are closed, `MSG_CTRUNC`) is Linux's.
 //! - `SCM_CREDENTIALS` carries a `struct ucred`. On send, the guest's values are checked as
 //!   Linux checks them (its own pid, uid and gid, unless it is root: `EPERM`) and not passed to
 //!   the host, which would refuse the guest pid; they are recorded as the sending socket's
@@ -152,6 +153,10 @@ pub fn to_host(
                 for w in c.data.chunks_exact(4) {
                     let fd = i32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
                     let f = fds.get(fd)?;
+                    // Linux refuses to pass an io_uring instance (`scm_fp_copy`).
+                    if matches!(f.kind, crate::fd::FileKind::IoUring(_)) {
+                        return Err(Errno::EINVAL);
+                    }
                     data.extend_from_slice(&f.host().as_raw_fd().to_ne_bytes());
                     out._files.push(f);
                 }

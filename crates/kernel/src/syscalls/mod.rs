@@ -22,6 +22,7 @@ mod sys_fs;
 mod sys_futex_waitv;
 mod sys_info;
 mod sys_inotify;
+mod sys_io_uring;
 mod sys_ioprio;
 mod sys_lsm;
 mod sys_membarrier;

@@ -287,14 +287,14 @@ fn has_iter(kind: &FileKind, write: bool) -> bool {
 
 /// Whether `aio_offset` applies: a regular file or block device (streams have no position
 /// a read at an offset could use; Linux's `read_iter` of a pipe ignores it).
-fn positional(f: &OpenFile) -> bool {
+pub(super) fn positional(f: &OpenFile) -> bool {
     host::fstat(f.host())
         .is_ok_and(|st| matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFBLK))
 }
 
 /// `aio_reqprio` with IOCB_FLAG_IOPRIO, checked as Linux's `ioprio_check_cap`: the
 /// real-time class needs CAP_SYS_ADMIN or CAP_SYS_NICE, an unknown class is EINVAL.
-fn check_ioprio(t: &Task, prio: i16) -> Result<(), Errno> {
+pub(super) fn check_ioprio(t: &Task, prio: i16) -> Result<(), Errno> {
     match (prio as u16) >> 13 {
         1 if !(t.creds.capable(cap::SYS_ADMIN) || t.creds.capable(cap::SYS_NICE)) => {
             Err(Errno::EPERM)
@@ -305,7 +305,7 @@ fn check_ioprio(t: &Task, prio: i16) -> Result<(), Errno> {
 }
 
 /// Whether `[addr, addr + len)` lies in the user half (Linux's `access_ok`).
-fn user_range(addr: Gva, len: u64) -> Result<(), Errno> {
+pub(super) fn user_range(addr: Gva, len: u64) -> Result<(), Errno> {
     match addr.checked_add(len) {
         Some(end) if end <= platform::layout::USER_END => Ok(()),
         _ => Err(Errno::EFAULT),

@@ -8,6 +8,7 @@ use mm::{MmapRequest, Prot, VmLock, VmaKind};
 use platform::{Gva, PAGE_SIZE};
 
 use super::{SysResult, SyscallArgs};
+use crate::fd::FileKind;
 use crate::task::Task;
 
 pub(super) fn mm_err(e: mm::MmError) -> Errno {
@@ -88,44 +89,11 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
         }
     } else {
         let f = t.fds.get(fd)?;
-        if !f.kind.is_mappable() {
-            return Err(Errno::ENODEV);
-        }
-        name = t
-            .root
-            .guest_path_of(f.owned())
-            .ok()
-            .map(|p| String::from_utf8_lossy(&p).into_owned());
-        // Linux: the descriptor must be readable, and writable for a writable shared map.
-        let mode = access_mode(&f)?;
-        if mode == libc::O_WRONLY {
-            return Err(Errno::EACCES);
-        }
-        let file = std::fs::File::from(f.owned().try_clone().map_err(Errno::from)?);
-        if shared {
-            let object = t.group.procs.shm.file(&file).map_err(Errno::from)?;
-            let may_write = mode == libc::O_RDWR && object.is_writable();
-            if prot.contains(Prot::WRITE) && !may_write {
-                return Err(Errno::EACCES);
-            }
-            VmaKind::Shared {
-                object,
-                offset: off,
-                may_write,
-            }
+        if let FileKind::IoUring(ring) = &f.kind {
+            name = Some(super::sys_io_uring::MAPPING_NAME.into());
+            super::sys_io_uring::mapping(ring, addr, off)?
         } else {
-            // Clean pages from the page cache, copied on write (`mm`'s `pagecache.rs`),
-            // when the file qualifies (mapped executable, now or before) and sharing is on.
-            let cache = t
-                .group
-                .procs
-                .shm
-                .private_file(&file, prot.contains(Prot::EXEC));
-            VmaKind::File {
-                file: Arc::new(file),
-                offset: off,
-                cache,
-            }
+            file_mapping(t, &f, &mut name, shared, prot, off)?
         }
     };
     let populate = flags & libc::MAP_POPULATE != 0;
@@ -159,6 +127,57 @@ pub fn sys_mmap(t: &mut Task, a: &SyscallArgs) -> SysResult {
         })
         .map_err(mm_err)?;
     Ok(at.raw())
+}
+
+/// The mapping of file `f` (not anonymous memory): its shared object or its pages copied
+/// on write; `name` gets its path, as `/proc/PID/maps` shows it.
+fn file_mapping(
+    t: &Task,
+    f: &crate::fd::OpenFile,
+    name: &mut Option<String>,
+    shared: bool,
+    prot: Prot,
+    off: u64,
+) -> Result<VmaKind, Errno> {
+    if !f.kind.is_mappable() {
+        return Err(Errno::ENODEV);
+    }
+    *name = t
+        .root
+        .guest_path_of(f.owned())
+        .ok()
+        .map(|p| String::from_utf8_lossy(&p).into_owned());
+    // Linux: the descriptor must be readable, and writable for a writable shared map.
+    let mode = access_mode(f)?;
+    if mode == libc::O_WRONLY {
+        return Err(Errno::EACCES);
+    }
+    let file = std::fs::File::from(f.owned().try_clone().map_err(Errno::from)?);
+    Ok(if shared {
+        let object = t.group.procs.shm.file(&file).map_err(Errno::from)?;
+        let may_write = mode == libc::O_RDWR && object.is_writable();
+        if prot.contains(Prot::WRITE) && !may_write {
+            return Err(Errno::EACCES);
+        }
+        VmaKind::Shared {
+            object,
+            offset: off,
+            may_write,
+        }
+    } else {
+        // Clean pages from the page cache, copied on write (`mm`'s `pagecache.rs`), when
+        // the file qualifies (mapped executable, now or before) and sharing is on.
+        let cache = t
+            .group
+            .procs
+            .shm
+            .private_file(&file, prot.contains(Prot::EXEC));
+        VmaKind::File {
+            file: Arc::new(file),
+            offset: off,
+            cache,
+        }
+    })
 }
 
 /// The access mode (O_RDONLY, O_WRONLY, O_RDWR) of an open file.

@@ -12,10 +12,16 @@ use super::iovec::{copy_in_iovecs, MAX_RW};
 
 fn check_rw(t: &Task, fd: i32) -> Result<std::sync::Arc<crate::fd::OpenFile>, Errno> {
     let f = t.fds.get(fd)?;
+    check_file(&f)?;
+    Ok(f)
+}
+
+/// What read(2) and write(2) refuse of any open file: a directory (EISDIR).
+pub(super) fn check_file(f: &crate::fd::OpenFile) -> Result<(), Errno> {
     if matches!(f.kind, FileKind::Directory) {
         return Err(Errno::EISDIR);
     }
-    Ok(f)
+    Ok(())
 }
 
 /// Reads from `fd` into user memory `buf..buf+len`.
@@ -34,11 +40,23 @@ pub(super) fn read_to_user_flags(
     flags: fd::RwFlags,
 ) -> SysResult {
     let f = check_rw(t, fd)?;
+    read_file_to_user(t, &f, buf, len, offset, flags)
+}
+
+/// [`read_to_user_flags`] of an open file (one the caller checked with [`check_file`]).
+pub(super) fn read_file_to_user(
+    t: &mut Task,
+    f: &std::sync::Arc<crate::fd::OpenFile>,
+    buf: Gva,
+    len: u64,
+    offset: Option<i64>,
+    flags: fd::RwFlags,
+) -> SysResult {
     if let FileKind::Signalfd(s) = &f.kind {
         if offset.is_some() {
             return Err(Errno::ESPIPE);
         }
-        return super::sys_signalfd::read(t, &f, s, buf, len);
+        return super::sys_signalfd::read(t, f, s, buf, len);
     }
     if let FileKind::Mqueue(m) = &f.kind {
         let bytes = m.read(len, offset)?;
@@ -72,6 +90,18 @@ pub(super) fn write_from_user_flags(
     flags: fd::RwFlags,
 ) -> SysResult {
     let f = check_rw(t, fd)?;
+    write_file_from_user(t, &f, buf, len, offset, flags)
+}
+
+/// [`write_from_user_flags`] to an open file (one the caller checked with [`check_file`]).
+pub(super) fn write_file_from_user(
+    t: &mut Task,
+    f: &std::sync::Arc<crate::fd::OpenFile>,
+    buf: Gva,
+    len: u64,
+    offset: Option<i64>,
+    flags: fd::RwFlags,
+) -> SysResult {
     if let FileKind::Mqueue(m) = &f.kind {
         // Linux's queue file has no write: EINVAL, after the access check.
         return Err(if m.access.write {
@@ -81,16 +111,16 @@ pub(super) fn write_from_user_flags(
         });
     }
     if matches!(f.kind, FileKind::ProcFile) {
-        return write_proc_file(t, &f, &[(buf, len)]);
+        return write_proc_file(t, f, &[(buf, len)]);
     }
-    let len = within_file_size_limit(t, &f, offset, len.min(MAX_RW))?;
+    let len = within_file_size_limit(t, f, offset, len.min(MAX_RW))?;
     let runs = t.user_ranges(buf, len, false)?;
     let mut done = fd::write_from_guest_flags(&t.mem, f.host(), &runs, offset, flags)?;
     // Linux's blocking write to a pipe, socket or terminal returns early only for a signal:
     // the host's returns early for the runtime's own kicks too (another thread's munmap, a
     // park), so the rest is written unless the task has a signal or a park waiting.
     let nowait = flags & abi::aio::RWF_NOWAIT as i32 != 0;
-    if done == 0 || done >= len || nowait || !blocking_stream(&f) {
+    if done == 0 || done >= len || nowait || !blocking_stream(f) {
         return Ok(done);
     }
     while done < len && !interrupted(t) {
@@ -327,6 +357,14 @@ pub(super) fn vectored_io(
     flags: fd::RwFlags,
 ) -> SysResult {
     let f = check_rw(t, fd)?;
+    check_vectored(&f, offset)?;
+    let iov = copy_in_iovecs(t, iov, count)?;
+    vectored_file_io(t, &f, &iov, write, offset, flags)
+}
+
+/// What readv(2) and writev(2) refuse of an open file before they read the iovecs: an offset
+/// on a socket or signalfd (ESPIPE), a message queue (EINVAL).
+pub(super) fn check_vectored(f: &crate::fd::OpenFile, offset: Option<i64>) -> Result<(), Errno> {
     if offset.is_some() && (f.is_socket() || matches!(f.kind, FileKind::Signalfd(_))) {
         return Err(Errno::ESPIPE);
     }
@@ -334,19 +372,31 @@ pub(super) fn vectored_io(
         // The queue's status line is for read(2) (the host eventfd is not the guest's).
         return Err(Errno::EINVAL);
     }
-    let iov = copy_in_iovecs(t, iov, count)?;
+    Ok(())
+}
+
+/// [`vectored_io`] of an open file (checked with [`check_file`] and [`check_vectored`])
+/// through the iovecs `iov`, already read.
+pub(super) fn vectored_file_io(
+    t: &mut Task,
+    f: &std::sync::Arc<crate::fd::OpenFile>,
+    iov: &[(Gva, u64)],
+    write: bool,
+    offset: Option<i64>,
+    flags: fd::RwFlags,
+) -> SysResult {
     if write && matches!(f.kind, FileKind::ProcFile) {
-        return write_proc_file(t, &f, &iov);
+        return write_proc_file(t, f, iov);
     }
     let mut runs = Vec::new();
-    for (base, len) in iov {
+    for &(base, len) in iov {
         if len > 0 {
             runs.extend(t.user_ranges(base, len, !write)?);
         }
     }
     if write {
         let total = runs.iter().map(|r| r.1).sum::<u64>();
-        let allowed = within_file_size_limit(t, &f, offset, total)?;
+        let allowed = within_file_size_limit(t, f, offset, total)?;
         if allowed < total {
             runs = take_runs(&runs, allowed);
         }

@@ -8,11 +8,11 @@ use abi::Errno;
 
 use super::{
     sys_adjtimex, sys_aio, sys_attr, sys_cachestat, sys_cred, sys_eventfd, sys_exec, sys_file,
-    sys_file_attr, sys_fork, sys_fs, sys_futex_waitv, sys_info, sys_inotify, sys_ioprio, sys_lsm,
-    sys_membarrier, sys_mm, sys_mount_info, sys_mq, sys_mseal, sys_msg, sys_ns, sys_openat2,
-    sys_pidfd, sys_pipe, sys_poll, sys_prctl, sys_process, sys_rw, sys_sched_attr, sys_sem,
-    sys_session, sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat, sys_time, sys_timer,
-    sys_vmsplice, sys_xattr, SysResult, SyscallArgs,
+    sys_file_attr, sys_fork, sys_fs, sys_futex_waitv, sys_info, sys_inotify, sys_io_uring,
+    sys_ioprio, sys_lsm, sys_membarrier, sys_mm, sys_mount_info, sys_mq, sys_mseal, sys_msg,
+    sys_ns, sys_openat2, sys_pidfd, sys_pipe, sys_poll, sys_prctl, sys_process, sys_rw,
+    sys_sched_attr, sys_sem, sys_session, sys_shm, sys_signal, sys_signalfd, sys_socket, sys_stat,
+    sys_time, sys_timer, sys_vmsplice, sys_xattr, SysResult, SyscallArgs,
 };
 use crate::task::Task;
 
@@ -152,6 +152,9 @@ table! {
     206 io_setup => sys_aio::sys_io_setup, Full;
     207 io_destroy => sys_aio::sys_io_destroy, Full;
     208 io_getevents => sys_aio::sys_io_getevents, Full;
+    425 io_uring_setup => sys_io_uring::sys_io_uring_setup, Partial("IORING_SETUP_IOPOLL, HYBRID_IOPOLL, NO_MMAP, REGISTERED_FD_ONLY, R_DISABLED and CQE_MIXED are EINVAL; an SQPOLL ring has no polling thread: IORING_SQ_NEED_WAKEUP stays set and each io_uring_enter submits");
+    426 io_uring_enter => sys_io_uring::sys_io_uring_enter, Partial("requests run in the call (one that must wait for a stream, a poll, a timeout or a drain runs in a later io_uring_enter of the same process); READ_MULTISHOT, WAITID, the FUTEX ops, URING_CMD, the zero-copy sends and receives, PROVIDE/REMOVE_BUFFERS, FIXED_FD_INSTALL and EPOLL_WAIT complete with EOPNOTSUPP; requests run through the syscall table by descriptor number take no registered file (EBADF)");
+    427 io_uring_register => sys_io_uring::sys_io_uring_register, Partial("buffers, files (and updates), eventfd, probe, IOWQ_AFF and IOWQ_MAX_WORKERS (accepted, no workers); personalities, restrictions, registered rings, provided buffer rings and the rest are EINVAL; buffers count against RLIMIT_MEMLOCK per ring (Linux: per user) and are used through the process's current mappings, not pinned");
     209 io_submit => sys_aio::sys_io_submit, Partial("requests complete during the call (as Linux's buffered I/O does), so io_cancel finds none in flight; IOCB_CMD_POLL is EINVAL, as before Linux 4.18");
     210 io_cancel => sys_aio::sys_io_cancel, Partial("no request is ever in flight: EINVAL, as for a completed one");
     202 futex => sys_process::sys_futex, Partial("WAIT, WAKE, bitsets, REQUEUE, CMP_REQUEUE; no PI or WAKE_OP");

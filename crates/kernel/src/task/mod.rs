@@ -125,17 +125,18 @@ pub enum TaskError {
 
 /// Syscalls by which a server waits for its next request: the task is idle ("hot") while in
 /// one of them. (poll, select, accept, recvfrom, recvmsg, epoll_wait, pselect6, ppoll,
-/// epoll_pwait, accept4, epoll_pwait2.)
+/// epoll_pwait, accept4, io_uring_enter, epoll_pwait2.)
 fn waits_for_input(nr: u64) -> bool {
     matches!(
         nr,
-        7 | 23 | 43 | 45 | 47 | 232 | 270 | 271 | 281 | 288 | 441
+        7 | 23 | 43 | 45 | 47 | 232 | 270 | 271 | 281 | 288 | 426 | 441
     )
 }
 
 /// Whether a call of [`waits_for_input`] returned input: a connection (accept), bytes or an
-/// end of stream (recvfrom, recvmsg), ready descriptors (poll, select, epoll); not a timeout
-/// (0 ready) nor an error.
+/// end of stream (recvfrom, recvmsg), ready descriptors (poll, select, epoll), requests
+/// submitted after a wait (io_uring_enter: a server submits again what it handled); not a
+/// timeout (0 ready) nor an error.
 fn brought_input(nr: u64, ret: &Result<u64, Errno>) -> bool {
     match ret {
         Ok(n) => *n > 0 || matches!(nr, 43 | 288 | 45 | 47),
@@ -455,6 +456,17 @@ impl Task {
             }
             return r;
         }
+    }
+
+    /// Parks the task inside a call that goes on afterwards instead of returning (a wait
+    /// whose call already did what cannot be done twice: io_uring_enter after submitting),
+    /// as [`dispatch_restarting`](Self::dispatch_restarting) parks a call it runs again.
+    /// Returns whether the call may go on: false when a signal came or the process ends.
+    pub fn park_in_call(&mut self) -> bool {
+        self.in_syscall = true;
+        self.park();
+        self.in_syscall = false;
+        !self.control.signal_pending() && !self.group.must_leave(self.tid)
     }
 
     /// Puts a syscall's result in `rax` (an EINTR is restarted or not when the signal is

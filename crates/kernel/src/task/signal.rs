@@ -576,29 +576,14 @@ fn mxcsr_mask_of(area: &[u8; XSAVE_AREA_SIZE]) -> u32 {
 }
 
 /// Syscalls Linux never restarts after a handler ran, SA_RESTART or not (they return EINTR):
-/// pause, rt_sigsuspend, rt_sigtimedwait, the sleeps, the waits for events (io_getevents and
-/// io_pgetevents too), and System V IPC's msgsnd, msgrcv, semop and semtimedop (signal(7)).
+/// pause, rt_sigsuspend, rt_sigtimedwait, the sleeps, the waits for events (io_getevents,
+/// io_pgetevents and io_uring_enter too), and System V IPC's msgsnd, msgrcv, semop and
+/// semtimedop (signal(7)).
 fn never_restarted_after_handler(nr: u64) -> bool {
-    matches!(
-        nr,
-        7 | 23
-            | 34
-            | 35
-            | 65
-            | 69
-            | 70
-            | 128
-            | 130
-            | 208
-            | 220
-            | 230
-            | 232
-            | 270
-            | 271
-            | 281
-            | 333
-            | 441
-    )
+    const NEVER: [u64; 19] = [
+        7, 23, 34, 35, 65, 69, 70, 128, 130, 208, 220, 230, 232, 270, 271, 281, 333, 426, 441,
+    ];
+    NEVER.contains(&nr)
 }
 
 /// Why a frame could not be written or read.

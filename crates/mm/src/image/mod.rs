@@ -279,13 +279,17 @@ impl MemoryManager {
                     may_write: *may_write,
                 },
                 VmaKind::Shared { object, .. } if !object.is_file() => {
+                    let what = match object.name() {
+                        "io_uring" => "io_uring rings",
+                        _ => "System V shared memory",
+                    };
                     return Err(refuse(format!(
-                        "MAP_SHARED mapping {}-{} ({}): checkpoints of System V shared memory \
-                         are not supported yet",
+                        "MAP_SHARED mapping {}-{} ({}): checkpoints of {what} are not \
+                         supported yet",
                         v.start,
                         v.end,
                         v.name.as_deref().unwrap_or("anonymous")
-                    )))
+                    )));
                 }
                 VmaKind::Shared {
                     object,

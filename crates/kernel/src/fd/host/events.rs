@@ -34,6 +34,13 @@ pub fn eventfd_signal(fd: BorrowedFd<'_>) {
     unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
 }
 
+/// Reads a non-blocking eventfd's counter down to zero (nothing when it is zero already).
+pub fn eventfd_drain(fd: BorrowedFd<'_>) {
+    let mut v = 0u64;
+    // SAFETY: reads at most 8 bytes into a local; a non-blocking eventfd at zero is EAGAIN.
+    unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+}
+
 /// Size of `struct itimerspec` on x86-64 (two timespecs).
 pub const ITIMERSPEC_SIZE: usize = 32;
 
