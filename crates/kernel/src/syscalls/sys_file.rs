@@ -15,8 +15,9 @@ use crate::task::Task;
 /// `AT_FDCWD`.
 pub const AT_FDCWD: i32 = -100;
 
-/// Flags open(2) accepts (others are EINVAL).
-const OPEN_FLAGS: i32 = libc::O_ACCMODE
+/// Flags open(2) accepts (Linux's VALID_OPEN_FLAGS: others are EINVAL in openat2, ignored
+/// in open).
+pub(super) const OPEN_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_CREAT
     | libc::O_EXCL
     | libc::O_NOCTTY

@@ -30,25 +30,8 @@ const RESOLVE_IN_ROOT: u64 = 0x10;
 const RESOLVE_CACHED: u64 = 0x20;
 const VALID_RESOLVE: u64 = 0x3f;
 
-/// Linux's VALID_OPEN_FLAGS.
-const VALID_OPEN_FLAGS: u64 = (libc::O_ACCMODE
-    | libc::O_CREAT
-    | libc::O_EXCL
-    | libc::O_NOCTTY
-    | libc::O_TRUNC
-    | libc::O_APPEND
-    | libc::O_NONBLOCK
-    | libc::O_DSYNC
-    | libc::O_SYNC
-    | 0o20000 // FASYNC
-    | libc::O_DIRECT
-    | libc::O_LARGEFILE
-    | libc::O_DIRECTORY
-    | libc::O_NOFOLLOW
-    | libc::O_NOATIME
-    | libc::O_CLOEXEC
-    | libc::O_PATH
-    | libc::O_TMPFILE) as u32 as u64;
+/// Linux's VALID_OPEN_FLAGS: the flags open(2) knows.
+const VALID_OPEN_FLAGS: u64 = super::sys_file::OPEN_FLAGS as u32 as u64;
 
 /// The flags O_PATH may come with.
 const O_PATH_FLAGS: u64 =
