@@ -294,6 +294,36 @@ static void multicast_membership(void) {
     close(s);
 }
 
+/* SCM_RIGHTS on a TCP socket: Linux accepts and ignores it. */
+static void rights_on_tcp(void) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001)};
+    socklen_t n = sizeof(a);
+    bind(l, (struct sockaddr *)&a, n);
+    listen(l, 1);
+    getsockname(l, (struct sockaddr *)&a, &n);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&a, n);
+    int s = accept(l, NULL, NULL);
+    char cbuf[CMSG_SPACE(sizeof(int))] = {0};
+    struct cmsghdr *cm = (struct cmsghdr *)cbuf;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    int one = 1;
+    memcpy(CMSG_DATA(cm), &one, sizeof(int));
+    struct iovec iov = {"hi", 2};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                        .msg_controllen = cm->cmsg_len};
+    long r = sendmsg(s, &mh, 0);
+    char got[3] = "";
+    read(c, got, 2);
+    printf("SCM_RIGHTS on a TCP socket: %s, %ld bytes, received %s\n", err(r), r, got);
+    close(s);
+    close(c);
+    close(l);
+}
+
 static long read_number(const char *path) {
     FILE *f = fopen(path, "r");
     long v = -1;
@@ -358,5 +388,6 @@ int main(int argc, char **argv) {
     mq_thread_notification();
     fdinfo();
     multicast_membership();
+    rights_on_tcp();
     return 0;
 }

@@ -944,6 +944,7 @@ fn limits_and_links_match_native() {
             "fdinfo of an inotify fd: mask 202, close-on-exec 1",
             "MCAST_JOIN_GROUP: ok",
             "and again: EADDRNOTAVAIL",
+            "SCM_RIGHTS on a TCP socket: ok, 2 bytes, received hi",
         ],
     );
     let r = Rootfs::new();

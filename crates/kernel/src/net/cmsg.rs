@@ -19,7 +19,8 @@
 //!
 //! Malformed headers are `EINVAL`, more than `SCM_MAX_FD` fds `EINVAL`, another
 //! `SOL_SOCKET` type on a Unix socket `EINVAL` (Linux's `__scm_send`); other levels are
-//! ignored on Unix sockets and passed through on Internet sockets.
+//! ignored on Unix sockets and passed through on Internet sockets, where `SCM_RIGHTS` and
+//! `SCM_CREDENTIALS` are ignored (dropped, as Linux accepts and ignores them).
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -131,12 +132,12 @@ pub fn to_host(
             continue;
         }
         if family != libc::AF_UNIX {
-            // No SOL_SOCKET message of an Internet socket names guest objects, but never let
-            // a guest fd number reach the host as one.
-            if c.ty == libc::SCM_RIGHTS || c.ty == libc::SCM_CREDENTIALS {
-                return Err(Errno::EINVAL);
+            // SCM_RIGHTS and SCM_CREDENTIALS mean nothing to an Internet socket: Linux's
+            // `__sock_cmsg_send` accepts and ignores them. They are dropped here, so that a
+            // guest fd number never reaches the host as one.
+            if c.ty != libc::SCM_RIGHTS && c.ty != libc::SCM_CREDENTIALS {
+                push(&mut out.bytes, c.level, c.ty, c.data);
             }
-            push(&mut out.bytes, c.level, c.ty, c.data);
             continue;
         }
         match c.ty {
@@ -346,11 +347,13 @@ mod tests {
             .bytes
             .is_empty());
         assert_eq!(to_host(&m, libc::AF_INET, &t, me()).unwrap().bytes, m);
+        // Rights on an Internet socket are accepted and dropped: no fd number reaches the
+        // host.
         let m = msg(libc::SOL_SOCKET, libc::SCM_RIGHTS, &0i32.to_ne_bytes());
-        assert_eq!(
-            to_host(&m, libc::AF_INET, &t, me()).err(),
-            Some(Errno::EINVAL)
-        );
+        assert!(to_host(&m, libc::AF_INET, &t, me())
+            .unwrap()
+            .bytes
+            .is_empty());
     }
 
     #[test]
