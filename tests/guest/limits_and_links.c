@@ -38,8 +38,8 @@
 
 static const char *err(long r) { return r == -1 ? strerrorname_np(errno) : "ok"; }
 
-static long slack_file(void) {
-    FILE *f = fopen("/proc/self/timerslack_ns", "r");
+static long read_number(const char *path) {
+    FILE *f = fopen(path, "r");
     long v = -1;
     if (f) {
         if (fscanf(f, "%ld", &v) != 1)
@@ -53,7 +53,7 @@ static void timer_slack(void) {
     long start = prctl(PR_GET_TIMERSLACK);
     prctl(PR_SET_TIMERSLACK, 70000);
     printf("timer slack: default %ld, set %d, file %ld\n", start, prctl(PR_GET_TIMERSLACK),
-           slack_file());
+           read_number("/proc/self/timerslack_ns"));
     pid_t pid = fork();
     if (pid == 0) {
         long inherited = prctl(PR_GET_TIMERSLACK);
@@ -324,16 +324,6 @@ static void rights_on_tcp(void) {
     close(l);
 }
 
-static long read_number(const char *path) {
-    FILE *f = fopen(path, "r");
-    long v = -1;
-    if (f) {
-        if (fscanf(f, "%ld", &v) != 1)
-            v = -2;
-        fclose(f);
-    }
-    return v;
-}
 
 static int write_text(const char *path, const char *text) {
     int fd = open(path, O_WRONLY);

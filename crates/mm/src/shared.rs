@@ -338,17 +338,9 @@ impl SharedObject {
     /// # Errors
     /// `EFAULT` past the object's end; the host's errno if a window cannot be mapped.
     pub fn read_bytes(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        let mut done = 0usize;
-        while done < buf.len() {
-            let at = offset
-                .checked_add(done as u64)
-                .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
-            let (w, page) = self.page(at)?;
-            let n = (buf.len() - done).min(self.run_in_window(at));
-            w.read(Gpa(page.raw() + at % PAGE_SIZE), &mut buf[done..done + n])?;
-            done += n;
-        }
-        Ok(())
+        self.each_run(offset, buf.len(), |w, gpa, range| {
+            w.read(gpa, &mut buf[range])
+        })
     }
 
     /// Copies `buf` into the object at `offset`, through its windows.
@@ -356,14 +348,26 @@ impl SharedObject {
     /// # Errors
     /// As [`read_bytes`](Self::read_bytes); `EACCES` for an object that may not be written.
     pub fn write_bytes(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.each_run(offset, buf.len(), |w, gpa, range| w.write(gpa, &buf[range]))
+    }
+
+    /// Calls `f` for each run of `len` bytes from `offset` that lies in one window: the
+    /// window, the run's guest-physical address in it, and the run's range within the
+    /// caller's buffer.
+    fn each_run(
+        &self,
+        offset: u64,
+        len: usize,
+        mut f: impl FnMut(&SharedWindow, Gpa, std::ops::Range<usize>) -> io::Result<()>,
+    ) -> io::Result<()> {
         let mut done = 0usize;
-        while done < buf.len() {
+        while done < len {
             let at = offset
                 .checked_add(done as u64)
                 .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
             let (w, page) = self.page(at)?;
-            let n = (buf.len() - done).min(self.run_in_window(at));
-            w.write(Gpa(page.raw() + at % PAGE_SIZE), &buf[done..done + n])?;
+            let n = (len - done).min(self.run_in_window(at));
+            f(&w, Gpa(page.raw() + at % PAGE_SIZE), done..done + n)?;
             done += n;
         }
         Ok(())

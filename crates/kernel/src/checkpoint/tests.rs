@@ -347,6 +347,19 @@ fn a_proc_file_comes_back_with_its_bytes_and_offset() {
     assert_eq!(crate::fs::procfs::written_tunable(&f), Ok("kernel/msgmax"));
 }
 
+/// Why exporting process `pid`'s descriptor table `t` fails.
+fn refusal(root: &Root, pid: i32, t: &FdTable) -> String {
+    files::export(
+        &[(pid, t)],
+        root,
+        &NetPolicy::new(Vec::new(), false),
+        &mut BlobWriter::new(),
+        None,
+    )
+    .unwrap_err()
+    .to_string()
+}
+
 #[test]
 fn what_cannot_be_saved_yet_is_named() {
     let d = Dir::new();
@@ -355,15 +368,7 @@ fn what_cannot_be_saved_yet_is_named() {
     // SAFETY: timerfd_create with valid arguments.
     let tf = owned(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) });
     insert(&t, 12, OpenFile::new(tf, FileKind::TimerFd, None));
-    let e = files::export(
-        &[(7, &t)],
-        &root,
-        &NetPolicy::new(Vec::new(), false),
-        &mut BlobWriter::new(),
-        None,
-    )
-    .unwrap_err();
-    let msg = e.to_string();
+    let msg = refusal(&root, 7, &t);
     assert!(
         msg.contains("process 7") && msg.contains("descriptor 12") && msg.contains("timerfd"),
         "{msg}"
@@ -383,15 +388,7 @@ fn an_io_uring_instance_is_refused_by_name() {
         5,
         OpenFile::new(ep, FileKind::IoUring(Arc::new(ring)), None),
     );
-    let e = files::export(
-        &[(3, &t)],
-        &root,
-        &NetPolicy::new(Vec::new(), false),
-        &mut BlobWriter::new(),
-        None,
-    )
-    .unwrap_err();
-    let msg = e.to_string();
+    let msg = refusal(&root, 3, &t);
     assert!(
         msg.contains("process 3") && msg.contains("descriptor 5") && msg.contains("io_uring"),
         "{msg}"

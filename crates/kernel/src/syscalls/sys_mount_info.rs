@@ -187,6 +187,19 @@ fn table(t: &Task) -> Vec<GuestMount> {
     out
 }
 
+/// The mount of `list` whose unique id is `id`, if the caller may look at it: one its root
+/// does not reach needs CAP_SYS_ADMIN.
+///
+/// # Errors
+/// ENOENT for no such mount, EPERM for one out of reach.
+fn mount_named<'a>(t: &Task, list: &'a [GuestMount], id: u64) -> Result<&'a GuestMount, Errno> {
+    let m = list.iter().find(|m| m.unique == id).ok_or(Errno::ENOENT)?;
+    if !m.reachable && !t.creds.capable(crate::creds::cap::SYS_ADMIN) {
+        return Err(Errno::EPERM);
+    }
+    Ok(m)
+}
+
 /// Implements listmount(2): the ids of the mounts beneath the one asked for (every mount
 /// the caller's root reaches for LSMT_ROOT, that one included), in increasing order (or
 /// decreasing with LISTMOUNT_REVERSE) after `param`.
@@ -209,13 +222,7 @@ pub fn sys_listmount(t: &mut Task, a: &SyscallArgs) -> SysResult {
             .map(|m| m.unique)
             .collect()
     } else {
-        let m = list
-            .iter()
-            .find(|m| m.unique == req.mnt_id)
-            .ok_or(Errno::ENOENT)?;
-        if !m.reachable && !t.creds.capable(crate::creds::cap::SYS_ADMIN) {
-            return Err(Errno::EPERM);
-        }
+        let m = mount_named(t, &list, req.mnt_id)?;
         list.iter()
             .filter(|o| o.unique != m.unique && beneath(&o.point, &m.point))
             .map(|o| o.unique)
@@ -275,13 +282,7 @@ pub fn sys_statmount(t: &mut Task, a: &SyscallArgs) -> SysResult {
     }
     let req = read_request(t, a.gva(0))?;
     let list = table(t);
-    let m = list
-        .iter()
-        .find(|m| m.unique == req.mnt_id)
-        .ok_or(Errno::ENOENT)?;
-    if !m.reachable && !t.creds.capable(crate::creds::cap::SYS_ADMIN) {
-        return Err(Errno::EPERM);
-    }
+    let m = mount_named(t, &list, req.mnt_id)?;
     let want = req.param;
     let mut s = Statmount {
         fixed: [0u8; STATMOUNT_SIZE],
