@@ -92,11 +92,14 @@ impl Vm {
                 len: layout::RESERVED_END.raw(),
             }));
         }
+        // The own memory is memslot 0 over its first part, and more slots as the page
+        // allocator reaches further (`platform::visible`: KVM's per-page metadata grows with
+        // the pages in use, not with the memory limit).
         let region = kvm_userspace_memory_region {
             slot: 0,
             flags: 0,
             guest_phys_addr: 0,
-            memory_size: mem.size(),
+            memory_size: mem.visible_range().initial(),
             userspace_addr: mem.host_base() as u64,
         };
         // SAFETY: the region is `mem`'s mapping, which stays alive as long as this `Vm` holds
@@ -106,7 +109,34 @@ impl Vm {
             source,
         })?;
         let fd = Arc::new(fd);
-        mem.set_slot_limit(kvm.get_nr_memslots());
+        let slots = kvm.get_nr_memslots();
+        mem.set_slot_limit(slots);
+        let weak = Arc::downgrade(&fd);
+        let base = mem.host_base() as u64;
+        mem.visible_range()
+            .attach_vm(
+                Box::new(move |slot, start, len| {
+                    let fd = weak
+                        .upgrade()
+                        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENODEV))?;
+                    let region = kvm_userspace_memory_region {
+                        slot,
+                        flags: 0,
+                        guest_phys_addr: start,
+                        memory_size: len,
+                        userspace_addr: base + start,
+                    };
+                    // SAFETY: a range of `mem`'s own mapping (checked against its size by
+                    // `VisibleRange::expose`), alive as long as the VM (which holds `mem`).
+                    unsafe { fd.set_user_memory_region(region) }
+                        .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))
+                }),
+                u32::try_from(slots).unwrap_or(u32::MAX),
+            )
+            .map_err(|e| VmError::Kvm {
+                op: "SET_USER_MEMORY_REGION",
+                source: kvm_ioctls::Error::new(e.raw_os_error().unwrap_or(libc::EIO)),
+            })?;
         // Shared windows become memslots 1, 2, … of this VM when attached to its memory. The
         // registrar holds the VM fd only weakly: it never keeps a dropped VM alive.
         let weak = Arc::downgrade(&fd);

@@ -18,6 +18,7 @@ pub mod layout;
 pub mod memory;
 pub mod pagewalk;
 pub mod shared;
+pub mod visible;
 
 pub use addr::{Gpa, Gva, PAGE_SHIFT, PAGE_SIZE};
 pub use context::{

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use crate::addr::{Gpa, PAGE_SIZE};
 use crate::shared::SharedWindow;
+use crate::visible::{VisibleRange, MAX_OWN_SLOTS};
 
 /// Errors of guest-memory access.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +72,8 @@ pub struct GuestMemory {
     image: std::sync::atomic::AtomicBool,
     /// The memfd behind a shared mapping ([`GuestMemory::new_shared`]).
     memfd: Option<std::os::fd::OwnedFd>,
+    /// The prefix of the own memory the VM's memslots cover ([`crate::visible`]).
+    visible: VisibleRange,
 }
 
 /// How the VM registers a shared window as memslot `slot`.
@@ -212,6 +215,7 @@ impl GuestMemory {
             slot_limit: std::sync::atomic::AtomicUsize::new(usize::MAX),
             image: std::sync::atomic::AtomicBool::new(false),
             memfd: None,
+            visible: VisibleRange::new(size),
         })
     }
 
@@ -275,6 +279,20 @@ impl GuestMemory {
         let _ = self.registrar.set(r);
     }
 
+    /// The prefix of the own memory the VM is told about, and how it grows.
+    pub fn visible_range(&self) -> &VisibleRange {
+        &self.visible
+    }
+
+    /// Makes the own memory's `[0, end)` usable by the guest before a page there is handed
+    /// out (see [`crate::visible`]; nothing to do without a VM).
+    ///
+    /// # Errors
+    /// As [`VisibleRange::expose`].
+    pub fn expose(&self, end: u64) -> io::Result<()> {
+        self.visible.expose(end)
+    }
+
     /// Attaches a shared window: the VM sees it at its guest-physical address from now on.
     /// Attaching one already attached does nothing.
     ///
@@ -305,7 +323,7 @@ impl GuestMemory {
         // whose stubs map each window's file themselves) it is only recorded.
         if let Some(register) = self.registrar.get() {
             let limit = self.slot_limit.load(std::sync::atomic::Ordering::Relaxed);
-            if (ws.len() + 1).saturating_add(reserve) >= limit {
+            if (ws.len() + 1 + MAX_OWN_SLOTS).saturating_add(reserve) >= limit {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
             let slot = u32::try_from(ws.len() + 1)

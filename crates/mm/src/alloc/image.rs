@@ -222,6 +222,10 @@ impl PageAllocator {
             refcount,
             free_count: counted,
             budget: None,
+            // Every page may be handed out until a hook is set (which looks at the pages
+            // already allocated).
+            high_water: 0,
+            grow: None,
         };
         for c in 0..nchunks {
             a.update_chunk(c);

@@ -83,6 +83,21 @@ pub struct PageAllocator {
     free_count: usize,
     /// The sandbox's budget this allocator's pages count against, if any.
     budget: Option<std::sync::Arc<MemoryBudget>>,
+    /// Pages below this index may be handed out without asking [`Self::set_grow`]'s hook.
+    high_water: usize,
+    /// Makes the memory up to a byte offset usable before a page there is handed out.
+    grow: Option<GrowHook>,
+}
+
+/// The hook of [`PageAllocator::set_grow`]: makes guest-physical `[0, end)` usable (the VM's
+/// memslots, `platform::visible`); false if it cannot.
+#[derive(Clone)]
+pub struct GrowHook(pub std::sync::Arc<dyn Fn(u64) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for GrowHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GrowHook")
+    }
 }
 
 impl Drop for PageAllocator {
@@ -127,7 +142,26 @@ impl PageAllocator {
             refcount: vec![0; npages],
             free_count: npages,
             budget: None,
+            high_water: 0,
+            grow: None,
         }
+    }
+
+    /// Asks `hook` to make the memory usable up to the end of every page before it is first
+    /// handed out (the allocator hands out the lowest pages first, so this grows in steps
+    /// with the pages in use). Asks at once for the pages already allocated (a restored
+    /// allocator's). Returns false if that first request failed.
+    pub fn set_grow(&mut self, hook: GrowHook) -> bool {
+        let top = (0..self.npages).rev().find(|&i| self.refcount[i] != 0);
+        self.high_water = top.map_or(0, |i| i + 1);
+        let ok = top.is_none_or(|i| (hook.0)(self.gpa(i).0 + PAGE_SIZE));
+        self.grow = Some(hook);
+        ok
+    }
+
+    /// The hook given to [`Self::set_grow`].
+    pub fn grow_hook(&self) -> Option<&GrowHook> {
+        self.grow.as_ref()
     }
 
     /// First managed guest-physical address.
@@ -214,6 +248,17 @@ impl PageAllocator {
             .first_where(lo, hi, |w| self.free.word(w) & !self.zero.word(w))
             .or_else(|| self.free.first_set(lo, hi))
             .expect("level 1 says this chunk has a free page");
+        if idx >= self.high_water {
+            if let Some(g) = &self.grow {
+                if !(g.0)(self.gpa(idx).0 + PAGE_SIZE) {
+                    if let Some(b) = &self.budget {
+                        b.give(1);
+                    }
+                    return None;
+                }
+            }
+            self.high_water = idx + 1;
+        }
         let known_zero = self.zero.get(idx);
         self.free.set(idx, false);
         self.zero.set(idx, false);
@@ -338,6 +383,46 @@ mod tests {
         assert_eq!(a.refcount(p), Ok(1));
         let (q, _) = a.alloc().unwrap();
         assert_eq!(q, Gpa(layout::RESERVED_END.0 + PAGE_SIZE));
+    }
+
+    #[test]
+    fn the_grow_hook_is_asked_before_a_page_past_the_high_water_mark() {
+        use std::sync::{Arc, Mutex};
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let limit = Arc::new(Mutex::new(u64::MAX));
+        let hook = {
+            let (asked, limit) = (asked.clone(), limit.clone());
+            GrowHook(Arc::new(move |end| {
+                asked.lock().unwrap().push(end);
+                end <= *limit.lock().unwrap()
+            }))
+        };
+        let mut a = PageAllocator::new(16 * MIB);
+        a.set_budget(MemoryBudget::new(100));
+        assert!(a.set_grow(hook.clone()));
+        assert!(asked.lock().unwrap().is_empty(), "nothing allocated yet");
+        let (p, _) = a.alloc().unwrap();
+        let (q, _) = a.alloc().unwrap();
+        a.decref(p).unwrap();
+        // p is reused below the mark: not asked again.
+        assert_eq!(a.alloc().unwrap().0, p);
+        assert_eq!(
+            *asked.lock().unwrap(),
+            vec![p.0 + PAGE_SIZE, q.0 + PAGE_SIZE]
+        );
+        // A refusal hands out nothing and gives the budget back.
+        *limit.lock().unwrap() = q.0 + PAGE_SIZE;
+        let used = a.budget().unwrap().used();
+        assert_eq!(a.alloc(), None);
+        assert_eq!(a.budget().unwrap().used(), used);
+        *limit.lock().unwrap() = u64::MAX;
+        let (r, _) = a.alloc().unwrap();
+        assert_eq!(r, Gpa(q.0 + PAGE_SIZE));
+        // A restored allocator asks at once for its highest page.
+        let mut b = PageAllocator::import_bytes(16 * MIB, &a.export_bytes()).unwrap();
+        asked.lock().unwrap().clear();
+        assert!(b.set_grow(hook));
+        assert_eq!(*asked.lock().unwrap(), vec![r.0 + PAGE_SIZE]);
     }
 
     #[test]

@@ -465,8 +465,13 @@ impl MemoryManager {
                 mem.size()
             )));
         }
-        let alloc = PageAllocator::import_bytes(mem.size(), allocator)
+        let mut alloc = PageAllocator::import_bytes(mem.size(), allocator)
             .map_err(|e| refuse(e.to_string()))?;
+        if !alloc.set_grow(crate::manager::exposing(&mem)) {
+            return Err(refuse(
+                "the VM refused the memory up to the last page allocated".into(),
+            ));
+        }
         let root = Gpa(image.pt_root);
         if !mem.is_own(root) || alloc.refcount(root).map_or(true, |rc| rc == 0) {
             return Err(refuse(format!(

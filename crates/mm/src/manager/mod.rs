@@ -199,6 +199,13 @@ fn overlaps(a: Gva, a_len: u64, b: Gva, b_len: u64) -> bool {
     a.0 < b.0.saturating_add(b_len) && b.0 < a.0.saturating_add(a_len)
 }
 
+/// The allocator's hook that makes its pages usable by the VM as it reaches them
+/// (`platform::visible`).
+pub(crate) fn exposing(mem: &Arc<GuestMemory>) -> crate::alloc::GrowHook {
+    let mem = mem.clone();
+    crate::alloc::GrowHook(Arc::new(move |end| mem.expose(end).is_ok()))
+}
+
 impl MemoryManager {
     /// An empty address space over `mem`, with its page tables (and the kernel direct map)
     /// built.
@@ -208,6 +215,7 @@ impl MemoryManager {
     /// [`MmError::Internal`] if it is too large for the direct map.
     pub fn new(mem: Arc<GuestMemory>) -> Result<Self, MmError> {
         let mut alloc = PageAllocator::new(mem.size());
+        alloc.set_grow(exposing(&mem));
         let pt = PageTables::new(mem.clone(), &mut alloc)?;
         Ok(MemoryManager {
             mem,

@@ -18,6 +18,7 @@ use kernel::{ExitStatus, Sandbox, SandboxConfig};
 use serde_json::json;
 
 use crate::control::{Request, Response};
+use crate::janitor::Janitor;
 use crate::oci::mounts::MountSpec;
 use crate::{procfs, statedir};
 use kernel::sandbox::spawn::{SpawnRequest, Spawner};
@@ -174,6 +175,26 @@ struct Daemon {
     dormancy: Mutex<Option<dormant::Prepared>>,
     /// Control requests being served (an exec into dormancy lets them finish first).
     in_flight: std::sync::atomic::AtomicUsize,
+    /// The janitor of a friendly-form sandbox, until it finishes or is dismissed
+    /// ([`dismiss_janitor_when_hibernated`]).
+    janitor: Mutex<Option<Janitor>>,
+}
+
+/// A detached sandbox that hibernates lets its janitor go (one process less while it sleeps,
+/// as dormancy does): from then on its end is `delete`'s to clean up, which removes the
+/// directory once the holder is gone (its mount namespace, and the root mounted in it, end
+/// with the holder), or the next torpor command's (`statedir::cleanup_orphans`) after a
+/// SIGKILL. A sandbox in the foreground keeps it (its end removes its directory itself), and
+/// so does one with a cgroup of its own (the janitor removes the cgroup).
+fn dismiss_janitor_when_hibernated(d: &Daemon) {
+    if !d.detached || d.policy.cpus.is_some() {
+        return;
+    }
+    let j = d.janitor.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(j) = j {
+        j.dismiss();
+        tracing::debug!("hibernated: janitor dismissed");
+    }
 }
 
 /// The names of the holder's threads that serve its control socket (not the sandbox's work).
@@ -390,6 +411,7 @@ fn start(
         control_fd,
         dormancy: Mutex::new(None),
         in_flight: std::sync::atomic::AtomicUsize::new(0),
+        janitor: Mutex::new(janitor),
     });
     {
         let d = daemon.clone();
@@ -470,6 +492,11 @@ fn start(
     }
     let status = run_timed(sandbox);
     // A sandbox stopped to go dormant: this process becomes the dormant one (no return).
+    let janitor = daemon
+        .janitor
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
     let janitor = match dormant::exec_if_prepared(&daemon, janitor) {
         Ok(j) => j,
         Err(e) => {
@@ -871,7 +898,10 @@ fn hibernate(d: &Daemon, idle_timeout: std::time::Duration) -> Response {
         d.hib.hibernate(PARK_TIMEOUT)
     };
     match r {
-        Ok(r) => Response::data(serde_json::to_value(r).unwrap_or_default()),
+        Ok(r) => {
+            dismiss_janitor_when_hibernated(d);
+            Response::data(serde_json::to_value(r).unwrap_or_default())
+        }
         Err(e) => Response::error(e),
     }
 }
