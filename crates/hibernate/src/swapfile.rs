@@ -111,6 +111,11 @@ impl SwapReader {
         self.0.slots()
     }
 
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+
     /// Reads `page` with one `pread` and verifies its crc32c.
     ///
     /// # Errors

@@ -127,6 +127,15 @@ impl SwapStore {
         Ok(())
     }
 
+    /// The borrowed layers (the memory images of the checkpoint the process was restored
+    /// from), oldest first, each with its first global slot.
+    pub fn borrowed(&self) -> impl Iterator<Item = (u32, &SwapReader)> + '_ {
+        self.layers
+            .iter()
+            .filter(|l| l.borrowed)
+            .map(|l| (l.base, &l.reader))
+    }
+
     /// The layer holding global slot `slot`, and the slot within it.
     fn locate(&self, slot: u32) -> Option<(&Layer, u32)> {
         let i = self.layers.partition_point(|l| l.base <= slot);
@@ -223,21 +232,31 @@ impl SwapStore {
 
     /// Whether the next deflate should write every live page into one fresh layer instead
     /// of adding one: when `live` (the slots pages still refer to) is less than half of what
-    /// the layers hold, when there are [`MAX_LAYERS`] layers already, or when a new layer of
-    /// up to `new_pages` slots would pass the slot limit.
+    /// the process's own layers hold, when there are [`MAX_LAYERS`] own layers already, or when
+    /// a new layer of up to `new_pages` slots would pass the slot limit. Borrowed layers'
+    /// dead slots cost this process nothing (a checkpoint's images, shared with the others
+    /// restored from it, which a dormant sandbox's next checkpoint links again): they do not
+    /// count.
     pub fn needs_compaction(&self, live: u64, new_pages: u64) -> bool {
-        let total = self.total_slots();
-        self.layers.len() >= MAX_LAYERS
+        let total: u64 = self
+            .layers
+            .iter()
+            .filter(|l| !l.borrowed)
+            .map(|l| u64::from(l.reader.slots()))
+            .sum();
+        self.layers.iter().filter(|l| !l.borrowed).count() >= MAX_LAYERS
             || (total > 0 && live * 2 < total)
             || self.next_base() + new_pages > u64::from(MAX_SLOT) + 1
     }
 
-    /// Keeps the layers holding at least one global slot for which `referenced` is true and
-    /// removes the others' files. Returns the number of layers removed.
+    /// Keeps the layers holding at least one global slot for which `referenced` is true, and
+    /// the borrowed ones (a dormant sandbox's next checkpoint is layered over them, even when
+    /// every page came back: see `engine::checkpoint`), and removes the others' files.
+    /// Returns the number of layers dropped.
     pub fn retain_referenced(&mut self, referenced: impl Fn(u32) -> bool) -> usize {
         let before = self.layers.len();
         self.layers.retain(|l| {
-            let keep = (0..l.reader.slots()).any(|s| referenced(l.base + s));
+            let keep = l.borrowed || (0..l.reader.slots()).any(|s| referenced(l.base + s));
             if !keep {
                 if let Err(e) = l.remove() {
                     tracing::warn!("removing an unused swap layer: {e}");
@@ -380,6 +399,17 @@ mod tests {
                 .unwrap();
         }
         assert!(s.needs_compaction(s.total_slots(), 1));
+        // A borrowed layer's slots are not dead weight: four borrowed, one own slot live.
+        let mut b = SwapStore::new();
+        b.push_borrowed(layer(dir.path(), "img", &[(1, 1), (2, 2), (3, 3), (4, 4)]))
+            .unwrap();
+        b.push(layer(dir.path(), "own", &[(5, 5)])).unwrap();
+        assert!(!b.needs_compaction(1, 10));
+        assert_eq!(b.borrowed().count(), 1);
+        assert_eq!(
+            b.borrowed().next().map(|(base, r)| (base, r.slots())),
+            Some((0, 4))
+        );
         // A new layer that would pass the slot limit.
         let mut t = SwapStore::new();
         t.push(layer(dir.path(), "z", &[(1, 1)])).unwrap();
@@ -409,13 +439,13 @@ mod tests {
         assert_eq!(buf, p);
         store.read_pages_into(PageIdx(4), 1, 1, &mut buf).unwrap();
         assert_eq!(buf, q);
-        // Nothing refers to either any more: the own file goes, the image stays.
-        assert_eq!(store.retain_referenced(|_| false), 2);
+        // Nothing refers to either any more: the own file goes, the image stays, still read.
+        assert_eq!(store.retain_referenced(|_| false), 1);
         assert!(image.exists());
         assert!(!own.exists());
-        store
-            .push_borrowed(SwapReader::open(&image).unwrap())
-            .unwrap();
+        assert_eq!(store.borrowed().count(), 1);
+        store.read_pages_into(PageIdx(3), 0, 1, &mut buf).unwrap();
+        assert_eq!(buf, p);
         store.remove_all();
         assert!(image.exists());
     }

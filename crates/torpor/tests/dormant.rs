@@ -100,12 +100,12 @@ fn a_dormant_sandbox_wakes_in_place_on_a_connection() {
     for round in 1..=2 {
         go_dormant(&sb, pid);
         if round == 2 {
-            // The first wake recorded a working set: the checkpoint carries it, and the next
-            // wake prefetches it in one batch.
+            // The first wake recorded a working set: the checkpoint carries it (a page list
+            // over its layered memory), and the next wake prefetches it in one batch.
             let reap = std::fs::read_dir(sb.dir().join("dormant/checkpoint"))
                 .expect("the checkpoint")
                 .flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with("reap-"));
+                .any(|e| e.file_name().to_string_lossy().starts_with("workset-"));
             assert!(reap, "round 2: no working set in the checkpoint");
         }
         // Read-only verbs are answered by the dormant process itself.
@@ -362,6 +362,27 @@ fn instances_of_a_checkpoint_start_dormant_and_count_on_their_own() {
         instances.iter().map(|(sb, _)| boot_id(sb)).collect();
     assert_eq!(boots.len(), instances.len());
     assert!(!boots.contains(&template_boot));
+    // Dormant again, an instance keeps only what it changed: its checkpoint stacks its own
+    // pages over the checkpoint's image, linked (one copy on the disk for all instances).
+    let (sb, a) = &instances[0];
+    go_dormant(sb, sb.pid());
+    let own = sb.dir().join("dormant/checkpoint");
+    let inode = |p: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).map(|m| m.ino()).unwrap_or(0)
+    };
+    assert_eq!(
+        inode(&own.join("mem-1.base-0.img")),
+        inode(&dir.join("mem-1.img")),
+        "the base image is the checkpoint's, linked"
+    );
+    let delta = std::fs::metadata(own.join("mem-1.img")).map_or(u64::MAX, |m| m.len());
+    let image = std::fs::metadata(dir.join("mem-1.img")).map_or(0, |m| m.len());
+    assert!(
+        delta < image / 2,
+        "the instance's own pages ({delta} bytes) against the image's ({image})"
+    );
+    assert_eq!(get_counter(*a), at_checkpoint + 3, "and it wakes with them");
 }
 
 /// The sandbox's boot id, as its programs read it.

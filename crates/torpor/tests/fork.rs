@@ -174,4 +174,22 @@ fn a_fork_of_a_dormant_template_leaves_it_dormant() {
     // Woken in place from its checkpoint, the template is the same boot; the fork is not.
     assert_eq!(boot_id(&tpl), tpl_boot);
     assert_ne!(boot_id(&inst), tpl_boot);
+    // Dormant again after a wake, its checkpoint is layered over the one it woke from (only
+    // what changed is written): a fork from it has the whole memory, and so has its wake.
+    tpl.ok("dormant", &[]);
+    let checkpoint = tpl.dir().join("dormant/checkpoint");
+    assert!(
+        checkpoint.join("mem-1.base-0.img").is_file(),
+        "no layered memory in {}",
+        checkpoint.display()
+    );
+    let (again, again_addr) = fork(&tpl);
+    assert_eq!(get_counter(again_addr), 4);
+    assert_eq!(get_counter(tpl_addr), 4);
+    assert_eq!(
+        get_counter(inst_addr),
+        4,
+        "the first fork counts on its own"
+    );
+    drop(again);
 }

@@ -151,6 +151,12 @@ impl Hibernator {
             let pm = self.processes.get(&p.pid).ok_or_else(|| {
                 EngineError::Inconsistent("not deflated".into()).in_process(p.pid)
             })?;
+            // A holder going dormant writes its checkpoint in place, where it stays: its
+            // memory is layered over the images it was restored from (their pages are not
+            // written again), and its working set is a page list read from them.
+            if job.keep.is_some() && write_layered_image(pm, &mut w, p.pid)? {
+                continue;
+            }
             let name = memory_image_name(p.pid);
             let path = w.path(&name)?;
             write_memory_image(pm, &path).map_err(|e| e.in_process(p.pid))?;
@@ -193,6 +199,193 @@ impl Hibernator {
     }
 }
 
+/// The most images a layered checkpoint stacks under its own (each dormancy after a wake
+/// adds one): past it, the whole image is written again, and the next ones stack on it.
+const MAX_BASES: usize = 4;
+
+/// The name of process `pid`'s `k`-th underlying memory image in a layered checkpoint.
+pub fn base_image_name(pid: i32, k: usize) -> String {
+    format!("mem-{pid}.base-{k}.img")
+}
+
+/// The name of process `pid`'s working set as a page list in a layered checkpoint.
+pub fn working_set_list_name(pid: i32) -> String {
+    format!("workset-{pid}")
+}
+
+/// Writes process `pid`'s memory into `w` as layers (format 1.9), if it was restored from
+/// images (its borrowed swap layers) that can be linked into the checkpoint: those images,
+/// linked, oldest first (`mem-PID.base-K.img`), then `mem-PID.img` with every page whose
+/// bytes they do not give (the page last held by the newest of them): pages written since,
+/// and a zero page for each page they hold that is free or zero now. The working set goes
+/// in as a page list. Returns false, having written nothing, when there is no such image or
+/// one cannot be linked (the caller writes the whole image).
+fn write_layered_image(
+    pm: &ProcessMemory,
+    w: &mut CheckpointWriter,
+    pid: i32,
+) -> Result<bool, EngineError> {
+    let pager = pm.pager.read().unwrap_or_else(|e| e.into_inner());
+    let bases: Vec<(u32, &SwapReader)> = pager.swap.borrowed().collect();
+    tracing::debug!(
+        pid,
+        bases = bases.len(),
+        layers = pager.swap.layers(),
+        "checkpoint: layered memory"
+    );
+    if bases.is_empty() || bases.len() >= MAX_BASES {
+        return Ok(false);
+    }
+    let mut linked = Vec::new();
+    for (k, (_, r)) in bases.iter().enumerate() {
+        let name = base_image_name(pid, k);
+        let dest = w.path(&name)?;
+        if std::fs::hard_link(r.path(), &dest).is_err() {
+            for d in linked.iter().chain([&dest]) {
+                let _ = std::fs::remove_file(d);
+            }
+            return Ok(false);
+        }
+        linked.push(dest);
+    }
+    for k in 0..bases.len() {
+        w.add_page_file(&base_image_name(pid, k), snapshot::FileKind::Memory)?;
+    }
+    // The global slot that gives each page its bytes through the images (the newest holding it).
+    let total = pm.mem.size() / PAGE_SIZE;
+    let mut under: Vec<Option<u32>> = vec![None; total as usize];
+    for (base, r) in &bases {
+        for (slot, e) in (0u32..).zip(r.index().entries()) {
+            if let Some(u) = under.get_mut(e.page().0 as usize) {
+                *u = Some(base + slot);
+            }
+        }
+    }
+    let name = memory_image_name(pid);
+    let path = w.path(&name)?;
+    let mut out = SwapWriter::create(&path, total).map_err(EngineError::page_file(&path))?;
+    let mut idx: Vec<PageIdx> = Vec::with_capacity(BATCH_PAGES);
+    let mut data = vec![0u8; BATCH_PAGES * PAGE_SIZE as usize];
+    let mut below = [0u8; PAGE_SIZE as usize];
+    for (page, st) in pager.pages.iter() {
+        let under_slot = under.get(page.0 as usize).copied().flatten();
+        let at = idx.len() * PAGE_SIZE as usize;
+        let buf: &mut [u8; PAGE_SIZE as usize] = (&mut data[at..at + PAGE_SIZE as usize])
+            .try_into()
+            .map_err(|_| EngineError::Inconsistent("page buffer".into()))?;
+        let held = match st {
+            PageState::Swapped { slot } | PageState::Cached { slot }
+                if Some(slot) == under_slot =>
+            {
+                continue;
+            }
+            PageState::Free | PageState::Zero => false,
+            _ => read_page_bytes(pm, &pager, page, st, buf)?,
+        };
+        match under_slot {
+            // Nothing below: the page is written if it holds bytes.
+            None if !held => continue,
+            None => {}
+            // Something below: written unless the same bytes (a zero page if none now).
+            Some(slot) => {
+                if !held {
+                    buf.fill(0);
+                } else {
+                    pager
+                        .swap
+                        .read_pages_into(page, slot, 1, &mut below)
+                        .map_err(EngineError::ReadBack)?;
+                    if below == *buf {
+                        continue;
+                    }
+                }
+            }
+        }
+        idx.push(page);
+        if idx.len() == BATCH_PAGES {
+            flush_pages(&mut out, &mut idx, &data, &path)?;
+        }
+    }
+    flush_pages(&mut out, &mut idx, &data, &path)?;
+    out.finish().map_err(EngineError::page_file(&path))?;
+    w.add_page_file(&name, snapshot::FileKind::Memory)?;
+    if !pm.reap_set.is_empty() {
+        let mut set = pm.reap_set.clone();
+        set.sort_unstable();
+        set.dedup();
+        let list: Vec<u8> = set.iter().flat_map(|p| p.0.to_le_bytes()).collect();
+        w.write_envelope(&working_set_list_name(pid), Kind::WorkingSet, &list)?;
+    }
+    Ok(true)
+}
+
+/// Appends the pages `idx` (their bytes in `data`, in order) to `w` and empties `idx`.
+fn flush_pages(
+    w: &mut SwapWriter,
+    idx: &mut Vec<PageIdx>,
+    data: &[u8],
+    path: &Path,
+) -> Result<(), EngineError> {
+    let pages: Vec<(PageIdx, &[u8])> = idx
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            (
+                *p,
+                &data[i * PAGE_SIZE as usize..(i + 1) * PAGE_SIZE as usize],
+            )
+        })
+        .collect();
+    let r = w
+        .write_batch(&pages)
+        .map(|_| ())
+        .map_err(EngineError::page_file(path));
+    idx.clear();
+    r
+}
+
+/// Reads the bytes of `page` (in state `st`, not free or zero) from where the deflate left
+/// it into `buf`. Returns false for a page that holds nothing to save (of the reserved region,
+/// rebuilt by the new VM, or resident and all zero).
+fn read_page_bytes(
+    pm: &ProcessMemory,
+    pager: &crate::pager::PagerState,
+    page: PageIdx,
+    st: PageState,
+    buf: &mut [u8; PAGE_SIZE as usize],
+) -> Result<bool, EngineError> {
+    match st {
+        PageState::Free | PageState::Zero => return Ok(false),
+        PageState::Swapped { slot } | PageState::Cached { slot } => pager
+            .swap
+            .read_pages_into(page, slot, 1, buf)
+            .map_err(EngineError::ReadBack)?,
+        PageState::Reap { .. } => pager
+            .reap
+            .as_ref()
+            .ok_or_else(|| EngineError::Inconsistent("a REAP page without a REAP file".into()))?
+            .read_page(page, buf)
+            .map_err(EngineError::ReadBack)?,
+        PageState::File { slot } => pager
+            .files
+            .get(slot as usize)
+            .ok_or_else(|| EngineError::Inconsistent("a file page without its file".into()))?
+            .read_into(buf)?,
+        PageState::Resident => {
+            if page.0 * PAGE_SIZE < platform::layout::RESERVED_END.raw() {
+                return Ok(false); // rebuilt by the new VM
+            }
+            pm.mem
+                .read(Gpa(page.0 * PAGE_SIZE), buf)
+                .map_err(EngineError::memory("reading guest memory"))?;
+            if buf.iter().all(|&b| b == 0) {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// Writes every page of `pm` that holds bytes into a page file at `path`, from where the
 /// deflate left it (no guest page is faulted back): swap and REAP slots are read and checked,
 /// clean file pages read from their file and checked, resident pages (none after a deflate
@@ -203,64 +396,20 @@ fn write_memory_image(pm: &ProcessMemory, path: &Path) -> Result<(), EngineError
     let mut w = SwapWriter::create(path, total).map_err(EngineError::page_file(path))?;
     let mut idx: Vec<PageIdx> = Vec::with_capacity(BATCH_PAGES);
     let mut data = vec![0u8; BATCH_PAGES * PAGE_SIZE as usize];
-    let flush = |w: &mut SwapWriter, idx: &mut Vec<PageIdx>, data: &[u8]| {
-        let pages: Vec<(PageIdx, &[u8])> = idx
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                (
-                    *p,
-                    &data[i * PAGE_SIZE as usize..(i + 1) * PAGE_SIZE as usize],
-                )
-            })
-            .collect();
-        let r = w
-            .write_batch(&pages)
-            .map(|_| ())
-            .map_err(EngineError::page_file(path));
-        idx.clear();
-        r
-    };
     for (page, st) in pager.pages.iter() {
         let at = idx.len() * PAGE_SIZE as usize;
         let buf: &mut [u8; PAGE_SIZE as usize] = (&mut data[at..at + PAGE_SIZE as usize])
             .try_into()
             .map_err(|_| EngineError::Inconsistent("page buffer".into()))?;
-        match st {
-            PageState::Free | PageState::Zero => continue,
-            PageState::Swapped { slot } | PageState::Cached { slot } => pager
-                .swap
-                .read_pages_into(page, slot, 1, buf)
-                .map_err(EngineError::ReadBack)?,
-            PageState::Reap { .. } => pager
-                .reap
-                .as_ref()
-                .ok_or_else(|| EngineError::Inconsistent("a REAP page without a REAP file".into()))?
-                .read_page(page, buf)
-                .map_err(EngineError::ReadBack)?,
-            PageState::File { slot } => pager
-                .files
-                .get(slot as usize)
-                .ok_or_else(|| EngineError::Inconsistent("a file page without its file".into()))?
-                .read_into(buf)?,
-            PageState::Resident => {
-                if page.0 * PAGE_SIZE < platform::layout::RESERVED_END.raw() {
-                    continue; // rebuilt by the new VM
-                }
-                pm.mem
-                    .read(Gpa(page.0 * PAGE_SIZE), buf)
-                    .map_err(EngineError::memory("reading guest memory"))?;
-                if buf.iter().all(|&b| b == 0) {
-                    continue;
-                }
-            }
+        if !read_page_bytes(pm, &pager, page, st, buf)? {
+            continue;
         }
         idx.push(page);
         if idx.len() == BATCH_PAGES {
-            flush(&mut w, &mut idx, &data)?;
+            flush_pages(&mut w, &mut idx, &data, path)?;
         }
     }
-    flush(&mut w, &mut idx, &data)?;
+    flush_pages(&mut w, &mut idx, &data, path)?;
     w.finish().map(|_| ()).map_err(EngineError::page_file(path))
 }
 
@@ -288,17 +437,13 @@ pub fn restored(
         .map_err(EngineError::host("setting up hibernation"))?;
     for (pid, mem) in processes {
         let name = memory_image_name(*pid);
-        let path = checkpoint
-            .path(&name)
-            .ok_or_else(|| EngineError::BadImage(format!("the checkpoint has no {name}")))?;
-        let image = SwapReader::open(&path).map_err(EngineError::page_file(&path))?;
         let total = mem.size() / PAGE_SIZE;
-        if image.page_count() != total {
-            return Err(EngineError::BadImage(format!(
-                "{name} holds a memory of {} pages, the sandbox has {total}",
-                image.page_count()
-            )));
-        }
+        // A layered checkpoint's images under the main one, oldest first (format 1.9).
+        let mut names: Vec<String> = (0..)
+            .map(|k| base_image_name(*pid, k))
+            .take_while(|n| checkpoint.path(n).is_some())
+            .collect();
+        names.push(name.clone());
         // File names as a deflate gives them: `swap.N` for the first process, `swap-PID.N`.
         let prefix = if pid == first {
             String::new()
@@ -309,21 +454,38 @@ pub fn restored(
         {
             let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
             let reserved = platform::layout::RESERVED_END.raw() / PAGE_SIZE;
-            for (slot, e) in (0u32..).zip(image.index().entries()) {
-                if e.page().0 < reserved {
+            for layer in &names {
+                let path = checkpoint.path(layer).ok_or_else(|| {
+                    EngineError::BadImage(format!("the checkpoint has no {layer}"))
+                })?;
+                let image = SwapReader::open(&path).map_err(EngineError::page_file(&path))?;
+                if image.page_count() != total {
                     return Err(EngineError::BadImage(format!(
-                        "{name} holds page {} of the reserved region",
-                        e.page().0
+                        "{layer} holds a memory of {} pages, the sandbox has {total}",
+                        image.page_count()
                     )));
                 }
-                pager.pages.set(e.page(), PageState::Swapped { slot })?;
+                let base = u32::try_from(pager.swap.next_base())
+                    .map_err(|_| EngineError::BadImage(format!("{layer}: too many pages")))?;
+                for (slot, e) in (0u32..).zip(image.index().entries()) {
+                    if e.page().0 < reserved {
+                        return Err(EngineError::BadImage(format!(
+                            "{layer} holds page {} of the reserved region",
+                            e.page().0
+                        )));
+                    }
+                    pager
+                        .pages
+                        .set(e.page(), PageState::Swapped { slot: base + slot })?;
+                }
+                pager
+                    .swap
+                    .push_borrowed(image)
+                    .map_err(EngineError::page_file(&path))?;
             }
-            pager
-                .swap
-                .push_borrowed(image)
-                .map_err(EngineError::page_file(&path))?;
             // A recorded working set: the first wake prefetches it instead of recording.
             let reap = checkpoint.path(&working_set_name(*pid));
+            let list = checkpoint.path(&working_set_list_name(*pid));
             if let (Some(reap), true) = (reap, mode != WakeMode::Fault) {
                 let reader = ReapReader::open(&reap).map_err(EngineError::page_file(&reap))?;
                 if reader.page_count() != total {
@@ -336,6 +498,17 @@ pub fn restored(
                 pm.reap_set = reader.working_set();
                 pager.reap = Some(reader);
                 pm.record_next = false;
+            } else if let (Some(_), true) = (list, mode != WakeMode::Fault) {
+                let bytes = checkpoint
+                    .envelope(&working_set_list_name(*pid), Kind::WorkingSet)
+                    .map_err(|e| EngineError::BadImage(e.to_string()))?;
+                pm.reap_set = working_set_of(&bytes, reserved, total).ok_or_else(|| {
+                    EngineError::BadImage(format!(
+                        "{} is not a list of pages of the memory",
+                        working_set_list_name(*pid)
+                    ))
+                })?;
+                pm.record_next = pm.reap_set.is_empty();
             }
         }
         pm.uffd = Some(ProcessMemory::start_pager(
@@ -350,4 +523,41 @@ pub fn restored(
     hib.first_pid = Some(*first);
     hib.shared.lock_mailbox().command = Some(Command::Restored);
     Ok((hib, handle))
+}
+
+/// The pages of a working-set list (little-endian u64s, each a page of the memory above the
+/// reserved region, in increasing order); None if it is not one.
+fn working_set_of(bytes: &[u8], reserved: u64, total: u64) -> Option<Vec<PageIdx>> {
+    if !bytes.len().is_multiple_of(8) {
+        return None;
+    }
+    let pages: Vec<PageIdx> = bytes
+        .chunks_exact(8)
+        .map(|c| PageIdx(u64::from_le_bytes(c.try_into().unwrap_or_default())))
+        .collect();
+    let ordered = pages.windows(2).all(|w| w[0].0 < w[1].0);
+    let inside = pages.iter().all(|p| (reserved..total).contains(&p.0));
+    (ordered && inside).then_some(pages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(pages: &[u64]) -> Vec<u8> {
+        pages.iter().flat_map(|p| p.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn a_working_set_list_holds_increasing_pages_of_the_memory() {
+        let ok = working_set_of(&list(&[1024, 1025, 2000]), 1024, 4096).unwrap();
+        assert_eq!(ok, vec![PageIdx(1024), PageIdx(1025), PageIdx(2000)]);
+        assert_eq!(working_set_of(&[], 1024, 4096), Some(Vec::new()));
+        // Below the reserved region, past the end, out of order, twice, a torn entry.
+        assert_eq!(working_set_of(&list(&[1023]), 1024, 4096), None);
+        assert_eq!(working_set_of(&list(&[4096]), 1024, 4096), None);
+        assert_eq!(working_set_of(&list(&[2000, 1500]), 1024, 4096), None);
+        assert_eq!(working_set_of(&list(&[2000, 2000]), 1024, 4096), None);
+        assert_eq!(working_set_of(&[0u8; 7], 1024, 4096), None);
+    }
 }

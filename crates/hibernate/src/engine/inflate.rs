@@ -127,7 +127,17 @@ pub(super) fn inflate_process(
     let uffd = pm.uffd.clone()?;
     let base = pm.mem.host_base() as u64;
     let state = &mut *pager;
-    let reader = state.reap.as_ref()?;
+    let Some(reader) = state.reap.as_ref() else {
+        // A working set without a REAP file (a layered checkpoint's list): its pages come
+        // from the swap layers.
+        if pm.reap_set.is_empty() {
+            return None;
+        }
+        let bytes = prefetch_from_layers(state, &pm.reap_set, &uffd, base, error_file);
+        state.reap_wake = true;
+        pm.reap_wake = true;
+        return Some((bytes, 0));
+    };
     reader.advise_sequential();
     // The file pages of the set go to the disk first, together; waited for after the
     // memory's.
@@ -171,4 +181,68 @@ pub(super) fn inflate_process(
     state.reap_wake = true;
     pm.reap_wake = true;
     Some((bytes, file_bytes))
+}
+
+/// Installs the pages of `set` (sorted) that are swapped out, read from their swap layers in
+/// runs of consecutive pages in consecutive slots, write-protected as the pager installs
+/// them (so that the next deflate keeps their slots while they stay unwritten). Returns the
+/// bytes installed; a corrupt or unreadable layer stops the sandbox, as in the pager.
+fn prefetch_from_layers(
+    state: &mut crate::pager::PagerState,
+    set: &[PageIdx],
+    uffd: &crate::uffd::Uffd,
+    base: u64,
+    error_file: &std::path::Path,
+) -> u64 {
+    const RUN: u64 = 256;
+    let mut buf = vec![0u8; (RUN * PAGE_SIZE) as usize];
+    let mut bytes = 0u64;
+    let mut i = 0;
+    while i < set.len() {
+        let first = set[i];
+        let Ok(PageState::Swapped { slot }) = state.pages.get(first) else {
+            i += 1;
+            continue;
+        };
+        let mut n = 1u64;
+        while n < RUN
+            && set.get(i + n as usize).map(|p| p.0) == Some(first.0 + n)
+            && state.pages.get(PageIdx(first.0 + n)).ok()
+                == Some(PageState::Swapped {
+                    slot: slot + n as u32,
+                })
+        {
+            n += 1;
+        }
+        let len = (n * PAGE_SIZE) as usize;
+        if let Err(e) = state
+            .swap
+            .read_pages_into(first, slot, n as u32, &mut buf[..len])
+        {
+            pager::fatal(
+                error_file,
+                &format!("swapped data unreadable or corrupt: {e}"),
+            );
+        }
+        let host = base + first.0 * PAGE_SIZE;
+        // SAFETY: `buf` holds `len` verified bytes; the destination run lies in guest memory
+        // above the reserved chunk (pages of the map, which covers guest memory).
+        let r = unsafe { uffd.copy_write_protected(buf.as_ptr().cast(), host as *mut _, len) };
+        if let Ok((_, protected)) = r {
+            for k in 0..n {
+                let now = if protected {
+                    PageState::Cached {
+                        slot: slot + k as u32,
+                    }
+                } else {
+                    PageState::Resident
+                };
+                let _ = state.pages.set(PageIdx(first.0 + k), now);
+            }
+            bytes += len as u64;
+        }
+        // A run with a page present already is left to the pager's faults.
+        i += n as usize;
+    }
+    bytes
 }

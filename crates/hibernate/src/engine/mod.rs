@@ -61,7 +61,9 @@ mod memory;
 mod park;
 mod process_deflate;
 
-pub use checkpoint::{memory_image_name, restored, CheckpointState, Clocks, KeptSockets};
+pub use checkpoint::{
+    base_image_name, memory_image_name, restored, CheckpointState, Clocks, KeptSockets,
+};
 pub use error::EngineError;
 
 pub use memory::{is_page_file, page_files, remove_page_files};

@@ -38,6 +38,9 @@ pub enum Kind {
     State,
     /// Binary blobs the state refers to.
     Blobs,
+    /// A process's recorded working set as a page list (a layered checkpoint's, format 1.9:
+    /// its pages are read from the memory images).
+    WorkingSet,
 }
 
 impl Kind {
@@ -46,6 +49,7 @@ impl Kind {
             Kind::Manifest => *b"manifest",
             Kind::State => *b"state\0\0\0",
             Kind::Blobs => *b"blobs\0\0\0",
+            Kind::WorkingSet => *b"workset\0",
         }
     }
 }

@@ -48,8 +48,11 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// 6: anonymous shared memory (`anon_shared`, VMAs `SharedAnon`); 7: locked mappings (VMAs'
 /// `lock`, the address space's `def_lock`; left out when unlocked) and VMAs sealed by mseal
 /// (`sealed`, written only when true); 8: VMAs' madvise marks (`advice`: wipe on fork, not
-/// copied by fork, not dumped; left out when none).
-pub const FORMAT_MINOR: u16 = 8;
+/// copied by fork, not dumped; left out when none); 9: layered memory (a dormant sandbox's
+/// in-place checkpoint: `mem-PID.base-K.img`, links to the images it was restored from, under
+/// `mem-PID.img`, which holds only the pages they do not; its working set as a page list,
+/// `workset-PID`, read from those images).
+pub const FORMAT_MINOR: u16 = 9;
 
 /// The manifest's file name.
 pub const MANIFEST: &str = "MANIFEST";

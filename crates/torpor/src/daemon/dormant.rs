@@ -170,7 +170,9 @@ pub(super) fn published_only(
 
 /// Writes a dormant sandbox's state into `dir/dormant`: the checkpoint (`checkpoint` writes
 /// it into the directory it is given), the wake record and the status, synced, under a
-/// temporary name renamed last (a failure leaves no `dormant/`).
+/// temporary name renamed last (a failure leaves no new `dormant/`). The state the sandbox
+/// last woke from stays until then: the new checkpoint links its memory images (a layered
+/// checkpoint writes only what changed since).
 ///
 /// # Errors
 /// What `checkpoint` returns; a write, sync or rename the host refuses.
@@ -180,8 +182,8 @@ pub(super) fn write_state(
     status: &serde_json::Value,
     checkpoint: impl FnOnce(&std::path::Path) -> Result<()>,
 ) -> Result<()> {
-    dormancy::remove_state(dir);
     let tmp = dir.join(format!("{}.tmp", dormancy::DIR));
+    let _ = crate::cowroot::remove_all(&tmp);
     // Owner only, whatever the holder's umask (0: the application's modes are its own).
     std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
         .create(&tmp)
@@ -193,7 +195,13 @@ pub(super) fn write_state(
     }
     written?;
     let dest = dir.join(dormancy::DIR);
+    let old = dir.join(format!("{}.old", dormancy::DIR));
+    let _ = crate::cowroot::remove_all(&old);
+    if dest.exists() {
+        std::fs::rename(&dest, &old).with_context(|| format!("renaming {}", dest.display()))?;
+    }
     std::fs::rename(&tmp, &dest).with_context(|| format!("renaming to {}", dest.display()))?;
+    let _ = crate::cowroot::remove_all(&old);
     sync_dir(dir)
 }
 

@@ -243,11 +243,14 @@ fn start(
     ready: &mut Option<OwnedFd>,
     origin: &Origin,
 ) -> Result<u8> {
-    let record = serde_json::to_value(crate::snapshot::restoring::HolderRecord::of(
-        cfg,
-        policy.wake_mode,
-    ))
-    .context("recording the sandbox's configuration")?;
+    let mut holder = crate::snapshot::restoring::HolderRecord::of(cfg, policy.wake_mode);
+    if let Origin::Wake(w) = origin {
+        // A woken holder's root is its overlay, mounted in its own namespace only: its next
+        // checkpoint records the root it was started over, as the first one did (a fork of
+        // it mounts its own overlay there).
+        holder.rootfs = w.restoring.record()?.rootfs;
+    }
+    let record = serde_json::to_value(holder).context("recording the sandbox's configuration")?;
     let woken = match origin {
         Origin::Wake(w) => Some(w),
         _ => None,

@@ -166,6 +166,7 @@ pub fn shared_objects() -> Vec<PathBuf> {
 pub fn remove_state(dir: &Path) {
     let _ = crate::cowroot::remove_all(&dir.join(DIR));
     let _ = crate::cowroot::remove_all(&dir.join(format!("{DIR}.tmp")));
+    let _ = crate::cowroot::remove_all(&dir.join(format!("{DIR}.old")));
 }
 
 /// Reads the wake record of the dormant sandbox whose state directory is `dir`.

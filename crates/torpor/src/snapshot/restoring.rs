@@ -295,13 +295,30 @@ impl Restoring {
     /// The image's own errors; the host's writing or opening the file.
     pub fn memory_file(&self, pid: i32) -> Result<std::fs::File> {
         let raw = self.dir.join(format!("mem-{pid}.raw"));
-        let image = self
-            .checkpoint
-            .path(&hibernate::engine::memory_image_name(pid))
-            .with_context(|| format!("the checkpoint has no memory image of process {pid}"))?;
-        let reader = hibernate::swapfile::SwapReader::open(&image)
-            .with_context(|| format!("{}", image.display()))?;
-        let size = reader.page_count() * platform::PAGE_SIZE;
+        // A layered checkpoint's images under the main one, oldest first: a page is the
+        // newest image's that holds it.
+        let mut layers: Vec<String> = (0..)
+            .map(|k| hibernate::engine::base_image_name(pid, k))
+            .take_while(|n| self.checkpoint.path(n).is_some())
+            .collect();
+        layers.push(hibernate::engine::memory_image_name(pid));
+        let mut readers = Vec::with_capacity(layers.len());
+        for name in &layers {
+            let image = self.checkpoint.path(name).with_context(|| {
+                format!("the checkpoint has no memory image {name} of process {pid}")
+            })?;
+            readers.push(
+                hibernate::swapfile::SwapReader::open(&image)
+                    .with_context(|| format!("{}", image.display()))?,
+            );
+        }
+        let size = readers[readers.len() - 1].page_count() * platform::PAGE_SIZE;
+        if readers
+            .iter()
+            .any(|r| r.page_count() * platform::PAGE_SIZE != size)
+        {
+            anyhow::bail!("the memory images of process {pid} are of memories of other sizes");
+        }
         if let Ok(f) = std::fs::File::open(&raw) {
             if f.metadata().map(|m| m.len()).ok() == Some(size) {
                 return Ok(f);
@@ -321,19 +338,21 @@ impl Restoring {
                 .with_context(|| format!("creating {}", tmp.display()))?;
             out.set_len(size)?;
             const BATCH: u32 = 512;
-            let entries = reader.index().entries();
             let mut buf = vec![0u8; BATCH as usize * platform::PAGE_SIZE as usize];
-            for (first, chunk) in (0u32..)
-                .step_by(BATCH as usize)
-                .zip(entries.chunks(BATCH as usize))
-            {
-                let n = chunk.len() as u32;
-                let bytes = &mut buf[..n as usize * platform::PAGE_SIZE as usize];
-                reader.read_slots_into(first, n, bytes)?;
-                for (i, e) in chunk.iter().enumerate() {
-                    let page =
-                        &bytes[i * platform::PAGE_SIZE as usize..][..platform::PAGE_SIZE as usize];
-                    out.write_all_at(page, e.page().0 * platform::PAGE_SIZE)?;
+            for reader in &readers {
+                let entries = reader.index().entries();
+                for (first, chunk) in (0u32..)
+                    .step_by(BATCH as usize)
+                    .zip(entries.chunks(BATCH as usize))
+                {
+                    let n = chunk.len() as u32;
+                    let bytes = &mut buf[..n as usize * platform::PAGE_SIZE as usize];
+                    reader.read_slots_into(first, n, bytes)?;
+                    for (i, e) in chunk.iter().enumerate() {
+                        let page = &bytes[i * platform::PAGE_SIZE as usize..]
+                            [..platform::PAGE_SIZE as usize];
+                        out.write_all_at(page, e.page().0 * platform::PAGE_SIZE)?;
+                    }
                 }
             }
             out.sync_all()?;
