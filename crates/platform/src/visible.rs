@@ -161,8 +161,8 @@ mod tests {
     /// The registrations a grower was asked for: (slot, start, length).
     type Log = Arc<Mutex<Vec<(u32, u64, u64)>>>;
 
-    fn recording(size: u64) -> (VisibleRange, Log) {
-        let r = VisibleRange::new(size);
+    /// Attaches to `r` a VM with `slots` memslots that records what it registers.
+    fn attach_recording(r: &VisibleRange, slots: u32) -> Log {
         let log = Arc::new(Mutex::new(Vec::new()));
         let l = log.clone();
         r.attach_vm(
@@ -170,9 +170,15 @@ mod tests {
                 l.lock().unwrap().push((s, a, n));
                 Ok(())
             }),
-            509,
+            slots,
         )
         .unwrap();
+        log
+    }
+
+    fn recording(size: u64) -> (VisibleRange, Log) {
+        let r = VisibleRange::new(size);
+        let log = attach_recording(&r, 509);
         (r, log)
     }
 
@@ -209,16 +215,7 @@ mod tests {
         r.expose(40 * MIB).unwrap();
         assert_eq!(r.visible(), 0);
         assert_eq!(r.own_slots(), 0);
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let l = log.clone();
-        r.attach_vm(
-            Box::new(move |s, a, n| {
-                l.lock().unwrap().push((s, a, n));
-                Ok(())
-            }),
-            32764,
-        )
-        .unwrap();
+        let log = attach_recording(&r, 32764);
         assert_eq!(*log.lock().unwrap(), vec![(32763, 16 * MIB, 24 * MIB)]);
         assert_eq!(r.visible(), 40 * MIB);
     }

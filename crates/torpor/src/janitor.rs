@@ -13,6 +13,11 @@
 //! holder's death, even by SIGKILL: unmount and remove the page files (swap, REAP, a
 //! checkpoint being written); the directory stays, with the output log and the error file,
 //! for `torpor state` to report the error and for `delete` to remove).
+//!
+//! A detached sandbox lets its janitor go ([`Janitor::dismiss`]: one process while it
+//! sleeps) when it goes dormant and, if root started it, when it first hibernates; its end
+//! is then `delete`'s to clean up, or the next torpor command's after a SIGKILL. Sandboxes
+//! with a cgroup of their own keep it, and so do rootless ones while hibernated.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;

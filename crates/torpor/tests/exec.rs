@@ -224,7 +224,7 @@ fn exec_it_gives_a_shell_a_terminal() {
 }
 
 #[test]
-fn a_killed_holder_leaves_its_log_not_its_swap_files() {
+fn a_killed_hibernated_holder_leaves_nothing_after_the_next_command() {
     if !testutil::require_kvm() {
         return;
     }
@@ -248,14 +248,16 @@ fn a_killed_holder_leaves_its_log_not_its_swap_files() {
     );
     // SAFETY: killing the test's own holder process.
     unsafe { libc::kill(sb.pid() as i32, libc::SIGKILL) };
-    let gone = Detached::wait_until(std::time::Duration::from_secs(1), || {
-        page_files().is_empty()
+    // A hibernated detached sandbox let its janitor go (one process while it sleeps): the
+    // next torpor command on its state root removes what the dead holder left, its swap
+    // files with the rest (as after a dormant one's death).
+    let gone = Detached::wait_until(std::time::Duration::from_secs(10), || {
+        let out = sb.verb_in_base(&["list"]);
+        out.status.success() && page_files().is_empty() && !dir.exists()
     });
     assert!(
         gone,
-        "swap files left after the holder's death: {:?}",
+        "left after the holder's death and a list: {:?}",
         page_files()
     );
-    let log = std::fs::read_to_string(dir.join("output.log")).unwrap_or_default();
-    assert!(log.contains("started"), "the output log stays: {log:?}");
 }

@@ -178,6 +178,8 @@ struct Daemon {
     /// The janitor of a friendly-form sandbox, until it finishes or is dismissed
     /// ([`dismiss_janitor_when_hibernated`]).
     janitor: Mutex<Option<Janitor>>,
+    /// Started by root (not rootless).
+    root_holder: bool,
 }
 
 /// A detached sandbox that hibernates lets its janitor go (one process less while it sleeps,
@@ -185,9 +187,11 @@ struct Daemon {
 /// directory once the holder is gone (its mount namespace, and the root mounted in it, end
 /// with the holder), or the next torpor command's (`statedir::cleanup_orphans`) after a
 /// SIGKILL. A sandbox in the foreground keeps it (its end removes its directory itself), and
-/// so does one with a cgroup of its own (the janitor removes the cgroup).
+/// so does one with a cgroup of its own (the janitor removes the cgroup) and a rootless one
+/// (its root's upper layer holds files of the user namespace's ids, which only the janitor,
+/// inside it, can remove).
 fn dismiss_janitor_when_hibernated(d: &Daemon) {
-    if !d.detached || d.policy.cpus.is_some() {
+    if !d.detached || d.policy.cpus.is_some() || !d.root_holder {
         return;
     }
     let j = d.janitor.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -415,6 +419,8 @@ fn start(
         dormancy: Mutex::new(None),
         in_flight: std::sync::atomic::AtomicUsize::new(0),
         janitor: Mutex::new(janitor),
+        // SAFETY: geteuid has no preconditions.
+        root_holder: unsafe { libc::geteuid() } == 0,
     });
     {
         let d = daemon.clone();
