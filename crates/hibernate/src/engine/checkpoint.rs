@@ -204,8 +204,20 @@ impl Hibernator {
 const MAX_BASES: usize = 4;
 
 /// The name of process `pid`'s `k`-th underlying memory image in a layered checkpoint.
-pub fn base_image_name(pid: i32, k: usize) -> String {
+fn base_image_name(pid: i32, k: usize) -> String {
     format!("mem-{pid}.base-{k}.img")
+}
+
+/// The names of process `pid`'s memory images in `checkpoint`, oldest first: a layered
+/// checkpoint's underlying images (format 1.9), then `mem-PID.img`. A page is the newest
+/// image's that holds it.
+pub fn memory_image_layers(checkpoint: &Checkpoint, pid: i32) -> Vec<String> {
+    let mut names: Vec<String> = (0..)
+        .map(|k| base_image_name(pid, k))
+        .take_while(|n| checkpoint.path(n).is_some())
+        .collect();
+    names.push(memory_image_name(pid));
+    names
 }
 
 /// The name of process `pid`'s working set as a page list in a layered checkpoint.
@@ -436,14 +448,8 @@ pub fn restored(
     let (mut hib, handle) = super::new(first_mem.clone(), control, dir, mode)
         .map_err(EngineError::host("setting up hibernation"))?;
     for (pid, mem) in processes {
-        let name = memory_image_name(*pid);
         let total = mem.size() / PAGE_SIZE;
-        // A layered checkpoint's images under the main one, oldest first (format 1.9).
-        let mut names: Vec<String> = (0..)
-            .map(|k| base_image_name(*pid, k))
-            .take_while(|n| checkpoint.path(n).is_some())
-            .collect();
-        names.push(name.clone());
+        let names = memory_image_layers(checkpoint, *pid);
         // File names as a deflate gives them: `swap.N` for the first process, `swap-PID.N`.
         let prefix = if pid == first {
             String::new()

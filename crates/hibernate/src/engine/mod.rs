@@ -62,7 +62,7 @@ mod park;
 mod process_deflate;
 
 pub use checkpoint::{
-    base_image_name, memory_image_name, restored, CheckpointState, Clocks, KeptSockets,
+    memory_image_layers, memory_image_name, restored, CheckpointState, Clocks, KeptSockets,
 };
 pub use error::EngineError;
 

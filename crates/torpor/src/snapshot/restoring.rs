@@ -295,13 +295,7 @@ impl Restoring {
     /// The image's own errors; the host's writing or opening the file.
     pub fn memory_file(&self, pid: i32) -> Result<std::fs::File> {
         let raw = self.dir.join(format!("mem-{pid}.raw"));
-        // A layered checkpoint's images under the main one, oldest first: a page is the
-        // newest image's that holds it.
-        let mut layers: Vec<String> = (0..)
-            .map(|k| hibernate::engine::base_image_name(pid, k))
-            .take_while(|n| self.checkpoint.path(n).is_some())
-            .collect();
-        layers.push(hibernate::engine::memory_image_name(pid));
+        let layers = hibernate::engine::memory_image_layers(&self.checkpoint, pid);
         let mut readers = Vec::with_capacity(layers.len());
         for name in &layers {
             let image = self.checkpoint.path(name).with_context(|| {
