@@ -101,6 +101,7 @@ impl Context for KvmContext {
     }
 
     fn switch(&mut self) -> Result<Exit, PlatformError> {
+        self.space.mark_entered();
         match self.vcpu_mut().run(&[]).map_err(PlatformError::new)? {
             RawExit::Exit(e) => Ok(e),
             RawExit::SyscallOnUserStack { frame } => self.complete_ring0_syscall(frame),
@@ -108,6 +109,10 @@ impl Context for KvmContext {
     }
 
     fn commit(&mut self, changes: PtChanges, how: Commit) -> Result<(), PlatformError> {
+        if !self.space.entered() {
+            // Nothing of the guest has run: its first walks read these entries as written.
+            return Ok(());
+        }
         let sync = self
             .space
             .pte_sync(self.id, &self.gen, changes.runs, how == Commit::Restrict);

@@ -7,7 +7,7 @@
 //! has not seen before it next enters the guest, and a restricting commit kicks the others so
 //! they do so at once. With one vCPU the log is bypassed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use platform::PteRun;
@@ -24,6 +24,10 @@ pub(crate) struct SpaceShared {
     /// process creating threads all its life would run out of indexes).
     spare: Mutex<Vec<Vcpu>>,
     next_id: AtomicU64,
+    /// Whether a vCPU of this VM has entered the guest. Until one has, the hypervisor's
+    /// shadow MMU holds no translation of it, so the entries the host writes (a new process's
+    /// image, a restore's pages mapped ahead) need no sync: the guest's first walks read them.
+    entered: AtomicBool,
 }
 
 /// A live context as the log sees it.
@@ -41,6 +45,18 @@ struct PteLog {
 }
 
 impl SpaceShared {
+    /// Records that a vCPU of the VM is about to enter the guest.
+    pub(crate) fn mark_entered(&self) {
+        if !self.entered.load(Ordering::Relaxed) {
+            self.entered.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether a vCPU of the VM has entered the guest ([`Self::mark_entered`]).
+    pub(crate) fn entered(&self) -> bool {
+        self.entered.load(Ordering::SeqCst)
+    }
+
     /// Registers `vcpu` as a live context, caught up with the log: its id and the log's
     /// generation it has applied.
     pub(crate) fn register(&self, vcpu: &Vcpu) -> (u64, Arc<AtomicU64>) {

@@ -367,6 +367,75 @@ fn python_server_round_trips() {
     );
 }
 
+/// A hibernated sandbox is checkpointed where it sleeps: no wake (its wake count and its
+/// state do not change), and the checkpoint is whole: a clone of it serves, and so does
+/// the original afterwards. Python's server maps its interpreter and libraries from files,
+/// whose page-table entries the checkpoint drops after the deflate that hibernated it.
+#[test]
+fn a_hibernated_sandbox_is_checkpointed_without_a_wake() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let Some(root) = testutil::debian_rootfs("python") else {
+        return;
+    };
+    let port = testutil::free_port();
+    let publish = format!("127.0.0.1:{port}:8080");
+    let sb = Detached::start(
+        bin(),
+        &["--memory", "512M", "-p", &publish],
+        &root,
+        "/usr/bin/python3",
+        &["-m", "http.server", "8080"],
+    );
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let listing = |what: &str| {
+        let body = testutil::http_get(addr, "/", Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+            .body_str();
+        assert!(body.contains("Directory listing"), "{what}: {body}");
+    };
+    assert!(
+        Detached::wait_until(Duration::from_secs(120), || testutil::http_get(
+            addr,
+            "/",
+            Duration::from_secs(10)
+        )
+        .is_ok()),
+        "python did not answer within 120 s"
+    );
+    listing("a request before the hibernate");
+    sb.ok("hibernate", &[]);
+    assert_eq!(sb.stat("state"), "hibernated");
+    let wakes = sb.stat_u64("wakes");
+    let t = TempDir::new("torpor-ckpt");
+    let dir = t.path().join("hibernated");
+    let out = sb.verb("checkpoint", &["--leave-running", dir.to_str().unwrap()]);
+    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    assert_eq!(
+        sb.stat("state"),
+        "hibernated",
+        "still asleep after the checkpoint"
+    );
+    assert_eq!(
+        sb.stat_u64("wakes"),
+        wakes,
+        "the checkpoint woke the sandbox"
+    );
+    // A clone of the checkpoint (a restore under its own ID and port) serves.
+    let port2 = testutil::free_port();
+    let publish2 = format!("127.0.0.1:{port2}:8080");
+    let _clone = sb
+        .clone_beside(&["-p", &publish2], &dir)
+        .unwrap_or_else(|o| panic!("clone: {}", o.stderr_str()));
+    let addr2: std::net::SocketAddr = format!("127.0.0.1:{port2}").parse().unwrap();
+    let body = testutil::http_get(addr2, "/", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("the clone: {e}"))
+        .body_str();
+    assert!(body.contains("Directory listing"), "the clone: {body}");
+    listing("the original, woken after the checkpoint");
+}
+
 #[test]
 fn node_server_round_trips() {
     server_round_trip(

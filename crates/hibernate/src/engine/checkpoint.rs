@@ -26,6 +26,7 @@ use crate::snapshot::{self, BlobWriter, Checkpoint, CheckpointWriter, Kind, BLOB
 use crate::swapfile::{SwapReader, SwapWriter};
 
 /// A checkpoint the control thread asked for.
+#[derive(Clone)]
 pub(super) struct Job {
     /// The new directory to write it into.
     pub(super) dir: PathBuf,
@@ -119,6 +120,45 @@ pub fn working_set_name(pid: i32) -> String {
 }
 
 impl Hibernator {
+    /// Writes the checkpoint `job` asks for of a sandbox that is hibernated (every thread
+    /// parked in its wait for a wake): no wake and no second deflate. Its last deflate may
+    /// have kept page-table entries into file windows, which a checkpoint must not save: they
+    /// are dropped now, and the page-table pages that walk brought back from the swap and
+    /// wrote are read from guest memory, not from their swap slots. The sandbox stays
+    /// hibernated, also when this fails (nothing of its swap changes).
+    pub(super) fn checkpoint_hibernated(
+        &mut self,
+        sb: &ParkedSandbox<'_>,
+        job: &Job,
+    ) -> Result<super::DeflateReport, super::HibernateError> {
+        let start = std::time::Instant::now();
+        sb.drop_file_window_pages();
+        for pm in self.processes.values() {
+            let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
+            let back: Vec<PageIdx> = pager
+                .pages
+                .iter()
+                .filter(|(_, st)| matches!(st, PageState::Cached { .. }))
+                .map(|(page, _)| page)
+                .collect();
+            for page in back {
+                // In host memory (brought back write-protected since the deflate): the bytes
+                // there are the page's, written or not.
+                let _ = pager.pages.set(page, PageState::Resident);
+            }
+        }
+        self.write_checkpoint(sb, job)
+            .map_err(super::HibernateError::Checkpoint)?;
+        tracing::info!(
+            took_us = start.elapsed().as_micros() as u64,
+            "checkpointed while hibernated"
+        );
+        Ok(super::DeflateReport {
+            took_us: start.elapsed().as_micros() as u64,
+            ..Default::default()
+        })
+    }
+
     /// Writes the checkpoint `job` asks for of the sandbox just deflated (its first task
     /// `task`, every thread parked). A failure removes what was written.
     pub(super) fn write_checkpoint(

@@ -41,12 +41,12 @@ impl HibernateHandle {
         timeout: Duration,
     ) -> Result<DeflateReport, HibernateError> {
         self.shared.paused.store(true, Ordering::SeqCst);
-        let r = self.park_for(
-            Command::Checkpoint(checkpoint::Job {
+        let r = self.checkpoint_job(
+            checkpoint::Job {
                 dir,
                 holder,
                 keep: None,
-            }),
+            },
             timeout,
         );
         if matches!(
@@ -74,12 +74,12 @@ impl HibernateHandle {
     ) -> Result<(DeflateReport, checkpoint::KeptSockets), HibernateError> {
         let keep = Arc::new(std::sync::Mutex::new(checkpoint::KeptSockets::default()));
         self.shared.paused.store(true, Ordering::SeqCst);
-        let r = self.park_for(
-            Command::Checkpoint(checkpoint::Job {
+        let r = self.checkpoint_job(
+            checkpoint::Job {
                 dir,
                 holder,
                 keep: Some(keep.clone()),
-            }),
+            },
             timeout,
         );
         if matches!(
@@ -93,18 +93,77 @@ impl HibernateHandle {
         Ok((report, fds))
     }
 
-    pub(super) fn park_for(
+    /// Writes the checkpoint `job`: a hibernated sandbox's from its deflated state, where it
+    /// waits for a wake (it is not woken); a running one's after a park and a deflate.
+    fn checkpoint_job(
         &self,
-        cmd: Command,
+        job: checkpoint::Job,
         timeout: Duration,
     ) -> Result<DeflateReport, HibernateError> {
-        // One request at a time: another's command would replace this one's in the mailbox,
-        // and its reply be taken for this one's.
         let deadline = Instant::now() + timeout;
-        let _one = loop {
+        let mut attempts = 0;
+        loop {
+            if let Some(r) = self.checkpoint_while_hibernated(job.clone(), deadline, timeout) {
+                return r;
+            }
+            match self.park_for(Command::Checkpoint(job.clone()), timeout) {
+                // Hibernated (its keep-alive) between the two: ask the wait.
+                Err(HibernateError::State(_))
+                    if attempts < 3 && self.state() == State::Hibernated =>
+                {
+                    attempts += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Hands `job` to the park's wait for a wake, if the sandbox is hibernated there, and
+    /// waits for its answer; `None` if it is not.
+    fn checkpoint_while_hibernated(
+        &self,
+        job: checkpoint::Job,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Option<Result<DeflateReport, HibernateError>> {
+        if self.state() != State::Hibernated {
+            return None;
+        }
+        let _one = match self.one_request(deadline, timeout) {
+            Ok(g) => g,
+            Err(e) => return Some(Err(e)),
+        };
+        {
+            let mut mb = self.shared.lock_mailbox();
+            if !mb.waiting || mb.command.is_some() {
+                return None;
+            }
+            mb.command = Some(Command::Checkpoint(job));
+            mb.reply = None;
+        }
+        self.shared.signal_wake();
+        // The wait takes the command in every case: it answers it, or says it is stopping.
+        let mut mb = self.shared.lock_mailbox();
+        loop {
+            if let Some(r) = mb.reply.take() {
+                return Some(r);
+            }
+            mb = self.shared.cv.wait(mb).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Holds the right to send the task a command until the guard goes: one request at a
+    /// time, for another's command would replace this one's in the mailbox, and its reply be
+    /// taken for this one's.
+    fn one_request(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<std::sync::MutexGuard<'_, ()>, HibernateError> {
+        loop {
             match self.shared.park_requests.try_lock() {
-                Ok(g) => break g,
-                Err(std::sync::TryLockError::Poisoned(e)) => break e.into_inner(),
+                Ok(g) => return Ok(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => return Ok(e.into_inner()),
                 Err(std::sync::TryLockError::WouldBlock) if Instant::now() >= deadline => {
                     return Err(HibernateError::ParkTimeout(timeout))
                 }
@@ -112,7 +171,16 @@ impl HibernateHandle {
                     std::thread::sleep(Duration::from_millis(1))
                 }
             }
-        };
+        }
+    }
+
+    pub(super) fn park_for(
+        &self,
+        cmd: Command,
+        timeout: Duration,
+    ) -> Result<DeflateReport, HibernateError> {
+        let deadline = Instant::now() + timeout;
+        let _one = self.one_request(deadline, timeout)?;
         {
             let st = self.shared.lock_state();
             match st.state() {

@@ -136,6 +136,9 @@ enum WakeReason {
 
 struct Mailbox {
     parked: bool,
+    /// The park is in its wait for a wake (hibernated): a checkpoint sent now is written
+    /// there, from the deflated state, without a wake ([`HibernateHandle::checkpoint`]).
+    waiting: bool,
     command: Option<Command>,
     reply: Option<Result<DeflateReport, HibernateError>>,
 }
@@ -224,6 +227,9 @@ pub struct Hibernator {
     shared_swap: Option<SharedSwap>,
     /// The most bytes the swap and REAP files may hold (`--swap-quota`).
     swap_quota: Option<u64>,
+    /// The runtime's code pages go back to the host once the wait for a wake finds nothing
+    /// to do (a restored sandbox: the request that woke a dormant one is often waiting).
+    drop_code_when_idle: bool,
 }
 
 /// Shared memory (MAP_SHARED anonymous, System V) deflated: its pages in a swap file
@@ -323,6 +329,7 @@ pub fn new(
         metrics: Arc::new(Metrics::default()),
         mailbox: Mutex::new(Mailbox {
             parked: false,
+            waiting: false,
             command: None,
             reply: None,
         }),
@@ -361,6 +368,7 @@ pub fn new(
         processes: std::collections::BTreeMap::new(),
         shared_swap: None,
         swap_quota: None,
+        drop_code_when_idle: false,
     };
     Ok((hib, HibernateHandle { shared, control }))
 }

@@ -37,9 +37,7 @@ impl ParkHook for Hibernator {
             Some(Command::Restored) => {
                 self.shared.transition(State::Hibernated);
                 wake_now = sb.control().signal_pending();
-                if !wake_now {
-                    crate::own_memory::drop_code_pages();
-                }
+                self.drop_code_when_idle = !wake_now;
                 // Every process's threads wait until the wake, as after a deflate.
                 (true, sb.others_as_stopped())
             }
@@ -152,13 +150,61 @@ impl Hibernator {
     }
 
     /// Waits (no CPU) until a connection or bytes arrive on one of the application's sockets,
-    /// or an explicit wake or stop.
+    /// or an explicit wake or stop. A checkpoint asked for meanwhile is written here, from
+    /// the deflated state, and the wait goes on ([`Self::serve_while_hibernated`]).
     pub(super) fn wait_for_wake(&mut self, sb: &ParkedSandbox<'_>) -> WakeReason {
+        loop {
+            self.shared.lock_mailbox().waiting = true;
+            let reason = self.watch(sb);
+            let mut mb = self.shared.lock_mailbox();
+            let cmd = mb.command.take();
+            match (reason, cmd) {
+                (Some(WakeReason::Stop), Some(_)) => {
+                    mb.waiting = false;
+                    mb.reply = Some(Err(HibernateError::State("the sandbox is stopping".into())));
+                    drop(mb);
+                    self.shared.cv.notify_all();
+                    return WakeReason::Stop;
+                }
+                // A request that came with it waits: the checkpoint paused the sandbox (an
+                // explicit wake read with it is one the checkpoint's answer overtakes).
+                (_, Some(cmd)) => {
+                    drop(mb);
+                    self.serve_while_hibernated(sb, cmd);
+                }
+                (Some(r), None) => {
+                    mb.waiting = false;
+                    return r;
+                }
+                (None, None) => {}
+            }
+        }
+    }
+
+    /// Serves `cmd`, sent while the sandbox is hibernated (every thread parked, its memory
+    /// deflated): a checkpoint is written from the deflated state, as after the deflate of a
+    /// checkpoint, and the sandbox stays hibernated; answers the control thread.
+    fn serve_while_hibernated(&mut self, sb: &ParkedSandbox<'_>, cmd: Command) {
+        let result = match cmd {
+            Command::Checkpoint(job) => self.checkpoint_hibernated(sb, &job),
+            Command::Deflate | Command::Restored => Err(HibernateError::State(
+                "cannot hibernate a sandbox that is hibernated".into(),
+            )),
+        };
+        crate::own_memory::drop_code_pages();
+        crate::own_memory::trim_heap();
+        self.shared.lock_mailbox().reply = Some(result);
+        self.shared.cv.notify_all();
+    }
+
+    /// One watch of the wait for a wake: the reason to wake, or `None` to watch again (a
+    /// pause ended without a wake, or a command came).
+    fn watch(&mut self, sb: &ParkedSandbox<'_>) -> Option<WakeReason> {
         // SAFETY: epoll_create1 with a valid flag.
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if ep < 0 {
             tracing::error!("epoll_create1: {}", std::io::Error::last_os_error());
-            return WakeReason::Explicit;
+            return Some(WakeReason::Explicit);
         }
         // SAFETY: a fresh fd owned by nobody else.
         let ep = unsafe { OwnedFd::from_raw_fd(ep) };
@@ -185,20 +231,29 @@ impl Hibernator {
         for (i, f) in sockets.iter().enumerate() {
             add(f.host().as_raw_fd(), i as u64);
         }
+        // A first look without waiting, when the code pages are to go once nothing is to do.
+        let mut timeout = if self.drop_code_when_idle { 0 } else { -1 };
         loop {
             let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
             // SAFETY: valid epoll fd and output buffer.
-            let n =
-                unsafe { libc::epoll_wait(ep.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, -1) };
+            let n = unsafe {
+                libc::epoll_wait(ep.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, timeout)
+            };
+            if n == 0 && timeout == 0 {
+                self.drop_code_when_idle = false;
+                crate::own_memory::drop_code_pages();
+                timeout = -1;
+                continue;
+            }
             if n < 0 {
                 if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                     if sb.control().signal_pending() {
-                        return WakeReason::Stop;
+                        return Some(WakeReason::Stop);
                     }
                     continue;
                 }
                 tracing::error!("epoll_wait: {}", std::io::Error::last_os_error());
-                return WakeReason::Explicit;
+                return Some(WakeReason::Explicit);
             }
             let mut reason = None;
             for ev in &evs[..n as usize] {
@@ -216,7 +271,9 @@ impl Hibernator {
                         reason = Some(WakeReason::Stop);
                     } else if self.shared.rewatch.swap(false, Ordering::SeqCst) {
                         // A pause ended without a wake: wait again, for requests this time.
-                        return self.wait_for_wake(sb);
+                        return None;
+                    } else if self.shared.lock_mailbox().command.is_some() {
+                        return None;
                     } else {
                         reason = Some(WakeReason::Explicit);
                     }
@@ -243,8 +300,8 @@ impl Hibernator {
                     }
                 }
             }
-            if let Some(r) = reason {
-                return r;
+            if reason.is_some() {
+                return reason;
             }
         }
     }

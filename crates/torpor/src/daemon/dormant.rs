@@ -7,7 +7,6 @@ use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result};
-use hibernate::engine::HibernateError;
 use hibernate::state::State;
 use serde_json::json;
 
@@ -61,14 +60,15 @@ fn refusal(d: &Daemon) -> Option<String> {
     None
 }
 
-/// The `dormant` request: checkpoints the sandbox into `DIR/dormant/` (waking it first if it
-/// is hibernated: the checkpoint is written from a deflate), keeps its published listeners,
+/// The `dormant` request: checkpoints the sandbox into `DIR/dormant/` (a hibernated one
+/// without a wake, from its deflated state; a running one after a deflate), keeps its published listeners,
 /// and records what the dormant process answers. The sandbox is stopped once the answer is
 /// out ([`stop_after_answer`]).
 pub(super) fn prepare(d: &Daemon) -> Response {
     if let Some(why) = refusal(d) {
         return Response::error(why);
     }
+    let was_hibernated = d.hib.state() == State::Hibernated;
     match try_prepare(d) {
         Ok(p) => {
             *d.dormancy.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
@@ -76,9 +76,14 @@ pub(super) fn prepare(d: &Daemon) -> Response {
         }
         Err(e) => {
             dormancy::remove_state(&d.dir);
-            // The checkpoint left the sandbox paused: it carries on.
+            // The checkpoint left the sandbox paused and hibernated: it carries on,
+            // hibernated as before if it was (its next request wakes it).
             if d.hib.is_paused() {
-                let _ = d.hib.resume();
+                let _ = if was_hibernated {
+                    d.hib.unpause()
+                } else {
+                    d.hib.resume()
+                };
             }
             Response::error(format!("{e:#}"))
         }
@@ -86,10 +91,6 @@ pub(super) fn prepare(d: &Daemon) -> Response {
 }
 
 fn try_prepare(d: &Daemon) -> Result<Prepared> {
-    if d.hib.state() == State::Hibernated {
-        d.hib.wake().map_err(anyhow::Error::msg)?;
-        d.hib.wait_while(State::Hibernated, PARK_TIMEOUT);
-    }
     let record = WakeRecord {
         root: d.root.clone(),
         wake_mode: d.mode,
@@ -111,25 +112,12 @@ fn try_prepare(d: &Daemon) -> Result<Prepared> {
     }
     let mut kept = None;
     write_state(&d.dir, &record, &status, |checkpoint| {
-        // The keep-alive may hibernate the sandbox again between the wake above and the
-        // checkpoint's park: wake it and ask again.
-        let mut attempts = 0;
-        let (_, k) = loop {
-            match d.hib.checkpoint_for_dormancy(
-                checkpoint.to_path_buf(),
-                d.record.clone(),
-                PARK_TIMEOUT,
-            ) {
-                Err(HibernateError::State(_))
-                    if attempts < 3 && d.hib.state() == State::Hibernated =>
-                {
-                    attempts += 1;
-                    d.hib.wake().map_err(anyhow::Error::msg)?;
-                    d.hib.wait_while(State::Hibernated, PARK_TIMEOUT);
-                }
-                r => break r.map_err(|e| anyhow::anyhow!("checkpointing the sandbox: {e}"))?,
-            }
-        };
+        // A hibernated sandbox's checkpoint is written from its deflated state (it is not
+        // woken); a running one's after a deflate.
+        let (_, k) = d
+            .hib
+            .checkpoint_for_dormancy(checkpoint.to_path_buf(), d.record.clone(), PARK_TIMEOUT)
+            .map_err(|e| anyhow::anyhow!("checkpointing the sandbox: {e}"))?;
         kept = Some(k);
         Ok(())
     })?;

@@ -97,29 +97,19 @@ fn write_image(sdir: &Path, forks: &Path, state: &serde_json::Value) -> Result<P
         crate::cowroot::remove_all(&out)
             .with_context(|| format!("removing the old {}", out.display()))?;
     }
-    let mut hibernated = state["status"] == "hibernated";
-    let mut attempts = 0;
-    loop {
-        if hibernated {
-            // Parked in its wait for a wake: the checkpoint parks it again, from a wake, once
-            // the wake (which the request only signals) has begun.
-            crate::control::wake(sdir, REQUEST)?;
-        }
-        match call(sdir, &Request::Checkpoint, TIMEOUT) {
-            Ok(_) => break,
-            // Hibernated again (its keep-alive) between the wake and the checkpoint.
-            Err(e) if attempts < 3 && format!("{e:#}").contains("that is hibernated") => {
-                attempts += 1;
-                hibernated = true;
-            }
-            Err(e) => {
-                // A checkpoint that fails (something of the template it cannot save yet)
-                // leaves it paused: it carries on as it was.
-                let _ = crate::cowroot::remove_all(&out);
-                let _ = call(sdir, &Request::Resume, REQUEST);
-                return Err(e).context("writing the template's image");
-            }
-        }
+    // A hibernated template is checkpointed where it sleeps: it is not woken.
+    let hibernated = state["status"] == "hibernated";
+    let back = if hibernated {
+        Request::Unpause
+    } else {
+        Request::Resume
+    };
+    if let Err(e) = call(sdir, &Request::Checkpoint, TIMEOUT) {
+        // A checkpoint that fails (something of the template it cannot save yet) leaves it
+        // paused: it carries on as it was.
+        let _ = crate::cowroot::remove_all(&out);
+        let _ = call(sdir, &back, REQUEST);
+        return Err(e).context("writing the template's image");
     }
     // Paused from here: nothing of the template runs until the unpause below.
     let name = format!("image-{}", unique_suffix());
@@ -140,7 +130,7 @@ fn write_image(sdir: &Path, forks: &Path, state: &serde_json::Value) -> Result<P
         Err(e) => {
             let _ = crate::cowroot::remove_all(&out);
             let _ = crate::cowroot::remove_all(&dest);
-            let _ = call(sdir, &Request::Resume, REQUEST);
+            let _ = call(sdir, &back, REQUEST);
             return Err(e);
         }
     };

@@ -79,20 +79,23 @@ pub fn checkpoint(id: &str, dir: &Path, leave_running: bool) -> Result<u8> {
         crate::cowroot::remove_all(&out)
             .with_context(|| format!("removing the old {}", out.display()))?;
     }
+    // A hibernated sandbox is checkpointed where it sleeps (no wake), and left so.
     let state = call(&sdir, &Request::State, Duration::from_secs(10))?;
-    if state["status"] == "hibernated" {
-        // Parked in its wait for a wake: the checkpoint parks it again, from a wake.
-        crate::control::wake(&sdir, Duration::from_secs(10))?;
-    }
+    let hibernated = state["status"] == "hibernated";
     call(&sdir, &Request::Checkpoint, TIMEOUT).context("writing the checkpoint")?;
     let result = finish_checkpoint(&sdir, &out, dir);
     if result.is_err() {
         let _ = crate::cowroot::remove_all(&out);
     }
-    // Paused by the checkpoint: resumed, or stopped (an OCI container as runc leaves it:
-    // stopped, its state kept until the engine's `delete`).
+    // Paused by the checkpoint: resumed (hibernated still, if it was), or stopped (an OCI
+    // container as runc leaves it: stopped, its state kept until the engine's `delete`).
     if leave_running {
-        call(&sdir, &Request::Resume, Duration::from_secs(10))?;
+        let verb = if hibernated {
+            Request::Unpause
+        } else {
+            Request::Resume
+        };
+        call(&sdir, &verb, Duration::from_secs(10))?;
     } else if result.is_ok() && crate::oci::state::is_oci(&sdir) {
         crate::oci::kill(id, libc::SIGKILL, true)?;
     } else if result.is_ok() {
