@@ -394,3 +394,73 @@ fn boot_id(sb: &Detached) -> String {
     assert_eq!(out.code(), 0, "exec cat: {}", out.stderr_str());
     out.stdout_str().trim().to_string()
 }
+
+/// A Python instance started dormant, woken by each request, goes dormant again by itself
+/// from its hibernated state (its checkpoint written without a wake), round after round past
+/// the four images a layered checkpoint stacks (the fifth writes the whole image again): it
+/// answers every time. Python maps its interpreter and libraries from files: a checkpoint of
+/// a hibernated sandbox rewrites its page tables, whose older bytes the REAP file of its last
+/// deflate still held (a wake that prefetched them ran into a file window that was not there).
+#[test]
+fn a_python_instance_goes_dormant_from_hibernated_round_after_round() {
+    if !testutil::require_kvm() || testutil::platform_is_trap() {
+        return;
+    }
+    let Some(root) = testutil::debian_rootfs("python") else {
+        return;
+    };
+    let port = free_port();
+    let sb = Detached::start(
+        &bin(),
+        &["--memory", "512M", "-p", &format!("127.0.0.1:{port}:8080")],
+        &root,
+        "/usr/bin/python3",
+        &["-m", "http.server", "8080"],
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let listing = |what: &str| {
+        let body = http_get(addr, "/", Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+            .body_str();
+        assert!(body.contains("Directory listing"), "{what}: {body}");
+    };
+    assert!(
+        Detached::wait_until(Duration::from_secs(120), || http_get(
+            addr,
+            "/",
+            Duration::from_secs(10)
+        )
+        .is_ok()),
+        "python did not answer within 120 s"
+    );
+    listing("the template");
+    let ckpt = testutil::TempDir::new("torpor-dormant-py");
+    let dir = ckpt.path().join("c");
+    let out = sb.verb("checkpoint", &[dir.to_str().expect("utf-8")]);
+    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    let iport = free_port();
+    let inst = sb
+        .clone_beside(
+            &[
+                "--dormant",
+                "-p",
+                &format!("127.0.0.1:{iport}:8080"),
+                "--hibernate-after",
+                "1s",
+                "--dormant-after",
+                "1s",
+            ],
+            &dir,
+        )
+        .unwrap_or_else(|o| panic!("run --from --dormant: {}", o.stderr_str()));
+    let iaddr = SocketAddr::from(([127, 0, 0, 1], iport));
+    for round in 1..=7 {
+        assert_eq!(status(&inst), "dormant", "round {round}: dormant before");
+        let body = http_get(iaddr, "/", Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("round {round}: {e}"))
+            .body_str();
+        assert!(body.contains("Directory listing"), "round {round}: {body}");
+        let again = Detached::wait_until(Duration::from_secs(60), || status(&inst) == "dormant");
+        assert!(again, "round {round}: not dormant again: {}", status(&inst));
+    }
+}

@@ -147,7 +147,7 @@ impl Hibernator {
                 let _ = pager.pages.set(page, PageState::Resident);
             }
         }
-        self.write_checkpoint(sb, job)
+        self.write_checkpoint(sb, job, WorkingSet::List)
             .map_err(super::HibernateError::Checkpoint)?;
         tracing::info!(
             took_us = start.elapsed().as_micros() as u64,
@@ -165,15 +165,21 @@ impl Hibernator {
         &self,
         sb: &ParkedSandbox<'_>,
         job: &Job,
+        working_set: WorkingSet,
     ) -> Result<(), EngineError> {
-        let r = self.try_write_checkpoint(sb, job);
+        let r = self.try_write_checkpoint(sb, job, working_set);
         if r.is_err() && job.dir.exists() {
             let _ = std::fs::remove_dir_all(&job.dir);
         }
         r
     }
 
-    fn try_write_checkpoint(&self, sb: &ParkedSandbox<'_>, job: &Job) -> Result<(), EngineError> {
+    fn try_write_checkpoint(
+        &self,
+        sb: &ParkedSandbox<'_>,
+        job: &Job,
+        working_set: WorkingSet,
+    ) -> Result<(), EngineError> {
         // The deflate wrote the anonymous shared memory to its swap file and punched it out of
         // its objects: put it back (the wake does it again), for the export saves the objects'
         // bytes.
@@ -204,6 +210,10 @@ impl Hibernator {
             // The recorded working set, as the deflate just wrote it (its pages are the
             // image's): a restore prefetches it in one batch, as a REAP wake does. Linked,
             // not copied, where the checkpoint is on the state directory's file system.
+            if working_set == WorkingSet::List {
+                write_working_set_list(pm, &mut w, p.pid)?;
+                continue;
+            }
             let reap = {
                 let pager = pm.pager.read().unwrap_or_else(|e| e.into_inner());
                 pager.reap.as_ref().map(|r| r.path().to_path_buf())
@@ -361,6 +371,17 @@ fn write_layered_image(
     flush_pages(&mut out, &mut idx, &data, &path)?;
     out.finish().map_err(EngineError::page_file(&path))?;
     w.add_page_file(&name, snapshot::FileKind::Memory)?;
+    write_working_set_list(pm, w, pid)?;
+    Ok(true)
+}
+
+/// Writes process `pid`'s recorded working set into `w` as a page list (`workset-PID`), if
+/// it has one: its wake prefetches those pages from the memory image.
+fn write_working_set_list(
+    pm: &ProcessMemory,
+    w: &mut CheckpointWriter,
+    pid: i32,
+) -> Result<(), EngineError> {
     if !pm.reap_set.is_empty() {
         let mut set = pm.reap_set.clone();
         set.sort_unstable();
@@ -368,7 +389,18 @@ fn write_layered_image(
         let list: Vec<u8> = set.iter().flat_map(|p| p.0.to_le_bytes()).collect();
         w.write_envelope(&working_set_list_name(pid), Kind::WorkingSet, &list)?;
     }
-    Ok(true)
+    Ok(())
+}
+
+/// How a checkpoint carries each process's recorded working set.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum WorkingSet {
+    /// The REAP file, linked: its bytes are the pages' (a checkpoint right after a deflate).
+    File,
+    /// A page list: the REAP file may hold older bytes of a page written since the deflate
+    /// (the page-table pages a checkpoint of a hibernated sandbox rewrites), so the wake
+    /// prefetches the list from the memory image instead.
+    List,
 }
 
 /// Appends the pages `idx` (their bytes in `data`, in order) to `w` and empties `idx`.

@@ -103,7 +103,7 @@ impl Hibernator {
         let hibernated = result.is_ok();
         let result = match (result, job) {
             (Ok(report), Some(job)) => self
-                .write_checkpoint(sb, job)
+                .write_checkpoint(sb, job, checkpoint::WorkingSet::File)
                 .map(|()| report)
                 .map_err(HibernateError::Checkpoint),
             (r, _) => r.map_err(HibernateError::Deflate),
