@@ -49,27 +49,57 @@ pub fn cpu_time_us(pid: u32) -> Option<u64> {
     Some(ticks * 1_000_000 / hz)
 }
 
-/// CPU time (µs) of this process less that of its live threads named in `except` and less
-/// `ended_ns` (the time of such threads that already ended, which the caller counted with
-/// [`thread_cpu_ns`]): what the sandbox itself used (its threads that ended included), without
-/// the holder's own housekeeping (its control threads answering `torpor stats`, say). Every
-/// figure is the scheduler's own count in nanoseconds (the process's CPU clock, each thread's
-/// `schedstat`), so that they subtract exactly.
-pub fn own_cpu_time_us_except(except: &[&str], ended_ns: u64) -> Option<u64> {
-    let total = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)?;
-    let mut excluded_ns = ended_ns;
-    for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let dir = entry.path();
-        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if !except.contains(&comm.trim_end()) {
-            continue;
-        }
-        excluded_ns += std::fs::read_to_string(dir.join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0);
+/// The holder's own housekeeping threads (its control threads), by host thread id: their
+/// CPU time is left out of the sandbox's ([`own_cpu_time_us`]).
+static HOUSEKEEPERS: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
+
+/// A thread counted as the holder's housekeeping until this is dropped ([`housekeeping`]).
+pub struct Housekeeper(libc::pid_t);
+
+/// Counts the calling thread as the holder's housekeeping (answering `torpor stats`, watching
+/// the keep-alive policy) until the guard is dropped: its CPU time is not the sandbox's.
+pub fn housekeeping() -> Housekeeper {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    HOUSEKEEPERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(tid);
+    Housekeeper(tid)
+}
+
+impl Drop for Housekeeper {
+    fn drop(&mut self) {
+        HOUSEKEEPERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&t| t != self.0);
     }
-    Some(total.saturating_sub(excluded_ns) / 1000)
+}
+
+/// CPU time (µs) of this process less that of its live housekeeping threads
+/// ([`housekeeping`]) and less `ended_ns` (the time of such threads that already ended, which
+/// the caller counted with [`thread_cpu_ns`]): what the sandbox itself used (its threads that
+/// ended included), without the holder's own housekeeping. Every figure is the scheduler's
+/// own count in nanoseconds (the process's and each thread's CPU clock), so that they
+/// subtract exactly; no file is read (the keep-alive asks several times a second, in every
+/// awake holder of the node).
+pub fn own_cpu_time_us(ended_ns: u64) -> Option<u64> {
+    let total = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)?;
+    let tids = HOUSEKEEPERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let live: u64 = tids.into_iter().filter_map(thread_cpu_ns_of).sum();
+    Some(total.saturating_sub(ended_ns + live) / 1000)
+}
+
+/// The CPU time of thread `tid` of this process, in nanoseconds, from its CPU clock: the
+/// clock id glibc's `pthread_getcpuclockid` makes of a thread id (`None` once it has ended).
+fn thread_cpu_ns_of(tid: libc::pid_t) -> Option<u64> {
+    // CPUCLOCK_SCHED (2) | CPUCLOCK_PERTHREAD_MASK (4), the thread id inverted above them.
+    let clock: libc::clockid_t = ((!tid) << 3) | 6;
+    clock_ns(clock)
 }
 
 /// The calling thread's CPU time so far, in nanoseconds (0 if the clock cannot be read).
@@ -86,21 +116,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_time_leaves_out_the_named_threads_live_or_ended() {
+    fn cpu_time_leaves_out_the_housekeeping_threads_live_or_ended() {
         const SPIN_NS: u64 = 100_000_000;
         // A thread that uses 100 ms of CPU, says so, and stays until told.
-        let spin = |name: &str| {
+        let spin = |housekeeper: bool| {
             let (spun_tx, spun) = std::sync::mpsc::channel::<()>();
             let (end, end_rx) = std::sync::mpsc::channel::<()>();
             let h = std::thread::Builder::new()
-                .name(name.into())
                 .spawn(move || {
+                    let hk = housekeeper.then(housekeeping);
                     let mut x = 0u64;
                     while thread_cpu_ns() < SPIN_NS {
                         x = std::hint::black_box(x.wrapping_add(1));
                     }
                     let _ = spun_tx.send(());
                     let _ = end_rx.recv();
+                    drop(hk);
                     thread_cpu_ns()
                 })
                 .expect("thread");
@@ -108,16 +139,25 @@ mod tests {
             (h, end)
         };
         // One housekeeper ends before the measure (its time is passed as ended), one lives.
-        let (h, end) = spin("housekeeper");
+        let (h, end) = spin(true);
         drop(end);
         let ended = h.join().expect("join");
         assert!(ended >= SPIN_NS, "the thread's own clock: {ended} ns");
-        let (live, end) = spin("housekeeper");
-        let except = own_cpu_time_us_except(&["housekeeper"], ended).expect("readable");
-        let all = own_cpu_time_us_except(&[], 0).expect("readable");
+        let (live, end) = spin(true);
+        // A thread of the sandbox's own spins too: its time stays in.
+        let (other, end_other) = spin(false);
+        let except = own_cpu_time_us(ended).expect("readable");
         drop(end);
         live.join().expect("join");
-        // Both spinners' time is left out (`all` is read after: it can only be larger).
+        let all = own_cpu_time_us(0).expect("readable");
+        drop(end_other);
+        other.join().expect("join");
+        // The sandbox's thread counts; both housekeepers' time is left out (`all` is read
+        // after: it can only be larger).
+        assert!(
+            except >= SPIN_NS / 1000,
+            "the sandbox's own thread: {except}"
+        );
         assert!(
             except + 2 * SPIN_NS / 1000 <= all,
             "left out: {except} of {all}"

@@ -201,9 +201,6 @@ fn dismiss_janitor_when_hibernated(d: &Daemon) {
     }
 }
 
-/// The names of the holder's threads that serve its control socket (not the sandbox's work).
-const CONTROL_THREADS: [&str; 3] = ["control", "control-req", "keepalive"];
-
 /// Runs sandbox `cfg` under ID `id`. `ready` (detached runs) receives one line, `ok` or the
 /// error, once the program runs. Returns the application's exit status.
 pub fn serve(
@@ -428,7 +425,10 @@ fn start(
         let pending = woken.and_then(|w| w.take_pending());
         std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || control_loop(&d, listener, pending))?;
+            .spawn(move || {
+                let _housekeeping = procfs::housekeeping();
+                control_loop(&d, listener, pending)
+            })?;
     }
     // A restored sandbox goes from creating to hibernated as its task first parks.
     if !matches!(origin, Origin::Restore(_) | Origin::Wake(_)) {
@@ -468,6 +468,7 @@ fn start(
         std::thread::Builder::new()
             .name("control-req".into())
             .spawn(move || {
+                let _housekeeping = procfs::housekeeping();
                 d.hib.wait_while(State::Creating, RESTORE_READY_WAIT);
                 crate::ready::report(ready, Ok(()));
             })?;
@@ -490,14 +491,20 @@ fn start(
             let d = daemon.clone();
             std::thread::Builder::new()
                 .name("keepalive".into())
-                .spawn(move || dormant::after_hibernated(&d, after))?;
+                .spawn(move || {
+                    let _housekeeping = procfs::housekeeping();
+                    dormant::after_hibernated(&d, after)
+                })?;
         }
     }
     if daemon.keepalive.after.is_some() || daemon.keepalive.memory_floor.is_some() {
         let d = daemon.clone();
         std::thread::Builder::new()
             .name("keepalive".into())
-            .spawn(move || keep_alive(&d, registry.as_ref()))?;
+            .spawn(move || {
+                let _housekeeping = procfs::housekeeping();
+                keep_alive(&d, registry.as_ref())
+            })?;
     }
     let status = run_timed(sandbox);
     // A sandbox stopped to go dormant: this process becomes the dormant one (no return).
@@ -640,8 +647,10 @@ fn control_loop(d: &Arc<Daemon>, listener: UnixListener, pending: Option<UnixStr
         let _ = std::thread::Builder::new()
             .name("control-req".into())
             .spawn(move || {
+                let housekeeping = procfs::housekeeping();
                 handle_conn(&d, conn);
                 d.in_flight.fetch_sub(1, Ordering::SeqCst);
+                drop(housekeeping);
                 d.control_cpu_ns
                     .fetch_add(procfs::thread_cpu_ns(), Ordering::Relaxed);
             });
@@ -866,11 +875,7 @@ fn keep_alive(d: &Daemon, registry: Option<&crate::keepalive::Registry>) {
             state: d.hib.state(),
             held: d.attached.load(Ordering::Relaxed) > 0,
             inputs: d.control.inputs(),
-            cpu_us: procfs::own_cpu_time_us_except(
-                &CONTROL_THREADS,
-                d.control_cpu_ns.load(Ordering::Relaxed),
-            )
-            .unwrap_or(0),
+            cpu_us: procfs::own_cpu_time_us(d.control_cpu_ns.load(Ordering::Relaxed)).unwrap_or(0),
         },
         || {
             let r = hibernate(d, KEEPALIVE_WAIT);
