@@ -240,3 +240,33 @@ pub fn build_java_hello(root: &std::path::Path) {
         .success();
     assert!(ok, "javac failed on {}", src.display());
 }
+
+/// Debian's Python serving its root directory (`python3 -m http.server`) in a detached
+/// sandbox of `bin` with 512 MiB, published on `127.0.0.1:PORT`, once it answers (`None`
+/// where the Debian root is skipped: see the module doc).
+pub fn python_http_server(bin: &Path) -> Option<(crate::Detached, std::net::SocketAddr)> {
+    let root = debian_rootfs("python")?;
+    let port = crate::free_port();
+    let sb = crate::Detached::start(
+        bin,
+        &["--memory", "512M", "-p", &format!("127.0.0.1:{port}:8080")],
+        &root,
+        "/usr/bin/python3",
+        &["-m", "http.server", "8080"],
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert!(
+        crate::answers_within(addr, Duration::from_secs(120)),
+        "python did not answer within 120 s"
+    );
+    Some((sb, addr))
+}
+
+/// Asserts that `addr` answers `GET /` with Python's directory listing (`what` names the
+/// request in the failure).
+pub fn assert_directory_listing(addr: std::net::SocketAddr, what: &str) {
+    let body = crate::http_get(addr, "/", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .body_str();
+    assert!(body.contains("Directory listing"), "{what}: {body}");
+}

@@ -27,10 +27,10 @@ pub mod terminal;
 
 use std::path::PathBuf;
 
-pub use debian::{build_java_hello, debian_rootfs};
+pub use debian::{assert_directory_listing, build_java_hello, debian_rootfs, python_http_server};
 pub use detached::{json_field, Detached};
 pub use guest::{build_c, build_static_c, elf_is_static, guest_program, guest_source};
-pub use net::{free_port, http_get, read_response, HttpResponse};
+pub use net::{answers_within, free_port, http_get, read_response, HttpResponse};
 pub use rootfs::{host_busybox, Rootfs};
 pub use run::{native, run_command, Output, RunBuilder, Running, Torpor, DEFAULT_TIMEOUT};
 pub use tempdir::{unique_token, TempDir};

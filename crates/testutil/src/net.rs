@@ -110,3 +110,11 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> io::Result<H
     )?;
     read_response(&mut s)
 }
+
+/// Whether a server at `addr` answers `GET /` within `within` (a request every 20 ms or so,
+/// each bounded by 10 s): for a server that is still starting.
+pub fn answers_within(addr: SocketAddr, within: Duration) -> bool {
+    crate::Detached::wait_until(within, || {
+        http_get(addr, "/", Duration::from_secs(10)).is_ok()
+    })
+}

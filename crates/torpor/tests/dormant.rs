@@ -406,34 +406,10 @@ fn a_python_instance_goes_dormant_from_hibernated_round_after_round() {
     if !testutil::require_kvm() || testutil::platform_is_trap() {
         return;
     }
-    let Some(root) = testutil::debian_rootfs("python") else {
+    let Some((sb, addr)) = testutil::python_http_server(&bin()) else {
         return;
     };
-    let port = free_port();
-    let sb = Detached::start(
-        &bin(),
-        &["--memory", "512M", "-p", &format!("127.0.0.1:{port}:8080")],
-        &root,
-        "/usr/bin/python3",
-        &["-m", "http.server", "8080"],
-    );
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let listing = |what: &str| {
-        let body = http_get(addr, "/", Duration::from_secs(60))
-            .unwrap_or_else(|e| panic!("{what}: {e}"))
-            .body_str();
-        assert!(body.contains("Directory listing"), "{what}: {body}");
-    };
-    assert!(
-        Detached::wait_until(Duration::from_secs(120), || http_get(
-            addr,
-            "/",
-            Duration::from_secs(10)
-        )
-        .is_ok()),
-        "python did not answer within 120 s"
-    );
-    listing("the template");
+    testutil::assert_directory_listing(addr, "the template");
     let ckpt = testutil::TempDir::new("torpor-dormant-py");
     let dir = ckpt.path().join("c");
     let out = sb.verb("checkpoint", &[dir.to_str().expect("utf-8")]);
@@ -456,10 +432,7 @@ fn a_python_instance_goes_dormant_from_hibernated_round_after_round() {
     let iaddr = SocketAddr::from(([127, 0, 0, 1], iport));
     for round in 1..=7 {
         assert_eq!(status(&inst), "dormant", "round {round}: dormant before");
-        let body = http_get(iaddr, "/", Duration::from_secs(60))
-            .unwrap_or_else(|e| panic!("round {round}: {e}"))
-            .body_str();
-        assert!(body.contains("Directory listing"), "round {round}: {body}");
+        testutil::assert_directory_listing(iaddr, &format!("round {round}"));
         let again = Detached::wait_until(Duration::from_secs(60), || status(&inst) == "dormant");
         assert!(again, "round {round}: not dormant again: {}", status(&inst));
     }

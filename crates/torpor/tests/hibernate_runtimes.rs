@@ -43,12 +43,7 @@ fn hibernate_cycles(name: &str, program: &str, args: &[&str], want: &str, wake_m
     );
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     assert!(
-        Detached::wait_until(Duration::from_secs(120), || testutil::http_get(
-            addr,
-            "/",
-            Duration::from_secs(10)
-        )
-        .is_ok()),
+        testutil::answers_within(addr, Duration::from_secs(120)),
         "{name} did not answer within 120 s"
     );
     let threads = std::fs::read_dir(format!("/proc/{}/task", sb.pid()))

@@ -319,12 +319,7 @@ fn server_round_trip(name: &str, program: &str, args: &[&str], want: &str) {
             .body_str()
     };
     assert!(
-        Detached::wait_until(Duration::from_secs(120), || testutil::http_get(
-            addr,
-            "/",
-            Duration::from_secs(10)
-        )
-        .is_ok()),
+        testutil::answers_within(addr, Duration::from_secs(120)),
         "{name} did not answer within 120 s"
     );
     let t = TempDir::new("torpor-ckpt");
@@ -376,35 +371,10 @@ fn a_hibernated_sandbox_is_checkpointed_without_a_wake() {
     if !testutil::require_kvm() {
         return;
     }
-    let Some(root) = testutil::debian_rootfs("python") else {
+    let Some((sb, addr)) = testutil::python_http_server(bin()) else {
         return;
     };
-    let port = testutil::free_port();
-    let publish = format!("127.0.0.1:{port}:8080");
-    let sb = Detached::start(
-        bin(),
-        &["--memory", "512M", "-p", &publish],
-        &root,
-        "/usr/bin/python3",
-        &["-m", "http.server", "8080"],
-    );
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let listing = |what: &str| {
-        let body = testutil::http_get(addr, "/", Duration::from_secs(60))
-            .unwrap_or_else(|e| panic!("{what}: {e}"))
-            .body_str();
-        assert!(body.contains("Directory listing"), "{what}: {body}");
-    };
-    assert!(
-        Detached::wait_until(Duration::from_secs(120), || testutil::http_get(
-            addr,
-            "/",
-            Duration::from_secs(10)
-        )
-        .is_ok()),
-        "python did not answer within 120 s"
-    );
-    listing("a request before the hibernate");
+    testutil::assert_directory_listing(addr, "a request before the hibernate");
     sb.ok("hibernate", &[]);
     assert_eq!(sb.stat("state"), "hibernated");
     let wakes = sb.stat_u64("wakes");
@@ -429,11 +399,8 @@ fn a_hibernated_sandbox_is_checkpointed_without_a_wake() {
         .clone_beside(&["-p", &publish2], &dir)
         .unwrap_or_else(|o| panic!("clone: {}", o.stderr_str()));
     let addr2: std::net::SocketAddr = format!("127.0.0.1:{port2}").parse().unwrap();
-    let body = testutil::http_get(addr2, "/", Duration::from_secs(60))
-        .unwrap_or_else(|e| panic!("the clone: {e}"))
-        .body_str();
-    assert!(body.contains("Directory listing"), "the clone: {body}");
-    listing("the original, woken after the checkpoint");
+    testutil::assert_directory_listing(addr2, "the clone");
+    testutil::assert_directory_listing(addr, "the original, woken after the checkpoint");
 }
 
 #[test]
