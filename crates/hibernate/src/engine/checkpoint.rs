@@ -207,13 +207,13 @@ impl Hibernator {
             let path = w.path(&name)?;
             write_memory_image(pm, &path).map_err(|e| e.in_process(p.pid))?;
             w.add_page_file(&name, snapshot::FileKind::Memory)?;
-            // The recorded working set, as the deflate just wrote it (its pages are the
-            // image's): a restore prefetches it in one batch, as a REAP wake does. Linked,
-            // not copied, where the checkpoint is on the state directory's file system.
             if working_set == WorkingSet::List {
                 write_working_set_list(pm, &mut w, p.pid)?;
                 continue;
             }
+            // The recorded working set, as the deflate just wrote it (its pages are the
+            // image's): a restore prefetches it in one batch, as a REAP wake does. Linked,
+            // not copied, where the checkpoint is on the state directory's file system.
             let reap = {
                 let pager = pm.pager.read().unwrap_or_else(|e| e.into_inner());
                 pager.reap.as_ref().map(|r| r.path().to_path_buf())
