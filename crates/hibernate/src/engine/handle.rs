@@ -101,6 +101,7 @@ impl HibernateHandle {
         timeout: Duration,
     ) -> Result<DeflateReport, HibernateError> {
         let deadline = Instant::now() + timeout;
+        self.shared.paused_asleep.store(false, Ordering::SeqCst);
         let mut attempts = 0;
         loop {
             if let Some(r) = self.checkpoint_while_hibernated(job.clone(), deadline, timeout) {
@@ -141,6 +142,7 @@ impl HibernateHandle {
             mb.command = Some(Command::Checkpoint(job));
             mb.reply = None;
         }
+        self.shared.paused_asleep.store(true, Ordering::SeqCst);
         self.shared.signal_wake();
         // The wait takes the command in every case: it answers it, or says it is stopping.
         let mut mb = self.shared.lock_mailbox();
@@ -283,11 +285,16 @@ impl HibernateHandle {
         self.shared.compact_next.store(true, Ordering::SeqCst);
     }
 
-    /// Ends a pause (OCI `resume`), or wakes a hibernated sandbox.
+    /// Ends a pause (OCI `resume`), or wakes a hibernated sandbox. A pause that began with the
+    /// sandbox hibernated (a checkpoint written where it slept) ends as [`Self::unpause`]:
+    /// the sandbox stays hibernated, as it was.
     ///
     /// # Errors
     /// [`HibernateError::State`] unless hibernated.
     pub fn resume(&self) -> Result<(), HibernateError> {
+        if self.shared.paused_asleep.swap(false, Ordering::SeqCst) && self.is_paused() {
+            return self.unpause();
+        }
         let r = self.wake();
         if r.is_ok() {
             self.shared.paused.store(false, Ordering::SeqCst);
@@ -306,6 +313,7 @@ impl HibernateHandle {
             return Err(HibernateError::State("the sandbox is not paused".into()));
         }
         self.shared.paused.store(false, Ordering::SeqCst);
+        self.shared.paused_asleep.store(false, Ordering::SeqCst);
         self.shared.rewatch.store(true, Ordering::SeqCst);
         self.shared.signal_wake();
         Ok(())

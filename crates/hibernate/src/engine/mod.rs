@@ -168,6 +168,9 @@ pub struct Shared {
     rewatch: std::sync::atomic::AtomicBool,
     /// The next deflate compacts every process's swap (`torpor hibernate --compact`).
     compact_next: std::sync::atomic::AtomicBool,
+    /// The pause in force began with the sandbox hibernated (a checkpoint written where it
+    /// slept): [`HibernateHandle::resume`] leaves it so.
+    paused_asleep: std::sync::atomic::AtomicBool,
     /// The last deflate's figures, per process.
     pub processes: Mutex<Vec<ProcessDeflate>>,
 }
@@ -340,6 +343,7 @@ pub fn new(
         paused: std::sync::atomic::AtomicBool::new(false),
         rewatch: std::sync::atomic::AtomicBool::new(false),
         compact_next: std::sync::atomic::AtomicBool::new(false),
+        paused_asleep: std::sync::atomic::AtomicBool::new(false),
         processes: Mutex::new(Vec::new()),
     });
     {

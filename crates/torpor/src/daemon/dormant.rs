@@ -68,7 +68,6 @@ pub(super) fn prepare(d: &Daemon) -> Response {
     if let Some(why) = refusal(d) {
         return Response::error(why);
     }
-    let was_hibernated = d.hib.state() == State::Hibernated;
     match try_prepare(d) {
         Ok(p) => {
             *d.dormancy.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
@@ -76,14 +75,10 @@ pub(super) fn prepare(d: &Daemon) -> Response {
         }
         Err(e) => {
             dormancy::remove_state(&d.dir);
-            // The checkpoint left the sandbox paused and hibernated: it carries on,
-            // hibernated as before if it was (its next request wakes it).
+            // The checkpoint left the sandbox paused: it carries on (hibernated still, if it
+            // was: its next request wakes it).
             if d.hib.is_paused() {
-                let _ = if was_hibernated {
-                    d.hib.unpause()
-                } else {
-                    d.hib.resume()
-                };
+                let _ = d.hib.resume();
             }
             Response::error(format!("{e:#}"))
         }

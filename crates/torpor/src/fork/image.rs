@@ -85,12 +85,12 @@ pub fn image_of(template: &str) -> Result<(PathBuf, String)> {
             return Ok((dir, platform));
         }
     }
-    Ok((write_image(&sdir, &forks, &state)?, platform))
+    Ok((write_image(&sdir, &forks)?, platform))
 }
 
 /// Writes a new image of the running or hibernated sandbox at `sdir` into `forks`, and leaves
 /// the sandbox hibernated.
-fn write_image(sdir: &Path, forks: &Path, state: &serde_json::Value) -> Result<PathBuf> {
+fn write_image(sdir: &Path, forks: &Path) -> Result<PathBuf> {
     let out = sdir.join(HOLDER_OUTPUT);
     if out.symlink_metadata().is_ok() {
         // Left by a checkpoint that was interrupted.
@@ -98,17 +98,11 @@ fn write_image(sdir: &Path, forks: &Path, state: &serde_json::Value) -> Result<P
             .with_context(|| format!("removing the old {}", out.display()))?;
     }
     // A hibernated template is checkpointed where it sleeps: it is not woken.
-    let hibernated = state["status"] == "hibernated";
-    let back = if hibernated {
-        Request::Unpause
-    } else {
-        Request::Resume
-    };
     if let Err(e) = call(sdir, &Request::Checkpoint, TIMEOUT) {
         // A checkpoint that fails (something of the template it cannot save yet) leaves it
-        // paused: it carries on as it was.
+        // paused: it carries on as it was (`resume` leaves a hibernated one hibernated).
         let _ = crate::cowroot::remove_all(&out);
-        let _ = call(sdir, &back, REQUEST);
+        let _ = call(sdir, &Request::Resume, REQUEST);
         return Err(e).context("writing the template's image");
     }
     // Paused from here: nothing of the template runs until the unpause below.
@@ -130,7 +124,7 @@ fn write_image(sdir: &Path, forks: &Path, state: &serde_json::Value) -> Result<P
         Err(e) => {
             let _ = crate::cowroot::remove_all(&out);
             let _ = crate::cowroot::remove_all(&dest);
-            let _ = call(sdir, &back, REQUEST);
+            let _ = call(sdir, &Request::Resume, REQUEST);
             return Err(e);
         }
     };

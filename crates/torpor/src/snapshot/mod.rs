@@ -80,8 +80,6 @@ pub fn checkpoint(id: &str, dir: &Path, leave_running: bool) -> Result<u8> {
             .with_context(|| format!("removing the old {}", out.display()))?;
     }
     // A hibernated sandbox is checkpointed where it sleeps (no wake), and left so.
-    let state = call(&sdir, &Request::State, Duration::from_secs(10))?;
-    let hibernated = state["status"] == "hibernated";
     call(&sdir, &Request::Checkpoint, TIMEOUT).context("writing the checkpoint")?;
     let result = finish_checkpoint(&sdir, &out, dir);
     if result.is_err() {
@@ -90,12 +88,7 @@ pub fn checkpoint(id: &str, dir: &Path, leave_running: bool) -> Result<u8> {
     // Paused by the checkpoint: resumed (hibernated still, if it was), or stopped (an OCI
     // container as runc leaves it: stopped, its state kept until the engine's `delete`).
     if leave_running {
-        let verb = if hibernated {
-            Request::Unpause
-        } else {
-            Request::Resume
-        };
-        call(&sdir, &verb, Duration::from_secs(10))?;
+        call(&sdir, &Request::Resume, Duration::from_secs(10))?;
     } else if result.is_ok() && crate::oci::state::is_oci(&sdir) {
         crate::oci::kill(id, libc::SIGKILL, true)?;
     } else if result.is_ok() {
