@@ -300,7 +300,7 @@ fn many_dormant(
     let _ = torpor::cowroot::remove_all(&scratch);
     std::fs::create_dir_all(&scratch)?;
     let dir = scratch.join("template");
-    d.checkpoint(&d.start_warm(w, root)?, &dir)?;
+    d.checkpoint(&d.start_primed(w, root)?, &dir)?;
     let _ = std::process::Command::new("sync").status();
     std::thread::sleep(Duration::from_secs(1));
     let before = mem_available();

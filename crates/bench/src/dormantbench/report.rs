@@ -107,7 +107,10 @@ pub fn write(out: &Path, info: &RunInfo, rows: &[Row], m: &Many) -> anyhow::Resu
         );
         let _ = writeln!(
             md,
-            "Each instance: `torpor run -d --from TEMPLATE --dormant -p PORT:8080 \
+            "TEMPLATE: a checkpoint of a warmed-up Python hello taken after one hibernation \
+             and one request (so that it carries that request's working set, which an \
+             instance prefetches at its first wake). \
+             Each instance: `torpor run -d --from TEMPLATE --dormant -p PORT:8080 \
              --hibernate-after 2s --dormant-after 2s` (a woken instance hibernates when idle, \
              then goes dormant again). Host memory: the fall of `MemAvailable` from before the \
              first start to all dormant, divided by N. Then a stream of {requests} requests, \

@@ -161,6 +161,21 @@ impl Driver {
         Ok(sb)
     }
 
+    /// [`Self::start_warm`], then hibernated and woken by one request: its working set (the
+    /// pages that request touched) is recorded, and a checkpoint taken now carries it, so
+    /// that an instance started from the checkpoint prefetches it at its first request (a
+    /// platform's template; without it the first request faults its pages one at a time).
+    ///
+    /// # Errors
+    /// If it does not start, answer or hibernate.
+    pub fn start_primed(&self, w: &Workload, root: &Path) -> anyhow::Result<Sandbox<'_>> {
+        let sb = self.start_warm(w, root)?;
+        sb.hibernate()?;
+        sb.request(w)?;
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(sb)
+    }
+
     /// `torpor restore -d` (when `clone` is false) or `torpor run -d --from` (a clone) of the
     /// checkpoint `dir` of workload `w`, published on a free port; returns at once.
     ///
