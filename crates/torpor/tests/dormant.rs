@@ -125,6 +125,7 @@ fn a_dormant_sandbox_wakes_in_place_on_a_connection() {
     assert_eq!(out.code(), 0, "exec: {}", out.stderr_str());
     assert_eq!(out.stdout_str().trim(), "woken by exec");
     assert_eq!(process(pid).0, "torpor", "woken in place");
+    assert_host_files_after_a_wake(&sb);
     assert_eq!(get_counter(addr), before + 3, "the server's memory intact");
     // A woken sandbox (its janitor gone) is deleted as any: nothing left.
     let out = sb.verb("delete", &["--force"]);
@@ -362,6 +363,8 @@ fn instances_of_a_checkpoint_start_dormant_and_count_on_their_own() {
         instances.iter().map(|(sb, _)| boot_id(sb)).collect();
     assert_eq!(boots.len(), instances.len());
     assert!(!boots.contains(&template_boot));
+    // An instance provisioned dormant has the host's files from its start.
+    assert_host_files_after_a_wake(&instances[0].0);
     // Dormant again, an instance keeps only what it changed: its checkpoint stacks its own
     // pages over the checkpoint's image, linked (one copy on the disk for all instances).
     let (sb, a) = &instances[0];
@@ -383,6 +386,23 @@ fn instances_of_a_checkpoint_start_dormant_and_count_on_their_own() {
         "the instance's own pages ({delta} bytes) against the image's ({image})"
     );
     assert_eq!(get_counter(*a), at_checkpoint + 3, "and it wakes with them");
+}
+
+/// What a program in `sb` reads of the files torpor makes from the host's (tunables, online
+/// CPUs) is the host's: a holder woken from dormancy, confined from its first instruction,
+/// has them from its record (it read every tunable as empty and one CPU online before).
+fn assert_host_files_after_a_wake(sb: &Detached) {
+    for f in [
+        "/proc/sys/net/core/somaxconn",
+        "/proc/sys/fs/nr_open",
+        "/proc/sys/fs/pipe-max-size",
+        "/sys/devices/system/cpu/online",
+    ] {
+        let host = std::fs::read_to_string(f).expect("the host's file");
+        let out = sb.verb("exec", &["/bin/busybox", "cat", f]);
+        assert_eq!(out.code(), 0, "exec cat {f}: {}", out.stderr_str());
+        assert_eq!(out.stdout_str(), host, "{f} after a dormant wake");
+    }
 }
 
 /// The sandbox's boot id, as its programs read it.

@@ -900,14 +900,25 @@ fn send(g: &ThreadGroup, to: Notify, info: SigInfo) {
 
 /// Whether the host has a real-time clock device (`/sys/class/rtc/rtc0`), which Linux's alarm
 /// timers need; read once ([`prime_host_rtc`] reads it before the holder is confined).
+static RTC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
 fn host_has_rtc() -> bool {
-    static RTC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *RTC.get_or_init(|| std::path::Path::new("/sys/class/rtc/rtc0").exists())
 }
 
 /// Reads now whether the host has a real-time clock, while the holder may still look.
 pub fn prime_host_rtc() {
     host_has_rtc();
+}
+
+/// Whether the host has a real-time clock (looked at now if not yet).
+pub fn host_rtc() -> bool {
+    host_has_rtc()
+}
+
+/// Takes `rtc` as whether the host has a real-time clock, unless looked at already.
+pub fn adopt_host_rtc(rtc: bool) {
+    let _ = RTC.set(rtc);
 }
 
 #[cfg(test)]

@@ -276,8 +276,9 @@ pub fn confine(mode: Mode, needs: Needs, trees: Option<&[&std::path::Path]>) -> 
 
 /// The confinement of a holder woken from dormancy (`crate::dormancy::wake`): its filters,
 /// Landlock domain, capabilities and `no_new_privs` carried over its execs; what is per
-/// image is done again (not dumpable as root, the roles' filters to come, the kernel's host
-/// files read as far as the domain lets it).
+/// image is done again (not dumpable as root, the roles' filters to come). The kernel's host
+/// files come from the dormancy record (`wake_in_place` adopts them first): the domain lets
+/// this image read none of them.
 ///
 /// # Errors
 /// A step the host refuses.

@@ -87,6 +87,7 @@ pub(super) fn prepare(d: &Daemon) -> Response {
 
 fn try_prepare(d: &Daemon) -> Result<Prepared> {
     let record = WakeRecord {
+        host_files: Some(kernel::fs::procfs::host_files()),
         root: d.root.clone(),
         wake_mode: d.mode,
         swap_quota: d.policy.swap_quota,

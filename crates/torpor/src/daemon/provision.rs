@@ -87,6 +87,7 @@ fn try_provision(
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let record = WakeRecord {
+        host_files: Some(kernel::fs::procfs::host_files()),
         root: i.cfg.rootfs.clone(),
         wake_mode: i.policy.wake_mode,
         swap_quota: i.policy.swap_quota,

@@ -74,6 +74,10 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
     tracing::debug!("wake: started");
     let dir = crate::statedir::dir_of(&a.id)?;
     let record = crate::dormancy::read_record(&dir)?;
+    // Before anything reads them: this image cannot (its confinement came with it).
+    if let Some(h) = &record.host_files {
+        kernel::fs::procfs::adopt_host_files(h);
+    }
     let mut numbers = vec![a.control];
     numbers.extend(&a.keep);
     numbers.extend(a.broker);

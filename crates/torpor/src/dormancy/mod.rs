@@ -66,6 +66,11 @@ pub struct WakeRecord {
     /// For an OCI container, its bundle: the woken holder is the container's again.
     #[serde(default)]
     pub oci_bundle: Option<PathBuf>,
+    /// The host files the kernel's generated ones are made from, as the holder read them
+    /// before its confinement: the woken holder, confined from its first instruction, takes
+    /// them from here (absent in older records: read as far as the confinement lets it).
+    #[serde(default)]
+    pub host_files: Option<kernel::fs::procfs::HostFiles>,
 }
 
 /// What an instance started dormant from a checkpoint has of its own.

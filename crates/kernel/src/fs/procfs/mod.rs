@@ -689,19 +689,51 @@ pub fn opened_for_writing(f: &crate::fd::OpenFile) -> bool {
 }
 
 /// The host's `/sys/devices/system/cpu/online`, read once.
+static ONLINE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
 fn online_cpus() -> &'static [u8] {
-    static ONLINE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     ONLINE.get_or_init(|| {
         std::fs::read("/sys/devices/system/cpu/online").unwrap_or_else(|_| b"0\n".to_vec())
     })
 }
 
 /// Reads now the host files the generated ones are made from and that a confined holder may
-/// no longer open (`/sys`).
+/// no longer open (`/sys`, `/proc/sys`).
 pub fn prime_host_files() {
     online_cpus();
     sysctl::prime_host_values();
     crate::task::posix_timer::prime_host_rtc();
+}
+
+/// What the generated files take from the host ([`prime_host_files`]), as values: a holder
+/// going dormant hands them to its woken self, which runs confined from its first
+/// instruction and can no longer read them (it read every tunable as empty and one CPU
+/// online).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HostFiles {
+    /// `/sys/devices/system/cpu/online`.
+    pub online_cpus: String,
+    /// The host's tunables passed on (`/proc/sys` names and values).
+    pub tunables: Vec<(String, String)>,
+    /// Whether the host has a real-time clock.
+    pub rtc: bool,
+}
+
+/// The host files as this process read them (reading them now if it has not yet).
+pub fn host_files() -> HostFiles {
+    HostFiles {
+        online_cpus: String::from_utf8_lossy(online_cpus()).into_owned(),
+        tunables: sysctl::host_values_owned(),
+        rtc: crate::task::posix_timer::host_rtc(),
+    }
+}
+
+/// Takes `h` as the host files, before anything reads them (a holder woken from dormancy,
+/// from its record); values already read stay.
+pub fn adopt_host_files(h: &HostFiles) {
+    let _ = ONLINE.set(h.online_cpus.clone().into_bytes());
+    sysctl::adopt_host_values(&h.tunables);
+    crate::task::posix_timer::adopt_host_rtc(h.rtc);
 }
 
 /// A file of this /proc made again from the bytes `content` it was made with, opened by

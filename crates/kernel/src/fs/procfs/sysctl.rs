@@ -102,9 +102,12 @@ pub fn value(t: &Task, name: &str) -> Vec<u8> {
     format!("{v}\n").into_bytes()
 }
 
+/// The host's tunables torpor passes on, read once ([`host_values`]) or adopted
+/// ([`adopt_host_values`]).
+static VALUES: OnceLock<Vec<(&'static str, String)>> = OnceLock::new();
+
 /// The host's tunables torpor passes on, read once.
 fn host_values() -> &'static Vec<(&'static str, String)> {
-    static VALUES: OnceLock<Vec<(&'static str, String)>> = OnceLock::new();
     VALUES.get_or_init(|| {
         TUNABLES
             .iter()
@@ -127,6 +130,27 @@ fn host_value(name: &str) -> Option<String> {
 /// Reads the host's tunables now, while the holder may still open `/proc/sys`.
 pub fn prime_host_values() {
     host_values();
+}
+
+/// The host's tunables as names and values.
+pub(super) fn host_values_owned() -> Vec<(String, String)> {
+    host_values()
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.clone()))
+        .collect()
+}
+
+/// Takes `values` as the host's tunables, unless read already: those of the names torpor
+/// passes on, the others ignored.
+pub(super) fn adopt_host_values(values: &[(String, String)]) {
+    let known = values
+        .iter()
+        .filter_map(|(n, v)| {
+            let (name, _) = TUNABLES.iter().find(|(t, _)| t == n)?;
+            Some((*name, v.clone()))
+        })
+        .collect();
+    let _ = VALUES.set(known);
 }
 
 fn threads_max(t: &Task) -> String {
