@@ -70,6 +70,15 @@ unsafe fn syscall6(n: i64, a: usize, b: usize, c: usize, d: usize, e: usize, f: 
     ret
 }
 
+/// [`syscall6`] of a call with three arguments.
+///
+/// # Safety
+/// As [`syscall6`].
+unsafe fn syscall3(n: i64, a: usize, b: usize, c: usize) -> isize {
+    // SAFETY: the caller's contract.
+    unsafe { syscall6(n, a, b, c, 0, 0, 0) }
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("torpor-dormant makes its host calls for x86-64 only");
 
@@ -87,14 +96,11 @@ pub fn read(fd: Fd, buf: &mut [u8]) -> SysResult<usize> {
     loop {
         // SAFETY: the host writes at most `buf.len()` bytes into `buf`.
         let r = unsafe {
-            syscall6(
+            syscall3(
                 libc::SYS_read,
                 fd as usize,
                 buf.as_mut_ptr() as usize,
                 buf.len(),
-                0,
-                0,
-                0,
             )
         };
         match check(r) {
@@ -109,14 +115,11 @@ pub fn write_all(fd: Fd, mut buf: &[u8]) -> SysResult<()> {
     while !buf.is_empty() {
         // SAFETY: the host reads at most `buf.len()` bytes of `buf`.
         let r = unsafe {
-            syscall6(
+            syscall3(
                 libc::SYS_write,
                 fd as usize,
                 buf.as_ptr() as usize,
                 buf.len(),
-                0,
-                0,
-                0,
             )
         };
         match check(r) {
@@ -133,14 +136,11 @@ pub fn write_all(fd: Fd, mut buf: &[u8]) -> SysResult<()> {
 pub fn open_read(path: &CStr) -> SysResult<Fd> {
     // SAFETY: a NUL-terminated path the host only reads.
     let r = unsafe {
-        syscall6(
+        syscall3(
             libc::SYS_openat,
             libc::AT_FDCWD as usize,
             path.as_ptr() as usize,
             (libc::O_RDONLY | libc::O_CLOEXEC) as usize,
-            0,
-            0,
-            0,
         )
     };
     check(r).map(|fd| fd as Fd)
@@ -157,14 +157,11 @@ pub fn set_cloexec(fd: Fd, on: bool) -> SysResult<()> {
     let flags = if on { libc::FD_CLOEXEC } else { 0 };
     // SAFETY: F_SETFD takes an integer.
     let r = unsafe {
-        syscall6(
+        syscall3(
             libc::SYS_fcntl,
             fd as usize,
             libc::F_SETFD as usize,
             flags as usize,
-            0,
-            0,
-            0,
         )
     };
     check(r).map(|_| ())
@@ -173,17 +170,7 @@ pub fn set_cloexec(fd: Fd, on: bool) -> SysResult<()> {
 /// `epoll_create1(EPOLL_CLOEXEC)`.
 pub fn epoll_create() -> SysResult<Fd> {
     // SAFETY: takes no pointers.
-    let r = unsafe {
-        syscall6(
-            libc::SYS_epoll_create1,
-            libc::EPOLL_CLOEXEC as usize,
-            0,
-            0,
-            0,
-            0,
-            0,
-        )
-    };
+    let r = unsafe { syscall3(libc::SYS_epoll_create1, libc::EPOLL_CLOEXEC as usize, 0, 0) };
     check(r).map(|fd| fd as Fd)
 }
 
@@ -276,14 +263,11 @@ pub fn wait_readable(fd: Fd, ms: i32) -> bool {
     };
     // SAFETY: one pollfd, which the host reads and writes.
     let r = unsafe {
-        syscall6(
+        syscall3(
             libc::SYS_poll,
             &mut p as *mut libc::pollfd as usize,
             1,
             ms as usize,
-            0,
-            0,
-            0,
         )
     };
     matches!(check(r), Ok(n) if n > 0)
@@ -297,13 +281,10 @@ pub fn now_ms() -> u64 {
     };
     // SAFETY: the host writes one timespec into `t`.
     unsafe {
-        syscall6(
+        syscall3(
             libc::SYS_clock_gettime,
             libc::CLOCK_MONOTONIC as usize,
             &mut t as *mut libc::timespec as usize,
-            0,
-            0,
-            0,
             0,
         )
     };
@@ -318,12 +299,9 @@ pub fn sleep_1ms() {
     };
     // SAFETY: the host reads one timespec; no remainder is asked for.
     unsafe {
-        syscall6(
+        syscall3(
             libc::SYS_nanosleep,
             &t as *const libc::timespec as usize,
-            0,
-            0,
-            0,
             0,
             0,
         )
@@ -358,14 +336,11 @@ pub unsafe fn exec_fd(fd: Fd, argv: *const *const u8, envp: *const *const u8) ->
 pub unsafe fn exec_path(path: *const u8, argv: *const *const u8, envp: *const *const u8) -> Errno {
     // SAFETY: the caller's contract.
     let r = unsafe {
-        syscall6(
+        syscall3(
             libc::SYS_execve,
             path as usize,
             argv as usize,
             envp as usize,
-            0,
-            0,
-            0,
         )
     };
     check(r).err().unwrap_or(Errno(libc::EINVAL))
