@@ -347,3 +347,110 @@ mod tests {
         assert!(!is_string(br#""\"#, ""));
     }
 }
+
+/// The scanner against serde_json, on many texts made by mutating valid ones: both accept the
+/// same texts as one JSON object, and a member's raw text is the member serde_json reads.
+#[cfg(test)]
+mod against_serde_json {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::*;
+
+    /// xorshift64*: a fixed sequence, no dependency.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    const SEEDS: &[&str] = &[
+        r#"{"op":"state"}"#,
+        r#"{"op": "stats", "id": "x-1"}"#,
+        r#"{"op":"exec","args":["/bin/sh","-c","echo \"hi\" \\ done"],"env":[],"cwd":"/"}"#,
+        r#" { "a" : [ 1, -2.5e3, true, false, null, {"b": {}} ], "op" : "st\u0061te" } "#,
+        r#"{"state":{"id":"d1","status":"dormant","pid":12,"created":1.5},"stats":{"rss":4096,"l":[]}}"#,
+        r#"{"op":"delete","force":true}"#,
+    ];
+
+    /// Bytes a mutation inserts: JSON's own punctuation and a few others.
+    const PIECES: &[u8] = b"{}[]:,\"\\ \t\n0123456789-+.eEtrufalsn/u\x01\x7f\xc3";
+
+    fn mutate(rng: &mut Rng, text: &[u8]) -> Vec<u8> {
+        let mut t = text.to_vec();
+        for _ in 0..=rng.below(3) {
+            let at = rng.below(t.len() + 1);
+            match rng.below(3) {
+                0 if !t.is_empty() => {
+                    t.remove(at.min(t.len() - 1));
+                }
+                1 => t.insert(at, PIECES[rng.below(PIECES.len())]),
+                _ if !t.is_empty() => {
+                    let i = at.min(t.len() - 1);
+                    t[i] = PIECES[rng.below(PIECES.len())];
+                }
+                _ => {}
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn agrees_with_serde_json() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut accepted, mut checked) = (0, 0);
+        for round in 0..60_000 {
+            let seed = SEEDS[round % SEEDS.len()].as_bytes();
+            let text = if round < SEEDS.len() {
+                seed.to_vec()
+            } else {
+                mutate(&mut rng, seed)
+            };
+            let reference = serde_json::from_slice::<serde_json::Value>(&text)
+                .ok()
+                .filter(serde_json::Value::is_object);
+            for key in ["op", "state", "a", "args"] {
+                let ours = member(&text, key);
+                match &reference {
+                    // Ours may accept what serde_json refuses only for bytes it does not
+                    // decode (invalid UTF-8 inside a string): it never needs them.
+                    None => assert!(
+                        ours.is_err() || std::str::from_utf8(&text).is_err(),
+                        "accepted {:?}",
+                        std::string::String::from_utf8_lossy(&text)
+                    ),
+                    Some(v) => {
+                        let raw = ours.unwrap_or_else(|_| {
+                            panic!("refused {:?}", std::string::String::from_utf8_lossy(&text))
+                        });
+                        let want = v.get(key);
+                        let got = raw.map(|r| {
+                            serde_json::from_slice::<serde_json::Value>(r)
+                                .expect("a member's raw text is JSON")
+                        });
+                        assert_eq!(got.as_ref(), want, "{key} of {:?}", v);
+                        // `is_string` compares with ASCII words (the verbs) only.
+                        if let Some(serde_json::Value::String(s)) =
+                            want.filter(|w| w.as_str().is_some_and(|s| s.is_ascii()))
+                        {
+                            assert!(is_string(raw.unwrap_or_default(), s), "{s:?}");
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+            accepted += usize::from(reference.is_some());
+        }
+        // The mutations must leave enough valid texts for the comparison to mean something.
+        assert!(accepted > 5_000 && checked > 20_000, "{accepted} {checked}");
+    }
+}
