@@ -188,7 +188,7 @@ unsafe fn exec_in_path(
             break;
         }
     }
-    if refused && err.0 != libc::EACCES && matches!(err.0, libc::ENOENT | libc::ENOTDIR) {
+    if refused && matches!(err.0, libc::ENOENT | libc::ENOTDIR) {
         err = sys::Errno(libc::EACCES);
     }
     err

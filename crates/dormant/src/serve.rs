@@ -122,6 +122,8 @@ fn peek_line(conn: Fd, buf: &mut [u8]) -> SysResult<Peeked> {
             return Ok(Peeked::Nothing);
         }
         let Some(n) = sys::peek(conn, buf)? else {
+            // Readable by poll's word but nothing to peek (an error pending): not a spin.
+            sys::sleep_1ms();
             continue;
         };
         if n == 0 {
