@@ -279,21 +279,6 @@ fn tree_pss_kib(pid: u32) -> Result<f64, String> {
     Ok(total)
 }
 
-/// The platforms to measure: KVM where `/dev/kvm` opens, and trap.
-fn platforms() -> Vec<&'static str> {
-    let kvm = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok();
-    if kvm {
-        vec!["kvm", "trap"]
-    } else {
-        println!("/dev/kvm not available: the trap platform only");
-        vec!["trap"]
-    }
-}
-
 /// The bare mechanism of the trap platform, measured here: one SIGSYS trap and return in a
 /// process (µs), and one futex hand-off there and back between two processes on one CPU.
 fn trap_mechanism() -> (Vec<f64>, Vec<f64>) {
@@ -343,7 +328,7 @@ fn main() {
     ));
 
     let mut round_trips: BTreeMap<&str, f64> = BTreeMap::new();
-    for platform in platforms() {
+    for platform in testutil::platforms() {
         // The bench is single-threaded here; every torpor it starts inherits it.
         std::env::set_var("TORPOR_PLATFORM", platform);
         let tag = |name: &str| format!("[{platform}] {name}");

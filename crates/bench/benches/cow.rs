@@ -33,26 +33,12 @@ fn rounds(out: &testutil::Output) -> Result<Vec<f64>, String> {
     }
 }
 
-fn platforms() -> Vec<&'static str> {
-    let kvm = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok();
-    if kvm {
-        vec!["kvm", "trap"]
-    } else {
-        println!("/dev/kvm not available: the trap platform only");
-        vec!["trap"]
-    }
-}
-
 fn main() {
     let t = Torpor::new(testutil::built_torpor_bin());
     let r = Rootfs::new();
     let prog = r.guest_program("fork_cost");
     let native = testutil::guest_program("fork_cost");
-    let platforms = platforms();
+    let platforms = testutil::platforms();
     print!("| parent holds | native, ms |");
     for p in &platforms {
         print!(" {p}, ms | {p} / native |");

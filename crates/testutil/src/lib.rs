@@ -76,6 +76,22 @@ pub fn platform_is_trap() -> bool {
     std::env::var("TORPOR_PLATFORM").as_deref() == Ok("trap")
 }
 
+/// The platforms a benchmark compares on this host: KVM and trap where `/dev/kvm` opens,
+/// trap alone (said on standard output) where it does not.
+pub fn platforms() -> Vec<&'static str> {
+    let kvm = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    if kvm {
+        vec!["kvm", "trap"]
+    } else {
+        println!("/dev/kvm not available: the trap platform only");
+        vec!["trap"]
+    }
+}
+
 /// Whether processes `a` and `b` share one address space (`kcmp(KCMP_VM)`; false if either
 /// is gone or may not be compared): the trap platform's stub factory shares its holder's, so
 /// its smaps are the holder's and must not be counted twice.
