@@ -18,31 +18,15 @@ const MAX_DEPTH: usize = 128;
 pub fn member<'a>(text: &'a [u8], key: &str) -> Result<Option<&'a [u8]>, Malformed> {
     let mut p = Parser { text, at: 0 };
     p.ws();
-    p.expect(b'{')?;
-    let mut found = None;
-    p.ws();
-    if p.peek() == Some(b'}') {
-        p.at += 1;
-    } else {
-        loop {
-            p.ws();
-            let k = p.string()?;
-            p.ws();
-            p.expect(b':')?;
-            p.ws();
-            let start = p.at;
-            p.value(1)?;
-            if is_string(k, key) {
-                found = Some(&text[start..p.at]);
-            }
-            p.ws();
-            match p.next() {
-                Some(b',') => continue,
-                Some(b'}') => break,
-                _ => return Err(Malformed),
-            }
-        }
+    if p.peek() != Some(b'{') {
+        return Err(Malformed);
     }
+    let mut found = None;
+    p.object(0, |k, v| {
+        if is_string(k, key) {
+            found = Some(v);
+        }
+    })?;
     p.ws();
     if p.at != text.len() {
         return Err(Malformed);
@@ -214,47 +198,53 @@ impl<'a> Parser<'a> {
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
             b'n' => self.literal(b"null"),
-            b'[' => {
-                self.at += 1;
-                self.ws();
-                if self.peek() == Some(b']') {
-                    self.at += 1;
-                    return Ok(());
-                }
-                loop {
-                    self.ws();
-                    self.value(depth + 1)?;
-                    self.ws();
-                    match self.next() {
-                        Some(b',') => {}
-                        Some(b']') => return Ok(()),
-                        _ => return Err(Malformed),
-                    }
-                }
-            }
-            b'{' => {
-                self.at += 1;
-                self.ws();
-                if self.peek() == Some(b'}') {
-                    self.at += 1;
-                    return Ok(());
-                }
-                loop {
-                    self.ws();
-                    self.string()?;
-                    self.ws();
-                    self.expect(b':')?;
-                    self.ws();
-                    self.value(depth + 1)?;
-                    self.ws();
-                    match self.next() {
-                        Some(b',') => {}
-                        Some(b'}') => return Ok(()),
-                        _ => return Err(Malformed),
-                    }
-                }
-            }
+            b'[' => self.items(b']', |p| p.value(depth + 1)),
+            b'{' => self.object(depth, |_, _| {}),
             _ => self.number(),
+        }
+    }
+
+    /// The object at the cursor (on its `{`), its members' values nested `depth + 1` deep;
+    /// `each` gets every member's key and value as raw text.
+    fn object(
+        &mut self,
+        depth: usize,
+        mut each: impl FnMut(&'a [u8], &'a [u8]),
+    ) -> Result<(), Malformed> {
+        self.items(b'}', |p| {
+            let key = p.string()?;
+            p.ws();
+            p.expect(b':')?;
+            p.ws();
+            let start = p.at;
+            p.value(depth + 1)?;
+            each(key, &p.text[start..p.at]);
+            Ok(())
+        })
+    }
+
+    /// The array or object at the cursor (on its opening bracket), up to `close`: `item`
+    /// parses each element, which commas separate.
+    fn items(
+        &mut self,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Result<(), Malformed>,
+    ) -> Result<(), Malformed> {
+        self.at += 1;
+        self.ws();
+        if self.peek() == Some(close) {
+            self.at += 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            item(self)?;
+            self.ws();
+            match self.next() {
+                Some(b',') => {}
+                Some(c) if c == close => return Ok(()),
+                _ => return Err(Malformed),
+            }
         }
     }
 }

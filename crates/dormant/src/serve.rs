@@ -168,9 +168,9 @@ fn serve_control(conn: Fd, status: &[u8], buf: &mut [u8]) -> Served {
     // Consume the request line, then answer.
     let mut left = len + 1;
     while left > 0 {
-        match sys::read(conn, &mut buf[..left.min(len + 1)]) {
+        match sys::read(conn, &mut buf[..left]) {
             Ok(0) | Err(_) => break,
-            Ok(n) => left -= n.min(left),
+            Ok(n) => left -= n,
         }
     }
     for p in reply.parts() {

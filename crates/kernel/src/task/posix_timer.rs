@@ -902,18 +902,13 @@ fn send(g: &ThreadGroup, to: Notify, info: SigInfo) {
 /// timers need; read once ([`prime_host_rtc`] reads it before the holder is confined).
 static RTC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
-fn host_has_rtc() -> bool {
+pub(crate) fn host_has_rtc() -> bool {
     *RTC.get_or_init(|| std::path::Path::new("/sys/class/rtc/rtc0").exists())
 }
 
 /// Reads now whether the host has a real-time clock, while the holder may still look.
 pub fn prime_host_rtc() {
     host_has_rtc();
-}
-
-/// Whether the host has a real-time clock (looked at now if not yet).
-pub fn host_rtc() -> bool {
-    host_has_rtc()
 }
 
 /// Takes `rtc` as whether the host has a real-time clock, unless looked at already.

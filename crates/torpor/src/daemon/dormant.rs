@@ -62,8 +62,8 @@ fn refusal(d: &Daemon) -> Option<String> {
 
 /// The `dormant` request: checkpoints the sandbox into `DIR/dormant/` (a hibernated one
 /// without a wake, from its deflated state; a running one after a deflate), keeps its
-/// published listeners, and records what the dormant process answers. The sandbox is stopped once the answer is
-/// out ([`stop_after_answer`]).
+/// published listeners, and records what the dormant process answers. The sandbox is
+/// stopped once the answer is out ([`stop_after_answer`]).
 pub(super) fn prepare(d: &Daemon) -> Response {
     if let Some(why) = refusal(d) {
         return Response::error(why);

@@ -724,7 +724,7 @@ pub fn host_files() -> HostFiles {
     HostFiles {
         online_cpus: String::from_utf8_lossy(online_cpus()).into_owned(),
         tunables: sysctl::host_values_owned(),
-        rtc: crate::task::posix_timer::host_rtc(),
+        rtc: crate::task::posix_timer::host_has_rtc(),
     }
 }
 
