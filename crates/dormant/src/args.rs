@@ -1,5 +1,5 @@
 //! The command line: `torpor-dormant --status FILE --control FD [--watch FD]... [--exec-fd FD]
-//! -- WAKE...`.
+//! [--reclaim FD] -- WAKE...`.
 
 use core::ffi::CStr;
 
@@ -19,6 +19,9 @@ pub struct Options<'a> {
     /// the only exec a confined holder's seccomp filter allows); `WAKE[0]` is then only its
     /// name. Without it, `WAKE[0]` is looked up in `PATH`.
     pub exec_fd: Option<Fd>,
+    /// The sandbox's cgroup memory reclaim file, open for writing (inherited; see
+    /// [`crate::reclaim`]): written once at the start.
+    pub reclaim: Option<Fd>,
     /// Where the wake command starts among the arguments; `--woken-by FD` is appended to it.
     pub wake: usize,
 }
@@ -34,7 +37,7 @@ pub struct UsageError<'a> {
 
 /// The usage line every error ends with.
 pub const USAGE: &str =
-    "usage: torpor-dormant --status FILE --control FD [--watch FD]... [--exec-fd FD] -- WAKE...";
+    "usage: torpor-dormant --status FILE --control FD [--watch FD]... [--exec-fd FD] [--reclaim FD] -- WAKE...";
 
 fn usage(what: &'static str) -> UsageError<'static> {
     UsageError { what, arg: None }
@@ -57,6 +60,7 @@ impl<'a> Options<'a> {
         I: IntoIterator<Item = &'a CStr>,
     {
         let (mut status, mut control, mut watched, mut exec_fd) = (None, None, 0, None);
+        let mut reclaim = None;
         let mut it = args.into_iter();
         let mut at = 0;
         let mut next = |it: &mut I::IntoIter| {
@@ -91,6 +95,12 @@ impl<'a> Options<'a> {
                             .ok_or(usage("--exec-fd needs a descriptor number"))?,
                     );
                 }
+                b"--reclaim" => {
+                    reclaim = Some(
+                        descriptor(next(&mut it))
+                            .ok_or(usage("--reclaim needs a descriptor number"))?,
+                    );
+                }
                 b"--" => break,
                 other => {
                     return Err(UsageError {
@@ -108,6 +118,7 @@ impl<'a> Options<'a> {
             control: control.ok_or(usage("--control is required"))?,
             watch: &watch[..watched],
             exec_fd,
+            reclaim,
             wake: at,
         })
     }
@@ -144,12 +155,16 @@ mod tests {
                 assert_eq!(o.watch, &[4, 5]);
                 assert_eq!(o.wake, 9);
                 assert_eq!(o.exec_fd, None);
+                assert_eq!(o.reclaim, None);
             },
         );
         parse("--status s --control 3 --exec-fd 9 -- w", |o| {
             let o = o.unwrap();
             assert_eq!(o.exec_fd, Some(9));
             assert_eq!(o.wake, 7);
+        });
+        parse("--status s --control 3 --reclaim 7 -- w", |o| {
+            assert_eq!(o.unwrap().reclaim, Some(7));
         });
         let err = |s: &str, what: &str| {
             parse(s, |o| {
@@ -159,6 +174,10 @@ mod tests {
         err(
             "--status s --control 3 --exec-fd -- w",
             "--exec-fd needs a descriptor number",
+        );
+        err(
+            "--status s --control 3 --reclaim x -- w",
+            "--reclaim needs a descriptor number",
         );
         err("--status s --control 3", "no wake command after --");
         err("--status s --control 3 --", "no wake command after --");

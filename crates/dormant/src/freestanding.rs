@@ -94,6 +94,16 @@ unsafe extern "C" fn entry(sp: *const usize) -> ! {
             sys::exit(1);
         }
     };
+    if let Some(fd) = opts.reclaim {
+        // Not fatal: the sandbox is as dormant without it, its cgroup only larger.
+        if let Err(e) = dormant::reclaim::reclaim(fd) {
+            sys::eprint(&[
+                b"torpor-dormant: reclaiming the cgroup's memory: ",
+                e.describe().as_bytes(),
+                b"\n",
+            ]);
+        }
+    }
     let woken_by = match serve::serve(opts.control, opts.watch, status, &mut b.peek) {
         Ok(Wake::Watched(fd) | Wake::Request(fd)) => fd,
         Ok(Wake::Deleted) => sys::exit(0),

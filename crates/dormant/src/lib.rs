@@ -18,5 +18,6 @@
 
 pub mod args;
 pub mod json;
+pub mod reclaim;
 pub mod serve;
 pub mod sys;

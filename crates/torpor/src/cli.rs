@@ -664,6 +664,9 @@ pub struct WakeArgs {
     /// The file broker's socket.
     #[arg(long)]
     pub broker: Option<i32>,
+    /// The sandbox cgroup's memory reclaim file (`crate::dormancy::keep_reclaim`).
+    #[arg(long)]
+    pub reclaim: Option<i32>,
     /// A host socket kept while dormant (repeated): a published listener, or a connection
     /// the checkpoint names by this number.
     #[arg(long)]

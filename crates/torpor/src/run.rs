@@ -160,10 +160,17 @@ pub fn detach_args(id: &str, verb: &str, argv: Vec<String>) -> Result<u8> {
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
-    // SAFETY: setsid is async-signal-safe.
+    // A process group of its own, so that the terminal's job control leaves it alone, but
+    // not a session of its own: a new session is a new scheduling autogroup
+    // (`kernel.sched_autogroup_enabled`), which the scheduler gives its fair share whatever
+    // the nice values inside, so the work a holder does at background priority
+    // (`hibernate::background`: going back to sleep) would take as much of the CPU from
+    // another sandbox's wake as the wake itself. Holders started together share their
+    // caller's group; a sandbox with `--cpus` has a cgroup of its own.
+    // SAFETY: setpgid is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
-            libc::setsid();
+            libc::setpgid(0, 0);
             Ok(())
         });
     }

@@ -866,8 +866,8 @@ fn a_pod_runs_on_torpor_as_on_runc_and_hibernates_when_idle() {
 
 /// A pod with `dev.torpor.dormant-after`: once idle, its server hibernates, then goes dormant
 /// (its holder one small process, in the container's cgroup): the container's working set
-/// falls below its hibernated one, it stays running to the kubelet, and its next request is
-/// answered by the woken server.
+/// falls to at most 1 MiB, it stays running to the kubelet, and its next request is answered
+/// by the woken server.
 #[test]
 fn a_dormant_pod_is_running_and_smaller_than_hibernated_and_wakes() {
     let Some(c) = Cri::start() else { return };
@@ -893,14 +893,15 @@ fn a_dormant_pod_is_running_and_smaller_than_hibernated_and_wakes() {
         hibernated * 5 <= hot
     });
     assert!(fell, "working set {hot} -> {hibernated}: not hibernated");
-    // Dormant: the holder's VM, threads and heaps gone, and the page cache of the checkpoint
-    // it wrote dropped; what stays charged to the container is the dormant process, its
-    // broker, and kernel memory (sockets, the cached names of the files the program opened).
+    // Dormant: the holder's VM, threads and heaps gone, and what the cgroup still held of the
+    // kernel's caches reclaimed (the page cache of the checkpoint and of the files the program
+    // read, their cached names and inodes); what stays charged to the container is the
+    // dormant process, its broker, and kernel memory (sockets, page tables).
     let mut dormant = hibernated;
     let fell = Detached::wait_until(Duration::from_secs(60), || {
         std::thread::sleep(Duration::from_millis(200));
         dormant = c.working_set(&py);
-        dormant * 2 <= hibernated
+        dormant <= 1 << 20
     });
     println!(
         "ContainerStats working set {:.1} MiB hot, {:.2} MiB hibernated, {:.2} MiB dormant",
@@ -910,7 +911,7 @@ fn a_dormant_pod_is_running_and_smaller_than_hibernated_and_wakes() {
     );
     assert!(
         fell,
-        "working set {hibernated} hibernated -> {dormant}: not dormant\n{}",
+        "working set {hibernated} hibernated -> {dormant}: not dormant, or above 1 MiB\n{}",
         c.log()
     );
     assert_eq!(

@@ -35,6 +35,8 @@ pub(super) struct Job {
     /// For a checkpoint the holder goes dormant with: where copies of the sandbox's host
     /// sockets it keeps go once it is written.
     pub(super) keep: Option<std::sync::Arc<std::sync::Mutex<KeptSockets>>>,
+    /// Who waits for it: a dormancy's runs at background priority.
+    pub(super) priority: crate::background::Priority,
 }
 
 /// The host sockets a holder going dormant keeps open (copies, close-on-exec), which its wake

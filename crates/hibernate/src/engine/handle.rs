@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::state::State;
 
 use super::{checkpoint, Command, DeflateReport, HibernateError, HibernateHandle, Shared};
+use crate::background::Priority;
 
 impl HibernateHandle {
     /// The shared state (state machine, metrics).
@@ -23,7 +24,20 @@ impl HibernateHandle {
     /// [`HibernateError::State`] unless hot, running or woken; [`HibernateError::ParkTimeout`];
     /// [`HibernateError::Deflate`] (the sandbox stays as it was).
     pub fn hibernate(&self, timeout: Duration) -> Result<DeflateReport, HibernateError> {
-        self.park_for(Command::Deflate, timeout)
+        self.hibernate_with(Priority::Asked, timeout)
+    }
+
+    /// [`Self::hibernate`], the deflate run at `priority` (a keep-alive policy's at
+    /// background priority: `crate::background`).
+    ///
+    /// # Errors
+    /// As [`Self::hibernate`].
+    pub fn hibernate_with(
+        &self,
+        priority: Priority,
+        timeout: Duration,
+    ) -> Result<DeflateReport, HibernateError> {
+        self.park_for(Command::Deflate(priority), timeout)
     }
 
     /// Pauses the sandbox (as [`Self::pause`]: requests do not wake it) and writes a
@@ -46,6 +60,7 @@ impl HibernateHandle {
                 dir,
                 holder,
                 keep: None,
+                priority: Priority::Asked,
             },
             timeout,
         );
@@ -79,6 +94,8 @@ impl HibernateHandle {
                 dir,
                 holder,
                 keep: Some(keep.clone()),
+                // Nobody waits for a dormancy: it gives the CPU to those who do.
+                priority: Priority::Background,
             },
             timeout,
         );
@@ -248,6 +265,7 @@ impl HibernateHandle {
     /// [`HibernateError::State`] if it stays busy; as [`Self::hibernate`].
     pub fn hibernate_when_idle(
         &self,
+        priority: Priority,
         idle_timeout: Duration,
         park_timeout: Duration,
     ) -> Result<DeflateReport, HibernateError> {
@@ -262,7 +280,7 @@ impl HibernateHandle {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        self.hibernate(park_timeout)
+        self.hibernate_with(priority, park_timeout)
     }
 
     /// Pauses the sandbox (OCI `pause`): a hibernate that requests do not end. Connections

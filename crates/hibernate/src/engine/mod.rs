@@ -121,7 +121,7 @@ pub struct DeflateReport {
 }
 
 enum Command {
-    Deflate,
+    Deflate(crate::background::Priority),
     /// Deflate, then write a checkpoint of the sandbox.
     Checkpoint(checkpoint::Job),
     /// The sandbox was just restored from a checkpoint: it is hibernated already.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use kernel::task::{ParkHook, ParkedSandbox, StoppedProcesses};
 use platform::PAGE_SIZE;
 
+use crate::background;
 use crate::state::State;
 use crate::trigger;
 
@@ -32,8 +33,13 @@ impl ParkHook for Hibernator {
         // no hibernated sandbox to wake: it wakes for it at once.
         let mut wake_now = false;
         let (hibernated, stopped) = match cmd {
-            Some(Command::Deflate) => self.deflate_all(sb, None),
-            Some(Command::Checkpoint(job)) => self.deflate_all(sb, Some(&job)),
+            Some(Command::Deflate(priority)) => {
+                self.at_priority(sb, priority, |h, sb| h.deflate_all(sb, None))
+            }
+            Some(Command::Checkpoint(job)) => {
+                let priority = job.priority;
+                self.at_priority(sb, priority, |h, sb| h.deflate_all(sb, Some(&job)))
+            }
             Some(Command::Restored) => {
                 self.shared.transition(State::Hibernated);
                 wake_now = sb.control().signal_pending();
@@ -73,6 +79,32 @@ impl ParkHook for Hibernator {
 }
 
 impl Hibernator {
+    /// Runs `work` at `priority` ([`background::run`]): nobody waits for a keep-alive
+    /// policy's deflate or a dormancy, which run on a thread of their own at background
+    /// priority while this one, the parked task's, waits for them.
+    fn at_priority<R: Send>(
+        &mut self,
+        sb: &ParkedSandbox<'_>,
+        priority: background::Priority,
+        work: impl FnOnce(&mut Self, &ParkedSandbox<'_>) -> R + Send,
+    ) -> R {
+        /// The parked sandbox, lent to the thread that works on it.
+        struct Lent<'s, 'a>(&'s ParkedSandbox<'a>);
+        // SAFETY: a parked sandbox is its parked task, which is not `Sync` because its
+        // platform context (a vCPU, a trap thread) and park hook belong to the thread that
+        // runs the task. That thread waits in `background::run` until the work is done and
+        // touches nothing meanwhile, so one thread at a time uses the task. The context
+        // calls the work makes do not depend on the calling thread: the registers are in
+        // memory, and the FPU state is KVM_GET_XSAVE (which KVM serves from any thread of
+        // the VM's process) or the trap thread's saved image.
+        unsafe impl Send for Lent<'_, '_> {}
+        let lent = Lent(sb);
+        background::run(priority, move || {
+            let lent = lent;
+            work(self, lent.0)
+        })
+    }
+
     /// Parks every other thread of the sandbox and deflates it, then writes the checkpoint
     /// `job` asks for; answers the control thread. Returns whether the sandbox is hibernated
     /// (the deflate succeeded: a failed checkpoint leaves it hibernated, nothing lost) and
@@ -110,8 +142,8 @@ impl Hibernator {
         };
         // What running the sandbox and the deflate touched of the runtime's own memory goes
         // back to the host before the answer (a `stats` right after it sees the sandbox as it
-        // sleeps).
-        if hibernated {
+        // sleeps). A holder going dormant execs next, which gives all of it back.
+        if hibernated && job.is_none_or(|j| j.keep.is_none()) {
             crate::own_memory::drop_code_pages();
         }
         crate::own_memory::trim_heap();
@@ -186,13 +218,22 @@ impl Hibernator {
     /// checkpoint, and the sandbox stays hibernated; answers the control thread.
     fn serve_while_hibernated(&mut self, sb: &ParkedSandbox<'_>, cmd: Command) {
         let result = match cmd {
-            Command::Checkpoint(job) => self.checkpoint_hibernated(sb, &job),
-            Command::Deflate | Command::Restored => Err(HibernateError::State(
+            Command::Checkpoint(job) => {
+                let priority = job.priority;
+                self.at_priority(sb, priority, |h, sb| {
+                    let r = h.checkpoint_hibernated(sb, &job);
+                    // A holder going dormant execs next, which gives all of it back.
+                    if job.keep.is_none() {
+                        crate::own_memory::drop_code_pages();
+                    }
+                    crate::own_memory::trim_heap();
+                    r
+                })
+            }
+            Command::Deflate(_) | Command::Restored => Err(HibernateError::State(
                 "cannot hibernate a sandbox that is hibernated".into(),
             )),
         };
-        crate::own_memory::drop_code_pages();
-        crate::own_memory::trim_heap();
         self.shared.lock_mailbox().reply = Some(result);
         self.shared.cv.notify_all();
     }

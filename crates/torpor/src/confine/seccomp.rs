@@ -291,6 +291,15 @@ pub fn filter(
         libc::SYS_unshare,
         vec![SeccompRule::new(vec![eq(0, libc::CLONE_FS as u64)?]).map_err(|e| e.to_string())?],
     );
+    // A thread's own nice value (`PRIO_PROCESS`, 0: the calling thread), for the work of a
+    // keep-alive policy (`hibernate::background`): no other process's.
+    rules.insert(
+        libc::SYS_setpriority,
+        vec![
+            SeccompRule::new(vec![eq(0, libc::PRIO_PROCESS as u64)?, eq(1, 0)?])
+                .map_err(|e| e.to_string())?,
+        ],
+    );
     // A thread adding its role's filter to its own (SECCOMP_SET_MODE_FILTER, no flags): a
     // filter can only take calls away.
     rules.insert(

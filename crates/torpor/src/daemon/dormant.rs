@@ -426,6 +426,11 @@ fn try_exec_dormant(h: Handover<'_>) -> Result<std::convert::Infallible> {
         keep.push(b);
         wake_args.extend(["--broker".into(), b.to_string()]);
     }
+    let reclaim = crate::dormancy::reclaim_fd();
+    if let Some(r) = reclaim {
+        keep.push(r);
+        wake_args.extend(["--reclaim".into(), r.to_string()]);
+    }
     for l in listeners.iter().chain(&connections) {
         wake_args.extend(["--keep".into(), l.to_string()]);
     }
@@ -447,6 +452,11 @@ fn try_exec_dormant(h: Handover<'_>) -> Result<std::convert::Infallible> {
     // A connection, or bytes (or the peer's close) on a kept connection, wakes it.
     for l in listeners.iter().chain(&connections) {
         argv.extend(["--watch".into(), l.to_string()]);
+    }
+    // Once the holder has gone, what the sandbox's cgroup still holds of the kernel's
+    // caches goes back (the `reclaim` module of `crates/dormant`).
+    if let Some(r) = reclaim {
+        argv.extend(["--reclaim".into(), r.to_string()]);
     }
     argv.extend(["--exec-fd".into(), torpor_fd.to_string(), "--".into()]);
     argv.push("torpor".into());

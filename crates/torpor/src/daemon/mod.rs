@@ -11,6 +11,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use hibernate::background::Priority;
 use hibernate::engine::{self, HibernateHandle, WakeMode};
 use hibernate::state::State;
 use kernel::task::TaskControl;
@@ -300,6 +301,9 @@ fn start(
         if let Some(c) = &cgroup {
             for w in crate::oci::cgroup::join(c).context("joining the sandbox's cgroup")? {
                 tracing::warn!("{w}");
+            }
+            if let Some(fd) = crate::oci::cgroup::open_reclaim(c) {
+                crate::dormancy::keep_reclaim(fd);
             }
         }
         Some(janitor)
@@ -748,6 +752,7 @@ fn handle(d: &Daemon, req: Request) -> Response {
             }
             hibernate(
                 d,
+                Priority::Asked,
                 wait_ms.map_or(IDLE_TIMEOUT, std::time::Duration::from_millis),
             )
         }
@@ -822,7 +827,7 @@ fn handle(d: &Daemon, req: Request) -> Response {
             Response::ok()
         }
         Request::Kill { signal } => match signal {
-            libc::SIGSTOP => hibernate(d, IDLE_TIMEOUT),
+            libc::SIGSTOP => hibernate(d, Priority::Asked, IDLE_TIMEOUT),
             libc::SIGCONT => match d.hib.wake() {
                 Ok(()) => Response::ok(),
                 Err(e) => Response::error(e),
@@ -878,7 +883,8 @@ fn keep_alive(d: &Daemon, registry: Option<&crate::keepalive::Registry>) {
             cpu_us: procfs::own_cpu_time_us(d.control_cpu_ns.load(Ordering::Relaxed)).unwrap_or(0),
         },
         || {
-            let r = hibernate(d, KEEPALIVE_WAIT);
+            // Nobody waits for it: at background priority.
+            let r = hibernate(d, Priority::Background, KEEPALIVE_WAIT);
             if r.ok {
                 Ok(())
             } else {
@@ -898,7 +904,7 @@ const RESTORE_READY_WAIT: Duration = Duration::from_secs(30);
 /// How long the keep-alive policy's hibernate waits for a request that began meanwhile.
 const KEEPALIVE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
-fn hibernate(d: &Daemon, idle_timeout: std::time::Duration) -> Response {
+fn hibernate(d: &Daemon, priority: Priority, idle_timeout: std::time::Duration) -> Response {
     if d.exit.lock().map(|e| e.is_some()).unwrap_or(false) {
         return Response::error("the sandbox has stopped");
     }
@@ -907,9 +913,10 @@ fn hibernate(d: &Daemon, idle_timeout: std::time::Duration) -> Response {
     // says nothing of the requests the others serve.)
     let single = (d.live_tasks)() <= 1;
     let r = if single {
-        d.hib.hibernate_when_idle(idle_timeout, PARK_TIMEOUT)
+        d.hib
+            .hibernate_when_idle(priority, idle_timeout, PARK_TIMEOUT)
     } else {
-        d.hib.hibernate(PARK_TIMEOUT)
+        d.hib.hibernate_with(priority, PARK_TIMEOUT)
     };
     match r {
         Ok(r) => {

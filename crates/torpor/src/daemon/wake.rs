@@ -81,6 +81,7 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
     let mut numbers = vec![a.control];
     numbers.extend(&a.keep);
     numbers.extend(a.broker);
+    numbers.extend(a.reclaim);
     let mut seen = numbers.clone();
     seen.sort_unstable();
     seen.dedup();
@@ -111,6 +112,9 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
     };
     if let Some(b) = a.broker {
         crate::broker::adopt(inherited(b)?);
+    }
+    if let Some(r) = a.reclaim {
+        crate::dormancy::keep_reclaim(inherited(r)?);
     }
     if record.broker_publishes {
         kernel::broker::set_publishes();

@@ -337,6 +337,40 @@ pub fn join(spec: &CgroupSpec) -> Result<Vec<String>, CgroupError> {
     Ok(warnings)
 }
 
+/// The file of hierarchy `h` that asks the kernel to reclaim a cgroup's memory: v1
+/// `memory.force_empty`, v2 `memory.reclaim`; none without the memory controller.
+fn reclaim_file(h: &Hierarchy) -> Option<&'static str> {
+    h.controllers
+        .iter()
+        .any(|c| c == "memory")
+        .then_some(if h.v2 {
+            "memory.reclaim"
+        } else {
+            "memory.force_empty"
+        })
+}
+
+/// Opens, for writing, the memory reclaim file of cgroup `spec` (which this process joined):
+/// what a dormant holder writes once the sandbox's state is on disk (`crate::dormancy`),
+/// opened now because a confined holder cannot. `None` (logged) where the hierarchy has no
+/// memory controller or the file cannot be opened.
+pub fn open_reclaim(spec: &CgroupSpec) -> Option<std::os::fd::OwnedFd> {
+    let (h, file) = hierarchies()
+        .into_iter()
+        .find_map(|h| reclaim_file(&h).map(|f| (h, f)))?;
+    let path = dir_in(&h, &spec.path).join(file);
+    match std::fs::OpenOptions::new().write(true).open(&path) {
+        Ok(f) => Some(f.into()),
+        Err(e) => {
+            tracing::debug!(
+                "{}: {e}: a dormant sandbox's cgroup keeps its caches",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
 /// The limit files of hierarchy `h` and their values for `spec`.
 fn limit_files(h: &Hierarchy, spec: &CgroupSpec) -> Vec<(&'static str, String)> {
     let mut v = Vec::new();
@@ -502,6 +536,25 @@ mod tests {
         assert!(h[3].v2);
         assert_eq!(h[4].controllers, ["cpuset"]);
         assert_eq!(unescape_mount("/mnt/again\\040here"), "/mnt/again here");
+    }
+
+    #[test]
+    fn the_reclaim_file_is_the_memory_hierarchys() {
+        let h = |v2: bool, c: &[&str]| Hierarchy {
+            mount: PathBuf::from("/sys/fs/cgroup"),
+            v2,
+            controllers: c.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(
+            reclaim_file(&h(false, &["memory"])),
+            Some("memory.force_empty")
+        );
+        assert_eq!(
+            reclaim_file(&h(true, &["cpu", "memory"])),
+            Some("memory.reclaim")
+        );
+        assert_eq!(reclaim_file(&h(false, &["cpu", "cpuacct"])), None);
+        assert_eq!(reclaim_file(&h(true, &[])), None);
     }
 
     #[test]
