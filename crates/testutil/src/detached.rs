@@ -141,6 +141,16 @@ impl Detached {
         (sb, addr)
     }
 
+    /// `torpor checkpoint ID DIR` into a new temporary directory: the directory (removed
+    /// when dropped) and DIR in it. Panics if the checkpoint fails.
+    pub fn checkpoint_to_temp(&self) -> (TempDir, PathBuf) {
+        let t = TempDir::new("torpor-ckpt");
+        let dir = t.path().join("ckpt");
+        let out = self.verb("checkpoint", &[&dir.to_string_lossy()]);
+        assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+        (t, dir)
+    }
+
     /// `torpor restore -d --name ID OPTIONS DIR` in this sandbox's state directory: the
     /// restored sandbox, or the failed command's output.
     pub fn restore_beside(&self, options: &[&str], dir: &Path) -> Result<Detached, Output> {

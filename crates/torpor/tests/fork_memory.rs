@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use testutil::{Detached, Rootfs, TempDir, Torpor};
+use testutil::{Detached, Rootfs, Torpor};
 
 /// The pattern's size, MiB.
 const MIB: &str = "64";
@@ -128,10 +128,7 @@ fn writes_after_a_fork_stay_private_across_a_checkpoint_and_restore() {
     }
     let r = Rootfs::new();
     let sb = paused(&r);
-    let t = TempDir::new("torpor-ckpt");
-    let dir = t.path().join("ckpt");
-    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
-    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    let (_t, dir) = sb.checkpoint_to_temp();
     let restored = sb
         .restore_beside(&[], &dir)
         .unwrap_or_else(|o| panic!("restore: {}", o.stderr_str()));

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use testutil::{Detached, Rootfs, TempDir};
+use testutil::{Detached, Rootfs};
 
 #[test]
 fn message_queues_match_native() {
@@ -76,10 +76,7 @@ fn message_queues_survive_a_checkpoint() {
         "the program never got ready: {}",
         log_of(&sb)
     );
-    let t = TempDir::new("torpor-ckpt");
-    let dir = t.path().join("ckpt");
-    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
-    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    let (_t, dir) = sb.checkpoint_to_temp();
     let restored = sb
         .restore_beside(&[], &dir)
         .unwrap_or_else(|o| panic!("restore: {}", o.stderr_str()));

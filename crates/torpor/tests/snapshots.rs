@@ -48,10 +48,7 @@ fn a_restored_sandbox_carries_on_with_its_memory_threads_descriptors_and_sockets
     let port = testutil::free_port();
     let publish = format!("{port}:8080");
     let sb = ready_sandbox(&r, &["-p", &publish], &["256", "3", "8080"]);
-    let t = TempDir::new("torpor-ckpt");
-    let dir = t.path().join("ckpt");
-    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
-    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    let (_t, dir) = sb.checkpoint_to_temp();
     assert!(dir.join("MANIFEST").is_file());
     // Without --leave-running the sandbox is gone: its holder exited, its state removed.
     assert!(
@@ -439,10 +436,7 @@ fn clones_of_one_checkpoint_run_at_once_sharing_its_memory() {
     let r = Rootfs::new();
     // With a port, each clone ends its checks listening (unpublished: in its own namespace).
     let sb = ready_sandbox(&r, &[], &["128", "2", "8080"]);
-    let t = TempDir::new("torpor-ckpt");
-    let dir = t.path().join("ckpt");
-    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
-    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    let (_t, dir) = sb.checkpoint_to_temp();
     let clones: Vec<Detached> = (0..3)
         .map(|_| {
             sb.clone_beside(&[], &dir)
@@ -495,10 +489,7 @@ fn a_sandbox_of_two_processes_and_their_pipes_round_trips() {
         "{}",
         log_of(&sb)
     );
-    let t = TempDir::new("torpor-ckpt");
-    let dir = t.path().join("ckpt");
-    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
-    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    let (_t, dir) = sb.checkpoint_to_temp();
     // One memory image per process.
     let images = std::fs::read_dir(&dir)
         .unwrap()
@@ -548,10 +539,7 @@ fn monotonic_time_continues_from_the_checkpoint() {
         &sb
     )
     .contains("ready")));
-    let t = TempDir::new("torpor-ckpt");
-    let dir = t.path().join("ckpt");
-    let out = sb.verb("checkpoint", &[dir.to_str().unwrap()]);
-    assert_eq!(out.code(), 0, "checkpoint: {}", out.stderr_str());
+    let (_t, dir) = sb.checkpoint_to_temp();
     // Time passes while the sandbox is only a checkpoint.
     std::thread::sleep(Duration::from_millis(2500));
     let restored = sb
