@@ -1,5 +1,5 @@
-//! The host priority of work nobody waits for: a keep-alive policy's deflate, a dormancy's
-//! checkpoint.
+//! The host priority of work nobody waits for: a dormancy's checkpoint, the keep-alive
+//! deflate of a sandbox that goes dormant next.
 //!
 //! Thousands of idle sandboxes share a node's few CPUs, and a sandbox going back to sleep
 //! competes with a sandbox waking for a request. The one a client waits for should win. A
@@ -11,7 +11,14 @@
 //!
 //! The work's thread starts with its creator's credentials, filters and file-system context
 //! (`clone` copies them; the thread shares the creator's `CLONE_FS` umask), so it makes the
-//! same host calls the creator would.
+//! same host calls the creator would. Its allocations come from a malloc arena of its own,
+//! which stays with the process once the thread has ended (about 200 KiB resident in a
+//! hibernated holder, measured): background work suits a holder that execs next (a
+//! dormancy), not one that stays hibernated.
+//!
+//! Nice values order threads within one scheduling group only: holders of one node must
+//! share a group (a detached holder keeps its caller's session, hence its autogroup; see
+//! `torpor::run`), or each gets its fair share whatever the nice values inside.
 
 /// Who waits for a piece of the hibernation's work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,7 +26,7 @@ pub enum Priority {
     /// A caller waits for it (`torpor hibernate`, `checkpoint`, OCI `pause`): it runs at
     /// the caller's priority, on the caller's thread.
     Asked,
-    /// Nobody waits for it (a keep-alive policy's deflate, a dormancy): it yields the CPU to
+    /// Nobody waits for it (a dormancy, and the deflate before it): it yields the CPU to
     /// threads at the normal priority.
     Background,
 }

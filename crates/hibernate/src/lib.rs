@@ -14,7 +14,7 @@
 //! | [`reap`] | `WorkingSetRecorder`, `ReapWriter` / `ReapReader`: record and prefetch |
 //! | [`snapshot`] | the checkpoint format: enveloped manifest, state and blobs, page files; every check before a restore |
 //! | [`metrics`] | `HibernateMetrics` atomics and their JSON snapshot |
-//! | [`background`] | the host priority of work nobody waits for (a keep-alive policy's deflate or checkpoint) |
+//! | [`background`] | the host priority of work nobody waits for (a dormancy's checkpoint, and the deflate before it) |
 //! | [`engine`] | deflate and the wait for a wake, run by the parked task; the control side's handle |
 //! | [`pager`] | the userfaultfd thread: page-fault swap-in |
 //! | [`uffd`] | `Uffd`: the userfaultfd calls the pager makes (create, register, copy, zeropage, read an event) |

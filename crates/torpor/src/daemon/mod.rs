@@ -883,8 +883,16 @@ fn keep_alive(d: &Daemon, registry: Option<&crate::keepalive::Registry>) {
             cpu_us: procfs::own_cpu_time_us(d.control_cpu_ns.load(Ordering::Relaxed)).unwrap_or(0),
         },
         || {
-            // Nobody waits for it: at background priority.
-            let r = hibernate(d, Priority::Background, KEEPALIVE_WAIT);
+            // Nobody waits for it. A sandbox that goes dormant next deflates at background
+            // priority, on a thread of its own (`hibernate::background`), whose malloc arena
+            // would stay resident in a holder that stays hibernated (about 200 KiB, measured);
+            // the dormant holder's exec gives it back.
+            let priority = if d.policy.dormant_after.is_some() {
+                Priority::Background
+            } else {
+                Priority::Asked
+            };
+            let r = hibernate(d, priority, KEEPALIVE_WAIT);
             if r.ok {
                 Ok(())
             } else {
