@@ -83,26 +83,26 @@ fn lower_calling_thread() {
     }
 }
 
-/// The calling thread's nice value.
-///
-/// # Errors
-/// The host's, from `getpriority`.
-pub fn current_nice() -> std::io::Result<i32> {
-    // getpriority returns the nice value, which can be -1: errno tells an error apart.
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe { *libc::__errno_location() = 0 };
-    // SAFETY: getpriority on the calling thread; no memory is passed.
-    let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
-    let e = std::io::Error::last_os_error();
-    if n == -1 && e.raw_os_error().unwrap_or(0) != 0 {
-        return Err(e);
-    }
-    Ok(n)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calling thread's nice value.
+    ///
+    /// # Errors
+    /// The host's, from `getpriority`.
+    fn current_nice() -> std::io::Result<i32> {
+        // getpriority returns the nice value, which can be -1: errno tells an error apart.
+        // SAFETY: __errno_location returns this thread's errno slot.
+        unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: getpriority on the calling thread; no memory is passed.
+        let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let e = std::io::Error::last_os_error();
+        if n == -1 && e.raw_os_error().unwrap_or(0) != 0 {
+            return Err(e);
+        }
+        Ok(n)
+    }
 
     #[test]
     fn background_work_runs_lowered_and_the_caller_keeps_its_priority() {

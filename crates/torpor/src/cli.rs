@@ -664,7 +664,7 @@ pub struct WakeArgs {
     /// The file broker's socket.
     #[arg(long)]
     pub broker: Option<i32>,
-    /// The sandbox cgroup's memory reclaim file (`crate::dormancy::keep_reclaim`).
+    /// The sandbox cgroup's memory reclaim file (`crate::oci::cgroup::reclaim_fd`).
     #[arg(long)]
     pub reclaim: Option<i32>,
     /// A host socket kept while dormant (repeated): a published listener, or a connection

@@ -35,8 +35,23 @@ pub(super) struct Job {
     /// For a checkpoint the holder goes dormant with: where copies of the sandbox's host
     /// sockets it keeps go once it is written.
     pub(super) keep: Option<std::sync::Arc<std::sync::Mutex<KeptSockets>>>,
-    /// Who waits for it: a dormancy's runs at background priority.
-    pub(super) priority: crate::background::Priority,
+}
+
+impl Job {
+    /// Whether the holder goes dormant with it (and execs next, which gives back all of
+    /// the process's memory).
+    pub(super) fn goes_dormant(&self) -> bool {
+        self.keep.is_some()
+    }
+
+    /// Who waits for it: nobody for a dormancy's, which runs at background priority.
+    pub(super) fn priority(&self) -> crate::background::Priority {
+        if self.goes_dormant() {
+            crate::background::Priority::Background
+        } else {
+            crate::background::Priority::Asked
+        }
+    }
 }
 
 /// The host sockets a holder going dormant keeps open (copies, close-on-exec), which its wake

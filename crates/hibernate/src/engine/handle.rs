@@ -27,8 +27,8 @@ impl HibernateHandle {
         self.hibernate_with(Priority::Asked, timeout)
     }
 
-    /// [`Self::hibernate`], the deflate run at `priority` (a keep-alive policy's at
-    /// background priority: `crate::background`).
+    /// [`Self::hibernate`], the deflate run at `priority` (the keep-alive deflate of a
+    /// sandbox that goes dormant next, at background priority: `crate::background`).
     ///
     /// # Errors
     /// As [`Self::hibernate`].
@@ -60,7 +60,6 @@ impl HibernateHandle {
                 dir,
                 holder,
                 keep: None,
-                priority: Priority::Asked,
             },
             timeout,
         );
@@ -94,8 +93,6 @@ impl HibernateHandle {
                 dir,
                 holder,
                 keep: Some(keep.clone()),
-                // Nobody waits for a dormancy: it gives the CPU to those who do.
-                priority: Priority::Background,
             },
             timeout,
         );

@@ -37,8 +37,7 @@ impl ParkHook for Hibernator {
                 self.at_priority(sb, priority, |h, sb| h.deflate_all(sb, None))
             }
             Some(Command::Checkpoint(job)) => {
-                let priority = job.priority;
-                self.at_priority(sb, priority, |h, sb| h.deflate_all(sb, Some(&job)))
+                self.at_priority(sb, job.priority(), |h, sb| h.deflate_all(sb, Some(&job)))
             }
             Some(Command::Restored) => {
                 self.shared.transition(State::Hibernated);
@@ -79,9 +78,9 @@ impl ParkHook for Hibernator {
 }
 
 impl Hibernator {
-    /// Runs `work` at `priority` ([`background::run`]): nobody waits for a keep-alive
-    /// policy's deflate or a dormancy, which run on a thread of their own at background
-    /// priority while this one, the parked task's, waits for them.
+    /// Runs `work` at `priority` ([`background::run`]): nobody waits for a dormancy or the
+    /// deflate before it, which run on a thread of their own at background priority while
+    /// this one, the parked task's, waits for them.
     fn at_priority<R: Send>(
         &mut self,
         sb: &ParkedSandbox<'_>,
@@ -143,7 +142,7 @@ impl Hibernator {
         // What running the sandbox and the deflate touched of the runtime's own memory goes
         // back to the host before the answer (a `stats` right after it sees the sandbox as it
         // sleeps). A holder going dormant execs next, which gives all of it back.
-        if hibernated && job.is_none_or(|j| j.keep.is_none()) {
+        if hibernated && !job.is_some_and(checkpoint::Job::goes_dormant) {
             crate::own_memory::drop_code_pages();
         }
         crate::own_memory::trim_heap();
@@ -219,11 +218,10 @@ impl Hibernator {
     fn serve_while_hibernated(&mut self, sb: &ParkedSandbox<'_>, cmd: Command) {
         let result = match cmd {
             Command::Checkpoint(job) => {
-                let priority = job.priority;
-                self.at_priority(sb, priority, |h, sb| {
+                self.at_priority(sb, job.priority(), |h, sb| {
                     let r = h.checkpoint_hibernated(sb, &job);
                     // A holder going dormant execs next, which gives all of it back.
-                    if job.keep.is_none() {
+                    if !job.goes_dormant() {
                         crate::own_memory::drop_code_pages();
                     }
                     crate::own_memory::trim_heap();

@@ -292,7 +292,7 @@ pub fn filter(
         vec![SeccompRule::new(vec![eq(0, libc::CLONE_FS as u64)?]).map_err(|e| e.to_string())?],
     );
     // A thread's own nice value (`PRIO_PROCESS`, 0: the calling thread), for the work of a
-    // keep-alive policy (`hibernate::background`): no other process's.
+    // dormancy (`hibernate::background`): no other process's.
     rules.insert(
         libc::SYS_setpriority,
         vec![

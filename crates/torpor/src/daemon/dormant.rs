@@ -426,7 +426,7 @@ fn try_exec_dormant(h: Handover<'_>) -> Result<std::convert::Infallible> {
         keep.push(b);
         wake_args.extend(["--broker".into(), b.to_string()]);
     }
-    let reclaim = crate::dormancy::reclaim_fd();
+    let reclaim = crate::oci::cgroup::reclaim_fd();
     if let Some(r) = reclaim {
         keep.push(r);
         wake_args.extend(["--reclaim".into(), r.to_string()]);

@@ -302,9 +302,6 @@ fn start(
             for w in crate::oci::cgroup::join(c).context("joining the sandbox's cgroup")? {
                 tracing::warn!("{w}");
             }
-            if let Some(fd) = crate::oci::cgroup::open_reclaim(c) {
-                crate::dormancy::keep_reclaim(fd);
-            }
         }
         Some(janitor)
     };

@@ -114,7 +114,7 @@ pub fn wake_in_place(a: crate::cli::WakeArgs) -> Result<u8> {
         crate::broker::adopt(inherited(b)?);
     }
     if let Some(r) = a.reclaim {
-        crate::dormancy::keep_reclaim(inherited(r)?);
+        crate::oci::cgroup::adopt_reclaim(inherited(r)?);
     }
     if record.broker_publishes {
         kernel::broker::set_publishes();

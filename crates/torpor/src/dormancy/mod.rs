@@ -101,21 +101,6 @@ pub fn with_own_figures(v: &mut serde_json::Value) {
     v["cpu_time_us"] = crate::procfs::cpu_time_us(pid as u32).unwrap_or(0).into();
 }
 
-/// The sandbox cgroup's memory reclaim file, open for writing (`oci::cgroup::open_reclaim`),
-/// kept by the holder through every dormancy: `torpor-dormant --reclaim FD` writes it once
-/// the holder has gone (see the `reclaim` module of `crates/dormant`).
-static RECLAIM: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
-
-/// Keeps `fd` as the sandbox cgroup's memory reclaim file (the first one kept stays).
-pub fn keep_reclaim(fd: std::os::fd::OwnedFd) {
-    let _ = RECLAIM.set(fd);
-}
-
-/// The memory reclaim file kept, if any.
-pub fn reclaim_fd() -> Option<RawFd> {
-    RECLAIM.get().map(std::os::fd::AsRawFd::as_raw_fd)
-}
-
 /// Sets or clears `FD_CLOEXEC` on `fd`.
 ///
 /// # Errors

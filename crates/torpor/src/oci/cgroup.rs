@@ -292,7 +292,8 @@ fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
 }
 
 /// Puts this process into the cgroup `spec` in every hierarchy, creating the directories and
-/// writing the limits first. Returns warnings (what was left out, and why).
+/// writing the limits first, and keeps the memory hierarchy's reclaim file open
+/// ([`reclaim_fd`]). Returns warnings (what was left out, and why).
 ///
 /// # Errors
 /// [`CgroupError::Io`] when a directory cannot be made or a file written (as root; a process
@@ -333,6 +334,9 @@ pub fn join(spec: &CgroupSpec) -> Result<Vec<String>, CgroupError> {
             write(&p, &value)?;
         }
         write(&dir.join("cgroup.procs"), &pid)?;
+        if let Some(file) = reclaim_file(&h) {
+            keep_reclaim_file(&dir.join(file));
+        }
     }
     Ok(warnings)
 }
@@ -350,24 +354,32 @@ fn reclaim_file(h: &Hierarchy) -> Option<&'static str> {
         })
 }
 
-/// Opens, for writing, the memory reclaim file of cgroup `spec` (which this process joined):
+/// The memory reclaim file of the cgroup this process joined ([`join`]), open for writing:
 /// what a dormant holder writes once the sandbox's state is on disk (`crate::dormancy`),
-/// opened now because a confined holder cannot. `None` (logged) where the hierarchy has no
-/// memory controller or the file cannot be opened.
-pub fn open_reclaim(spec: &CgroupSpec) -> Option<std::os::fd::OwnedFd> {
-    let (h, file) = hierarchies()
-        .into_iter()
-        .find_map(|h| reclaim_file(&h).map(|f| (h, f)))?;
-    let path = dir_in(&h, &spec.path).join(file);
-    match std::fs::OpenOptions::new().write(true).open(&path) {
-        Ok(f) => Some(f.into()),
-        Err(e) => {
-            tracing::debug!(
-                "{}: {e}: a dormant sandbox's cgroup keeps its caches",
-                path.display()
-            );
-            None
-        }
+/// opened at the join because a confined holder cannot, and kept through every dormancy and
+/// wake (`--reclaim FD`).
+static RECLAIM: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
+
+/// Keeps `fd` as the cgroup's memory reclaim file (the first one kept stays): a woken
+/// holder's, inherited.
+pub fn adopt_reclaim(fd: std::os::fd::OwnedFd) {
+    let _ = RECLAIM.set(fd);
+}
+
+/// The memory reclaim file kept, if any.
+pub fn reclaim_fd() -> Option<std::os::fd::RawFd> {
+    RECLAIM.get().map(std::os::fd::AsRawFd::as_raw_fd)
+}
+
+/// Opens `path`, a reclaim file, for writing and keeps it ([`reclaim_fd`]); a failure is
+/// logged, and a dormant sandbox's cgroup then keeps its caches.
+fn keep_reclaim_file(path: &Path) {
+    match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(f) => adopt_reclaim(f.into()),
+        Err(e) => tracing::debug!(
+            "{}: {e}: a dormant sandbox's cgroup keeps its caches",
+            path.display()
+        ),
     }
 }
 

@@ -249,9 +249,6 @@ pub fn holder(
             for w in cgroup::join(c)? {
                 tracing::warn!("{w}");
             }
-            if let Some(fd) = cgroup::open_reclaim(c) {
-                crate::dormancy::keep_reclaim(fd);
-            }
         }
         if let Some(p) = &b.netns_path {
             crate::netns::join(p)?;
