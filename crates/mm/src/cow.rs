@@ -80,8 +80,21 @@ impl MemoryManager {
 
     /// The guest-physical address of byte `off` of `object` in a window attached to this VM,
     /// or `None` (past the end of the file, no space or memslot left: the caller copies).
-    fn cached_page(&self, object: &SharedObject, off: u64) -> Option<Gpa> {
-        let (window, gpa) = match object.page(off) {
+    fn cached_page(&mut self, object: &SharedObject, off: u64) -> Option<Gpa> {
+        let page = match self.sizes_ahead.as_mut() {
+            Some(sizes) => {
+                let key = std::ptr::from_ref(object) as usize;
+                let size = match sizes.get(&key) {
+                    Some(&s) => Ok(s),
+                    None => object.size().inspect(|&s| {
+                        sizes.insert(key, s);
+                    }),
+                };
+                size.and_then(|s| object.page_within(off, s))
+            }
+            None => object.page(off),
+        };
+        let (window, gpa) = match page {
             Ok(p) => p,
             Err(e) => {
                 if e.raw_os_error() != Some(libc::EFAULT) {

@@ -403,8 +403,17 @@ impl SharedObject {
     /// `EFAULT` (the caller sends SIGBUS) for an offset at or past the object's end; the
     /// host's errno if the window cannot be mapped; `ENOMEM` when no addresses are left.
     pub fn page(&self, offset: u64) -> io::Result<(Arc<SharedWindow>, Gpa)> {
+        self.page_within(offset, self.size()?)
+    }
+
+    /// [`page`](Self::page), for an object of `size` bytes (read by the caller: one `fstat`
+    /// for many pages).
+    ///
+    /// # Errors
+    /// As [`page`](Self::page).
+    pub fn page_within(&self, offset: u64, size: u64) -> io::Result<(Arc<SharedWindow>, Gpa)> {
         let page = offset & !(PAGE_SIZE - 1);
-        if page >= self.size()? {
+        if page >= size {
             return Err(io::Error::from_raw_os_error(libc::EFAULT));
         }
         let idx = page / WINDOW_SIZE;

@@ -163,7 +163,7 @@ pub fn prepare(lower: &Path, layer_dir: &Path) -> Result<CowRoot> {
 
 /// As [`prepare`], the upper layer starting as a copy of `seed` (a checkpoint's upper layer:
 /// the files the checkpointed sandbox had written, whiteouts and overlay attributes
-/// included), copied by `cp -a` before the mount.
+/// included), copied before the mount ([`crate::treecopy`]).
 pub fn prepare_seeded(lower: &Path, layer_dir: &Path, seed: Option<&Path>) -> Result<CowRoot> {
     let lower_canon = std::fs::canonicalize(lower)
         .with_context(|| format!("root filesystem {}", lower.display()))?;
@@ -229,7 +229,7 @@ pub fn prepare_seeded(lower: &Path, layer_dir: &Path, seed: Option<&Path>) -> Re
             created.push(d);
         }
         match seed {
-            Some(seed) => copy_tree(seed, &upper)?,
+            Some(seed) => crate::treecopy::copy_tree(seed, &upper)?,
             None => copy_root_attributes(&lower_canon, &upper)?,
         }
         let user_namespace = enter_private_namespace()?;
@@ -254,29 +254,6 @@ pub fn prepare_seeded(lower: &Path, layer_dir: &Path, seed: Option<&Path>) -> Re
             Err(e)
         }
     }
-}
-
-/// Copies the contents of directory `from` into the existing directory `to` with `cp -a`
-/// (ownership, modes, times, extended attributes, device nodes and hard links kept).
-pub fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    let mut src = from.as_os_str().to_owned();
-    src.push("/.");
-    let out = std::process::Command::new("cp")
-        .arg("-a")
-        .arg("--")
-        .arg(&src)
-        .arg(to)
-        .output()
-        .context("running cp")?;
-    if !out.status.success() {
-        bail!(
-            "copying {} to {}: {}",
-            from.display(),
-            to.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
 }
 
 /// `p` made absolute with its longest existing ancestor canonicalized (symlinks resolved) and the

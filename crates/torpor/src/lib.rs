@@ -15,7 +15,7 @@
 //! | [`oci`], [`console`] | the OCI runtime command line (podman, containerd) and its terminal |
 //! | [`statedir`], [`ready`], [`janitor`] | state directories, readiness pipes, clean-up |
 //! | [`broker`], [`fdpass`] | the file broker of a root holder, descriptor passing |
-//! | [`confine`], [`cowroot`], [`netns`], [`user`] | confinement, the copy-on-write root, network namespaces, `--user` |
+//! | [`confine`], [`cowroot`], [`treecopy`], [`netns`], [`user`] | confinement, the copy-on-write root and copies of its layers, network namespaces, `--user` |
 //! | [`platforms`], [`procfs`], [`units`], [`logging`] | platform choice, host /proc, units, logs |
 //! | [`program`] | the program a command line names in a root (PATH search) |
 
@@ -44,6 +44,7 @@ pub mod ready;
 pub mod run;
 pub mod snapshot;
 pub mod statedir;
+pub mod treecopy;
 pub mod units;
 pub mod user;
 pub mod verbs;

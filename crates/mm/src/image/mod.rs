@@ -507,6 +507,7 @@ impl MemoryManager {
             replaced: false,
             file_pages: check_file_pages(&image.file_pages)?,
             def_lock,
+            sizes_ahead: None,
         })
     }
 
@@ -567,6 +568,8 @@ impl MemoryManager {
         let pages = std::mem::take(&mut self.file_pages);
         let faults = self.faults;
         let mut served = 0;
+        // One size per file for the batch: an fstat a page was most of a Go binary's restore.
+        self.sizes_ahead = Some(std::collections::HashMap::new());
         for va in pages {
             if self.pt.entry(va).is_some() {
                 // Mapped by the fault-around of a neighbour.
@@ -592,6 +595,7 @@ impl MemoryManager {
                 served += 1;
             }
         }
+        self.sizes_ahead = None;
         self.faults = faults;
         served
     }

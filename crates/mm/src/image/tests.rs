@@ -494,6 +494,10 @@ fn page_cache_pages_are_dropped_for_export_and_come_back_after_import() {
     let faults = r.stats().faults;
     assert!(r.prefault_file_pages() > 0);
     assert_eq!(r.stats().faults, faults);
+    assert!(
+        r.sizes_ahead.is_none(),
+        "a fault after the batch reads the file's size again (a truncated file's page faults)"
+    );
     let (frame, _) = r.page_tables().entry(Gva(first)).expect("mapped ahead");
     assert!(r.memory().is_read_only(frame), "a page-cache page");
     assert_eq!(r.prefault_file_pages(), 0, "once");

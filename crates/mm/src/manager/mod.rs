@@ -178,6 +178,10 @@ pub struct MemoryManager {
     pub(crate) file_pages: Vec<Gva>,
     /// The lock every new mapping gets (mlockall's MCL_FUTURE; Linux's `mm->def_flags`).
     pub(crate) def_lock: VmLock,
+    /// While [`prefault_file_pages`](Self::prefault_file_pages) maps pages ahead: each
+    /// file object's size, read once for the whole batch (a fault reads it each time, as a
+    /// page past a truncated file's end must fault), keyed by the object's address.
+    pub(crate) sizes_ahead: Option<std::collections::HashMap<usize, u64>>,
 }
 
 /// The PTE flags for a page of a VMA with rights `prot`.
@@ -231,6 +235,7 @@ impl MemoryManager {
             replaced: false,
             file_pages: Vec::new(),
             def_lock: VmLock::None,
+            sizes_ahead: None,
         })
     }
 

@@ -113,7 +113,7 @@ fn write_image(sdir: &Path, forks: &Path) -> Result<PathBuf> {
         if upper.is_dir() {
             let to = out.join(UPPER);
             std::fs::create_dir(&to).with_context(|| format!("creating {}", to.display()))?;
-            crate::cowroot::copy_tree(&upper, &to)?;
+            crate::treecopy::copy_tree(&upper, &to)?;
         }
         std::fs::rename(&out, &dest)
             .with_context(|| format!("moving the image to {}", dest.display()))?;
@@ -155,7 +155,7 @@ fn image_of_dormant(sdir: &Path, forks: &Path) -> Result<PathBuf> {
         if upper.is_dir() {
             let to = dest.join(UPPER);
             std::fs::create_dir(&to).with_context(|| format!("creating {}", to.display()))?;
-            crate::cowroot::copy_tree(&upper, &to)?;
+            crate::treecopy::copy_tree(&upper, &to)?;
         }
         Ok(())
     })();

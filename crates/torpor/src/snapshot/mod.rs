@@ -108,7 +108,7 @@ fn finish_checkpoint(sdir: &Path, out: &Path, dir: &Path) -> Result<()> {
     if upper.is_dir() {
         let to = out.join(UPPER);
         std::fs::create_dir(&to).with_context(|| format!("creating {}", to.display()))?;
-        crate::cowroot::copy_tree(&upper, &to)?;
+        crate::treecopy::copy_tree(&upper, &to)?;
     }
     match std::fs::rename(out, dir) {
         Ok(()) => Ok(()),
@@ -118,7 +118,7 @@ fn finish_checkpoint(sdir: &Path, out: &Path, dir: &Path) -> Result<()> {
             let partial = PathBuf::from(partial);
             std::fs::create_dir(&partial)
                 .with_context(|| format!("creating {}", partial.display()))?;
-            crate::cowroot::copy_tree(out, &partial)?;
+            crate::treecopy::copy_tree(out, &partial)?;
             std::fs::rename(&partial, dir)
                 .with_context(|| format!("renaming {} to {}", partial.display(), dir.display()))?;
             crate::cowroot::remove_all(out)?;
