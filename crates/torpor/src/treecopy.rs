@@ -180,52 +180,32 @@ fn copy_xattrs(src: &Path, dst: &Path) -> Result<()> {
 
 /// The NUL-separated names of `path`'s extended attributes (the link's own, not its target's).
 fn list_xattrs(path: &CString) -> std::io::Result<Vec<u8>> {
-    loop {
-        // SAFETY: a valid path; a null buffer of size 0 asks for the size.
-        let n = unsafe { libc::llistxattr(path.as_ptr(), std::ptr::null_mut(), 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            // A filesystem without extended attributes has none to copy.
-            return match e.raw_os_error() {
-                Some(libc::ENOTSUP) => Ok(Vec::new()),
-                _ => Err(e),
-            };
-        }
-        let mut buf = vec![0u8; n as usize];
-        // SAFETY: `buf` is writable for its length.
-        let m = unsafe { libc::llistxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if m >= 0 {
-            buf.truncate(m as usize);
-            return Ok(buf);
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ERANGE) {
-            return Err(e);
-        }
-        // Grown meanwhile: ask again.
+    // SAFETY: a valid path, and a buffer writable for `len` bytes (or null with 0).
+    match sized(|buf, len| unsafe { libc::llistxattr(path.as_ptr(), buf.cast(), len) }) {
+        // A filesystem without extended attributes has none to copy.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => Ok(Vec::new()),
+        r => r,
     }
 }
 
 /// The value of attribute `name` of `path` (the link's own).
 fn get_xattr(path: &CString, name: &CString) -> std::io::Result<Vec<u8>> {
+    // SAFETY: a valid path and name, and a buffer writable for `len` bytes (or null with 0).
+    sized(|buf, len| unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), buf.cast(), len) })
+}
+
+/// The bytes a call of the `*xattr` kind gives: `call(null, 0)` says how many, `call(buf,
+/// len)` writes them, and `ERANGE` says they grew meanwhile (then it asks again).
+fn sized(call: impl Fn(*mut u8, usize) -> isize) -> std::io::Result<Vec<u8>> {
     loop {
-        // SAFETY: valid path and name; a null buffer of size 0 asks for the size.
-        let n = unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+        let n = call(std::ptr::null_mut(), 0);
         if n < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        let mut buf = vec![0u8; n as usize];
-        // SAFETY: `buf` is writable for its length.
-        let m = unsafe {
-            libc::lgetxattr(
-                path.as_ptr(),
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
+        let mut buf = vec![0u8; n.unsigned_abs()];
+        let m = call(buf.as_mut_ptr(), buf.len());
         if m >= 0 {
-            buf.truncate(m as usize);
+            buf.truncate(m.unsigned_abs());
             return Ok(buf);
         }
         let e = std::io::Error::last_os_error();
