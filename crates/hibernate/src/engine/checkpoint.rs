@@ -12,16 +12,14 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use kernel::checkpoint::state::SandboxState;
-use kernel::task::{ParkedSandbox, TaskControl};
-use platform::{Gpa, GuestMemory, PAGE_SIZE};
+use kernel::task::ParkedSandbox;
+use platform::{Gpa, PAGE_SIZE};
 use serde::{Deserialize, Serialize};
 
-use super::{Command, EngineError, Hibernator, ProcessMemory, WakeMode, BATCH_PAGES};
+use super::{EngineError, Hibernator, ProcessMemory, BATCH_PAGES};
 use crate::pagestate::{PageIdx, PageState};
-use crate::reap::ReapReader;
 use crate::snapshot::{self, BlobWriter, Checkpoint, CheckpointWriter, Kind, BLOBS, STATE};
 use crate::swapfile::{SwapReader, SwapWriter};
 
@@ -512,147 +510,4 @@ fn write_memory_image(pm: &ProcessMemory, path: &Path) -> Result<(), EngineError
     }
     flush_pages(&mut w, &mut idx, &data, path)?;
     w.finish().map(|_| ()).map_err(EngineError::page_file(path))
-}
-
-/// The park hook of a sandbox just restored from `checkpoint`: each of its processes
-/// (`processes`: pid and guest memory, the first process's first) hibernated, every page of
-/// its memory image `Swapped` in a borrowed layer (the image file, never removed), its memory
-/// registered with a userfaultfd. The first task's first park (the restore asks for it)
-/// finds it hibernated: the next request or an explicit wake resumes every thread, and pages
-/// come back as touched, checked against the image's checksums. The first wake records a
-/// working set for REAP (unless `mode` is `fault`).
-///
-/// # Errors
-/// The image's own checks ([`SwapReader::open`]), or the host's refusal of userfaultfd.
-pub fn restored(
-    checkpoint: &Checkpoint,
-    processes: &[(i32, Arc<GuestMemory>)],
-    control: Arc<TaskControl>,
-    dir: PathBuf,
-    mode: WakeMode,
-) -> Result<(Hibernator, super::HibernateHandle), EngineError> {
-    let (first, first_mem) = processes
-        .first()
-        .ok_or_else(|| EngineError::BadImage("a sandbox without processes".into()))?;
-    let (mut hib, handle) = super::new(first_mem.clone(), control, dir, mode)
-        .map_err(EngineError::host("setting up hibernation"))?;
-    for (pid, mem) in processes {
-        let total = mem.size() / PAGE_SIZE;
-        let names = memory_image_layers(checkpoint, *pid);
-        // File names as a deflate gives them: `swap.N` for the first process, `swap-PID.N`.
-        let prefix = if pid == first {
-            String::new()
-        } else {
-            format!("-{pid}")
-        };
-        let mut pm = ProcessMemory::new(mem.clone(), prefix, mode)?;
-        {
-            let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
-            let reserved = platform::layout::RESERVED_END.raw() / PAGE_SIZE;
-            for layer in &names {
-                let path = checkpoint.path(layer).ok_or_else(|| {
-                    EngineError::BadImage(format!("the checkpoint has no {layer}"))
-                })?;
-                let image = SwapReader::open(&path).map_err(EngineError::page_file(&path))?;
-                if image.page_count() != total {
-                    return Err(EngineError::BadImage(format!(
-                        "{layer} holds a memory of {} pages, the sandbox has {total}",
-                        image.page_count()
-                    )));
-                }
-                let base = u32::try_from(pager.swap.next_base())
-                    .map_err(|_| EngineError::BadImage(format!("{layer}: too many pages")))?;
-                for (slot, e) in (0u32..).zip(image.index().entries()) {
-                    if e.page().0 < reserved {
-                        return Err(EngineError::BadImage(format!(
-                            "{layer} holds page {} of the reserved region",
-                            e.page().0
-                        )));
-                    }
-                    pager
-                        .pages
-                        .set(e.page(), PageState::Swapped { slot: base + slot })?;
-                }
-                pager
-                    .swap
-                    .push_borrowed(image)
-                    .map_err(EngineError::page_file(&path))?;
-            }
-            // A recorded working set: the first wake prefetches it instead of recording.
-            let reap = checkpoint.path(&working_set_name(*pid));
-            let list = checkpoint.path(&working_set_list_name(*pid));
-            if let (Some(reap), true) = (reap, mode != WakeMode::Fault) {
-                let reader = ReapReader::open(&reap).map_err(EngineError::page_file(&reap))?;
-                if reader.page_count() != total {
-                    return Err(EngineError::BadImage(format!(
-                        "{} holds a working set of a memory of {} pages, the sandbox has {total}",
-                        working_set_name(*pid),
-                        reader.page_count()
-                    )));
-                }
-                pm.reap_set = reader.working_set();
-                pager.reap = Some(reader);
-                pm.record_next = false;
-            } else if let (Some(_), true) = (list, mode != WakeMode::Fault) {
-                let bytes = checkpoint
-                    .envelope(&working_set_list_name(*pid), Kind::WorkingSet)
-                    .map_err(|e| EngineError::BadImage(e.to_string()))?;
-                pm.reap_set = working_set_of(&bytes, reserved, total).ok_or_else(|| {
-                    EngineError::BadImage(format!(
-                        "{} is not a list of pages of the memory",
-                        working_set_list_name(*pid)
-                    ))
-                })?;
-                pm.record_next = pm.reap_set.is_empty();
-            }
-        }
-        pm.uffd = Some(ProcessMemory::start_pager(
-            mem,
-            &pm.pager,
-            &hib.shared.metrics,
-            hib.dir.join("error"),
-        )?);
-        hib.processes.insert(*pid, pm);
-    }
-    hib.first_mem = None;
-    hib.first_pid = Some(*first);
-    hib.shared.lock_mailbox().command = Some(Command::Restored);
-    Ok((hib, handle))
-}
-
-/// The pages of a working-set list (little-endian u64s, each a page of the memory above the
-/// reserved region, in increasing order); None if it is not one.
-fn working_set_of(bytes: &[u8], reserved: u64, total: u64) -> Option<Vec<PageIdx>> {
-    if !bytes.len().is_multiple_of(8) {
-        return None;
-    }
-    let pages: Vec<PageIdx> = bytes
-        .chunks_exact(8)
-        .map(|c| PageIdx(u64::from_le_bytes(c.try_into().unwrap_or_default())))
-        .collect();
-    let ordered = pages.windows(2).all(|w| w[0].0 < w[1].0);
-    let inside = pages.iter().all(|p| (reserved..total).contains(&p.0));
-    (ordered && inside).then_some(pages)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn list(pages: &[u64]) -> Vec<u8> {
-        pages.iter().flat_map(|p| p.to_le_bytes()).collect()
-    }
-
-    #[test]
-    fn a_working_set_list_holds_increasing_pages_of_the_memory() {
-        let ok = working_set_of(&list(&[1024, 1025, 2000]), 1024, 4096).unwrap();
-        assert_eq!(ok, vec![PageIdx(1024), PageIdx(1025), PageIdx(2000)]);
-        assert_eq!(working_set_of(&[], 1024, 4096), Some(Vec::new()));
-        // Below the reserved region, past the end, out of order, twice, a torn entry.
-        assert_eq!(working_set_of(&list(&[1023]), 1024, 4096), None);
-        assert_eq!(working_set_of(&list(&[4096]), 1024, 4096), None);
-        assert_eq!(working_set_of(&list(&[2000, 1500]), 1024, 4096), None);
-        assert_eq!(working_set_of(&list(&[2000, 2000]), 1024, 4096), None);
-        assert_eq!(working_set_of(&[0u8; 7], 1024, 4096), None);
-    }
 }

@@ -22,6 +22,9 @@ impl Hibernator {
             }
             let _ = sw.reader.remove();
         }
+        if self.take_early_prefetch() {
+            return;
+        }
         let (mut bytes, mut file_bytes) = (0, 0);
         let mut prefetched = false;
         for pm in self.processes.values_mut() {

@@ -60,11 +60,13 @@ mod inflate;
 mod memory;
 mod park;
 mod process_deflate;
+mod restored;
 
 pub use checkpoint::{
-    memory_image_layers, memory_image_name, restored, CheckpointState, Clocks, KeptSockets,
+    memory_image_layers, memory_image_name, CheckpointState, Clocks, KeptSockets,
 };
 pub use error::EngineError;
+pub use restored::{page_in, restored, restored_paged, PagedIn};
 
 pub use memory::{is_page_file, page_files, remove_page_files};
 
@@ -233,6 +235,9 @@ pub struct Hibernator {
     /// The runtime's code pages go back to the host once the wait for a wake finds nothing
     /// to do (a restored sandbox: the request that woke a dormant one is often waiting).
     drop_code_when_idle: bool,
+    /// The working sets a restore prefetched before its first wake ([`page_in`]): that
+    /// wake has nothing left to read.
+    early: Option<restored::Early>,
 }
 
 /// Shared memory (MAP_SHARED anonymous, System V) deflated: its pages in a swap file
@@ -315,6 +320,17 @@ pub fn new(
     dir: PathBuf,
     mode: WakeMode,
 ) -> std::io::Result<(Hibernator, HibernateHandle)> {
+    new_with_metrics(mem, control, dir, mode, Arc::new(Metrics::default()))
+}
+
+/// [`new`], its figures kept in `metrics` (where a restore's pagers count already).
+fn new_with_metrics(
+    mem: Arc<GuestMemory>,
+    control: Arc<TaskControl>,
+    dir: PathBuf,
+    mode: WakeMode,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<(Hibernator, HibernateHandle)> {
     // SAFETY: eventfd with valid flags; the fd is owned below.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if efd < 0 {
@@ -329,7 +345,7 @@ pub fn new(
     let shared = Arc::new(Shared {
         state: Mutex::new(StateMachine::new()),
         state_changed: Condvar::new(),
-        metrics: Arc::new(Metrics::default()),
+        metrics,
         mailbox: Mutex::new(Mailbox {
             parked: false,
             waiting: false,
@@ -373,6 +389,7 @@ pub fn new(
         shared_swap: None,
         swap_quota: None,
         drop_code_when_idle: false,
+        early: None,
     };
     Ok((hib, HibernateHandle { shared, control }))
 }

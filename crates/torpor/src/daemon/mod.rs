@@ -347,13 +347,13 @@ fn start(
             (sandbox, hook, hib)
         }
         Origin::Wake(w) => {
-            let sandbox = w.restoring.sandbox(cfg)?;
+            // The request that woke it waits: its working set comes in while the rest of
+            // the sandbox is built.
+            let (sandbox, hook, hib) = w.restoring.sandbox_prefetching(cfg, dir.clone(), mode)?;
             tracing::debug!("wake: sandbox restored");
             if let Some(h) = &w.restoring.hostname {
                 sandbox.set_hostname(h.as_bytes());
             }
-            let (hook, hib) = w.restoring.hibernator(&sandbox, dir.clone(), mode)?;
-            tracing::debug!("wake: hibernator ready");
             (sandbox, hook, hib)
         }
         Origin::Clone(r) => {

@@ -247,6 +247,44 @@ impl Restoring {
         Ok(sandbox)
     }
 
+    /// Builds the sandbox as [`Restoring::sandbox`] does, with its park hook and handle as
+    /// [`Restoring::hibernator`] gives them, its memories made first and their working sets
+    /// read in meanwhile, on a thread of their own (`hibernate::engine::page_in`): the wake
+    /// of a dormant sandbox, whose request is waiting for it.
+    ///
+    /// # Errors
+    /// As both.
+    pub fn sandbox_prefetching(
+        &self,
+        cfg: &SandboxConfig,
+        dir: PathBuf,
+        mode: WakeMode,
+    ) -> Result<(Sandbox, Hibernator, HibernateHandle)> {
+        let mut memories = Vec::new();
+        for p in &self.state.kernel.processes {
+            let mem = cfg
+                .platform
+                .new_memory(cfg.memory)
+                .with_context(|| format!("the guest memory of process {}", p.pid))?;
+            memories.push((p.pid, mem));
+        }
+        let paged = hibernate::engine::page_in(&self.checkpoint, &memories, dir, mode, true)
+            .map_err(|e| anyhow::anyhow!("restoring the memory: {e}"))?;
+        let sandbox = kernel::checkpoint::restore(
+            cfg,
+            &self.state.kernel,
+            &self.blobs,
+            kernel::sandbox::runtime_stdio(),
+            &memories,
+        )?;
+        if self.new_boot {
+            sandbox.renew_boot_id();
+        }
+        let (hib, handle) = hibernate::engine::restored_paged(paged, sandbox.control())
+            .map_err(|e| anyhow::anyhow!("restoring the memory: {e}"))?;
+        Ok((sandbox, hib, handle))
+    }
+
     /// Builds a clone over `cfg`: the sandbox as restored, its guest memory the checkpoint's
     /// memory image mapped copy-on-write ([`Restoring::memory_file`]), so every clone of the
     /// checkpoint shares the host page cache's one copy of the pages it only reads.
