@@ -234,12 +234,22 @@ impl Restoring {
     /// # Errors
     /// A state that cannot be restored, or files that changed since.
     pub fn sandbox(&self, cfg: &SandboxConfig) -> Result<Sandbox> {
+        self.sandbox_over(cfg, &[])
+    }
+
+    /// [`Restoring::sandbox`] over `memories` (pid and guest memory; a process not named
+    /// gets a new, empty one).
+    fn sandbox_over(
+        &self,
+        cfg: &SandboxConfig,
+        memories: &[(i32, std::sync::Arc<platform::GuestMemory>)],
+    ) -> Result<Sandbox> {
         let sandbox = kernel::checkpoint::restore(
             cfg,
             &self.state.kernel,
             &self.blobs,
             kernel::sandbox::runtime_stdio(),
-            &[],
+            memories,
         )?;
         if self.new_boot {
             sandbox.renew_boot_id();
@@ -270,16 +280,7 @@ impl Restoring {
         }
         let paged = hibernate::engine::page_in(&self.checkpoint, &memories, dir, mode, true)
             .map_err(|e| anyhow::anyhow!("restoring the memory: {e}"))?;
-        let sandbox = kernel::checkpoint::restore(
-            cfg,
-            &self.state.kernel,
-            &self.blobs,
-            kernel::sandbox::runtime_stdio(),
-            &memories,
-        )?;
-        if self.new_boot {
-            sandbox.renew_boot_id();
-        }
+        let sandbox = self.sandbox_over(cfg, &memories)?;
         let (hib, handle) = hibernate::engine::restored_paged(paged, sandbox.control())
             .map_err(|e| anyhow::anyhow!("restoring the memory: {e}"))?;
         Ok((sandbox, hib, handle))
@@ -309,17 +310,14 @@ impl Restoring {
             memories.push((p.pid, mem));
         }
         tracing::debug!("clone: memory made");
-        let sandbox = kernel::checkpoint::restore(
-            cfg,
-            &self.state.kernel,
-            &self.blobs,
-            kernel::sandbox::runtime_stdio(),
-            &memories,
-        )?;
+        let sandbox = self.sandbox_over(cfg, &memories)?;
         if let Some(h) = &self.hostname {
             sandbox.set_hostname(h.as_bytes());
         }
-        sandbox.renew_boot_id();
+        if !self.new_boot {
+            // A clone always has a boot id of its own.
+            sandbox.renew_boot_id();
+        }
         Ok(sandbox)
     }
 
