@@ -118,6 +118,20 @@ fn a_dormant_sandbox_wakes_in_place_on_a_connection() {
         assert_eq!(process(pid).0, "torpor", "round {round}: woken in place");
         assert_ne!(status(&sb), "dormant");
         assert_eq!(sb.pid(), pid);
+        if round == 2 {
+            // Read in while the sandbox was built (`hibernate::engine::page_in`), and
+            // counted as the wake's prefetch.
+            let stats = sb.verb("stats", &[]).stdout_str();
+            let v: serde_json::Value = serde_json::from_str(&stats).expect("stats: JSON");
+            let prefetched = v
+                .get("prefetched_bytes")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or_else(|| panic!("no prefetched_bytes in {stats}"));
+            assert!(
+                prefetched > 0,
+                "round 2: no working set prefetched: {stats}"
+            );
+        }
     }
     // A control verb that needs the guest wakes it too, and is served.
     go_dormant(&sb, pid);
