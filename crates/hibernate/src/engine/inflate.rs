@@ -25,16 +25,9 @@ impl Hibernator {
         if self.take_early_prefetch() {
             return;
         }
-        let (mut bytes, mut file_bytes) = (0, 0);
-        let mut prefetched = false;
-        for pm in self.processes.values_mut() {
-            if let Some((b, f)) = inflate_process(pm, &error_file) {
-                bytes += b;
-                file_bytes += f;
-                prefetched = true;
-            }
-        }
-        if prefetched {
+        if let Some((bytes, file_bytes)) =
+            inflate_processes(self.processes.values_mut(), &error_file)
+        {
             self.shared
                 .metrics
                 .record_prefetch(bytes, file_bytes, woke.elapsed());
@@ -113,12 +106,26 @@ pub(super) fn restore_shared(sw: &SharedSwap) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// One process's part of a wake: prefetches its REAP file and its set's file pages and
-/// returns the bytes of each, or starts recording its working set (None).
-pub(super) fn inflate_process(
-    pm: &mut ProcessMemory,
+/// Each process's part of a wake ([`inflate_process`]): the bytes prefetched of memory and
+/// of files in all, or `None` when no process prefetched (each records its working set).
+pub(super) fn inflate_processes<'a>(
+    processes: impl Iterator<Item = &'a mut ProcessMemory>,
     error_file: &std::path::Path,
 ) -> Option<(u64, u64)> {
+    let mut total = None;
+    for pm in processes {
+        if let Some((b, f)) = inflate_process(pm, error_file) {
+            let (bytes, file_bytes) = total.get_or_insert((0, 0));
+            *bytes += b;
+            *file_bytes += f;
+        }
+    }
+    total
+}
+
+/// One process's part of a wake: prefetches its REAP file and its set's file pages and
+/// returns the bytes of each, or starts recording its working set (None).
+fn inflate_process(pm: &mut ProcessMemory, error_file: &std::path::Path) -> Option<(u64, u64)> {
     let mut pager = pm.pager.write().unwrap_or_else(|e| e.into_inner());
     pager.recorder.clear();
     pm.reap_wake = false;

@@ -65,12 +65,11 @@ enum Paging {
 }
 
 /// What a prefetch made before the wake did, for the wake's figures.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(super) struct Early {
-    bytes: u64,
-    file_bytes: u64,
+    /// The bytes prefetched of memory and of files; `None` if no process had a working set.
+    prefetched: Option<(u64, u64)>,
     took: Duration,
-    prefetched: bool,
 }
 
 impl Hibernator {
@@ -80,10 +79,10 @@ impl Hibernator {
         let Some(e) = self.early.take() else {
             return false;
         };
-        if e.prefetched {
+        if let Some((bytes, file_bytes)) = e.prefetched {
             self.shared
                 .metrics
-                .record_prefetch(e.bytes, e.file_bytes, e.took);
+                .record_prefetch(bytes, file_bytes, e.took);
         }
         true
     }
@@ -194,16 +193,9 @@ pub fn page_in(
             .name("torpor-prefetch".into())
             .spawn(move || {
                 let started = Instant::now();
-                let mut early = Early::default();
-                for pm in pms.values_mut() {
-                    if let Some((b, f)) = super::inflate::inflate_process(pm, &error_file) {
-                        early.bytes += b;
-                        early.file_bytes += f;
-                        early.prefetched = true;
-                    }
-                }
-                early.took = started.elapsed();
-                (pms, early)
+                let prefetched = super::inflate::inflate_processes(pms.values_mut(), &error_file);
+                let took = started.elapsed();
+                (pms, Early { prefetched, took })
             })
             .map_err(EngineError::host("starting the prefetch"))?;
         Paging::Prefetching(spawned)
@@ -242,7 +234,7 @@ pub fn restored_paged(
                 .join()
                 .map_err(|_| EngineError::Inconsistent("the prefetch's thread panicked".into()))?;
             tracing::debug!(
-                bytes = e.bytes,
+                bytes = e.prefetched.map_or(0, |(b, _)| b),
                 took_us = e.took.as_micros() as u64,
                 "early prefetch joined"
             );
