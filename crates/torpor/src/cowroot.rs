@@ -389,7 +389,8 @@ fn thread_count() -> Result<usize> {
         .count())
 }
 
-fn cstring(p: &Path) -> Result<CString> {
+/// `p` as a C string for a host call.
+pub(crate) fn cstring(p: &Path) -> Result<CString> {
     CString::new(p.as_os_str().as_bytes())
         .with_context(|| format!("{} holds a NUL byte", p.display()))
 }

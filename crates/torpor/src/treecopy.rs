@@ -11,11 +11,12 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+
+use crate::cowroot::cstring;
 
 /// Copies the contents of directory `from` into the existing directory `to`, and `from`'s
 /// own attributes onto `to` (as `cp -a FROM/. TO`).
@@ -72,7 +73,7 @@ fn copy_entry(src: &Path, dst: &Path, md: &std::fs::Metadata, links: &mut Links)
         std::os::unix::fs::symlink(&target, dst)
             .with_context(|| format!("creating link {}", dst.display()))?;
     } else if ft.is_char_device() || ft.is_block_device() || ft.is_fifo() || ft.is_socket() {
-        let path = c_path(dst)?;
+        let path = cstring(dst)?;
         // SAFETY: a valid NUL-terminated path; mode and device are plain values.
         if unsafe { libc::mknod(path.as_ptr(), md.mode(), md.rdev()) } != 0 {
             return Err(std::io::Error::last_os_error())
@@ -100,37 +101,19 @@ fn set_attributes(src: &Path, dst: &Path, md: &std::fs::Metadata) -> Result<()> 
             .with_context(|| format!("chmod {}", dst.display()))?;
     }
     copy_xattrs(src, dst)?;
-    let times = [
-        libc::timespec {
-            tv_sec: md.atime(),
-            tv_nsec: md.atime_nsec(),
-        },
-        libc::timespec {
-            tv_sec: md.mtime(),
-            tv_nsec: md.mtime_nsec(),
-        },
-    ];
-    let path = c_path(dst)?;
-    // SAFETY: a valid NUL-terminated path and two timespecs.
-    let r = unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("setting the times of {}", dst.display()));
-    }
+    set_times(
+        dst,
+        (md.atime(), md.atime_nsec()),
+        (md.mtime(), md.mtime_nsec()),
+    )
+    .with_context(|| format!("setting the times of {}", dst.display()))?;
     Ok(())
 }
 
 /// Copies `src`'s extended attributes onto `dst`. One that cannot be set is left out, as
 /// `cp -a` leaves it, unless it is an overlay's: without those the layer means something else.
 fn copy_xattrs(src: &Path, dst: &Path) -> Result<()> {
-    let (s, d) = (c_path(src)?, c_path(dst)?);
+    let (s, d) = (cstring(src)?, cstring(dst)?);
     let names =
         list_xattrs(&s).with_context(|| format!("listing attributes of {}", src.display()))?;
     for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
@@ -215,9 +198,24 @@ fn sized(call: impl Fn(*mut u8, usize) -> isize) -> std::io::Result<Vec<u8>> {
     }
 }
 
-fn c_path(p: &Path) -> Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .with_context(|| format!("{}: a path with a NUL byte", p.display()))
+/// Sets the access and modification times (seconds, nanoseconds) of `path` itself (a link's
+/// own, not its target's).
+fn set_times(path: &Path, atime: (i64, i64), mtime: (i64, i64)) -> Result<()> {
+    let times = [atime, mtime].map(|(tv_sec, tv_nsec)| libc::timespec { tv_sec, tv_nsec });
+    let path = cstring(path)?;
+    // SAFETY: a valid NUL-terminated path and two timespecs.
+    let r = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -232,27 +230,7 @@ mod tests {
     }
 
     fn set_mtime(p: &Path, secs: i64, nsec: i64) {
-        let t = [
-            libc::timespec {
-                tv_sec: secs,
-                tv_nsec: nsec,
-            },
-            libc::timespec {
-                tv_sec: secs,
-                tv_nsec: nsec,
-            },
-        ];
-        let c = c_path(p).unwrap();
-        // SAFETY: valid path and times.
-        let r = unsafe {
-            libc::utimensat(
-                libc::AT_FDCWD,
-                c.as_ptr(),
-                t.as_ptr(),
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        };
-        assert_eq!(r, 0);
+        set_times(p, (secs, nsec), (secs, nsec)).unwrap();
     }
 
     #[test]
@@ -266,10 +244,10 @@ mod tests {
         std::fs::hard_link(src.join("a/b/file"), src.join("a/linked")).unwrap();
         std::os::unix::fs::symlink("b/file", src.join("a/sym")).unwrap();
         std::fs::set_permissions(src.join("a"), std::fs::Permissions::from_mode(0o751)).unwrap();
-        let fifo = c_path(&src.join("fifo")).unwrap();
+        let fifo = cstring(&src.join("fifo")).unwrap();
         // SAFETY: a valid path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-        let file = c_path(&src.join("a/b/file")).unwrap();
+        let file = cstring(&src.join("a/b/file")).unwrap();
         let (name, value) = (c"user.torpor-test", b"value");
         // SAFETY: valid path, name and value.
         let xattr = unsafe {
@@ -282,7 +260,7 @@ mod tests {
             )
         } == 0;
         // A whiteout, as an overlay makes it (a root runtime may make device nodes).
-        let whiteout = c_path(&src.join("gone")).unwrap();
+        let whiteout = cstring(&src.join("gone")).unwrap();
         // SAFETY: a valid path.
         let made_whiteout = unsafe { libc::mknod(whiteout.as_ptr(), libc::S_IFCHR, 0) } == 0;
         set_mtime(&src.join("a/b/file"), 1_000_000_000, 123_456_789);
@@ -326,7 +304,7 @@ mod tests {
             "FROM/. onto TO"
         );
         if xattr {
-            let copy = c_path(&out.join("a/b/file")).unwrap();
+            let copy = cstring(&out.join("a/b/file")).unwrap();
             assert_eq!(get_xattr(&copy, &name.to_owned()).unwrap(), value);
         }
         if made_whiteout {
