@@ -389,8 +389,7 @@ fn thread_count() -> Result<usize> {
         .count())
 }
 
-/// `p` as a C string for a host call.
-pub(crate) fn cstring(p: &Path) -> Result<CString> {
+fn cstring(p: &Path) -> Result<CString> {
     CString::new(p.as_os_str().as_bytes())
         .with_context(|| format!("{} holds a NUL byte", p.display()))
 }

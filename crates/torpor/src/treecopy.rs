@@ -11,12 +11,11 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-
-use crate::cowroot::cstring;
 
 /// Copies the contents of directory `from` into the existing directory `to`, and `from`'s
 /// own attributes onto `to` (as `cp -a FROM/. TO`).
@@ -196,6 +195,13 @@ fn sized(call: impl Fn(*mut u8, usize) -> isize) -> std::io::Result<Vec<u8>> {
             return Err(e);
         }
     }
+}
+
+/// `p` as a C string for a host call. (`cowroot` has its own: it copies layers with this
+/// module, which must not reach back into it.)
+fn cstring(p: &Path) -> Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .with_context(|| format!("{}: a path with a NUL byte", p.display()))
 }
 
 /// Sets the access and modification times (seconds, nanoseconds) of `path` itself (a link's
