@@ -40,9 +40,12 @@ use crate::vma::VmaKind;
 
 impl MemoryManager {
     /// The entry flags for `frame` in a VMA whose pages get `flags`: never writable for a
-    /// frame of a read-only window.
+    /// frame of a read-only window, nor for a frame shared with another address space of the
+    /// family (`manager/fork.rs`).
     pub(crate) fn leaf_flags(&self, frame: Gpa, flags: PteFlags) -> PteFlags {
-        if self.mem.is_read_only(frame) {
+        if !flags.contains(PteFlags::WRITABLE) {
+            flags
+        } else if self.mem.is_read_only(frame) || self.is_shared_frame(frame) {
             flags.without(PteFlags::WRITABLE)
         } else {
             flags
@@ -73,7 +76,7 @@ impl MemoryManager {
             return Ok(false);
         };
         let flags = flags.without(PteFlags::WRITABLE);
-        self.pt.map(&mut self.alloc, page, gpa, flags)?;
+        self.pt.map(&mut self.alloc.lock(), page, gpa, flags)?;
         self.cache_maps += 1;
         Ok(true)
     }
@@ -126,9 +129,9 @@ impl MemoryManager {
             // page is never written (its VMA cannot be made writable).
             return Err(FaultError::AccessDenied);
         }
-        let (frame, zero) = self.alloc.alloc().ok_or(FaultError::OutOfMemory)?;
+        let (frame, zero) = self.alloc.lock().alloc().ok_or(FaultError::OutOfMemory)?;
         if let Err(e) = self.fill(frame, zero, page, vma_start, kind) {
-            if let Err(d) = self.alloc.decref(frame) {
+            if let Err(d) = self.alloc.lock().decref(frame) {
                 tracing::error!("releasing frame {frame}: {d}");
             }
             return Err(e);
@@ -142,8 +145,9 @@ impl MemoryManager {
         // the page is being written, and a clean page of a read-only file mapping is one the
         // deflate drops and reads back from the file.
         let flags = flags | PteFlags::ACCESSED | PteFlags::DIRTY;
-        if let Err(e) = self.pt.map(&mut self.alloc, page, frame, flags) {
-            if let Err(d) = self.alloc.decref(frame) {
+        let mapped = self.pt.map(&mut self.alloc.lock(), page, frame, flags);
+        if let Err(e) = mapped {
+            if let Err(d) = self.alloc.lock().decref(frame) {
                 tracing::error!("releasing frame {frame}: {d}");
             }
             return Err(e.into());

@@ -126,6 +126,9 @@ impl MemoryManager {
                 if access.write && self.mem.is_read_only(frame) {
                     // A page-cache page of a private file mapping: copy on write.
                     self.unshare(page, start, &kind, flags)?;
+                } else if access.write && !kind.is_shared() && self.is_shared_frame(frame) {
+                    // A frame shared with a forked address space: copy on write.
+                    self.copy_shared(page, frame, flags)?;
                 } else {
                     // The entry lags behind the VMA; bring it up to date.
                     self.pt.set_flags(page, self.leaf_flags(frame, flags))?;
@@ -166,7 +169,7 @@ impl MemoryManager {
         write: bool,
     ) -> Result<(), FaultError> {
         // Tables first: the data frames of neighbouring pages then come out contiguous.
-        self.pt.prepare(&mut self.alloc, page)?;
+        self.pt.prepare(&mut self.alloc.lock(), page)?;
         // Only into a mapping that is not writable (see `cow.rs`).
         if !write
             && !flags.contains(PteFlags::WRITABLE)
@@ -181,14 +184,15 @@ impl MemoryManager {
             self.mem
                 .attach(&window)
                 .map_err(|e| FaultError::Internal(format!("attaching {window:?}: {e}")))?;
-            self.pt.map(&mut self.alloc, page, gpa, flags)?;
+            self.pt.map(&mut self.alloc.lock(), page, gpa, flags)?;
             return Ok(());
         }
-        let (frame, zero) = self.alloc.alloc().ok_or(FaultError::OutOfMemory)?;
+        let (frame, zero) = self.alloc.lock().alloc().ok_or(FaultError::OutOfMemory)?;
         let filled = self.fill(frame, zero, page, vma_start, kind);
-        let mapped = filled.and_then(|()| Ok(self.pt.map(&mut self.alloc, page, frame, flags)?));
+        let mapped =
+            filled.and_then(|()| Ok(self.pt.map(&mut self.alloc.lock(), page, frame, flags)?));
         if mapped.is_err() {
-            if let Err(e) = self.alloc.decref(frame) {
+            if let Err(e) = self.alloc.lock().decref(frame) {
                 tracing::error!("releasing frame {frame}: {e}");
             }
         }

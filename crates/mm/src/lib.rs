@@ -4,6 +4,8 @@
 //! Module map:
 //! - [`alloc`]: the page allocator over guest-physical memory (4 MiB chunks, two-level free
 //!   bitmap, 16-bit reference counts, known-zero tracking for deflation);
+//! - `family`: [`Family`], the allocator shared by the address spaces of a fork family
+//!   (copy-on-write fork);
 //! - [`pagetable`]: page tables in guest memory, the kernel direct map, and the record of
 //!   written entries for the platform's PTE-sync stub (the shadow MMU does not see host writes
 //!   to present entries);
@@ -41,6 +43,7 @@
 
 pub mod alloc;
 mod cow;
+mod family;
 mod fault;
 pub mod image;
 mod manager;
@@ -55,6 +58,7 @@ pub use abi::Pod;
 pub use alloc::{
     AllocError, AllocImageError, MemoryBudget, PageAllocator, CHUNK_PAGES, CHUNK_SIZE,
 };
+pub use family::Family;
 pub use fault::{Access, FaultError, FAULT_AROUND};
 pub use image::{AnonObjects, FileId, MmImage, VmaImage, VmaKindImage};
 pub use manager::{

@@ -198,6 +198,17 @@ fn slot(table: Gpa, idx: u64) -> Gpa {
     Gpa(table.0 + idx * 8)
 }
 
+/// The frame an entry maps.
+pub(crate) fn entry_frame(entry: u64) -> Gpa {
+    Gpa(entry & ADDR_MASK)
+}
+
+/// The slot `i` entries after `first_slot`, which sits at index `first` of its table.
+fn slot_of(first_slot: Gpa, first: u64, i: usize) -> Gpa {
+    debug_assert!(first + (i as u64) < ENTRIES);
+    Gpa(first_slot.0 + i as u64 * 8)
+}
+
 impl PageTables {
     /// Allocates the PML4 and builds the kernel direct map of all of `mem`.
     ///
@@ -505,23 +516,96 @@ impl PageTables {
     /// Every user page in `[start, end)` whose entry owns a frame, in address order, skipping
     /// absent tables wholesale (cheap over huge sparse ranges).
     pub fn frames_in(&self, start: Gva, end: Gva) -> Vec<(Gva, Gpa, PteFlags)> {
+        self.leaves_in(start, end)
+            .into_iter()
+            .map(|(va, _, entry)| {
+                (
+                    va,
+                    Gpa(entry & ADDR_MASK),
+                    PteFlags::from_bits_truncate(entry),
+                )
+            })
+            .collect()
+    }
+
+    /// Every user leaf in `[start, end)` that owns a frame, as (page, the entry's
+    /// guest-physical slot, the raw entry), in address order. Each leaf table is read once
+    /// (one copy of its entries, not a walk per page), and absent tables are skipped
+    /// wholesale.
+    pub(crate) fn leaves_in(&self, start: Gva, end: Gva) -> Vec<(Gva, Gpa, u64)> {
         let end = end.0.min(layout::USER_END.0);
         let mut va = start.page_down().0;
         let mut out = Vec::new();
+        let mut table = [0u8; PAGE_SIZE as usize];
         while va < end {
             match self.probe(Gva(va)) {
                 Ok(Probe::Missing { span }) => va = (va & !(span - 1)) + span,
-                Ok(Probe::Leaf { entry, .. }) => {
-                    let flags = PteFlags::from_bits_truncate(entry);
-                    if flags.holds_frame() {
-                        out.push((Gva(va), Gpa(entry & ADDR_MASK), flags));
+                Ok(Probe::Leaf { slot, .. }) => {
+                    // The rest of this leaf table, up to `end`, in one read.
+                    let first = index(va, 0);
+                    let table_end = (va & !(HUGE_2M - 1)) + HUGE_2M;
+                    let n = ((table_end.min(end) - va) / PAGE_SIZE) as usize;
+                    let bytes = &mut table[..n * 8];
+                    if let Err(e) = self.mem.read(slot, bytes) {
+                        tracing::error!("page-table read at {slot}: {e}");
+                        va = table_end;
+                        continue;
                     }
-                    va += PAGE_SIZE;
+                    for (i, raw) in bytes.chunks_exact(8).enumerate() {
+                        let mut word = [0u8; 8];
+                        word.copy_from_slice(raw);
+                        let entry = u64::from_le_bytes(word);
+                        if PteFlags::from_bits_truncate(entry).holds_frame() {
+                            let at = va + i as u64 * PAGE_SIZE;
+                            out.push((Gva(at), slot_of(slot, first, i), entry));
+                        }
+                    }
+                    va += n as u64 * PAGE_SIZE;
                 }
                 Err(e) => {
                     tracing::error!("page-table walk at {:#x}: {e}", va);
                     va += PAGE_SIZE;
                 }
+            }
+        }
+        out
+    }
+
+    /// Rewrites the user leaf at `slot` (for page `va`, as [`leaves_in`](Self::leaves_in)
+    /// found it) with `value`, which owns the same frame: recorded for the PTE-sync stub and
+    /// as a changed page.
+    pub(crate) fn rewrite_leaf(
+        &mut self,
+        va: Gva,
+        slot: Gpa,
+        value: u64,
+    ) -> Result<(), PageTableError> {
+        self.write_entry(slot, value)?;
+        self.changed.insert(va.0);
+        Ok(())
+    }
+
+    /// Every page holding these tables: the root, the user half's tables and the direct
+    /// map's, each once (for an address space whose memory outlives it, which must give them
+    /// back: see `MemoryManager`'s `Drop`).
+    pub(crate) fn table_frames(&self) -> Vec<Gpa> {
+        let mut out = vec![self.root];
+        let mut level_tables = vec![(self.root, 3u32)];
+        let mut entries = [0u8; PAGE_SIZE as usize];
+        while let Some((table, level)) = level_tables.pop() {
+            if level == 0 || self.mem.read(table, &mut entries).is_err() {
+                continue;
+            }
+            for raw in entries.chunks_exact(8) {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(raw);
+                let e = u64::from_le_bytes(word);
+                if e & PteFlags::PRESENT.0 == 0 || e & PteFlags::HUGE.0 != 0 {
+                    continue;
+                }
+                let next = Gpa(e & ADDR_MASK);
+                out.push(next);
+                level_tables.push((next, level - 1));
             }
         }
         out

@@ -121,6 +121,12 @@ impl Platform for TrapPlatform {
         Ok(Arc::new(mem))
     }
 
+    /// Each address space is a stub process of its own mapping the memfd at the frames its
+    /// page tables name: several can map one memory.
+    fn address_spaces_share_memory(&self) -> bool {
+        true
+    }
+
     fn new_address_space(
         &self,
         mem: Arc<GuestMemory>,

@@ -216,6 +216,12 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
     fn vdso(&self) -> Option<Vdso> {
         None
     }
+    /// Whether several address spaces may map one guest memory at once, each with its own
+    /// page tables (a fork sharing its parent's frames copy-on-write). False by default: a
+    /// KVM VM registers its whole memory as its own memslot (`docs/design/cow-fork.md` §1).
+    fn address_spaces_share_memory(&self) -> bool {
+        false
+    }
     /// A new address space over `mem`.
     ///
     /// # Errors

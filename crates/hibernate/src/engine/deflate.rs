@@ -25,6 +25,7 @@ impl Hibernator {
         let start = Instant::now();
         let first = *self.first_pid.get_or_insert(sb.pid());
         let live = sb.processes();
+        Self::refuse_shared_frames(&live)?;
         // With the quota in sight, every process compacts its swap: the files then hold no
         // more than the live pages.
         let mut compact = self.shared.compact_next.swap(false, Ordering::SeqCst);

@@ -98,11 +98,29 @@ pub(super) fn fork(
         (t.pid, (flags & CSIGNAL) as i32)
     };
     let slot = t.group.procs.reserve_task()?;
-    let (mem, space) = new_space(&t.group.platform, t.mem.size(), "fork")?;
-    let mut mm = t.mm().fork_into(mem.clone()).map_err(|e| {
-        tracing::warn!("fork: {e}");
-        Errno::ENOMEM
-    })?;
+    let (mem, space, mut mm) = if shares_frames(t) {
+        // Copy-on-write: the child is a new address space over the parent's memory.
+        let mm = t.mm().fork_sharing().map_err(|e| {
+            tracing::warn!("fork: {e}");
+            Errno::ENOMEM
+        })?;
+        let space = t
+            .group
+            .platform
+            .new_address_space(t.mem.clone())
+            .map_err(|e| {
+                tracing::warn!("fork: {e}");
+                Errno::EAGAIN
+            })?;
+        (t.mem.clone(), space, mm)
+    } else {
+        let (mem, space) = new_space(&t.group.platform, t.mem.size(), "fork")?;
+        let mm = t.mm().fork_into(mem.clone()).map_err(|e| {
+            tracing::warn!("fork: {e}");
+            Errno::ENOMEM
+        })?;
+        (mem, space, mm)
+    };
     let mut ctx = space.new_context(mm.cr3()).map_err(|e| {
         tracing::warn!("fork: {e}");
         Errno::EAGAIN
@@ -201,6 +219,19 @@ pub(super) fn fork(
         procs.wait_vfork(pid, || control.park_requested());
     }
     Ok(pid as u64)
+}
+
+/// Whether `t`'s fork shares its frames copy-on-write with the child (`mm`'s
+/// `fork_sharing`) rather than copying them into a new memory: asked for with
+/// `TORPOR_COW_FORK=1` (slice S1 of `docs/design/cow-fork.md`: a sandbox whose processes
+/// share frames cannot be hibernated or checkpointed yet), on a platform whose address
+/// spaces can share a memory (trap), from a process with one thread (another thread could
+/// write through its old writable translation while the fork makes it read-only).
+fn shares_frames(t: &Task) -> bool {
+    static ASKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ASKED.get_or_init(|| std::env::var_os("TORPOR_COW_FORK").is_some_and(|v| v == "1"))
+        && t.group.platform.address_spaces_share_memory()
+        && t.group.thread_ids().len() == 1
 }
 
 /// Fresh guest memory of `size` bytes and an address space over it, for a new process

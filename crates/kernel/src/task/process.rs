@@ -652,7 +652,7 @@ impl ProcessTable {
             let Some(r) = g.resources() else { continue };
             let pages = {
                 let mm = r.mm.lock().unwrap_or_else(|e| e.into_inner());
-                mm.allocator().total_pages() - mm.allocator().free_pages()
+                mm.held_pages()
             };
             if largest.as_ref().is_none_or(|(p, ..)| pages > *p) {
                 largest = Some((pages, pid, g, r));

@@ -262,8 +262,18 @@ impl MemoryManager {
     /// device); pages of file windows still mapped (call
     /// [`drop_file_window_pages`](Self::drop_file_window_pages) first: found by counting,
     /// as mapped pages that are not the allocator's); books that do not balance otherwise
-    /// (allocated pages other than tables and mapped frames); a failed `fstat`.
+    /// (allocated pages other than tables and mapped frames); a failed `fstat`; an address
+    /// space whose family has other members (frames shared copy-on-write).
     pub fn export(&self, anon: &mut AnonObjects) -> Result<(MmImage, Vec<u8>), MmError> {
+        let members = self.family().members();
+        if members > 1 {
+            return Err(MmError::Checkpoint(format!(
+                "its memory is shared copy-on-write with {} forked address space(s) \
+                 (TORPOR_COW_FORK): a checkpoint of shared frames is not built yet \
+                 (docs/design/cow-fork.md, S2)",
+                members - 1
+            )));
+        }
         let mut ids: HashMap<*const (), FileId> = HashMap::new();
         let mut vmas = Vec::with_capacity(self.vmas.len());
         for v in self.vmas.iter() {
@@ -339,7 +349,7 @@ impl MemoryManager {
         // memory is not read.
         let table_pages = self.pt.table_pages();
         let mapped = self.pt.mapped_pages();
-        let used = self.alloc.used_pages();
+        let used = self.alloc.lock().used_pages();
         match (table_pages + mapped).cmp(&used) {
             std::cmp::Ordering::Equal => {}
             std::cmp::Ordering::Greater => {
@@ -372,7 +382,7 @@ impl MemoryManager {
             vmas,
             def_lock: self.def_lock.code(),
         };
-        Ok((image, self.alloc.export_bytes()))
+        Ok((image, self.alloc.lock().export_bytes()))
     }
 
     /// The [`FileId`] of the file of file mapping `v` (`file` is the address of its
@@ -493,22 +503,18 @@ impl MemoryManager {
             .ok_or_else(|| refuse(format!("default lock {}", image.def_lock)))?;
         let vmas = check_vmas(&image.vmas, anon)?;
         let vmas = reopen(vmas, open, files)?;
-        Ok(MemoryManager {
-            pt: PageTables::from_parts(mem.clone(), root, table_pages, mapped),
-            mem,
-            alloc,
-            vmas,
-            mmap_base,
-            brk_base,
-            brk,
-            faults: image.faults,
-            cache_maps: image.cache_maps,
-            cow_copies: image.cow_copies,
-            replaced: false,
-            file_pages: check_file_pages(&image.file_pages)?,
-            def_lock,
-            sizes_ahead: None,
-        })
+        let pt = PageTables::from_parts(mem.clone(), root, table_pages, mapped);
+        let mut mm = MemoryManager::from_parts(mem, crate::family::Family::new(alloc), pt);
+        mm.vmas = vmas;
+        mm.mmap_base = mmap_base;
+        mm.brk_base = brk_base;
+        mm.brk = brk;
+        mm.faults = image.faults;
+        mm.cache_maps = image.cache_maps;
+        mm.cow_copies = image.cow_copies;
+        mm.file_pages = check_file_pages(&image.file_pages)?;
+        mm.def_lock = def_lock;
+        Ok(mm)
     }
 
     /// Unmaps every page of a file mapping whose frame is in a window of a file object (not

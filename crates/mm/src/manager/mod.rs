@@ -10,6 +10,7 @@ use platform::layout;
 use platform::{Gpa, GuestMemory, Gva, PAGE_SIZE};
 
 use crate::alloc::PageAllocator;
+use crate::family::Family;
 use crate::pagetable::{PageTableError, PageTables, PteFlags, PteRun};
 use crate::vma::{
     page_len, Prot, VmAdvice, VmLock, Vma, VmaKind, VmaSet, MAX_MAP_COUNT, MMAP_MIN_ADDR,
@@ -139,6 +140,8 @@ pub struct MmStats {
     pub cache_maps: u64,
     /// Copies-on-write of such pages into frames of the VM's own.
     pub cow_copies: u64,
+    /// Copies-on-write of frames shared with a forked address space.
+    pub shared_copies: u64,
 }
 
 /// A frame holding an unmodified page of a file (see [`MemoryManager::clean_file_pages`]).
@@ -156,7 +159,9 @@ pub struct CleanFilePage {
 /// thread group's tasks behind one `Mutex`.
 pub struct MemoryManager {
     pub(crate) mem: Arc<GuestMemory>,
-    pub(crate) alloc: PageAllocator,
+    /// The frames: the family's allocator (this address space's own unless it forked with
+    /// sharing, or was forked so).
+    pub(crate) alloc: Family,
     pub(crate) pt: PageTables,
     pub(crate) vmas: VmaSet,
     pub(crate) mmap_base: Gva,
@@ -182,6 +187,13 @@ pub struct MemoryManager {
     /// file object's size, read once for the whole batch (a fault reads it each time, as a
     /// page past a truncated file's end must fault), keyed by the object's address.
     pub(crate) sizes_ahead: Option<std::collections::HashMap<usize, u64>>,
+    /// Frames released since the last commit while the family has other members: freed
+    /// after the next one (`fork.rs`).
+    pub(crate) released: Vec<Gpa>,
+    /// Frames released before the last commit: freed at the next [`take_changes`](Self::take_changes).
+    pub(crate) committing: Vec<Gpa>,
+    /// Copies of frames shared with another member of the family, at a write.
+    pub(crate) shared_copies: u64,
 }
 
 /// The PTE flags for a page of a VMA with rights `prot`.
@@ -221,7 +233,12 @@ impl MemoryManager {
         let mut alloc = PageAllocator::new(mem.size());
         alloc.set_grow(exposing(&mem));
         let pt = PageTables::new(mem.clone(), &mut alloc)?;
-        Ok(MemoryManager {
+        Ok(Self::from_parts(mem, Family::new(alloc), pt))
+    }
+
+    /// An address space with no VMA over `mem`, its frames `alloc`'s, its tables `pt`.
+    pub(crate) fn from_parts(mem: Arc<GuestMemory>, alloc: Family, pt: PageTables) -> Self {
+        MemoryManager {
             mem,
             alloc,
             pt,
@@ -236,7 +253,10 @@ impl MemoryManager {
             file_pages: Vec::new(),
             def_lock: VmLock::None,
             sizes_ahead: None,
-        })
+            released: Vec::new(),
+            committing: Vec::new(),
+            shared_copies: 0,
+        }
     }
 
     /// Guest-physical address of the PML4, for CR3.
@@ -249,14 +269,32 @@ impl MemoryManager {
         &self.mem
     }
 
-    /// The page allocator (hibernate reads its free runs).
-    pub fn allocator(&self) -> &PageAllocator {
-        &self.alloc
+    /// The page allocator, locked (hibernate reads its free runs and marks discarded runs
+    /// known-zero). It is the family's ([`Family`]): shared with the address spaces forked
+    /// with [`fork_sharing`](Self::fork_sharing). A leaf lock: hold it for one operation.
+    pub fn allocator(&self) -> std::sync::MutexGuard<'_, PageAllocator> {
+        self.alloc.lock()
     }
 
-    /// The page allocator, mutably (hibernate marks discarded runs known-zero).
-    pub fn allocator_mut(&mut self) -> &mut PageAllocator {
-        &mut self.alloc
+    /// The same as [`allocator`](Self::allocator) (the lock gives mutable access).
+    pub fn allocator_mut(&mut self) -> std::sync::MutexGuard<'_, PageAllocator> {
+        self.alloc.lock()
+    }
+
+    /// The frames this address space holds: every page its allocator hands out when it is
+    /// its family's only member; else the frames it maps and its page tables (a frame shared
+    /// copy-on-write counts for each member mapping it). What the OOM killer ranks by.
+    pub fn held_pages(&self) -> usize {
+        if self.alloc.members() > 1 {
+            self.pt.mapped_pages() + self.pt.table_pages()
+        } else {
+            self.alloc.lock().used_pages()
+        }
+    }
+
+    /// This address space's family: the address spaces sharing its memory and frames.
+    pub fn family(&self) -> &Family {
+        &self.alloc
     }
 
     /// The page tables.
@@ -317,6 +355,8 @@ impl MemoryManager {
     /// The page-table changes since the last call, for the platform to commit: the entries
     /// written and the user pages whose mapping changed ([`PtChanges`]).
     pub fn take_changes(&mut self) -> PtChanges {
+        // The previous changes have been committed: what they released can go.
+        self.free_committed();
         PtChanges {
             runs: self.pt.take_dirty_runs(),
             pages: self.pt.take_changed_pages(),
@@ -330,133 +370,21 @@ impl MemoryManager {
 
     /// Counters.
     pub fn stats(&self) -> MmStats {
+        let (free_pages, total_pages) = {
+            let alloc = self.alloc.lock();
+            (alloc.free_pages(), alloc.total_pages())
+        };
         MmStats {
             vma_count: self.vmas.len(),
             mapped_pages: self.pt.mapped_pages(),
             page_table_pages: self.pt.table_pages(),
-            free_pages: self.alloc.free_pages(),
-            total_pages: self.alloc.total_pages(),
+            free_pages,
+            total_pages,
             faults: self.faults,
             cache_maps: self.cache_maps,
             cow_copies: self.cow_copies,
+            shared_copies: self.shared_copies,
         }
-    }
-
-    /// A copy of this address space in `mem` (another VM's guest memory), for fork(2): the
-    /// same VMAs (but those marked `MADV_DONTFORK`), break and mmap base, and a private copy
-    /// of every page that has a frame (copied eagerly, with its entry's rights and
-    /// accessed/dirty bits) but in `MADV_WIPEONFORK` ranges, which start zero-filled.
-    ///
-    /// # Errors
-    /// [`MmError::NoMemory`] if `mem` cannot hold the copy; [`MmError::Internal`] on a
-    /// page-table failure.
-    pub fn fork_into(&self, mem: Arc<GuestMemory>) -> Result<MemoryManager, MmError> {
-        let mut child = MemoryManager::new(mem)?;
-        if let Some(b) = self.alloc.budget() {
-            // The child's pages count against the same sandbox budget.
-            child.alloc.set_budget(b.clone());
-        }
-        child.mmap_base = self.mmap_base;
-        child.brk_base = self.brk_base;
-        child.brk = self.brk;
-        for v in self.vmas.iter() {
-            if v.advice.contains(VmAdvice::DONT_FORK) {
-                // MADV_DONTFORK: the child has no mapping there.
-                continue;
-            }
-            // Locks are not inherited by fork (nor is MCL_FUTURE): Linux's dup_mmap clears
-            // VM_LOCKED in the child.
-            let mut copy = v.clone();
-            copy.lock = VmLock::None;
-            child
-                .vmas
-                .insert(copy)
-                .map_err(|e| MmError::Internal(e.to_string()))?;
-            if v.advice.contains(VmAdvice::WIPE_ON_FORK) {
-                // MADV_WIPEONFORK: the child's range starts zero-filled (no page yet), the
-                // mark kept for its own children.
-                continue;
-            }
-            if v.kind.is_shared() {
-                // The same pages: the child's VM attaches the windows at the same addresses.
-                for (va, frame, flags) in self.pt.frames_in(v.start, v.end) {
-                    child.attach_window_of(&self.mem, frame, 0)?;
-                    child.pt.map(&mut child.alloc, va, frame, flags)?;
-                }
-                continue;
-            }
-            for (va, frame, flags) in self.pt.frames_in(v.start, v.end) {
-                if self.mem.is_read_only(frame) {
-                    // A page-cache page of a private file mapping: the child maps the same
-                    // page (copy-on-write stays per process), or copies it without a slot.
-                    if child
-                        .attach_window_of(&self.mem, frame, crate::pagecache::RESERVED_SLOTS)
-                        .is_ok()
-                    {
-                        child.pt.map(&mut child.alloc, va, frame, flags)?;
-                    } else {
-                        let mut page = vec![0u8; PAGE_SIZE as usize];
-                        self.mem
-                            .read(frame, &mut page)
-                            .map_err(|e| MmError::Internal(format!("fork: {e}")))?;
-                        let (copy, _) = child
-                            .alloc
-                            .alloc()
-                            .ok_or(MmError::NoMemory("fork: child memory exhausted"))?;
-                        child
-                            .mem
-                            .write(copy, &page)
-                            .map_err(|e| MmError::Internal(format!("fork: {e}")))?;
-                        let writable = pte_flags(v.prot);
-                        child.pt.map(&mut child.alloc, va, copy, writable)?;
-                    }
-                    continue;
-                }
-                let (copy, _) = child
-                    .alloc
-                    .alloc()
-                    .ok_or(MmError::NoMemory("fork: child memory exhausted"))?;
-                let src = self.mem.host_ptr(frame, PAGE_SIZE);
-                let dst = child.mem.host_ptr(copy, PAGE_SIZE);
-                match (src, dst) {
-                    // SAFETY: both pointers cover one whole page inside their guest memories,
-                    // which are distinct mappings; no vCPU runs either while the copy is made
-                    // (the parent is in its fork syscall, the child has not started).
-                    (Ok(s), Ok(d)) => unsafe {
-                        std::ptr::copy_nonoverlapping(s, d, PAGE_SIZE as usize)
-                    },
-                    _ => {
-                        return Err(MmError::Internal(format!(
-                            "fork: frame {frame} out of range"
-                        )))
-                    }
-                }
-                child.pt.map(&mut child.alloc, va, copy, flags)?;
-            }
-        }
-        // The child's vCPU starts on these tables: nothing to push through the PTE-sync stub.
-        let _ = child.pt.take_dirty_runs();
-        Ok(child)
-    }
-
-    /// Attaches to this address space's VM the window of `from` (another VM's memory) that
-    /// holds `frame`, keeping `reserve` memslots free.
-    fn attach_window_of(
-        &self,
-        from: &GuestMemory,
-        frame: Gpa,
-        reserve: usize,
-    ) -> Result<(), MmError> {
-        let w = from
-            .windows()
-            .into_iter()
-            .find(|w| w.gpa() <= frame && frame.0 < w.gpa().0 + w.size())
-            .ok_or_else(|| {
-                MmError::Internal(format!("fork: shared frame {frame} has no window"))
-            })?;
-        self.mem
-            .attach_keeping(&w, reserve)
-            .map_err(|e| MmError::Internal(format!("fork: attaching {w:?}: {e}")))
     }
 
     /// Unmaps every page of `[start, end)` and drops its frame's reference (a shared
@@ -464,11 +392,8 @@ impl MemoryManager {
     pub(crate) fn drop_pages(&mut self, start: Gva, end: Gva) {
         for (va, _, _) in self.pt.frames_in(start, end) {
             if let Some(frame) = self.pt.unmap(va) {
-                if !self.mem.is_own(frame) {
-                    continue;
-                }
-                if let Err(e) = self.alloc.decref(frame) {
-                    tracing::error!("freeing frame of {va}: {e}");
+                if self.mem.is_own(frame) {
+                    self.release_frame(frame);
                 }
             }
         }
@@ -497,7 +422,7 @@ impl MemoryManager {
                     // A page-cache page: the VM holds no copy to drop.
                     continue;
                 }
-                if self.alloc.refcount(frame).unwrap_or(0) != 1 {
+                if self.alloc.lock().refcount(frame).unwrap_or(0) != 1 {
                     continue;
                 }
                 if let Some(offset) = v.file_offset(va) {
@@ -941,7 +866,8 @@ impl MemoryManager {
         let frames = self.pt.frames_in(old, old.add(old_len));
         // Build the destination's tables first, so that the move below cannot fail halfway.
         for (va, _, _) in &frames {
-            self.pt.prepare(&mut self.alloc, new.add(va.0 - old.0))?;
+            self.pt
+                .prepare(&mut self.alloc.lock(), new.add(va.0 - old.0))?;
         }
         let mut moved = vma.clone();
         if let Some(offset) = moved.kind.offset_mut() {
@@ -958,7 +884,7 @@ impl MemoryManager {
         for (va, frame, flags) in frames {
             self.pt.unmap(va);
             self.pt
-                .map(&mut self.alloc, new.add(va.0 - old.0), frame, flags)?;
+                .map(&mut self.alloc.lock(), new.add(va.0 - old.0), frame, flags)?;
         }
         Ok(())
     }
@@ -1100,6 +1026,7 @@ impl MemoryManager {
 }
 
 mod advice;
+mod fork;
 mod mlock;
 
 #[cfg(test)]

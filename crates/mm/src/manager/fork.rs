@@ -1,0 +1,502 @@
+//! fork(2) of an address space: a copy in another memory ([`MemoryManager::fork_into`]), or
+//! a new member of this one's family sharing its frames copy-on-write
+//! ([`MemoryManager::fork_sharing`], `docs/design/cow-fork.md`), and what a member gives back
+//! when it goes while its family lives on.
+//!
+//! Sharing: every private frame of the parent is mapped read-only by both sides with one
+//! more reference; the first write of either side copies the page
+//! ([`MemoryManager::copy_shared`], from the write fault, the kernel's own writes included),
+//! and a write to a frame whose count is back to 1 makes the entry writable again. A frame a
+//! member releases while others share the memory is freed only after the member's next
+//! commit of its page-table changes ([`MemoryManager::take_changes`]): until then its stub
+//! may still map it, and another member could be handed it.
+
+use std::sync::Arc;
+
+use platform::layout;
+use platform::{Gpa, GuestMemory, Gva, PAGE_SIZE};
+
+use super::{pte_flags, MemoryManager, MmError};
+use crate::fault::FaultError;
+use crate::pagetable::{PageTables, PteFlags};
+use crate::vma::{VmAdvice, VmLock};
+
+impl MemoryManager {
+    /// A copy of this address space in `mem` (another VM's guest memory), for fork(2): the
+    /// same VMAs (but those marked `MADV_DONTFORK`), break and mmap base, and a private copy
+    /// of every page that has a frame (copied eagerly, with its entry's rights and
+    /// accessed/dirty bits) but in `MADV_WIPEONFORK` ranges, which start zero-filled.
+    ///
+    /// # Errors
+    /// [`MmError::NoMemory`] if `mem` cannot hold the copy; [`MmError::Internal`] on a
+    /// page-table failure.
+    pub fn fork_into(&self, mem: Arc<GuestMemory>) -> Result<MemoryManager, MmError> {
+        let mut child = MemoryManager::new(mem)?;
+        if let Some(b) = self.alloc.lock().budget() {
+            // The child's pages count against the same sandbox budget.
+            child.alloc.lock().set_budget(b.clone());
+        }
+        child.mmap_base = self.mmap_base;
+        child.brk_base = self.brk_base;
+        child.brk = self.brk;
+        for v in self.vmas.iter() {
+            if v.advice.contains(VmAdvice::DONT_FORK) {
+                // MADV_DONTFORK: the child has no mapping there.
+                continue;
+            }
+            // Locks are not inherited by fork (nor is MCL_FUTURE): Linux's dup_mmap clears
+            // VM_LOCKED in the child.
+            let mut copy = v.clone();
+            copy.lock = VmLock::None;
+            child
+                .vmas
+                .insert(copy)
+                .map_err(|e| MmError::Internal(e.to_string()))?;
+            if v.advice.contains(VmAdvice::WIPE_ON_FORK) {
+                // MADV_WIPEONFORK: the child's range starts zero-filled (no page yet), the
+                // mark kept for its own children.
+                continue;
+            }
+            if v.kind.is_shared() {
+                // The same pages: the child's VM attaches the windows at the same addresses.
+                for (va, frame, flags) in self.pt.frames_in(v.start, v.end) {
+                    child.attach_window_of(&self.mem, frame, 0)?;
+                    child.pt.map(&mut child.alloc.lock(), va, frame, flags)?;
+                }
+                continue;
+            }
+            for (va, frame, flags) in self.pt.frames_in(v.start, v.end) {
+                if self.mem.is_read_only(frame) {
+                    // A page-cache page of a private file mapping: the child maps the same
+                    // page (copy-on-write stays per process), or copies it without a slot.
+                    if child
+                        .attach_window_of(&self.mem, frame, crate::pagecache::RESERVED_SLOTS)
+                        .is_ok()
+                    {
+                        child.pt.map(&mut child.alloc.lock(), va, frame, flags)?;
+                    } else {
+                        let mut page = vec![0u8; PAGE_SIZE as usize];
+                        self.mem
+                            .read(frame, &mut page)
+                            .map_err(|e| MmError::Internal(format!("fork: {e}")))?;
+                        let (copy, _) = child
+                            .alloc
+                            .lock()
+                            .alloc()
+                            .ok_or(MmError::NoMemory("fork: child memory exhausted"))?;
+                        child
+                            .mem
+                            .write(copy, &page)
+                            .map_err(|e| MmError::Internal(format!("fork: {e}")))?;
+                        let writable = pte_flags(v.prot);
+                        child.pt.map(&mut child.alloc.lock(), va, copy, writable)?;
+                    }
+                    continue;
+                }
+                let (copy, _) = child
+                    .alloc
+                    .lock()
+                    .alloc()
+                    .ok_or(MmError::NoMemory("fork: child memory exhausted"))?;
+                let src = self.mem.host_ptr(frame, PAGE_SIZE);
+                let dst = child.mem.host_ptr(copy, PAGE_SIZE);
+                match (src, dst) {
+                    // SAFETY: both pointers cover one whole page inside their guest memories,
+                    // which are distinct mappings; no vCPU runs either while the copy is made
+                    // (the parent is in its fork syscall, the child has not started).
+                    (Ok(s), Ok(d)) => unsafe {
+                        std::ptr::copy_nonoverlapping(s, d, PAGE_SIZE as usize)
+                    },
+                    _ => {
+                        return Err(MmError::Internal(format!(
+                            "fork: frame {frame} out of range"
+                        )))
+                    }
+                }
+                child.pt.map(&mut child.alloc.lock(), va, copy, flags)?;
+            }
+        }
+        // The child's vCPU starts on these tables: nothing to push through the PTE-sync stub.
+        let _ = child.pt.take_dirty_runs();
+        Ok(child)
+    }
+
+    /// Attaches to this address space's VM the window of `from` (another VM's memory) that
+    /// holds `frame`, keeping `reserve` memslots free.
+    fn attach_window_of(
+        &self,
+        from: &GuestMemory,
+        frame: Gpa,
+        reserve: usize,
+    ) -> Result<(), MmError> {
+        let w = from
+            .windows()
+            .into_iter()
+            .find(|w| w.gpa() <= frame && frame.0 < w.gpa().0 + w.size())
+            .ok_or_else(|| {
+                MmError::Internal(format!("fork: shared frame {frame} has no window"))
+            })?;
+        self.mem
+            .attach_keeping(&w, reserve)
+            .map_err(|e| MmError::Internal(format!("fork: attaching {w:?}: {e}")))
+    }
+
+    /// A new address space of this one's family, for fork(2) on a platform whose address
+    /// spaces can share one memory (trap): the same VMAs (but those marked `MADV_DONTFORK`),
+    /// break and mmap base; every private frame shared copy-on-write (this side's writable
+    /// entries become read-only, both sides count one more reference; `MADV_WIPEONFORK`
+    /// ranges start zero-filled); shared and page-cache pages mapped as they are. The child's
+    /// pages are left for its first touches to map (nothing is marked changed).
+    ///
+    /// The caller must commit this side's changes before any of its threads runs again, and
+    /// no other thread of this process may run meanwhile (the kernel forks this way only from
+    /// a single-threaded process).
+    ///
+    /// # Errors
+    /// [`MmError::NoMemory`] without pages for the child's tables; [`MmError::Internal`] on a
+    /// page-table failure. Either way the child's part is given back.
+    pub fn fork_sharing(&mut self) -> Result<MemoryManager, MmError> {
+        let family = self.alloc.join();
+        let pt = PageTables::new(self.mem.clone(), &mut family.lock())?;
+        let mut child = MemoryManager::from_parts(self.mem.clone(), family, pt);
+        child.mmap_base = self.mmap_base;
+        child.brk_base = self.brk_base;
+        child.brk = self.brk;
+        let vmas: Vec<_> = self.vmas.iter().cloned().collect();
+        for v in vmas {
+            if v.advice.contains(VmAdvice::DONT_FORK) {
+                continue;
+            }
+            let mut copy = v.clone();
+            copy.lock = VmLock::None;
+            child
+                .vmas
+                .insert(copy)
+                .map_err(|e| MmError::Internal(e.to_string()))?;
+            if v.advice.contains(VmAdvice::WIPE_ON_FORK) {
+                continue;
+            }
+            let private = !v.kind.is_shared();
+            for (va, slot, entry) in self.pt.leaves_in(v.start, v.end) {
+                let flags = PteFlags::from_bits_truncate(entry);
+                let frame = crate::pagetable::entry_frame(entry);
+                if !private || !self.mem.is_own(frame) {
+                    // A shared object's page or a page-cache page: the same page, in a
+                    // window of the same memory.
+                    child.pt.map(&mut child.alloc.lock(), va, frame, flags)?;
+                    continue;
+                }
+                let read_only = flags.without(PteFlags::WRITABLE);
+                let mut alloc = child.alloc.lock();
+                match alloc.incref(frame) {
+                    Ok(_) => {
+                        child.pt.map(&mut alloc, va, frame, read_only)?;
+                        drop(alloc);
+                        if read_only != flags {
+                            self.pt
+                                .rewrite_leaf(va, slot, entry & !PteFlags::WRITABLE.bits())?;
+                        }
+                    }
+                    Err(_) => {
+                        // 65,535 references: the child gets a copy of its own.
+                        let (copy, _) = alloc
+                            .alloc()
+                            .ok_or(MmError::NoMemory("fork: memory exhausted"))?;
+                        copy_page(&self.mem, frame, copy)?;
+                        child.pt.map(&mut alloc, va, copy, flags)?;
+                    }
+                }
+            }
+        }
+        // The child's vCPU or stub starts on these tables, and maps its pages as it touches
+        // them.
+        let _ = child.pt.take_dirty_runs();
+        let _ = child.pt.take_changed_pages();
+        Ok(child)
+    }
+
+    /// Whether `frame` is a private frame this address space shares with another member of
+    /// its family (its reference count is above 1): never mapped writable, copied at a write.
+    pub(crate) fn is_shared_frame(&self, frame: Gpa) -> bool {
+        self.alloc.members() > 1
+            && self.mem.is_own(frame)
+            && self.alloc.lock().refcount(frame).is_ok_and(|c| c > 1)
+    }
+
+    /// Copy-on-write of a shared frame: maps at `page` (whose entry maps `old`, read-only) a
+    /// copy of it with `flags`, and releases this side's reference to `old`.
+    pub(crate) fn copy_shared(
+        &mut self,
+        page: Gva,
+        old: Gpa,
+        flags: PteFlags,
+    ) -> Result<(), FaultError> {
+        let (copy, _) = self.alloc.lock().alloc().ok_or(FaultError::OutOfMemory)?;
+        if let Err(e) = copy_page(&self.mem, old, copy) {
+            self.release_frame(copy);
+            return Err(FaultError::Internal(e.to_string()));
+        }
+        self.pt.unmap(page);
+        let mapped = self.pt.map(&mut self.alloc.lock(), page, copy, flags);
+        if let Err(e) = mapped {
+            self.release_frame(copy);
+            return Err(e.into());
+        }
+        self.release_frame(old);
+        self.shared_copies += 1;
+        // Another thread of this process may still read `old` through its old translation.
+        self.replaced = true;
+        Ok(())
+    }
+
+    /// Drops this address space's reference to `frame`: at once when it is the family's only
+    /// member, else after its next commit (see the module's doc).
+    pub(crate) fn release_frame(&mut self, frame: Gpa) {
+        if self.alloc.members() > 1 {
+            self.released.push(frame);
+        } else if let Err(e) = self.alloc.lock().decref(frame) {
+            tracing::error!("freeing frame {frame}: {e}");
+        }
+    }
+
+    /// Frees the frames released before the previous commit (which has been applied by
+    /// now), and keeps those released since for the next one.
+    pub(crate) fn free_committed(&mut self) {
+        if self.committing.is_empty() && self.released.is_empty() {
+            return;
+        }
+        let done = std::mem::replace(&mut self.committing, std::mem::take(&mut self.released));
+        let mut alloc = self.alloc.lock();
+        for frame in done {
+            if let Err(e) = alloc.decref(frame) {
+                tracing::error!("freeing frame {frame}: {e}");
+            }
+        }
+    }
+
+    /// What a member leaving a family that lives on gives back: its references to the frames
+    /// it maps, its page-table pages, and the frames it released.
+    fn leave_family(&mut self) {
+        let frames: Vec<Gpa> = self
+            .pt
+            .frames_in(Gva(0), layout::USER_END)
+            .into_iter()
+            .map(|(_, frame, _)| frame)
+            .filter(|&f| self.mem.is_own(f))
+            .chain(self.pt.table_frames())
+            .chain(self.released.drain(..))
+            .chain(self.committing.drain(..))
+            .collect();
+        let mut alloc = self.alloc.lock();
+        for frame in frames {
+            if let Err(e) = alloc.decref(frame) {
+                tracing::error!("leaving the family: frame {frame}: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for MemoryManager {
+    fn drop(&mut self) {
+        // The last member's memory and allocator go with it: nothing to give back.
+        if self.alloc.members() > 1 {
+            self.leave_family();
+        }
+    }
+}
+
+/// Copies frame `from` to frame `to` of `mem`.
+fn copy_page(mem: &GuestMemory, from: Gpa, to: Gpa) -> Result<(), MmError> {
+    match (mem.host_ptr(from, PAGE_SIZE), mem.host_ptr(to, PAGE_SIZE)) {
+        // SAFETY: both pointers cover one whole page inside the guest memory's mapping, and
+        // the pages are distinct allocator frames (`to` was just allocated, `from` is still
+        // held); the caller holds the address space's lock, so no other write of the kernel
+        // reaches `to`, and no stub or vCPU maps it yet.
+        (Ok(s), Ok(d)) => unsafe {
+            std::ptr::copy_nonoverlapping(s, d, PAGE_SIZE as usize);
+            Ok(())
+        },
+        _ => Err(MmError::Internal(format!(
+            "copy of frame {from} to {to}: out of range"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::MemoryBudget;
+    use crate::manager::tests::{anon, mm, MIB};
+    use crate::vma::Prot;
+
+    fn read(m: &mut MemoryManager, at: Gva) -> [u8; 4] {
+        let mut b = [0u8; 4];
+        m.copy_in(at, &mut b).unwrap();
+        b
+    }
+
+    /// A parent with `pages` pages written ("p" + page number), forked with sharing.
+    fn family(pages: u64) -> (MemoryManager, MemoryManager, Gva) {
+        let mut p = mm(32 * MIB);
+        let a = p.mmap(anon(0, pages * PAGE_SIZE, Prot::RW, false)).unwrap();
+        for i in 0..pages {
+            p.copy_out(a.add(i * PAGE_SIZE), &[b'p', i as u8, 0, 0])
+                .unwrap();
+        }
+        let c = p.fork_sharing().unwrap();
+        (p, c, a)
+    }
+
+    #[test]
+    fn a_fork_shares_every_private_frame_read_only() {
+        let (p, mut c, a) = family(8);
+        assert_eq!(p.family().members(), 2);
+        assert!(p.family().same_as(c.family()));
+        for i in 0..8 {
+            let va = a.add(i * PAGE_SIZE);
+            let (pf, pflags) = p.page_tables().entry(va).unwrap();
+            let (cf, cflags) = c.page_tables().entry(va).unwrap();
+            assert_eq!(pf, cf);
+            assert!(!pflags.contains(PteFlags::WRITABLE));
+            assert!(!cflags.contains(PteFlags::WRITABLE));
+            assert_eq!(p.allocator().refcount(pf), Ok(2));
+            assert_eq!(read(&mut c, va), [b'p', i as u8, 0, 0]);
+        }
+        // Only the child's tables are new.
+        let used = p.allocator().used_pages();
+        assert_eq!(
+            used,
+            8 + p.stats().page_table_pages + c.stats().page_table_pages
+        );
+    }
+
+    #[test]
+    fn writes_after_a_fork_stay_on_their_side() {
+        let (mut p, mut c, a) = family(4);
+        let mut g = c.fork_sharing().unwrap();
+        assert_eq!(p.family().members(), 3);
+        let page1 = a.add(PAGE_SIZE);
+        p.copy_out(page1, b"PPPP").unwrap();
+        c.copy_out(page1, b"CCCC").unwrap();
+        assert_eq!(read(&mut g, page1), [b'p', 1, 0, 0]);
+        // Parent and child commit their copies: their references to the original go.
+        for m in [&mut p, &mut c] {
+            let _ = m.take_changes();
+            let _ = m.take_changes();
+        }
+        g.copy_out(page1, b"GGGG").unwrap();
+        assert_eq!(read(&mut p, page1), *b"PPPP");
+        assert_eq!(read(&mut c, page1), *b"CCCC");
+        assert_eq!(read(&mut g, page1), *b"GGGG");
+        // Three frames now, each mapped once; the last writer reused the original.
+        let frames: Vec<Gpa> = [&p, &c, &g]
+            .iter()
+            .map(|m| m.page_tables().entry(page1).unwrap().0)
+            .collect();
+        assert_ne!(frames[0], frames[1]);
+        assert_ne!(frames[1], frames[2]);
+        assert_eq!(p.stats().shared_copies + c.stats().shared_copies, 2);
+        assert_eq!(g.stats().shared_copies, 0);
+        // Untouched pages are still one frame with three references.
+        let (f0, _) = p.page_tables().entry(a).unwrap();
+        assert_eq!(p.allocator().refcount(f0), Ok(3));
+    }
+
+    #[test]
+    fn a_frame_back_to_one_reference_is_made_writable_again() {
+        let (mut p, c, a) = family(2);
+        drop(c);
+        assert_eq!(p.family().members(), 1);
+        let (frame, flags) = p.page_tables().entry(a).unwrap();
+        assert!(!flags.contains(PteFlags::WRITABLE));
+        p.copy_out(a, b"mine").unwrap();
+        let (same, flags) = p.page_tables().entry(a).unwrap();
+        assert_eq!(frame, same);
+        assert!(flags.contains(PteFlags::WRITABLE));
+        assert_eq!(p.stats().shared_copies, 0);
+    }
+
+    #[test]
+    fn a_member_leaving_gives_back_its_tables_and_references() {
+        let mut p = mm(32 * MIB);
+        let budget = MemoryBudget::new(8192);
+        p.allocator_mut().set_budget(budget.clone());
+        let a = p.mmap(anon(0, 64 * PAGE_SIZE, Prot::RW, false)).unwrap();
+        p.populate(a, 64 * PAGE_SIZE, true).unwrap();
+        let before = (p.allocator().used_pages(), budget.used());
+        let mut c = p.fork_sharing().unwrap();
+        // The child writes half of the pages (copies) and maps a region of its own.
+        c.populate(a, 32 * PAGE_SIZE, true).unwrap();
+        let b = c.mmap(anon(0, 16 * PAGE_SIZE, Prot::RW, false)).unwrap();
+        c.populate(b, 16 * PAGE_SIZE, true).unwrap();
+        c.munmap(a.add(40 * PAGE_SIZE), 8 * PAGE_SIZE).unwrap();
+        let _ = c.take_changes();
+        let _ = c.take_changes();
+        assert!(p.allocator().used_pages() > before.0 + 48);
+        drop(c);
+        assert_eq!((p.allocator().used_pages(), budget.used()), before);
+        // The parent's checkpoint books balance again.
+        assert!(p.export(&mut crate::image::AnonObjects::default()).is_ok());
+    }
+
+    #[test]
+    fn a_frame_released_while_shared_is_freed_after_the_next_commit() {
+        let (p, mut c, a) = family(1);
+        let b = c.mmap(anon(0, PAGE_SIZE, Prot::RW, false)).unwrap();
+        c.populate(b, PAGE_SIZE, true).unwrap();
+        let (own, _) = c.page_tables().entry(b).unwrap();
+        c.munmap(b, PAGE_SIZE).unwrap();
+        // Still held: the stub may map it until the unmap is committed.
+        assert_eq!(p.allocator().refcount(own), Ok(1));
+        let _ = c.take_changes(); // what the munmap's commit takes
+        assert_eq!(p.allocator().refcount(own), Ok(1));
+        let _ = c.take_changes(); // the next commit: the first is applied
+        assert_eq!(p.allocator().refcount(own), Ok(0));
+        let _ = a;
+    }
+
+    #[test]
+    fn mprotect_keeps_a_shared_frame_read_only() {
+        let (mut p, c, a) = family(2);
+        p.mprotect(a, 2 * PAGE_SIZE, Prot::READ).unwrap();
+        p.mprotect(a, 2 * PAGE_SIZE, Prot::RW).unwrap();
+        let (_, flags) = p.page_tables().entry(a).unwrap();
+        assert!(!flags.contains(PteFlags::WRITABLE));
+        drop(c);
+        p.mprotect(a, 2 * PAGE_SIZE, Prot::READ).unwrap();
+        p.mprotect(a, 2 * PAGE_SIZE, Prot::RW).unwrap();
+        let (_, flags) = p.page_tables().entry(a).unwrap();
+        assert!(flags.contains(PteFlags::WRITABLE));
+    }
+
+    #[test]
+    fn wipe_on_fork_and_dont_fork_ranges_are_not_shared() {
+        let mut p = mm(32 * MIB);
+        let a = p.mmap(anon(0, 2 * PAGE_SIZE, Prot::RW, false)).unwrap();
+        let b = p.mmap(anon(0, PAGE_SIZE, Prot::RW, false)).unwrap();
+        p.copy_out(a, b"wipe").unwrap();
+        p.copy_out(b, b"gone").unwrap();
+        p.madvise(a, 2 * PAGE_SIZE, libc::MADV_WIPEONFORK).unwrap();
+        p.madvise(b, PAGE_SIZE, libc::MADV_DONTFORK).unwrap();
+        let mut c = p.fork_sharing().unwrap();
+        assert_eq!(read(&mut c, a), [0; 4]);
+        assert!(c.find_vma(b).is_none());
+        assert_eq!(read(&mut p, a), *b"wipe");
+        // The parent's frames there were not shared: still writable.
+        let (_, flags) = p.page_tables().entry(b).unwrap();
+        assert!(flags.contains(PteFlags::WRITABLE));
+    }
+
+    #[test]
+    fn leaves_in_matches_a_walk_per_page() {
+        let (p, _c, a) = family(700);
+        let leaves = p.pt.leaves_in(Gva(0), layout::USER_END);
+        assert_eq!(leaves.len(), 700);
+        for (va, _, entry) in leaves {
+            let (frame, flags) = p.page_tables().entry(va).unwrap();
+            assert_eq!(crate::pagetable::entry_frame(entry), frame);
+            assert_eq!(PteFlags::from_bits_truncate(entry), flags);
+            assert!(va >= a);
+        }
+    }
+}
