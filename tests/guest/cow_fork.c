@@ -112,14 +112,20 @@ int main(int argc, char **argv) {
     int n = 1;
     write_layer(m, pages, ls[0]);
     pid_t child = fork();
-    if (child < 0)
+    if (child < 0) {
+        perror("fork");
         return 3;
+    }
     if (child == 0) {
         ls[n++] = (struct layer){2, 0xc41d};
         write_layer(m, pages, ls[n - 1]);
         pid_t grandchild = fork();
-        if (grandchild < 0)
+        if (grandchild < 0) {
+            /* The parent would wait for it on the pipes forever. */
+            perror("fork");
+            kill(getppid(), SIGTERM);
             _exit(3);
+        }
         int who = CHILD;
         int from_above = down[0][0], to_above = up[0][1];
         int from_below = up[1][0], to_below = down[1][1];
