@@ -2,8 +2,14 @@
 //! and 1,000 MiB it has written (`tests/guest/fork_cost.c`), natively, on the KVM platform
 //! and on the trap platform, in one run (issue 35's baseline, `docs/design/cow-fork.md` §6,
 //! slice S0). Prints a Markdown table: the median of every round of every run, in ms, and
-//! each platform's ratio to native. Today a fork copies the parent's private memory at once;
-//! the copy-on-write fork of issue 35 is measured against these figures.
+//! each platform's ratio to native. A fork copies the parent's private memory at once, but
+//! on the trap platform with `TORPOR_COW_FORK=1` (the "trap, CoW" column), where it shares
+//! it copy-on-write (`docs/design/cow-fork.md`, S1).
+//!
+//! Then the memory of a pre-fork server (`tests/guest/prefork.c`: a parent holding 200 MiB
+//! it wrote, four workers each writing 1% of it): the PSS of the whole process tree
+//! natively, and of the sandbox (`torpor stats`' `pss_bytes`: the holder and its stubs) on
+//! each platform, against the same program with no worker.
 
 use testutil::{median, Rootfs, Torpor};
 
@@ -33,19 +39,36 @@ fn rounds(out: &testutil::Output) -> Result<Vec<f64>, String> {
     }
 }
 
+/// The configurations measured beside native: a label, the platform, and whether
+/// `TORPOR_COW_FORK=1` is set.
+fn configs() -> Vec<(String, &'static str, bool)> {
+    let mut v = Vec::new();
+    for p in testutil::platforms() {
+        v.push((p.to_string(), p, false));
+        if p == "trap" {
+            v.push(("trap, CoW".to_string(), p, true));
+        }
+    }
+    v
+}
+
+/// The pre-fork server's heap, MiB, and its workers.
+const PREFORK_MIB: u64 = 200;
+const PREFORK_WORKERS: u32 = 4;
+
 fn main() {
     let t = Torpor::new(testutil::built_torpor_bin());
     let r = Rootfs::new();
     let prog = r.guest_program("fork_cost");
     let native = testutil::guest_program("fork_cost");
-    let platforms = testutil::platforms();
+    let configs = configs();
     print!("| parent holds | native, ms |");
-    for p in &platforms {
-        print!(" {p}, ms | {p} / native |");
+    for (label, ..) in &configs {
+        print!(" {label}, ms | {label} / native |");
     }
     println!();
     print!("|---:|---:|");
-    for _ in &platforms {
+    for _ in &configs {
         print!("---:|---:|");
     }
     println!();
@@ -61,7 +84,7 @@ fn main() {
         }
         let base = median(&all);
         print!("| {mib} MiB | {base:.2} |");
-        for p in &platforms {
+        for (_, p, cow) in &configs {
             let mut all = Vec::new();
             let mut err = None;
             for _ in 0..RUNS {
@@ -70,6 +93,7 @@ fn main() {
                     .memory(MEMORY)
                     .args(&args)
                     .host_env("TORPOR_PLATFORM", p)
+                    .host_env("TORPOR_COW_FORK", if *cow { "1" } else { "0" })
                     .timeout(std::time::Duration::from_secs(600))
                     .output();
                 match rounds(&out) {
@@ -86,5 +110,165 @@ fn main() {
             }
         }
         println!();
+    }
+    println!();
+    prefork_memory(&r, &configs);
+}
+
+/// Prints the pre-fork server's memory with [`PREFORK_WORKERS`] workers and with none,
+/// natively and in each configuration.
+fn prefork_memory(r: &Rootfs, configs: &[(String, &'static str, bool)]) {
+    let mib = PREFORK_MIB.to_string();
+    let native = testutil::guest_program("prefork");
+    let prog = r.guest_program("prefork");
+    println!(
+        "| {PREFORK_MIB} MiB, PSS in MiB | no worker | {PREFORK_WORKERS} workers | {PREFORK_WORKERS} workers / none |"
+    );
+    println!("|---|---:|---:|---:|");
+    let row = |label: &str, measure: &dyn Fn(u32) -> Result<f64, String>| match (
+        measure(0),
+        measure(PREFORK_WORKERS),
+    ) {
+        (Ok(one), Ok(all)) => {
+            println!("| {label} | {one:.1} | {all:.1} | {:.2}x |", all / one);
+        }
+        (Err(e), _) | (_, Err(e)) => println!("| {label} | failed: {e} | | |"),
+    };
+    row("native", &|workers| {
+        prefork::native_pss(&native, &mib, workers).map(|b| b as f64 / MIB_F)
+    });
+    for (label, p, cow) in configs {
+        row(label, &|workers| {
+            prefork::sandbox_pss(r, &prog, &mib, workers, p, *cow).map(|b| b as f64 / MIB_F)
+        });
+    }
+}
+
+const MIB_F: f64 = 1048576.0;
+
+/// Running `prefork` until it is ready, and reading its memory.
+mod prefork {
+    use std::io::{BufRead, BufReader};
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use testutil::Rootfs;
+
+    /// The PSS of a process and its descendants, bytes.
+    fn tree_pss(pid: u32) -> u64 {
+        let mut total = 0;
+        let mut todo = vec![pid];
+        while let Some(p) = todo.pop() {
+            let rollup =
+                std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).unwrap_or_default();
+            total += rollup
+                .lines()
+                .find_map(|l| l.strip_prefix("Pss:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024;
+            let children =
+                std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+            todo.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
+        }
+        total
+    }
+
+    /// `prefork MIB WORKERS` run natively: the PSS of its tree once it is ready.
+    pub fn native_pss(prog: &Path, mib: &str, workers: u32) -> Result<u64, String> {
+        let mut child = Command::new(prog)
+            .args([mib, &workers.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", prog.display()))?;
+        let mut line = String::new();
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let pss = if line.trim() == "ready" {
+            Ok(tree_pss(child.id()))
+        } else {
+            Err(format!("prefork printed {line:?}"))
+        };
+        // The workers, then the parent.
+        let pid = child.id() as i32;
+        let workers: Vec<i32> = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .collect();
+        for p in workers.into_iter().chain([pid]) {
+            // SAFETY: signals a process of our own tree.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        let _ = child.wait();
+        pss
+    }
+
+    /// `prefork MIB WORKERS` in a detached sandbox: `torpor stats`' PSS once it is ready.
+    pub fn sandbox_pss(
+        r: &Rootfs,
+        prog: &str,
+        mib: &str,
+        workers: u32,
+        platform: &str,
+        cow: bool,
+    ) -> Result<u64, String> {
+        let bin = testutil::built_torpor_bin();
+        let state = testutil::TempDir::new("torpor-cow-bench");
+        let id = "prefork";
+        let torpor = |args: &[&str]| {
+            Command::new(&bin)
+                .env("TORPOR_STATE_DIR", state.path())
+                .env("TORPOR_PLATFORM", platform)
+                .env("TORPOR_COW_FORK", if cow { "1" } else { "0" })
+                .args(args)
+                .output()
+                .map_err(|e| format!("{}: {e}", bin.display()))
+        };
+        let w = workers.to_string();
+        let started = torpor(&[
+            "run",
+            "-d",
+            "--name",
+            id,
+            "--memory",
+            "2G",
+            &r.path().to_string_lossy(),
+            "--",
+            prog,
+            mib,
+            &w,
+        ])?;
+        if !started.status.success() {
+            return Err(String::from_utf8_lossy(&started.stderr).trim().to_string());
+        }
+        let log = state.path().join(id).join("output.log");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let result = loop {
+            if std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("ready")
+            {
+                let stats = torpor(&["stats", id])?;
+                let text = String::from_utf8_lossy(&stats.stdout).to_string();
+                break testutil::json_field(&text, "pss_bytes")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or(format!("no pss_bytes in {text}"));
+            }
+            if Instant::now() > deadline {
+                break Err(format!(
+                    "not ready: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let _ = torpor(&["delete", "--force", id]);
+        result
     }
 }

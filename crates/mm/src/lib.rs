@@ -31,6 +31,7 @@
 //!
 //! ```text
 //! kernel: MemoryManager mutex (one per address space)
+//!   Family allocator (one per family of address spaces over one memory; leaf)
 //!   SharedSpace.files | .readonly_files | .anonymous
 //!     SharedObject.windows
 //!       SharedSpace.next_gpa

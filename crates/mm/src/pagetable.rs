@@ -22,9 +22,11 @@
 //! in place through the direct map (`rep movsq` with `rsi == rdi` over each run), which the
 //! shadow MMU traps and applies, and then reloads CR3.
 //!
-//! Pages holding page tables come from the page allocator (reference count 1) and are never
-//! freed in this version: an emptied table stays allocated, linked and zero. The direct map is
-//! built before the guest first runs, so its entries are not recorded as dirty.
+//! Pages holding page tables come from the page allocator (reference count 1) and are not
+//! freed while the address space lives: an emptied table stays allocated, linked and zero.
+//! They go with the memory, or, for an address space whose family outlives it (a fork
+//! sharing frames), back to the allocator when it goes (`PageTables::table_frames`). The
+//! direct map is built before the guest first runs, so its entries are not recorded as dirty.
 //!
 //! A PROT_NONE page keeps its frame in a not-present entry marked with the software bit
 //! [`PteFlags::PROT_NONE`] (bit 10, ignored by the CPU), as Linux does with `_PAGE_PROTNONE`:
