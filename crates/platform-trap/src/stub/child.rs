@@ -319,6 +319,22 @@ pub(super) unsafe fn child_main(p: &ChildPlan) -> ! {
         if r1 < 0 || r2 < 0 {
             fail(8, r1.min(r2));
         }
+        // The descriptor table grown now to hold every window slot, while this process has
+        // one thread: grown later (a window's `dup3` into a slot past the first 64), the
+        // kernel would wait for an RCU grace period because the stub's threads share the
+        // table, 10-25 ms on this kind of host, in the first touch of a file mapping by every
+        // new process.
+        if nofile > WINDOW_FD_BASE {
+            let top = nofile - 1;
+            let r = raw(libc::SYS_dup2, [REPLY_FD, top, 0, 0, 0, 0]);
+            if r < 0 {
+                fail(8, r);
+            }
+            let r = raw(libc::SYS_close, [top, 0, 0, 0, 0, 0]);
+            if r < 0 {
+                fail(8, r);
+            }
+        }
         // The host's vDSO into the stub's region (see `crate::vdso`).
         for &(from, len, to) in &p.vdso[..p.vdso_moves] {
             let r = raw(
