@@ -170,3 +170,43 @@ fn a_copy_on_write_fork_shares_frames_and_keeps_writes_private() {
     let copied = run("0");
     assert_ne!(copied.code(), 0, "{}", copied.stdout_str());
 }
+
+/// The memory limit holds when copy-on-write copies come late (trap, `TORPOR_COW_FORK=1`):
+/// a parent of 96 MiB forks in a 160 MiB sandbox (a copying fork fails there with ENOMEM),
+/// its child writes every page again, and the OOM killer ends the child once the copies
+/// reach the limit; the parent's pages are untouched and it ends normally.
+#[test]
+fn late_copies_meet_the_memory_limit() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    if !testutil::platform_is_trap() {
+        eprintln!("the KVM platform copies at fork: tested on trap");
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("cow_late");
+    let run = |cow: &str| {
+        Torpor::new(bin())
+            .run(r.path(), &prog)
+            .memory("160M")
+            .arg("96")
+            .host_env("TORPOR_COW_FORK", cow)
+            .output()
+    };
+    let shared = run("1");
+    assert_eq!(
+        shared.stdout_str(),
+        "child: signal 9\nparent ok\n",
+        "{}",
+        shared.stderr_str()
+    );
+    assert_eq!(shared.code(), 0);
+    assert!(
+        shared.stderr_str().contains("out of sandbox memory"),
+        "{}",
+        shared.stderr_str()
+    );
+    let copied = run("0");
+    assert_eq!(copied.code(), 1, "{}", copied.stdout_str());
+}

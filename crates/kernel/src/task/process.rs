@@ -654,7 +654,13 @@ impl ProcessTable {
                 let mm = r.mm.lock().unwrap_or_else(|e| e.into_inner());
                 mm.held_pages()
             };
-            if largest.as_ref().is_none_or(|(p, ..)| pages > *p) {
+            // A tie goes to the younger process (the higher pid), as Linux's
+            // `oom_evaluate_task` ends up choosing the last of equals: a child sharing its
+            // parent's frames copy-on-write holds as much as the parent.
+            if largest
+                .as_ref()
+                .is_none_or(|(p, chosen, ..)| pages > *p || (pages == *p && pid > *chosen))
+            {
                 largest = Some((pages, pid, g, r));
             }
         }
