@@ -132,6 +132,10 @@ impl MemoryManager {
                 } else {
                     // The entry lags behind the VMA; bring it up to date.
                     self.pt.set_flags(page, self.leaf_flags(frame, flags))?;
+                    if access.write && self.read_only_after_fork && !kind.is_shared() {
+                        // A frame a fork had shared is this side's alone again.
+                        self.reuse_after_fork(page, start, end);
+                    }
                 }
             }
             // A platform that maps pages itself may have dropped the mapping (hibernation)

@@ -194,6 +194,9 @@ pub struct MemoryManager {
     pub(crate) committing: Vec<Gpa>,
     /// Copies of frames shared with another member of the family, at a write.
     pub(crate) shared_copies: u64,
+    /// Entries made read-only by a sharing fork may remain: the next write fault that finds
+    /// its frame no longer shared makes them writable again (`fork.rs`).
+    pub(crate) read_only_after_fork: bool,
 }
 
 /// The PTE flags for a page of a VMA with rights `prot`.
@@ -256,6 +259,7 @@ impl MemoryManager {
             released: Vec::new(),
             committing: Vec::new(),
             shared_copies: 0,
+            read_only_after_fork: false,
         }
     }
 
