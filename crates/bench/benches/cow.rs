@@ -6,6 +6,9 @@
 //! on the trap platform with `TORPOR_COW_FORK=1` (the "trap, CoW" column), where it shares
 //! it copy-on-write (`docs/design/cow-fork.md`, S1).
 //!
+//! Then the parent's writes after such a fork, its child gone (`tests/guest/fork_writes.c`:
+//! every page written again, timed), which a copy-on-write fork left write-protected.
+//!
 //! Then the memory of a pre-fork server (`tests/guest/prefork.c`: a parent holding 200 MiB
 //! it wrote, four workers each writing 1% of it): the PSS of the whole process tree
 //! natively, and of the sandbox (`torpor stats`' `pss_bytes`: the holder and its stubs) on
@@ -57,18 +60,33 @@ const PREFORK_MIB: u64 = 200;
 const PREFORK_WORKERS: u32 = 4;
 
 fn main() {
-    let t = Torpor::new(testutil::built_torpor_bin());
     let r = Rootfs::new();
-    let prog = r.guest_program("fork_cost");
-    let native = testutil::guest_program("fork_cost");
     let configs = configs();
-    print!("| parent holds | native, ms |");
-    for (label, ..) in &configs {
+    timed_table(&r, &configs, "fork_cost", "parent holds");
+    println!();
+    timed_table(
+        &r,
+        &configs,
+        "fork_writes",
+        "writes after a fork, parent holds",
+    );
+    println!();
+    prefork_memory(&r, &configs);
+}
+
+/// Runs `program MIB ROUNDS` (which prints a time in ms per round) at each of [`SIZES`],
+/// natively and in each configuration, and prints the medians and ratios to native.
+fn timed_table(r: &Rootfs, configs: &[(String, &'static str, bool)], program: &str, what: &str) {
+    let t = Torpor::new(testutil::built_torpor_bin());
+    let prog = r.guest_program(program);
+    let native = testutil::guest_program(program);
+    print!("| {what} | native, ms |");
+    for (label, ..) in configs {
         print!(" {label}, ms | {label} / native |");
     }
     println!();
     print!("|---:|---:|");
-    for _ in &configs {
+    for _ in configs {
         print!("---:|---:|");
     }
     println!();
@@ -79,12 +97,12 @@ fn main() {
             let out = testutil::native(&native, &args, r.path(), &[], None);
             match rounds(&out) {
                 Ok(v) => all.extend(v),
-                Err(e) => panic!("native fork_cost {mib}: {e}"),
+                Err(e) => panic!("native {program} {mib}: {e}"),
             }
         }
         let base = median(&all);
         print!("| {mib} MiB | {base:.2} |");
-        for (_, p, cow) in &configs {
+        for (_, p, cow) in configs {
             let mut all = Vec::new();
             let mut err = None;
             for _ in 0..RUNS {
@@ -111,8 +129,6 @@ fn main() {
         }
         println!();
     }
-    println!();
-    prefork_memory(&r, &configs);
 }
 
 /// Prints the pre-fork server's memory with [`PREFORK_WORKERS`] workers and with none,
