@@ -6,8 +6,8 @@
 //! on the trap platform with `TORPOR_COW_FORK=1` (the "trap, CoW" column), where it shares
 //! it copy-on-write (`docs/design/cow-fork.md`, S1).
 //!
-//! Then the parent's writes after such a fork, its child gone (`tests/guest/fork_writes.c`:
-//! every page written again, timed), which a copy-on-write fork left write-protected.
+//! Then the parent's writes after such a fork, its child gone (`fork_cost MIB ROUNDS
+//! writes`: every page written again, timed), which a copy-on-write fork left write-protected.
 //!
 //! Then the memory of a pre-fork server (`tests/guest/prefork.c`: a parent holding 200 MiB
 //! it wrote, four workers each writing 1% of it): the PSS of the whole process tree
@@ -62,24 +62,25 @@ const PREFORK_WORKERS: u32 = 4;
 fn main() {
     let r = Rootfs::new();
     let configs = configs();
-    timed_table(&r, &configs, "fork_cost", "parent holds");
+    timed_table(&r, &configs, &[], "parent holds");
     println!();
     timed_table(
         &r,
         &configs,
-        "fork_writes",
+        &["writes"],
         "writes after a fork, parent holds",
     );
     println!();
     prefork_memory(&r, &configs);
 }
 
-/// Runs `program MIB ROUNDS` (which prints a time in ms per round) at each of [`SIZES`],
-/// natively and in each configuration, and prints the medians and ratios to native.
-fn timed_table(r: &Rootfs, configs: &[(String, &'static str, bool)], program: &str, what: &str) {
+/// Runs `fork_cost MIB ROUNDS MODE...` (which prints a time in ms per round) at each of
+/// [`SIZES`], natively and in each configuration, and prints the medians and ratios to
+/// native.
+fn timed_table(r: &Rootfs, configs: &[(String, &'static str, bool)], mode: &[&str], what: &str) {
     let t = Torpor::new(testutil::built_torpor_bin());
-    let prog = r.guest_program(program);
-    let native = testutil::guest_program(program);
+    let prog = r.guest_program("fork_cost");
+    let native = testutil::guest_program("fork_cost");
     print!("| {what} | native, ms |");
     for (label, ..) in configs {
         print!(" {label}, ms | {label} / native |");
@@ -91,13 +92,14 @@ fn timed_table(r: &Rootfs, configs: &[(String, &'static str, bool)], program: &s
     }
     println!();
     for mib in SIZES {
-        let args = [mib.to_string(), ROUNDS.to_string()];
+        let mut args = vec![mib.to_string(), ROUNDS.to_string()];
+        args.extend(mode.iter().map(|m| m.to_string()));
         let mut all = Vec::new();
         for _ in 0..RUNS {
             let out = testutil::native(&native, &args, r.path(), &[], None);
             match rounds(&out) {
                 Ok(v) => all.extend(v),
-                Err(e) => panic!("native {program} {mib}: {e}"),
+                Err(e) => panic!("native fork_cost {mib} {mode:?}: {e}"),
             }
         }
         let base = median(&all);

@@ -136,6 +136,29 @@ fn writes_after_a_fork_stay_private_across_a_checkpoint_and_restore() {
     assert_private_after_pause(&restored, "");
 }
 
+/// Whether a test of the copy-on-write fork runs here: on the trap platform (the KVM
+/// platform copies at fork whatever `TORPOR_COW_FORK` says; S3 shares there).
+fn copy_on_write_platform() -> bool {
+    if !testutil::require_kvm() {
+        return false;
+    }
+    if !testutil::platform_is_trap() {
+        eprintln!("the KVM platform copies at fork: tested on trap");
+        return false;
+    }
+    true
+}
+
+/// `prog ARGS` in a sandbox of `memory` with `TORPOR_COW_FORK` set to `cow`.
+fn run_cow(r: &Rootfs, prog: &str, memory: &str, args: &[&str], cow: &str) -> testutil::Output {
+    Torpor::new(bin())
+        .run(r.path(), prog)
+        .memory(memory)
+        .args(args)
+        .host_env("TORPOR_COW_FORK", cow)
+        .output()
+}
+
 /// With `TORPOR_COW_FORK=1` on the trap platform, a fork shares the parent's frames
 /// copy-on-write (`docs/design/cow-fork.md`, S1): the three processes fit in 160 MiB, where
 /// three copies of the 64 MiB pattern (192 MiB) would not (a copying fork fails with ENOMEM
@@ -143,26 +166,14 @@ fn writes_after_a_fork_stay_private_across_a_checkpoint_and_restore() {
 /// whatever the variable says (S3 shares there).
 #[test]
 fn a_copy_on_write_fork_shares_frames_and_keeps_writes_private() {
-    if !testutil::require_kvm() {
-        return;
-    }
-    if !testutil::platform_is_trap() {
-        eprintln!("the KVM platform copies at fork: tested on trap");
+    if !copy_on_write_platform() {
         return;
     }
     let r = Rootfs::new();
     let prog = r.guest_program("cow_fork");
     let nat = testutil::native(&r.host_path("bin/cow_fork"), &[MIB], r.path(), &[], None);
     assert_eq!(nat.code(), 0, "native run: {nat:?}");
-    let run = |cow: &str| {
-        Torpor::new(bin())
-            .run(r.path(), &prog)
-            .memory("160M")
-            .arg(MIB)
-            .host_env("TORPOR_COW_FORK", cow)
-            .host_env("TORPOR_LOG", "off")
-            .output()
-    };
+    let run = |cow: &str| run_cow(&r, &prog, "160M", &[MIB], cow);
     let shared = run("1");
     shared.assert_same_stdout(&nat, "cow_fork");
     assert_eq!(shared.code(), 0, "torpor stderr: {}", shared.stderr_str());
@@ -177,23 +188,12 @@ fn a_copy_on_write_fork_shares_frames_and_keeps_writes_private() {
 /// reach the limit; the parent's pages are untouched and it ends normally.
 #[test]
 fn late_copies_meet_the_memory_limit() {
-    if !testutil::require_kvm() {
-        return;
-    }
-    if !testutil::platform_is_trap() {
-        eprintln!("the KVM platform copies at fork: tested on trap");
+    if !copy_on_write_platform() {
         return;
     }
     let r = Rootfs::new();
     let prog = r.guest_program("cow_late");
-    let run = |cow: &str| {
-        Torpor::new(bin())
-            .run(r.path(), &prog)
-            .memory("160M")
-            .arg("96")
-            .host_env("TORPOR_COW_FORK", cow)
-            .output()
-    };
+    let run = |cow: &str| run_cow(&r, &prog, "160M", &["96"], cow);
     let shared = run("1");
     assert_eq!(
         shared.stdout_str(),

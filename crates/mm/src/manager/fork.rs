@@ -19,7 +19,7 @@ use platform::{Gpa, GuestMemory, Gva, PAGE_SIZE};
 use super::{pte_flags, MemoryManager, MmError};
 use crate::fault::FaultError;
 use crate::pagetable::{PageTables, PteFlags};
-use crate::vma::{VmAdvice, VmLock};
+use crate::vma::{VmAdvice, VmLock, Vma};
 
 impl MemoryManager {
     /// A copy of this address space in `mem` (another VM's guest memory), for fork(2): the
@@ -36,27 +36,7 @@ impl MemoryManager {
             // The child's pages count against the same sandbox budget.
             child.alloc.lock().set_budget(b.clone());
         }
-        child.mmap_base = self.mmap_base;
-        child.brk_base = self.brk_base;
-        child.brk = self.brk;
-        for v in self.vmas.iter() {
-            if v.advice.contains(VmAdvice::DONT_FORK) {
-                // MADV_DONTFORK: the child has no mapping there.
-                continue;
-            }
-            // Locks are not inherited by fork (nor is MCL_FUTURE): Linux's dup_mmap clears
-            // VM_LOCKED in the child.
-            let mut copy = v.clone();
-            copy.lock = VmLock::None;
-            child
-                .vmas
-                .insert(copy)
-                .map_err(|e| MmError::Internal(e.to_string()))?;
-            if v.advice.contains(VmAdvice::WIPE_ON_FORK) {
-                // MADV_WIPEONFORK: the child's range starts zero-filled (no page yet), the
-                // mark kept for its own children.
-                continue;
-            }
+        for v in self.inherit_vmas(&mut child)? {
             if v.kind.is_shared() {
                 // The same pages: the child's VM attaches the windows at the same addresses.
                 for (va, frame, flags) in self.pt.frames_in(v.start, v.end) {
@@ -121,6 +101,33 @@ impl MemoryManager {
         Ok(child)
     }
 
+    /// Gives `child` this address space's break, mmap base and VMAs, as fork does: none
+    /// marked `MADV_DONTFORK`, and no lock (Linux's `dup_mmap` clears `VM_LOCKED`, and
+    /// MCL_FUTURE is not inherited). Returns the VMAs whose pages the child inherits: not
+    /// those marked `MADV_WIPEONFORK`, which start zero-filled in the child (the mark kept
+    /// for its own children).
+    fn inherit_vmas(&self, child: &mut MemoryManager) -> Result<Vec<Vma>, MmError> {
+        child.mmap_base = self.mmap_base;
+        child.brk_base = self.brk_base;
+        child.brk = self.brk;
+        let mut inherited = Vec::new();
+        for v in self.vmas.iter() {
+            if v.advice.contains(VmAdvice::DONT_FORK) {
+                continue;
+            }
+            let mut copy = v.clone();
+            copy.lock = VmLock::None;
+            child
+                .vmas
+                .insert(copy)
+                .map_err(|e| MmError::Internal(e.to_string()))?;
+            if !v.advice.contains(VmAdvice::WIPE_ON_FORK) {
+                inherited.push(v.clone());
+            }
+        }
+        Ok(inherited)
+    }
+
     /// Attaches to this address space's VM the window of `from` (another VM's memory) that
     /// holds `frame`, keeping `reserve` memslots free.
     fn attach_window_of(
@@ -159,23 +166,7 @@ impl MemoryManager {
         let family = self.alloc.join();
         let pt = PageTables::new(self.mem.clone(), &mut family.lock())?;
         let mut child = MemoryManager::from_parts(self.mem.clone(), family, pt);
-        child.mmap_base = self.mmap_base;
-        child.brk_base = self.brk_base;
-        child.brk = self.brk;
-        let vmas: Vec<_> = self.vmas.iter().cloned().collect();
-        for v in vmas {
-            if v.advice.contains(VmAdvice::DONT_FORK) {
-                continue;
-            }
-            let mut copy = v.clone();
-            copy.lock = VmLock::None;
-            child
-                .vmas
-                .insert(copy)
-                .map_err(|e| MmError::Internal(e.to_string()))?;
-            if v.advice.contains(VmAdvice::WIPE_ON_FORK) {
-                continue;
-            }
+        for v in self.inherit_vmas(&mut child)? {
             let private = !v.kind.is_shared();
             for (va, slot, entry) in self.pt.leaves_in(v.start, v.end) {
                 let flags = PteFlags::from_bits_truncate(entry);
