@@ -634,7 +634,7 @@ impl ProcessTable {
     /// a victim is dying, other faults wait and retry), which may be `me`.
     pub fn out_of_memory(&self, me: i32) -> OomAction {
         {
-            let v = self.oom_victim.lock().unwrap_or_else(|e| e.into_inner());
+            let mut v = self.oom_victim.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(victim) = v.as_ref() {
                 let dying = victim.mm.strong_count() > 0;
                 if dying && victim.when.elapsed() < Duration::from_secs(5) {
@@ -643,6 +643,13 @@ impl ProcessTable {
                     } else {
                         OomAction::Retry
                     };
+                }
+                if !dying && victim.pid != me {
+                    // The victim has died since this fault found the budget exhausted: what
+                    // it freed may be enough, so the fault runs again before anyone else is
+                    // chosen (that fault, if it still fails, finds no victim recorded).
+                    *v = None;
+                    return OomAction::Retry;
                 }
             }
         }

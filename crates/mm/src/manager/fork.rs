@@ -179,9 +179,14 @@ impl MemoryManager {
                 }
                 let read_only = flags.without(PteFlags::WRITABLE);
                 let mut alloc = child.alloc.lock();
+                // A reference or a copy the child does not map in the end goes back at once
+                // (its `Drop` gives back only what it maps).
                 match alloc.incref(frame) {
                     Ok(_) => {
-                        child.pt.map(&mut alloc, va, frame, read_only)?;
+                        if let Err(e) = child.pt.map(&mut alloc, va, frame, read_only) {
+                            let _ = alloc.decref(frame);
+                            return Err(e.into());
+                        }
                         drop(alloc);
                         if read_only != flags {
                             self.pt
@@ -193,8 +198,16 @@ impl MemoryManager {
                         let (copy, _) = alloc
                             .alloc()
                             .ok_or(MmError::NoMemory("fork: memory exhausted"))?;
-                        copy_page(&self.mem, frame, copy)?;
-                        child.pt.map(&mut alloc, va, copy, flags)?;
+                        let mapped = copy_page(&self.mem, frame, copy).and_then(|()| {
+                            child
+                                .pt
+                                .map(&mut alloc, va, copy, flags)
+                                .map_err(MmError::from)
+                        });
+                        if let Err(e) = mapped {
+                            let _ = alloc.decref(copy);
+                            return Err(e);
+                        }
                     }
                 }
             }
