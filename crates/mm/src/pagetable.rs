@@ -205,10 +205,13 @@ pub(crate) fn entry_frame(entry: u64) -> Gpa {
     Gpa(entry & ADDR_MASK)
 }
 
-/// The slot `i` entries after `first_slot`, which sits at index `first` of its table.
-fn slot_of(first_slot: Gpa, first: u64, i: usize) -> Gpa {
-    debug_assert!(first + (i as u64) < ENTRIES);
-    Gpa(first_slot.0 + i as u64 * 8)
+/// The entries in `bytes` read from a table (little-endian `u64`s).
+fn entries(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes.chunks_exact(8).map(|raw| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(raw);
+        u64::from_le_bytes(word)
+    })
 }
 
 impl PageTables {
@@ -520,13 +523,7 @@ impl PageTables {
     pub fn frames_in(&self, start: Gva, end: Gva) -> Vec<(Gva, Gpa, PteFlags)> {
         self.leaves_in(start, end)
             .into_iter()
-            .map(|(va, _, entry)| {
-                (
-                    va,
-                    Gpa(entry & ADDR_MASK),
-                    PteFlags::from_bits_truncate(entry),
-                )
-            })
+            .map(|(va, _, entry)| (va, entry_frame(entry), PteFlags::from_bits_truncate(entry)))
             .collect()
     }
 
@@ -542,24 +539,19 @@ impl PageTables {
         while va < end {
             match self.probe(Gva(va)) {
                 Ok(Probe::Missing { span }) => va = (va & !(span - 1)) + span,
-                Ok(Probe::Leaf { slot, .. }) => {
+                Ok(Probe::Leaf { slot: first, .. }) => {
                     // The rest of this leaf table, up to `end`, in one read.
-                    let first = index(va, 0);
                     let table_end = (va & !(HUGE_2M - 1)) + HUGE_2M;
                     let n = ((table_end.min(end) - va) / PAGE_SIZE) as usize;
                     let bytes = &mut table[..n * 8];
-                    if let Err(e) = self.mem.read(slot, bytes) {
-                        tracing::error!("page-table read at {slot}: {e}");
+                    if let Err(e) = self.mem.read(first, bytes) {
+                        tracing::error!("page-table read at {first}: {e}");
                         va = table_end;
                         continue;
                     }
-                    for (i, raw) in bytes.chunks_exact(8).enumerate() {
-                        let mut word = [0u8; 8];
-                        word.copy_from_slice(raw);
-                        let entry = u64::from_le_bytes(word);
+                    for (i, entry) in (0u64..).zip(entries(bytes)) {
                         if PteFlags::from_bits_truncate(entry).holds_frame() {
-                            let at = va + i as u64 * PAGE_SIZE;
-                            out.push((Gva(at), slot_of(slot, first, i), entry));
+                            out.push((Gva(va + i * PAGE_SIZE), slot(first, i), entry));
                         }
                     }
                     va += n as u64 * PAGE_SIZE;
@@ -593,15 +585,12 @@ impl PageTables {
     pub(crate) fn table_frames(&self) -> Vec<Gpa> {
         let mut out = vec![self.root];
         let mut level_tables = vec![(self.root, 3u32)];
-        let mut entries = [0u8; PAGE_SIZE as usize];
+        let mut table_bytes = [0u8; PAGE_SIZE as usize];
         while let Some((table, level)) = level_tables.pop() {
-            if level == 0 || self.mem.read(table, &mut entries).is_err() {
+            if level == 0 || self.mem.read(table, &mut table_bytes).is_err() {
                 continue;
             }
-            for raw in entries.chunks_exact(8) {
-                let mut word = [0u8; 8];
-                word.copy_from_slice(raw);
-                let e = u64::from_le_bytes(word);
+            for e in entries(&table_bytes) {
                 if e & PteFlags::PRESENT.0 == 0 || e & PteFlags::HUGE.0 != 0 {
                     continue;
                 }

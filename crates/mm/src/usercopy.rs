@@ -297,7 +297,7 @@ mod tests {
         // Break contiguity: remap page 1 to another frame.
         m.madvise(a.add(0x1000), 0x1000, libc::MADV_DONTNEED)
             .unwrap();
-        let _hog = m.allocator_mut().alloc();
+        let _hog = m.allocator().alloc();
         m.copy_out(a.add(0x1000), &[1]).unwrap();
         let runs = m.user_ranges(a, 0x3000, false).unwrap();
         assert_eq!(

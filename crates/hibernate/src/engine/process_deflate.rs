@@ -516,7 +516,7 @@ impl Hibernator {
         let runs: Vec<(Gpa, u64)> = mm.allocator().free_page_runs().collect();
         for (gpa, n) in runs {
             let _ = mem.discard(gpa, n * PAGE_SIZE);
-            let _ = mm.allocator_mut().mark_zero(gpa, n);
+            let _ = mm.allocator().mark_zero(gpa, n);
             for p in gpa.raw() / PAGE_SIZE..gpa.raw() / PAGE_SIZE + n {
                 let _ = pager.pages.set(PageIdx(p), PageState::Free);
             }

@@ -539,7 +539,7 @@ impl RestoreContext<'_> {
                 .map(std::fs::File::from)
                 .map_err(|e| e.to_string())
         };
-        let mut mm = MemoryManager::import(
+        let mm = MemoryManager::import(
             mem.clone(),
             &p.mm,
             allocator,
@@ -548,7 +548,7 @@ impl RestoreContext<'_> {
             &self.anon,
         )
         .map_err(|e| SandboxError::Restore(format!("process {}: {e}", p.pid)))?;
-        mm.allocator_mut().set_budget(procs.memory.clone());
+        mm.allocator().set_budget(procs.memory.clone());
         let ctx = space.new_context(mm.cr3())?;
         let fds = files::table(&p.files, &self.files).map_err(bad)?;
 

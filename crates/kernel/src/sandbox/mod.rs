@@ -525,8 +525,8 @@ pub(crate) struct NewProcess<'a> {
 impl ProcessImage {
     /// The process's first task: a thread group of its own, registered in `p.procs` without
     /// a parent, with `p`'s descriptors, limits and ids.
-    pub(crate) fn into_task(mut self, p: NewProcess<'_>) -> Task {
-        self.mm.allocator_mut().set_budget(p.procs.memory.clone());
+    pub(crate) fn into_task(self, p: NewProcess<'_>) -> Task {
+        self.mm.allocator().set_budget(p.procs.memory.clone());
         let fds = FdTable::new();
         install_stdio(&fds, p.stdio);
         fds.set_limit(p.rlimits.nofile());

@@ -273,7 +273,7 @@ pub(crate) fn execve(
 
     let (mem, space) = super::sys_fork::new_space(&t.group.platform, t.mem.size(), "execve")?;
     let mut mm = MemoryManager::new(mem.clone()).map_err(|_| Errno::ENOMEM)?;
-    mm.allocator_mut().set_budget(t.group.procs.memory.clone());
+    mm.allocator().set_budget(t.group.procs.memory.clone());
     let acting = crate::fs::identity::act_as(&t.creds.clone())?;
     let image = loader::load_elf(
         &mut mm,

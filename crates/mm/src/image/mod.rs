@@ -441,7 +441,7 @@ impl MemoryManager {
     /// read-write itself when the runtime may.
     ///
     /// The allocator counts against no budget: the caller sets the sandbox's with
-    /// `allocator_mut().set_budget(..)`, which charges the pages in use. Nothing awaits the
+    /// `allocator().set_budget(..)`, which charges the pages in use. Nothing awaits the
     /// PTE-sync stub (a new VM loads CR3 from [`cr3`](Self::cr3)), and no shared window is
     /// attached: they attach at the first fault in each.
     ///

@@ -78,21 +78,7 @@ impl MemoryManager {
                     .lock()
                     .alloc()
                     .ok_or(MmError::NoMemory("fork: child memory exhausted"))?;
-                let src = self.mem.host_ptr(frame, PAGE_SIZE);
-                let dst = child.mem.host_ptr(copy, PAGE_SIZE);
-                match (src, dst) {
-                    // SAFETY: both pointers cover one whole page inside their guest memories,
-                    // which are distinct mappings; no vCPU runs either while the copy is made
-                    // (the parent is in its fork syscall, the child has not started).
-                    (Ok(s), Ok(d)) => unsafe {
-                        std::ptr::copy_nonoverlapping(s, d, PAGE_SIZE as usize)
-                    },
-                    _ => {
-                        return Err(MmError::Internal(format!(
-                            "fork: frame {frame} out of range"
-                        )))
-                    }
-                }
+                copy_page((&self.mem, frame), (&child.mem, copy))?;
                 child.pt.map(&mut child.alloc.lock(), va, copy, flags)?;
             }
         }
@@ -198,12 +184,13 @@ impl MemoryManager {
                         let (copy, _) = alloc
                             .alloc()
                             .ok_or(MmError::NoMemory("fork: memory exhausted"))?;
-                        let mapped = copy_page(&self.mem, frame, copy).and_then(|()| {
-                            child
-                                .pt
-                                .map(&mut alloc, va, copy, flags)
-                                .map_err(MmError::from)
-                        });
+                        let mapped =
+                            copy_page((&self.mem, frame), (&self.mem, copy)).and_then(|()| {
+                                child
+                                    .pt
+                                    .map(&mut alloc, va, copy, flags)
+                                    .map_err(MmError::from)
+                            });
                         if let Err(e) = mapped {
                             let _ = alloc.decref(copy);
                             return Err(e);
@@ -238,7 +225,7 @@ impl MemoryManager {
         flags: PteFlags,
     ) -> Result<(), FaultError> {
         let (copy, _) = self.alloc.lock().alloc().ok_or(FaultError::OutOfMemory)?;
-        if let Err(e) = copy_page(&self.mem, old, copy) {
+        if let Err(e) = copy_page((&self.mem, old), (&self.mem, copy)) {
             self.release_frame(copy);
             return Err(FaultError::Internal(e.to_string()));
         }
@@ -349,19 +336,24 @@ impl Drop for MemoryManager {
     }
 }
 
-/// Copies frame `from` to frame `to` of `mem`.
-fn copy_page(mem: &GuestMemory, from: Gpa, to: Gpa) -> Result<(), MmError> {
-    match (mem.host_ptr(from, PAGE_SIZE), mem.host_ptr(to, PAGE_SIZE)) {
-        // SAFETY: both pointers cover one whole page inside the guest memory's mapping, and
-        // the pages are distinct allocator frames (`to` was just allocated, `from` is still
-        // held); the caller holds the address space's lock, so no other write of the kernel
-        // reaches `to`, and no stub or vCPU maps it yet.
+/// Copies the page at frame `from.1` of memory `from.0` to frame `to.1` of `to.0` (the same
+/// memory or another VM's).
+fn copy_page(from: (&GuestMemory, Gpa), to: (&GuestMemory, Gpa)) -> Result<(), MmError> {
+    match (
+        from.0.host_ptr(from.1, PAGE_SIZE),
+        to.0.host_ptr(to.1, PAGE_SIZE),
+    ) {
+        // SAFETY: both pointers cover one whole page inside their guest memory's mapping, and
+        // they do not overlap: distinct memories, or distinct allocator frames of one (`to`
+        // was just allocated, `from` is still held). The caller holds the address space's
+        // lock, and no stub or vCPU maps `to` yet, so nothing else writes it meanwhile.
         (Ok(s), Ok(d)) => unsafe {
             std::ptr::copy_nonoverlapping(s, d, PAGE_SIZE as usize);
             Ok(())
         },
         _ => Err(MmError::Internal(format!(
-            "copy of frame {from} to {to}: out of range"
+            "copy of frame {} to {}: out of range",
+            from.1, to.1
         ))),
     }
 }
@@ -500,7 +492,7 @@ mod tests {
     fn a_member_leaving_gives_back_its_tables_and_references() {
         let mut p = mm(32 * MIB);
         let budget = MemoryBudget::new(8192);
-        p.allocator_mut().set_budget(budget.clone());
+        p.allocator().set_budget(budget.clone());
         let a = p.mmap(anon(0, 64 * PAGE_SIZE, Prot::RW, false)).unwrap();
         p.populate(a, 64 * PAGE_SIZE, true).unwrap();
         let before = (p.allocator().used_pages(), budget.used());

@@ -280,11 +280,6 @@ impl MemoryManager {
         self.alloc.lock()
     }
 
-    /// The same as [`allocator`](Self::allocator) (the lock gives mutable access).
-    pub fn allocator_mut(&mut self) -> std::sync::MutexGuard<'_, PageAllocator> {
-        self.alloc.lock()
-    }
-
     /// The frames this address space holds: every page its allocator hands out when it is
     /// its family's only member; else the frames it maps and its page tables (a frame shared
     /// copy-on-write counts for each member mapping it). What the OOM killer ranks by.
