@@ -36,6 +36,28 @@ impl Detached {
         })
     }
 
+    /// As [`Detached::start`], with the variables `env` set in the holder's environment
+    /// (the runtime's own switches, such as `TORPOR_COW_FORK`).
+    pub fn start_with_env(
+        bin: &Path,
+        env: &[(&str, &str)],
+        options: &[&str],
+        rootfs: &Path,
+        program: &str,
+        args: &[&str],
+    ) -> Detached {
+        let state_dir = std::sync::Arc::new(TempDir::new("torpor-state"));
+        Self::start_shared(bin, state_dir, env, options, rootfs, program, args).unwrap_or_else(
+            |o| {
+                panic!(
+                    "torpor run -d failed: status {}\n{}",
+                    o.code(),
+                    o.stderr_str()
+                )
+            },
+        )
+    }
+
     /// As [`Detached::start`] in a given state directory; the failed command's output on error.
     pub fn start_in(
         bin: &Path,
@@ -48,6 +70,7 @@ impl Detached {
         Self::start_shared(
             bin,
             std::sync::Arc::new(state_dir),
+            &[],
             options,
             rootfs,
             program,
@@ -67,6 +90,7 @@ impl Detached {
         Self::start_shared(
             &self.bin,
             self.state_dir.clone(),
+            &[],
             options,
             rootfs,
             program,
@@ -84,6 +108,7 @@ impl Detached {
     fn start_shared(
         bin: &Path,
         state_dir: std::sync::Arc<TempDir>,
+        env: &[(&str, &str)],
         options: &[&str],
         rootfs: &Path,
         program: &str,
@@ -91,7 +116,8 @@ impl Detached {
     ) -> Result<Detached, Output> {
         let id = format!("t{}", crate::tempdir::unique_token());
         let mut cmd = Command::new(bin);
-        cmd.env("TORPOR_STATE_DIR", state_dir.path())
+        cmd.envs(env.iter().copied())
+            .env("TORPOR_STATE_DIR", state_dir.path())
             .arg("run")
             .arg("-d")
             .arg("--name")

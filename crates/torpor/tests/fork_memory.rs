@@ -182,6 +182,53 @@ fn a_copy_on_write_fork_shares_frames_and_keeps_writes_private() {
     assert_ne!(copied.code(), 0, "{}", copied.stdout_str());
 }
 
+/// A sandbox whose processes share frames copy-on-write hibernates as one family
+/// (`docs/design/cow-fork.md`, S2): the three processes of `cow_fork 64 wait` (trap,
+/// `TORPOR_COW_FORK=1`, in 160 MiB, where three copies would not fit) deflate into one swap
+/// store that holds each frame once (the parent's 64 MiB and the pages each child wrote:
+/// 117 MiB, where a copy per process would be 192 MiB), listed under the parent with the
+/// pids that share it; woken, every process still sees only its own writes.
+#[test]
+fn a_family_sharing_frames_hibernates_once_and_keeps_writes_private() {
+    if !copy_on_write_platform() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("cow_fork");
+    let sb = Detached::start_with_env(
+        bin(),
+        &[("TORPOR_COW_FORK", "1")],
+        &["--memory", "160M"],
+        r.path(),
+        &prog,
+        &[MIB, "wait"],
+    );
+    assert!(
+        Detached::wait_until(Duration::from_secs(120), || log_of(&sb).contains("ready")),
+        "the program never got ready: {}",
+        log_of(&sb)
+    );
+    assert_eq!(log_of(&sb), private_before_and_after_pause().0);
+    sb.ok("hibernate", &[]);
+    assert_eq!(sb.stat("state"), "hibernated");
+    let stats: serde_json::Value =
+        serde_json::from_str(&sb.ok("stats", &[])).expect("stats is JSON");
+    let families = stats["processes"].as_array().expect("processes");
+    assert_eq!(families.len(), 1, "one family: {families:?}");
+    assert_eq!(
+        families[0]["sharing"].as_array().map(Vec::len),
+        Some(2),
+        "the child and the grandchild share the parent's memory: {families:?}"
+    );
+    let swap = families[0]["swap_bytes"].as_u64().expect("swap_bytes");
+    let mib = 1 << 20;
+    assert!(
+        (117 * mib..136 * mib).contains(&swap),
+        "each frame written once (117 MiB of pattern pages): {swap} bytes"
+    );
+    assert_private_after_pause(&sb, private_before_and_after_pause().0);
+}
+
 /// The memory limit holds when copy-on-write copies come late (trap, `TORPOR_COW_FORK=1`):
 /// a parent of 96 MiB forks in a 160 MiB sandbox (a copying fork fails there with ENOMEM),
 /// its child writes every page again, and the OOM killer ends the child once the copies

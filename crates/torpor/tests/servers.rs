@@ -75,7 +75,9 @@ fn wait_for(what: &str, sb: &Detached, mut ready: impl FnMut() -> bool) {
     }
 }
 
-/// Hibernates the sandbox and checks that it is, with one memory report per process. Work
+/// Hibernates the sandbox and checks that it is, with every process's memory reported (one
+/// report per memory: processes forked copy-on-write share their parent's, listed in its
+/// report's `sharing`). Work
 /// that arrived just as it deflated wakes it at once, as it must (a client's last bytes that a
 /// server process had not read yet: psql's Terminate message to its backend); then it is
 /// hibernated again, at most 3 times. Returns how many such wakes there were.
@@ -96,7 +98,12 @@ fn hibernate(sb: &Detached, processes: usize) -> u64 {
     }
     let stats = sb.ok("stats", &[]);
     let v: serde_json::Value = serde_json::from_str(&stats).expect("stats is JSON");
-    let n = v["processes"].as_array().map_or(0, Vec::len);
+    let n: usize = v["processes"].as_array().map_or(0, |reports| {
+        reports
+            .iter()
+            .map(|r| 1 + r["sharing"].as_array().map_or(0, Vec::len))
+            .sum()
+    });
     assert!(
         n >= processes,
         "every process is deflated: {n} reports, {processes} processes expected: {stats}"

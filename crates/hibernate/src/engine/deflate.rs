@@ -1,7 +1,7 @@
-//! The deflate: every process's memory written to its swap layer (resident, non-zero pages;
-//! clean file pages dropped, not written) and the REAP working set, shared memory likewise,
-//! then the pages given back to the host. A failed deflate removes what it wrote and drops
-//! nothing.
+//! The deflate: every family's memory (`families.rs`) written to its swap layer (resident,
+//! non-zero pages; clean file pages dropped, not written) and the REAP working set, shared
+//! memory likewise, then the pages given back to the host. A failed deflate removes what it
+//! wrote and drops nothing.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -18,19 +18,20 @@ use super::EngineError;
 use super::{DeflateReport, Hibernator, ProcessDeflate, ProcessMemory, SharedSwap, BATCH_PAGES};
 
 impl Hibernator {
-    /// Writes the sandbox's memory out and drops it (see the module doc): every process's,
-    /// one after the other. A failure stops there: the processes already deflated stay so
-    /// (their pages come back on demand, nothing is lost), the failing one stays as it was.
+    /// Writes the sandbox's memory out and drops it (see the module doc): every family's
+    /// (the processes that share one memory: `families.rs`), one after the other. A failure
+    /// stops there: the families already deflated stay so (their pages come back on demand,
+    /// nothing is lost), the failing one stays as it was.
     pub(super) fn deflate(&mut self, sb: &ParkedSandbox<'_>) -> Result<DeflateReport, EngineError> {
         let start = Instant::now();
         let first = *self.first_pid.get_or_insert(sb.pid());
         let live = sb.processes();
-        Self::refuse_shared_frames(&live)?;
+        let families = super::families::of(&live);
         // With the quota in sight, every process compacts its swap: the files then hold no
         // more than the live pages.
         let mut compact = self.shared.compact_next.swap(false, Ordering::SeqCst);
         if let Some(quota) = self.swap_quota {
-            let bound = Self::deflate_bound(&live, sb.shared_memory());
+            let bound = Self::deflate_bound(&families, sb.shared_memory());
             if bound > quota {
                 return Err(EngineError::QuotaExceeded { quota, bound });
             }
@@ -47,45 +48,32 @@ impl Hibernator {
                 .sum();
             compact |= bound.saturating_add(held) > quota;
         }
-        // Processes gone since the last deflate: their files go too.
-        let gone: Vec<i32> = self
-            .processes
-            .keys()
-            .copied()
-            .filter(|pid| !live.iter().any(|(p, _)| p == pid))
-            .collect();
-        for pid in gone {
-            if let Some(pm) = self.processes.remove(&pid) {
-                pm.remove_files();
-            }
-        }
+        // Each family's kept memory under its pid now; the memories of processes gone since
+        // the last deflate (or replaced by execve) lose their files.
+        self.processes = super::families::rekey(std::mem::take(&mut self.processes), &families);
         let mut total = DeflateReport::default();
         let mut figures = Vec::new();
-        for (pid, res) in live {
-            let fresh = match self.processes.remove(&pid) {
-                // execve replaced the memory: start afresh (the old files describe nothing).
-                Some(pm) if !Arc::ptr_eq(&pm.mem, &res.mem) => {
-                    pm.remove_files();
-                    None
-                }
-                other => other,
-            };
-            let mut pm = match fresh {
+        for family in &families {
+            let pid = family.pid();
+            let mut pm = match self.processes.remove(&pid) {
                 Some(pm) => pm,
                 None => {
                     let mem = match self.first_mem.take() {
-                        Some(m) if pid == first && Arc::ptr_eq(&m, &res.mem) => m,
-                        _ => res.mem.clone(),
+                        Some(m) if family.contains(first) && Arc::ptr_eq(&m, family.mem()) => m,
+                        _ => family.mem().clone(),
                     };
-                    let prefix = if pid == first {
-                        String::new()
-                    } else {
-                        format!("-{pid}")
-                    };
+                    let prefix =
+                        super::families::fresh_prefix(family, first, self.processes.values())
+                            .ok_or_else(|| {
+                                EngineError::Inconsistent(
+                                    "every file name of the family is taken".into(),
+                                )
+                                .in_process(pid)
+                            })?;
                     ProcessMemory::new(mem, prefix, self.mode)?
                 }
             };
-            let r = self.deflate_process(&mut pm, &res.mm, &*res.space, compact);
+            let r = self.deflate_process(&mut pm, family, compact);
             self.processes.insert(pid, pm);
             let r = r.map_err(|e| e.in_process(pid))?;
             total.free_pages += r.free_pages;
@@ -99,7 +87,11 @@ impl Hibernator {
             total.swap_layers += r.swap_layers;
             total.compacted |= r.compacted;
             total.reap_bytes += r.reap_bytes;
-            figures.push(ProcessDeflate { pid, report: r });
+            figures.push(ProcessDeflate {
+                pid,
+                sharing: family.others(),
+                report: r,
+            });
         }
         let shared_bytes = self
             .deflate_shared(sb.shared_memory())

@@ -54,11 +54,11 @@ impl Hibernator {
     }
 
     /// After a REAP prefetch: has each process's platform map the pages of the prefetched set
-    /// ahead (on the trap platform the application's process maps guest pages itself, and
+    /// (its family's) ahead (on the trap platform the application's process maps guest pages itself, and
     /// would otherwise take a fault for every run of them it touches).
     pub(super) fn prefault(&self, sb: &ParkedSandbox<'_>) {
         for (pid, res) in sb.processes() {
-            let Some(pm) = self.processes.get(&pid) else {
+            let Some(pm) = self.memory_of(&res.mem) else {
                 continue;
             };
             if !pm.reap_wake || res.space.holder_sees_writes() {

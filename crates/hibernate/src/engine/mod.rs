@@ -55,6 +55,7 @@ use crate::uffd::Uffd;
 mod checkpoint;
 mod deflate;
 mod error;
+mod families;
 mod handle;
 mod inflate;
 mod memory;
@@ -225,7 +226,8 @@ pub struct Hibernator {
     first_mem: Option<Arc<GuestMemory>>,
     /// The first process's pid (its files keep the names `swap.N` and `reap.N`).
     first_pid: Option<i32>,
-    /// Each process's memory as the hibernator keeps it between deflates, by pid.
+    /// Each family's memory as the hibernator keeps it between deflates, by the family's
+    /// lowest pid at the last deflate (`families.rs`).
     processes: std::collections::BTreeMap<i32, ProcessMemory>,
     /// The sandbox's anonymous shared memory written out by the last deflate, restored in
     /// full at the next wake.
@@ -248,8 +250,8 @@ struct SharedSwap {
     windows: Vec<Arc<platform::SharedWindow>>,
 }
 
-/// One process's memory between deflates: its page-state map, swap and REAP files, uffd
-/// registration, and REAP policy state.
+/// One process's memory between deflates (a family's: the processes that share it), its
+/// page-state map, swap and REAP files, uffd registration, and REAP policy state.
 struct ProcessMemory {
     mem: Arc<GuestMemory>,
     /// File name prefix in the state directory: `swap.N` for the first process,
@@ -269,11 +271,15 @@ struct ProcessMemory {
     reap_wake: bool,
 }
 
-/// What one process's deflate did, for `torpor stats`.
+/// What one process's deflate did, for `torpor stats`: a family's (the processes that share
+/// frames copy-on-write deflate their one memory together), under its lowest pid.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ProcessDeflate {
     /// The process.
     pub pid: i32,
+    /// The other processes whose memory this is (children forked copy-on-write), if any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sharing: Vec<i32>,
     /// Its figures.
     #[serde(flatten)]
     pub report: DeflateReport,

@@ -158,48 +158,22 @@ impl Hibernator {
         self.swap_quota = quota;
     }
 
-    /// The most bytes a deflate of `live` could write: every page the processes' allocators
-    /// hold (zero pages and clean file pages are not written, so this bounds from above) and
-    /// every resident page of anonymous shared memory.
+    /// The most bytes a deflate of `families` could write: every page their allocators hold
+    /// (zero pages and clean file pages are not written, so this bounds from above), each
+    /// family's once, and every resident page of anonymous shared memory.
     pub(super) fn deflate_bound(
-        live: &[(i32, kernel::task::ProcessResources)],
+        families: &[super::families::Family<'_>],
         space: &mm::SharedSpace,
     ) -> u64 {
         let mut pages = 0u64;
-        for (_, r) in live {
-            let mm = r.mm.lock().unwrap_or_else(|e| e.into_inner());
+        for f in families {
+            let mm = f.members[0].1.mm.lock().unwrap_or_else(|e| e.into_inner());
             pages += mm.allocator().used_pages() as u64;
         }
         for w in space.anonymous_windows() {
             pages += w.size() / PAGE_SIZE;
         }
         pages * PAGE_SIZE
-    }
-
-    /// Refuses a sandbox with processes that share frames copy-on-write (`TORPOR_COW_FORK`):
-    /// deflating them one by one would write a shared frame once per process and discard it
-    /// under the others (`docs/design/cow-fork.md`, S2, builds it per family).
-    pub(super) fn refuse_shared_frames(
-        live: &[(i32, kernel::task::ProcessResources)],
-    ) -> Result<(), EngineError> {
-        for (pid, r) in live {
-            let members =
-                r.mm.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .family()
-                    .members();
-            if members > 1 {
-                return Err(EngineError::Process {
-                    pid: *pid,
-                    source: Box::new(EngineError::NotSupported(format!(
-                        "its memory is shared copy-on-write with {} forked process(es) \
-                         (TORPOR_COW_FORK): hibernating shared frames is not built yet",
-                        members - 1
-                    ))),
-                });
-            }
-        }
-        Ok(())
     }
 
     pub(super) fn file_path(&self, kind: &str, pm: &ProcessMemory, generation: u64) -> PathBuf {

@@ -1,4 +1,5 @@
-//! One process's deflate, in three steps, every page of its memory going through them:
+//! One memory's deflate (a process's, or a family's: the processes that share it), in three
+//! steps, every page of the memory going through them:
 //!
 //! 1. **Plan** ([`Hibernator::plan`]): with the address space and the pager locked, what each
 //!    page is (resident, free, clean file page, in the recorded working set), the working set
@@ -15,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use platform::{layout, Gpa, PAGE_SIZE};
@@ -75,32 +76,51 @@ struct Written {
 }
 
 impl Hibernator {
-    /// Writes one process's memory out and drops it: plan, write, commit (see the module
-    /// doc).
+    /// Writes one family's memory out and drops it: plan, write, commit (see the module
+    /// doc). The family's members are locked in pid order (the lock rule for several
+    /// address spaces, which only a parked sandbox takes).
     pub(super) fn deflate_process(
         &self,
         pm: &mut ProcessMemory,
-        mm: &Arc<Mutex<mm::MemoryManager>>,
-        space: &dyn platform::AddressSpace,
+        family: &super::families::Family<'_>,
         force_compact: bool,
     ) -> Result<DeflateReport, EngineError> {
         let start = Instant::now();
         // Nothing may reach a page about to be dropped but the runtime's own mapping (which
-        // the userfaultfd serves): on the trap platform the application's process maps pages
-        // of guest memory itself.
-        space.evict_all().map_err(EngineError::Evict)?;
+        // the userfaultfd serves): on the trap platform the application's processes map
+        // pages of guest memory themselves, each member its own.
+        for (_, res) in &family.members {
+            res.space.evict_all().map_err(EngineError::Evict)?;
+        }
         let mut report = DeflateReport::default();
-        let mut mm = mm.lock().unwrap_or_else(|e| e.into_inner());
+        let mut mms: Vec<_> = family
+            .members
+            .iter()
+            .map(|(_, res)| res.mm.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect();
         // The page tables are walked before the pager is locked: the walk may fault a swapped
         // page-table page back in, which the userfaultfd thread serves under the pager's lock.
-        let file_pages = self.file_pages(&mut mm);
+        let mut file_pages = (CleanFilePages::new(), Vec::new());
+        for mm in &mut mms {
+            // Frames a member released and kept until its next commit: with every member's
+            // platform mapping evicted above, nothing maps them any more.
+            mm.settle_released();
+            let (clean, touched) = self.file_pages(mm);
+            file_pages.0.extend(clean);
+            file_pages.1.extend(touched);
+        }
+        file_pages.1.sort_unstable();
+        file_pages.1.dedup();
+        let space = &*family.members[0].1.space;
+        // The members share one allocator: any of them answers for the family's frames.
+        let mm = &mut mms[0];
         let pager = pm.pager.clone();
         let mut pager = pager.write().unwrap_or_else(|e| e.into_inner());
         let mut plan = self.plan(pm, &mut pager, file_pages, space, force_compact)?;
-        let written = self.write(pm, &mm, &pager, &mut plan, &mut report)?;
-        self.commit(pm, &mut mm, &mut pager, plan, written, &mut report);
+        let written = self.write(pm, mm, &pager, &mut plan, &mut report)?;
+        self.commit(pm, mm, &mut pager, plan, written, &mut report);
         drop(pager);
-        drop(mm);
+        drop(mms);
         report.took_us = start.elapsed().as_micros() as u64;
         Ok(report)
     }

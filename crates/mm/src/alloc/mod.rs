@@ -184,6 +184,12 @@ impl PageAllocator {
         self.npages - self.free_count
     }
 
+    /// The references held on allocated pages, all counted: the used pages when none is
+    /// shared, more when address spaces of a family map the same frames.
+    pub fn references(&self) -> usize {
+        self.refcount.iter().map(|&c| usize::from(c)).sum()
+    }
+
     fn chunk_len(&self, c: usize) -> usize {
         (self.npages - c * CHUNK_PAGES).min(CHUNK_PAGES)
     }

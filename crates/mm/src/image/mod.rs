@@ -47,6 +47,8 @@ use crate::pagetable::PageTables;
 use crate::shared::{SharedObject, SharedSpace};
 use crate::vma::{Prot, VmAdvice, VmLock, Vma, VmaKind, VmaSet};
 
+mod family;
+
 /// Which file a file mapping (private or `MAP_SHARED`) maps, in a form that survives the
 /// process: the guest path to reopen it by, and the size and modification time it had at the
 /// checkpoint, which the reopened file must still have.
@@ -250,6 +252,25 @@ fn refuse(why: String) -> MmError {
     MmError::Checkpoint(why)
 }
 
+/// Checks an export's books: the page-table pages and mapped frames of the address spaces
+/// (`held`) against what the allocator counts (`counted`, its used pages or, for a family,
+/// its references: `what`). More held than counted: pages of file windows (page cache,
+/// `MAP_SHARED` files) are still mapped, which are not the allocator's; fewer: pages the
+/// allocator holds that nothing maps.
+fn books_balance(held: usize, counted: usize, what: &str) -> Result<(), MmError> {
+    match held.cmp(&counted) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Greater => Err(refuse(format!(
+            "{} mapped pages are not the allocator's: pages of file windows (page cache, \
+             MAP_SHARED files) are still mapped (call drop_file_window_pages first)",
+            held - counted
+        ))),
+        std::cmp::Ordering::Less => Err(refuse(format!(
+            "{counted} {what} but {held} page-table pages and mapped pages"
+        ))),
+    }
+}
+
 impl MemoryManager {
     /// The address space's state for a checkpoint: the image and the page allocator's bytes
     /// ([`PageAllocator::export_bytes`]). Guest memory itself is the caller's to save (every
@@ -267,13 +288,30 @@ impl MemoryManager {
     pub fn export(&self, anon: &mut AnonObjects) -> Result<(MmImage, Vec<u8>), MmError> {
         let members = self.family().members();
         if members > 1 {
-            return Err(MmError::Checkpoint(format!(
-                "its memory is shared copy-on-write with {} forked address space(s) \
-                 (TORPOR_COW_FORK): a checkpoint of shared frames is not built yet \
-                 (docs/design/cow-fork.md, S2)",
+            return Err(refuse(format!(
+                "its memory is shared copy-on-write with {} forked address space(s): \
+                 exported with them (export_family)",
                 members - 1
             )));
         }
+        let image = self.export_parts(anon)?;
+        // Every allocated page is a table or a mapped frame, mapped once; any other mapped page
+        // is a window's (a page-cache page, a MAP_SHARED file's page; anonymous shared memory
+        // was refused above), not the allocator's: counted, not looked for, so that guest
+        // memory is not read.
+        let used = self.alloc.lock().used_pages();
+        books_balance(
+            (image.table_pages + image.mapped) as usize,
+            used,
+            "pages allocated",
+        )?;
+        Ok((image, self.alloc.lock().export_bytes()))
+    }
+
+    /// The image of this address space alone (VMAs, tables, counters), its books not
+    /// checked: [`export`](Self::export) and [`export_family`](Self::export_family) check
+    /// them, for one address space or for a family.
+    fn export_parts(&self, anon: &mut AnonObjects) -> Result<MmImage, MmError> {
         let mut ids: HashMap<*const (), FileId> = HashMap::new();
         let mut vmas = Vec::with_capacity(self.vmas.len());
         for v in self.vmas.iter() {
@@ -343,31 +381,9 @@ impl MemoryManager {
                 advice: v.advice.bits(),
             });
         }
-        // Every allocated page is a table or a mapped frame, mapped once; any other mapped page
-        // is a window's (a page-cache page, a MAP_SHARED file's page; anonymous shared memory
-        // was refused above), not the allocator's: counted, not looked for, so that guest
-        // memory is not read.
         let table_pages = self.pt.table_pages();
         let mapped = self.pt.mapped_pages();
-        let used = self.alloc.lock().used_pages();
-        match (table_pages + mapped).cmp(&used) {
-            std::cmp::Ordering::Equal => {}
-            std::cmp::Ordering::Greater => {
-                return Err(refuse(format!(
-                    "{} mapped pages are not the allocator's: pages of file windows (page \
-                     cache, MAP_SHARED files) are still mapped (call drop_file_window_pages \
-                     first)",
-                    table_pages + mapped - used
-                )))
-            }
-            std::cmp::Ordering::Less => {
-                return Err(refuse(format!(
-                    "{used} pages allocated but {table_pages} page-table pages and {mapped} \
-                     mapped pages"
-                )))
-            }
-        }
-        let image = MmImage {
+        Ok(MmImage {
             mem_size: self.mem.size(),
             pt_root: self.pt.root().0,
             table_pages: table_pages as u64,
@@ -381,8 +397,7 @@ impl MemoryManager {
             file_pages: page_runs(&self.file_pages),
             vmas,
             def_lock: self.def_lock.code(),
-        };
-        Ok((image, self.alloc.lock().export_bytes()))
+        })
     }
 
     /// The [`FileId`] of the file of file mapping `v` (`file` is the address of its
@@ -462,35 +477,10 @@ impl MemoryManager {
         files: Option<&Arc<SharedSpace>>,
         anon: &AnonObjects,
     ) -> Result<MemoryManager, MmError> {
-        if image.mem_size != mem.size() {
-            return Err(refuse(format!(
-                "image of {} bytes of guest memory, the memory has {}",
-                image.mem_size,
-                mem.size()
-            )));
-        }
-        if mem.size() > layout::DIRECT_MAP_SIZE {
-            return Err(refuse(format!(
-                "guest memory of {} bytes is too large for the direct map",
-                mem.size()
-            )));
-        }
-        let mut alloc = PageAllocator::import_bytes(mem.size(), allocator)
-            .map_err(|e| refuse(e.to_string()))?;
-        if !alloc.set_grow(crate::manager::exposing(&mem)) {
-            return Err(refuse(
-                "the VM refused the memory up to the last page allocated".into(),
-            ));
-        }
-        let root = Gpa(image.pt_root);
-        if !mem.is_own(root) || alloc.refcount(root).map_or(true, |rc| rc == 0) {
-            return Err(refuse(format!(
-                "page-table root {root} is not an allocated page of guest memory"
-            )));
-        }
-        let table_pages = usize::try_from(image.table_pages).unwrap_or(usize::MAX);
-        let mapped = usize::try_from(image.mapped).unwrap_or(usize::MAX);
-        if table_pages == 0 || table_pages.checked_add(mapped) != Some(alloc.used_pages()) {
+        check_size(&mem, image)?;
+        let alloc = import_allocator(&mem, allocator)?;
+        let (table_pages, mapped) = held_by(image);
+        if table_pages.checked_add(mapped) != Some(alloc.used_pages()) {
             return Err(refuse(format!(
                 "{} page-table pages and {} mapped pages, but {} pages allocated",
                 image.table_pages,
@@ -498,13 +488,37 @@ impl MemoryManager {
                 alloc.used_pages()
             )));
         }
+        Self::import_parts(mem, image, crate::family::Family::new(alloc), open, files, anon)
+    }
+
+    /// The address space `image` describes over `mem`, its frames `family`'s (whose
+    /// allocator the caller checked the image's books against): [`import`](Self::import)'s
+    /// common part with [`import_family`](Self::import_family).
+    fn import_parts(
+        mem: Arc<GuestMemory>,
+        image: &MmImage,
+        family: crate::family::Family,
+        open: &mut dyn FnMut(&FileId) -> Result<File, String>,
+        files: Option<&Arc<SharedSpace>>,
+        anon: &AnonObjects,
+    ) -> Result<MemoryManager, MmError> {
+        let root = Gpa(image.pt_root);
+        if !mem.is_own(root) || family.lock().refcount(root).map_or(true, |rc| rc == 0) {
+            return Err(refuse(format!(
+                "page-table root {root} is not an allocated page of guest memory"
+            )));
+        }
+        let (table_pages, mapped) = held_by(image);
+        if table_pages == 0 {
+            return Err(refuse("an address space without page tables".into()));
+        }
         let (mmap_base, brk_base, brk) = check_scalars(image)?;
         let def_lock = VmLock::from_code(image.def_lock)
             .ok_or_else(|| refuse(format!("default lock {}", image.def_lock)))?;
         let vmas = check_vmas(&image.vmas, anon)?;
         let vmas = reopen(vmas, open, files)?;
         let pt = PageTables::from_parts(mem.clone(), root, table_pages, mapped);
-        let mut mm = MemoryManager::from_parts(mem, crate::family::Family::new(alloc), pt);
+        let mut mm = MemoryManager::from_parts(mem, family, pt);
         mm.vmas = vmas;
         mm.mmap_base = mmap_base;
         mm.brk_base = brk_base;
@@ -605,6 +619,46 @@ impl MemoryManager {
         self.faults = faults;
         served
     }
+}
+
+/// Refuses an image of a memory of another size than `mem`, or one too large for the direct
+/// map.
+fn check_size(mem: &GuestMemory, image: &MmImage) -> Result<(), MmError> {
+    if image.mem_size != mem.size() {
+        return Err(refuse(format!(
+            "image of {} bytes of guest memory, the memory has {}",
+            image.mem_size,
+            mem.size()
+        )));
+    }
+    if mem.size() > layout::DIRECT_MAP_SIZE {
+        return Err(refuse(format!(
+            "guest memory of {} bytes is too large for the direct map",
+            mem.size()
+        )));
+    }
+    Ok(())
+}
+
+/// The page allocator saved as `bytes` for `mem` (its size checked against the image's by
+/// the caller), growing the VM's memory as it allocates.
+fn import_allocator(mem: &Arc<GuestMemory>, bytes: &[u8]) -> Result<PageAllocator, MmError> {
+    let mut alloc =
+        PageAllocator::import_bytes(mem.size(), bytes).map_err(|e| refuse(e.to_string()))?;
+    if !alloc.set_grow(crate::manager::exposing(mem)) {
+        return Err(refuse(
+            "the VM refused the memory up to the last page allocated".into(),
+        ));
+    }
+    Ok(alloc)
+}
+
+/// An image's page-table pages and mapped frames (`usize::MAX` where they do not fit).
+fn held_by(image: &MmImage) -> (usize, usize) {
+    (
+        usize::try_from(image.table_pages).unwrap_or(usize::MAX),
+        usize::try_from(image.mapped).unwrap_or(usize::MAX),
+    )
 }
 
 /// The most file-window pages a checkpoint records for a restore to map ahead (256 MiB).

@@ -98,7 +98,7 @@ fn map_shared(
 
 /// A fresh memory of `m`'s size holding `m`'s allocated pages, free pages left as holes:
 /// what a restore's pager provides.
-fn restored_memory(m: &MemoryManager) -> Arc<GuestMemory> {
+pub(super) fn restored_memory(m: &MemoryManager) -> Arc<GuestMemory> {
     let old = m.memory();
     let mem = Arc::new(GuestMemory::new(old.size()).unwrap());
     let mut page = vec![0u8; PAGE_SIZE as usize];

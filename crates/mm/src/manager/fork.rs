@@ -305,6 +305,20 @@ impl MemoryManager {
         }
     }
 
+    /// Frees at once every frame this address space released and keeps for a commit (see
+    /// the module's doc): for a caller that knows nothing maps them any more, every
+    /// platform mapping of the family's memory having been evicted (a deflate, before a
+    /// checkpoint's books are counted).
+    pub fn settle_released(&mut self) {
+        let frames: Vec<Gpa> = self.released.drain(..).chain(self.committing.drain(..)).collect();
+        let mut alloc = self.alloc.lock();
+        for frame in frames {
+            if let Err(e) = alloc.decref(frame) {
+                tracing::error!("freeing frame {frame}: {e}");
+            }
+        }
+    }
+
     /// What a member leaving a family that lives on gives back: its references to the frames
     /// it maps, its page-table pages, and the frames it released.
     fn leave_family(&mut self) {
