@@ -182,18 +182,9 @@ fn a_copy_on_write_fork_shares_frames_and_keeps_writes_private() {
     assert_ne!(copied.code(), 0, "{}", copied.stdout_str());
 }
 
-/// A sandbox whose processes share frames copy-on-write hibernates as one family
-/// (`docs/design/cow-fork.md`, S2): the three processes of `cow_fork 64 wait` (trap,
-/// `TORPOR_COW_FORK=1`, in 160 MiB, where three copies would not fit) deflate into one swap
-/// store that holds each frame once (the parent's 64 MiB and the pages each child wrote:
-/// 117 MiB, where a copy per process would be 192 MiB), listed under the parent with the
-/// pids that share it; woken, every process still sees only its own writes.
-#[test]
-fn a_family_sharing_frames_hibernates_once_and_keeps_writes_private() {
-    if !copy_on_write_platform() {
-        return;
-    }
-    let r = Rootfs::new();
+/// `cow_fork 64 wait` as [`paused`] starts it, its forks sharing frames (trap,
+/// `TORPOR_COW_FORK=1`) in 160 MiB, where three copies of the pattern would not fit.
+fn paused_sharing(r: &Rootfs) -> Detached {
     let prog = r.guest_program("cow_fork");
     let sb = Detached::start_with_env(
         bin(),
@@ -209,6 +200,22 @@ fn a_family_sharing_frames_hibernates_once_and_keeps_writes_private() {
         log_of(&sb)
     );
     assert_eq!(log_of(&sb), private_before_and_after_pause().0);
+    sb
+}
+
+/// A sandbox whose processes share frames copy-on-write hibernates as one family
+/// (`docs/design/cow-fork.md`, S2): the three processes of `cow_fork 64 wait` (trap,
+/// `TORPOR_COW_FORK=1`, in 160 MiB, where three copies would not fit) deflate into one swap
+/// store that holds each frame once (the parent's 64 MiB and the pages each child wrote:
+/// 117 MiB, where a copy per process would be 192 MiB), listed under the parent with the
+/// pids that share it; woken, every process still sees only its own writes.
+#[test]
+fn a_family_sharing_frames_hibernates_once_and_keeps_writes_private() {
+    if !copy_on_write_platform() {
+        return;
+    }
+    let r = Rootfs::new();
+    let sb = paused_sharing(&r);
     sb.ok("hibernate", &[]);
     assert_eq!(sb.stat("state"), "hibernated");
     let stats: serde_json::Value =
@@ -227,6 +234,35 @@ fn a_family_sharing_frames_hibernates_once_and_keeps_writes_private() {
         "each frame written once (117 MiB of pattern pages): {swap} bytes"
     );
     assert_private_after_pause(&sb, private_before_and_after_pause().0);
+}
+
+/// A checkpoint of processes that share frames copy-on-write saves their memory once (one
+/// image, under the parent's pid; checkpoint format 1.10), and the restore shares the frames
+/// again: the restored sandbox runs in the same 160 MiB, where three copies would not fit,
+/// and every process still sees only its own writes.
+#[test]
+fn a_family_sharing_frames_is_checkpointed_once_and_restored_sharing() {
+    if !copy_on_write_platform() {
+        return;
+    }
+    let r = Rootfs::new();
+    let sb = paused_sharing(&r);
+    let (_t, dir) = sb.checkpoint_to_temp();
+    let images: Vec<String> = std::fs::read_dir(&dir)
+        .expect("checkpoint directory")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("mem-") && n.ends_with(".img"))
+        .collect();
+    assert_eq!(
+        images.len(),
+        1,
+        "one memory image for the family: {images:?}"
+    );
+    let restored = sb
+        .restore_beside(&[], &dir)
+        .unwrap_or_else(|o| panic!("restore: {}", o.stderr_str()));
+    assert_private_after_pause(&restored, "");
 }
 
 /// The memory limit holds when copy-on-write copies come late (trap, `TORPOR_COW_FORK=1`):

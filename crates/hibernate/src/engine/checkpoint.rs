@@ -208,7 +208,9 @@ impl Hibernator {
             (kernel::checkpoint::export(sb, &mut blobs)?, Vec::new())
         };
         let mut w = CheckpointWriter::create(&job.dir)?;
-        for p in &kernel.processes {
+        // A memory image per memory: processes that share their memory with another (forked
+        // copy-on-write) have theirs under that process's pid, the family's lowest.
+        for p in kernel.processes.iter().filter(|p| p.memory_of.is_none()) {
             let pm = self.processes.get(&p.pid).ok_or_else(|| {
                 EngineError::Inconsistent("not deflated".into()).in_process(p.pid)
             })?;

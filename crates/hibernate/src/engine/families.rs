@@ -50,10 +50,7 @@ impl<'a> Family<'a> {
 pub(super) fn of(live: &[(i32, ProcessResources)]) -> Vec<Family<'_>> {
     let mut families: Vec<Family<'_>> = Vec::new();
     for (pid, res) in live {
-        match families
-            .iter_mut()
-            .find(|f| Arc::ptr_eq(f.mem(), &res.mem))
-        {
+        match families.iter_mut().find(|f| Arc::ptr_eq(f.mem(), &res.mem)) {
             Some(f) => f.members.push((*pid, res)),
             None => families.push(Family {
                 members: vec![(*pid, res)],

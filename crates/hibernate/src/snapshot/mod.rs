@@ -51,8 +51,10 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// copied by fork, not dumped; left out when none); 9: layered memory (a dormant sandbox's
 /// in-place checkpoint: `mem-PID.base-K.img`, links to the images it was restored from, under
 /// `mem-PID.img`, which holds only the pages they do not; its working set as a page list,
-/// `workset-PID`, read from those images).
-pub const FORMAT_MINOR: u16 = 9;
+/// `workset-PID`, read from those images); 10: processes that share frames copy-on-write
+/// (`memory_of`, written only for them: one memory image, `mem-PID.img` of the family's
+/// lowest pid, and one allocator for the family).
+pub const FORMAT_MINOR: u16 = 10;
 
 /// The manifest's file name.
 pub const MANIFEST: &str = "MANIFEST";

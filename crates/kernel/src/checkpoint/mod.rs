@@ -15,6 +15,7 @@
 //! as before.
 
 pub mod blobs;
+mod families;
 mod file_signals;
 pub mod files;
 pub mod ipc;
@@ -158,6 +159,8 @@ fn export_with(
     let file_signals = file_signals::export(&tables, &files);
     let mut processes = Vec::with_capacity(groups.len());
     let mut anon = mm::AnonObjects::default();
+    // Processes that share frames copy-on-write are saved a family at a time.
+    let mut shared = families::export(&resources, &mut anon, blobs)?;
     let each = groups.iter().zip(&resources).zip(files).zip(timers);
     for ((((pid, g), (_, res)), files), posix_timers) in each {
         // Each parked thread gives its state from its own host thread; the caller's is here.
@@ -201,12 +204,18 @@ fn export_with(
             pgid: *pid,
             sid: *pid,
         });
-        let (mm, allocator) = res
-            .mm
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .export(&mut anon)
-            .map_err(|e| CheckpointError::Unsupported(format!("process {pid}: {e}")))?;
+        let (mm, allocator, memory_of) = match shared.remove(pid) {
+            Some(saved) => saved,
+            None => {
+                let (mm, allocator) = res
+                    .mm
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .export(&mut anon)
+                    .map_err(|e| CheckpointError::Unsupported(format!("process {pid}: {e}")))?;
+                (mm, blobs.add(&allocator), None)
+            }
+        };
         let rlimits = {
             let l = g.rlimits.lock().unwrap_or_else(|e| e.into_inner());
             (0..NLIMITS as u32)
@@ -226,7 +235,8 @@ fn export_with(
             rlimits,
             actions,
             mm,
-            allocator: blobs.add(&allocator),
+            allocator,
+            memory_of,
             files,
             posix_timers,
             threads: captured
@@ -400,8 +410,6 @@ pub fn restore(
         anon,
         file_signals: &state.file_signals,
     };
-    let mut tasks = Vec::new();
-    let mut first_vm = None;
     for p in &state.processes {
         if state.processes.iter().filter(|q| q.pid == p.pid).count() != 1 || p.pid < 1 {
             return Err(bad(CheckpointError::Restore(format!(
@@ -409,13 +417,29 @@ pub fn restore(
                 p.pid
             ))));
         }
+    }
+    // A memory per process, or per family (processes that share frames copy-on-write).
+    let mut made = std::collections::HashMap::new();
+    for family in families::of(&state.processes).map_err(bad)? {
+        let first = family[0];
         let memory = memories
             .iter()
-            .find(|(pid, _)| *pid == p.pid)
+            .find(|(pid, _)| *pid == first.pid)
             .map(|(_, m)| m.clone());
-        let (space, mut made) = cx.process(p, memory)?;
+        let mem = cx.memory(first, memory)?;
+        for (p, mm) in family.iter().zip(cx.address_spaces(&family, &mem)?) {
+            made.insert(p.pid, cx.process(p, mem.clone(), mm)?);
+        }
+    }
+    // The tasks in the state's order: the first process's leader is the sandbox's task.
+    let mut tasks = Vec::new();
+    let mut first_vm = None;
+    for p in &state.processes {
+        let (space, mut threads) = made
+            .remove(&p.pid)
+            .ok_or_else(|| bad(CheckpointError::Restore(format!("process {}", p.pid))))?;
         first_vm.get_or_insert(space);
-        tasks.append(&mut made);
+        tasks.append(&mut threads);
     }
     let max_pid = state.processes.iter().map(|p| p.pid).max().unwrap_or(1);
     procs.set_next_id(state.next_id.max(max_pid + 1));
@@ -480,13 +504,80 @@ fn import_anon_shared(
 }
 
 impl RestoreContext<'_> {
-    /// Builds process `p` over `memory` (or fresh memory): its VM, address space, descriptor
+    /// The memory of process `p` (with the processes that share it): `memory` if given,
+    /// else a fresh one of the sandbox's size.
+    fn memory(
+        &self,
+        p: &ProcessState,
+        memory: Option<Arc<GuestMemory>>,
+    ) -> Result<Arc<GuestMemory>, SandboxError> {
+        let cfg = self.cfg;
+        if p.mm.mem_size != cfg.memory {
+            return Err(SandboxError::Restore(format!(
+                "process {}: a guest memory of {} bytes, not {}",
+                p.pid, p.mm.mem_size, cfg.memory
+            )));
+        }
+        match memory {
+            Some(m) if m.size() == cfg.memory => Ok(m),
+            Some(m) => Err(SandboxError::Memory(format!(
+                "a memory of {} bytes for a sandbox of {}",
+                m.size(),
+                cfg.memory
+            ))),
+            None => cfg
+                .platform
+                .new_memory(cfg.memory)
+                .map_err(|e| SandboxError::Memory(e.to_string())),
+        }
+    }
+
+    /// The address spaces of `family` (one process, or the processes that share `mem`: the
+    /// one whose memory it is first) over `mem`, in its order.
+    fn address_spaces(
+        &self,
+        family: &[&ProcessState],
+        mem: &Arc<GuestMemory>,
+    ) -> Result<Vec<MemoryManager>, SandboxError> {
+        let first = family[0];
+        let allocator = self.blobs.get(first.allocator).map_err(|e| {
+            SandboxError::Restore(format!(
+                "process {}: the page allocator's state: {e}",
+                first.pid
+            ))
+        })?;
+        let root = &self.root;
+        let mut open = |id: &mm::FileId| -> Result<std::fs::File, String> {
+            root.open_at(id.path.as_bytes(), libc::O_RDONLY | libc::O_CLOEXEC, 0)
+                .map(std::fs::File::from)
+                .map_err(|e| e.to_string())
+        };
+        let shm = Some(&self.procs.shm);
+        let made = if let [p] = family {
+            MemoryManager::import(mem.clone(), &p.mm, allocator, &mut open, shm, &self.anon)
+                .map(|mm| vec![mm])
+        } else {
+            let images: Vec<&mm::MmImage> = family.iter().map(|p| &p.mm).collect();
+            MemoryManager::import_family(
+                mem.clone(),
+                &images,
+                allocator,
+                &mut open,
+                shm,
+                &self.anon,
+            )
+        };
+        made.map_err(|e| SandboxError::Restore(format!("process {}: {e}", first.pid)))
+    }
+
+    /// Builds process `p` with its address space `mm` over `mem`: its VM, descriptor
     /// table, thread group and threads (the first the leader), every thread asked to park
     /// and the group holding them.
     fn process(
         &self,
         p: &ProcessState,
-        memory: Option<Arc<GuestMemory>>,
+        mem: Arc<GuestMemory>,
+        mm: MemoryManager,
     ) -> Result<(Arc<dyn AddressSpace>, Vec<Task>), SandboxError> {
         let bad = |e: CheckpointError| SandboxError::Restore(e.to_string());
         let (cfg, blobs, procs) = (self.cfg, self.blobs, &self.procs);
@@ -503,51 +594,11 @@ impl RestoreContext<'_> {
                 p.threads.len()
             ))));
         }
-        if p.mm.mem_size != cfg.memory {
-            return Err(bad(CheckpointError::Restore(format!(
-                "process {}: a guest memory of {} bytes, not {}",
-                p.pid, p.mm.mem_size, cfg.memory
-            ))));
-        }
         let slot = procs
             .reserve_task()
             .map_err(|_| SandboxError::Memory(format!("no room for process {}", p.pid)))?;
-        let mem = match memory {
-            Some(m) if m.size() == cfg.memory => m,
-            Some(m) => {
-                return Err(SandboxError::Memory(format!(
-                    "a memory of {} bytes for a sandbox of {}",
-                    m.size(),
-                    cfg.memory
-                )))
-            }
-            None => cfg
-                .platform
-                .new_memory(cfg.memory)
-                .map_err(|e| SandboxError::Memory(e.to_string()))?,
-        };
         let space = cfg.platform.new_address_space(mem.clone())?;
-        let allocator = blobs.get(p.allocator).map_err(|e| {
-            SandboxError::Restore(format!(
-                "process {}: the page allocator's state: {e}",
-                p.pid
-            ))
-        })?;
         let root = &self.root;
-        let mut open = |id: &mm::FileId| -> Result<std::fs::File, String> {
-            root.open_at(id.path.as_bytes(), libc::O_RDONLY | libc::O_CLOEXEC, 0)
-                .map(std::fs::File::from)
-                .map_err(|e| e.to_string())
-        };
-        let mm = MemoryManager::import(
-            mem.clone(),
-            &p.mm,
-            allocator,
-            &mut open,
-            Some(&procs.shm),
-            &self.anon,
-        )
-        .map_err(|e| SandboxError::Restore(format!("process {}: {e}", p.pid)))?;
         mm.allocator().set_budget(procs.memory.clone());
         let ctx = space.new_context(mm.cr3())?;
         let fds = files::table(&p.files, &self.files).map_err(bad)?;

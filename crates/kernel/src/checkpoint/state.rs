@@ -231,8 +231,15 @@ pub struct ProcessState {
     pub actions: Vec<[u64; 4]>,
     /// The address space (its pages are in the process's memory image).
     pub mm: mm::MmImage,
-    /// The page allocator's state ([`mm::MemoryManager::export`]).
+    /// The page allocator's state ([`mm::MemoryManager::export`]; a family's, once, for
+    /// the processes that share a memory).
     pub allocator: BlobRef,
+    /// The process whose memory this one's is: a child forked copy-on-write that shares
+    /// frames with it (its page tables are pages of that memory, its memory image and
+    /// allocator that process's). Absent for a process with a memory of its own, and
+    /// before format 1.10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_of: Option<i32>,
     /// The descriptor table.
     pub files: FilesState,
     /// Its POSIX timers, all disarmed (none in older checkpoints; not written when there

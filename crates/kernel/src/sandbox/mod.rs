@@ -355,18 +355,30 @@ impl Sandbox {
         pages
     }
 
-    /// Each process's guest memory, by pid, the first process's first (a restored sandbox
-    /// has several before it runs).
+    /// Each guest memory of the sandbox under the lowest pid of the processes that map it
+    /// (processes forked copy-on-write share their parent's), the first process's first (a
+    /// restored sandbox has several before it runs).
     pub fn process_memories(&self) -> Vec<(i32, Arc<GuestMemory>)> {
-        let mut out = vec![(self.task.pid, self.task.mem.clone())];
-        let mut others = self.task.group.procs.live_groups();
-        others.sort_by_key(|(pid, _)| *pid);
-        for (pid, g) in others {
+        let mut all = vec![(self.task.pid, self.task.mem.clone())];
+        for (pid, g) in self.task.group.procs.live_groups() {
             if pid != self.task.pid {
                 if let Some(r) = g.resources() {
-                    out.push((pid, r.mem));
+                    all.push((pid, r.mem));
                 }
             }
+        }
+        all.sort_by_key(|(pid, _)| *pid);
+        // A memory once, under the lowest pid of the processes that share it.
+        let mut out: Vec<(i32, Arc<GuestMemory>)> = Vec::with_capacity(all.len());
+        for (pid, mem) in all {
+            if !out.iter().any(|(_, m)| Arc::ptr_eq(m, &mem)) {
+                out.push((pid, mem));
+            }
+        }
+        // The first process's first.
+        if let Some(i) = out.iter().position(|(_, m)| Arc::ptr_eq(m, &self.task.mem)) {
+            let first = out.remove(i);
+            out.insert(0, first);
         }
         out
     }

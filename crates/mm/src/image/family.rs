@@ -248,7 +248,8 @@ mod tests {
         assert!(matches!(r, Err(MmError::Checkpoint(_))));
         // A member counted twice.
         let four: Vec<&MmImage> = images.iter().chain(images.first()).collect();
-        let r = MemoryManager::import_family(mem, &four, &alloc, &mut no_files, None, &anon_objects);
+        let r =
+            MemoryManager::import_family(mem, &four, &alloc, &mut no_files, None, &anon_objects);
         assert!(matches!(r, Err(MmError::Checkpoint(_))));
     }
 }

@@ -488,7 +488,14 @@ impl MemoryManager {
                 alloc.used_pages()
             )));
         }
-        Self::import_parts(mem, image, crate::family::Family::new(alloc), open, files, anon)
+        Self::import_parts(
+            mem,
+            image,
+            crate::family::Family::new(alloc),
+            open,
+            files,
+            anon,
+        )
     }
 
     /// The address space `image` describes over `mem`, its frames `family`'s (whose

@@ -310,7 +310,11 @@ impl MemoryManager {
     /// platform mapping of the family's memory having been evicted (a deflate, before a
     /// checkpoint's books are counted).
     pub fn settle_released(&mut self) {
-        let frames: Vec<Gpa> = self.released.drain(..).chain(self.committing.drain(..)).collect();
+        let frames: Vec<Gpa> = self
+            .released
+            .drain(..)
+            .chain(self.committing.drain(..))
+            .collect();
         let mut alloc = self.alloc.lock();
         for frame in frames {
             if let Err(e) = alloc.decref(frame) {

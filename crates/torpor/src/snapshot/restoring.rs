@@ -271,7 +271,9 @@ impl Restoring {
         mode: WakeMode,
     ) -> Result<(Sandbox, Hibernator, HibernateHandle)> {
         let mut memories = Vec::new();
-        for p in &self.state.kernel.processes {
+        // A memory per process, or per family of processes that share one (forked
+        // copy-on-write: the others name it in `memory_of`).
+        for p in self.own_memories() {
             let mem = cfg
                 .platform
                 .new_memory(cfg.memory)
@@ -286,6 +288,16 @@ impl Restoring {
         Ok((sandbox, hib, handle))
     }
 
+    /// The processes of the checkpoint with a memory of their own (and an image of it): all
+    /// but those that share another's, forked copy-on-write.
+    fn own_memories(&self) -> impl Iterator<Item = &kernel::checkpoint::state::ProcessState> {
+        self.state
+            .kernel
+            .processes
+            .iter()
+            .filter(|p| p.memory_of.is_none())
+    }
+
     /// Builds a clone over `cfg`: the sandbox as restored, its guest memory the checkpoint's
     /// memory image mapped copy-on-write ([`Restoring::memory_file`]), so every clone of the
     /// checkpoint shares the host page cache's one copy of the pages it only reads.
@@ -294,7 +306,7 @@ impl Restoring {
     /// As [`Restoring::sandbox`]; the memory file cannot be made or mapped.
     pub fn clone_sandbox(&self, cfg: &SandboxConfig) -> Result<Sandbox> {
         let mut memories = Vec::new();
-        for p in &self.state.kernel.processes {
+        for p in self.own_memories() {
             let file = self.memory_file(p.pid)?;
             tracing::debug!(pid = p.pid, "clone: memory file open");
             let mem = cfg

@@ -1,0 +1,95 @@
+//! Processes that share one guest memory's frames copy-on-write (a process and the children
+//! it forked: `mm`'s family) in a checkpoint. Their address spaces are saved together
+//! ([`mm::MemoryManager::export_family`]): one allocator, one memory image (the hibernate
+//! crate writes it under the family's lowest pid), each member's page tables in it. The
+//! other members' states name that process in [`ProcessState::memory_of`]; a restore builds
+//! the family's memory once and its members over it ([`mm::MemoryManager::import_family`]),
+//! so what they shared is shared again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::blobs::{BlobRef, BlobWriter};
+use super::state::ProcessState;
+use super::CheckpointError;
+use crate::task::ProcessResources;
+
+/// A saved address space: its image, its allocator's blob, and the process whose memory it
+/// is (`None`: its own).
+pub(super) type SavedSpace = (mm::MmImage, BlobRef, Option<i32>);
+
+/// Exports the address spaces of the processes of `resources` that share their memory with
+/// others, a family at a time (members locked in pid order: every thread is parked), by
+/// pid; the allocator's bytes go into `blobs` once per family. Processes with a memory of
+/// their own are left to the caller.
+///
+/// # Errors
+/// [`CheckpointError::Unsupported`] with the reason [`mm::MemoryManager::export_family`]
+/// gives.
+pub(super) fn export(
+    resources: &[(i32, ProcessResources)],
+    anon: &mut mm::AnonObjects,
+    blobs: &mut BlobWriter,
+) -> Result<HashMap<i32, SavedSpace>, CheckpointError> {
+    let mut families: Vec<Vec<&(i32, ProcessResources)>> = Vec::new();
+    for r in resources {
+        match families
+            .iter_mut()
+            .find(|f| Arc::ptr_eq(&f[0].1.mem, &r.1.mem))
+        {
+            Some(f) => f.push(r),
+            None => families.push(vec![r]),
+        }
+    }
+    let mut saved = HashMap::new();
+    for mut family in families.into_iter().filter(|f| f.len() > 1) {
+        family.sort_by_key(|(pid, _)| *pid);
+        let first = family[0].0;
+        let guards: Vec<_> = family
+            .iter()
+            .map(|(_, r)| r.mm.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect();
+        let members: Vec<&mm::MemoryManager> = guards.iter().map(|g| &**g).collect();
+        let (images, allocator) = mm::MemoryManager::export_family(&members, anon)
+            .map_err(|e| CheckpointError::Unsupported(format!("process {first}: {e}")))?;
+        let blob = blobs.add(&allocator);
+        for ((pid, _), image) in family.iter().zip(images) {
+            let of = (*pid != first).then_some(first);
+            saved.insert(*pid, (image, blob, of));
+        }
+    }
+    Ok(saved)
+}
+
+/// The processes of a saved sandbox by memory: each group the process with a memory of its
+/// own first, then those whose [`ProcessState::memory_of`] names it, by pid; groups in the
+/// order of their first process.
+///
+/// # Errors
+/// [`CheckpointError::Restore`] when a process names itself, a process the state does not
+/// have, or one whose memory is another's.
+pub(super) fn of(processes: &[ProcessState]) -> Result<Vec<Vec<&ProcessState>>, CheckpointError> {
+    let mut families: Vec<Vec<&ProcessState>> = processes
+        .iter()
+        .filter(|p| p.memory_of.is_none())
+        .map(|p| vec![p])
+        .collect();
+    let mut members: Vec<&ProcessState> =
+        processes.iter().filter(|p| p.memory_of.is_some()).collect();
+    members.sort_by_key(|p| p.pid);
+    for p in members {
+        let of = p.memory_of.unwrap_or(p.pid);
+        let family = families
+            .iter_mut()
+            .find(|f| f[0].pid == of)
+            .ok_or_else(|| {
+                CheckpointError::Restore(format!(
+                    "process {} shares the memory of {of}, which is not a process with a \
+                     memory of its own",
+                    p.pid
+                ))
+            })?;
+        family.push(p);
+    }
+    Ok(families)
+}
