@@ -76,6 +76,13 @@ pub fn platform_is_trap() -> bool {
     std::env::var("TORPOR_PLATFORM").as_deref() == Ok("trap")
 }
 
+/// Whether a single-threaded process's fork shares its memory copy-on-write in the sandboxes
+/// the tests start: on the trap platform, unless `TORPOR_COW_FORK=0` (which the `torpor`
+/// processes inherit) asks for copies.
+pub fn forks_share_memory() -> bool {
+    platform_is_trap() && std::env::var("TORPOR_COW_FORK").as_deref() != Ok("0")
+}
+
 /// The platforms a benchmark compares on this host: KVM and trap where `/dev/kvm` opens,
 /// trap alone (said on standard output) where it does not.
 pub fn platforms() -> Vec<&'static str> {

@@ -69,27 +69,60 @@ pub(super) fn export(
 /// [`CheckpointError::Restore`] when a process names itself, a process the state does not
 /// have, or one whose memory is another's.
 pub(super) fn of(processes: &[ProcessState]) -> Result<Vec<Vec<&ProcessState>>, CheckpointError> {
-    let mut families: Vec<Vec<&ProcessState>> = processes
-        .iter()
-        .filter(|p| p.memory_of.is_none())
-        .map(|p| vec![p])
+    let ids: Vec<(i32, Option<i32>)> = processes.iter().map(|p| (p.pid, p.memory_of)).collect();
+    Ok(groups(&ids)?
+        .into_iter()
+        .map(|g| g.into_iter().map(|i| &processes[i]).collect())
+        .collect())
+}
+
+/// [`of`] over `(pid, memory_of)` pairs: the groups as indices into `ids`.
+fn groups(ids: &[(i32, Option<i32>)]) -> Result<Vec<Vec<usize>>, CheckpointError> {
+    let mut families: Vec<Vec<usize>> = (0..ids.len())
+        .filter(|&i| ids[i].1.is_none())
+        .map(|i| vec![i])
         .collect();
-    let mut members: Vec<&ProcessState> =
-        processes.iter().filter(|p| p.memory_of.is_some()).collect();
-    members.sort_by_key(|p| p.pid);
-    for p in members {
-        let of = p.memory_of.unwrap_or(p.pid);
+    let mut members: Vec<usize> = (0..ids.len()).filter(|&i| ids[i].1.is_some()).collect();
+    members.sort_by_key(|&i| ids[i].0);
+    for i in members {
+        let (pid, of) = ids[i];
+        let of = of.unwrap_or(pid);
         let family = families
             .iter_mut()
-            .find(|f| f[0].pid == of)
+            .find(|f| ids[f[0]].0 == of)
             .ok_or_else(|| {
                 CheckpointError::Restore(format!(
-                    "process {} shares the memory of {of}, which is not a process with a \
-                     memory of its own",
-                    p.pid
+                    "process {pid} shares the memory of {of}, which is not a process with a \
+                     memory of its own"
                 ))
             })?;
-        family.push(p);
+        family.push(i);
     }
     Ok(families)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::groups;
+
+    #[test]
+    fn members_follow_the_process_whose_memory_they_share() {
+        // 1 alone; 3 shares 2's, and 5 too, listed before 2.
+        let ids = [(5, Some(2)), (1, None), (2, None), (3, Some(2))];
+        assert_eq!(groups(&ids).unwrap(), vec![vec![1], vec![2, 3, 0]]);
+    }
+
+    #[test]
+    fn a_memory_of_nobody_is_refused() {
+        for ids in [
+            // Itself.
+            vec![(1, None), (2, Some(2))],
+            // A process the state does not have.
+            vec![(1, None), (2, Some(9))],
+            // One whose memory is another's.
+            vec![(1, None), (2, Some(1)), (3, Some(2))],
+        ] {
+            assert!(groups(&ids).is_err(), "{ids:?}");
+        }
+    }
 }

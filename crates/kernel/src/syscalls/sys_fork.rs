@@ -222,14 +222,13 @@ pub(super) fn fork(
 }
 
 /// Whether `t`'s fork shares its frames copy-on-write with the child (`mm`'s
-/// `fork_sharing`) rather than copying them into a new memory: asked for with
-/// `TORPOR_COW_FORK=1` (slice S1 of `docs/design/cow-fork.md`: a sandbox whose processes
-/// share frames cannot be hibernated or checkpointed yet), on a platform whose address
-/// spaces can share a memory (trap), from a process with one thread (another thread could
-/// write through its old writable translation while the fork makes it read-only).
+/// `fork_sharing`) rather than copying them into a new memory: on a platform whose address
+/// spaces can share a memory (trap; `docs/design/cow-fork.md`, S1 and S2), from a process
+/// with one thread (another thread could write through its old writable translation while
+/// the fork makes it read-only), unless `TORPOR_COW_FORK=0` asks for copies.
 fn shares_frames(t: &Task) -> bool {
-    static ASKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ASKED.get_or_init(|| std::env::var_os("TORPOR_COW_FORK").is_some_and(|v| v == "1"))
+    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| std::env::var_os("TORPOR_COW_FORK").is_none_or(|v| v != "0"))
         && t.group.platform.address_spaces_share_memory()
         && t.group.thread_ids().len() == 1
 }
