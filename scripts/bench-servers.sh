@@ -5,13 +5,14 @@
 # redis-cli).
 #
 #   scripts/bench-servers.sh [ROUNDS] > docs/results/servers.md
+#   TORPOR_PLATFORM=trap scripts/bench-servers.sh [ROUNDS] > docs/results/trap/servers.md
 #
 # For each server: the time from `torpor run -d` to the first answer; the holder's PSS hot
 # (after a warm-up) and hibernated; per process, the swap bytes of the last deflate (torpor
 # stats); and, over ROUNDS rounds (default 5), the client's round trip when hot and for the
 # first request after a hibernation (the request wakes the sandbox), as medians and their
 # ratio. Client round trips include the client's own start (the same in both columns).
-# Needs root, /dev/kvm, the servers root, curl, psql (postgresql-client) and redis-cli
+# Needs root, /dev/kvm (or TORPOR_PLATFORM=trap), the servers root, curl, psql (postgresql-client) and redis-cli
 # (redis-tools). Prints markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -80,7 +81,7 @@ pg_script="/usr/lib/postgresql/15/bin/initdb -D /var/lib/postgresql/data -A trus
 
 echo "# Real servers in torpor, hot and hibernated"
 echo
-echo "\`scripts/bench-servers.sh $rounds\`, $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r); wake mode auto"
+echo "\`scripts/bench-servers.sh $rounds\`, $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -r); platform ${TORPOR_PLATFORM:-auto}${TORPOR_COW_FORK:+, TORPOR_COW_FORK=$TORPOR_COW_FORK}; wake mode auto"
 echo "(the first wake records the working set, later ones prefetch it). Round trips are the host"
 echo "client's whole run (its start included), medians of $rounds."
 echo
@@ -107,14 +108,16 @@ for s in ngx pg rd; do
     done
     cold_med=$(printf '%s\n' "${cold[@]}" | median)
     $torpor hibernate $s >/dev/null
-    procs=$($torpor stats $s | python3 -c "import json,sys; print(len(json.load(sys.stdin)['processes']))")
+    # A report per memory; processes forked copy-on-write (trap) share their parent's and
+    # are listed in its `sharing`.
+    procs=$($torpor stats $s | python3 -c "import json,sys; print(sum(1 + len(p.get('sharing', [])) for p in json.load(sys.stdin)['processes']))")
     swap=$(stat_field $s swap_bytes)
     ratio=$(awk -v a="$cold_med" -v b="$hot" 'BEGIN {printf "%.2f", a / b}')
     echo "| $name | $procs | ${ready} ms | $(mib "$pss_hot") MiB | $(mib "$pss_hib") MiB | $(mib "$swap") MiB | $((hot / 1000)).$(((hot % 1000) / 100)) ms | $((cold_med / 1000)).$(((cold_med % 1000) / 100)) ms | $ratio |"
     per_process[$s]=$($torpor stats $s | python3 -c "
 import json,sys
 d=json.load(sys.stdin)
-print(', '.join('pid %d: %.1f MiB swap, %.1f MiB REAP' % (p['pid'], p['swap_bytes']/1048576, p['reap_bytes']/1048576) for p in d['processes']))")
+print(', '.join('pid %d%s: %.1f MiB swap, %.1f MiB REAP' % (p['pid'], ''.join(' +%d' % q for q in p.get('sharing', [])), p['swap_bytes']/1048576, p['reap_bytes']/1048576) for p in d['processes']))")
     $torpor delete --force $s >/dev/null
 done
 echo

@@ -4,7 +4,7 @@
 #   scripts/build-rootfs.sh NAME [CACHE_DIR]
 #
 # NAME is one of the keys of PACKAGES below (base, python, node, java, go,
-# servers).
+# servers, wsgi, cpython-tests).
 # The root filesystem is CACHE_DIR/NAME (CACHE_DIR defaults to
 # ${TORPOR_ROOTFS_CACHE:-$HOME/.cache/torpor/rootfs}); its path is the only
 # line printed on stdout, progress goes to stderr.
@@ -39,6 +39,9 @@ declare -A PACKAGES=(
     # redis-benchmark) run on the host. procps: the ps, pgrep and top an
     # operator runs inside (crates/torpor/tests/proc_tools.rs).
     [servers]="nginx-light postgresql-15 redis-server memcached procps"
+    # Debian's gunicorn serving a preloaded app (the copy-on-write fork
+    # benchmark, crates/bench/benches/cow.rs: pre-fork workers' memory).
+    [wsgi]="python3 gunicorn"
     # CPython's own regression tests (scripts/cpython-tests.sh runs them
     # natively in a chroot and in torpor: docs/results/cpython-tests.md).
     [cpython-tests]="python3 libpython3.11-testsuite"

@@ -13,8 +13,16 @@
 //! it wrote, four workers each writing 1% of it): the PSS of the whole process tree
 //! natively, and of the sandbox (`torpor stats`' `pss_bytes`: the holder and its stubs) on
 //! each platform, against the same program with no worker.
+//!
+//! Then Debian's gunicorn with `--preload` (`cow/gunicorn.rs`): four workers against one, on
+//! the `wsgi` root (`scripts/build-rootfs.sh wsgi`: python3 and gunicorn; the table is left
+//! out, saying why, when that root cannot be built). `cargo bench -p torpor-bench --bench
+//! cow -- gunicorn` prints that table alone.
 
 use testutil::{median, Rootfs, Torpor};
+
+#[path = "cow/gunicorn.rs"]
+mod gunicorn;
 
 /// The sizes, in MiB.
 const SIZES: [u64; 3] = [10, 200, 1000];
@@ -60,8 +68,13 @@ const PREFORK_MIB: u64 = 200;
 const PREFORK_WORKERS: u32 = 4;
 
 fn main() {
-    let r = Rootfs::new();
     let configs = configs();
+    // `cargo bench --bench cow -- gunicorn`: that table alone.
+    if std::env::args().skip(1).any(|a| a == "gunicorn") {
+        gunicorn_memory(&configs);
+        return;
+    }
+    let r = Rootfs::new();
     timed_table(&r, &configs, &[], "parent holds");
     println!();
     timed_table(
@@ -72,6 +85,39 @@ fn main() {
     );
     println!();
     prefork_memory(&r, &configs);
+    println!();
+    gunicorn_memory(&configs);
+}
+
+/// gunicorn's workers, one against four.
+const GUNICORN_WORKERS: u32 = 4;
+
+/// Prints the memory of gunicorn `--preload` with one worker and with
+/// [`GUNICORN_WORKERS`], natively and in each configuration.
+fn gunicorn_memory(configs: &[(String, &'static str, bool)]) {
+    let Some(root) = testutil::debian_rootfs("wsgi") else {
+        println!("gunicorn: no `wsgi` root filesystem (scripts/build-rootfs.sh wsgi)");
+        return;
+    };
+    println!(
+        "| gunicorn --preload, {} MiB of data, PSS in MiB | 1 worker | {GUNICORN_WORKERS} workers | {GUNICORN_WORKERS} workers / 1 |",
+        gunicorn::DATA_MIB
+    );
+    println!("|---|---:|---:|---:|");
+    let row = |label: &str, measure: &dyn Fn(u32) -> Result<u64, String>| match (
+        measure(1),
+        measure(GUNICORN_WORKERS),
+    ) {
+        (Ok(one), Ok(all)) => {
+            let (one, all) = (one as f64 / MIB_F, all as f64 / MIB_F);
+            println!("| {label} | {one:.1} | {all:.1} | {:.2}x |", all / one);
+        }
+        (Err(e), _) | (_, Err(e)) => println!("| {label} | failed: {e} | | |"),
+    };
+    row("native", &|w| gunicorn::native_pss(&root, w));
+    for (label, p, cow) in configs {
+        row(label, &|w| gunicorn::sandbox_pss(&root, w, p, *cow));
+    }
 }
 
 /// Runs `fork_cost MIB ROUNDS MODE...` (which prints a time in ms per round) at each of
@@ -174,7 +220,7 @@ mod prefork {
     use testutil::Rootfs;
 
     /// The PSS of a process and its descendants, bytes.
-    fn tree_pss(pid: u32) -> u64 {
+    pub fn tree_pss(pid: u32) -> u64 {
         let mut total = 0;
         let mut todo = vec![pid];
         while let Some(p) = todo.pop() {
