@@ -265,6 +265,29 @@ fn a_family_sharing_frames_is_checkpointed_once_and_restored_sharing() {
     assert_private_after_pause(&restored, "");
 }
 
+/// `/proc/PID/smaps` counts a frame a fork shares as Linux does (`tests/guest/cow_pss.c`):
+/// shared and dirty, its `Pss` divided by the processes that map it; a copy the child made
+/// is the parent's own again. The same figures as natively (trap, where forks share).
+#[test]
+fn smaps_divides_a_shared_frame_among_the_processes_that_map_it() {
+    if !copy_on_write_platform() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("cow_pss");
+    let nat = testutil::native(
+        &r.host_path("bin/cow_pss"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    assert_eq!(nat.code(), 0, "native run: {nat:?}");
+    let got = run_cow(&r, &prog, "256M", &[], "1");
+    got.assert_same_stdout(&nat, "cow_pss");
+    assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
+}
+
 /// The memory limit holds when copy-on-write copies come late (trap, `TORPOR_COW_FORK=1`):
 /// a parent of 96 MiB forks in a 160 MiB sandbox (a copying fork fails there with ENOMEM),
 /// its child writes every page again, and the OOM killer ends the child once the copies

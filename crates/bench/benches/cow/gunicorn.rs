@@ -99,14 +99,16 @@ pub fn sandbox_pss(root: &Path, workers: u32, platform: &str, cow: bool) -> Resu
         return Err(String::from_utf8_lossy(&started.stderr).trim().to_string());
     }
     let log = state.path().join(id).join("output.log");
-    let result = wait_booted(workers, || std::fs::read_to_string(&log).unwrap_or_default())
-        .and_then(|()| {
-            let stats = torpor(&["stats", id])?;
-            let text = String::from_utf8_lossy(&stats.stdout).to_string();
-            testutil::json_field(&text, "pss_bytes")
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or(format!("no pss_bytes in {text}"))
-        });
+    let result = wait_booted(workers, || {
+        std::fs::read_to_string(&log).unwrap_or_default()
+    })
+    .and_then(|()| {
+        let stats = torpor(&["stats", id])?;
+        let text = String::from_utf8_lossy(&stats.stdout).to_string();
+        testutil::json_field(&text, "pss_bytes")
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or(format!("no pss_bytes in {text}"))
+    });
     let _ = torpor(&["delete", "--force", id]);
     result
 }

@@ -75,9 +75,6 @@ pub enum EngineError {
     /// A checkpoint's image does not fit the sandbox it is restored into.
     #[error("{0}")]
     BadImage(String),
-    /// The sandbox is in a state hibernation does not handle yet (the reason says which).
-    #[error("{0}")]
-    NotSupported(String),
     /// The engine's own records disagree with each other (a defect, reported, not hidden).
     #[error("{0}")]
     Inconsistent(String),

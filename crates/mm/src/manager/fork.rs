@@ -305,6 +305,30 @@ impl MemoryManager {
         }
     }
 
+    /// For each page of `[start, end)` mapped present on a frame this address space shares
+    /// with other members of its family (forked copy-on-write), how many map it (its
+    /// reference count, above 1); frames of its own alone and window pages are left out.
+    /// What `/proc/PID/smaps` divides a page's `Pss` by, as Linux by its mapcount.
+    pub fn sharers_in(&self, start: Gva, end: Gva) -> Vec<u16> {
+        if self.alloc.members() < 2 {
+            return Vec::new();
+        }
+        let frames: Vec<Gpa> = self
+            .pt
+            .frames_in(start, end)
+            .into_iter()
+            .filter(|(_, frame, flags)| {
+                flags.contains(PteFlags::PRESENT) && self.mem.is_own(*frame)
+            })
+            .map(|(_, frame, _)| frame)
+            .collect();
+        let alloc = self.alloc.lock();
+        frames
+            .into_iter()
+            .filter_map(|f| alloc.refcount(f).ok().filter(|&c| c > 1))
+            .collect()
+    }
+
     /// Frees at once every frame this address space released and keeps for a commit (see
     /// the module's doc): for a caller that knows nothing maps them any more, every
     /// platform mapping of the family's memory having been evicted (a deflate, before a

@@ -1,9 +1,10 @@
 //! `/proc/PID/smaps`: each VMA's `maps` line followed by its memory, in Linux's format and
 //! field order. Sizes are what torpor knows: `Rss` the pages mapped present now (as mincore
-//! sees them), all of a private mapping's counted as private and dirty, a shared mapping's as
-//! shared; `Pss` is `Rss` for private pages (one process maps them) and for shared ones (not
-//! divided among the processes mapping them); `Locked` is `Rss` of a locked VMA (mlock,
-//! `VmLck`); no swap, no huge pages.
+//! sees them), a private mapping's counted as private and dirty but for the frames it shares
+//! with processes it forked or was forked from (copy-on-write: shared and dirty, and in `Pss`
+//! divided by how many map them, as Linux divides by the mapcount), a shared mapping's as
+//! shared (not divided among the processes mapping them); `Locked` is `Rss` of a locked VMA
+//! (mlock, `VmLck`); no swap, no huge pages.
 
 use std::fmt::Write;
 
@@ -17,7 +18,19 @@ pub(super) fn smaps(mm: &MemoryManager) -> Vec<u8> {
         out.push_str(&super::maps_line(v));
         let rss = mm.resident_pages(v.start, v.end).len() as u64 * PAGE_SIZE / 1024;
         let shared = v.kind.is_shared();
-        let (private_dirty, shared_dirty) = if shared { (0, rss) } else { (rss, 0) };
+        // Frames a fork shares copy-on-write: each counts once among those that map it.
+        let (cow, pss) = if shared {
+            (0, rss)
+        } else {
+            let sharers = mm.sharers_in(v.start, v.end);
+            let given: u64 = sharers
+                .iter()
+                .map(|&c| PAGE_SIZE - PAGE_SIZE / u64::from(c))
+                .sum();
+            let cow = (sharers.len() as u64 * PAGE_SIZE / 1024).min(rss);
+            (cow, (rss * 1024).saturating_sub(given) / 1024)
+        };
+        let (private_dirty, shared_dirty) = if shared { (0, rss) } else { (rss - cow, cow) };
         let anonymous = if matches!(v.kind, VmaKind::Anon) {
             rss
         } else {
@@ -29,8 +42,8 @@ pub(super) fn smaps(mm: &MemoryManager) -> Vec<u8> {
             ("KernelPageSize", PAGE_SIZE / 1024),
             ("MMUPageSize", PAGE_SIZE / 1024),
             ("Rss", rss),
-            ("Pss", rss),
-            ("Pss_Dirty", rss),
+            ("Pss", pss),
+            ("Pss_Dirty", pss),
             ("Shared_Clean", 0),
             ("Shared_Dirty", shared_dirty),
             ("Private_Clean", 0),
