@@ -50,7 +50,7 @@ pub fn native_pss(root: &Path, workers: u32) -> Result<u64, String> {
     let log = testutil::TempDir::new("gunicorn-native");
     let log_path = log.path().join("log");
     let file = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
-    let mut child = Command::new("chroot")
+    let mut child = Command::new("/usr/sbin/chroot")
         .arg(root)
         .args(["/usr/bin/python3", "-c", &script(workers)])
         .env_clear()
