@@ -11,12 +11,18 @@
 //!
 //! The allocator sits behind a mutex that is a leaf lock: it is taken under a member's
 //! `MemoryManager` mutex, for one allocator operation at a time, and never while taking
-//! anything else. A family of one member (every address space on KVM, and every one on trap
+//! anything else. So does the table of *pins* ([`Pins`]): frames a host call writes into
+//! after the address space's lock is dropped (a `read` into a user buffer), which a fork
+//! meanwhile must copy for the child rather than share (Linux copies pinned pages at fork
+//! too, `page_needs_cow_for_dma`). A family of one member (every address space on KVM, and every one on trap
 //! unless its process forked with sharing) behaves as an allocator owned by its address
 //! space.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use platform::Gpa;
 
 use crate::alloc::PageAllocator;
 
@@ -24,6 +30,8 @@ struct Shared {
     alloc: Mutex<PageAllocator>,
     /// Address spaces holding a [`Family`] handle.
     members: AtomicUsize,
+    /// Pinned frames (guest-physical address) and how many pins each has.
+    pins: Mutex<HashMap<u64, u32>>,
 }
 
 /// One member's handle on its family's frames. Dropping it leaves the family; the allocator
@@ -39,6 +47,7 @@ impl Family {
             shared: Arc::new(Shared {
                 alloc: Mutex::new(alloc),
                 members: AtomicUsize::new(1),
+                pins: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -61,6 +70,24 @@ impl Family {
         self.shared.members.load(Ordering::SeqCst)
     }
 
+    /// Pins `frames` until the returned guard drops (see the module's doc).
+    pub fn pin(&self, frames: Vec<Gpa>) -> Pins {
+        let mut pins = self.shared.pins.lock().unwrap_or_else(|e| e.into_inner());
+        for f in &frames {
+            *pins.entry(f.raw()).or_insert(0) += 1;
+        }
+        Pins {
+            shared: self.shared.clone(),
+            frames,
+        }
+    }
+
+    /// The frames pinned now.
+    pub fn pinned(&self) -> HashSet<u64> {
+        let pins = self.shared.pins.lock().unwrap_or_else(|e| e.into_inner());
+        pins.keys().copied().collect()
+    }
+
     /// Whether `other` is a handle on the same family.
     pub fn same_as(&self, other: &Family) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
@@ -70,6 +97,34 @@ impl Family {
 impl Drop for Family {
     fn drop(&mut self) {
         self.shared.members.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Frames pinned by a host call in flight ([`Family::pin`]); dropping it unpins them.
+pub struct Pins {
+    shared: Arc<Shared>,
+    frames: Vec<Gpa>,
+}
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        let mut pins = self.shared.pins.lock().unwrap_or_else(|e| e.into_inner());
+        for f in &self.frames {
+            if let std::collections::hash_map::Entry::Occupied(mut e) = pins.entry(f.raw()) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Pins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pins")
+            .field("frames", &self.frames.len())
+            .finish_non_exhaustive()
     }
 }
 

@@ -59,7 +59,7 @@ pub use abi::Pod;
 pub use alloc::{
     AllocError, AllocImageError, MemoryBudget, PageAllocator, CHUNK_PAGES, CHUNK_SIZE,
 };
-pub use family::Family;
+pub use family::{Family, Pins};
 pub use fault::{Access, FaultError, FAULT_AROUND};
 pub use image::{AnonObjects, FileId, MmImage, VmaImage, VmaKindImage};
 pub use manager::{

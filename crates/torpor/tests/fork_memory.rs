@@ -136,6 +136,36 @@ fn writes_after_a_fork_stay_private_across_a_checkpoint_and_restore() {
     assert_private_after_pause(&restored, "");
 }
 
+/// A fork from a process whose other threads run (`tests/guest/cow_threads.c`): one writes
+/// the whole array round after round, one waits in `read()` into a buffer. The child sees
+/// no write made after its fork, neither the writer's (on trap, the parent's entries become
+/// read-only before the fork returns) nor the read's, which completes after the fork into
+/// the parent's buffer only (its frames pinned, copied for the child). As natively, on both
+/// platforms.
+#[test]
+fn a_fork_beside_running_threads_keeps_the_child_s_memory_as_it_was() {
+    if !testutil::require_kvm() {
+        return;
+    }
+    let r = Rootfs::new();
+    let prog = r.guest_program("cow_threads");
+    let nat = testutil::native(
+        &r.host_path("bin/cow_threads"),
+        &[] as &[&str],
+        r.path(),
+        &[],
+        None,
+    );
+    assert_eq!(nat.code(), 0, "native run: {nat:?}");
+    let got = Torpor::new(bin())
+        .run(r.path(), &prog)
+        .memory(MEMORY[1])
+        .host_env("TORPOR_LOG", "off")
+        .output();
+    got.assert_same_stdout(&nat, "cow_threads");
+    assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
+}
+
 /// Whether a test of the copy-on-write fork runs here: on the trap platform (the KVM
 /// platform copies at fork whatever `TORPOR_COW_FORK` says; S3 shares there).
 fn copy_on_write_platform() -> bool {

@@ -667,6 +667,7 @@ impl RestoreContext<'_> {
             group,
             thread_exit_only: false,
             in_syscall: false,
+            pins: Default::default(),
             control,
             park_hook: None,
             tid: t.tid,

@@ -567,6 +567,7 @@ impl ProcessImage {
             group,
             thread_exit_only: false,
             in_syscall: false,
+            pins: Default::default(),
             control,
             park_hook: None,
             tid: p.pid,

@@ -99,8 +99,11 @@ pub(super) fn fork(
     };
     let slot = t.group.procs.reserve_task()?;
     let (mem, space, mut mm) = if shares_frames(t) {
-        // Copy-on-write: the child is a new address space over the parent's memory.
-        let mm = t.mm().fork_sharing().map_err(|e| {
+        // Copy-on-write: the child is a new address space over the parent's memory. The
+        // parent's entries made read-only are applied before the lock goes (another thread
+        // may be running: it writes through its old translations until then) and before
+        // the child runs.
+        let mm = t.mm_restrict(|mm| mm.fork_sharing()).map_err(|e| {
             tracing::warn!("fork: {e}");
             Errno::ENOMEM
         })?;
@@ -223,14 +226,15 @@ pub(super) fn fork(
 
 /// Whether `t`'s fork shares its frames copy-on-write with the child (`mm`'s
 /// `fork_sharing`) rather than copying them into a new memory: on a platform whose address
-/// spaces can share a memory (trap; `docs/design/cow-fork.md`, S1 and S2), from a process
-/// with one thread (another thread could write through its old writable translation while
-/// the fork makes it read-only), unless `TORPOR_COW_FORK=0` asks for copies.
+/// spaces can share a memory (trap, where the commit of the parent's read-only entries is a
+/// host mapping change, which the host applies to every thread at once;
+/// `docs/design/cow-fork.md`, S1, S2 and S4's trap part), unless `TORPOR_COW_FORK=0` asks
+/// for copies. Buffers other threads' host calls are writing are pinned and copied
+/// (`Task::user_ranges`).
 fn shares_frames(t: &Task) -> bool {
     static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *WANTED.get_or_init(|| std::env::var_os("TORPOR_COW_FORK").is_none_or(|v| v != "0"))
         && t.group.platform.address_spaces_share_memory()
-        && t.group.thread_ids().len() == 1
 }
 
 /// Fresh guest memory of `size` bytes and an address space over it, for a new process

@@ -110,6 +110,10 @@ pub struct Task {
     /// (its number and arguments still in the registers) runs again once the task is
     /// unparked. A checkpoint saves it; a restored task starts by running the call again.
     pub in_syscall: bool,
+    /// Frames the syscall in progress lets a host call write after the address space's lock
+    /// is dropped ([`Task::user_ranges`]), pinned until the syscall ends: a fork by another
+    /// thread meanwhile copies them for its child rather than share them.
+    pub pins: std::cell::RefCell<Vec<mm::Pins>>,
 }
 
 /// Errors that end the sandbox (host failures, never guest mistakes).
@@ -257,6 +261,7 @@ impl Task {
             group: parts.group,
             thread_exit_only: false,
             in_syscall: false,
+            pins: Default::default(),
         }
     }
 
@@ -431,6 +436,8 @@ impl Task {
         }
         self.control.set_in_syscall(true);
         let ret = self.dispatch_restarting(&args);
+        // Its host calls are done: nothing writes the frames it pinned any more.
+        self.pins.get_mut().clear();
         self.control.set_in_syscall(false);
         self.control.set_idle(false);
         if waits && brought_input(args.nr, &ret) {
@@ -702,7 +709,10 @@ impl Task {
         self.copy_out(addr, &v.to_le_bytes())
     }
 
-    /// The guest-physical runs behind a user buffer, faulted in for reading or writing.
+    /// The guest-physical runs behind a user buffer, faulted in for reading or writing. The
+    /// runs of a buffer to write stay pinned until the syscall ends where a fork by another
+    /// thread could share them meanwhile (a platform whose forks share memory, a process
+    /// with other threads): the host call writes them after the lock is dropped.
     ///
     /// # Errors
     /// EFAULT.
@@ -712,9 +722,14 @@ impl Task {
         len: u64,
         write: bool,
     ) -> Result<Vec<(platform::Gpa, u64)>, Errno> {
-        self.mm()
+        let mut mm = self.mm();
+        let runs = mm
             .user_ranges(addr, len, write)
-            .map_err(|e| Errno(e.errno()))
+            .map_err(|e| Errno(e.errno()))?;
+        if write && self.group.platform.address_spaces_share_memory() && self.group.live() > 1 {
+            self.pins.borrow_mut().push(mm.pin(&runs));
+        }
+        Ok(runs)
     }
 }
 

@@ -141,15 +141,19 @@ impl MemoryManager {
     /// ranges start zero-filled); shared and page-cache pages mapped as they are. The child's
     /// pages are left for its first touches to map (nothing is marked changed).
     ///
-    /// The caller must commit this side's changes before any of its threads runs again, and
-    /// no other thread of this process may run meanwhile (the kernel forks this way only from
-    /// a single-threaded process).
+    /// The caller must commit this side's changes before it lets the lock go and before the
+    /// child runs: another thread of this process may still write through its old writable
+    /// translations until then (those writes are the child's too, as writes made before the
+    /// fork). A frame pinned ([`pin`](Self::pin): a host call of another thread writes into
+    /// it after the lock is dropped) is copied for the child, not shared.
     ///
     /// # Errors
     /// [`MmError::NoMemory`] without pages for the child's tables; [`MmError::Internal`] on a
     /// page-table failure. Either way the child's part is given back.
     pub fn fork_sharing(&mut self) -> Result<MemoryManager, MmError> {
         let family = self.alloc.join();
+        // Frames a host call of another thread writes meanwhile: the child gets copies.
+        let pinned = family.pinned();
         let pt = PageTables::new(self.mem.clone(), &mut family.lock())?;
         let mut child = MemoryManager::from_parts(self.mem.clone(), family, pt);
         for v in self.inherit_vmas(&mut child)? {
@@ -167,7 +171,12 @@ impl MemoryManager {
                 let mut alloc = child.alloc.lock();
                 // A reference or a copy the child does not map in the end goes back at once
                 // (its `Drop` gives back only what it maps).
-                match alloc.incref(frame) {
+                let shared = if pinned.contains(&frame.raw()) {
+                    Err(())
+                } else {
+                    alloc.incref(frame).map_err(|_| ())
+                };
+                match shared {
                     Ok(_) => {
                         if let Err(e) = child.pt.map(&mut alloc, va, frame, read_only) {
                             let _ = alloc.decref(frame);
@@ -179,8 +188,8 @@ impl MemoryManager {
                                 .rewrite_leaf(va, slot, entry & !PteFlags::WRITABLE.bits())?;
                         }
                     }
-                    Err(_) => {
-                        // 65,535 references: the child gets a copy of its own.
+                    Err(()) => {
+                        // Pinned, or 65,535 references: the child gets a copy of its own.
                         let (copy, _) = alloc
                             .alloc()
                             .ok_or(MmError::NoMemory("fork: memory exhausted"))?;
@@ -327,6 +336,25 @@ impl MemoryManager {
             .into_iter()
             .filter_map(|f| alloc.refcount(f).ok().filter(|&c| c > 1))
             .collect()
+    }
+
+    /// Pins the frames of this address space's memory in `runs` (from
+    /// [`user_ranges`](Self::user_ranges)) until the returned guard drops: a host call writes
+    /// into them after the lock is dropped, so a fork meanwhile copies them for the child
+    /// rather than share them (see `family.rs`).
+    pub fn pin(&self, runs: &[(Gpa, u64)]) -> crate::family::Pins {
+        let mut frames = Vec::new();
+        for &(start, len) in runs {
+            let first = start.raw() & !(PAGE_SIZE - 1);
+            let mut at = first;
+            while at < start.raw() + len {
+                if self.mem.is_own(Gpa(at)) {
+                    frames.push(Gpa(at));
+                }
+                at += PAGE_SIZE;
+            }
+        }
+        self.alloc.pin(frames)
     }
 
     /// Frees at once every frame this address space released and keeps for a commit (see
@@ -567,6 +595,30 @@ mod tests {
         let _ = c.take_changes(); // the next commit: the first is applied
         assert_eq!(p.allocator().refcount(own), Ok(0));
         let _ = a;
+    }
+
+    #[test]
+    fn a_pinned_frame_is_copied_for_the_child_not_shared() {
+        let mut p = mm(32 * MIB);
+        let a = p.mmap(anon(0, 2 * PAGE_SIZE, Prot::RW, false)).unwrap();
+        p.copy_out(a, b"p0").unwrap();
+        p.copy_out(a.add(PAGE_SIZE), b"p1").unwrap();
+        // A read into the first page is in flight on another thread.
+        let runs = p.user_ranges(a, 16, true).unwrap();
+        let pins = p.pin(&runs);
+        let mut c = p.fork_sharing().unwrap();
+        let (pf, pflags) = p.page_tables().entry(a).unwrap();
+        let (cf, _) = c.page_tables().entry(a).unwrap();
+        assert_ne!(pf, cf, "the pinned page is the parent's alone");
+        assert!(pflags.contains(PteFlags::WRITABLE));
+        assert_eq!(p.allocator().refcount(pf), Ok(1));
+        assert_eq!(read(&mut c, a), *b"p0\0\0");
+        // The other page is shared.
+        let (pf1, _) = p.page_tables().entry(a.add(PAGE_SIZE)).unwrap();
+        assert_eq!(c.page_tables().entry(a.add(PAGE_SIZE)).unwrap().0, pf1);
+        assert_eq!(p.allocator().refcount(pf1), Ok(2));
+        drop(pins);
+        assert!(p.family().pinned().is_empty());
     }
 
     #[test]
