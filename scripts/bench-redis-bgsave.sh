@@ -10,8 +10,9 @@
 # other. For each: DEBUG POPULATE fills MIB MiB (default 500) in 1 KiB values; then BGSAVE
 # forks the saving child while redis-benchmark (on the host) runs GETs and SETs of random
 # keys; memory is sampled every 100 ms until the save ends. Reported: the memory before the
-# save, its peak during it, their ratio, the save's duration, and the benchmark's throughput
-# and p99 latency during the save. Memory: natively the PSS of the server's process tree
+# save, its peak during it, their ratio, the save's duration, and the throughput and p99
+# latency of the benchmark run across the save (it starts 0.5 s before the BGSAVE and may
+# end before or after it). Memory: natively the PSS of the server's process tree
 # (smaps_rollup), in torpor `torpor stats`' pss_bytes (the holder and its stub processes).
 # Needs root, the servers root, redis-cli and redis-benchmark (redis-tools). Prints markdown.
 set -euo pipefail
@@ -90,7 +91,7 @@ echo "\`scripts/bench-redis-bgsave.sh $mib\`, $(date -u +%Y-%m-%dT%H:%MZ), $(npr
 echo "$keys keys of 1 KiB (DEBUG POPULATE), then BGSAVE while redis-benchmark runs 200,000 GETs"
 echo "and SETs of random keys (one connection per client, 50 clients). Memory in MiB."
 echo
-echo "| configuration | memory before | peak during the save | peak / before | save | answered during the save |"
+echo "| configuration | memory before | peak during the save | peak / before | save | redis-benchmark across the save |"
 echo "|---|---:|---:|---:|---:|---|"
 
 mkdir -p "$root/tmp/bgsave-native"
