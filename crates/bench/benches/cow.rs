@@ -282,9 +282,25 @@ mod prefork {
         platform: &str,
         cow: bool,
     ) -> Result<u64, String> {
+        let w = workers.to_string();
+        detached_pss(r.path(), &[prog, mib, &w], platform, cow, |log| {
+            log.contains("ready")
+        })
+    }
+
+    /// `ARGS` run detached in a sandbox of 2 GiB on `root` (on `platform`, its forks
+    /// sharing memory or not as `cow` says): `torpor stats`' PSS once `ready` holds for its
+    /// output log (within two minutes); the sandbox is deleted after.
+    pub fn detached_pss(
+        root: &Path,
+        args: &[&str],
+        platform: &str,
+        cow: bool,
+        ready: impl Fn(&str) -> bool,
+    ) -> Result<u64, String> {
         let bin = testutil::built_torpor_bin();
         let state = testutil::TempDir::new("torpor-cow-bench");
-        let id = "prefork";
+        let id = "cow-bench";
         let torpor = |args: &[&str]| {
             Command::new(&bin)
                 .env("TORPOR_STATE_DIR", state.path())
@@ -294,30 +310,18 @@ mod prefork {
                 .output()
                 .map_err(|e| format!("{}: {e}", bin.display()))
         };
-        let w = workers.to_string();
-        let started = torpor(&[
-            "run",
-            "-d",
-            "--name",
-            id,
-            "--memory",
-            "2G",
-            &r.path().to_string_lossy(),
-            "--",
-            prog,
-            mib,
-            &w,
-        ])?;
+        let root = root.to_string_lossy();
+        let mut run = vec!["run", "-d", "--name", id, "--memory", "2G", &root, "--"];
+        run.extend_from_slice(args);
+        let started = torpor(&run)?;
         if !started.status.success() {
             return Err(String::from_utf8_lossy(&started.stderr).trim().to_string());
         }
         let log = state.path().join(id).join("output.log");
         let deadline = Instant::now() + Duration::from_secs(120);
         let result = loop {
-            if std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .contains("ready")
-            {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if ready(&text) {
                 let stats = torpor(&["stats", id])?;
                 let text = String::from_utf8_lossy(&stats.stdout).to_string();
                 break testutil::json_field(&text, "pss_bytes")
@@ -325,10 +329,7 @@ mod prefork {
                     .ok_or(format!("no pss_bytes in {text}"));
             }
             if Instant::now() > deadline {
-                break Err(format!(
-                    "not ready: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                ));
+                break Err(format!("not ready: {text}"));
             }
             std::thread::sleep(Duration::from_millis(50));
         };

@@ -68,47 +68,17 @@ pub fn native_pss(root: &Path, workers: u32) -> Result<u64, String> {
     pss
 }
 
-/// gunicorn with `workers` in a detached sandbox on `root`: `torpor stats`' PSS, bytes.
+/// gunicorn with `workers` in a detached sandbox on `root`: `torpor stats`' PSS, bytes, a
+/// second after every worker has booted.
 pub fn sandbox_pss(root: &Path, workers: u32, platform: &str, cow: bool) -> Result<u64, String> {
-    let bin = testutil::built_torpor_bin();
-    let state = testutil::TempDir::new("torpor-gunicorn-bench");
-    let id = "gunicorn";
-    let torpor = |args: &[&str]| {
-        Command::new(&bin)
-            .env("TORPOR_STATE_DIR", state.path())
-            .env("TORPOR_PLATFORM", platform)
-            .env("TORPOR_COW_FORK", if cow { "1" } else { "0" })
-            .args(args)
-            .output()
-            .map_err(|e| format!("{}: {e}", bin.display()))
+    let script = script(workers);
+    let args = ["/usr/bin/python3", "-c", &script];
+    let all_booted = |log: &str| {
+        let done = booted(log) >= workers as usize;
+        if done {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        done
     };
-    let started = torpor(&[
-        "run",
-        "-d",
-        "--name",
-        id,
-        "--memory",
-        "2G",
-        &root.to_string_lossy(),
-        "--",
-        "/usr/bin/python3",
-        "-c",
-        &script(workers),
-    ])?;
-    if !started.status.success() {
-        return Err(String::from_utf8_lossy(&started.stderr).trim().to_string());
-    }
-    let log = state.path().join(id).join("output.log");
-    let result = wait_booted(workers, || {
-        std::fs::read_to_string(&log).unwrap_or_default()
-    })
-    .and_then(|()| {
-        let stats = torpor(&["stats", id])?;
-        let text = String::from_utf8_lossy(&stats.stdout).to_string();
-        testutil::json_field(&text, "pss_bytes")
-            .and_then(|v| v.parse::<u64>().ok())
-            .ok_or(format!("no pss_bytes in {text}"))
-    });
-    let _ = torpor(&["delete", "--force", id]);
-    result
+    super::prefork::detached_pss(root, &args, platform, cow, all_booted)
 }

@@ -422,6 +422,18 @@ pub fn restore(
     let mut made = std::collections::HashMap::new();
     for family in families::of(&state.processes).map_err(bad)? {
         let first = family[0];
+        if family.len() > 1 && !cfg.platform.address_spaces_share_memory() {
+            return Err(SandboxError::Restore(format!(
+                "processes {} share their memory copy-on-write (a fork on the trap platform): \
+                 the {} platform cannot restore them yet (restore on the trap platform)",
+                family
+                    .iter()
+                    .map(|p| p.pid.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                cfg.platform.name()
+            )));
+        }
         let memory = memories
             .iter()
             .find(|(pid, _)| *pid == first.pid)
