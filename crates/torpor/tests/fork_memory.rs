@@ -88,18 +88,7 @@ fn writes_after_a_fork_are_private_like_native() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = Rootfs::new();
-    let prog = r.guest_program("cow_fork");
-    let nat = testutil::native(&r.host_path("bin/cow_fork"), &[MIB], r.path(), &[], None);
-    assert_eq!(nat.code(), 0, "native run: {nat:?}");
-    let got = Torpor::new(bin())
-        .run(r.path(), &prog)
-        .memory(MEMORY[1])
-        .arg(MIB)
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    got.assert_same_stdout(&nat, "cow_fork");
-    assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
+    let got = like_native(&Rootfs::new(), "cow_fork", MEMORY[1], &[MIB], None);
     assert!(
         got.stdout_str()
             .ends_with("writes stay private to each side\n"),
@@ -147,23 +136,39 @@ fn a_fork_beside_running_threads_keeps_the_child_s_memory_as_it_was() {
     if !testutil::require_kvm() {
         return;
     }
-    let r = Rootfs::new();
-    let prog = r.guest_program("cow_threads");
+    like_native(&Rootfs::new(), "cow_threads", MEMORY[1], &[], None);
+}
+
+/// `tests/guest/NAME.c ARGS` in a sandbox of `memory` (with `TORPOR_COW_FORK=cow` if given),
+/// which must print what it prints natively and exit 0 as it does; its output.
+fn like_native(
+    r: &Rootfs,
+    name: &str,
+    memory: &str,
+    args: &[&str],
+    cow: Option<&str>,
+) -> testutil::Output {
+    let prog = r.guest_program(name);
     let nat = testutil::native(
-        &r.host_path("bin/cow_threads"),
-        &[] as &[&str],
+        &r.host_path(&format!("bin/{name}")),
+        args,
         r.path(),
         &[],
         None,
     );
     assert_eq!(nat.code(), 0, "native run: {nat:?}");
-    let got = Torpor::new(bin())
+    let mut cmd = Torpor::new(bin())
         .run(r.path(), &prog)
-        .memory(MEMORY[1])
-        .host_env("TORPOR_LOG", "off")
-        .output();
-    got.assert_same_stdout(&nat, "cow_threads");
+        .memory(memory)
+        .args(args)
+        .host_env("TORPOR_LOG", "off");
+    if let Some(cow) = cow {
+        cmd = cmd.host_env("TORPOR_COW_FORK", cow);
+    }
+    let got = cmd.output();
+    got.assert_same_stdout(&nat, name);
     assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
+    got
 }
 
 /// Whether a test of the copy-on-write fork runs here: on the trap platform (the KVM
@@ -303,19 +308,7 @@ fn smaps_divides_a_shared_frame_among_the_processes_that_map_it() {
     if !copy_on_write_platform() {
         return;
     }
-    let r = Rootfs::new();
-    let prog = r.guest_program("cow_pss");
-    let nat = testutil::native(
-        &r.host_path("bin/cow_pss"),
-        &[] as &[&str],
-        r.path(),
-        &[],
-        None,
-    );
-    assert_eq!(nat.code(), 0, "native run: {nat:?}");
-    let got = run_cow(&r, &prog, "256M", &[], "1");
-    got.assert_same_stdout(&nat, "cow_pss");
-    assert_eq!(got.code(), 0, "torpor stderr: {}", got.stderr_str());
+    like_native(&Rootfs::new(), "cow_pss", "256M", &[], Some("1"));
 }
 
 /// The memory limit holds when copy-on-write copies come late (trap, `TORPOR_COW_FORK=1`):
