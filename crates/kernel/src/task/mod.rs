@@ -722,11 +722,15 @@ impl Task {
         len: u64,
         write: bool,
     ) -> Result<Vec<(platform::Gpa, u64)>, Errno> {
+        // Asked before the address space is locked: the thread group's members are above it
+        // in the lock order. Only this thread could add one before its call is done.
+        let pin =
+            write && self.group.platform.address_spaces_share_memory() && self.group.live() > 1;
         let mut mm = self.mm();
         let runs = mm
             .user_ranges(addr, len, write)
             .map_err(|e| Errno(e.errno()))?;
-        if write && self.group.platform.address_spaces_share_memory() && self.group.live() > 1 {
+        if pin {
             self.pins.borrow_mut().push(mm.pin(&runs));
         }
         Ok(runs)
