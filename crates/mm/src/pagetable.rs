@@ -435,6 +435,20 @@ impl PageTables {
         flags: PteFlags,
     ) -> Result<(), PageTableError> {
         Self::check_user(va)?;
+        let flags = self.leaf_flags_for(frame, flags)?;
+        let at = self.leaf_slot(alloc, va)?;
+        if PteFlags::from_bits_truncate(self.mem.read_u64(at)?).holds_frame() {
+            return Err(PageTableError::AlreadyMapped(va));
+        }
+        self.write_entry(at, frame.0 | flags.0)?;
+        self.changed.insert(va.0);
+        self.mapped += 1;
+        Ok(())
+    }
+
+    /// The flags of a leaf entry mapping `frame` with `flags`, checked: a page-aligned frame
+    /// of this memory (its own or a window's), flags that hold a frame, never huge.
+    fn leaf_flags_for(&self, frame: Gpa, flags: PteFlags) -> Result<PteFlags, PageTableError> {
         let known = self.mem.is_own(frame) || self.mem.is_shared(frame);
         if !frame.is_page_aligned() || !known {
             return Err(PageTableError::BadFrame(frame));
@@ -443,12 +457,41 @@ impl PageTables {
         if !flags.holds_frame() {
             return Err(PageTableError::BadFlags(flags));
         }
-        let at = self.leaf_slot(alloc, va)?;
+        Ok(flags)
+    }
+
+    /// [`map`](Self::map) for tables that no vCPU or stub uses yet (a fork's child, built
+    /// in address order): nothing is recorded for a commit (the context starts on the
+    /// tables), and the leaf table of the last call is reused while `va` stays in its
+    /// 2 MiB (`leaf` keeps it between calls), so a run of pages costs one walk a table.
+    ///
+    /// # Errors
+    /// As [`map`](Self::map).
+    pub(crate) fn map_fresh(
+        &mut self,
+        alloc: &mut PageAllocator,
+        va: Gva,
+        frame: Gpa,
+        flags: PteFlags,
+        leaf: &mut Option<(u64, Gpa)>,
+    ) -> Result<(), PageTableError> {
+        Self::check_user(va)?;
+        let flags = self.leaf_flags_for(frame, flags)?;
+        let region = va.0 >> 21;
+        let table = match *leaf {
+            Some((r, table)) if r == region => table,
+            _ => {
+                let at = self.leaf_slot(alloc, va)?;
+                let table = Gpa(at.0 & !(PAGE_SIZE - 1));
+                *leaf = Some((region, table));
+                table
+            }
+        };
+        let at = slot(table, index(va.0, 0));
         if PteFlags::from_bits_truncate(self.mem.read_u64(at)?).holds_frame() {
             return Err(PageTableError::AlreadyMapped(va));
         }
-        self.write_entry(at, frame.0 | flags.0)?;
-        self.changed.insert(va.0);
+        self.mem.write_u64(at, frame.0 | flags.0)?;
         self.mapped += 1;
         Ok(())
     }

@@ -158,13 +158,18 @@ impl MemoryManager {
         let mut child = MemoryManager::from_parts(self.mem.clone(), family, pt);
         for v in self.inherit_vmas(&mut child)? {
             let private = !v.kind.is_shared();
+            // The child's leaf table of the last page mapped (its tables are built in
+            // address order, and used by nothing yet).
+            let mut leaf = None;
             for (va, slot, entry) in self.pt.leaves_in(v.start, v.end) {
                 let flags = PteFlags::from_bits_truncate(entry);
                 let frame = crate::pagetable::entry_frame(entry);
                 if !private || !self.mem.is_own(frame) {
                     // A shared object's page or a page-cache page: the same page, in a
                     // window of the same memory.
-                    child.pt.map(&mut child.alloc.lock(), va, frame, flags)?;
+                    child
+                        .pt
+                        .map_fresh(&mut child.alloc.lock(), va, frame, flags, &mut leaf)?;
                     continue;
                 }
                 let read_only = flags.without(PteFlags::WRITABLE);
@@ -178,7 +183,10 @@ impl MemoryManager {
                 };
                 match shared {
                     Ok(_) => {
-                        if let Err(e) = child.pt.map(&mut alloc, va, frame, read_only) {
+                        let mapped = child
+                            .pt
+                            .map_fresh(&mut alloc, va, frame, read_only, &mut leaf);
+                        if let Err(e) = mapped {
                             let _ = alloc.decref(frame);
                             return Err(e.into());
                         }
@@ -197,7 +205,7 @@ impl MemoryManager {
                             copy_page((&self.mem, frame), (&self.mem, copy)).and_then(|()| {
                                 child
                                     .pt
-                                    .map(&mut alloc, va, copy, flags)
+                                    .map_fresh(&mut alloc, va, copy, flags, &mut leaf)
                                     .map_err(MmError::from)
                             });
                         if let Err(e) = mapped {
