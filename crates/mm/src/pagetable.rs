@@ -32,7 +32,6 @@
 //! [`PteFlags::PROT_NONE`] (bit 10, ignored by the CPU), as Linux does with `_PAGE_PROTNONE`:
 //! the hardware faults on any access, and the host still knows which frame holds the data.
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::ops::{BitOr, BitOrAssign};
 use std::sync::Arc;
@@ -183,11 +182,14 @@ enum Probe {
 pub struct PageTables {
     mem: Arc<GuestMemory>,
     root: Gpa,
-    /// Guest-physical addresses of entries written since the last `take_dirty_runs`.
-    dirty: BTreeSet<u64>,
+    /// Guest-physical addresses of entries written since the last `take_dirty_runs`, in
+    /// the order written, repeats included (sorted and deduplicated when taken: a push per
+    /// entry, where an ordered set's insert was a fork's largest cost per page).
+    dirty: Vec<u64>,
     /// User pages whose leaf entry changed (or that must be made visible again) since the
-    /// last `take_changed_pages`: what a platform that maps pages itself (trap) commits.
-    changed: BTreeSet<u64>,
+    /// last `take_changed_pages`: what a platform that maps pages itself (trap) commits. As
+    /// `dirty`, sorted when taken.
+    changed: Vec<u64>,
     table_pages: usize,
     mapped: usize,
 }
@@ -230,8 +232,8 @@ impl PageTables {
         let mut pt = PageTables {
             mem,
             root: Gpa(0),
-            dirty: BTreeSet::new(),
-            changed: BTreeSet::new(),
+            dirty: Vec::new(),
+            changed: Vec::new(),
             table_pages: 0,
             mapped: 0,
         };
@@ -283,8 +285,8 @@ impl PageTables {
         PageTables {
             mem,
             root,
-            dirty: BTreeSet::new(),
-            changed: BTreeSet::new(),
+            dirty: Vec::new(),
+            changed: Vec::new(),
             table_pages,
             mapped,
         }
@@ -316,7 +318,7 @@ impl PageTables {
 
     fn write_entry(&mut self, at: Gpa, value: u64) -> Result<(), PageTableError> {
         self.mem.write_u64(at, value)?;
-        self.dirty.insert(at.0);
+        self.dirty.push(at.0);
         Ok(())
     }
 
@@ -441,7 +443,7 @@ impl PageTables {
             return Err(PageTableError::AlreadyMapped(va));
         }
         self.write_entry(at, frame.0 | flags.0)?;
-        self.changed.insert(va.0);
+        self.changed.push(va.0);
         self.mapped += 1;
         Ok(())
     }
@@ -508,7 +510,7 @@ impl PageTables {
             tracing::error!("cannot clear entry for {va}: {e}");
             return None;
         }
-        self.changed.insert(va.0);
+        self.changed.push(va.0);
         self.mapped -= 1;
         Some(Gpa(entry & ADDR_MASK))
     }
@@ -533,7 +535,7 @@ impl PageTables {
         let new = (old & ADDR_MASK) | flags.0 | keep;
         if new != old {
             self.write_entry(slot, new)?;
-            self.changed.insert(va.page_down().0);
+            self.changed.push(va.page_down().0);
         }
         Ok(())
     }
@@ -618,7 +620,7 @@ impl PageTables {
         value: u64,
     ) -> Result<(), PageTableError> {
         self.write_entry(slot, value)?;
-        self.changed.insert(va.0);
+        self.changed.push(va.0);
         Ok(())
     }
 
@@ -649,7 +651,7 @@ impl PageTables {
     /// visible again (a platform that maps pages itself dropped it, or never had it).
     pub fn touch(&mut self, va: Gva) {
         if layout::is_user(va) {
-            self.changed.insert(va.page_down().0);
+            self.changed.push(va.page_down().0);
         }
     }
 
@@ -657,6 +659,8 @@ impl PageTables {
     /// clears the record.
     pub fn take_changed_pages(&mut self) -> Vec<PageRun> {
         let mut runs: Vec<PageRun> = Vec::new();
+        self.changed.sort_unstable();
+        self.changed.dedup();
         for &va in &self.changed {
             match runs.last_mut() {
                 Some(r) if r.first.0 + u64::from(r.count) * PAGE_SIZE == va => r.count += 1,
@@ -680,6 +684,8 @@ impl PageTables {
     pub fn take_dirty_runs(&mut self) -> Vec<PteRun> {
         let mut runs: Vec<PteRun> = Vec::new();
         let mut next = u64::MAX;
+        self.dirty.sort_unstable();
+        self.dirty.dedup();
         for &at in &self.dirty {
             match runs.last_mut() {
                 Some(run) if at == next && at % PAGE_SIZE != 0 => run.count += 1,
