@@ -26,14 +26,7 @@ impl Detached {
         program: &str,
         args: &[&str],
     ) -> Detached {
-        let state_dir = TempDir::new("torpor-state");
-        Self::start_in(bin, state_dir, options, rootfs, program, args).unwrap_or_else(|o| {
-            panic!(
-                "torpor run -d failed: status {}\n{}",
-                o.code(),
-                o.stderr_str()
-            )
-        })
+        Self::start_with_env(bin, &[], options, rootfs, program, args)
     }
 
     /// As [`Detached::start`], with the variables `env` set in the holder's environment

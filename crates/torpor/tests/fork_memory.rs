@@ -56,8 +56,13 @@ fn private_before_and_after_pause() -> (&'static str, &'static str) {
 /// `cow_fork 64 wait` started detached, once its processes have forked, written and checked
 /// (and found every page as it should be).
 fn paused(r: &Rootfs) -> Detached {
+    paused_in(r, &[], &MEMORY)
+}
+
+/// [`paused`] with the variables `env` set for the holder and the run options `options`.
+fn paused_in(r: &Rootfs, env: &[(&str, &str)], options: &[&str]) -> Detached {
     let prog = r.guest_program("cow_fork");
-    let sb = Detached::start(bin(), &MEMORY, r.path(), &prog, &[MIB, "wait"]);
+    let sb = Detached::start_with_env(bin(), env, options, r.path(), &prog, &[MIB, "wait"]);
     assert!(
         Detached::wait_until(Duration::from_secs(120), || log_of(&sb).contains("ready")),
         "the program never got ready: {}",
@@ -205,37 +210,16 @@ fn a_copy_on_write_fork_shares_frames_and_keeps_writes_private() {
         return;
     }
     let r = Rootfs::new();
-    let prog = r.guest_program("cow_fork");
-    let nat = testutil::native(&r.host_path("bin/cow_fork"), &[MIB], r.path(), &[], None);
-    assert_eq!(nat.code(), 0, "native run: {nat:?}");
-    let run = |cow: &str| run_cow(&r, &prog, "160M", &[MIB], cow);
-    let shared = run("1");
-    shared.assert_same_stdout(&nat, "cow_fork");
-    assert_eq!(shared.code(), 0, "torpor stderr: {}", shared.stderr_str());
+    like_native(&r, "cow_fork", "160M", &[MIB], Some("1"));
     // The same program copying at fork does not fit: the limit above is a real one.
-    let copied = run("0");
+    let copied = run_cow(&r, &r.guest_program("cow_fork"), "160M", &[MIB], "0");
     assert_ne!(copied.code(), 0, "{}", copied.stdout_str());
 }
 
 /// `cow_fork 64 wait` as [`paused`] starts it, its forks sharing frames (trap,
 /// `TORPOR_COW_FORK=1`) in 160 MiB, where three copies of the pattern would not fit.
 fn paused_sharing(r: &Rootfs) -> Detached {
-    let prog = r.guest_program("cow_fork");
-    let sb = Detached::start_with_env(
-        bin(),
-        &[("TORPOR_COW_FORK", "1")],
-        &["--memory", "160M"],
-        r.path(),
-        &prog,
-        &[MIB, "wait"],
-    );
-    assert!(
-        Detached::wait_until(Duration::from_secs(120), || log_of(&sb).contains("ready")),
-        "the program never got ready: {}",
-        log_of(&sb)
-    );
-    assert_eq!(log_of(&sb), private_before_and_after_pause().0);
-    sb
+    paused_in(r, &[("TORPOR_COW_FORK", "1")], &["--memory", "160M"])
 }
 
 /// A sandbox whose processes share frames copy-on-write hibernates as one family

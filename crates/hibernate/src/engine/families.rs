@@ -46,22 +46,15 @@ impl<'a> Family<'a> {
     }
 }
 
-/// The families of `live`, ordered by their lowest pid.
+/// The families of `live`, ordered by their lowest pid (`kernel::task::by_memory`, which a
+/// checkpoint groups them by too: its memory image goes by the same pid).
 pub(super) fn of(live: &[(i32, ProcessResources)]) -> Vec<Family<'_>> {
-    let mut families: Vec<Family<'_>> = Vec::new();
-    for (pid, res) in live {
-        match families.iter_mut().find(|f| Arc::ptr_eq(f.mem(), &res.mem)) {
-            Some(f) => f.members.push((*pid, res)),
-            None => families.push(Family {
-                members: vec![(*pid, res)],
-            }),
-        }
-    }
-    for f in &mut families {
-        f.members.sort_by_key(|(p, _)| *p);
-    }
-    families.sort_by_key(Family::pid);
-    families
+    kernel::task::by_memory(live)
+        .into_iter()
+        .map(|group| Family {
+            members: group.into_iter().map(|(pid, res)| (*pid, res)).collect(),
+        })
+        .collect()
 }
 
 /// Matches the kept memories `kept` to `families` by the memory they describe, and returns

@@ -7,7 +7,6 @@
 //! so what they shared is shared again.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use super::blobs::{BlobRef, BlobWriter};
 use super::state::ProcessState;
@@ -31,19 +30,11 @@ pub(super) fn export(
     anon: &mut mm::AnonObjects,
     blobs: &mut BlobWriter,
 ) -> Result<HashMap<i32, SavedSpace>, CheckpointError> {
-    let mut families: Vec<Vec<&(i32, ProcessResources)>> = Vec::new();
-    for r in resources {
-        match families
-            .iter_mut()
-            .find(|f| Arc::ptr_eq(&f[0].1.mem, &r.1.mem))
-        {
-            Some(f) => f.push(r),
-            None => families.push(vec![r]),
-        }
-    }
     let mut saved = HashMap::new();
-    for mut family in families.into_iter().filter(|f| f.len() > 1) {
-        family.sort_by_key(|(pid, _)| *pid);
+    for family in crate::task::by_memory(resources)
+        .into_iter()
+        .filter(|f| f.len() > 1)
+    {
         let first = family[0].0;
         let guards: Vec<_> = family
             .iter()

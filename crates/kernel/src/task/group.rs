@@ -135,6 +135,27 @@ pub struct ProcessResources {
     pub space: Arc<dyn AddressSpace>,
 }
 
+/// `processes` grouped by the guest memory they map (a process alone, or a family: one that
+/// forked copy-on-write and its children), each group by pid and the groups by their lowest
+/// pid, which names a family's memory (its checkpoint image, its swap files).
+pub fn by_memory(processes: &[(i32, ProcessResources)]) -> Vec<Vec<&(i32, ProcessResources)>> {
+    let mut groups: Vec<Vec<&(i32, ProcessResources)>> = Vec::new();
+    for p in processes {
+        match groups
+            .iter_mut()
+            .find(|g| Arc::ptr_eq(&g[0].1.mem, &p.1.mem))
+        {
+            Some(g) => g.push(p),
+            None => groups.push(vec![p]),
+        }
+    }
+    for g in &mut groups {
+        g.sort_by_key(|(pid, _)| *pid);
+    }
+    groups.sort_by_key(|g| g[0].0);
+    groups
+}
+
 /// Whether the group's threads are being held (hibernation), and how many are.
 #[derive(Default)]
 struct StopState {

@@ -24,7 +24,7 @@ pub mod signalfd;
 pub use crate::creds::{CapSets, Credentials};
 pub use control::{IdleHook, ParkHook, TaskControl, DEFAULT_TIMER_SLACK_NS};
 pub use fs_context::FsContext;
-pub use group::{FutexTable, ProcIdentity, ProcessResources, ThreadGroup, WaitResult};
+pub use group::{by_memory, FutexTable, ProcIdentity, ProcessResources, ThreadGroup, WaitResult};
 pub use parked::{ParkedSandbox, StoppedProcesses};
 pub use process::{new_boot_id, ChildEvent, Membership, ProcessTable, TaskSlot, WaitFor, WaitWant};
 pub use signal::{AltStack, SigInfo, SignalState, NSIG};

@@ -370,17 +370,9 @@ impl MemoryManager {
     /// platform mapping of the family's memory having been evicted (a deflate, before a
     /// checkpoint's books are counted).
     pub fn settle_released(&mut self) {
-        let frames: Vec<Gpa> = self
-            .released
-            .drain(..)
-            .chain(self.committing.drain(..))
-            .collect();
-        let mut alloc = self.alloc.lock();
-        for frame in frames {
-            if let Err(e) = alloc.decref(frame) {
-                tracing::error!("freeing frame {frame}: {e}");
-            }
-        }
+        // What was released before the last commit, then what was released since.
+        self.free_committed();
+        self.free_committed();
     }
 
     /// What a member leaving a family that lives on gives back: its references to the frames
