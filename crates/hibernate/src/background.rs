@@ -8,6 +8,8 @@
 //! work runs on a short-lived thread of its own, which lowers its nice value to
 //! [`BACKGROUND_NICE`] and ends with the work; the thread that asked, a vCPU's or a task's,
 //! keeps its priority. A new thread costs tens of microseconds; a deflate, milliseconds.
+//! Threads whose every step is of the way back to sleep (a holder's keep-alive watchers when
+//! the sandbox goes dormant next) lower themselves for good ([`lower_calling_thread`]).
 //!
 //! The work's thread starts with its creator's credentials, filters and file-system context
 //! (`clone` copies them; the thread shares the creator's `CLONE_FS` umask), so it makes the
@@ -68,9 +70,10 @@ pub fn run<R: Send>(priority: Priority, work: impl FnOnce() -> R + Send) -> R {
     }
 }
 
-/// Sets the calling thread's nice value to [`BACKGROUND_NICE`]. A refusal (a filter that
-/// does not allow it) is logged once; the work runs at the thread's priority.
-fn lower_calling_thread() {
+/// Sets the calling thread's nice value to [`BACKGROUND_NICE`], for good (see the module).
+/// A refusal (a filter that does not allow it) is logged once; the thread keeps its
+/// priority.
+pub fn lower_calling_thread() {
     // SAFETY: setpriority on the calling thread (PRIO_PROCESS with who = 0 is the caller; on
     // Linux a thread's own nice value); no memory is passed.
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BACKGROUND_NICE) };

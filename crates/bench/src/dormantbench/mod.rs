@@ -286,6 +286,9 @@ fn mem_available() -> f64 {
         .map_or(0.0, |kib| kib * 1024.0)
 }
 
+/// A stream request slower than this is reported as it happens, ms.
+const SLOW_MS: f64 = 120.0;
+
 fn many_dormant(
     d: &Driver,
     w: &Workload,
@@ -346,10 +349,25 @@ fn many_dormant(
     );
     let zipf = rand_distr::Zipf::new(m.n as f64, args.zipf).context("Zipf distribution")?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let stream = Instant::now();
     for _ in 0..args.requests {
         let i = (zipf.sample(&mut rng) as usize).clamp(1, m.n) - 1;
         let state = all[i].state().unwrap_or_else(|e| format!("? ({e:#})"));
-        match all[i].request(w) {
+        let result = all[i].request(w);
+        if let Ok(ms) = result {
+            if ms > SLOW_MS {
+                // When in the stream, to line slow requests up with the host's own records.
+                let unix = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                eprintln!(
+                    "  slow: {ms:.0} ms to {} ({state}) at {:.3} s into the stream (unix {unix:.3})",
+                    all[i].id,
+                    stream.elapsed().as_secs_f64()
+                );
+            }
+        }
+        match result {
             Ok(ms) if state == "dormant" => m.to_dormant.push(ms),
             Ok(ms) => m.others.push(ms),
             Err(e) => {

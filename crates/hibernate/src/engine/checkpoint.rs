@@ -208,6 +208,10 @@ impl Hibernator {
             (kernel::checkpoint::export(sb, &mut blobs)?, Vec::new())
         };
         let mut w = CheckpointWriter::create(&job.dir)?;
+        if job.goes_dormant() {
+            // It lasts as long as its dormant process, which ends with the host.
+            w = w.volatile();
+        }
         // A memory image per memory: processes that share their memory with another (forked
         // copy-on-write) have theirs under that process's pid, the family's lowest.
         for p in kernel.processes.iter().filter(|p| p.memory_of.is_none()) {

@@ -2,7 +2,8 @@
 //! directory of files, each checked before anything is restored from it.
 //!
 //! ```text
-//! DIR/            0700, files 0600 written O_EXCL | O_NOFOLLOW, each fdatasynced
+//! DIR/            0700, files 0600 written O_EXCL | O_NOFOLLOW, each fdatasynced (but in a
+//!                 volatile checkpoint, CheckpointWriter::volatile)
 //!   MANIFEST      envelope "manifest": JSON Manifest, written last (MANIFEST.tmp, renamed)
 //!   state.json    envelope "state": the sandbox's kernel state, JSON
 //!   blobs.bin     envelope "blobs": bulk bytes the state names by BlobRef
@@ -251,6 +252,8 @@ fn plain_name(name: &str) -> bool {
 pub struct CheckpointWriter {
     dir: PathBuf,
     files: Vec<ListedFile>,
+    /// Whether each file and the directory are synced to disk ([`CheckpointWriter::volatile`]).
+    durable: bool,
 }
 
 impl CheckpointWriter {
@@ -270,7 +273,20 @@ impl CheckpointWriter {
         Ok(CheckpointWriter {
             dir: dir.to_path_buf(),
             files: Vec::new(),
+            durable: true,
         })
+    }
+
+    /// A checkpoint that need not outlive the host's uptime: nothing is synced to disk (the
+    /// host writes it back in its own time). A dormant sandbox's: its dormant process ends
+    /// with the host, and the sandbox with it, so a crash loses nothing a sync would have
+    /// kept; each sync was a journal commit and a disk flush on the way back to sleep of
+    /// every woken instance. Its files are complete before any reader opens them all the
+    /// same (the MANIFEST is still written last and renamed).
+    #[must_use]
+    pub fn volatile(mut self) -> Self {
+        self.durable = false;
+        self
     }
 
     /// Where a file of the checkpoint named `name` goes (for page files written by their own
@@ -297,7 +313,7 @@ impl CheckpointWriter {
     ) -> Result<(), SnapshotError> {
         let path = self.path(name)?;
         let bytes = envelope::encode(kind, payload);
-        write_new(&path, &bytes)?;
+        write_new(&path, &bytes, self.durable)?;
         self.files.push(ListedFile {
             name: name.to_string(),
             kind: FileKind::Envelope,
@@ -308,15 +324,17 @@ impl CheckpointWriter {
     }
 
     /// Lists the finished page file `name` (written at [`CheckpointWriter::path`]), after
-    /// syncing it to disk.
+    /// syncing it to disk (unless [`CheckpointWriter::volatile`]).
     ///
     /// # Errors
     /// [`SnapshotError::BadName`], [`SnapshotError::Missing`], [`SnapshotError::Io`].
     pub fn add_page_file(&mut self, name: &str, kind: FileKind) -> Result<(), SnapshotError> {
         let path = self.path(name)?;
         let f = open_nofollow(&path)?;
-        f.sync_data()
-            .map_err(|e| SnapshotError::io("syncing", &path, e))?;
+        if self.durable {
+            f.sync_data()
+                .map_err(|e| SnapshotError::io("syncing", &path, e))?;
+        }
         let len = f
             .metadata()
             .map_err(|e| SnapshotError::io("reading the length of", &path, e))?
@@ -330,8 +348,8 @@ impl CheckpointWriter {
         Ok(())
     }
 
-    /// Writes the MANIFEST (through `MANIFEST.tmp`, renamed, the directory synced): from now
-    /// on the checkpoint is complete.
+    /// Writes the MANIFEST (through `MANIFEST.tmp`, renamed, the directory synced unless
+    /// [`CheckpointWriter::volatile`]): from now on the checkpoint is complete.
     ///
     /// # Errors
     /// [`SnapshotError::Io`].
@@ -356,18 +374,20 @@ impl CheckpointWriter {
             )
         })?;
         let tmp = self.dir.join("MANIFEST.tmp");
-        write_new(&tmp, &envelope::encode(Kind::Manifest, &json))?;
+        write_new(&tmp, &envelope::encode(Kind::Manifest, &json), self.durable)?;
         let done = self.dir.join(MANIFEST);
         std::fs::rename(&tmp, &done).map_err(|e| SnapshotError::io("renaming", &tmp, e))?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| SnapshotError::io("syncing", &self.dir, e))?;
+        if self.durable {
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| SnapshotError::io("syncing", &self.dir, e))?;
+        }
         Ok(manifest)
     }
 }
 
-/// Creates `path` (0600, `O_EXCL | O_NOFOLLOW`), writes `bytes`, syncs.
-fn write_new(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+/// Creates `path` (0600, `O_EXCL | O_NOFOLLOW`), writes `bytes`, syncs if `durable`.
+fn write_new(path: &Path, bytes: &[u8], durable: bool) -> Result<(), SnapshotError> {
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -376,7 +396,7 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
         .open(path)
         .map_err(|e| SnapshotError::io("creating", path, e))?;
     f.write_all(bytes)
-        .and_then(|()| f.sync_data())
+        .and_then(|()| if durable { f.sync_data() } else { Ok(()) })
         .map_err(|e| SnapshotError::io("writing", path, e))
 }
 

@@ -10,8 +10,16 @@ use crate::testutil::TempDir;
 
 /// A complete checkpoint in `parent/ckpt`: a state, blobs and a memory image of three pages.
 fn checkpoint(parent: &TempDir) -> PathBuf {
-    let dir = parent.path().join("ckpt");
+    checkpoint_named(parent, "ckpt", false)
+}
+
+/// [`checkpoint`] in `parent/name`, volatile (nothing synced) if asked.
+fn checkpoint_named(parent: &TempDir, name: &str, volatile: bool) -> PathBuf {
+    let dir = parent.path().join(name);
     let mut w = CheckpointWriter::create(&dir).unwrap();
+    if volatile {
+        w = w.volatile();
+    }
     let mut blobs = BlobWriter::new();
     let xsave = blobs.add(&[0xab; 512]);
     let state = serde_json::json!({ "processes": [1], "xsave": xsave });
@@ -44,6 +52,33 @@ fn rewrite_manifest(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
         envelope::encode(Kind::Manifest, v.to_string().as_bytes()),
     )
     .unwrap();
+}
+
+#[test]
+fn a_volatile_checkpoint_holds_the_same_files_as_a_durable_one() {
+    let t = TempDir::new();
+    let durable = checkpoint_named(&t, "durable", false);
+    let volatile = checkpoint_named(&t, "volatile", true);
+    let (d, v) = (
+        Checkpoint::open(&durable).unwrap(),
+        Checkpoint::open(&volatile).unwrap(),
+    );
+    let names = |c: &Checkpoint| -> Vec<(String, u64)> {
+        c.manifest()
+            .files
+            .iter()
+            .map(|f| (f.name.clone(), f.len))
+            .collect()
+    };
+    assert_eq!(names(&d), names(&v));
+    for (name, _) in names(&d) {
+        assert_eq!(
+            std::fs::read(d.path(&name).unwrap()).unwrap(),
+            std::fs::read(v.path(&name).unwrap()).unwrap(),
+            "{name}"
+        );
+    }
+    assert!(!volatile.join("MANIFEST.tmp").exists());
 }
 
 #[test]

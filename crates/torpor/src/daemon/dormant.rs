@@ -153,13 +153,15 @@ pub(super) fn published_only(
 }
 
 /// Writes a dormant sandbox's state into `dir/dormant`: the checkpoint (`checkpoint` writes
-/// it into the directory it is given), the wake record and the status, synced, under a
-/// temporary name renamed last (a failure leaves no new `dormant/`). The state the sandbox
+/// it into the directory it is given), the wake record and the status, under a temporary
+/// name renamed last (a failure leaves no new `dormant/`). Nothing is synced to disk: the
+/// state lasts as long as the dormant process, which ends with the host (a volatile
+/// checkpoint, `hibernate::snapshot::CheckpointWriter::volatile`). The state the sandbox
 /// last woke from stays until then: the new checkpoint links its memory images (a layered
 /// checkpoint writes only what changed since).
 ///
 /// # Errors
-/// What `checkpoint` returns; a write, sync or rename the host refuses.
+/// What `checkpoint` returns; a write or rename the host refuses.
 pub(super) fn write_state(
     dir: &std::path::Path,
     record: &WakeRecord,
@@ -186,10 +188,10 @@ pub(super) fn write_state(
     }
     std::fs::rename(&tmp, &dest).with_context(|| format!("renaming to {}", dest.display()))?;
     let _ = crate::cowroot::remove_all(&old);
-    sync_dir(dir)
+    Ok(())
 }
 
-/// Writes the checkpoint, the wake record and the status into `tmp`, synced.
+/// Writes the checkpoint, the wake record and the status into `tmp`.
 fn fill_state(
     tmp: &std::path::Path,
     record: &WakeRecord,
@@ -214,12 +216,11 @@ fn fill_state(
         &serde_json::to_vec(record).context("encoding the wake record")?,
     )
     .context("writing the wake record")?;
-    write(dormancy::STATUS, status.to_string().as_bytes()).context("writing the dormant status")?;
-    sync_dir(tmp)
+    write(dormancy::STATUS, status.to_string().as_bytes()).context("writing the dormant status")
 }
 
 /// Drops from the host's page cache the pages of the checkpoint files a container's dormancy
-/// wrote (synced to disk by the checkpoint writer): they were charged to the container's
+/// wrote (written to disk first: the cache drops clean pages only): they were charged to the container's
 /// cgroup, whose working set the kubelet reads (and evicts on), and a dormant container's
 /// state is on disk; its wake reads them back (about 20 ms more for a Python server holding
 /// 64 MiB). A friendly-form sandbox keeps them cached (`MemAvailable` counts them as free;
@@ -234,6 +235,7 @@ fn drop_written_pages(checkpoint: &std::path::Path) {
             continue;
         }
         if let Ok(f) = std::fs::File::open(e.path()) {
+            let _ = f.sync_data();
             // SAFETY: advice on a descriptor we hold; it changes no file content.
             unsafe {
                 libc::posix_fadvise(
@@ -245,13 +247,6 @@ fn drop_written_pages(checkpoint: &std::path::Path) {
             };
         }
     }
-}
-
-/// fsync of a directory (its entries are on disk before the sandbox is stopped).
-fn sync_dir(dir: &std::path::Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|f| f.sync_all())
-        .with_context(|| format!("syncing {}", dir.display()))
 }
 
 /// What the dormant process answers `state` and `stats` with.

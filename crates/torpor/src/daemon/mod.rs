@@ -494,6 +494,9 @@ fn start(
                 .name("keepalive".into())
                 .spawn(move || {
                     let _housekeeping = procfs::housekeeping();
+                    // Nobody waits for a dormancy: its steps yield to the sandboxes a
+                    // client waits for (`hibernate::background`).
+                    hibernate::background::lower_calling_thread();
                     dormant::after_hibernated(&d, after)
                 })?;
         }
@@ -504,6 +507,11 @@ fn start(
             .name("keepalive".into())
             .spawn(move || {
                 let _housekeeping = procfs::housekeeping();
+                if d.policy.dormant_after.is_some() {
+                    // Its samples and the waits of its hibernations are the way back to
+                    // sleep of a sandbox that goes dormant next, which nobody waits for.
+                    hibernate::background::lower_calling_thread();
+                }
                 keep_alive(&d, registry.as_ref())
             })?;
     }
