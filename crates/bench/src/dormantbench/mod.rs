@@ -8,7 +8,9 @@
 //! `--dormant-after` so that a woken one goes back to sleep: host memory per instance
 //! (MemAvailable before and after) beside the sum of PSS, processes, idle CPU, a seeded Zipf
 //! stream of requests over all of them (first-request latency of dormant targets), and a
-//! final request to every one. Writes `dormant.md` and `dormant.csv`.
+//! final request to every one; each count of `--instances` in turn (a fresh set each), with
+//! a plot of host memory and the stream's wake p99 against it. Writes `dormant.md`,
+//! `dormant.csv` and `dormant.png`.
 
 mod report;
 
@@ -29,9 +31,11 @@ pub struct DormantArgs {
     /// Wakes of each kind per workload.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=200))]
     pub reps: u32,
-    /// Python instances started dormant at once for the density figures (0: none).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=20000))]
-    pub instances: u32,
+    /// Python instances started dormant at once for the density figures, one set after
+    /// the other for a list (comma separated: 100,1000,10000); 0: none.
+    #[arg(long, value_delimiter = ',', default_value = "100",
+          value_parser = clap::value_parser!(u32).range(0..=20000))]
+    pub instances: Vec<u32>,
     /// Requests in the Zipf stream over the dormant instances.
     #[arg(long, default_value_t = 2000)]
     pub requests: usize,
@@ -125,7 +129,8 @@ pub fn run(args: DormantArgs) -> anyhow::Result<u8> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("create output directory {}", args.out.display()))?;
     let started = Instant::now();
-    let mut info = crate::paper::run_info(args.reps as usize, args.instances as usize, false);
+    let most = args.instances.iter().copied().max().unwrap_or(0);
+    let mut info = crate::paper::run_info(args.reps as usize, most as usize, false);
     let state_base =
         std::env::var_os("TORPOR_STATE_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
     let driver = Driver::new(&state_base)?;
@@ -153,16 +158,17 @@ pub fn run(args: DormantArgs) -> anyhow::Result<u8> {
         }
         rows.push(row);
     }
-    let mut many = Many {
-        n: args.instances as usize,
-        stream: (args.requests, args.zipf, args.seed),
-        ..Many::default()
-    };
-    if args.instances > 0 && (args.only.is_empty() || args.only.iter().any(|o| o == "python")) {
+    let python = args.only.is_empty() || args.only.iter().any(|o| o == "python");
+    let mut sets = Vec::new();
+    for &n in args.instances.iter().filter(|&&n| n > 0 && python) {
+        let mut many = Many {
+            n: n as usize,
+            stream: (args.requests, args.zipf, args.seed),
+            ..Many::default()
+        };
         eprintln!(
-            "[{:>4.0} s] {} Python sandboxes dormant at once",
-            started.elapsed().as_secs_f64(),
-            args.instances
+            "[{:>4.0} s] {n} Python sandboxes dormant at once",
+            started.elapsed().as_secs_f64()
         );
         if let Some(w) = all.iter().find(|w| w.name == "python") {
             if let Err(e) = workloads::ensure_root(w.root)
@@ -171,9 +177,10 @@ pub fn run(args: DormantArgs) -> anyhow::Result<u8> {
                 many.errors.push(format!("{e:#}"));
             }
         }
+        sets.push(many);
     }
     info.took_s = started.elapsed().as_secs_f64();
-    let files = report::write(&args.out, &info, &rows, &many)?;
+    let files = report::write(&args.out, &info, &rows, &sets)?;
     eprintln!(
         "torpor-bench dormant: done in {:.0} s; wrote {}",
         info.took_s,
@@ -183,7 +190,8 @@ pub fn run(args: DormantArgs) -> anyhow::Result<u8> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let failed = rows.iter().any(|r| !r.errors.is_empty()) || !many.errors.is_empty();
+    let failed =
+        rows.iter().any(|r| !r.errors.is_empty()) || sets.iter().any(|m| !m.errors.is_empty());
     Ok(u8::from(failed))
 }
 
