@@ -114,12 +114,22 @@ fn add_multicast_route(s: libc::c_int) {
     }
 }
 
+/// The host user that owns the user namespace of a sandbox's network namespace: `nobody`.
+/// Not root: the owner of a user namespace holds every capability over it whatever its
+/// own, so a holder (euid 0) owning it would keep `CAP_NET_ADMIN` over its network
+/// namespace after dropping its capabilities. Owned by `nobody`, a capability over it is
+/// the holder's own in the host's user namespace, as for a namespace of that one. (A
+/// process running as `nobody` gains nothing: joining the namespace needs `CAP_SYS_ADMIN`
+/// in its own user namespace too, and nothing of it is reachable by path.)
+const OWNER_UID: libc::uid_t = 65534;
+
 /// A new network namespace owned by a new user namespace, as an open descriptor: made by a
-/// short-lived child (`unshare(CLONE_NEWUSER | CLONE_NEWNET)`), whose namespace this process
-/// opens before ending it. The child's user namespace has no ids mapped and nothing lives in
-/// it once the child is gone; this process, root in the host's user namespace, keeps every
-/// capability over the network namespace it owns (joining it, bringing `lo` up, its
-/// sysctls), as over one of its own.
+/// short-lived child that becomes [`OWNER_UID`] and calls `unshare(CLONE_NEWUSER |
+/// CLONE_NEWNET)`, whose namespace this process opens before ending it. The user namespace
+/// has no ids mapped and nothing lives in it once the child is gone; this process, still
+/// privileged, joins the network namespace, brings `lo` up and sets its sysctls with the
+/// capabilities it holds in the host's user namespace, and loses them there when it drops
+/// them.
 ///
 /// # Errors
 /// The host's refusal of the child, of the namespaces (user namespaces disabled or at their
@@ -139,8 +149,9 @@ fn owned_apart() -> std::io::Result<std::os::fd::OwnedFd> {
             std::os::fd::OwnedFd::from_raw_fd(fds[1]),
         )
     };
-    // SAFETY: the child makes only async-signal-safe calls (prctl, unshare, write, pause,
-    // _exit) before it is killed, as after a fork of a process that may have threads.
+    // SAFETY: the child makes only async-signal-safe calls (prctl, raw setgroups, setresgid
+    // and setresuid of its one thread, unshare, write, pause) until it is killed, as after a
+    // fork of a process that may have threads.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(Error::last_os_error());
@@ -150,7 +161,11 @@ fn owned_apart() -> std::io::Result<std::os::fd::OwnedFd> {
         // SAFETY: see above; the child never returns into the parent's code.
         unsafe {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            let made = libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) == 0;
+            let id = OWNER_UID as libc::c_long;
+            let made = libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0
+                && libc::syscall(libc::SYS_setresgid, id, id, id) == 0
+                && libc::syscall(libc::SYS_setresuid, id, id, id) == 0
+                && libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) == 0;
             let byte = [u8::from(made)];
             libc::write(tell.as_raw_fd(), byte.as_ptr().cast(), 1);
             loop {
