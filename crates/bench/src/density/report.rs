@@ -260,22 +260,7 @@ fn plot(path: &Path, res: &Results) -> anyhow::Result<()> {
             .iter()
             .map(|p| (p.0, if k == 1 { p.1 } else { p.2 }))
             .collect();
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                data.clone(),
-                color.stroke_width(3),
-            )))
-            .map_err(|e| fail(&e))?
-            .label(name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
-            });
-        chart
-            .draw_series(
-                data.iter()
-                    .map(|&(x, y)| Circle::new((x, y), 5, color.filled())),
-            )
-            .map_err(|e| fail(&e))?;
+        crate::paper::plot::line_with_dots(&mut chart, name, color, &data)?;
     }
     chart
         .configure_series_labels()

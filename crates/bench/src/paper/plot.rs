@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use anyhow::{anyhow, Context};
+use plotters::coord::combinators::LogCoord;
 use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
@@ -392,6 +393,39 @@ where
     root.present()
         .map_err(|e| fail(&e))
         .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// The coordinates of a plot against a count of sandboxes: N on a log axis, a value on a
+/// linear one.
+pub type AgainstN = Cartesian2d<LogCoord<f64>, RangedCoordf64>;
+
+/// Draws `data` on `chart` as a line with a dot at each point, in `color`, named `name` in
+/// the legend.
+///
+/// # Errors
+/// The backend's.
+pub fn line_with_dots<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, AgainstN>,
+    name: &str,
+    color: RGBColor,
+    data: &[(f64, f64)],
+) -> anyhow::Result<()> {
+    let fail = |e: &dyn std::fmt::Display| anyhow!("drawing {name}: {e}");
+    chart
+        .draw_series(std::iter::once(PathElement::new(
+            data.to_vec(),
+            color.stroke_width(3),
+        )))
+        .map_err(|e| fail(&e))?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
+    chart
+        .draw_series(
+            data.iter()
+                .map(|&(x, y)| Circle::new((x, y), 5, color.filled())),
+        )
+        .map_err(|e| fail(&e))?;
     Ok(())
 }
 
