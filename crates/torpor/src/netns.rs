@@ -2,6 +2,7 @@
 //! path) or a new one with only loopback (a bundle asking for one, or a friendly-form holder
 //! without outbound access).
 
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -14,11 +15,14 @@ use anyhow::{Context, Result};
 pub fn join(path: &Path) -> Result<()> {
     let f = std::fs::File::open(path)
         .with_context(|| format!("opening network namespace {}", path.display()))?;
-    use std::os::fd::AsRawFd;
-    // SAFETY: setns with a valid namespace fd and its type.
-    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("joining network namespace {}", path.display()));
+    enter(f.as_fd()).with_context(|| format!("joining network namespace {}", path.display()))
+}
+
+/// `setns(ns, CLONE_NEWNET)`: moves the calling thread into the network namespace `ns`.
+fn enter(ns: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    // SAFETY: setns with a namespace descriptor the caller holds and its type.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -39,14 +43,7 @@ pub fn join(path: &Path) -> Result<()> {
 /// The host's refusal (no CAP_SYS_ADMIN).
 pub fn new() -> Result<()> {
     match owned_apart() {
-        Ok(ns) => {
-            use std::os::fd::AsRawFd;
-            // SAFETY: setns with a namespace descriptor we hold and its type.
-            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(std::io::Error::last_os_error())
-                    .context("joining the new network namespace");
-            }
-        }
+        Ok(ns) => enter(ns.as_fd()).context("joining the new network namespace")?,
         Err(e) => {
             tracing::debug!("a network namespace of the host's user namespace: {e}");
             // SAFETY: unshare with a valid flag.
@@ -136,19 +133,7 @@ const OWNER_UID: libc::uid_t = 65534;
 /// limit), or of opening the namespace.
 fn owned_apart() -> std::io::Result<std::os::fd::OwnedFd> {
     use std::io::{Error, Read};
-    use std::os::fd::FromRawFd;
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two descriptors into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(Error::last_os_error());
-    }
-    // SAFETY: two fresh descriptors this process owns.
-    let (mut ready, tell) = unsafe {
-        (
-            std::fs::File::from_raw_fd(fds[0]),
-            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
-        )
-    };
+    let (mut ready, tell) = std::io::pipe()?;
     // SAFETY: the child makes only async-signal-safe calls (prctl, raw setgroups, setresgid
     // and setresuid of its one thread, unshare, write, pause) until it is killed, as after a
     // fork of a process that may have threads.
@@ -157,7 +142,6 @@ fn owned_apart() -> std::io::Result<std::os::fd::OwnedFd> {
         return Err(Error::last_os_error());
     }
     if pid == 0 {
-        use std::os::fd::AsRawFd;
         // SAFETY: see above; the child never returns into the parent's code.
         unsafe {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
