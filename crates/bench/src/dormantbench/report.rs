@@ -128,47 +128,44 @@ pub fn write(
         );
         let _ = writeln!(md, "| per instance | {} |", counts.join(" | "));
         let _ = writeln!(md, "|---|{}", "---:|".repeat(sets.len()));
-        let mut row = |label: String, f: &dyn Fn(&Many) -> String| {
+        let mut row = |label: &str, f: &dyn Fn(&Many) -> String| {
             let cells: Vec<String> = sets.iter().map(f).collect();
             let _ = writeln!(md, "| {label} | {} |", cells.join(" | "));
         };
-        row("started in (all), s".into(), &|m| {
-            format!("{:.1}", m.start_s)
-        });
+        row("started in (all), s", &|m| format!("{:.1}", m.start_s));
         row(
-            "host memory, all dormant (MemAvailable drop / N), MiB".into(),
+            "host memory, all dormant (MemAvailable drop / N), MiB",
             &|m| mib(m.host_per_sandbox),
         );
-        row(
-            "PSS of the dormant process and its helpers, MiB".into(),
-            &|m| mib(m.pss_per_sandbox),
-        );
-        row("processes (the dormant one and its helpers)".into(), &|m| {
+        row("PSS of the dormant process and its helpers, MiB", &|m| {
+            mib(m.pss_per_sandbox)
+        });
+        row("processes (the dormant one and its helpers)", &|m| {
             format!("{:.1}", m.processes_per_sandbox)
         });
-        row("CPU of all of them while idle, % of one CPU".into(), &|m| {
+        row("CPU of all of them while idle, % of one CPU", &|m| {
             format!("{:.2}", m.idle_cpu * 100.0)
         });
-        row("stream: requests to a dormant instance".into(), &|m| {
+        row("stream: requests to a dormant instance", &|m| {
             m.to_dormant.len().to_string()
         });
-        row("their first response, ms: median (p90), p99".into(), &|m| {
+        row("their first response, ms: median (p90), p99", &|m| {
             format!(
                 "{}, {}",
                 cell(&m.to_dormant),
                 fmt(quantile(&m.to_dormant, 0.99))
             )
         });
-        row("stream: the other requests".into(), &|m| {
+        row("stream: the other requests", &|m| {
             m.others.len().to_string()
         });
-        row("their response, ms: median (p90), p99".into(), &|m| {
+        row("their response, ms: median (p90), p99", &|m| {
             format!("{}, {}", cell(&m.others), fmt(quantile(&m.others, 0.99)))
         });
-        row("stream: failed requests".into(), &|m| {
+        row("stream: failed requests", &|m| {
             m.stream_failures.to_string()
         });
-        row("final request: answered".into(), &|m| {
+        row("final request: answered", &|m| {
             format!("{} of {}", m.n - m.final_failures, m.n)
         });
         for m in sets.iter().filter(|m| !m.failure_samples.is_empty()) {
